@@ -1,0 +1,327 @@
+//! A partition's log: its segments, appends with rollover, reads through the
+//! sparse index, recovery on open, and retention.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use flume_client::protocol::record;
+
+use super::segment::{self, Segment};
+use super::{io_err, StorageError};
+
+/// When appended data is fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Before an append returns (one fdatasync per appended batch).
+    Always,
+    /// At most this long after an append (checked on append and by the broker's ticker).
+    Interval(Duration),
+    /// Left to the OS. A process crash loses nothing that `append` returned;
+    /// a power loss may lose the last seconds.
+    Never,
+}
+
+/// Settings of one log.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Roll to a new segment when the active one would exceed this size.
+    pub segment_bytes: u64,
+    /// Bytes of records between two sparse index entries.
+    pub index_interval_bytes: u64,
+    /// When to fsync.
+    pub fsync: FsyncPolicy,
+    /// Delete oldest segments while the log is larger than this.
+    pub retention_bytes: Option<u64>,
+    /// Delete oldest segments whose newest record is older than this.
+    pub retention_ms: Option<u64>,
+    /// On open, check every record of every sealed segment (slower start).
+    pub verify_sealed: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 64 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            fsync: FsyncPolicy::Never,
+            retention_bytes: None,
+            retention_ms: None,
+            verify_sealed: false,
+        }
+    }
+}
+
+/// Segments are capped so that positions fit the index's u32.
+pub const MAX_SEGMENT_BYTES: u64 = 1 << 31;
+
+/// What a read returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadResult {
+    /// Whole records in the stored format; empty at the log end.
+    pub records: Vec<u8>,
+    /// Oldest stored offset.
+    pub log_start: u64,
+    /// Next offset to be written.
+    pub log_end: u64,
+}
+
+/// The log of one partition.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    /// Sealed segments, oldest first, then the active one last (never empty).
+    segments: Vec<Segment>,
+    last_sync: Instant,
+    dirty: bool,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering as documented in
+    /// `docs/storage.md`: sealed segments are trusted (or verified with
+    /// `verify_sealed`), the active one is scanned from its last index entry
+    /// and truncated at the first torn or corrupt record; missing or bad
+    /// indexes are rebuilt.
+    ///
+    /// # Errors
+    /// I/O errors, or a directory recovery will not repair.
+    pub fn open(dir: &Path, mut config: LogConfig) -> Result<Self, StorageError> {
+        config.segment_bytes = config.segment_bytes.clamp(1, MAX_SEGMENT_BYTES);
+        config.index_interval_bytes = config.index_interval_bytes.max(1);
+        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
+            let entry = entry.map_err(io_err("list", dir))?;
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if let Some(stem) = name.strip_suffix(".log") {
+                match stem.parse::<u64>() {
+                    Ok(base) if stem.len() == 20 => bases.push(base),
+                    _ => tracing::warn!(file = %entry.path().display(), "ignoring a file that is not a segment"),
+                }
+            } else if name.ends_with(".index") {
+                let stem = name.trim_end_matches(".index");
+                if !dir.join(format!("{stem}.log")).exists() {
+                    tracing::info!(file = %entry.path().display(), "removing an index without its segment");
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        bases.sort_unstable();
+        let mut segments = Vec::with_capacity(bases.len().max(1));
+        for (i, &base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied();
+            let active = next_base.is_none();
+            let seg = Segment::open(
+                dir,
+                base,
+                config.index_interval_bytes,
+                active,
+                config.verify_sealed && !active,
+                next_base,
+            )?;
+            if let Some(nb) = next_base {
+                if seg.next_offset != nb {
+                    return Err(StorageError::Inconsistent {
+                        path: seg.log_path().to_path_buf(),
+                        reason: format!("segment ends at offset {} but the next segment starts at {nb}", seg.next_offset),
+                    });
+                }
+            }
+            segments.push(seg);
+        }
+        if segments.is_empty() {
+            segments.push(Segment::create(dir, 0, config.index_interval_bytes)?);
+        }
+        Ok(Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            last_sync: Instant::now(),
+            dirty: false,
+        })
+    }
+
+    fn active(&self) -> &Segment {
+        // ok: `segments` is never empty (open creates one, retention keeps the active one).
+        self.segments.last().expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        // ok: as above.
+        self.segments.last_mut().expect("a log always has an active segment")
+    }
+
+    /// Oldest stored offset.
+    pub fn start_offset(&self) -> u64 {
+        self.segments.first().map_or(0, |s| s.base)
+    }
+
+    /// Offset the next appended record gets.
+    pub fn end_offset(&self) -> u64 {
+        self.active().next_offset
+    }
+
+    /// Total bytes of all segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Appends a batch of records (the stored format, any offsets) with one
+    /// write, assigning consecutive offsets; returns the base offset. Applies
+    /// the fsync policy once for the batch.
+    ///
+    /// # Errors
+    /// An invalid batch, or I/O errors (nothing of the batch is kept then).
+    pub fn append(&mut self, batch: &mut [u8]) -> Result<u64, StorageError> {
+        let info = record::validate_batch(batch, u64::MAX)?;
+        self.append_validated(batch, u64::from(info.count), info.max_timestamp)
+    }
+
+    /// Appends a batch already checked with `record::validate_batch`.
+    ///
+    /// # Errors
+    /// I/O errors (nothing of the batch is kept then).
+    pub fn append_validated(&mut self, batch: &mut [u8], count: u64, max_ts: i64) -> Result<u64, StorageError> {
+        let needs_roll = {
+            let a = self.active();
+            a.size > segment::FILE_HEADER_LEN
+                && (a.size + batch.len() as u64 > self.config.segment_bytes
+                    || a.next_offset - a.base + count > u64::from(u32::MAX))
+        };
+        if needs_roll {
+            self.roll()?;
+        }
+        let base = self.end_offset();
+        record::assign_offsets(batch, base);
+        self.active_mut().append(batch, count, max_ts)?;
+        self.dirty = true;
+        match self.config.fsync {
+            FsyncPolicy::Always => self.sync()?,
+            FsyncPolicy::Interval(d) if self.last_sync.elapsed() >= d => self.sync()?,
+            _ => {}
+        }
+        Ok(base)
+    }
+
+    fn roll(&mut self) -> Result<(), StorageError> {
+        let next = self.end_offset();
+        self.active().sync_all()?;
+        let seg = Segment::create(&self.dir, next, self.config.index_interval_bytes)?;
+        self.segments.push(seg);
+        Ok(())
+    }
+
+    /// fdatasync of the active segment, if anything was written since the last one.
+    ///
+    /// # Errors
+    /// When the OS reports a failure.
+    pub fn sync(&mut self) -> Result<(), StorageError> {
+        if self.dirty {
+            self.active().sync()?;
+            self.dirty = false;
+        }
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Syncs when the interval policy says it is due.
+    ///
+    /// # Errors
+    /// When the OS reports a failure.
+    pub fn sync_if_due(&mut self) -> Result<(), StorageError> {
+        if let FsyncPolicy::Interval(d) = self.config.fsync {
+            if self.dirty && self.last_sync.elapsed() >= d {
+                self.sync()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads whole records from `offset`, up to `max_bytes` but at least one
+    /// record if one exists there. Reads stay within one segment.
+    ///
+    /// # Errors
+    /// [`StorageError::OffsetOutOfRange`] below the log start or above the
+    /// end; [`StorageError::Corrupt`] for a damaged record.
+    pub fn read(&self, offset: u64, max_bytes: usize) -> Result<ReadResult, StorageError> {
+        let (log_start, log_end) = (self.start_offset(), self.end_offset());
+        if offset < log_start || offset > log_end {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                log_start,
+                log_end,
+            });
+        }
+        let mut result = ReadResult {
+            records: Vec::new(),
+            log_start,
+            log_end,
+        };
+        if offset == log_end {
+            return Ok(result);
+        }
+        let idx = self.segments.partition_point(|s| s.base <= offset).saturating_sub(1);
+        let seg = &self.segments[idx];
+        if offset >= seg.next_offset {
+            // An empty active segment after a roll: nothing to read yet.
+            return Ok(result);
+        }
+        result.records = seg.read(offset, max_bytes)?;
+        Ok(result)
+    }
+
+    /// Applies retention by size and age; returns how many segments went.
+    /// The active segment is never deleted.
+    ///
+    /// # Errors
+    /// I/O errors while reading timestamps or deleting files.
+    pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, StorageError> {
+        let mut removed = 0;
+        while self.segments.len() > 1 {
+            let over_size = self.config.retention_bytes.is_some_and(|limit| self.size_bytes() > limit);
+            let too_old = match self.config.retention_ms {
+                Some(ms) => match self.segments[0].max_timestamp()? {
+                    Some(ts) => ts < now_ms.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX)),
+                    None => false,
+                },
+                None => false,
+            };
+            if !(over_size || too_old) {
+                break;
+            }
+            let seg = self.segments.remove(0);
+            tracing::info!(segment = %seg.log_path().display(), base = seg.base, next = seg.next_offset, "retention deleted a segment");
+            seg.delete()?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Fsyncs everything (for a clean shutdown).
+    ///
+    /// # Errors
+    /// When the OS reports a failure.
+    pub fn close(mut self) -> Result<(), StorageError> {
+        self.sync()?;
+        self.active().sync_all()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,296 @@
+use super::*;
+use bytes::Bytes;
+use flume_client::protocol::record::{decode_all, encode, Record};
+use proptest::prelude::*;
+
+fn batch(values: &[Vec<u8>], ts: i64) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for v in values {
+        encode(&mut buf, 0, ts, Some(b"key"), v, &[]);
+    }
+    buf
+}
+
+fn value(i: u64) -> Vec<u8> {
+    format!("value-{i:06}").into_bytes()
+}
+
+fn small() -> LogConfig {
+    LogConfig {
+        segment_bytes: 600,
+        index_interval_bytes: 100,
+        ..LogConfig::default()
+    }
+}
+
+fn read_all(log: &Log) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut next = log.start_offset();
+    while next < log.end_offset() {
+        let r = log.read(next, 1000).unwrap();
+        let recs = decode_all(&Bytes::from(r.records)).unwrap();
+        assert!(!recs.is_empty(), "no progress at {next}");
+        next = recs.last().unwrap().offset + 1;
+        out.extend(recs);
+    }
+    out
+}
+
+fn append_n(log: &mut Log, from: u64, n: u64) {
+    for i in from..from + n {
+        let base = log.append(&mut batch(&[value(i)], i as i64)).unwrap();
+        assert_eq!(base, i);
+    }
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn round_trip_over_rollovers_and_every_index_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 200);
+    // batches too
+    let vals: Vec<Vec<u8>> = (200..230).map(value).collect();
+    assert_eq!(log.append(&mut batch(&vals, 7)).unwrap(), 200);
+    assert!(log.segment_count() > 5, "rolled {} times", log.segment_count());
+    for off in 0..230u64 {
+        // one record at a time: exercises lookup at every segment and index boundary
+        let r = log.read(off, 1).unwrap();
+        let recs = decode_all(&Bytes::from(r.records)).unwrap();
+        assert_eq!(recs.len(), 1, "offset {off}");
+        assert_eq!(recs[0].offset, off);
+        assert_eq!(&recs[0].value[..], &value(off)[..]);
+    }
+    let all = read_all(&log);
+    assert_eq!(all.len(), 230);
+    assert!(all.iter().enumerate().all(|(i, r)| r.offset == i as u64));
+    assert_eq!(log.read(230, 100).unwrap().records.len(), 0);
+    assert!(matches!(log.read(231, 100), Err(StorageError::OffsetOutOfRange { requested: 231, log_start: 0, log_end: 230 })));
+}
+
+#[test]
+fn a_big_record_is_returned_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    let big = vec![7u8; 10_000];
+    log.append(&mut batch(&[big.clone(), b"small".to_vec()], 1)).unwrap();
+    let r = log.read(0, 10).unwrap();
+    let recs = decode_all(&Bytes::from(r.records)).unwrap();
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].value.len(), 10_000);
+}
+
+#[test]
+fn reopen_after_clean_close_keeps_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 120);
+    log.close().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(log.end_offset(), 120);
+    append_n(&mut log, 120, 5);
+    assert_eq!(read_all(&log).len(), 125);
+}
+
+#[test]
+fn torn_write_keeps_whole_records_and_appends_continue() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 50);
+    drop(log);
+    let active = segment_files(dir.path()).pop().unwrap();
+    let len = std::fs::metadata(&active).unwrap().len();
+    // Cut 5 bytes off: the last record is torn.
+    std::fs::OpenOptions::new().write(true).open(&active).unwrap().set_len(len - 5).unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(log.end_offset(), 49);
+    assert_eq!(std::fs::metadata(&active).unwrap().len() < len - 5, true);
+    append_n(&mut log, 49, 3);
+    let all = read_all(&log);
+    assert_eq!(all.len(), 52);
+    assert_eq!(&all[49].value[..], &value(49)[..]);
+}
+
+#[test]
+fn flipped_byte_in_active_tail_is_truncated_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    append_n(&mut log, 0, 20);
+    drop(log);
+    let active = segment_files(dir.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&active).unwrap();
+    let rec_len = (bytes.len() - 8) / 20;
+    // Corrupt the payload of record 15.
+    let at = 8 + 15 * rec_len + 20;
+    bytes[at] ^= 0xff;
+    std::fs::write(&active, &bytes).unwrap();
+    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    assert_eq!(log.end_offset(), 15);
+    assert_eq!(read_all(&log).len(), 15);
+}
+
+#[test]
+fn flipped_byte_in_sealed_segment_is_a_read_error_naming_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 60);
+    drop(log);
+    let first = segment_files(dir.path()).remove(0);
+    let mut bytes = std::fs::read(&first).unwrap();
+    let last = bytes.len() - 3; // inside the last record's value
+    bytes[last] ^= 0x01;
+    std::fs::write(&first, &bytes).unwrap();
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(log.end_offset(), 60, "sealed segments are trusted on open");
+    let mut bad = None;
+    for off in 0..60 {
+        if let Err(e) = log.read(off, 1) {
+            bad = Some((off, e));
+            break;
+        }
+    }
+    let (off, err) = bad.expect("the corrupt record must not be served");
+    match err {
+        StorageError::Corrupt { offset, segment, .. } => {
+            assert_eq!(offset, off);
+            assert_eq!(segment, first);
+        }
+        other => panic!("unexpected error {other}"),
+    }
+    // verify_sealed refuses to open and says where.
+    let err = Log::open(dir.path(), LogConfig { verify_sealed: true, ..small() }).unwrap_err();
+    assert!(err.to_string().contains("corrupt record"), "{err}");
+}
+
+#[test]
+fn deleted_or_garbage_index_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 100);
+    drop(log);
+    let mut indexes: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "index"))
+        .collect();
+    indexes.sort();
+    std::fs::remove_file(&indexes[0]).unwrap();
+    std::fs::write(indexes.last().unwrap(), b"garbage!garbage!").unwrap();
+    std::fs::write(&indexes[1], b"FLMIDX\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff").unwrap();
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert!(indexes[0].exists());
+    assert_eq!(read_all(&log).len(), 100);
+    for off in 0..100 {
+        assert_eq!(decode_all(&Bytes::from(log.read(off, 1).unwrap().records)).unwrap()[0].offset, off);
+    }
+}
+
+#[test]
+fn retention_by_bytes_and_time_advances_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        retention_bytes: Some(1500),
+        ..small()
+    };
+    let mut log = Log::open(dir.path(), cfg).unwrap();
+    append_n(&mut log, 0, 100);
+    let removed = log.enforce_retention(0).unwrap();
+    assert!(removed > 0);
+    assert!(log.size_bytes() <= 1500);
+    let start = log.start_offset();
+    assert!(start > 0);
+    assert!(matches!(
+        log.read(0, 10),
+        Err(StorageError::OffsetOutOfRange { requested: 0, log_start, log_end: 100 }) if log_start == start
+    ));
+    assert_eq!(read_all(&log).first().unwrap().offset, start);
+    drop(log);
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(log.start_offset(), start);
+
+    // Time: records carry timestamp = offset; keep only what is newer than now - 10.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        retention_ms: Some(10),
+        ..small()
+    };
+    let mut log = Log::open(dir.path(), cfg).unwrap();
+    append_n(&mut log, 0, 100);
+    log.enforce_retention(100).unwrap();
+    let start = log.start_offset();
+    assert!(start > 50, "start {start}");
+    // every remaining sealed segment has a record newer than the cut-off
+    assert!(read_all(&log).iter().all(|r| r.offset >= start));
+    // The active segment stays even if old.
+    log.enforce_retention(1_000_000).unwrap();
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.end_offset(), 100);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append(Vec<Vec<u8>>),
+    Read(u64, usize),
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 1..6).prop_map(Op::Append),
+        3 => (0u64..200, 1usize..2000).prop_map(|(o, m)| Op::Read(o, m)),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    #[test]
+    fn behaves_like_a_vec(ops in proptest::collection::vec(op(), 1..40)) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LogConfig { segment_bytes: 1024, index_interval_bytes: 128, ..LogConfig::default() };
+        let mut log = Log::open(dir.path(), cfg.clone()).unwrap();
+        let mut model: Vec<Vec<u8>> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Append(vals) => {
+                    let base = log.append(&mut batch(&vals, 1)).unwrap();
+                    prop_assert_eq!(base, model.len() as u64);
+                    model.extend(vals);
+                }
+                Op::Read(off, max) => {
+                    let off = off % (model.len() as u64 + 2);
+                    match log.read(off, max) {
+                        Ok(r) => {
+                            let recs = decode_all(&Bytes::from(r.records)).unwrap();
+                            if off < model.len() as u64 {
+                                prop_assert!(!recs.is_empty());
+                            } else {
+                                prop_assert!(recs.is_empty());
+                            }
+                            for (i, rec) in recs.iter().enumerate() {
+                                prop_assert_eq!(rec.offset, off + i as u64);
+                                prop_assert_eq!(&rec.value[..], &model[(off as usize) + i][..]);
+                            }
+                        }
+                        Err(StorageError::OffsetOutOfRange { .. }) => prop_assert!(off > model.len() as u64),
+                        Err(e) => prop_assert!(false, "{}", e),
+                    }
+                }
+                Op::Reopen => {
+                    drop(log);
+                    log = Log::open(dir.path(), cfg.clone()).unwrap();
+                    prop_assert_eq!(log.end_offset(), model.len() as u64);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! One segment: a `.log` file of records and its sparse `.index`.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use flume_client::protocol::record::{self, RECORD_HEADER_LEN};
+
+use super::{io_err, StorageError};
+
+/// Magic and version at the start of every `.log` file.
+pub const LOG_MAGIC: [u8; 8] = *b"FLMLOG\x00\x01";
+/// Magic and version at the start of every `.index` file.
+pub const INDEX_MAGIC: [u8; 8] = *b"FLMIDX\x00\x01";
+/// Bytes of the file header.
+pub const FILE_HEADER_LEN: u64 = 8;
+/// Bytes of one index entry.
+pub const INDEX_ENTRY_LEN: usize = 8;
+
+/// File name of a segment with this base offset and extension.
+pub fn file_name(base: u64, ext: &str) -> String {
+    format!("{base:020}.{ext}")
+}
+
+/// An index entry: the record with offset `base + rel` starts at byte `pos`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Offset relative to the segment base.
+    pub rel: u32,
+    /// Byte position in the `.log` file.
+    pub pos: u32,
+}
+
+/// What a recovery scan found.
+#[derive(Debug, Default)]
+pub struct ScanOutcome {
+    /// Bytes of whole, valid records (file position where they end).
+    pub valid_end: u64,
+    /// Offset after the last valid record.
+    pub next_offset: u64,
+    /// Largest timestamp seen.
+    pub max_timestamp: Option<i64>,
+    /// Why the scan stopped early, if it did.
+    pub damage: Option<String>,
+}
+
+/// One segment.
+#[derive(Debug)]
+pub struct Segment {
+    /// Offset of its first record.
+    pub base: u64,
+    /// Offset after its last record.
+    pub next_offset: u64,
+    /// File size, header included.
+    pub size: u64,
+    /// Largest record timestamp, when known (computed lazily for old segments).
+    pub max_timestamp: Option<i64>,
+    log_path: PathBuf,
+    index_path: PathBuf,
+    log: File,
+    index: File,
+    entries: Vec<IndexEntry>,
+    bytes_since_entry: u64,
+    index_interval: u64,
+}
+
+fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], pos: u64) -> Result<(), StorageError> {
+    file.read_exact_at(buf, pos).map_err(io_err("read", path))
+}
+
+impl Segment {
+    /// Creates an empty segment (both files, with headers).
+    ///
+    /// # Errors
+    /// When the files cannot be created.
+    pub fn create(dir: &Path, base: u64, index_interval: u64) -> Result<Self, StorageError> {
+        let log_path = dir.join(file_name(base, "log"));
+        let index_path = dir.join(file_name(base, "index"));
+        let mut log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(io_err("create", &log_path))?;
+        log.write_all(&LOG_MAGIC).map_err(io_err("write", &log_path))?;
+        let index = Self::fresh_index(&index_path)?;
+        Ok(Segment {
+            base,
+            next_offset: base,
+            size: FILE_HEADER_LEN,
+            max_timestamp: None,
+            log_path,
+            index_path,
+            log,
+            index,
+            entries: Vec::new(),
+            bytes_since_entry: 0,
+            index_interval,
+        })
+    }
+
+    fn fresh_index(path: &Path) -> Result<File, StorageError> {
+        let mut index = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(io_err("create", path))?;
+        index.write_all(&INDEX_MAGIC).map_err(io_err("write", path))?;
+        Ok(index)
+    }
+
+    /// Opens an existing segment.
+    ///
+    /// `active`: scan from the last valid index entry, checking every CRC,
+    /// and truncate at the first torn or corrupt record. Otherwise the
+    /// segment is trusted; `verify` scans it fully and refuses damage.
+    /// `next_base`: base of the following segment (the next offset of a sealed one).
+    ///
+    /// # Errors
+    /// I/O errors, a bad magic, or (with `verify`) a damaged sealed segment.
+    pub fn open(
+        dir: &Path,
+        base: u64,
+        index_interval: u64,
+        active: bool,
+        verify: bool,
+        next_base: Option<u64>,
+    ) -> Result<Self, StorageError> {
+        let log_path = dir.join(file_name(base, "log"));
+        let index_path = dir.join(file_name(base, "index"));
+        let log = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .map_err(io_err("open", &log_path))?;
+        let size = log.metadata().map_err(io_err("stat", &log_path))?.len();
+        if size < FILE_HEADER_LEN {
+            if !active {
+                return Err(StorageError::Inconsistent {
+                    path: log_path,
+                    reason: format!("sealed segment is {size} bytes, shorter than its header"),
+                });
+            }
+            // A segment created just before a crash: start it again.
+            tracing::warn!(segment = %log_path.display(), size, "active segment shorter than its header; recreating it empty");
+            drop(log);
+            return Self::create(dir, base, index_interval);
+        }
+        let mut magic = [0u8; 8];
+        read_exact_at(&log, &log_path, &mut magic, 0)?;
+        if magic != LOG_MAGIC {
+            return Err(StorageError::Inconsistent {
+                path: log_path,
+                reason: format!("bad magic/version {magic:02x?}, expected {LOG_MAGIC:02x?}"),
+            });
+        }
+        let (index, entries) = match Self::load_index(&index_path, &log, size, base) {
+            Some(found) => found,
+            None => {
+                tracing::info!(index = %index_path.display(), "index missing or invalid; rebuilding from the log");
+                (Self::fresh_index(&index_path)?, Vec::new())
+            }
+        };
+        let mut seg = Segment {
+            base,
+            next_offset: next_base.unwrap_or(base),
+            size,
+            max_timestamp: None,
+            log_path,
+            index_path,
+            log,
+            index,
+            entries,
+            bytes_since_entry: 0,
+            index_interval,
+        };
+        let rebuilt_index = seg.entries.is_empty() && size > FILE_HEADER_LEN;
+        if active || verify || rebuilt_index || next_base.is_none() {
+            // Scan from the last index entry when trusted, from the start when verifying.
+            let from = if verify || rebuilt_index {
+                None
+            } else {
+                seg.entries.last().copied()
+            };
+            let out = seg.scan(from, rebuilt_index)?;
+            if let Some(damage) = &out.damage {
+                if !active {
+                    return Err(StorageError::Corrupt {
+                        segment: seg.log_path.clone(),
+                        offset: out.next_offset,
+                        position: out.valid_end,
+                        reason: damage.clone(),
+                    });
+                }
+                let dropped = size - out.valid_end;
+                tracing::warn!(
+                    segment = %seg.log_path.display(),
+                    dropped_bytes = dropped,
+                    resume_offset = out.next_offset,
+                    reason = %damage,
+                    "truncated torn or corrupt tail of the active segment"
+                );
+                seg.log.set_len(out.valid_end).map_err(io_err("truncate", &seg.log_path))?;
+                seg.log.sync_all().map_err(io_err("fsync", &seg.log_path))?;
+                seg.size = out.valid_end;
+                seg.entries.retain(|e| u64::from(e.pos) < out.valid_end);
+                seg.rewrite_index()?;
+            }
+            seg.next_offset = out.next_offset;
+            if from.is_none() {
+                seg.max_timestamp = out.max_timestamp;
+            }
+            if rebuilt_index {
+                seg.rewrite_index()?;
+            }
+        }
+        seg.bytes_since_entry = seg.size - seg.entries.last().map_or(FILE_HEADER_LEN, |e| u64::from(e.pos));
+        Ok(seg)
+    }
+
+    /// Reads and validates the index; `None` if it must be rebuilt. Drops
+    /// trailing entries that point past the log or at the wrong offset.
+    fn load_index(path: &Path, log: &File, log_size: u64, base: u64) -> Option<(File, Vec<IndexEntry>)> {
+        let index = OpenOptions::new().read(true).write(true).open(path).ok()?;
+        let mut raw = Vec::new();
+        let mut f = &index;
+        std::io::Read::read_to_end(&mut f, &mut raw).ok()?;
+        if raw.len() < FILE_HEADER_LEN as usize || raw[..8] != INDEX_MAGIC {
+            return None;
+        }
+        let mut entries: Vec<IndexEntry> = Vec::new();
+        for chunk in raw[8..].chunks_exact(INDEX_ENTRY_LEN) {
+            let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
+            let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
+            if let Some(last) = entries.last() {
+                if rel <= last.rel || pos <= last.pos {
+                    return None;
+                }
+            }
+            if u64::from(pos) < FILE_HEADER_LEN || u64::from(pos) >= log_size {
+                break;
+            }
+            entries.push(IndexEntry { rel, pos });
+        }
+        // Check the entries from the end: each must point at a record header
+        // with its offset. Entries past real data (lost before a crash) go.
+        while let Some(last) = entries.last().copied() {
+            let mut h = [0u8; RECORD_HEADER_LEN];
+            let ok = log.read_exact_at(&mut h, u64::from(last.pos)).is_ok()
+                && record::peek_header(&h, 0).map(|(o, _)| o) == Some(base + u64::from(last.rel));
+            if ok {
+                break;
+            }
+            entries.pop();
+        }
+        if entries.len() * INDEX_ENTRY_LEN + 8 != raw.len() {
+            // Some entries were dropped: the caller rewrites the file when it scans.
+            let mut this = (index, entries);
+            let _ = rewrite_index_file(path, &mut this.0, &this.1);
+            return Some(this);
+        }
+        Some((index, entries))
+    }
+
+    /// Scans records from `from` (or the start), checking each CRC.
+    /// When `build_index` is set, index entries are added as it goes.
+    fn scan(&mut self, from: Option<IndexEntry>, build_index: bool) -> Result<ScanOutcome, StorageError> {
+        let (mut pos, mut next) = match from {
+            Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
+            None => (FILE_HEADER_LEN, self.base),
+        };
+        let mut out = ScanOutcome {
+            valid_end: pos,
+            next_offset: next,
+            ..ScanOutcome::default()
+        };
+        let chunk_len: u64 = 1 << 20;
+        let mut since_entry = 0u64;
+        while pos < self.size {
+            let want = chunk_len.min(self.size - pos);
+            let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+            read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+            let mut at = 0usize;
+            let mut progressed = false;
+            loop {
+                match record::check_record(&buf, at, u64::MAX) {
+                    Ok(raw) => {
+                        if raw.offset != next {
+                            out.damage = Some(format!("record at byte {} has offset {}, expected {next}", pos + at as u64, raw.offset));
+                            return Ok(out);
+                        }
+                        if build_index && since_entry >= self.index_interval {
+                            self.push_entry(next, pos + at as u64);
+                            since_entry = 0;
+                        }
+                        let len = raw.encoded_len();
+                        since_entry += len as u64;
+                        out.max_timestamp = Some(out.max_timestamp.map_or(raw.timestamp(), |m: i64| m.max(raw.timestamp())));
+                        at += len;
+                        next += 1;
+                        out.valid_end = pos + at as u64;
+                        out.next_offset = next;
+                        progressed = true;
+                    }
+                    Err(record::RecordError::Torn { needed, .. }) if pos + at as u64 + needed <= self.size && at > 0 => {
+                        // The record continues past this chunk: read again from it.
+                        break;
+                    }
+                    Err(record::RecordError::Torn { needed, .. }) if pos + at as u64 + needed <= self.size => {
+                        // A single record larger than the chunk: read it whole.
+                        let mut big = vec![0u8; usize::try_from(needed).unwrap_or(usize::MAX)];
+                        read_exact_at(&self.log, &self.log_path, &mut big, pos)?;
+                        buf = big;
+                        continue;
+                    }
+                    Err(e) => {
+                        if pos + (at as u64) < self.size {
+                            out.damage = Some(e.to_string());
+                            return Ok(out);
+                        }
+                        break;
+                    }
+                }
+                if at >= buf.len() {
+                    break;
+                }
+            }
+            if !progressed {
+                break;
+            }
+            pos += at as u64;
+        }
+        Ok(out)
+    }
+
+    fn push_entry(&mut self, offset: u64, pos: u64) {
+        // Segments are capped below 4 GiB and 2^32 records by the log, so both fit.
+        let rel = u32::try_from(offset - self.base).unwrap_or(u32::MAX);
+        let pos = u32::try_from(pos).unwrap_or(u32::MAX);
+        self.entries.push(IndexEntry { rel, pos });
+    }
+
+    fn rewrite_index(&mut self) -> Result<(), StorageError> {
+        rewrite_index_file(&self.index_path, &mut self.index, &self.entries)
+    }
+
+    /// Appends a validated batch whose offsets are already assigned, with one
+    /// write call. Adds index entries every `index_interval` bytes.
+    ///
+    /// # Errors
+    /// When the write fails; the file is cut back to its previous size.
+    pub fn append(&mut self, batch: &[u8], count: u64, max_ts: i64) -> Result<(), StorageError> {
+        let start = self.size;
+        if let Err(e) = self.log.write_all_at(batch, start) {
+            let _ = self.log.set_len(start);
+            return Err(StorageError::Io {
+                op: "append to",
+                path: self.log_path.clone(),
+                source: e,
+            });
+        }
+        let first_new = self.entries.len();
+        let mut pos = 0usize;
+        let mut offset = self.next_offset;
+        while let Some((_, size)) = record::peek_header(batch, pos) {
+            if self.bytes_since_entry >= self.index_interval {
+                self.push_entry(offset, start + pos as u64);
+                self.bytes_since_entry = 0;
+            }
+            let len = RECORD_HEADER_LEN + size as usize;
+            self.bytes_since_entry += len as u64;
+            pos += len;
+            offset += 1;
+        }
+        if self.entries.len() > first_new {
+            let mut raw = Vec::with_capacity((self.entries.len() - first_new) * INDEX_ENTRY_LEN);
+            for e in &self.entries[first_new..] {
+                raw.extend_from_slice(&e.rel.to_be_bytes());
+                raw.extend_from_slice(&e.pos.to_be_bytes());
+            }
+            // The index is derived data: a failed index write is repaired on open.
+            let at = FILE_HEADER_LEN + (first_new * INDEX_ENTRY_LEN) as u64;
+            if let Err(e) = self.index.write_all_at(&raw, at) {
+                tracing::warn!(index = %self.index_path.display(), error = %e, "index write failed; it will be rebuilt on open");
+            }
+        }
+        self.size += batch.len() as u64;
+        self.next_offset += count;
+        self.max_timestamp = Some(self.max_timestamp.map_or(max_ts, |m| m.max(max_ts)));
+        Ok(())
+    }
+
+    /// fdatasync of the log file.
+    ///
+    /// # Errors
+    /// When the OS reports a failure.
+    pub fn sync(&self) -> Result<(), StorageError> {
+        self.log.sync_data().map_err(io_err("fsync", &self.log_path))
+    }
+
+    /// Flushes the index file as well (on seal and shutdown).
+    ///
+    /// # Errors
+    /// When the OS reports a failure.
+    pub fn sync_all(&self) -> Result<(), StorageError> {
+        self.sync()?;
+        self.index.sync_data().map_err(io_err("fsync", &self.index_path))
+    }
+
+    /// Byte position of the record with `offset` (which must be in this
+    /// segment), found by a binary search of the index and a forward scan.
+    ///
+    /// # Errors
+    /// I/O errors, or a record header that does not lead to the offset.
+    pub fn position_of(&self, offset: u64) -> Result<u64, StorageError> {
+        let rel = offset - self.base;
+        let idx = self.entries.partition_point(|e| u64::from(e.rel) <= rel);
+        let (mut pos, mut cur) = match idx.checked_sub(1).map(|i| self.entries[i]) {
+            Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
+            None => (FILE_HEADER_LEN, self.base),
+        };
+        let mut buf = vec![0u8; 0];
+        let mut buf_start = pos;
+        while cur < offset {
+            let local = usize::try_from(pos - buf_start).unwrap_or(usize::MAX);
+            let header = match record::peek_header(&buf, local) {
+                Some(h) => h,
+                None => {
+                    let want = (self.index_interval + 2 * RECORD_HEADER_LEN as u64).max(4096).min(self.size.saturating_sub(pos));
+                    if want < RECORD_HEADER_LEN as u64 {
+                        return Err(self.corrupt(offset, pos, "index scan ran past the end of the segment"));
+                    }
+                    buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+                    read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+                    buf_start = pos;
+                    match record::peek_header(&buf, 0) {
+                        Some(h) => h,
+                        None => return Err(self.corrupt(offset, pos, "short record header")),
+                    }
+                }
+            };
+            if header.0 != cur {
+                return Err(self.corrupt(offset, pos, &format!("record header has offset {}, expected {cur}", header.0)));
+            }
+            pos += RECORD_HEADER_LEN as u64 + u64::from(header.1);
+            cur += 1;
+        }
+        Ok(pos)
+    }
+
+    fn corrupt(&self, offset: u64, pos: u64, reason: &str) -> StorageError {
+        StorageError::Corrupt {
+            segment: self.log_path.clone(),
+            offset,
+            position: pos,
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// Reads whole records from `offset` up to `max_bytes` (at least one
+    /// record), checking every CRC.
+    ///
+    /// # Errors
+    /// I/O errors, or [`StorageError::Corrupt`] naming the offset and segment.
+    pub fn read(&self, offset: u64, max_bytes: usize) -> Result<Vec<u8>, StorageError> {
+        let pos = self.position_of(offset)?;
+        let avail = self.size - pos;
+        let mut want = (max_bytes as u64).min(avail);
+        if want < RECORD_HEADER_LEN as u64 {
+            want = avail.min(RECORD_HEADER_LEN as u64);
+        }
+        let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+        read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+        // The first record always goes out whole, even above max_bytes.
+        if let Some((_, size)) = record::peek_header(&buf, 0) {
+            let first = RECORD_HEADER_LEN as u64 + u64::from(size);
+            if first > avail {
+                return Err(self.corrupt(offset, pos, &format!("record claims {first} bytes, {avail} remain in the segment")));
+            }
+            if first > buf.len() as u64 {
+                buf = vec![0u8; usize::try_from(first).unwrap_or(usize::MAX)];
+                read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+            }
+        }
+        let mut end = 0usize;
+        let mut expect = offset;
+        for raw in record::RecordIter::new(&buf) {
+            match raw {
+                Ok(r) => {
+                    if r.offset != expect {
+                        return Err(self.corrupt(expect, pos + r.pos as u64, &format!("record has offset {}", r.offset)));
+                    }
+                    expect += 1;
+                    end = r.pos + r.encoded_len();
+                }
+                Err(record::RecordError::Torn { at, .. }) if at > 0 => break,
+                Err(e) => return Err(self.corrupt(expect, pos + end as u64, &e.to_string())),
+            }
+        }
+        buf.truncate(end);
+        Ok(buf)
+    }
+
+    /// The largest timestamp of the segment, scanning it once if unknown.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn max_timestamp(&mut self) -> Result<Option<i64>, StorageError> {
+        if self.max_timestamp.is_none() && self.size > FILE_HEADER_LEN {
+            let out = self.scan(None, false)?;
+            self.max_timestamp = out.max_timestamp;
+        }
+        Ok(self.max_timestamp)
+    }
+
+    /// Deletes both files.
+    pub fn delete(self) -> Result<(), StorageError> {
+        let Segment { log_path, index_path, log, index, .. } = self;
+        drop(log);
+        drop(index);
+        std::fs::remove_file(&log_path).map_err(io_err("delete", &log_path))?;
+        let _ = std::fs::remove_file(&index_path);
+        Ok(())
+    }
+
+    /// Path of the `.log` file.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Number of index entries (for tests and diagnostics).
+    pub fn index_len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+fn rewrite_index_file(path: &Path, file: &mut File, entries: &[IndexEntry]) -> Result<(), StorageError> {
+    let mut raw = Vec::with_capacity(8 + entries.len() * INDEX_ENTRY_LEN);
+    raw.extend_from_slice(&INDEX_MAGIC);
+    for e in entries {
+        raw.extend_from_slice(&e.rel.to_be_bytes());
+        raw.extend_from_slice(&e.pos.to_be_bytes());
+    }
+    file.set_len(0).map_err(io_err("truncate", path))?;
+    file.write_all_at(&raw, 0).map_err(io_err("write", path))?;
+    Ok(())
+}

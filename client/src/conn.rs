@@ -1,0 +1,414 @@
+//! One multiplexed connection: requests are written as they come, a reader
+//! task matches responses by `request_id`, and when the connection breaks
+//! every pending request fails with the same error.
+//!
+//! [`Client`] wraps a connection and reconnects, with backoff, on the next
+//! call after a failure.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::lock::Mutex as AsyncMutex;
+
+use crate::error::{Error, Result};
+use crate::protocol::frame::{self, Decoded};
+use crate::protocol::{self, messages::decode_response, Request};
+use crate::rt;
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Time allowed for one request (long-poll fetches add their wait to it).
+    pub request_timeout: Duration,
+    /// Time allowed to open the TCP connection.
+    pub connect_timeout: Duration,
+    /// Most requests in flight on the connection; further calls wait.
+    pub max_in_flight: usize,
+    /// Largest response frame accepted.
+    pub max_frame_bytes: usize,
+    /// Reconnect backoff: first delay, doubled up to `backoff_max`.
+    pub backoff_initial: Duration,
+    /// Largest reconnect delay.
+    pub backoff_max: Duration,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            max_in_flight: 64,
+            max_frame_bytes: frame::DEFAULT_MAX_FRAME_BYTES,
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+}
+
+type Reply = oneshot::Sender<Result<Bytes>>;
+
+struct Pending {
+    map: HashMap<i32, Reply>,
+    broken: Option<Error>,
+}
+
+struct Inner {
+    addr: String,
+    writer: AsyncMutex<rt::TcpStream>,
+    pending: Mutex<Pending>,
+    next_id: AtomicI32,
+    slots: (async_channel::Sender<()>, async_channel::Receiver<()>),
+    config: ConnectionConfig,
+}
+
+/// A multiplexed connection to one broker.
+#[derive(Clone)]
+pub struct Connection {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("addr", &self.inner.addr).finish()
+    }
+}
+
+fn lock(p: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    p.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Connection {
+    /// Opens a connection to `addr`.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] when the broker cannot be reached in time.
+    pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Self> {
+        let connect_err = |e: std::io::Error| Error::Connect {
+            addr: addr.to_owned(),
+            source: Arc::new(e),
+        };
+        let stream = rt::timeout(config.connect_timeout, rt::TcpStream::connect(addr))
+            .await
+            .ok_or_else(|| connect_err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))?
+            .map_err(connect_err)?;
+        stream.set_nodelay(true).map_err(connect_err)?;
+        let inner = Arc::new(Inner {
+            addr: addr.to_owned(),
+            writer: AsyncMutex::new(stream.clone()),
+            pending: Mutex::new(Pending {
+                map: HashMap::new(),
+                broken: None,
+            }),
+            next_id: AtomicI32::new(1),
+            slots: async_channel::bounded(config.max_in_flight.max(1)),
+            config,
+        });
+        let weak = Arc::downgrade(&inner);
+        let max = inner.config.max_frame_bytes;
+        let addr = inner.addr.clone();
+        rt::spawn(async move {
+            let reason = read_loop(stream, &weak, max).await;
+            if let Some(inner) = weak.upgrade() {
+                inner.fail_all(Error::Disconnected { addr, reason });
+            }
+        });
+        Ok(Connection { inner })
+    }
+
+    /// The broker address.
+    pub fn addr(&self) -> &str {
+        &self.inner.addr
+    }
+
+    /// True once the connection has failed; a new one is needed.
+    pub fn is_broken(&self) -> bool {
+        lock(&self.inner.pending).broken.is_some()
+    }
+
+    /// Sends `req` and waits for its response, within the request timeout
+    /// plus `extra` (for long polls).
+    ///
+    /// # Errors
+    /// Connection failures, the timeout, a malformed response, or the
+    /// broker's top-level error code as [`Error::Broker`].
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the request; its response is discarded.
+    pub async fn call<R: Request>(&self, req: &R, extra: Duration) -> Result<R::Response> {
+        let payload = self.call_raw(req, extra).await?;
+        match decode_response::<R::Response>(&payload)? {
+            Ok(resp) => Ok(resp),
+            Err(code) => Err(Error::Broker { code, context: None }),
+        }
+    }
+
+    async fn call_raw<R: Request>(&self, req: &R, extra: Duration) -> Result<Bytes> {
+        let inner = &self.inner;
+        // Take an in-flight slot; the guard gives it back however we leave.
+        inner.slots.0.send(()).await.map_err(|_| Error::Closed)?;
+        let _slot = SlotGuard(&inner.slots.1);
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut p = lock(&inner.pending);
+            if let Some(e) = &p.broken {
+                return Err(e.clone());
+            }
+            p.map.insert(id, tx);
+        }
+        let _pending = PendingGuard { inner, id };
+        let mut buf = Vec::new();
+        protocol::encode_request(&mut buf, id, req);
+        let api = api_name(R::API_KEY);
+        let timeout = inner.config.request_timeout + extra;
+        let write = async {
+            let mut w = inner.writer.lock().await;
+            w.write_all(&buf).await
+        };
+        match rt::timeout(timeout, write).await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                let err = Error::Disconnected {
+                    addr: inner.addr.clone(),
+                    reason: e.to_string(),
+                };
+                inner.fail_all(err.clone());
+                return Err(err);
+            }
+            None => {
+                return Err(Error::Timeout {
+                    api,
+                    addr: inner.addr.clone(),
+                    timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                })
+            }
+        }
+        match rt::timeout(timeout, rx).await {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(Error::Disconnected {
+                addr: inner.addr.clone(),
+                reason: "connection closed".into(),
+            }),
+            None => Err(Error::Timeout {
+                api,
+                addr: inner.addr.clone(),
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }),
+        }
+    }
+
+    /// Closes the connection; pending requests fail.
+    pub async fn close(&self) {
+        self.inner.fail_all(Error::Closed);
+        let w = self.inner.writer.lock().await;
+        let _ = w.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+struct SlotGuard<'a>(&'a async_channel::Receiver<()>);
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.try_recv();
+    }
+}
+
+struct PendingGuard<'a> {
+    inner: &'a Inner,
+    id: i32,
+}
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.inner.pending).map.remove(&self.id);
+    }
+}
+
+impl Inner {
+    fn fail_all(&self, err: Error) {
+        let drained: Vec<Reply> = {
+            let mut p = lock(&self.pending);
+            if p.broken.is_none() {
+                p.broken = Some(err.clone());
+            }
+            p.map.drain().map(|(_, tx)| tx).collect()
+        };
+        for tx in drained {
+            let _ = tx.send(Err(err.clone()));
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(w) = self.writer.try_lock() {
+            let _ = w.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+async fn read_loop(mut stream: rt::TcpStream, inner: &std::sync::Weak<Inner>, max: usize) -> String {
+    let mut buf = BytesMut::with_capacity(64 * 1024);
+    loop {
+        loop {
+            let (id, range) = match frame::decode_response(&buf, max) {
+                Ok(Decoded::Frame(f, used)) => {
+                    let start = used - f.payload.len();
+                    (f.request_id, start..used)
+                }
+                Ok(Decoded::NeedMore(need)) => {
+                    if let Some(n) = need {
+                        buf.reserve(n.saturating_sub(buf.len()));
+                    }
+                    break;
+                }
+                Err(e) => return format!("bad frame from broker: {e}"),
+            };
+            let frame = buf.split_to(range.end).freeze();
+            let payload = frame.slice(range);
+            let Some(inner) = inner.upgrade() else {
+                return "client dropped".into();
+            };
+            let tx = lock(&inner.pending).map.remove(&id);
+            if let Some(tx) = tx {
+                let _ = tx.send(Ok(payload));
+            }
+        }
+        if buf.capacity() - buf.len() < 16 * 1024 {
+            buf.reserve(64 * 1024);
+        }
+        let len = buf.len();
+        let cap = buf.capacity();
+        buf.resize(cap, 0);
+        let n = match stream.read(&mut buf[len..]).await {
+            Ok(0) => {
+                buf.truncate(len);
+                return "broker closed the connection".into();
+            }
+            Ok(n) => n,
+            Err(e) => return e.to_string(),
+        };
+        buf.truncate(len + n);
+        if inner.strong_count() == 0 {
+            return "client dropped".into();
+        }
+    }
+}
+
+fn api_name(k: protocol::ApiKey) -> &'static str {
+    use protocol::ApiKey::*;
+    match k {
+        Produce => "PRODUCE",
+        Fetch => "FETCH",
+        JoinGroup => "JOIN_GROUP",
+        LeaveGroup => "LEAVE_GROUP",
+        Heartbeat => "HEARTBEAT",
+        OffsetCommit => "OFFSET_COMMIT",
+        OffsetFetch => "OFFSET_FETCH",
+        CreateTopic => "CREATE_TOPIC",
+        Metadata => "METADATA",
+    }
+}
+
+/// A connection that reconnects: the next call after a failure opens a new
+/// connection, waiting with exponential backoff between failed attempts.
+#[derive(Debug)]
+pub struct Client {
+    addr: String,
+    config: ConnectionConfig,
+    state: AsyncMutex<ClientState>,
+}
+
+#[derive(Debug, Default)]
+struct ClientState {
+    conn: Option<Connection>,
+    failures: u32,
+}
+
+impl Client {
+    /// A client for `addr`; does not connect yet.
+    pub fn new(addr: impl Into<String>, config: ConnectionConfig) -> Self {
+        Client {
+            addr: addr.into(),
+            config,
+            state: AsyncMutex::new(ClientState::default()),
+        }
+    }
+
+    /// Connects now, failing if the broker cannot be reached.
+    ///
+    /// # Errors
+    /// [`Error::Connect`].
+    pub async fn connect(addr: impl Into<String>, config: ConnectionConfig) -> Result<Self> {
+        let c = Client::new(addr, config);
+        c.connection().await?;
+        Ok(c)
+    }
+
+    /// The broker address.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+
+    /// The live connection, opening one if needed.
+    ///
+    /// # Errors
+    /// [`Error::Connect`] when the broker cannot be reached.
+    pub async fn connection(&self) -> Result<Connection> {
+        let mut st = self.state.lock().await;
+        if let Some(c) = &st.conn {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        st.conn = None;
+        if st.failures > 0 {
+            let exp = st.failures.min(10) - 1;
+            let delay = self.config.backoff_initial.saturating_mul(1 << exp).min(self.config.backoff_max);
+            rt::sleep(delay).await;
+        }
+        match Connection::connect(&self.addr, self.config.clone()).await {
+            Ok(c) => {
+                st.failures = 0;
+                st.conn = Some(c.clone());
+                Ok(c)
+            }
+            Err(e) => {
+                st.failures = st.failures.saturating_add(1);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends one request on the current connection.
+    ///
+    /// # Errors
+    /// As [`Connection::call`].
+    pub async fn call<R: Request>(&self, req: &R) -> Result<R::Response> {
+        self.connection().await?.call(req, Duration::ZERO).await
+    }
+
+    /// Sends one request allowing `extra` time beyond the request timeout.
+    ///
+    /// # Errors
+    /// As [`Connection::call`].
+    pub async fn call_with_extra<R: Request>(&self, req: &R, extra: Duration) -> Result<R::Response> {
+        self.connection().await?.call(req, extra).await
+    }
+
+    /// Closes the current connection.
+    pub async fn close(&self) {
+        let mut st = self.state.lock().await;
+        if let Some(c) = st.conn.take() {
+            c.close().await;
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The client's error type.
+
+use std::sync::Arc;
+
+use crate::protocol::{record::RecordError, wire::WireError, ErrorCode};
+
+/// Result alias for the client.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything a client call can fail with. Cheap to clone, so one failure can
+/// be handed to every send of a batch.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The broker could not be reached.
+    #[error("cannot connect to broker at {addr}: {source}")]
+    Connect {
+        /// The address tried.
+        addr: String,
+        /// Why.
+        source: Arc<std::io::Error>,
+    },
+    /// The connection broke while the request was pending.
+    #[error("connection to broker at {addr} lost: {reason}")]
+    Disconnected {
+        /// The broker address.
+        addr: String,
+        /// What happened.
+        reason: String,
+    },
+    /// No response within the request timeout.
+    #[error("{api} request to {addr} timed out after {timeout_ms} ms")]
+    Timeout {
+        /// Which request.
+        api: &'static str,
+        /// The broker address.
+        addr: String,
+        /// The timeout.
+        timeout_ms: u64,
+    },
+    /// The broker answered with an error code.
+    #[error("broker error {code}{}", context.as_deref().map(|c| format!(" for {c}")).unwrap_or_default())]
+    Broker {
+        /// The code.
+        code: ErrorCode,
+        /// What it was about (topic-partition, group).
+        context: Option<String>,
+    },
+    /// The broker's bytes did not decode.
+    #[error("malformed response from broker: {0}")]
+    Protocol(#[from] WireError),
+    /// A fetched record failed its CRC or structure check.
+    #[error("corrupt record in fetch response: {0}")]
+    Record(#[from] RecordError),
+    /// The producer's buffer is full and the call asked not to wait.
+    #[error("producer buffer is full ({limit} bytes buffered)")]
+    BufferFull {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The producer or consumer was closed.
+    #[error("client is closed")]
+    Closed,
+    /// A bad argument (empty topic, record above the frame limit, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// The broker error code, if this is a broker error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Broker { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// True for errors after which a fresh connection may succeed.
+    pub fn is_retriable(&self) -> bool {
+        matches!(
+            self,
+            Error::Connect { .. } | Error::Disconnected { .. } | Error::Timeout { .. }
+        ) || matches!(self.code(), Some(ErrorCode::ShuttingDown))
+    }
+
+    pub(crate) fn broker(code: ErrorCode, context: impl Into<String>) -> Self {
+        Error::Broker {
+            code,
+            context: Some(context.into()),
+        }
+    }
+}

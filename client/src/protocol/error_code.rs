@@ -1,0 +1,144 @@
+//! The stable error-code table. Codes are never reused; a retired code stays reserved.
+
+/// An error code carried in responses (i16 on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// 0: success.
+    None,
+    /// 1: an unexpected server error; the message is in the broker's log.
+    Unknown,
+    /// 2: the request was well framed but its payload did not decode.
+    InvalidRequest,
+    /// 3: the topic does not exist (and auto-create is off, or the name is invalid).
+    UnknownTopic,
+    /// 4: the partition does not exist in that topic.
+    UnknownPartition,
+    /// 5: the fetch offset is below the log start or above the log end.
+    OffsetOutOfRange,
+    /// 6: the member id is not known to the group (expired, left, or never joined).
+    UnknownMember,
+    /// 7: the generation is not the group's current one.
+    IllegalGeneration,
+    /// 8: the group is rebalancing; rejoin with JOIN_GROUP.
+    RebalanceInProgress,
+    /// 9: the partition queue is full and the topic's backpressure mode is reject.
+    QueueFull,
+    /// 10: a record is larger than the broker's `max_record_bytes`.
+    RecordTooLarge,
+    /// 11: a record's CRC or structure is wrong (on the wire or on disk).
+    CorruptRecord,
+    /// 12: CREATE_TOPIC for a topic that exists.
+    TopicAlreadyExists,
+    /// 13: the broker could not write to (or read from) its disk.
+    StorageError,
+    /// 14: the api key is not one the broker knows.
+    UnsupportedApi,
+    /// 15: the broker is shutting down.
+    ShuttingDown,
+    /// 16: a topic or group name is empty, too long, or has characters outside `[A-Za-z0-9._-]`.
+    InvalidName,
+    /// A code this client does not know (from a newer broker).
+    Other(i16),
+}
+
+impl ErrorCode {
+    /// The code on the wire.
+    pub fn code(self) -> i16 {
+        match self {
+            ErrorCode::None => 0,
+            ErrorCode::Unknown => 1,
+            ErrorCode::InvalidRequest => 2,
+            ErrorCode::UnknownTopic => 3,
+            ErrorCode::UnknownPartition => 4,
+            ErrorCode::OffsetOutOfRange => 5,
+            ErrorCode::UnknownMember => 6,
+            ErrorCode::IllegalGeneration => 7,
+            ErrorCode::RebalanceInProgress => 8,
+            ErrorCode::QueueFull => 9,
+            ErrorCode::RecordTooLarge => 10,
+            ErrorCode::CorruptRecord => 11,
+            ErrorCode::TopicAlreadyExists => 12,
+            ErrorCode::StorageError => 13,
+            ErrorCode::UnsupportedApi => 14,
+            ErrorCode::ShuttingDown => 15,
+            ErrorCode::InvalidName => 16,
+            ErrorCode::Other(c) => c,
+        }
+    }
+
+    /// The code for a wire value.
+    pub fn from_code(code: i16) -> Self {
+        match code {
+            0 => ErrorCode::None,
+            1 => ErrorCode::Unknown,
+            2 => ErrorCode::InvalidRequest,
+            3 => ErrorCode::UnknownTopic,
+            4 => ErrorCode::UnknownPartition,
+            5 => ErrorCode::OffsetOutOfRange,
+            6 => ErrorCode::UnknownMember,
+            7 => ErrorCode::IllegalGeneration,
+            8 => ErrorCode::RebalanceInProgress,
+            9 => ErrorCode::QueueFull,
+            10 => ErrorCode::RecordTooLarge,
+            11 => ErrorCode::CorruptRecord,
+            12 => ErrorCode::TopicAlreadyExists,
+            13 => ErrorCode::StorageError,
+            14 => ErrorCode::UnsupportedApi,
+            15 => ErrorCode::ShuttingDown,
+            16 => ErrorCode::InvalidName,
+            c => ErrorCode::Other(c),
+        }
+    }
+
+    /// True for [`ErrorCode::None`].
+    pub fn is_ok(self) -> bool {
+        self == ErrorCode::None
+    }
+
+    /// Short upper-case name, as in the protocol document.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorCode::None => "NONE",
+            ErrorCode::Unknown => "UNKNOWN",
+            ErrorCode::InvalidRequest => "INVALID_REQUEST",
+            ErrorCode::UnknownTopic => "UNKNOWN_TOPIC",
+            ErrorCode::UnknownPartition => "UNKNOWN_PARTITION",
+            ErrorCode::OffsetOutOfRange => "OFFSET_OUT_OF_RANGE",
+            ErrorCode::UnknownMember => "UNKNOWN_MEMBER",
+            ErrorCode::IllegalGeneration => "ILLEGAL_GENERATION",
+            ErrorCode::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
+            ErrorCode::QueueFull => "QUEUE_FULL",
+            ErrorCode::RecordTooLarge => "RECORD_TOO_LARGE",
+            ErrorCode::CorruptRecord => "CORRUPT_RECORD",
+            ErrorCode::TopicAlreadyExists => "TOPIC_ALREADY_EXISTS",
+            ErrorCode::StorageError => "STORAGE_ERROR",
+            ErrorCode::UnsupportedApi => "UNSUPPORTED_API",
+            ErrorCode::ShuttingDown => "SHUTTING_DOWN",
+            ErrorCode::InvalidName => "INVALID_NAME",
+            ErrorCode::Other(_) => "UNRECOGNIZED",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.name(), self.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_stable() {
+        for c in 0..=16 {
+            assert_eq!(ErrorCode::from_code(c).code(), c);
+            assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
+        }
+        assert_eq!(ErrorCode::from_code(99), ErrorCode::Other(99));
+        assert_eq!(ErrorCode::QueueFull.code(), 9);
+        assert_eq!(ErrorCode::RebalanceInProgress.code(), 8);
+    }
+}

@@ -1,0 +1,484 @@
+//! The record format, byte-identical on disk and on the wire.
+//!
+//! ```text
+//! record  = [offset u64][size u32][crc u32][payload: size bytes]        (big-endian)
+//! payload = [attributes u8 = 0][timestamp i64 ms]
+//!           [key_len i32, -1 = null][key]
+//!           [value_len i32][value]
+//!           [header_count u16] header_count * ([name_len u16][name utf-8][value_len i32][value])
+//! ```
+//!
+//! `crc` is CRC-32 (IEEE, as computed by `crc32fast`) of the payload only, so
+//! the broker can fill in `offset` without touching the checksum: the CRC a
+//! producer computes is the CRC a consumer checks.
+//!
+//! A batch of records is simply records back to back. Producers send offsets
+//! as 0 (any value is accepted and overwritten).
+
+use bytes::{BufMut, Bytes};
+
+/// Bytes before the payload: offset, size, crc.
+pub const RECORD_HEADER_LEN: usize = 16;
+/// Smallest payload: attributes, timestamp, key len, value len, header count.
+pub const MIN_PAYLOAD_LEN: usize = 1 + 8 + 4 + 4 + 2;
+
+/// A record that fails validation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The buffer ends inside a record (a torn write on disk, a short batch on the wire).
+    #[error("record at byte {at} is torn: it needs {needed} bytes, {available} remain")]
+    Torn {
+        /// Position of the record in the buffer.
+        at: usize,
+        /// Bytes the record claims.
+        needed: u64,
+        /// Bytes that remain.
+        available: usize,
+    },
+    /// The checksum does not match the payload.
+    #[error("record at byte {at} (offset {offset}) is corrupt: crc {actual:#010x}, expected {expected:#010x}")]
+    Corrupt {
+        /// Position of the record in the buffer.
+        at: usize,
+        /// The offset field of the record.
+        offset: u64,
+        /// The stored CRC.
+        expected: u32,
+        /// The CRC of the payload as read.
+        actual: u32,
+    },
+    /// The payload's inner fields do not add up.
+    #[error("record at byte {at} (offset {offset}) has a malformed payload")]
+    Malformed {
+        /// Position of the record in the buffer.
+        at: usize,
+        /// The offset field of the record.
+        offset: u64,
+    },
+    /// The record is larger than allowed.
+    #[error("record at byte {at} is {size} bytes, limit is {limit}")]
+    TooLarge {
+        /// Position of the record in the buffer.
+        at: usize,
+        /// Its encoded size.
+        size: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+}
+
+/// One record header, as in Kafka: a name and a value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    /// Header name.
+    pub key: String,
+    /// Header value.
+    pub value: Bytes,
+}
+
+/// A decoded record, sharing the fetch buffer (no copy of key or value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// Offset in its partition.
+    pub offset: u64,
+    /// Milliseconds since the Unix epoch, as set by the producer.
+    pub timestamp: i64,
+    /// The key, if any.
+    pub key: Option<Bytes>,
+    /// The value.
+    pub value: Bytes,
+    /// Headers, possibly none.
+    pub headers: Vec<Header>,
+}
+
+/// Borrowed view of one stored record, CRC already checked.
+#[derive(Debug, Clone, Copy)]
+pub struct RawRecord<'a> {
+    /// Position of the record in the buffer it was read from.
+    pub pos: usize,
+    /// Offset field.
+    pub offset: u64,
+    /// The payload bytes.
+    pub payload: &'a [u8],
+}
+
+impl RawRecord<'_> {
+    /// Encoded length of the whole record.
+    pub fn encoded_len(&self) -> usize {
+        RECORD_HEADER_LEN + self.payload.len()
+    }
+
+    /// The producer's timestamp, read from the payload.
+    pub fn timestamp(&self) -> i64 {
+        let mut ts = [0u8; 8];
+        // Payload length was validated to be at least MIN_PAYLOAD_LEN.
+        ts.copy_from_slice(&self.payload[1..9]);
+        i64::from_be_bytes(ts)
+    }
+}
+
+/// Size of a record once encoded.
+pub fn encoded_len(key: Option<&[u8]>, value: &[u8], headers: &[Header]) -> usize {
+    RECORD_HEADER_LEN
+        + MIN_PAYLOAD_LEN
+        + key.map_or(0, <[u8]>::len)
+        + value.len()
+        + headers
+            .iter()
+            .map(|h| 2 + h.key.len() + 4 + h.value.len())
+            .sum::<usize>()
+}
+
+/// Appends one encoded record to `buf`.
+pub fn encode(
+    buf: &mut Vec<u8>,
+    offset: u64,
+    timestamp: i64,
+    key: Option<&[u8]>,
+    value: &[u8],
+    headers: &[Header],
+) {
+    let start = buf.len();
+    buf.reserve(encoded_len(key, value, headers));
+    buf.put_u64(offset);
+    buf.put_u32(0); // size, patched below
+    buf.put_u32(0); // crc, patched below
+    let payload_start = buf.len();
+    buf.put_u8(0);
+    buf.put_i64(timestamp);
+    match key {
+        None => buf.put_i32(-1),
+        Some(k) => {
+            buf.put_i32(crate::protocol::wire::len_i32(k.len()));
+            buf.put_slice(k);
+        }
+    }
+    buf.put_i32(crate::protocol::wire::len_i32(value.len()));
+    buf.put_slice(value);
+    buf.put_u16(u16::try_from(headers.len()).unwrap_or(u16::MAX));
+    for h in headers.iter().take(u16::MAX as usize) {
+        let name = h.key.as_bytes();
+        let name = &name[..name.len().min(u16::MAX as usize)];
+        buf.put_u16(name.len() as u16);
+        buf.put_slice(name);
+        buf.put_i32(crate::protocol::wire::len_i32(h.value.len()));
+        buf.put_slice(&h.value);
+    }
+    let size = u32::try_from(buf.len() - payload_start).unwrap_or(u32::MAX);
+    let crc = crc32fast::hash(&buf[payload_start..]);
+    buf[start + 8..start + 12].copy_from_slice(&size.to_be_bytes());
+    buf[start + 12..start + 16].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Reads the record header at `pos` of `buf` without checking the payload.
+/// Returns `(offset, payload size)`, or `None` if fewer than 16 bytes remain.
+pub fn peek_header(buf: &[u8], pos: usize) -> Option<(u64, u32)> {
+    let h = buf.get(pos..pos.checked_add(RECORD_HEADER_LEN)?)?;
+    let mut off = [0u8; 8];
+    off.copy_from_slice(&h[0..8]);
+    let mut size = [0u8; 4];
+    size.copy_from_slice(&h[8..12]);
+    Some((u64::from_be_bytes(off), u32::from_be_bytes(size)))
+}
+
+/// Iterates over the records of a buffer, checking each CRC.
+///
+/// Stops with an error at the first torn or corrupt record; the error's `at`
+/// is where the valid prefix ends.
+#[derive(Debug, Clone)]
+pub struct RecordIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    max_record: u64,
+    failed: bool,
+}
+
+impl<'a> RecordIter<'a> {
+    /// Iterates `buf`, allowing records of any size the buffer can hold.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Self::with_limit(buf, u64::MAX)
+    }
+
+    /// Iterates `buf`, rejecting records whose encoded size exceeds `max_record`.
+    pub fn with_limit(buf: &'a [u8], max_record: u64) -> Self {
+        RecordIter {
+            buf,
+            pos: 0,
+            max_record,
+            failed: false,
+        }
+    }
+
+    /// Bytes of valid records consumed so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+impl<'a> Iterator for RecordIter<'a> {
+    type Item = Result<RawRecord<'a>, RecordError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let at = self.pos;
+        let result = check_record(self.buf, at, self.max_record);
+        match &result {
+            Ok(r) => self.pos += r.encoded_len(),
+            Err(_) => self.failed = true,
+        }
+        Some(result)
+    }
+}
+
+/// Validates the record that starts at `at`.
+pub fn check_record(buf: &[u8], at: usize, max_record: u64) -> Result<RawRecord<'_>, RecordError> {
+    let available = buf.len().saturating_sub(at);
+    let Some((offset, size)) = peek_header(buf, at) else {
+        return Err(RecordError::Torn {
+            at,
+            needed: RECORD_HEADER_LEN as u64,
+            available,
+        });
+    };
+    let total = RECORD_HEADER_LEN as u64 + u64::from(size);
+    if total > max_record {
+        return Err(RecordError::TooLarge {
+            at,
+            size: total,
+            limit: max_record,
+        });
+    }
+    if total > available as u64 {
+        return Err(RecordError::Torn {
+            at,
+            needed: total,
+            available,
+        });
+    }
+    // total <= available <= usize::MAX, so the conversion is lossless.
+    let end = at + total as usize;
+    let payload = &buf[at + RECORD_HEADER_LEN..end];
+    let mut crc = [0u8; 4];
+    crc.copy_from_slice(&buf[at + 12..at + 16]);
+    let expected = u32::from_be_bytes(crc);
+    let actual = crc32fast::hash(payload);
+    if expected != actual {
+        return Err(RecordError::Corrupt {
+            at,
+            offset,
+            expected,
+            actual,
+        });
+    }
+    if payload.len() < MIN_PAYLOAD_LEN {
+        return Err(RecordError::Malformed { at, offset });
+    }
+    Ok(RawRecord {
+        pos: at,
+        offset,
+        payload,
+    })
+}
+
+/// Parses a checked payload into key, value and headers, slicing `owner`
+/// (the buffer the payload lives in) instead of copying.
+fn parse_payload(owner: &Bytes, raw: &RawRecord<'_>) -> Option<Record> {
+    let base = raw.pos + RECORD_HEADER_LEN;
+    let mut r = crate::protocol::wire::Reader::new(raw.payload);
+    let _attributes = r.u8().ok()?;
+    let timestamp = r.i64().ok()?;
+    let slice = |r: &crate::protocol::wire::Reader<'_>, len: usize| {
+        let start = base + r.position() - len;
+        owner.slice(start..start + len)
+    };
+    let key = match r.nullable_bytes().ok()? {
+        None => None,
+        Some(k) => Some(slice(&r, k.len())),
+    };
+    let v = r.bytes().ok()?;
+    let value = slice(&r, v.len());
+    let n = r.u16().ok()?;
+    let mut headers = Vec::new();
+    for _ in 0..n {
+        let nl = usize::from(r.u16().ok()?);
+        let name = std::str::from_utf8(r.take(nl).ok()?).ok()?.to_owned();
+        let hv = r.bytes().ok()?;
+        headers.push(Header {
+            key: name,
+            value: slice(&r, hv.len()),
+        });
+    }
+    r.finish().ok()?;
+    Some(Record {
+        offset: raw.offset,
+        timestamp,
+        key,
+        value,
+        headers,
+    })
+}
+
+/// Decodes every record of a batch, checking each CRC; key and value share `buf`.
+///
+/// # Errors
+/// The first torn, corrupt or malformed record.
+pub fn decode_all(buf: &Bytes) -> Result<Vec<Record>, RecordError> {
+    let mut out = Vec::new();
+    for raw in RecordIter::new(buf) {
+        let raw = raw?;
+        let rec = parse_payload(buf, &raw).ok_or(RecordError::Malformed {
+            at: raw.pos,
+            offset: raw.offset,
+        })?;
+        out.push(rec);
+    }
+    Ok(out)
+}
+
+/// Summary of a validated batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchInfo {
+    /// Number of records.
+    pub count: u32,
+    /// Largest timestamp in the batch.
+    pub max_timestamp: i64,
+}
+
+/// Validates every record of `batch` (CRC, payload structure, size limit) and
+/// returns its record count and largest timestamp. Rejects an empty batch.
+///
+/// # Errors
+/// The first record that fails, with its position.
+pub fn validate_batch(batch: &[u8], max_record: u64) -> Result<BatchInfo, RecordError> {
+    let mut info = BatchInfo {
+        count: 0,
+        max_timestamp: i64::MIN,
+    };
+    for raw in RecordIter::with_limit(batch, max_record) {
+        let raw = raw?;
+        if !payload_is_well_formed(raw.payload) {
+            return Err(RecordError::Malformed {
+                at: raw.pos,
+                offset: raw.offset,
+            });
+        }
+        info.count = info.count.saturating_add(1);
+        info.max_timestamp = info.max_timestamp.max(raw.timestamp());
+    }
+    if info.count == 0 {
+        return Err(RecordError::Torn {
+            at: 0,
+            needed: RECORD_HEADER_LEN as u64,
+            available: 0,
+        });
+    }
+    Ok(info)
+}
+
+fn payload_is_well_formed(payload: &[u8]) -> bool {
+    let mut r = crate::protocol::wire::Reader::new(payload);
+    let ok = (|| -> Result<(), crate::protocol::wire::WireError> {
+        r.u8()?;
+        r.i64()?;
+        r.nullable_bytes()?;
+        r.bytes()?;
+        for _ in 0..r.u16()? {
+            let nl = usize::from(r.u16()?);
+            let name = r.take(nl)?;
+            if std::str::from_utf8(name).is_err() {
+                return Err(crate::protocol::wire::WireError::InvalidUtf8 { at: 0 });
+            }
+            r.bytes()?;
+        }
+        r.finish()
+    })();
+    ok.is_ok()
+}
+
+/// Overwrites the offset field of every record in a validated batch with
+/// consecutive offsets from `base`. The CRC covers only the payload, so it
+/// stays valid.
+pub fn assign_offsets(batch: &mut [u8], base: u64) {
+    let mut pos = 0usize;
+    let mut next = base;
+    while let Some((_, size)) = peek_header(batch, pos) {
+        batch[pos..pos + 8].copy_from_slice(&next.to_be_bytes());
+        next += 1;
+        pos = pos.saturating_add(RECORD_HEADER_LEN + size as usize);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        let mut buf = Vec::new();
+        encode(&mut buf, 0, 1_700_000_000_000, Some(b"k"), b"v1", &[]);
+        encode(
+            &mut buf,
+            0,
+            5,
+            None,
+            b"v2",
+            &[Header {
+                key: "h".into(),
+                value: Bytes::from_static(b"x"),
+            }],
+        );
+        buf
+    }
+
+    #[test]
+    fn round_trip_and_assign() {
+        let mut buf = sample();
+        let info = validate_batch(&buf, u64::MAX).unwrap();
+        assert_eq!(info.count, 2);
+        assert_eq!(info.max_timestamp, 1_700_000_000_000);
+        assign_offsets(&mut buf, 41);
+        let recs = decode_all(&Bytes::from(buf)).unwrap();
+        assert_eq!(recs[0].offset, 41);
+        assert_eq!(recs[1].offset, 42);
+        assert_eq!(recs[0].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(recs[1].key, None);
+        assert_eq!(&recs[1].value[..], b"v2");
+        assert_eq!(recs[1].headers[0].key, "h");
+    }
+
+    #[test]
+    fn every_prefix_and_flip_is_detected() {
+        let buf = sample();
+        for cut in 0..buf.len() {
+            if cut == 0 {
+                assert!(validate_batch(&buf[..0], u64::MAX).is_err());
+                continue;
+            }
+            let first_len = RECORD_HEADER_LEN + peek_header(&buf, 0).unwrap().1 as usize;
+            if cut == first_len {
+                continue; // a whole record
+            }
+            assert!(validate_batch(&buf[..cut], u64::MAX).is_err(), "cut {cut}");
+        }
+        let second = RECORD_HEADER_LEN + peek_header(&buf, 0).unwrap().1 as usize;
+        for i in 8..buf.len() {
+            if (second..second + 8).contains(&i) {
+                continue; // offset fields are not covered by the CRC by design
+            }
+            let mut b = buf.clone();
+            b[i] ^= 0x40;
+            assert!(validate_batch(&b, u64::MAX).is_err(), "flip {i}");
+        }
+    }
+
+    #[test]
+    fn size_limit() {
+        let buf = sample();
+        assert!(matches!(
+            validate_batch(&buf, 20),
+            Err(RecordError::TooLarge { .. })
+        ));
+    }
+}
