@@ -2,5 +2,35 @@
 //!
 //! Layout:
 //! - [`storage`]: the log engine (segments, sparse index, recovery, retention).
+//! - [`partition`]: a log plus its bounded queue and writer task (group commit).
+//! - [`group`]: the consumer-group coordinator state machine.
+//! - [`offsets`]: the committed-offset store.
+//! - [`config`]: broker and topic settings.
+//! - [`engine`]: topics, produce, fetch, groups and offsets, shared by both front ends.
+//! - [`server`]: the TCP server.
+//! - [`embedded`]: the in-process API, no network.
 
+pub mod config;
+pub mod error;
+pub mod group;
+pub mod partition;
 pub mod storage;
+pub mod embedded;
+pub mod engine;
+pub mod offsets;
+pub mod server;
+
+pub use server::Broker;
+
+pub use config::{Backpressure, BrokerConfig, TopicConfig};
+pub use embedded::EmbeddedBroker;
+pub use engine::Engine;
+pub use error::BrokerError;
+pub use storage::FsyncPolicy;
+
+/// Wall-clock milliseconds since the Unix epoch (record timestamps, retention).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}

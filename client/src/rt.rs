@@ -9,6 +9,7 @@ use std::time::Duration;
 pub use async_std::net::{TcpListener, TcpStream};
 
 /// A spawned task; dropping it detaches the task, [`Task::cancel`] stops it.
+#[derive(Debug)]
 pub struct Task<T>(async_std::task::JoinHandle<T>);
 
 impl<T> Task<T> {

@@ -103,7 +103,16 @@ pub struct RawRecord<'a> {
     pub payload: &'a [u8],
 }
 
-impl RawRecord<'_> {
+impl<'a> RawRecord<'a> {
+    /// The key and value, borrowed from the payload; `None` if the payload is malformed.
+    pub fn key_value(&self) -> Option<(Option<&'a [u8]>, &'a [u8])> {
+        let mut r = crate::protocol::wire::Reader::new(self.payload);
+        r.take(9).ok()?;
+        let key = r.nullable_bytes().ok()?;
+        let value = r.bytes().ok()?;
+        Some((key, value))
+    }
+
     /// Encoded length of the whole record.
     pub fn encoded_len(&self) -> usize {
         RECORD_HEADER_LEN + self.payload.len()

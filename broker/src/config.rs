@@ -1,0 +1,258 @@
+//! Broker and topic settings. A topic's settings are stored in its directory
+//! (`topic.conf`, `key=value` lines) and reloaded on restart.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::error::BrokerError;
+use crate::storage::{FsyncPolicy, LogConfig};
+
+/// What a producer meets when a partition queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backpressure {
+    /// Wait for room; over TCP the connection stops reading further requests.
+    Block,
+    /// Fail at once with QUEUE_FULL.
+    Reject,
+}
+
+impl std::str::FromStr for Backpressure {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "block" => Ok(Backpressure::Block),
+            "reject" => Ok(Backpressure::Reject),
+            other => Err(format!("backpressure must be block or reject, not {other:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Backpressure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backpressure::Block => "block",
+            Backpressure::Reject => "reject",
+        })
+    }
+}
+
+/// Settings of one topic, fixed at creation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicConfig {
+    /// Number of partitions.
+    pub partitions: u32,
+    /// Capacity of each partition's queue, in pending append requests
+    /// (one produce entry for the partition, or one embedded record).
+    pub max_pending: usize,
+    /// Retention by size per partition, in bytes of segment files.
+    pub retention_bytes: Option<u64>,
+    /// Retention by age, by the newest timestamp in a segment.
+    pub retention_ms: Option<u64>,
+    /// Segment size.
+    pub segment_bytes: u64,
+    /// Behaviour when a partition queue is full.
+    pub backpressure: Backpressure,
+}
+
+impl Default for TopicConfig {
+    fn default() -> Self {
+        TopicConfig {
+            partitions: 3,
+            max_pending: 1024,
+            retention_bytes: None,
+            retention_ms: None,
+            segment_bytes: 64 * 1024 * 1024,
+            backpressure: Backpressure::Block,
+        }
+    }
+}
+
+impl TopicConfig {
+    /// The file a topic's settings live in.
+    pub fn path(topic_dir: &Path) -> PathBuf {
+        topic_dir.join("topic.conf")
+    }
+
+    /// The `key=value` text stored on disk.
+    pub fn to_text(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
+        format!(
+            "partitions={}\nmax_pending={}\nretention_bytes={}\nretention_ms={}\nsegment_bytes={}\nbackpressure={}\n",
+            self.partitions,
+            self.max_pending,
+            opt(self.retention_bytes),
+            opt(self.retention_ms),
+            self.segment_bytes,
+            self.backpressure
+        )
+    }
+
+    /// Parses [`TopicConfig::to_text`]; unknown keys are ignored (newer versions).
+    ///
+    /// # Errors
+    /// A value that does not parse.
+    pub fn from_text(text: &str) -> Result<Self, String> {
+        let mut c = TopicConfig::default();
+        let num = |k: &str, v: &str| v.parse::<u64>().map_err(|_| format!("{k}: {v:?} is not a number"));
+        let opt = |k: &str, v: &str| if v == "none" { Ok(None) } else { num(k, v).map(Some) };
+        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+            let Some((k, v)) = line.split_once('=') else {
+                return Err(format!("line {line:?} is not key=value"));
+            };
+            match k {
+                "partitions" => c.partitions = u32::try_from(num(k, v)?).map_err(|_| "partitions too large".to_owned())?,
+                "max_pending" => c.max_pending = usize::try_from(num(k, v)?).map_err(|_| "max_pending too large".to_owned())?,
+                "retention_bytes" => c.retention_bytes = opt(k, v)?,
+                "retention_ms" => c.retention_ms = opt(k, v)?,
+                "segment_bytes" => c.segment_bytes = num(k, v)?,
+                "backpressure" => c.backpressure = v.parse()?,
+                _ => {}
+            }
+        }
+        if c.partitions == 0 {
+            return Err("partitions must be at least 1".into());
+        }
+        Ok(c)
+    }
+
+    /// Log settings for one partition of the topic.
+    pub fn log_config(&self, broker: &BrokerConfig) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            index_interval_bytes: broker.index_interval_bytes,
+            fsync: broker.fsync,
+            retention_bytes: self.retention_bytes,
+            retention_ms: self.retention_ms,
+            verify_sealed: broker.verify_on_open,
+        }
+    }
+}
+
+/// Broker settings. `BrokerConfig::new(dir)` gives the defaults of a bare
+/// `flume-cli broker`.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Data directory.
+    pub data_dir: PathBuf,
+    /// Address to listen on (`127.0.0.1:0` picks a free port).
+    pub listen: String,
+    /// Settings for topics created without explicit ones (auto-create, defaults).
+    pub default_topic: TopicConfig,
+    /// Create a topic on first produce, fetch metadata or group join.
+    pub auto_create_topics: bool,
+    /// When appended data is fsynced.
+    pub fsync: FsyncPolicy,
+    /// Sparse index spacing.
+    pub index_interval_bytes: u64,
+    /// Verify every sealed segment's records on open.
+    pub verify_on_open: bool,
+    /// Largest request frame accepted.
+    pub max_frame_bytes: usize,
+    /// Largest single record (its stored size).
+    pub max_record_bytes: usize,
+    /// Most concurrent connections; more are closed at once.
+    pub max_connections: usize,
+    /// Most requests being served at once per connection; further requests
+    /// are not read until one completes.
+    pub max_in_flight_per_connection: usize,
+    /// Most bytes one partition writer appends in one group commit.
+    pub writer_batch_bytes: usize,
+    /// A connection that sends part of a frame and then nothing for this long is closed.
+    pub read_timeout: Duration,
+    /// A connection whose responses cannot be written for this long is closed.
+    pub write_timeout: Duration,
+    /// How often retention, interval fsync and group expiry run.
+    pub tick: Duration,
+    /// Time allowed for a graceful shutdown to drain.
+    pub shutdown_timeout: Duration,
+}
+
+impl BrokerConfig {
+    /// Defaults with the given data directory.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        BrokerConfig {
+            data_dir: data_dir.into(),
+            listen: "127.0.0.1:9092".into(),
+            default_topic: TopicConfig::default(),
+            auto_create_topics: true,
+            fsync: FsyncPolicy::Never,
+            index_interval_bytes: 4096,
+            verify_on_open: false,
+            max_frame_bytes: flume_client::protocol::frame::DEFAULT_MAX_FRAME_BYTES,
+            max_record_bytes: 1024 * 1024,
+            max_connections: 4096,
+            max_in_flight_per_connection: 256,
+            writer_batch_bytes: 4 * 1024 * 1024,
+            read_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            tick: Duration::from_millis(100),
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Checks that the settings make sense together.
+    ///
+    /// # Errors
+    /// [`BrokerError::Config`] naming the setting.
+    pub fn validate(&self) -> Result<(), BrokerError> {
+        let bad = |m: String| Err(BrokerError::Config(m));
+        if self.default_topic.partitions == 0 {
+            return bad("partitions must be at least 1".into());
+        }
+        if self.default_topic.max_pending == 0 {
+            return bad("max_pending must be at least 1".into());
+        }
+        if self.max_frame_bytes < 1024 {
+            return bad(format!("max_frame_bytes is {}, the minimum is 1024", self.max_frame_bytes));
+        }
+        if self.max_record_bytes + 1024 > self.max_frame_bytes {
+            return bad(format!(
+                "max_record_bytes ({}) must be at least 1024 bytes below max_frame_bytes ({})",
+                self.max_record_bytes, self.max_frame_bytes
+            ));
+        }
+        if self.max_connections == 0 || self.max_in_flight_per_connection == 0 {
+            return bad("max_connections and max_in_flight_per_connection must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Checks a topic or group name: 1 to 200 characters of `[A-Za-z0-9._-]`,
+/// not `.` or `..`, not starting with `__` (reserved).
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && !name.starts_with("__")
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_config_round_trips_through_text() {
+        let c = TopicConfig {
+            partitions: 6,
+            max_pending: 10,
+            retention_bytes: Some(99),
+            retention_ms: None,
+            segment_bytes: 4096,
+            backpressure: Backpressure::Reject,
+        };
+        assert_eq!(TopicConfig::from_text(&c.to_text()).unwrap(), c);
+        assert!(TopicConfig::from_text("partitions=0").is_err());
+        assert!(TopicConfig::from_text("partitions=x").is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(valid_name("orders.v1-eu_2"));
+        for bad in ["", ".", "..", "a/b", "__consumer_offsets", "x y", &"a".repeat(201)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+    }
+}

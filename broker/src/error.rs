@@ -1,0 +1,60 @@
+//! The broker's error type.
+
+use flume_client::protocol::ErrorCode;
+
+use crate::storage::StorageError;
+
+/// Errors from the broker's API.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BrokerError {
+    /// A setting is invalid.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// The storage engine failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// A file outside the logs (topic config, offsets) failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A request failed with a protocol error code.
+    #[error("{code}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Code {
+        /// The code.
+        code: ErrorCode,
+        /// What it was about.
+        detail: Option<String>,
+    },
+}
+
+impl BrokerError {
+    /// The error code a client sees for this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BrokerError::Code { code, .. } => *code,
+            BrokerError::Storage(StorageError::OffsetOutOfRange { .. }) => ErrorCode::OffsetOutOfRange,
+            BrokerError::Storage(StorageError::Corrupt { .. }) => ErrorCode::CorruptRecord,
+            BrokerError::Storage(StorageError::InvalidBatch(_)) => ErrorCode::CorruptRecord,
+            BrokerError::Storage(_) | BrokerError::Io { .. } => ErrorCode::StorageError,
+            BrokerError::Config(_) => ErrorCode::InvalidRequest,
+        }
+    }
+
+    pub(crate) fn code_for(code: ErrorCode, detail: impl Into<String>) -> Self {
+        BrokerError::Code {
+            code,
+            detail: Some(detail.into()),
+        }
+    }
+}
+
+impl From<ErrorCode> for BrokerError {
+    fn from(code: ErrorCode) -> Self {
+        BrokerError::Code { code, detail: None }
+    }
+}

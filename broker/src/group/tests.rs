@@ -1,0 +1,160 @@
+use super::*;
+
+fn six(_: &str) -> u32 {
+    6
+}
+
+fn params(id: &str) -> JoinParams {
+    JoinParams {
+        member_id: id.to_owned(),
+        topics: vec!["t".into()],
+        session_timeout_ms: 1000,
+        rebalance_timeout_ms: 5000,
+        assignor: Assignor::Range,
+    }
+}
+
+fn ok(ready: Vec<Ready<u32>>) -> Vec<(u32, JoinGroupResponse)> {
+    ready.into_iter().map(|(r, res)| (r, res.expect("join succeeds"))).collect()
+}
+
+fn parts(r: &JoinGroupResponse) -> Vec<i32> {
+    r.assignment.iter().flat_map(|t| t.partitions.clone()).collect()
+}
+
+#[test]
+fn first_join_completes_at_once_with_everything() {
+    let mut c = Coordinator::new(1);
+    let r = ok(c.join("g", params(""), 0, 1, &six));
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].1.generation, 1);
+    assert_eq!(parts(&r[0].1), vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(r[0].1.leader_id, r[0].1.member_id);
+}
+
+/// Three members on six partitions; returns their ids.
+fn three(c: &mut Coordinator<u32>) -> Vec<String> {
+    let a = ok(c.join("g", params(""), 0, 1, &six))[0].1.member_id.clone();
+    // b joins: a rebalance starts, a learns of it by heartbeat.
+    assert!(c.join("g", params(""), 10, 2, &six).is_empty());
+    assert_eq!(c.heartbeat("g", &a, 1, 20), Err(ErrorCode::RebalanceInProgress));
+    let r = ok(c.join("g", params(&a), 30, 1, &six));
+    assert_eq!(r.len(), 2);
+    let b = r.iter().find(|(t, _)| *t == 2).unwrap().1.member_id.clone();
+    assert!(c.join("g", params(""), 40, 3, &six).is_empty());
+    assert!(c.join("g", params(&a), 41, 1, &six).is_empty());
+    let r = ok(c.join("g", params(&b), 42, 2, &six));
+    assert_eq!(r.len(), 3);
+    let mut all: Vec<i32> = Vec::new();
+    for (_, resp) in &r {
+        assert_eq!(resp.generation, 3);
+        assert_eq!(parts(resp).len(), 2);
+        all.extend(parts(resp));
+    }
+    all.sort_unstable();
+    assert_eq!(all, vec![0, 1, 2, 3, 4, 5], "no partition twice, none missing");
+    let c_id = r.iter().find(|(t, _)| *t == 3).unwrap().1.member_id.clone();
+    vec![a, b, c_id]
+}
+
+#[test]
+fn joins_rebalance_with_generations_and_disjoint_assignments() {
+    let mut c = Coordinator::new(1);
+    let ids = three(&mut c);
+    for id in &ids {
+        assert_eq!(c.heartbeat("g", id, 3, 50), Ok(()));
+        assert_eq!(c.heartbeat("g", id, 2, 50), Err(ErrorCode::IllegalGeneration));
+    }
+}
+
+#[test]
+fn leave_rebalances_the_others() {
+    let mut c = Coordinator::new(1);
+    let ids = three(&mut c);
+    assert!(c.leave("g", &ids[2], 100, &six).unwrap().is_empty());
+    assert_eq!(c.heartbeat("g", &ids[0], 3, 101), Err(ErrorCode::RebalanceInProgress));
+    assert!(c.join("g", params(&ids[0]), 102, 1, &six).is_empty());
+    let r = ok(c.join("g", params(&ids[1]), 103, 2, &six));
+    assert_eq!(r.len(), 2);
+    assert!(r.iter().all(|(_, resp)| resp.generation == 4 && parts(resp).len() == 3));
+    assert_eq!(c.leave("g", "nobody", 104, &six).unwrap_err(), ErrorCode::UnknownMember);
+}
+
+#[test]
+fn session_expiry_removes_a_silent_member() {
+    let mut c = Coordinator::new(1);
+    let ids = three(&mut c);
+    // a and b heartbeat, c is silent.
+    for t in (100..=1100).step_by(100) {
+        c.heartbeat("g", &ids[0], 3, t).unwrap();
+        c.heartbeat("g", &ids[1], 3, t).unwrap();
+        assert!(c.tick(t, &six).is_empty());
+    }
+    // c was last seen at 42: past 1042 it is gone.
+    assert_eq!(c.state("g").unwrap().2, 2);
+    assert!(matches!(c.state("g").unwrap().0, GroupState::PreparingRebalance { .. }));
+    assert_eq!(c.check_commit("g", &ids[2], 3), Err(ErrorCode::UnknownMember));
+    assert!(c.join("g", params(&ids[0]), 1200, 1, &six).is_empty());
+    let r = ok(c.join("g", params(&ids[1]), 1201, 2, &six));
+    assert!(r.iter().all(|(_, resp)| parts(resp).len() == 3));
+}
+
+#[test]
+fn rebalance_deadline_drops_members_that_do_not_rejoin() {
+    let mut c = Coordinator::new(1);
+    let ids = three(&mut c);
+    assert!(c.join("g", params(""), 100, 4, &six).is_empty());
+    assert!(c.join("g", params(&ids[0]), 101, 1, &six).is_empty());
+    // b and c keep heartbeating (they are told to rejoin) but never rejoin.
+    for t in (500..=5000).step_by(500) {
+        assert_eq!(c.heartbeat("g", &ids[1], 3, t), Err(ErrorCode::RebalanceInProgress));
+        assert_eq!(c.heartbeat("g", &ids[2], 3, t), Err(ErrorCode::RebalanceInProgress));
+        assert!(c.tick(t, &six).is_empty(), "before the deadline nothing completes");
+    }
+    let r = ok(c.tick(5100, &six));
+    assert_eq!(r.len(), 2);
+    assert_eq!(c.state("g").unwrap().2, 2);
+    assert_eq!(c.check_commit("g", &ids[1], 3), Err(ErrorCode::UnknownMember));
+    let gen = r[0].1.generation;
+    assert_eq!(c.check_commit("g", &ids[0], gen), Ok(()));
+    assert_eq!(c.check_commit("g", &ids[0], gen - 1), Err(ErrorCode::IllegalGeneration));
+}
+
+#[test]
+fn fencing_and_tool_commits() {
+    let mut c: Coordinator<u32> = Coordinator::new(1);
+    assert_eq!(c.check_commit("g", "", -1), Ok(()), "no group: a tool may commit");
+    let ids = three(&mut c);
+    assert_eq!(c.check_commit("g", "", -1), Err(ErrorCode::RebalanceInProgress));
+    assert_eq!(c.check_commit("g", "ghost", 3), Err(ErrorCode::UnknownMember));
+    assert_eq!(c.heartbeat("g", "ghost", 3, 0), Err(ErrorCode::UnknownMember));
+    for id in &ids {
+        c.leave("g", id, 0, &six).unwrap();
+    }
+    assert_eq!(c.state("g").unwrap().0, GroupState::Empty);
+    assert_eq!(c.check_commit("g", "", -1), Ok(()));
+    // A stale member id must rejoin from scratch.
+    let r = c.join("g", params(&ids[0]), 0, 9, &six);
+    assert_eq!(r[0].1, Err(ErrorCode::UnknownMember));
+}
+
+#[test]
+fn assignors_are_deterministic_and_complete() {
+    let subs: Vec<Subscription> = ["c", "a", "b"]
+        .iter()
+        .map(|m| Subscription {
+            member: (*m).into(),
+            topics: vec!["x".into(), "y".into()],
+        })
+        .collect();
+    let n = |t: &str| if t == "x" { 7 } else { 2 };
+    let range = assign(Assignor::Range, &subs, &n);
+    assert_eq!(range["a"]["x"], vec![0, 1, 2]);
+    assert_eq!(range["b"]["x"], vec![3, 4]);
+    assert_eq!(range["c"]["x"], vec![5, 6]);
+    assert_eq!(range["c"]["y"], Vec::<i32>::new());
+    let rr = assign(Assignor::RoundRobin, &subs, &n);
+    let count = |m: &str| rr[m].values().map(Vec::len).sum::<usize>();
+    assert_eq!((count("a"), count("b"), count("c")), (3, 3, 3));
+    assert_eq!(assign(Assignor::RoundRobin, &subs, &n), rr);
+}

@@ -1,0 +1,417 @@
+//! The TCP server: one task per connection, many requests in flight per
+//! connection, responses written through a buffer that is flushed when the
+//! connection has nothing more ready.
+//!
+//! A connection task reads frames, admits each request in order (a PRODUCE
+//! is queued on its partitions right away, so per-connection order holds;
+//! in block mode a full queue stops the reading, and TCP pushes back on the
+//! producer), and then polls the in-flight requests (acknowledgements, long
+//! polls, parked joins) together. At most `max_in_flight_per_connection`
+//! requests are served at once; responses wait in one buffer whose size is
+//! bounded by that count times the largest response.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use event_listener::Event;
+use flume_client::protocol::frame::{self, Decoded};
+use flume_client::protocol::messages::{Decode, Empty, Encode};
+use flume_client::protocol::{
+    encode_response_frame, ApiKey, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, ProduceResponse,
+};
+use flume_client::rt::{self, TcpListener, TcpStream};
+use futures::future::BoxFuture;
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+
+use crate::config::BrokerConfig;
+use crate::engine::Engine;
+use crate::error::BrokerError;
+use crate::storage::FsyncPolicy;
+
+#[derive(Debug, Default)]
+struct Connections {
+    open: AtomicUsize,
+    closed: Event,
+}
+
+struct ConnGuard(Arc<Connections>);
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.closed.notify(usize::MAX);
+    }
+}
+
+/// A running broker.
+#[derive(Debug)]
+pub struct Broker {
+    engine: Arc<Engine>,
+    addr: SocketAddr,
+    conns: Arc<Connections>,
+    accept: Mutex<Option<rt::Task<()>>>,
+}
+
+impl Broker {
+    /// Opens the data directory, binds `config.listen` and starts serving.
+    ///
+    /// # Errors
+    /// Invalid settings, storage that cannot be opened, or an address that cannot be bound.
+    pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
+        let listen = config.listen.clone();
+        let engine = Engine::open(config)?;
+        let listener = TcpListener::bind(&listen).await.map_err(|source| BrokerError::Io {
+            what: format!("listen on {listen}"),
+            source,
+        })?;
+        let addr = listener.local_addr().map_err(|source| BrokerError::Io {
+            what: "read the listening address".into(),
+            source,
+        })?;
+        tracing::info!(%addr, data = %engine.data_dir().display(), "broker listening");
+        let conns = Arc::new(Connections::default());
+        let accept = rt::spawn(accept_loop(listener, Arc::clone(&engine), Arc::clone(&conns)));
+        Ok(Broker {
+            engine,
+            addr,
+            conns,
+            accept: Mutex::new(Some(accept)),
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The engine behind the server.
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Open connections.
+    pub fn connection_count(&self) -> usize {
+        self.conns.open.load(Ordering::Acquire)
+    }
+
+    /// Graceful shutdown: stop accepting, let connections finish their
+    /// in-flight requests (up to `shutdown_timeout`), drain every partition
+    /// queue to disk, fsync, close. Idempotent.
+    pub async fn shutdown(&self) {
+        self.engine.begin_shutdown();
+        let accept = self.accept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(a) = accept {
+            a.await;
+        }
+        let deadline = Instant::now() + self.engine.config().shutdown_timeout;
+        loop {
+            let listener = self.conns.closed.listen();
+            let open = self.conns.open.load(Ordering::Acquire);
+            if open == 0 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                tracing::warn!(open, "shutdown timeout: closing connections with requests still in flight");
+                break;
+            }
+            rt::timeout(deadline - now, listener).await;
+        }
+        self.engine.shutdown().await;
+        tracing::info!("broker stopped");
+    }
+}
+
+async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Connections>) {
+    let stop = engine.shutdown_signal();
+    loop {
+        let accepted = futures::select! {
+            r = listener.accept().fuse() => r,
+            _ = stop.recv().fuse() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                rt::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let max = engine.config().max_connections;
+        if conns.open.load(Ordering::Acquire) >= max {
+            tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            continue;
+        }
+        conns.open.fetch_add(1, Ordering::AcqRel);
+        let guard = ConnGuard(Arc::clone(&conns));
+        let engine = Arc::clone(&engine);
+        rt::spawn(async move {
+            let _guard = guard;
+            tracing::debug!(%peer, "connection open");
+            match serve(engine, stream).await {
+                Ok(()) => tracing::debug!(%peer, "connection closed"),
+                Err(e) if is_disconnect(&e) => tracing::debug!(%peer, error = %e, "connection closed by peer"),
+                Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
+            }
+        });
+    }
+}
+
+fn is_disconnect(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
+}
+
+type InFlight = BoxFuture<'static, Vec<u8>>;
+
+fn io_other(msg: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
+}
+
+/// Serves one connection until EOF, a bad frame, a timeout or shutdown.
+async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let cfg = engine.config().clone();
+    let mut reader = stream.clone();
+    let mut writer = stream;
+    let stop = engine.shutdown_signal();
+    let mut rbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut start = 0usize;
+    let mut wbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
+    let mut reading = true;
+    let mut failure: Option<std::io::Error> = None;
+    let mut last_progress = Instant::now();
+    loop {
+        // Admit every whole frame we have, in order.
+        while reading && inflight.len() < cfg.max_in_flight_per_connection {
+            match frame::decode_request(&rbuf[start..], cfg.max_frame_bytes) {
+                Ok(Decoded::Frame(f, used)) => {
+                    let fut = admit(&engine, f.api_key, f.request_id, f.payload).await;
+                    inflight.push(fut);
+                    start += used;
+                }
+                Ok(Decoded::NeedMore(need)) => {
+                    if let Some(n) = need {
+                        rbuf.reserve(n.saturating_sub(rbuf.len() - start));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed frame; closing the connection after pending responses");
+                    failure = Some(io_other(e.to_string()));
+                    reading = false;
+                }
+            }
+        }
+        if start > 0 {
+            rbuf.drain(..start);
+            start = 0;
+        }
+        // Gather every response that is ready, then write them with one call.
+        while let Some(Some(resp)) = inflight.next().now_or_never() {
+            wbuf.extend_from_slice(&resp);
+        }
+        if !wbuf.is_empty() {
+            match rt::timeout(cfg.write_timeout, writer.write_all(&wbuf)).await {
+                Some(r) => r?,
+                None => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "peer does not read its responses")),
+            }
+            wbuf.clear();
+            if wbuf.capacity() > 1 << 20 {
+                wbuf.shrink_to(64 * 1024);
+            }
+        }
+        if !reading && inflight.is_empty() {
+            return failure.map_or(Ok(()), Err);
+        }
+        let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection;
+        let partial = rbuf.len() > start;
+        let len = rbuf.len();
+        if can_read {
+            rbuf.resize(len + 64 * 1024, 0);
+        }
+        let read = async {
+            if can_read {
+                reader.read(&mut rbuf[len..]).await
+            } else {
+                futures::future::pending().await
+            }
+        };
+        let next = async {
+            if inflight.is_empty() {
+                futures::future::pending().await
+            } else {
+                inflight.next().await
+            }
+        };
+        // A peer that sent part of a frame and then went quiet is cut off.
+        let idle = if partial { cfg.read_timeout.saturating_sub(last_progress.elapsed()) } else { Duration::from_secs(3600) };
+        enum Ev {
+            Read(std::io::Result<usize>),
+            Done(Option<Vec<u8>>),
+            Stop,
+            Idle,
+        }
+        let ev = futures::select! {
+            r = read.fuse() => Ev::Read(r),
+            d = next.fuse() => Ev::Done(d),
+            _ = stop.recv().fuse() => Ev::Stop,
+            _ = rt::sleep(idle).fuse() => Ev::Idle,
+        };
+        if can_read {
+            let n = match &ev {
+                Ev::Read(Ok(n)) => *n,
+                _ => 0,
+            };
+            rbuf.truncate(len + n);
+        }
+        match ev {
+            Ev::Read(Ok(0)) => {
+                if rbuf.len() > start {
+                    tracing::debug!(bytes = rbuf.len() - start, "peer closed mid-frame");
+                }
+                reading = false;
+            }
+            Ev::Read(Ok(_)) => last_progress = Instant::now(),
+            Ev::Read(Err(e)) => return Err(e),
+            Ev::Done(Some(resp)) => wbuf.extend_from_slice(&resp),
+            Ev::Done(None) => {}
+            Ev::Stop => reading = false,
+            Ev::Idle => {
+                if partial {
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "incomplete frame, peer went quiet"));
+                }
+            }
+        }
+    }
+}
+
+fn respond<R: Encode>(id: i32, result: Result<&R, ErrorCode>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode_response_frame(&mut buf, id, result);
+    buf
+}
+
+fn error_frame(id: i32, code: ErrorCode) -> InFlight {
+    futures::future::ready(respond::<Empty>(id, Err(code))).boxed()
+}
+
+fn decode<T: Decode>(id: i32, payload: &[u8]) -> Result<T, InFlight> {
+    T::decode_exact(payload).map_err(|e| {
+        tracing::debug!(request_id = id, error = %e, "request payload does not decode");
+        error_frame(id, ErrorCode::InvalidRequest)
+    })
+}
+
+fn empty_result(id: i32, r: Result<(), ErrorCode>) -> InFlight {
+    futures::future::ready(respond(id, r.as_ref().map(|()| &Empty).map_err(|e| *e))).boxed()
+}
+
+/// Admits one request: does what must happen in order now (queueing a
+/// produce) and returns the future of its response frame.
+async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, payload: &[u8]) -> InFlight {
+    let Some(api) = ApiKey::from_i16(api_key) else {
+        tracing::debug!(api_key, "unknown api key");
+        return error_frame(id, ErrorCode::UnsupportedApi);
+    };
+    match api {
+        ApiKey::Produce => {
+            let req: ProduceRequest = match decode(id, payload) {
+                Ok(r) => r,
+                Err(f) => return f,
+            };
+            let mut pending = Vec::with_capacity(req.entries.len());
+            for entry in req.entries {
+                pending.push(engine.admit_produce(entry).await);
+            }
+            async move {
+                let mut results = Vec::with_capacity(pending.len());
+                for p in pending {
+                    results.push(p.finish().await);
+                }
+                respond(id, Ok(&ProduceResponse { results }))
+            }
+            .boxed()
+        }
+        ApiKey::Fetch => {
+            let req: FetchRequest = match decode(id, payload) {
+                Ok(r) => r,
+                Err(f) => return f,
+            };
+            let engine = Arc::clone(engine);
+            async move {
+                let mut buf = Vec::new();
+                let start = frame::begin_response(&mut buf, id);
+                buf.extend_from_slice(&0i16.to_be_bytes());
+                engine.fetch_into(&req, &mut buf).await;
+                frame::finish_frame(&mut buf, start);
+                buf
+            }
+            .boxed()
+        }
+        ApiKey::JoinGroup => {
+            let req: JoinGroupRequest = match decode(id, payload) {
+                Ok(r) => r,
+                Err(f) => return f,
+            };
+            let engine = Arc::clone(engine);
+            async move {
+                let r = engine.join_group(req).await;
+                respond(id, r.as_ref().map_err(|e| *e))
+            }
+            .boxed()
+        }
+        ApiKey::LeaveGroup => match decode::<LeaveGroupRequest>(id, payload) {
+            Ok(req) => empty_result(id, engine.leave_group(&req.group, &req.member_id)),
+            Err(f) => f,
+        },
+        ApiKey::Heartbeat => match decode::<HeartbeatRequest>(id, payload) {
+            Ok(req) => empty_result(id, engine.heartbeat(&req.group, &req.member_id, req.generation)),
+            Err(f) => f,
+        },
+        ApiKey::OffsetCommit => {
+            let req: OffsetCommitRequest = match decode(id, payload) {
+                Ok(r) => r,
+                Err(f) => return f,
+            };
+            if engine.config().fsync == FsyncPolicy::Always {
+                let engine = Arc::clone(engine);
+                async move {
+                    let r = rt::unblock(move || engine.commit_offsets(&req)).await;
+                    respond(id, r.as_ref().map_err(|e| *e))
+                }
+                .boxed()
+            } else {
+                let r = engine.commit_offsets(&req);
+                futures::future::ready(respond(id, r.as_ref().map_err(|e| *e))).boxed()
+            }
+        }
+        ApiKey::OffsetFetch => match decode::<OffsetFetchRequest>(id, payload) {
+            Ok(req) => futures::future::ready(respond(id, Ok(&engine.offset_fetch(&req)))).boxed(),
+            Err(f) => f,
+        },
+        ApiKey::CreateTopic => {
+            let req: CreateTopicRequest = match decode(id, payload) {
+                Ok(r) => r,
+                Err(f) => return f,
+            };
+            let engine = Arc::clone(engine);
+            async move {
+                let r = rt::unblock(move || engine.create_topic_request(&req).map(|_| ()).map_err(|e| e.code())).await;
+                respond(id, r.as_ref().map(|()| &Empty).map_err(|e| *e))
+            }
+            .boxed()
+        }
+        ApiKey::Metadata => match decode::<MetadataRequest>(id, payload) {
+            Ok(req) => futures::future::ready(respond(id, Ok(&engine.metadata(&req.topics)))).boxed(),
+            Err(f) => f,
+        },
+    }
+}

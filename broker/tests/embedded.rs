@@ -1,0 +1,155 @@
+//! The NanoKafka tests, in Rust, against the embedded broker.
+
+use std::time::{Duration, Instant};
+
+use flume_broker::{EmbeddedBroker, TopicConfig};
+
+fn topic(partitions: u32) -> TopicConfig {
+    TopicConfig {
+        partitions,
+        ..TopicConfig::default()
+    }
+}
+
+#[test]
+fn basic_produce_consume() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = EmbeddedBroker::open(dir.path()).unwrap();
+    let b = broker.blocking();
+    b.create_topic("test", topic(1)).unwrap();
+    b.produce("test", b"hello", None).unwrap();
+    b.join_group("test", "group1", "consumer1").unwrap();
+    let (p, (offset, msg)) = b.poll("test", "group1", "consumer1").unwrap().unwrap();
+    assert_eq!(&msg[..], b"hello");
+    b.commit("test", "group1", p, offset).unwrap();
+    assert_eq!(b.lag("test", "group1").unwrap()[&0], 0);
+    b.close();
+}
+
+#[test]
+fn no_commit_reprocess() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = EmbeddedBroker::open(dir.path()).unwrap();
+    let b = broker.blocking();
+    b.create_topic("test", TopicConfig::default()).unwrap();
+    b.produce("test", b"data", None).unwrap();
+    b.join_group("test", "g1", "c1").unwrap();
+    let (p, (offset, _)) = b.poll("test", "g1", "c1").unwrap().unwrap();
+    let (p2, (offset2, msg2)) = b.poll("test", "g1", "c1").unwrap().unwrap();
+    assert_eq!((p, offset), (p2, offset2));
+    assert_eq!(&msg2[..], b"data");
+}
+
+/// Retention is in bytes of whole segments (the active segment is never
+/// deleted); with 1-byte segments every record is its own segment.
+#[test]
+fn retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = EmbeddedBroker::open(dir.path()).unwrap();
+    let b = broker.blocking();
+    b.create_topic(
+        "test",
+        TopicConfig {
+            partitions: 1,
+            retention_bytes: Some(2),
+            segment_bytes: 1,
+            ..TopicConfig::default()
+        },
+    )
+    .unwrap();
+    for v in [b"1", b"2", b"3"] {
+        b.produce("test", v, None).unwrap();
+    }
+    // Retention runs on the broker's ticker; wait for it with a deadline.
+    let part = broker.engine().topic("test").unwrap().partitions[0].clone();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while part.start_offset() < 2 {
+        assert!(Instant::now() < deadline, "retention never ran");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    b.join_group("test", "g1", "c1").unwrap();
+    let (p, (offset, msg)) = b.poll("test", "g1", "c1").unwrap().unwrap();
+    assert_eq!((offset, &msg[..]), (2, &b"3"[..]), "records below the log start are gone");
+    b.commit("test", "g1", p, offset).unwrap();
+    let lag = b.lag("test", "g1").unwrap();
+    assert_eq!(lag.into_iter().collect::<Vec<_>>(), vec![(0, 0)]);
+}
+
+#[test]
+fn producer_and_consumer_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = std::sync::Arc::new(EmbeddedBroker::open(dir.path()).unwrap());
+    broker.blocking().create_topic("events", topic(2)).unwrap();
+    broker.blocking().join_group("events", "group1", "consumer1").unwrap();
+    let prod = {
+        let broker = broker.clone();
+        std::thread::spawn(move || {
+            let mut sent = Vec::new();
+            for i in 0..10u32 {
+                let key = format!("k{}", i % 3);
+                let (p, o) = broker.blocking().produce("events", format!("msg-{i}").as_bytes(), Some(key.as_bytes())).unwrap();
+                sent.push((p, o, format!("msg-{i}")));
+            }
+            sent
+        })
+    };
+    let cons = {
+        let broker = broker.clone();
+        std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while got.len() < 10 {
+                assert!(Instant::now() < deadline, "consumed only {}", got.len());
+                match broker.blocking().poll("events", "group1", "consumer1").unwrap() {
+                    Some((p, (o, v))) => {
+                        broker.blocking().commit("events", "group1", p, o).unwrap();
+                        got.push((p, o, String::from_utf8(v.to_vec()).unwrap()));
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+            got
+        })
+    };
+    let mut sent = prod.join().unwrap();
+    let got = cons.join().unwrap();
+    // Once each, and in offset order within each partition.
+    for p in 0..2 {
+        let offs: Vec<u64> = got.iter().filter(|g| g.0 == p).map(|g| g.1).collect();
+        assert!(offs.windows(2).all(|w| w[0] < w[1]), "partition {p}: {offs:?}");
+    }
+    let mut got_sorted = got.clone();
+    got_sorted.sort();
+    sent.sort();
+    assert_eq!(got_sorted, sent);
+    assert!(broker.lag("events", "group1").unwrap().values().all(|l| *l == 0));
+}
+
+#[test]
+fn reopen_restores_topics_records_and_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let broker = EmbeddedBroker::open(dir.path()).unwrap();
+        let b = broker.blocking();
+        b.create_topic("t", topic(2)).unwrap();
+        for i in 0..6u8 {
+            b.produce("t", &[i], Some(&[i])).unwrap();
+        }
+        b.join_group("t", "g", "c").unwrap();
+        let (p, (o, _)) = b.poll("t", "g", "c").unwrap().unwrap();
+        b.commit("t", "g", p, o).unwrap();
+        b.close();
+    }
+    let broker = EmbeddedBroker::open(dir.path()).unwrap();
+    let b = broker.blocking();
+    let lag = b.lag("t", "g").unwrap();
+    assert_eq!(lag.values().sum::<u64>(), 5);
+    assert_eq!(broker.engine().topic("t").unwrap().partitions.len(), 2);
+    b.join_group("t", "g", "c").unwrap();
+    let mut n = 0;
+    while let Some((p, (o, _))) = b.poll("t", "g", "c").unwrap() {
+        b.commit("t", "g", p, o).unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 5);
+}
