@@ -148,10 +148,31 @@ impl Connection {
     }
 
     async fn call_raw<R: Request>(&self, req: &R, extra: Duration) -> Result<Bytes> {
-        let inner = &self.inner;
+        self.start_raw(req, extra).await?.await
+    }
+
+    /// Writes `req` now and returns a future of its response. Requests
+    /// started one after another reach the broker in that order, which is
+    /// how the producer keeps per-key order with several requests in flight.
+    ///
+    /// # Errors
+    /// When the connection is broken or the write fails or times out.
+    pub async fn start_call<R: Request>(&self, req: &R, extra: Duration) -> Result<impl std::future::Future<Output = Result<R::Response>> + Send + 'static> {
+        let fut = self.start_raw(req, extra).await?;
+        Ok(async move {
+            let payload = fut.await?;
+            match decode_response::<R::Response>(&payload)? {
+                Ok(resp) => Ok(resp),
+                Err(code) => Err(Error::Broker { code, context: None }),
+            }
+        })
+    }
+
+    async fn start_raw<R: Request>(&self, req: &R, extra: Duration) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
+        let inner = Arc::clone(&self.inner);
         // Take an in-flight slot; the guard gives it back however we leave.
         inner.slots.0.send(()).await.map_err(|_| Error::Closed)?;
-        let _slot = SlotGuard(&inner.slots.1);
+        let slot = SlotGuard(inner.slots.1.clone());
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let (tx, rx) = oneshot::channel();
         {
@@ -161,11 +182,19 @@ impl Connection {
             }
             p.map.insert(id, tx);
         }
-        let _pending = PendingGuard { inner, id };
+        let pending = PendingGuard { inner: Arc::clone(&inner), id };
         let mut buf = Vec::new();
         protocol::encode_request(&mut buf, id, req);
         let api = api_name(R::API_KEY);
         let timeout = inner.config.request_timeout + extra;
+        let timeout_err = {
+            let addr = inner.addr.clone();
+            move || Error::Timeout {
+                api,
+                addr: addr.clone(),
+                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            }
+        };
         let write = async {
             let mut w = inner.writer.lock().await;
             w.write_all(&buf).await
@@ -180,26 +209,20 @@ impl Connection {
                 inner.fail_all(err.clone());
                 return Err(err);
             }
-            None => {
-                return Err(Error::Timeout {
-                    api,
-                    addr: inner.addr.clone(),
-                    timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-                })
+            None => return Err(timeout_err()),
+        }
+        Ok(async move {
+            let _slot = slot;
+            let _pending = pending;
+            match rt::timeout(timeout, rx).await {
+                Some(Ok(result)) => result,
+                Some(Err(_)) => Err(Error::Disconnected {
+                    addr: _pending.inner.addr.clone(),
+                    reason: "connection closed".into(),
+                }),
+                None => Err(timeout_err()),
             }
-        }
-        match rt::timeout(timeout, rx).await {
-            Some(Ok(result)) => result,
-            Some(Err(_)) => Err(Error::Disconnected {
-                addr: inner.addr.clone(),
-                reason: "connection closed".into(),
-            }),
-            None => Err(Error::Timeout {
-                api,
-                addr: inner.addr.clone(),
-                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            }),
-        }
+        })
     }
 
     /// Closes the connection; pending requests fail.
@@ -210,18 +233,18 @@ impl Connection {
     }
 }
 
-struct SlotGuard<'a>(&'a async_channel::Receiver<()>);
-impl Drop for SlotGuard<'_> {
+struct SlotGuard(async_channel::Receiver<()>);
+impl Drop for SlotGuard {
     fn drop(&mut self) {
         let _ = self.0.try_recv();
     }
 }
 
-struct PendingGuard<'a> {
-    inner: &'a Inner,
+struct PendingGuard {
+    inner: Arc<Inner>,
     id: i32,
 }
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGuard {
     fn drop(&mut self) {
         lock(&self.inner.pending).map.remove(&self.id);
     }

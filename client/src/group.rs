@@ -1,1 +1,620 @@
-//! todo
+//! [`GroupConsumer`]: joins a consumer group, fetches the partitions the
+//! broker assigns, heartbeats in the background and follows rebalances.
+//!
+//! - Heartbeats run in their own task on their own connection, so slow
+//!   processing or a long fetch never delays them.
+//! - On REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER (from a
+//!   heartbeat, fetch or commit) the consumer stops handing out records,
+//!   drops what it fetched, commits what was processed (auto-commit), emits
+//!   [`RebalanceEvent::Revoked`], rejoins, emits [`RebalanceEvent::Assigned`]
+//!   and resumes from the committed offsets of its new assignment.
+//! - Commits: auto-commit is the default (every `auto_commit_interval`, on
+//!   rebalance and on close): a record counts as processed once the next
+//!   record is asked for. With `auto_commit(false)`, call
+//!   [`GroupConsumer::commit`] (commits `record.offset + 1`) or
+//!   [`GroupConsumer::commit_processed`].
+//! - Delivery is at-least-once and ordered per partition: after a crash or a
+//!   rebalance, records processed but not committed are delivered again.
+//! - Dropping the consumer stops its heartbeats without blocking; the broker
+//!   then expires it after the session timeout. `close` leaves at once.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::lock::Mutex as AsyncMutex;
+use futures::{FutureExt, Stream};
+
+use crate::conn::{Client, ConnectionConfig};
+use crate::consumer::{FetchConfig, StartOffset};
+use crate::error::{Error, Result};
+use crate::protocol::record::{self, Record};
+use crate::protocol::{
+    ErrorCode, FetchPartition, FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
+    OffsetFetchRequest, PartitionOffset, TopicPartitions,
+};
+use crate::rt;
+
+/// A (topic, partition).
+pub type TopicPartition = (String, i32);
+
+/// A record with the partition it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The record.
+    pub record: Record,
+}
+
+impl std::ops::Deref for ConsumerRecord {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        &self.record
+    }
+}
+
+/// A change of assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RebalanceEvent {
+    /// These partitions were taken away (before rejoining; commits already done).
+    Revoked(Vec<TopicPartition>),
+    /// These partitions are now this member's, in `generation`.
+    Assigned {
+        /// The generation.
+        generation: i32,
+        /// The partitions.
+        partitions: Vec<TopicPartition>,
+    },
+}
+
+/// Builder for [`GroupConsumer`].
+#[derive(Debug, Clone)]
+pub struct GroupConsumerBuilder {
+    addr: String,
+    group: String,
+    topics: Vec<String>,
+    session_timeout: Duration,
+    rebalance_timeout: Duration,
+    heartbeat_interval: Option<Duration>,
+    auto_commit: Option<Duration>,
+    start: StartOffset,
+    assignor: String,
+    fetch: FetchConfig,
+    connection: ConnectionConfig,
+}
+
+impl GroupConsumerBuilder {
+    /// Subscribes to a topic (call again for more).
+    pub fn topic(mut self, t: &str) -> Self {
+        self.topics.push(t.to_owned());
+        self
+    }
+    /// Session timeout (default 10 s).
+    pub fn session_timeout(mut self, d: Duration) -> Self {
+        self.session_timeout = d;
+        self
+    }
+    /// Rebalance timeout (default 30 s).
+    pub fn rebalance_timeout(mut self, d: Duration) -> Self {
+        self.rebalance_timeout = d;
+        self
+    }
+    /// Heartbeat interval (default a third of the session timeout).
+    pub fn heartbeat_interval(mut self, d: Duration) -> Self {
+        self.heartbeat_interval = Some(d);
+        self
+    }
+    /// Auto-commit on (default, every 1 s) or off.
+    pub fn auto_commit(mut self, on: bool) -> Self {
+        self.auto_commit = on.then_some(Duration::from_secs(1));
+        self
+    }
+    /// Auto-commit interval.
+    pub fn auto_commit_interval(mut self, d: Duration) -> Self {
+        self.auto_commit = Some(d);
+        self
+    }
+    /// Where to start when the group has no committed offset: earliest (default) or latest.
+    pub fn start(mut self, s: StartOffset) -> Self {
+        self.start = s;
+        self
+    }
+    /// `"range"` (default) or `"roundrobin"`.
+    pub fn assignor(mut self, a: &str) -> Self {
+        a.clone_into(&mut self.assignor);
+        self
+    }
+    /// Longest a fetch waits on the broker (bounds how fast a rebalance is noticed too).
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.fetch.max_wait = d;
+        self
+    }
+
+    /// Connects and joins the group (waits for the first assignment).
+    ///
+    /// # Errors
+    /// Connection failures, INVALID_NAME, ...
+    pub async fn build(self) -> Result<GroupConsumer> {
+        if self.topics.is_empty() {
+            return Err(Error::InvalidArgument("subscribe to at least one topic".into()));
+        }
+        let client = Arc::new(Client::connect(&self.addr, self.connection.clone()).await?);
+        let hb_client = Client::new(&self.addr, self.connection.clone());
+        let shared = Arc::new(Shared {
+            member: Mutex::new(String::new()),
+            generation: AtomicI32::new(-1),
+            rejoin: AtomicBool::new(true),
+        });
+        let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+        let (ev_tx, ev_rx) = async_channel::bounded(64);
+        let interval = self.heartbeat_interval.unwrap_or(self.session_timeout / 3).max(Duration::from_millis(10));
+        rt::spawn(heartbeat_loop(hb_client, self.group.clone(), Arc::clone(&shared), interval, stop_rx));
+        let state = State {
+            client,
+            cfg: self,
+            shared,
+            assignment: Vec::new(),
+            positions: HashMap::new(),
+            processed: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            last_delivered: None,
+            buffer: VecDeque::new(),
+            last_commit: Instant::now(),
+            events: ev_tx,
+        };
+        let c = GroupConsumer {
+            state: Arc::new(AsyncMutex::new(state)),
+            events: ev_rx,
+            _stop: stop_tx,
+            pending: None,
+        };
+        c.state.lock().await.ensure_joined().await?;
+        Ok(c)
+    }
+}
+
+struct Shared {
+    member: Mutex<String>,
+    generation: AtomicI32,
+    rejoin: AtomicBool,
+}
+
+struct State {
+    client: Arc<Client>,
+    cfg: GroupConsumerBuilder,
+    shared: Arc<Shared>,
+    assignment: Vec<TopicPartition>,
+    positions: HashMap<TopicPartition, i64>,
+    processed: BTreeMap<TopicPartition, i64>,
+    committed: BTreeMap<TopicPartition, i64>,
+    last_delivered: Option<(TopicPartition, i64)>,
+    buffer: VecDeque<ConsumerRecord>,
+    last_commit: Instant,
+    events: async_channel::Sender<RebalanceEvent>,
+}
+
+/// A group member. Use it as a `futures::Stream` of records, or with [`GroupConsumer::recv`].
+pub struct GroupConsumer {
+    state: Arc<AsyncMutex<State>>,
+    events: async_channel::Receiver<RebalanceEvent>,
+    _stop: async_channel::Sender<()>,
+    pending: Option<BoxFuture<'static, Option<Result<ConsumerRecord>>>>,
+}
+
+impl std::fmt::Debug for GroupConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupConsumer").finish_non_exhaustive()
+    }
+}
+
+fn lock_str(m: &Mutex<String>) -> String {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+}
+
+fn is_fencing(code: Option<ErrorCode>) -> bool {
+    matches!(
+        code,
+        Some(ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration | ErrorCode::UnknownMember)
+    )
+}
+
+async fn heartbeat_loop(client: Client, group: String, shared: Arc<Shared>, interval: Duration, stop: async_channel::Receiver<()>) {
+    loop {
+        futures::select! {
+            _ = rt::sleep(interval).fuse() => {}
+            _ = stop.recv().fuse() => return,
+        }
+        let member = lock_str(&shared.member);
+        let generation = shared.generation.load(Ordering::Acquire);
+        if member.is_empty() || shared.rejoin.load(Ordering::Acquire) {
+            continue;
+        }
+        let req = HeartbeatRequest {
+            group: group.clone(),
+            generation,
+            member_id: member,
+        };
+        if let Err(e) = client.call(&req).await {
+            if is_fencing(e.code()) {
+                tracing::debug!(error = %e, "heartbeat asks for a rejoin");
+                if e.code() == Some(ErrorCode::UnknownMember) {
+                    shared.member.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+                }
+                shared.rejoin.store(true, Ordering::Release);
+            }
+        }
+    }
+}
+
+impl GroupConsumer {
+    /// Starts building a consumer of `group` on the broker at `addr`.
+    pub fn builder(addr: &str, group: &str) -> GroupConsumerBuilder {
+        GroupConsumerBuilder {
+            addr: addr.to_owned(),
+            group: group.to_owned(),
+            topics: Vec::new(),
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::from_secs(30),
+            heartbeat_interval: None,
+            auto_commit: Some(Duration::from_secs(1)),
+            start: StartOffset::Earliest,
+            assignor: String::new(),
+            fetch: FetchConfig::default(),
+            connection: ConnectionConfig::default(),
+        }
+    }
+
+    /// Assigned and revoked partitions, as they happen (the last 64 are kept if nobody reads).
+    pub fn events(&self) -> async_channel::Receiver<RebalanceEvent> {
+        self.events.clone()
+    }
+
+    /// The current assignment.
+    pub async fn assignment(&self) -> Vec<TopicPartition> {
+        self.state.lock().await.assignment.clone()
+    }
+
+    /// The current generation (-1 before the first join).
+    pub async fn generation(&self) -> i32 {
+        self.state.lock().await.shared.generation.load(Ordering::Acquire)
+    }
+
+    /// This member's id.
+    pub async fn member_id(&self) -> String {
+        lock_str(&self.state.lock().await.shared.member)
+    }
+
+    /// The next record; `None` never happens while the consumer is open.
+    pub async fn recv(&mut self) -> Option<Result<ConsumerRecord>> {
+        if let Some(p) = self.pending.take() {
+            return p.await;
+        }
+        next_record(Arc::clone(&self.state)).await
+    }
+
+    /// Commits `record.offset + 1` for its partition.
+    ///
+    /// # Errors
+    /// ILLEGAL_GENERATION / UNKNOWN_MEMBER after a rebalance (the record's
+    /// partition may belong to another member now; it will be redelivered there).
+    pub async fn commit(&self, record: &ConsumerRecord) -> Result<()> {
+        let mut st = self.state.lock().await;
+        let tp = (record.topic.clone(), record.partition);
+        let next = i64::try_from(record.offset).unwrap_or(i64::MAX) + 1;
+        st.commit_offsets(vec![(tp, next)]).await
+    }
+
+    /// Commits every record handed out so far.
+    ///
+    /// # Errors
+    /// As [`GroupConsumer::commit`].
+    pub async fn commit_processed(&self) -> Result<()> {
+        let mut st = self.state.lock().await;
+        st.mark_last_processed();
+        st.commit_pending().await
+    }
+
+    /// Commits (auto-commit mode), leaves the group so the others rebalance at once, and stops heartbeats.
+    ///
+    /// # Errors
+    /// A failed final commit (the group is left regardless).
+    pub async fn close(self) -> Result<()> {
+        let mut st = self.state.lock().await;
+        let commit = if st.cfg.auto_commit.is_some() {
+            st.mark_last_processed();
+            st.commit_pending().await
+        } else {
+            Ok(())
+        };
+        let member = lock_str(&st.shared.member);
+        if !member.is_empty() {
+            let _ = st
+                .client
+                .call(&LeaveGroupRequest {
+                    group: st.cfg.group.clone(),
+                    member_id: member,
+                })
+                .await;
+        }
+        st.client.close().await;
+        commit
+    }
+}
+
+// No field is pinned in place: the pending future is boxed.
+impl Unpin for GroupConsumer {}
+
+impl Stream for GroupConsumer {
+    type Item = Result<ConsumerRecord>;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let fut = this.pending.get_or_insert_with(|| next_record(Arc::clone(&this.state)).boxed());
+        match fut.as_mut().poll(cx) {
+            Poll::Ready(r) => {
+                this.pending = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+async fn next_record(state: Arc<AsyncMutex<State>>) -> Option<Result<ConsumerRecord>> {
+    let mut st = state.lock().await;
+    st.mark_last_processed();
+    loop {
+        if let Err(e) = st.ensure_joined().await {
+            return Some(Err(e));
+        }
+        if let Err(e) = st.maybe_auto_commit().await {
+            if !is_fencing(e.code()) {
+                return Some(Err(e));
+            }
+        }
+        if let Some(r) = st.buffer.pop_front() {
+            st.last_delivered = Some(((r.topic.clone(), r.partition), i64::try_from(r.offset).unwrap_or(i64::MAX)));
+            return Some(Ok(r));
+        }
+        if let Err(e) = st.fetch().await {
+            if e.is_retriable() {
+                // The broker may be restarting: back off a little, then rejoin and go on.
+                rt::sleep(Duration::from_millis(100)).await;
+                st.shared.rejoin.store(true, Ordering::Release);
+                continue;
+            }
+            return Some(Err(e));
+        }
+    }
+}
+
+impl State {
+    fn mark_last_processed(&mut self) {
+        if let Some((tp, off)) = self.last_delivered.take() {
+            if self.assignment.contains(&tp) {
+                self.processed.insert(tp, off + 1);
+            }
+        }
+    }
+
+    fn emit(&self, ev: RebalanceEvent) {
+        if let Err(async_channel::TrySendError::Full(ev)) = self.events.try_send(ev) {
+            tracing::debug!(?ev, "rebalance event dropped: nobody reads the event channel");
+        }
+    }
+
+    async fn ensure_joined(&mut self) -> Result<()> {
+        while self.shared.rejoin.load(Ordering::Acquire) {
+            // Revoke: commit what was processed, drop what was fetched.
+            if !self.assignment.is_empty() {
+                if self.cfg.auto_commit.is_some() {
+                    if let Err(e) = self.commit_pending().await {
+                        tracing::debug!(error = %e, "commit before rejoin failed");
+                    }
+                }
+                let revoked = std::mem::take(&mut self.assignment);
+                self.emit(RebalanceEvent::Revoked(revoked));
+            }
+            self.buffer.clear();
+            self.positions.clear();
+            self.processed.clear();
+            self.last_delivered = None;
+            let req = JoinGroupRequest {
+                group: self.cfg.group.clone(),
+                member_id: lock_str(&self.shared.member),
+                session_timeout_ms: i32::try_from(self.cfg.session_timeout.as_millis()).unwrap_or(i32::MAX),
+                rebalance_timeout_ms: i32::try_from(self.cfg.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
+                assignor: self.cfg.assignor.clone(),
+                topics: self.cfg.topics.clone(),
+            };
+            let resp = match self.client.call_with_extra(&req, self.cfg.rebalance_timeout).await {
+                Ok(r) => r,
+                Err(e) if e.code() == Some(ErrorCode::UnknownMember) => {
+                    self.shared.member.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+                    continue;
+                }
+                Err(e) if e.is_retriable() || e.code() == Some(ErrorCode::RebalanceInProgress) => {
+                    rt::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            *self.shared.member.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = resp.member_id.clone();
+            self.shared.generation.store(resp.generation, Ordering::Release);
+            self.assignment = resp
+                .assignment
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.clone(), *p)))
+                .collect();
+            self.shared.rejoin.store(false, Ordering::Release);
+            tracing::debug!(generation = resp.generation, member = %resp.member_id, assignment = ?self.assignment, "joined group");
+            if let Err(e) = self.load_positions().await {
+                if is_fencing(e.code()) || e.is_retriable() {
+                    self.shared.rejoin.store(true, Ordering::Release);
+                    continue;
+                }
+                return Err(e);
+            }
+            self.emit(RebalanceEvent::Assigned {
+                generation: resp.generation,
+                partitions: self.assignment.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    async fn load_positions(&mut self) -> Result<()> {
+        let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for (t, p) in &self.assignment {
+            topics.entry(t.clone()).or_default().push(*p);
+        }
+        if topics.is_empty() {
+            return Ok(());
+        }
+        let req = OffsetFetchRequest {
+            group: self.cfg.group.clone(),
+            topics: topics.into_iter().map(|(topic, partitions)| TopicPartitions { topic, partitions }).collect(),
+        };
+        let resp = self.client.call(&req).await?;
+        for p in resp.partitions {
+            if !p.error.is_ok() {
+                continue;
+            }
+            let pos = if p.committed >= 0 {
+                p.committed.max(p.log_start)
+            } else {
+                match self.cfg.start {
+                    StartOffset::Latest => p.log_end,
+                    StartOffset::Earliest => p.log_start,
+                    StartOffset::At(o) => i64::try_from(o).unwrap_or(0),
+                }
+            };
+            self.committed.insert((p.topic.clone(), p.partition), p.committed);
+            self.positions.insert((p.topic, p.partition), pos);
+        }
+        Ok(())
+    }
+
+    async fn fetch(&mut self) -> Result<()> {
+        if self.assignment.is_empty() {
+            // Nothing assigned: wait for a rebalance to give us something.
+            rt::sleep(self.cfg.fetch.max_wait.min(Duration::from_millis(200))).await;
+            return Ok(());
+        }
+        let partitions = self
+            .assignment
+            .iter()
+            .filter_map(|tp| {
+                self.positions.get(tp).map(|o| FetchPartition {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    offset: *o,
+                    max_bytes: self.cfg.fetch.partition_max_bytes,
+                })
+            })
+            .collect();
+        let req = FetchRequest {
+            max_wait_ms: i32::try_from(self.cfg.fetch.max_wait.as_millis()).unwrap_or(i32::MAX),
+            min_bytes: 1,
+            max_bytes: self.cfg.fetch.max_bytes,
+            partitions,
+        };
+        let resp = self.client.call_with_extra(&req, self.cfg.fetch.max_wait).await?;
+        if self.shared.rejoin.load(Ordering::Acquire) {
+            // A rebalance began while we waited: what we fetched may not be ours any more.
+            return Ok(());
+        }
+        for p in resp.partitions {
+            let tp = (p.topic.clone(), p.partition);
+            match p.error {
+                ErrorCode::None => {}
+                ErrorCode::OffsetOutOfRange => {
+                    let reset = if self.cfg.start == StartOffset::Latest { p.high_watermark } else { p.log_start };
+                    tracing::warn!(topic = %p.topic, partition = p.partition, reset, "offset out of range; resetting");
+                    if reset >= 0 {
+                        self.positions.insert(tp, reset);
+                    }
+                    continue;
+                }
+                code => return Err(Error::broker(code, format!("{}/{}", p.topic, p.partition))),
+            }
+            let from = self.positions.get(&tp).copied().unwrap_or(0);
+            let records = record::decode_all(&p.records)?;
+            for r in records {
+                if i64::try_from(r.offset).unwrap_or(i64::MAX) < from {
+                    continue;
+                }
+                self.positions.insert(tp.clone(), i64::try_from(r.offset).unwrap_or(i64::MAX) + 1);
+                self.buffer.push_back(ConsumerRecord {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    record: r,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn maybe_auto_commit(&mut self) -> Result<()> {
+        match self.cfg.auto_commit {
+            Some(iv) if self.last_commit.elapsed() >= iv => {
+                self.last_commit = Instant::now();
+                self.commit_pending().await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn commit_pending(&mut self) -> Result<()> {
+        let todo: Vec<(TopicPartition, i64)> = self
+            .processed
+            .iter()
+            .filter(|(tp, o)| self.committed.get(*tp).is_none_or(|c| c < *o))
+            .map(|(tp, o)| (tp.clone(), *o))
+            .collect();
+        self.commit_offsets(todo).await
+    }
+
+    async fn commit_offsets(&mut self, offsets: Vec<(TopicPartition, i64)>) -> Result<()> {
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let req = OffsetCommitRequest {
+            group: self.cfg.group.clone(),
+            generation: self.shared.generation.load(Ordering::Acquire),
+            member_id: lock_str(&self.shared.member),
+            offsets: offsets
+                .iter()
+                .map(|((topic, partition), offset)| PartitionOffset {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    offset: *offset,
+                })
+                .collect(),
+        };
+        match self.client.call(&req).await {
+            Ok(resp) => {
+                for ((tp, off), r) in offsets.into_iter().zip(resp.results) {
+                    if r.error.is_ok() {
+                        self.committed.insert(tp, off);
+                    } else {
+                        return Err(Error::broker(r.error, format!("{}/{}", r.topic, r.partition)));
+                    }
+                }
+                Ok(())
+            }
+            Err(e) => {
+                if is_fencing(e.code()) {
+                    self.shared.rejoin.store(true, Ordering::Release);
+                }
+                Err(e)
+            }
+        }
+    }
+}

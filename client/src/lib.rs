@@ -29,10 +29,10 @@ pub mod producer;
 pub mod protocol;
 pub mod rt;
 
-//pub use admin::Admin;
+pub use admin::Admin;
 pub use conn::{Client, Connection, ConnectionConfig};
-//pub use consumer::{PartitionConsumer, StartOffset};
+pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
-//pub use group::{GroupConsumer, GroupConsumerBuilder, RebalanceEvent};
-//pub use producer::{Producer, ProducerConfig, RecordMetadata, SendRecord};
+pub use group::{ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent};
+pub use producer::{Producer, ProducerConfig, RecordMetadata, SendRecord};
 pub use protocol::{ErrorCode, Header, Record};

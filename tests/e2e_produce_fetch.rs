@@ -1,0 +1,344 @@
+//! Producer, partition consumer, routing, backpressure, long poll, shutdown, raw frames.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use flume_broker::{Backpressure, Broker, TopicConfig};
+use flume_client::protocol::{self, partition_for_key, record, ErrorCode, ProduceEntry, ProduceRequest};
+use flume_client::{Admin, Client, ConnectionConfig, PartitionConsumer, Producer, SendRecord, StartOffset};
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+
+#[test]
+fn send_then_consume_with_keys_and_headers() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let addr = broker.local_addr().to_string();
+        let producer = Producer::connect(&addr).await.unwrap();
+        let m1 = producer.send("orders", Some(b"user-123"), br#"{"item":"widget"}"#).await.unwrap();
+        let m2 = producer
+            .send_record(SendRecord {
+                topic: "orders".into(),
+                key: Some("user-123".into()),
+                value: "gadget".into(),
+                headers: vec![protocol::Header {
+                    key: "trace".into(),
+                    value: "abc".into(),
+                }],
+                ..SendRecord::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(m1.partition, m2.partition, "same key, same partition");
+        assert_eq!(m2.offset, m1.offset + 1);
+        assert_eq!(m1.partition as u32, partition_for_key(b"user-123", 3), "client and broker routing agree");
+        let mut c = PartitionConsumer::connect(&addr, "orders", m1.partition, StartOffset::Earliest).await.unwrap();
+        let r1 = c.recv().await.unwrap();
+        let r2 = c.recv().await.unwrap();
+        assert_eq!((r1.offset, &r1.key.as_deref().unwrap()[..], &r1.value[..]), (0, &b"user-123"[..], &br#"{"item":"widget"}"#[..]));
+        assert_eq!(&r2.value[..], b"gadget");
+        assert_eq!(r2.headers[0].key, "trace");
+        producer.close().await;
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn routing_agrees_for_many_keys() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker.engine().create_topic("r", common::topic(7)).unwrap();
+        let producer = Producer::connect(&broker.local_addr().to_string()).await.unwrap();
+        for i in 0..200 {
+            let key = format!("key-{i}");
+            let m = producer.send("r", Some(key.as_bytes()), b"v").await.unwrap();
+            assert_eq!(m.partition as u32, partition_for_key(key.as_bytes(), 7), "{key}");
+        }
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn batching_many_tasks_dense_offsets_and_key_order() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker.engine().create_topic("b", common::topic(4)).unwrap();
+        let producer = Arc::new(Producer::connect(&broker.local_addr().to_string()).await.unwrap());
+        let per_task = 12_500u32;
+        let mut tasks = Vec::new();
+        for t in 0..8u32 {
+            let producer = producer.clone();
+            tasks.push(flume_client::rt::spawn(async move {
+                let key = format!("task-{t}");
+                let mut acks = Vec::new();
+                // Keep many sends in flight from one task.
+                let mut pending = std::collections::VecDeque::new();
+                for i in 0..per_task {
+                    let rec = SendRecord {
+                        topic: "b".into(),
+                        key: Some(key.clone().into()),
+                        value: format!("{t}:{i}").into(),
+                        ..SendRecord::default()
+                    };
+                    pending.push_back(producer.send_nowait(rec).await.unwrap());
+                    if pending.len() > 512 {
+                        acks.push(pending.pop_front().unwrap().await.unwrap());
+                    }
+                }
+                for p in pending {
+                    acks.push(p.await.unwrap());
+                }
+                acks
+            }));
+        }
+        let mut per_partition: HashMap<i32, Vec<i64>> = HashMap::new();
+        for (t, task) in tasks.into_iter().enumerate() {
+            let acks = task.await;
+            assert_eq!(acks.len(), per_task as usize);
+            // Same key: one partition, increasing offsets in send order.
+            assert!(acks.iter().all(|a| a.partition == acks[0].partition), "task {t}");
+            assert!(acks.windows(2).all(|w| w[0].offset < w[1].offset), "task {t} order");
+            per_partition.entry(acks[0].partition).or_default().extend(acks.iter().map(|a| a.offset));
+        }
+        for (p, mut offs) in per_partition {
+            offs.sort_unstable();
+            let expect: Vec<i64> = (0..offs.len() as i64).collect();
+            assert_eq!(offs, expect, "partition {p}: offsets distinct and dense");
+        }
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn long_poll_wakes_on_new_data_and_times_out_empty() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker.engine().create_topic("lp", common::topic(1)).unwrap();
+        let addr = broker.local_addr().to_string();
+        let client = Arc::new(Client::connect(&addr, ConnectionConfig::default()).await.unwrap());
+        // Empty partition: returns empty after max_wait, no error.
+        let mut c = PartitionConsumer::with_client(
+            client.clone(),
+            "lp",
+            0,
+            StartOffset::At(0),
+            flume_client::FetchConfig {
+                max_wait: Duration::from_millis(100),
+                ..Default::default()
+            },
+        );
+        assert!(c.poll_batch().await.unwrap().is_empty());
+        // A long wait wakes as soon as a record arrives.
+        let mut c = PartitionConsumer::with_client(
+            client,
+            "lp",
+            0,
+            StartOffset::At(0),
+            flume_client::FetchConfig {
+                max_wait: Duration::from_secs(30),
+                ..Default::default()
+            },
+        );
+        let waiter = flume_client::rt::spawn(async move { c.poll_batch().await });
+        let producer = Producer::connect(&addr).await.unwrap();
+        producer.send("lp", None, b"wake").await.unwrap();
+        let got = flume_client::rt::timeout(Duration::from_secs(10), waiter).await.expect("long poll woke").unwrap();
+        assert_eq!(&got[0].value[..], b"wake");
+        broker.shutdown().await;
+    });
+}
+
+fn batch_of(n: usize) -> bytes::Bytes {
+    let mut buf = Vec::new();
+    for i in 0..n {
+        record::encode(&mut buf, 0, 0, None, format!("v{i}").as_bytes(), &[]);
+    }
+    buf.into()
+}
+
+#[test]
+fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let e = broker.engine().clone();
+        for (name, bp) in [("rej", Backpressure::Reject), ("blk", Backpressure::Block)] {
+            e.create_topic(
+                name,
+                TopicConfig {
+                    partitions: 1,
+                    max_pending: 2,
+                    backpressure: bp,
+                    ..TopicConfig::default()
+                },
+            )
+            .unwrap();
+        }
+        // Reject: many concurrent admissions against a queue of 2 meet QUEUE_FULL,
+        // and every accepted record gets a distinct offset.
+        let mut pendings = Vec::new();
+        for _ in 0..200 {
+            pendings.push(
+                e.admit_produce(ProduceEntry {
+                    topic: "rej".into(),
+                    partition: 0,
+                    records: batch_of(50),
+                })
+                .await,
+            );
+        }
+        let mut full = 0;
+        let mut bases = Vec::new();
+        for p in pendings {
+            let r = p.finish().await;
+            match r.error {
+                ErrorCode::None => bases.push(r.spans[0].base_offset),
+                ErrorCode::QueueFull => full += 1,
+                other => panic!("unexpected {other}"),
+            }
+        }
+        assert!(full > 0, "a queue of 2 must overflow with 200 immediate admissions");
+        bases.sort_unstable();
+        assert!(bases.windows(2).all(|w| w[1] - w[0] == 50));
+        // Block: the queue never holds more than max_pending, nothing is rejected.
+        let part = e.topic("blk").unwrap().partitions[0].clone();
+        let watcher = {
+            let part = part.clone();
+            flume_client::rt::spawn(async move {
+                let mut max = 0;
+                for _ in 0..2000 {
+                    max = max.max(part.queued());
+                    flume_client::rt::yield_now().await;
+                }
+                max
+            })
+        };
+        let mut pendings = Vec::new();
+        for _ in 0..200 {
+            pendings.push(
+                e.admit_produce(ProduceEntry {
+                    topic: "blk".into(),
+                    partition: 0,
+                    records: batch_of(50),
+                })
+                .await,
+            );
+            assert!(part.queued() <= part.capacity());
+        }
+        for p in pendings {
+            assert_eq!(p.finish().await.error, ErrorCode::None);
+        }
+        assert!(watcher.await <= 2);
+        assert_eq!(part.end_offset(), 200 * 50);
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn graceful_shutdown_loses_no_acknowledged_record() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let producer = Producer::connect(&broker.local_addr().to_string()).await.unwrap();
+        let mut acked = Vec::new();
+        for i in 0..500 {
+            acked.push(producer.send("s", Some(format!("k{}", i % 5).as_bytes()), format!("v{i}").as_bytes()).await.unwrap());
+        }
+        broker.shutdown().await;
+        drop(producer);
+        let broker = Broker::start(common::config(dir.path())).await.unwrap();
+        let t = broker.engine().topic("s").unwrap();
+        let total: u64 = t.partitions.iter().map(|p| p.end_offset()).sum();
+        assert_eq!(total, 500);
+        for a in acked.iter().step_by(37) {
+            let r = t.partitions[a.partition as usize].read_now(a.offset as u64, 1).unwrap();
+            assert!(!r.records.is_empty());
+        }
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn malformed_frames_cost_only_their_connection() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let addr = broker.local_addr().to_string();
+        let producer = Producer::connect(&addr).await.unwrap();
+        producer.send("m", None, b"before").await.unwrap();
+        // A size of 2^31-1: closed without allocating.
+        let mut bad = flume_client::rt::TcpStream::connect(&addr).await.unwrap();
+        bad.write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0]).await.unwrap();
+        let mut buf = [0u8; 16];
+        assert_eq!(bad.read(&mut buf).await.unwrap_or(0), 0, "connection closed");
+        // A well-framed request that does not decode, and an unknown api key: error responses, connection stays.
+        let mut s = flume_client::rt::TcpStream::connect(&addr).await.unwrap();
+        let mut frame = Vec::new();
+        let st = protocol::frame::begin_request(&mut frame, 0, 42);
+        frame.extend_from_slice(&[0, 0, 0, 9, 1]);
+        protocol::frame::finish_frame(&mut frame, st);
+        let st = protocol::frame::begin_request(&mut frame, 99, 43);
+        protocol::frame::finish_frame(&mut frame, st);
+        protocol::encode_request(&mut frame, 44, &protocol::MetadataRequest::default());
+        s.write_all(&frame).await.unwrap();
+        let mut got = Vec::new();
+        let mut codes = HashMap::new();
+        while codes.len() < 3 {
+            let mut chunk = [0u8; 4096];
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "connection must stay open");
+            got.extend_from_slice(&chunk[..n]);
+            while let Ok(protocol::frame::Decoded::Frame(f, used)) = protocol::frame::decode_response(&got, 1 << 20) {
+                codes.insert(f.request_id, i16::from_be_bytes([f.payload[0], f.payload[1]]));
+                got.drain(..used);
+            }
+        }
+        assert_eq!(codes[&42], ErrorCode::InvalidRequest.code());
+        assert_eq!(codes[&43], ErrorCode::UnsupportedApi.code());
+        assert_eq!(codes[&44], 0);
+        // Other clients never noticed.
+        producer.send("m", None, b"after").await.unwrap();
+        let admin = Admin::connect(&addr).await.unwrap();
+        let t = admin.topics(&["m".into()]).await.unwrap();
+        assert_eq!(t[0].partitions.iter().map(|p| p.log_end).sum::<i64>(), 2);
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn produce_errors_are_typed() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let client = Client::connect(&broker.local_addr().to_string(), ConnectionConfig::default()).await.unwrap();
+        let big = {
+            let mut b = Vec::new();
+            record::encode(&mut b, 0, 0, None, &vec![0u8; 2 * 1024 * 1024], &[]);
+            bytes::Bytes::from(b)
+        };
+        let mut corrupt = batch_of(1).to_vec();
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 1;
+        let req = ProduceRequest {
+            entries: vec![
+                ProduceEntry { topic: "e".into(), partition: 0, records: big },
+                ProduceEntry { topic: "e".into(), partition: 0, records: corrupt.into() },
+                ProduceEntry { topic: "e".into(), partition: 9, records: batch_of(1) },
+                ProduceEntry { topic: "bad name".into(), partition: 0, records: batch_of(1) },
+            ],
+        };
+        let resp = client.call(&req).await.unwrap();
+        let codes: Vec<ErrorCode> = resp.results.iter().map(|r| r.error).collect();
+        assert_eq!(
+            codes,
+            vec![ErrorCode::RecordTooLarge, ErrorCode::CorruptRecord, ErrorCode::UnknownPartition, ErrorCode::InvalidName]
+        );
+        broker.shutdown().await;
+    });
+}
