@@ -173,7 +173,7 @@ impl GroupConsumerBuilder {
             state: Arc::new(AsyncMutex::new(state)),
             events: ev_rx,
             _stop: stop_tx,
-            pending: None,
+            pending: Mutex::new(None),
         };
         c.state.lock().await.ensure_joined().await?;
         Ok(c)
@@ -205,7 +205,8 @@ pub struct GroupConsumer {
     state: Arc<AsyncMutex<State>>,
     events: async_channel::Receiver<RebalanceEvent>,
     _stop: async_channel::Sender<()>,
-    pending: Option<BoxFuture<'static, Option<Result<ConsumerRecord>>>>,
+    // A Mutex only to make the consumer Sync (the future is Send, not Sync); never contended.
+    pending: Mutex<Option<BoxFuture<'static, Option<Result<ConsumerRecord>>>>>,
 }
 
 impl std::fmt::Debug for GroupConsumer {
@@ -293,7 +294,8 @@ impl GroupConsumer {
 
     /// The next record; `None` never happens while the consumer is open.
     pub async fn recv(&mut self) -> Option<Result<ConsumerRecord>> {
-        if let Some(p) = self.pending.take() {
+        let pending = self.pending.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        if let Some(p) = pending {
             return p.await;
         }
         next_record(Arc::clone(&self.state)).await
@@ -355,10 +357,12 @@ impl Stream for GroupConsumer {
     type Item = Result<ConsumerRecord>;
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let fut = this.pending.get_or_insert_with(|| next_record(Arc::clone(&this.state)).boxed());
+        let state = Arc::clone(&this.state);
+        let slot = this.pending.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fut = slot.get_or_insert_with(|| next_record(state).boxed());
         match fut.as_mut().poll(cx) {
             Poll::Ready(r) => {
-                this.pending = None;
+                *slot = None;
                 Poll::Ready(r)
             }
             Poll::Pending => Poll::Pending,
