@@ -43,15 +43,30 @@ fn consumer(addr: &str, group: &str, topic: &str) -> flume_client::GroupConsumer
 async fn take(c: &mut GroupConsumer, n: usize) -> Vec<(i32, u64, String)> {
     let mut out = Vec::new();
     while out.len() < n {
-        let r = flume_client::rt::timeout(Duration::from_secs(20), c.recv()).await.expect("records keep coming").unwrap().unwrap();
+        let r = flume_client::rt::timeout(Duration::from_secs(20), c.recv())
+            .await
+            .expect("records keep coming")
+            .unwrap()
+            .unwrap();
         if let Err(e) = c.commit(&r).await {
             // After a rebalance or a broker restart the commit is fenced; the record comes again.
             assert!(
-                matches!(e.code(), Some(flume_client::ErrorCode::UnknownMember | flume_client::ErrorCode::IllegalGeneration | flume_client::ErrorCode::RebalanceInProgress)),
+                matches!(
+                    e.code(),
+                    Some(
+                        flume_client::ErrorCode::UnknownMember
+                            | flume_client::ErrorCode::IllegalGeneration
+                            | flume_client::ErrorCode::RebalanceInProgress
+                    )
+                ),
                 "{e}"
             );
         }
-        out.push((r.partition, r.offset, String::from_utf8(r.value.to_vec()).unwrap()));
+        out.push((
+            r.partition,
+            r.offset,
+            String::from_utf8(r.value.to_vec()).unwrap(),
+        ));
     }
     out
 }
@@ -98,7 +113,10 @@ impl Member {
     fn update(&mut self) {
         while let Ok(ev) = self.events.try_recv() {
             match ev {
-                RebalanceEvent::Assigned { generation, partitions } => {
+                RebalanceEvent::Assigned {
+                    generation,
+                    partitions,
+                } => {
                     self.assigned = partitions;
                     self.generation = generation;
                 }
@@ -112,7 +130,12 @@ impl Member {
     }
 }
 
-async fn wait_for(what: &str, members: &mut [&mut Member], limit: Duration, cond: impl Fn(&[&mut Member]) -> bool) {
+async fn wait_for(
+    what: &str,
+    members: &mut [&mut Member],
+    limit: Duration,
+    cond: impl Fn(&[&mut Member]) -> bool,
+) {
     let deadline = Instant::now() + limit;
     loop {
         for m in members.iter_mut() {
@@ -131,7 +154,10 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("t6", common::topic(6)).unwrap();
+        broker
+            .engine()
+            .create_topic("t6", common::topic(6))
+            .unwrap();
         let addr = broker.local_addr().to_string();
         produce(&addr, "t6", 600).await;
         let (a, b, c) = futures::join!(
@@ -139,31 +165,63 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
             consumer(&addr, "g", "t6").build(),
             consumer(&addr, "g", "t6").build()
         );
-        let (mut a, mut b, mut c) = (spawn_member(a.unwrap()), spawn_member(b.unwrap()), spawn_member(c.unwrap()));
-        wait_for("a 3-way split", &mut [&mut a, &mut b, &mut c], Duration::from_secs(20), |m| {
-            m.iter().all(|x| x.assigned.len() == 2 && x.generation == m[0].generation)
-        })
+        let (mut a, mut b, mut c) = (
+            spawn_member(a.unwrap()),
+            spawn_member(b.unwrap()),
+            spawn_member(c.unwrap()),
+        );
+        wait_for(
+            "a 3-way split",
+            &mut [&mut a, &mut b, &mut c],
+            Duration::from_secs(20),
+            |m| {
+                m.iter()
+                    .all(|x| x.assigned.len() == 2 && x.generation == m[0].generation)
+            },
+        )
         .await;
-        let mut all: Vec<(String, i32)> = [&a, &b, &c].iter().flat_map(|m| m.assigned.clone()).collect();
+        let mut all: Vec<(String, i32)> = [&a, &b, &c]
+            .iter()
+            .flat_map(|m| m.assigned.clone())
+            .collect();
         all.sort();
         all.dedup();
-        assert_eq!(all.len(), 6, "no partition twice within a generation, none missing");
+        assert_eq!(
+            all.len(),
+            6,
+            "no partition twice within a generation, none missing"
+        );
 
         // Close c: its partitions move to a and b at once (well before the 1.5 s session timeout).
         c.stop(true).await;
-        wait_for("a and b take over after close", &mut [&mut a, &mut b], Duration::from_secs(5), |m| {
-            m.iter().all(|x| x.assigned.len() == 3)
-        })
+        wait_for(
+            "a and b take over after close",
+            &mut [&mut a, &mut b],
+            Duration::from_secs(5),
+            |m| m.iter().all(|x| x.assigned.len() == 3),
+        )
         .await;
 
         // Kill b (dropped without close): a gets everything after the session timeout.
         b.stop(false).await;
-        wait_for("a owns all six after b expires", &mut [&mut a], Duration::from_secs(15), |m| m[0].assigned.len() == 6).await;
-        a.stop(true).await;
-        // With commits after every record, the group has consumed all 600 with no lag.
+        wait_for(
+            "a owns all six after b expires",
+            &mut [&mut a],
+            Duration::from_secs(15),
+            |m| m[0].assigned.len() == 6,
+        )
+        .await;
+        // With commits after every record, the group consumes all 600: lag reaches 0.
         let admin = Admin::connect(&addr).await.unwrap();
-        let lag: i64 = admin.group_offsets("g", &["t6".into()]).await.unwrap().iter().map(|p| p.lag()).sum();
-        assert_eq!(lag, 0);
+        common::wait_until("lag 0", Duration::from_secs(20), || {
+            let admin = &admin;
+            async move {
+                let offs = admin.group_offsets("g", &["t6".into()]).await.unwrap();
+                offs.iter().map(|p| p.lag()).sum::<i64>() == 0
+            }
+        })
+        .await;
+        a.stop(true).await;
         broker.shutdown().await;
     });
 }
@@ -180,7 +238,10 @@ fn group_consumes_everything_once_and_resumes_from_commits() {
         let events = c.events();
         let first = take(&mut c, 120).await;
         c.close().await.unwrap();
-        assert!(matches!(events.try_recv(), Ok(RebalanceEvent::Assigned { .. })));
+        assert!(matches!(
+            events.try_recv(),
+            Ok(RebalanceEvent::Assigned { .. })
+        ));
         // Per partition, offsets come in order.
         let mut by_p: HashMap<i32, Vec<u64>> = HashMap::new();
         for (p, o, _) in &first {
@@ -222,12 +283,20 @@ fn consumer_survives_a_broker_restart() {
         produce(&addr, "r", 0).await;
         let deadline = Instant::now() + Duration::from_secs(20);
         while seen.len() < 100 {
-            assert!(Instant::now() < deadline, "only {} distinct records after the restart", seen.len());
+            assert!(
+                Instant::now() < deadline,
+                "only {} distinct records after the restart",
+                seen.len()
+            );
             for r in take(&mut c, 1).await {
                 seen.insert(r.2);
             }
         }
-        assert_eq!(seen.len(), 100, "every record, none lost across the restart");
+        assert_eq!(
+            seen.len(),
+            100,
+            "every record, none lost across the restart"
+        );
         c.close().await.unwrap();
         broker.shutdown().await;
     });
@@ -252,8 +321,21 @@ fn stale_member_commits_are_fenced() {
         let n = new.recv().await.unwrap().unwrap();
         new.commit(&n).await.unwrap();
         let err = old.commit(&r).await.unwrap_err();
-        assert!(matches!(err.code(), Some(flume_client::ErrorCode::UnknownMember | flume_client::ErrorCode::IllegalGeneration)), "{err}");
-        assert_eq!(e.committed("g4", "f", 0), Some(n.offset as i64 + 1), "the new owner's commit stands");
+        assert!(
+            matches!(
+                err.code(),
+                Some(
+                    flume_client::ErrorCode::UnknownMember
+                        | flume_client::ErrorCode::IllegalGeneration
+                )
+            ),
+            "{err}"
+        );
+        assert_eq!(
+            e.committed("g4", "f", 0),
+            Some(n.offset as i64 + 1),
+            "the new owner's commit stands"
+        );
         assert!(new.generation().await > old_gen);
         new.close().await.unwrap();
         broker.shutdown().await;

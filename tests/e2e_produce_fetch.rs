@@ -7,8 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flume_broker::{Backpressure, Broker, TopicConfig};
-use flume_client::protocol::{self, partition_for_key, record, ErrorCode, ProduceEntry, ProduceRequest};
-use flume_client::{Admin, Client, ConnectionConfig, PartitionConsumer, Producer, SendRecord, StartOffset};
+use flume_client::protocol::{
+    self, partition_for_key, record, ErrorCode, ProduceEntry, ProduceRequest,
+};
+use flume_client::{
+    Admin, Client, ConnectionConfig, PartitionConsumer, Producer, SendRecord, StartOffset,
+};
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]
@@ -18,7 +22,10 @@ fn send_then_consume_with_keys_and_headers() {
         let broker = common::start(dir.path()).await;
         let addr = broker.local_addr().to_string();
         let producer = Producer::connect(&addr).await.unwrap();
-        let m1 = producer.send("orders", Some(b"user-123"), br#"{"item":"widget"}"#).await.unwrap();
+        let m1 = producer
+            .send("orders", Some(b"user-123"), br#"{"item":"widget"}"#)
+            .await
+            .unwrap();
         let m2 = producer
             .send_record(SendRecord {
                 topic: "orders".into(),
@@ -34,11 +41,21 @@ fn send_then_consume_with_keys_and_headers() {
             .unwrap();
         assert_eq!(m1.partition, m2.partition, "same key, same partition");
         assert_eq!(m2.offset, m1.offset + 1);
-        assert_eq!(m1.partition as u32, partition_for_key(b"user-123", 3), "client and broker routing agree");
-        let mut c = PartitionConsumer::connect(&addr, "orders", m1.partition, StartOffset::Earliest).await.unwrap();
+        assert_eq!(
+            m1.partition as u32,
+            partition_for_key(b"user-123", 3),
+            "client and broker routing agree"
+        );
+        let mut c =
+            PartitionConsumer::connect(&addr, "orders", m1.partition, StartOffset::Earliest)
+                .await
+                .unwrap();
         let r1 = c.recv().await.unwrap();
         let r2 = c.recv().await.unwrap();
-        assert_eq!((r1.offset, &r1.key.as_deref().unwrap()[..], &r1.value[..]), (0, &b"user-123"[..], &br#"{"item":"widget"}"#[..]));
+        assert_eq!(
+            (r1.offset, r1.key.as_deref().unwrap(), &r1.value[..]),
+            (0, &b"user-123"[..], &br#"{"item":"widget"}"#[..])
+        );
         assert_eq!(&r2.value[..], b"gadget");
         assert_eq!(r2.headers[0].key, "trace");
         producer.close().await;
@@ -52,11 +69,20 @@ fn routing_agrees_for_many_keys() {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         broker.engine().create_topic("r", common::topic(7)).unwrap();
-        let producer = Producer::connect(&broker.local_addr().to_string()).await.unwrap();
+        let producer = Producer::connect(&broker.local_addr().to_string())
+            .await
+            .unwrap();
         for i in 0..200 {
             let key = format!("key-{i}");
-            let m = producer.send("r", Some(key.as_bytes()), b"v").await.unwrap();
-            assert_eq!(m.partition as u32, partition_for_key(key.as_bytes(), 7), "{key}");
+            let m = producer
+                .send("r", Some(key.as_bytes()), b"v")
+                .await
+                .unwrap();
+            assert_eq!(
+                m.partition as u32,
+                partition_for_key(key.as_bytes(), 7),
+                "{key}"
+            );
         }
         broker.shutdown().await;
     });
@@ -68,7 +94,11 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         broker.engine().create_topic("b", common::topic(4)).unwrap();
-        let producer = Arc::new(Producer::connect(&broker.local_addr().to_string()).await.unwrap());
+        let producer = Arc::new(
+            Producer::connect(&broker.local_addr().to_string())
+                .await
+                .unwrap(),
+        );
         let per_task = 12_500u32;
         let mut tasks = Vec::new();
         for t in 0..8u32 {
@@ -101,9 +131,18 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
             let acks = task.await;
             assert_eq!(acks.len(), per_task as usize);
             // Same key: one partition, increasing offsets in send order.
-            assert!(acks.iter().all(|a| a.partition == acks[0].partition), "task {t}");
-            assert!(acks.windows(2).all(|w| w[0].offset < w[1].offset), "task {t} order");
-            per_partition.entry(acks[0].partition).or_default().extend(acks.iter().map(|a| a.offset));
+            assert!(
+                acks.iter().all(|a| a.partition == acks[0].partition),
+                "task {t}"
+            );
+            assert!(
+                acks.windows(2).all(|w| w[0].offset < w[1].offset),
+                "task {t} order"
+            );
+            per_partition
+                .entry(acks[0].partition)
+                .or_default()
+                .extend(acks.iter().map(|a| a.offset));
         }
         for (p, mut offs) in per_partition {
             offs.sort_unstable();
@@ -119,9 +158,16 @@ fn long_poll_wakes_on_new_data_and_times_out_empty() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("lp", common::topic(1)).unwrap();
+        broker
+            .engine()
+            .create_topic("lp", common::topic(1))
+            .unwrap();
         let addr = broker.local_addr().to_string();
-        let client = Arc::new(Client::connect(&addr, ConnectionConfig::default()).await.unwrap());
+        let client = Arc::new(
+            Client::connect(&addr, ConnectionConfig::default())
+                .await
+                .unwrap(),
+        );
         // Empty partition: returns empty after max_wait, no error.
         let mut c = PartitionConsumer::with_client(
             client.clone(),
@@ -148,7 +194,10 @@ fn long_poll_wakes_on_new_data_and_times_out_empty() {
         let waiter = flume_client::rt::spawn(async move { c.poll_batch().await });
         let producer = Producer::connect(&addr).await.unwrap();
         producer.send("lp", None, b"wake").await.unwrap();
-        let got = flume_client::rt::timeout(Duration::from_secs(10), waiter).await.expect("long poll woke").unwrap();
+        let got = flume_client::rt::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("long poll woke")
+            .unwrap();
         assert_eq!(&got[0].value[..], b"wake");
         broker.shutdown().await;
     });
@@ -203,7 +252,10 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
                 other => panic!("unexpected {other}"),
             }
         }
-        assert!(full > 0, "a queue of 2 must overflow with 200 immediate admissions");
+        assert!(
+            full > 0,
+            "a queue of 2 must overflow with 200 immediate admissions"
+        );
         bases.sort_unstable();
         assert!(bases.windows(2).all(|w| w[1] - w[0] == 50));
         // Block: the queue never holds more than max_pending, nothing is rejected.
@@ -245,10 +297,21 @@ fn graceful_shutdown_loses_no_acknowledged_record() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
-        let producer = Producer::connect(&broker.local_addr().to_string()).await.unwrap();
+        let producer = Producer::connect(&broker.local_addr().to_string())
+            .await
+            .unwrap();
         let mut acked = Vec::new();
         for i in 0..500 {
-            acked.push(producer.send("s", Some(format!("k{}", i % 5).as_bytes()), format!("v{i}").as_bytes()).await.unwrap());
+            acked.push(
+                producer
+                    .send(
+                        "s",
+                        Some(format!("k{}", i % 5).as_bytes()),
+                        format!("v{i}").as_bytes(),
+                    )
+                    .await
+                    .unwrap(),
+            );
         }
         broker.shutdown().await;
         drop(producer);
@@ -257,7 +320,9 @@ fn graceful_shutdown_loses_no_acknowledged_record() {
         let total: u64 = t.partitions.iter().map(|p| p.end_offset()).sum();
         assert_eq!(total, 500);
         for a in acked.iter().step_by(37) {
-            let r = t.partitions[a.partition as usize].read_now(a.offset as u64, 1).unwrap();
+            let r = t.partitions[a.partition as usize]
+                .read_now(a.offset as u64, 1)
+                .unwrap();
             assert!(!r.records.is_empty());
         }
         broker.shutdown().await;
@@ -274,9 +339,15 @@ fn malformed_frames_cost_only_their_connection() {
         producer.send("m", None, b"before").await.unwrap();
         // A size of 2^31-1: closed without allocating.
         let mut bad = flume_client::rt::TcpStream::connect(&addr).await.unwrap();
-        bad.write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0]).await.unwrap();
+        bad.write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0])
+            .await
+            .unwrap();
         let mut buf = [0u8; 16];
-        assert_eq!(bad.read(&mut buf).await.unwrap_or(0), 0, "connection closed");
+        assert_eq!(
+            bad.read(&mut buf).await.unwrap_or(0),
+            0,
+            "connection closed"
+        );
         // A well-framed request that does not decode, and an unknown api key: error responses, connection stays.
         let mut s = flume_client::rt::TcpStream::connect(&addr).await.unwrap();
         let mut frame = Vec::new();
@@ -294,8 +365,13 @@ fn malformed_frames_cost_only_their_connection() {
             let n = s.read(&mut chunk).await.unwrap();
             assert!(n > 0, "connection must stay open");
             got.extend_from_slice(&chunk[..n]);
-            while let Ok(protocol::frame::Decoded::Frame(f, used)) = protocol::frame::decode_response(&got, 1 << 20) {
-                codes.insert(f.request_id, i16::from_be_bytes([f.payload[0], f.payload[1]]));
+            while let Ok(protocol::frame::Decoded::Frame(f, used)) =
+                protocol::frame::decode_response(&got, 1 << 20)
+            {
+                codes.insert(
+                    f.request_id,
+                    i16::from_be_bytes([f.payload[0], f.payload[1]]),
+                );
                 got.drain(..used);
             }
         }
@@ -316,7 +392,12 @@ fn produce_errors_are_typed() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
-        let client = Client::connect(&broker.local_addr().to_string(), ConnectionConfig::default()).await.unwrap();
+        let client = Client::connect(
+            &broker.local_addr().to_string(),
+            ConnectionConfig::default(),
+        )
+        .await
+        .unwrap();
         let big = {
             let mut b = Vec::new();
             record::encode(&mut b, 0, 0, None, &vec![0u8; 2 * 1024 * 1024], &[]);
@@ -327,17 +408,38 @@ fn produce_errors_are_typed() {
         corrupt[last] ^= 1;
         let req = ProduceRequest {
             entries: vec![
-                ProduceEntry { topic: "e".into(), partition: 0, records: big },
-                ProduceEntry { topic: "e".into(), partition: 0, records: corrupt.into() },
-                ProduceEntry { topic: "e".into(), partition: 9, records: batch_of(1) },
-                ProduceEntry { topic: "bad name".into(), partition: 0, records: batch_of(1) },
+                ProduceEntry {
+                    topic: "e".into(),
+                    partition: 0,
+                    records: big,
+                },
+                ProduceEntry {
+                    topic: "e".into(),
+                    partition: 0,
+                    records: corrupt.into(),
+                },
+                ProduceEntry {
+                    topic: "e".into(),
+                    partition: 9,
+                    records: batch_of(1),
+                },
+                ProduceEntry {
+                    topic: "bad name".into(),
+                    partition: 0,
+                    records: batch_of(1),
+                },
             ],
         };
         let resp = client.call(&req).await.unwrap();
         let codes: Vec<ErrorCode> = resp.results.iter().map(|r| r.error).collect();
         assert_eq!(
             codes,
-            vec![ErrorCode::RecordTooLarge, ErrorCode::CorruptRecord, ErrorCode::UnknownPartition, ErrorCode::InvalidName]
+            vec![
+                ErrorCode::RecordTooLarge,
+                ErrorCode::CorruptRecord,
+                ErrorCode::UnknownPartition,
+                ErrorCode::InvalidName
+            ]
         );
         broker.shutdown().await;
     });

@@ -22,7 +22,9 @@ impl std::str::FromStr for Backpressure {
         match s {
             "block" => Ok(Backpressure::Block),
             "reject" => Ok(Backpressure::Reject),
-            other => Err(format!("backpressure must be block or reject, not {other:?}")),
+            other => Err(format!(
+                "backpressure must be block or reject, not {other:?}"
+            )),
         }
     }
 }
@@ -93,15 +95,34 @@ impl TopicConfig {
     /// A value that does not parse.
     pub fn from_text(text: &str) -> Result<Self, String> {
         let mut c = TopicConfig::default();
-        let num = |k: &str, v: &str| v.parse::<u64>().map_err(|_| format!("{k}: {v:?} is not a number"));
-        let opt = |k: &str, v: &str| if v == "none" { Ok(None) } else { num(k, v).map(Some) };
-        for line in text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
+        let num = |k: &str, v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{k}: {v:?} is not a number"))
+        };
+        let opt = |k: &str, v: &str| {
+            if v == "none" {
+                Ok(None)
+            } else {
+                num(k, v).map(Some)
+            }
+        };
+        for line in text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        {
             let Some((k, v)) = line.split_once('=') else {
                 return Err(format!("line {line:?} is not key=value"));
             };
             match k {
-                "partitions" => c.partitions = u32::try_from(num(k, v)?).map_err(|_| "partitions too large".to_owned())?,
-                "max_pending" => c.max_pending = usize::try_from(num(k, v)?).map_err(|_| "max_pending too large".to_owned())?,
+                "partitions" => {
+                    c.partitions =
+                        u32::try_from(num(k, v)?).map_err(|_| "partitions too large".to_owned())?
+                }
+                "max_pending" => {
+                    c.max_pending = usize::try_from(num(k, v)?)
+                        .map_err(|_| "max_pending too large".to_owned())?
+                }
                 "retention_bytes" => c.retention_bytes = opt(k, v)?,
                 "retention_ms" => c.retention_ms = opt(k, v)?,
                 "segment_bytes" => c.segment_bytes = num(k, v)?,
@@ -203,7 +224,10 @@ impl BrokerConfig {
             return bad("max_pending must be at least 1".into());
         }
         if self.max_frame_bytes < 1024 {
-            return bad(format!("max_frame_bytes is {}, the minimum is 1024", self.max_frame_bytes));
+            return bad(format!(
+                "max_frame_bytes is {}, the minimum is 1024",
+                self.max_frame_bytes
+            ));
         }
         if self.max_record_bytes + 1024 > self.max_frame_bytes {
             return bad(format!(
@@ -212,7 +236,9 @@ impl BrokerConfig {
             ));
         }
         if self.max_connections == 0 || self.max_in_flight_per_connection == 0 {
-            return bad("max_connections and max_in_flight_per_connection must be at least 1".into());
+            return bad(
+                "max_connections and max_in_flight_per_connection must be at least 1".into(),
+            );
         }
         Ok(())
     }
@@ -226,7 +252,9 @@ pub fn valid_name(name: &str) -> bool {
         && name != "."
         && name != ".."
         && !name.starts_with("__")
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 #[cfg(test)]
@@ -251,7 +279,15 @@ mod tests {
     #[test]
     fn names() {
         assert!(valid_name("orders.v1-eu_2"));
-        for bad in ["", ".", "..", "a/b", "__consumer_offsets", "x y", &"a".repeat(201)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a/b",
+            "__consumer_offsets",
+            "x y",
+            &"a".repeat(201),
+        ] {
             assert!(!valid_name(bad), "{bad}");
         }
     }

@@ -30,6 +30,9 @@ use crate::group::{assign, Assignor, Subscription};
 
 type Members = HashMap<(String, String), BTreeSet<String>>;
 
+/// What `poll` returns: `(partition, (offset, value))`, as in NanoKafka.
+pub type Polled = (u32, (u64, Bytes));
+
 /// An in-process broker.
 #[derive(Debug)]
 pub struct EmbeddedBroker {
@@ -88,7 +91,12 @@ impl EmbeddedBroker {
     ///
     /// # Errors
     /// UNKNOWN_TOPIC (auto-create off), QUEUE_FULL (reject mode), RECORD_TOO_LARGE, storage errors.
-    pub async fn produce(&self, topic: &str, value: &[u8], key: Option<&[u8]>) -> Result<(u32, u64), BrokerError> {
+    pub async fn produce(
+        &self,
+        topic: &str,
+        value: &[u8],
+        key: Option<&[u8]>,
+    ) -> Result<(u32, u64), BrokerError> {
         self.produce_with(topic, key, value, &[], None).await
     }
 
@@ -113,9 +121,15 @@ impl EmbeddedBroker {
         };
         let result = self.engine.admit_produce(entry).await.finish().await;
         if !result.error.is_ok() {
-            return Err(BrokerError::code_for(result.error, format!("produce to {topic}")));
+            return Err(BrokerError::code_for(
+                result.error,
+                format!("produce to {topic}"),
+            ));
         }
-        let span = result.spans.first().ok_or(BrokerError::from(ErrorCode::Unknown))?;
+        let span = result
+            .spans
+            .first()
+            .ok_or(BrokerError::from(ErrorCode::Unknown))?;
         Ok((
             u32::try_from(span.partition).unwrap_or(0),
             u64::try_from(span.base_offset).unwrap_or(0),
@@ -128,7 +142,10 @@ impl EmbeddedBroker {
     /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME.
     pub fn join_group(&self, topic: &str, group: &str, consumer: &str) -> Result<(), BrokerError> {
         if !crate::config::valid_name(group) {
-            return Err(BrokerError::code_for(ErrorCode::InvalidName, format!("group name {group:?}")));
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidName,
+                format!("group name {group:?}"),
+            ));
         }
         self.engine.topic_or_create(topic)?;
         lock(&self.members)
@@ -158,7 +175,10 @@ impl EmbeddedBroker {
                 topics: vec![topic.to_owned()],
             })
             .collect();
-        let n = self.engine.topic(topic).map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0));
+        let n = self
+            .engine
+            .topic(topic)
+            .map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0));
         assign(Assignor::Range, &subs, &|_| n)
             .get(consumer)
             .and_then(|a| a.get(topic))
@@ -171,20 +191,36 @@ impl EmbeddedBroker {
     ///
     /// # Errors
     /// UNKNOWN_MEMBER (not joined), storage errors.
-    pub async fn poll(&self, topic: &str, group: &str, consumer: &str) -> Result<Option<(u32, (u64, Bytes))>, BrokerError> {
-        Ok(self.poll_record(topic, group, consumer).await?.map(|(p, r)| (p, (r.offset, r.value))))
+    pub async fn poll(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+    ) -> Result<Option<Polled>, BrokerError> {
+        Ok(self
+            .poll_record(topic, group, consumer)
+            .await?
+            .map(|(p, r)| (p, (r.offset, r.value))))
     }
 
     /// Like [`EmbeddedBroker::poll`], returning the whole record (key, headers, timestamp).
     ///
     /// # Errors
     /// As [`EmbeddedBroker::poll`].
-    pub async fn poll_record(&self, topic: &str, group: &str, consumer: &str) -> Result<Option<(u32, Record)>, BrokerError> {
+    pub async fn poll_record(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+    ) -> Result<Option<(u32, Record)>, BrokerError> {
         let joined = lock(&self.members)
             .get(&(topic.to_owned(), group.to_owned()))
             .is_some_and(|s| s.contains(consumer));
         if !joined {
-            return Err(BrokerError::code_for(ErrorCode::UnknownMember, format!("{consumer} has not joined {group} on {topic}")));
+            return Err(BrokerError::code_for(
+                ErrorCode::UnknownMember,
+                format!("{consumer} has not joined {group} on {topic}"),
+            ));
         }
         let parts = self.assignment(topic, group, consumer);
         let Some(t) = self.engine.topic(topic) else {
@@ -195,14 +231,22 @@ impl EmbeddedBroker {
         for i in 0..parts.len() {
             let idx = (first + i) % parts.len();
             let p = parts[idx];
-            let Some(part) = t.partitions.get(p as usize) else { continue };
-            let committed = self.engine.committed(group, topic, i32::try_from(p).unwrap_or(i32::MAX));
-            let from = committed.and_then(|c| u64::try_from(c).ok()).unwrap_or(0).max(part.start_offset());
+            let Some(part) = t.partitions.get(p as usize) else {
+                continue;
+            };
+            let committed =
+                self.engine
+                    .committed(group, topic, i32::try_from(p).unwrap_or(i32::MAX));
+            let from = committed
+                .and_then(|c| u64::try_from(c).ok())
+                .unwrap_or(0)
+                .max(part.start_offset());
             if from >= part.end_offset() {
                 continue;
             }
             let r = part.read(from, 1).await?;
-            let mut recs = record::decode_all(&Bytes::from(r.records)).map_err(|e| BrokerError::code_for(ErrorCode::CorruptRecord, e.to_string()))?;
+            let mut recs = record::decode_all(&Bytes::from(r.records))
+                .map_err(|e| BrokerError::code_for(ErrorCode::CorruptRecord, e.to_string()))?;
             if recs.is_empty() {
                 continue;
             }
@@ -216,13 +260,29 @@ impl EmbeddedBroker {
     ///
     /// # Errors
     /// UNKNOWN_TOPIC, UNKNOWN_PARTITION, storage errors.
-    pub fn commit(&self, topic: &str, group: &str, partition: u32, offset: u64) -> Result<(), BrokerError> {
-        let t = self.engine.topic(topic).ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
+    pub fn commit(
+        &self,
+        topic: &str,
+        group: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
+        let t = self
+            .engine
+            .topic(topic)
+            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
         if partition as usize >= t.partitions.len() {
             return Err(ErrorCode::UnknownPartition.into());
         }
         let next = i64::try_from(offset.saturating_add(1)).unwrap_or(i64::MAX);
-        self.engine.store_offsets(group, &[(topic.to_owned(), i32::try_from(partition).unwrap_or(i32::MAX), next)])
+        self.engine.store_offsets(
+            group,
+            &[(
+                topic.to_owned(),
+                i32::try_from(partition).unwrap_or(i32::MAX),
+                next,
+            )],
+        )
     }
 
     /// Records not yet committed by the group, per partition.
@@ -230,12 +290,20 @@ impl EmbeddedBroker {
     /// # Errors
     /// UNKNOWN_TOPIC.
     pub fn lag(&self, topic: &str, group: &str) -> Result<BTreeMap<u32, u64>, BrokerError> {
-        let t = self.engine.topic(topic).ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
+        let t = self
+            .engine
+            .topic(topic)
+            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
         Ok(t.partitions
             .iter()
             .map(|p| {
-                let committed = self.engine.committed(group, topic, i32::try_from(p.id).unwrap_or(i32::MAX));
-                let from = committed.and_then(|c| u64::try_from(c).ok()).unwrap_or(0).max(p.start_offset());
+                let committed =
+                    self.engine
+                        .committed(group, topic, i32::try_from(p.id).unwrap_or(i32::MAX));
+                let from = committed
+                    .and_then(|c| u64::try_from(c).ok())
+                    .unwrap_or(0)
+                    .max(p.start_offset());
                 (p.id, p.end_offset().saturating_sub(from))
             })
             .collect())
@@ -263,7 +331,12 @@ impl Blocking<'_> {
     ///
     /// # Errors
     /// As there.
-    pub fn produce(&self, topic: &str, value: &[u8], key: Option<&[u8]>) -> Result<(u32, u64), BrokerError> {
+    pub fn produce(
+        &self,
+        topic: &str,
+        value: &[u8],
+        key: Option<&[u8]>,
+    ) -> Result<(u32, u64), BrokerError> {
         rt::block_on(self.0.produce(topic, value, key))
     }
     /// See [`EmbeddedBroker::join_group`].
@@ -277,14 +350,25 @@ impl Blocking<'_> {
     ///
     /// # Errors
     /// As there.
-    pub fn poll(&self, topic: &str, group: &str, consumer: &str) -> Result<Option<(u32, (u64, Bytes))>, BrokerError> {
+    pub fn poll(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+    ) -> Result<Option<Polled>, BrokerError> {
         rt::block_on(self.0.poll(topic, group, consumer))
     }
     /// See [`EmbeddedBroker::commit`].
     ///
     /// # Errors
     /// As there.
-    pub fn commit(&self, topic: &str, group: &str, partition: u32, offset: u64) -> Result<(), BrokerError> {
+    pub fn commit(
+        &self,
+        topic: &str,
+        group: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), BrokerError> {
         self.0.commit(topic, group, partition, offset)
     }
     /// See [`EmbeddedBroker::lag`].

@@ -11,8 +11,9 @@ use flume_client::protocol::messages::encode_fetch_partition;
 use flume_client::protocol::record::{self, RecordError, RecordIter};
 use flume_client::protocol::wire::WriteExt;
 use flume_client::protocol::{
-    partition_for_key, CreateTopicRequest, ErrorCode, FetchRequest, JoinGroupRequest, JoinGroupResponse, MetadataResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchPartition, OffsetFetchRequest, OffsetFetchResponse, PartitionError,
+    partition_for_key, CreateTopicRequest, ErrorCode, FetchRequest, JoinGroupRequest,
+    JoinGroupResponse, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchPartition, OffsetFetchRequest, OffsetFetchResponse, PartitionError,
     PartitionMetadata, ProduceEntry, ProduceResult, Span, TopicMetadata,
 };
 use flume_client::rt;
@@ -105,7 +106,11 @@ impl PendingProduce {
             partition: self.partition,
             error,
             spans,
-            record_partitions: if error.is_ok() { self.record_partitions } else { Vec::new() },
+            record_partitions: if error.is_ok() {
+                self.record_partitions
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -147,11 +152,15 @@ impl Engine {
                     continue;
                 }
             };
-            let tc = TopicConfig::from_text(&text).map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))?;
+            let tc = TopicConfig::from_text(&text)
+                .map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))?;
             let topic = Self::open_topic(&config, &name, tc)?;
             topics.insert(name, Arc::new(topic));
         }
-        let offsets = OffsetStore::open(&dir.join("__consumer_offsets"), config.fsync == FsyncPolicy::Always)?;
+        let offsets = OffsetStore::open(
+            &dir.join("__consumer_offsets"),
+            config.fsync == FsyncPolicy::Always,
+        )?;
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
@@ -181,7 +190,7 @@ impl Engine {
                 }
                 engine.tick_groups();
                 n += 1;
-                if n % 10 == 0 || engine.config.fsync != FsyncPolicy::Never {
+                if n.is_multiple_of(10) || engine.config.fsync != FsyncPolicy::Never {
                     engine.maintain().await;
                 }
             }
@@ -190,7 +199,11 @@ impl Engine {
         Ok(engine)
     }
 
-    fn open_topic(config: &BrokerConfig, name: &str, tc: TopicConfig) -> Result<Topic, BrokerError> {
+    fn open_topic(
+        config: &BrokerConfig,
+        name: &str,
+        tc: TopicConfig,
+    ) -> Result<Topic, BrokerError> {
         let dir = config.data_dir.join(name);
         let mut partitions = Vec::with_capacity(tc.partitions as usize);
         for p in 0..tc.partitions {
@@ -234,12 +247,21 @@ impl Engine {
 
     /// A topic, if it exists.
     pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned()
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
     }
 
     /// Every topic, sorted by name.
     pub fn topics(&self) -> Vec<Arc<Topic>> {
-        self.topics.read().unwrap_or_else(std::sync::PoisonError::into_inner).values().cloned().collect()
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// Creates a topic with the given settings.
@@ -248,10 +270,16 @@ impl Engine {
     /// INVALID_NAME, TOPIC_ALREADY_EXISTS, or storage errors.
     pub fn create_topic(&self, name: &str, tc: TopicConfig) -> Result<Arc<Topic>, BrokerError> {
         if !valid_name(name) {
-            return Err(BrokerError::code_for(ErrorCode::InvalidName, format!("topic name {name:?}")));
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidName,
+                format!("topic name {name:?}"),
+            ));
         }
         if tc.partitions == 0 || tc.partitions > 10_000 || tc.max_pending == 0 {
-            return Err(BrokerError::code_for(ErrorCode::InvalidRequest, "partitions must be 1..=10000 and max_pending at least 1"));
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidRequest,
+                "partitions must be 1..=10000 and max_pending at least 1",
+            ));
         }
         let _guard = lock(&self.create_lock);
         if self.topic(name).is_some() {
@@ -264,7 +292,11 @@ impl Engine {
         })?;
         write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
         let topic = Arc::new(Self::open_topic(&self.config, name, tc)?);
-        tracing::info!(topic = name, partitions = topic.partitions.len(), "topic created");
+        tracing::info!(
+            topic = name,
+            partitions = topic.partitions.len(),
+            "topic created"
+        );
         self.topics
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -276,15 +308,27 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::create_topic`].
-    pub fn create_topic_request(&self, req: &CreateTopicRequest) -> Result<Arc<Topic>, BrokerError> {
+    pub fn create_topic_request(
+        &self,
+        req: &CreateTopicRequest,
+    ) -> Result<Arc<Topic>, BrokerError> {
         let d = &self.config.default_topic;
         let pos_u64 = |v: i64, def: Option<u64>| if v < 0 { def } else { u64::try_from(v).ok() };
         let tc = TopicConfig {
-            partitions: if req.partitions < 0 { d.partitions } else { u32::try_from(req.partitions).unwrap_or(0) },
-            max_pending: if req.max_pending < 0 { d.max_pending } else { usize::try_from(req.max_pending).unwrap_or(0) },
+            partitions: if req.partitions < 0 {
+                d.partitions
+            } else {
+                u32::try_from(req.partitions).unwrap_or(0)
+            },
+            max_pending: if req.max_pending < 0 {
+                d.max_pending
+            } else {
+                usize::try_from(req.max_pending).unwrap_or(0)
+            },
             retention_bytes: pos_u64(req.retention_bytes, d.retention_bytes),
             retention_ms: pos_u64(req.retention_ms, d.retention_ms),
-            segment_bytes: pos_u64(req.segment_bytes, Some(d.segment_bytes)).unwrap_or(d.segment_bytes),
+            segment_bytes: pos_u64(req.segment_bytes, Some(d.segment_bytes))
+                .unwrap_or(d.segment_bytes),
             backpressure: match req.backpressure {
                 0 => Backpressure::Block,
                 1 => Backpressure::Reject,
@@ -309,13 +353,16 @@ impl Engine {
             Err(BrokerError::Code {
                 code: ErrorCode::TopicAlreadyExists,
                 ..
-            }) => self.topic(name).ok_or_else(|| ErrorCode::UnknownTopic.into()),
+            }) => self
+                .topic(name)
+                .ok_or_else(|| ErrorCode::UnknownTopic.into()),
             other => other,
         }
     }
 
     fn partitions_of(&self, topic: &str) -> u32 {
-        self.topic(topic).map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0))
+        self.topic(topic)
+            .map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0))
     }
 
     // ------------------------------------------------------------ produce
@@ -325,7 +372,11 @@ impl Engine {
     /// for the offsets. Queueing happens in call order, so records sent one
     /// after another keep their order.
     pub async fn admit_produce(&self, entry: ProduceEntry) -> PendingProduce {
-        let ProduceEntry { topic, partition, records } = entry;
+        let ProduceEntry {
+            topic,
+            partition,
+            records,
+        } = entry;
         let fail = |code| PendingProduce::failed(&topic, partition, code);
         if self.is_shutting_down() {
             return fail(ErrorCode::ShuttingDown);
@@ -344,7 +395,10 @@ impl Engine {
             let Some(p) = t.partition(partition) else {
                 return fail(ErrorCode::UnknownPartition);
             };
-            match p.enqueue(records.to_vec(), info.count, info.max_timestamp).await {
+            match p
+                .enqueue(records.to_vec(), info.count, info.max_timestamp)
+                .await
+            {
                 Ok(rx) => pending.waits.push((p.id, info.count, rx)),
                 Err(code) => pending.error = code,
             }
@@ -362,7 +416,9 @@ impl Engine {
                 Some((Some(key), _)) => partition_for_key(key, n),
                 _ => sticky,
             };
-            pending.record_partitions.push(i32::try_from(p).unwrap_or(i32::MAX));
+            pending
+                .record_partitions
+                .push(i32::try_from(p).unwrap_or(i32::MAX));
             let e = subs.entry(p).or_insert_with(|| (Vec::new(), 0, i64::MIN));
             e.0.extend_from_slice(&records[raw.pos..raw.pos + raw.encoded_len()]);
             e.1 += 1;
@@ -383,16 +439,25 @@ impl Engine {
     /// Serves a FETCH into `out` (the response body), long-polling until
     /// `min_bytes` are available or `max_wait_ms` passes.
     pub async fn fetch_into(&self, req: &FetchRequest, out: &mut Vec<u8>) {
-        let max_wait = Duration::from_millis(u64::try_from(req.max_wait_ms.clamp(0, 60_000)).unwrap_or(0));
+        let max_wait =
+            Duration::from_millis(u64::try_from(req.max_wait_ms.clamp(0, 60_000)).unwrap_or(0));
         let deadline = Instant::now() + max_wait;
-        let budget = usize::try_from(req.max_bytes.max(1)).unwrap_or(1).min(self.config.max_frame_bytes.saturating_sub(64 * 1024).max(4096));
+        let budget = usize::try_from(req.max_bytes.max(1)).unwrap_or(1).min(
+            self.config
+                .max_frame_bytes
+                .saturating_sub(64 * 1024)
+                .max(4096),
+        );
         let min_bytes = usize::try_from(req.min_bytes.max(0)).unwrap_or(0);
         let resolved: Vec<Result<Arc<Partition>, ErrorCode>> = req
             .partitions
             .iter()
             .map(|fp| match self.topic(&fp.topic) {
                 None => Err(ErrorCode::UnknownTopic),
-                Some(t) => t.partition(fp.partition).cloned().ok_or(ErrorCode::UnknownPartition),
+                Some(t) => t
+                    .partition(fp.partition)
+                    .cloned()
+                    .ok_or(ErrorCode::UnknownPartition),
             })
             .collect();
         let start_len = out.len();
@@ -413,7 +478,9 @@ impl Engine {
                 };
                 let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
                 let offset = u64::try_from(fp.offset);
-                let want = usize::try_from(fp.max_bytes.max(1)).unwrap_or(1).min(budget.saturating_sub(total));
+                let want = usize::try_from(fp.max_bytes.max(1))
+                    .unwrap_or(1)
+                    .min(budget.saturating_sub(total));
                 let result = match offset {
                     Err(_) => Err(ErrorCode::OffsetOutOfRange),
                     Ok(_) if want == 0 => Ok(None),
@@ -422,7 +489,15 @@ impl Engine {
                 match result {
                     Ok(Some(r)) => {
                         total += r.records.len();
-                        encode_fetch_partition(out, &fp.topic, fp.partition, ErrorCode::None, to_i64(r.log_end), to_i64(r.log_start), &r.records);
+                        encode_fetch_partition(
+                            out,
+                            &fp.topic,
+                            fp.partition,
+                            ErrorCode::None,
+                            to_i64(r.log_end),
+                            to_i64(r.log_start),
+                            &r.records,
+                        );
                     }
                     Ok(None) => encode_fetch_partition(
                         out,
@@ -448,7 +523,12 @@ impl Engine {
                 }
             }
             let now = Instant::now();
-            if total >= min_bytes.max(1) || errors || now >= deadline || listeners.is_empty() || self.is_shutting_down() {
+            if total >= min_bytes.max(1)
+                || errors
+                || now >= deadline
+                || listeners.is_empty()
+                || self.is_shutting_down()
+            {
                 return;
             }
             let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
@@ -547,7 +627,10 @@ impl Engine {
     ///
     /// # Errors
     /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, STORAGE_ERROR.
-    pub fn commit_offsets(&self, req: &OffsetCommitRequest) -> Result<OffsetCommitResponse, ErrorCode> {
+    pub fn commit_offsets(
+        &self,
+        req: &OffsetCommitRequest,
+    ) -> Result<OffsetCommitResponse, ErrorCode> {
         if !valid_name(&req.group) {
             return Err(ErrorCode::InvalidName);
         }
@@ -584,7 +667,11 @@ impl Engine {
     ///
     /// # Errors
     /// Storage errors.
-    pub fn store_offsets(&self, group: &str, offsets: &[(String, i32, i64)]) -> Result<(), BrokerError> {
+    pub fn store_offsets(
+        &self,
+        group: &str,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<(), BrokerError> {
         lock(&self.offsets).commit(group, offsets)
     }
 
@@ -610,7 +697,9 @@ impl Engine {
                 continue;
             };
             let list: Vec<i32> = if tp.partitions.is_empty() {
-                (0..t.partitions.len()).filter_map(|p| i32::try_from(p).ok()).collect()
+                (0..t.partitions.len())
+                    .filter_map(|p| i32::try_from(p).ok())
+                    .collect()
             } else {
                 tp.partitions.clone()
             };
@@ -705,8 +794,10 @@ pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), Br
     let tmp = path.with_extension("tmp");
     let io = |what: String| move |source| BrokerError::Io { what, source };
     let mut f = std::fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
-    f.write_all(data).map_err(io(format!("write {}", tmp.display())))?;
-    f.sync_all().map_err(io(format!("fsync {}", tmp.display())))?;
+    f.write_all(data)
+        .map_err(io(format!("write {}", tmp.display())))?;
+    f.sync_all()
+        .map_err(io(format!("fsync {}", tmp.display())))?;
     std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
     if let Some(dir) = path.parent() {
         if let Ok(d) = std::fs::File::open(dir) {

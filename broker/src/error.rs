@@ -37,7 +37,9 @@ impl BrokerError {
     pub fn code(&self) -> ErrorCode {
         match self {
             BrokerError::Code { code, .. } => *code,
-            BrokerError::Storage(StorageError::OffsetOutOfRange { .. }) => ErrorCode::OffsetOutOfRange,
+            BrokerError::Storage(StorageError::OffsetOutOfRange { .. }) => {
+                ErrorCode::OffsetOutOfRange
+            }
             BrokerError::Storage(StorageError::Corrupt { .. }) => ErrorCode::CorruptRecord,
             BrokerError::Storage(StorageError::InvalidBatch(_)) => ErrorCode::CorruptRecord,
             BrokerError::Storage(_) | BrokerError::Io { .. } => ErrorCode::StorageError,

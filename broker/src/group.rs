@@ -42,13 +42,27 @@ pub struct Subscription {
 }
 
 /// Computes an assignment: member -> topic -> partitions. Deterministic.
-pub fn assign(assignor: Assignor, subs: &[Subscription], partitions_of: &dyn Fn(&str) -> u32) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
-    let mut out: BTreeMap<String, BTreeMap<String, Vec<i32>>> = subs.iter().map(|s| (s.member.clone(), BTreeMap::new())).collect();
-    let topics: BTreeSet<&str> = subs.iter().flat_map(|s| s.topics.iter().map(String::as_str)).collect();
+pub fn assign(
+    assignor: Assignor,
+    subs: &[Subscription],
+    partitions_of: &dyn Fn(&str) -> u32,
+) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
+    let mut out: BTreeMap<String, BTreeMap<String, Vec<i32>>> = subs
+        .iter()
+        .map(|s| (s.member.clone(), BTreeMap::new()))
+        .collect();
+    let topics: BTreeSet<&str> = subs
+        .iter()
+        .flat_map(|s| s.topics.iter().map(String::as_str))
+        .collect();
     match assignor {
         Assignor::Range => {
             for topic in topics {
-                let mut members: Vec<&str> = subs.iter().filter(|s| s.topics.iter().any(|t| t == topic)).map(|s| s.member.as_str()).collect();
+                let mut members: Vec<&str> = subs
+                    .iter()
+                    .filter(|s| s.topics.iter().any(|t| t == topic))
+                    .map(|s| s.member.as_str())
+                    .collect();
                 members.sort_unstable();
                 let n = partitions_of(topic) as usize;
                 let m = members.len();
@@ -59,7 +73,9 @@ pub fn assign(assignor: Assignor, subs: &[Subscription], partitions_of: &dyn Fn(
                 let mut next = 0usize;
                 for (i, member) in members.iter().enumerate() {
                     let take = per + usize::from(i < extra);
-                    let parts: Vec<i32> = (next..next + take).filter_map(|p| i32::try_from(p).ok()).collect();
+                    let parts: Vec<i32> = (next..next + take)
+                        .filter_map(|p| i32::try_from(p).ok())
+                        .collect();
                     next += take;
                     if let Some(a) = out.get_mut(*member) {
                         a.insert(topic.to_owned(), parts);
@@ -77,7 +93,8 @@ pub fn assign(assignor: Assignor, subs: &[Subscription], partitions_of: &dyn Fn(
                     for step in 0..members.len() {
                         let cand = members[(turn + step) % members.len()];
                         if cand.topics.iter().any(|t| t == topic) {
-                            if let (Some(a), Ok(p)) = (out.get_mut(&cand.member), i32::try_from(p)) {
+                            if let (Some(a), Ok(p)) = (out.get_mut(&cand.member), i32::try_from(p))
+                            {
                                 a.entry(topic.to_owned()).or_default().push(p);
                             }
                             turn = (turn + step + 1) % members.len();
@@ -177,12 +194,24 @@ impl<R> Coordinator<R> {
 
     /// The state of a group, if it exists.
     pub fn state(&self, group: &str) -> Option<(GroupState, i32, usize)> {
-        self.groups.get(group).map(|g| (g.state, g.generation, g.members.len()))
+        self.groups
+            .get(group)
+            .map(|g| (g.state, g.generation, g.members.len()))
     }
 
     /// Handles JOIN_GROUP. The responder parks until the rebalance completes.
-    pub fn join(&mut self, group: &str, p: JoinParams, now: u64, responder: R, partitions_of: &dyn Fn(&str) -> u32) -> Vec<Ready<R>> {
-        let g = self.groups.entry(group.to_owned()).or_insert_with(Group::new);
+    pub fn join(
+        &mut self,
+        group: &str,
+        p: JoinParams,
+        now: u64,
+        responder: R,
+        partitions_of: &dyn Fn(&str) -> u32,
+    ) -> Vec<Ready<R>> {
+        let g = self
+            .groups
+            .entry(group.to_owned())
+            .or_insert_with(Group::new);
         if !p.member_id.is_empty() && !g.members.contains_key(&p.member_id) {
             return vec![(responder, Err(ErrorCode::UnknownMember))];
         }
@@ -232,7 +261,13 @@ impl<R> Coordinator<R> {
     ///
     /// # Errors
     /// UNKNOWN_MEMBER, REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION.
-    pub fn heartbeat(&mut self, group: &str, member: &str, generation: i32, now: u64) -> Result<(), ErrorCode> {
+    pub fn heartbeat(
+        &mut self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        now: u64,
+    ) -> Result<(), ErrorCode> {
         let g = self.groups.get_mut(group).ok_or(ErrorCode::UnknownMember)?;
         let m = g.members.get_mut(member).ok_or(ErrorCode::UnknownMember)?;
         m.last_seen = now;
@@ -249,7 +284,13 @@ impl<R> Coordinator<R> {
     ///
     /// # Errors
     /// UNKNOWN_MEMBER.
-    pub fn leave(&mut self, group: &str, member: &str, now: u64, partitions_of: &dyn Fn(&str) -> u32) -> Result<Vec<Ready<R>>, ErrorCode> {
+    pub fn leave(
+        &mut self,
+        group: &str,
+        member: &str,
+        now: u64,
+        partitions_of: &dyn Fn(&str) -> u32,
+    ) -> Result<Vec<Ready<R>>, ErrorCode> {
         let g = self.groups.get_mut(group).ok_or(ErrorCode::UnknownMember)?;
         if g.members.remove(member).is_none() {
             return Err(ErrorCode::UnknownMember);
@@ -268,7 +309,12 @@ impl<R> Coordinator<R> {
     ///
     /// # Errors
     /// UNKNOWN_MEMBER, ILLEGAL_GENERATION.
-    pub fn check_commit(&self, group: &str, member: &str, generation: i32) -> Result<(), ErrorCode> {
+    pub fn check_commit(
+        &self,
+        group: &str,
+        member: &str,
+        generation: i32,
+    ) -> Result<(), ErrorCode> {
         let g = self.groups.get(group);
         if generation == -1 && member.is_empty() {
             return match g {
@@ -293,7 +339,10 @@ impl<R> Coordinator<R> {
             let expired: Vec<String> = g
                 .members
                 .iter()
-                .filter(|(id, m)| !g.pending.contains_key(*id) && now.saturating_sub(m.last_seen) > m.session_timeout_ms)
+                .filter(|(id, m)| {
+                    !g.pending.contains_key(*id)
+                        && now.saturating_sub(m.last_seen) > m.session_timeout_ms
+                })
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in &expired {
@@ -316,19 +365,32 @@ impl<R> Coordinator<R> {
     pub fn drain(&mut self, code: ErrorCode) -> Vec<Ready<R>> {
         self.groups
             .values_mut()
-            .flat_map(|g| std::mem::take(&mut g.pending).into_values().map(|r| (r, Err(code))))
+            .flat_map(|g| {
+                std::mem::take(&mut g.pending)
+                    .into_values()
+                    .map(|r| (r, Err(code)))
+            })
             .collect()
     }
 }
 
 fn start_rebalance<R>(g: &mut Group<R>, now: u64) {
-    let timeout = g.members.values().map(|m| m.rebalance_timeout_ms).max().unwrap_or(0);
+    let timeout = g
+        .members
+        .values()
+        .map(|m| m.rebalance_timeout_ms)
+        .max()
+        .unwrap_or(0);
     g.state = GroupState::PreparingRebalance {
         deadline: now.saturating_add(timeout),
     };
 }
 
-fn after_removal<R>(g: &mut Group<R>, now: u64, partitions_of: &dyn Fn(&str) -> u32) -> Vec<Ready<R>> {
+fn after_removal<R>(
+    g: &mut Group<R>,
+    now: u64,
+    partitions_of: &dyn Fn(&str) -> u32,
+) -> Vec<Ready<R>> {
     if g.members.is_empty() {
         g.state = GroupState::Empty;
         g.assignment.clear();
@@ -342,12 +404,22 @@ fn after_removal<R>(g: &mut Group<R>, now: u64, partitions_of: &dyn Fn(&str) -> 
 
 /// Completes the rebalance when every known member has rejoined, or when
 /// `force` (deadline passed): members that did not rejoin are dropped.
-fn try_complete<R>(g: &mut Group<R>, _now: u64, force: bool, partitions_of: &dyn Fn(&str) -> u32) -> Vec<Ready<R>> {
+fn try_complete<R>(
+    g: &mut Group<R>,
+    _now: u64,
+    force: bool,
+    partitions_of: &dyn Fn(&str) -> u32,
+) -> Vec<Ready<R>> {
     let all_joined = g.members.keys().all(|id| g.pending.contains_key(id));
     if !all_joined && !force {
         return Vec::new();
     }
-    let missing: Vec<String> = g.members.keys().filter(|id| !g.pending.contains_key(*id)).cloned().collect();
+    let missing: Vec<String> = g
+        .members
+        .keys()
+        .filter(|id| !g.pending.contains_key(*id))
+        .cloned()
+        .collect();
     for id in missing {
         tracing::info!(member = %id, "member did not rejoin before the rebalance timeout; removed");
         g.members.remove(&id);
@@ -374,9 +446,16 @@ fn try_complete<R>(g: &mut Group<R>, _now: u64, force: bool, partitions_of: &dyn
         .map(|(id, _)| id.clone())
         .unwrap_or_default();
     g.state = GroupState::Stable;
-    tracing::info!(generation = g.generation, members = g.members.len(), "rebalance complete");
+    tracing::info!(
+        generation = g.generation,
+        members = g.members.len(),
+        "rebalance complete"
+    );
     let pending = std::mem::take(&mut g.pending);
-    pending.into_iter().map(|(id, r)| (r, Ok(response(g, &id)))).collect()
+    pending
+        .into_iter()
+        .map(|(id, r)| (r, Ok(response(g, &id))))
+        .collect()
 }
 
 fn response<R>(g: &Group<R>, id: &str) -> JoinGroupResponse {

@@ -11,14 +11,14 @@
 //! - [`embedded`]: the in-process API, no network.
 
 pub mod config;
-pub mod error;
-pub mod group;
-pub mod partition;
-pub mod storage;
 pub mod embedded;
 pub mod engine;
+pub mod error;
+pub mod group;
 pub mod offsets;
+pub mod partition;
 pub mod server;
+pub mod storage;
 
 pub use server::Broker;
 

@@ -61,18 +61,24 @@ impl OffsetStore {
             .open(&path)
             .map_err(io(format!("open {}", path.display())))?;
         let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut raw).map_err(io(format!("read {}", path.display())))?;
+        std::io::Read::read_to_end(&mut file, &mut raw)
+            .map_err(io(format!("read {}", path.display())))?;
         let mut map = HashMap::new();
         let size;
         if raw.len() < FILE_HEADER_LEN as usize {
-            file.set_len(0).map_err(io(format!("truncate {}", path.display())))?;
-            file.write_all_at(&LOG_MAGIC, 0).map_err(io(format!("write {}", path.display())))?;
+            file.set_len(0)
+                .map_err(io(format!("truncate {}", path.display())))?;
+            file.write_all_at(&LOG_MAGIC, 0)
+                .map_err(io(format!("write {}", path.display())))?;
             size = FILE_HEADER_LEN;
         } else {
             if raw[..8] != LOG_MAGIC {
                 return Err(BrokerError::Io {
                     what: format!("open {}", path.display()),
-                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not a Flume offsets file (bad magic)"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "not a Flume offsets file (bad magic)",
+                    ),
                 });
             }
             let body = &raw[8..];
@@ -81,7 +87,9 @@ impl OffsetStore {
             for r in RecordIter::new(body) {
                 match r.map_err(|e| e.to_string()).and_then(|r| {
                     let end = r.pos + r.encoded_len();
-                    decode(&r).map(|kv| (kv, end)).ok_or_else(|| "malformed offset record".to_owned())
+                    decode(&r)
+                        .map(|kv| (kv, end))
+                        .ok_or_else(|| "malformed offset record".to_owned())
                 }) {
                     Ok(((k, v), end)) => {
                         map.insert(k, v);
@@ -96,7 +104,8 @@ impl OffsetStore {
             size = FILE_HEADER_LEN + valid as u64;
             if let Some(reason) = damage {
                 tracing::warn!(file = %path.display(), dropped_bytes = body.len() - valid, %reason, "truncated a torn or corrupt tail of the offsets file");
-                file.set_len(size).map_err(io(format!("truncate {}", path.display())))?;
+                file.set_len(size)
+                    .map_err(io(format!("truncate {}", path.display())))?;
             }
         }
         Ok(OffsetStore {
@@ -111,12 +120,19 @@ impl OffsetStore {
 
     /// The committed offset (next to read), if any.
     pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
-        self.map.get(&(group.to_owned(), topic.to_owned(), partition)).copied()
+        self.map
+            .get(&(group.to_owned(), topic.to_owned(), partition))
+            .copied()
     }
 
     /// Every committed offset of a group for a topic.
     pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
-        let mut v: Vec<(i32, i64)> = self.map.iter().filter(|((g, t, _), _)| g == group && t == topic).map(|((_, _, p), o)| (*p, *o)).collect();
+        let mut v: Vec<(i32, i64)> = self
+            .map
+            .iter()
+            .filter(|((g, t, _), _)| g == group && t == topic)
+            .map(|((_, _, p), o)| (*p, *o))
+            .collect();
         v.sort_unstable();
         v
     }
@@ -125,7 +141,11 @@ impl OffsetStore {
     ///
     /// # Errors
     /// I/O errors; nothing is applied in memory then.
-    pub fn commit(&mut self, group: &str, offsets: &[(String, i32, i64)]) -> Result<(), BrokerError> {
+    pub fn commit(
+        &mut self,
+        group: &str,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<(), BrokerError> {
         if offsets.is_empty() {
             return Ok(());
         }
@@ -143,11 +163,14 @@ impl OffsetStore {
             return Err(io(format!("append to {}", self.path.display()))(e));
         }
         if self.fsync {
-            self.file.sync_data().map_err(io(format!("fsync {}", self.path.display())))?;
+            self.file
+                .sync_data()
+                .map_err(io(format!("fsync {}", self.path.display())))?;
         }
         self.size += buf.len() as u64;
         for (topic, partition, offset) in offsets {
-            self.map.insert((group.to_owned(), topic.clone(), *partition), *offset);
+            self.map
+                .insert((group.to_owned(), topic.clone(), *partition), *offset);
         }
         if self.size > self.compact_min_bytes.max(self.map.len() as u64 * 256) {
             if let Err(e) = self.compact() {
@@ -174,15 +197,21 @@ impl OffsetStore {
             record::encode(&mut buf, 0, ts, Some(group.as_bytes()), &value, &[]);
         }
         let mut f = File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
-        f.write_all(&buf).map_err(io(format!("write {}", tmp.display())))?;
-        f.sync_all().map_err(io(format!("fsync {}", tmp.display())))?;
+        f.write_all(&buf)
+            .map_err(io(format!("write {}", tmp.display())))?;
+        f.sync_all()
+            .map_err(io(format!("fsync {}", tmp.display())))?;
         std::fs::rename(&tmp, &self.path).map_err(io(format!("rename {}", tmp.display())))?;
         if let Some(dir) = self.path.parent() {
             if let Ok(d) = File::open(dir) {
                 let _ = d.sync_all();
             }
         }
-        self.file = OpenOptions::new().read(true).write(true).open(&self.path).map_err(io(format!("open {}", self.path.display())))?;
+        self.file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.path)
+            .map_err(io(format!("open {}", self.path.display())))?;
         self.size = buf.len() as u64;
         Ok(())
     }
@@ -192,7 +221,9 @@ impl OffsetStore {
     /// # Errors
     /// I/O errors.
     pub fn sync(&self) -> Result<(), BrokerError> {
-        self.file.sync_data().map_err(io(format!("fsync {}", self.path.display())))
+        self.file
+            .sync_data()
+            .map_err(io(format!("fsync {}", self.path.display())))
     }
 
     #[cfg(test)]
@@ -220,7 +251,8 @@ mod tests {
     fn commits_survive_reopen_and_torn_tails() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = OffsetStore::open(dir.path(), false).unwrap();
-        s.commit("g", &[("t".into(), 0, 5), ("t".into(), 1, 7)]).unwrap();
+        s.commit("g", &[("t".into(), 0, 5), ("t".into(), 1, 7)])
+            .unwrap();
         s.commit("g", &[("t".into(), 0, 6)]).unwrap();
         drop(s);
         let s = OffsetStore::open(dir.path(), false).unwrap();
@@ -230,12 +262,22 @@ mod tests {
         // Tear the last record: the previous value comes back.
         let path = dir.path().join("offsets.log");
         let len = std::fs::metadata(&path).unwrap().len();
-        OpenOptions::new().write(true).open(&path).unwrap().set_len(len - 3).unwrap();
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
         let mut s = OffsetStore::open(dir.path(), false).unwrap();
         assert_eq!(s.get("g", "t", 0), Some(5));
         s.commit("g", &[("t".into(), 0, 9)]).unwrap();
         drop(s);
-        assert_eq!(OffsetStore::open(dir.path(), false).unwrap().get("g", "t", 0), Some(9));
+        assert_eq!(
+            OffsetStore::open(dir.path(), false)
+                .unwrap()
+                .get("g", "t", 0),
+            Some(9)
+        );
     }
 
     #[test]
@@ -246,7 +288,12 @@ mod tests {
         for i in 0..500 {
             s.commit("g", &[("t".into(), i % 3, i64::from(i))]).unwrap();
         }
-        assert!(std::fs::metadata(dir.path().join("offsets.log")).unwrap().len() < 4000);
+        assert!(
+            std::fs::metadata(dir.path().join("offsets.log"))
+                .unwrap()
+                .len()
+                < 4000
+        );
         drop(s);
         std::fs::write(dir.path().join("offsets.log.tmp"), b"half written").unwrap();
         let s = OffsetStore::open(dir.path(), false).unwrap();

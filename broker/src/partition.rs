@@ -53,16 +53,25 @@ pub struct Partition {
 }
 
 pub(crate) fn read_lock(log: &RwLock<Log>) -> std::sync::RwLockReadGuard<'_, Log> {
-    log.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    log.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub(crate) fn write_lock(log: &RwLock<Log>) -> std::sync::RwLockWriteGuard<'_, Log> {
-    log.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    log.write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Partition {
     /// Wraps an opened log and starts its writer task.
-    pub fn start(topic: &str, id: u32, log: Log, max_pending: usize, backpressure: Backpressure, batch_bytes: usize) -> Self {
+    pub fn start(
+        topic: &str,
+        id: u32,
+        log: Log,
+        max_pending: usize,
+        backpressure: Backpressure,
+        batch_bytes: usize,
+    ) -> Self {
         let (tx, rx) = async_channel::bounded(max_pending.max(1));
         let end = Arc::new(AtomicU64::new(log.end_offset()));
         let start = Arc::new(AtomicU64::new(log.start_offset()));
@@ -125,7 +134,12 @@ impl Partition {
     ///
     /// # Cancel safety
     /// Cancelling while waiting for room queues nothing.
-    pub async fn enqueue(&self, batch: Vec<u8>, count: u32, max_timestamp: i64) -> Result<oneshot::Receiver<AppendResult>, ErrorCode> {
+    pub async fn enqueue(
+        &self,
+        batch: Vec<u8>,
+        count: u32,
+        max_timestamp: i64,
+    ) -> Result<oneshot::Receiver<AppendResult>, ErrorCode> {
         let (ack, rx) = oneshot::channel();
         let req = AppendRequest {
             batch,
@@ -134,7 +148,11 @@ impl Partition {
             ack,
         };
         match self.backpressure {
-            Backpressure::Block => self.queue.send(req).await.map_err(|_| ErrorCode::ShuttingDown)?,
+            Backpressure::Block => self
+                .queue
+                .send(req)
+                .await
+                .map_err(|_| ErrorCode::ShuttingDown)?,
             Backpressure::Reject => self.queue.try_send(req).map_err(|e| match e {
                 async_channel::TrySendError::Full(_) => ErrorCode::QueueFull,
                 async_channel::TrySendError::Closed(_) => ErrorCode::ShuttingDown,
@@ -147,7 +165,12 @@ impl Partition {
     ///
     /// # Errors
     /// As [`Partition::enqueue`], or the append's failure.
-    pub async fn append(&self, batch: Vec<u8>, count: u32, max_timestamp: i64) -> Result<u64, ErrorCode> {
+    pub async fn append(
+        &self,
+        batch: Vec<u8>,
+        count: u32,
+        max_timestamp: i64,
+    ) -> Result<u64, ErrorCode> {
         let rx = self.enqueue(batch, count, max_timestamp).await?;
         rx.await.unwrap_or(Err(ErrorCode::ShuttingDown))
     }
@@ -194,7 +217,9 @@ impl Partition {
         .await;
         match r {
             Ok(start) => self.start.store(start, Ordering::Release),
-            Err(e) => tracing::error!(topic = %self.topic, partition = self.id, error = %e, "maintenance failed"),
+            Err(e) => {
+                tracing::error!(topic = %self.topic, partition = self.id, error = %e, "maintenance failed")
+            }
         }
     }
 
@@ -206,7 +231,11 @@ impl Partition {
     /// Closes the queue, lets the writer drain it, and fsyncs the log.
     pub async fn shutdown(&self) {
         self.queue.close();
-        let writer = self.writer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let writer = self
+            .writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(w) = writer {
             w.await;
         }
@@ -257,7 +286,8 @@ async fn writer_loop(
         let log2 = Arc::clone(&log);
         let result = rt::unblock(move || {
             let mut l = write_lock(&log2);
-            l.append_validated(&mut batch, count, max_ts).map(|base| (base, l.end_offset()))
+            l.append_validated(&mut batch, count, max_ts)
+                .map(|base| (base, l.end_offset()))
         })
         .await;
         match result {

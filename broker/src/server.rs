@@ -19,8 +19,9 @@ use event_listener::Event;
 use flume_client::protocol::frame::{self, Decoded};
 use flume_client::protocol::messages::{Decode, Empty, Encode};
 use flume_client::protocol::{
-    encode_response_frame, ApiKey, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, ProduceResponse,
+    encode_response_frame, ApiKey, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest,
+    JoinGroupRequest, LeaveGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    ProduceRequest, ProduceResponse,
 };
 use flume_client::rt::{self, TcpListener, TcpStream};
 use futures::future::BoxFuture;
@@ -64,17 +65,23 @@ impl Broker {
     pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
         let listen = config.listen.clone();
         let engine = Engine::open(config)?;
-        let listener = TcpListener::bind(&listen).await.map_err(|source| BrokerError::Io {
-            what: format!("listen on {listen}"),
-            source,
-        })?;
+        let listener = TcpListener::bind(&listen)
+            .await
+            .map_err(|source| BrokerError::Io {
+                what: format!("listen on {listen}"),
+                source,
+            })?;
         let addr = listener.local_addr().map_err(|source| BrokerError::Io {
             what: "read the listening address".into(),
             source,
         })?;
         tracing::info!(%addr, data = %engine.data_dir().display(), "broker listening");
         let conns = Arc::new(Connections::default());
-        let accept = rt::spawn(accept_loop(listener, Arc::clone(&engine), Arc::clone(&conns)));
+        let accept = rt::spawn(accept_loop(
+            listener,
+            Arc::clone(&engine),
+            Arc::clone(&conns),
+        ));
         Ok(Broker {
             engine,
             addr,
@@ -103,7 +110,11 @@ impl Broker {
     /// queue to disk, fsync, close. Idempotent.
     pub async fn shutdown(&self) {
         self.engine.begin_shutdown();
-        let accept = self.accept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let accept = self
+            .accept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(a) = accept {
             a.await;
         }
@@ -116,7 +127,10 @@ impl Broker {
             }
             let now = Instant::now();
             if now >= deadline {
-                tracing::warn!(open, "shutdown timeout: closing connections with requests still in flight");
+                tracing::warn!(
+                    open,
+                    "shutdown timeout: closing connections with requests still in flight"
+                );
                 break;
             }
             rt::timeout(deadline - now, listener).await;
@@ -156,7 +170,9 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
             tracing::debug!(%peer, "connection open");
             match serve(engine, stream).await {
                 Ok(()) => tracing::debug!(%peer, "connection closed"),
-                Err(e) if is_disconnect(&e) => tracing::debug!(%peer, error = %e, "connection closed by peer"),
+                Err(e) if is_disconnect(&e) => {
+                    tracing::debug!(%peer, error = %e, "connection closed by peer")
+                }
                 Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
             }
         });
@@ -165,7 +181,10 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
 
 fn is_disconnect(e: &std::io::Error) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e.kind(), ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof)
+    matches!(
+        e.kind(),
+        ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+    )
 }
 
 type InFlight = BoxFuture<'static, Vec<u8>>;
@@ -221,7 +240,12 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         if !wbuf.is_empty() {
             match rt::timeout(cfg.write_timeout, writer.write_all(&wbuf)).await {
                 Some(r) => r?,
-                None => return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "peer does not read its responses")),
+                None => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "peer does not read its responses",
+                    ))
+                }
             }
             wbuf.clear();
             if wbuf.capacity() > 1 << 20 {
@@ -252,7 +276,11 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             }
         };
         // A peer that sent part of a frame and then went quiet is cut off.
-        let idle = if partial { cfg.read_timeout.saturating_sub(last_progress.elapsed()) } else { Duration::from_secs(3600) };
+        let idle = if partial {
+            cfg.read_timeout.saturating_sub(last_progress.elapsed())
+        } else {
+            Duration::from_secs(3600)
+        };
         enum Ev {
             Read(std::io::Result<usize>),
             Done(Option<Vec<u8>>),
@@ -286,7 +314,10 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             Ev::Stop => reading = false,
             Ev::Idle => {
                 if partial {
-                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "incomplete frame, peer went quiet"));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "incomplete frame, peer went quiet",
+                    ));
                 }
             }
         }
@@ -373,7 +404,10 @@ async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, payload: &[u8]) -> I
             Err(f) => f,
         },
         ApiKey::Heartbeat => match decode::<HeartbeatRequest>(id, payload) {
-            Ok(req) => empty_result(id, engine.heartbeat(&req.group, &req.member_id, req.generation)),
+            Ok(req) => empty_result(
+                id,
+                engine.heartbeat(&req.group, &req.member_id, req.generation),
+            ),
             Err(f) => f,
         },
         ApiKey::OffsetCommit => {
@@ -404,13 +438,21 @@ async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, payload: &[u8]) -> I
             };
             let engine = Arc::clone(engine);
             async move {
-                let r = rt::unblock(move || engine.create_topic_request(&req).map(|_| ()).map_err(|e| e.code())).await;
+                let r = rt::unblock(move || {
+                    engine
+                        .create_topic_request(&req)
+                        .map(|_| ())
+                        .map_err(|e| e.code())
+                })
+                .await;
                 respond(id, r.as_ref().map(|()| &Empty).map_err(|e| *e))
             }
             .boxed()
         }
         ApiKey::Metadata => match decode::<MetadataRequest>(id, payload) {
-            Ok(req) => futures::future::ready(respond(id, Ok(&engine.metadata(&req.topics)))).boxed(),
+            Ok(req) => {
+                futures::future::ready(respond(id, Ok(&engine.metadata(&req.topics)))).boxed()
+            }
             Err(f) => f,
         },
     }

@@ -69,7 +69,11 @@ fn retention() {
     }
     b.join_group("test", "g1", "c1").unwrap();
     let (p, (offset, msg)) = b.poll("test", "g1", "c1").unwrap().unwrap();
-    assert_eq!((offset, &msg[..]), (2, &b"3"[..]), "records below the log start are gone");
+    assert_eq!(
+        (offset, &msg[..]),
+        (2, &b"3"[..]),
+        "records below the log start are gone"
+    );
     b.commit("test", "g1", p, offset).unwrap();
     let lag = b.lag("test", "g1").unwrap();
     assert_eq!(lag.into_iter().collect::<Vec<_>>(), vec![(0, 0)]);
@@ -80,14 +84,24 @@ fn producer_and_consumer_threads() {
     let dir = tempfile::tempdir().unwrap();
     let broker = std::sync::Arc::new(EmbeddedBroker::open(dir.path()).unwrap());
     broker.blocking().create_topic("events", topic(2)).unwrap();
-    broker.blocking().join_group("events", "group1", "consumer1").unwrap();
+    broker
+        .blocking()
+        .join_group("events", "group1", "consumer1")
+        .unwrap();
     let prod = {
         let broker = broker.clone();
         std::thread::spawn(move || {
             let mut sent = Vec::new();
             for i in 0..10u32 {
                 let key = format!("k{}", i % 3);
-                let (p, o) = broker.blocking().produce("events", format!("msg-{i}").as_bytes(), Some(key.as_bytes())).unwrap();
+                let (p, o) = broker
+                    .blocking()
+                    .produce(
+                        "events",
+                        format!("msg-{i}").as_bytes(),
+                        Some(key.as_bytes()),
+                    )
+                    .unwrap();
                 sent.push((p, o, format!("msg-{i}")));
             }
             sent
@@ -100,7 +114,11 @@ fn producer_and_consumer_threads() {
             let deadline = Instant::now() + Duration::from_secs(20);
             while got.len() < 10 {
                 assert!(Instant::now() < deadline, "consumed only {}", got.len());
-                match broker.blocking().poll("events", "group1", "consumer1").unwrap() {
+                match broker
+                    .blocking()
+                    .poll("events", "group1", "consumer1")
+                    .unwrap()
+                {
                     Some((p, (o, v))) => {
                         broker.blocking().commit("events", "group1", p, o).unwrap();
                         got.push((p, o, String::from_utf8(v.to_vec()).unwrap()));
@@ -116,13 +134,20 @@ fn producer_and_consumer_threads() {
     // Once each, and in offset order within each partition.
     for p in 0..2 {
         let offs: Vec<u64> = got.iter().filter(|g| g.0 == p).map(|g| g.1).collect();
-        assert!(offs.windows(2).all(|w| w[0] < w[1]), "partition {p}: {offs:?}");
+        assert!(
+            offs.windows(2).all(|w| w[0] < w[1]),
+            "partition {p}: {offs:?}"
+        );
     }
     let mut got_sorted = got.clone();
     got_sorted.sort();
     sent.sort();
     assert_eq!(got_sorted, sent);
-    assert!(broker.lag("events", "group1").unwrap().values().all(|l| *l == 0));
+    assert!(broker
+        .lag("events", "group1")
+        .unwrap()
+        .values()
+        .all(|l| *l == 0));
 }
 
 #[test]

@@ -3,8 +3,8 @@
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::{
-    CreateTopicRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest, PartitionOffset,
-    TopicMetadata, TopicPartitions,
+    CreateTopicRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition,
+    OffsetFetchRequest, PartitionOffset, TopicMetadata, TopicPartitions,
 };
 
 /// Admin client.
@@ -30,7 +30,11 @@ impl Admin {
     /// TOPIC_ALREADY_EXISTS, INVALID_NAME, ...
     pub async fn create_topic(&self, req: CreateTopicRequest) -> Result<()> {
         let name = req.name.clone();
-        self.client.call(&req).await.map(|_| ()).map_err(|e| with_context(e, &name))
+        self.client
+            .call(&req)
+            .await
+            .map(|_| ())
+            .map_err(|e| with_context(e, &name))
     }
 
     /// Every topic (or those named) with its partitions' start and end offsets.
@@ -38,14 +42,24 @@ impl Admin {
     /// # Errors
     /// Connection failures.
     pub async fn topics(&self, names: &[String]) -> Result<Vec<TopicMetadata>> {
-        Ok(self.client.call(&MetadataRequest { topics: names.to_vec() }).await?.topics)
+        Ok(self
+            .client
+            .call(&MetadataRequest {
+                topics: names.to_vec(),
+            })
+            .await?
+            .topics)
     }
 
     /// Committed offset, log start and log end per partition of `topic` for `group`.
     ///
     /// # Errors
     /// Connection failures.
-    pub async fn group_offsets(&self, group: &str, topics: &[String]) -> Result<Vec<OffsetFetchPartition>> {
+    pub async fn group_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> Result<Vec<OffsetFetchPartition>> {
         let req = OffsetFetchRequest {
             group: group.to_owned(),
             topics: topics
@@ -72,7 +86,10 @@ impl Admin {
         };
         let resp = self.client.call(&req).await?;
         match resp.results.iter().find(|r| !r.error.is_ok()) {
-            Some(r) => Err(Error::broker(r.error, format!("{}/{}", r.topic, r.partition))),
+            Some(r) => Err(Error::broker(
+                r.error,
+                format!("{}/{}", r.topic, r.partition),
+            )),
             None => Ok(()),
         }
     }
@@ -85,7 +102,10 @@ impl Admin {
 
 fn with_context(e: Error, ctx: &str) -> Error {
     match e {
-        Error::Broker { code, context: None } => Error::broker(code, ctx),
+        Error::Broker {
+            code,
+            context: None,
+        } => Error::broker(code, ctx),
         other => other,
     }
 }

@@ -74,7 +74,9 @@ pub struct Connection {
 
 impl std::fmt::Debug for Connection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Connection").field("addr", &self.inner.addr).finish()
+        f.debug_struct("Connection")
+            .field("addr", &self.inner.addr)
+            .finish()
     }
 }
 
@@ -90,11 +92,16 @@ impl Connection {
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Self> {
         let connect_err = |e: std::io::Error| Error::Connect {
             addr: addr.to_owned(),
-            source: Arc::new(e),
+            reason: Arc::new(e),
         };
         let stream = rt::timeout(config.connect_timeout, rt::TcpStream::connect(addr))
             .await
-            .ok_or_else(|| connect_err(std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")))?
+            .ok_or_else(|| {
+                connect_err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect timed out",
+                ))
+            })?
             .map_err(connect_err)?;
         stream.set_nodelay(true).map_err(connect_err)?;
         let inner = Arc::new(Inner {
@@ -143,7 +150,10 @@ impl Connection {
         let payload = self.call_raw(req, extra).await?;
         match decode_response::<R::Response>(&payload)? {
             Ok(resp) => Ok(resp),
-            Err(code) => Err(Error::Broker { code, context: None }),
+            Err(code) => Err(Error::Broker {
+                code,
+                context: None,
+            }),
         }
     }
 
@@ -157,18 +167,29 @@ impl Connection {
     ///
     /// # Errors
     /// When the connection is broken or the write fails or times out.
-    pub async fn start_call<R: Request>(&self, req: &R, extra: Duration) -> Result<impl std::future::Future<Output = Result<R::Response>> + Send + 'static> {
+    pub async fn start_call<R: Request>(
+        &self,
+        req: &R,
+        extra: Duration,
+    ) -> Result<impl std::future::Future<Output = Result<R::Response>> + Send + 'static> {
         let fut = self.start_raw(req, extra).await?;
         Ok(async move {
             let payload = fut.await?;
             match decode_response::<R::Response>(&payload)? {
                 Ok(resp) => Ok(resp),
-                Err(code) => Err(Error::Broker { code, context: None }),
+                Err(code) => Err(Error::Broker {
+                    code,
+                    context: None,
+                }),
             }
         })
     }
 
-    async fn start_raw<R: Request>(&self, req: &R, extra: Duration) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
+    async fn start_raw<R: Request>(
+        &self,
+        req: &R,
+        extra: Duration,
+    ) -> Result<impl std::future::Future<Output = Result<Bytes>> + Send + 'static> {
         let inner = Arc::clone(&self.inner);
         // Take an in-flight slot; the guard gives it back however we leave.
         inner.slots.0.send(()).await.map_err(|_| Error::Closed)?;
@@ -182,7 +203,10 @@ impl Connection {
             }
             p.map.insert(id, tx);
         }
-        let pending = PendingGuard { inner: Arc::clone(&inner), id };
+        let pending = PendingGuard {
+            inner: Arc::clone(&inner),
+            id,
+        };
         let mut buf = Vec::new();
         protocol::encode_request(&mut buf, id, req);
         let api = api_name(R::API_KEY);
@@ -273,7 +297,11 @@ impl Drop for Inner {
     }
 }
 
-async fn read_loop(mut stream: rt::TcpStream, inner: &std::sync::Weak<Inner>, max: usize) -> String {
+async fn read_loop(
+    mut stream: rt::TcpStream,
+    inner: &std::sync::Weak<Inner>,
+    max: usize,
+) -> String {
     let mut buf = BytesMut::with_capacity(64 * 1024);
     loop {
         loop {
@@ -395,7 +423,11 @@ impl Client {
         st.conn = None;
         if st.failures > 0 {
             let exp = st.failures.min(10) - 1;
-            let delay = self.config.backoff_initial.saturating_mul(1 << exp).min(self.config.backoff_max);
+            let delay = self
+                .config
+                .backoff_initial
+                .saturating_mul(1 << exp)
+                .min(self.config.backoff_max);
             rt::sleep(delay).await;
         }
         match Connection::connect(&self.addr, self.config.clone()).await {
@@ -423,7 +455,11 @@ impl Client {
     ///
     /// # Errors
     /// As [`Connection::call`].
-    pub async fn call_with_extra<R: Request>(&self, req: &R, extra: Duration) -> Result<R::Response> {
+    pub async fn call_with_extra<R: Request>(
+        &self,
+        req: &R,
+        extra: Duration,
+    ) -> Result<R::Response> {
         self.connection().await?.call(req, extra).await
     }
 

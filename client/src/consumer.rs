@@ -75,13 +75,30 @@ impl PartitionConsumer {
     ///
     /// # Errors
     /// [`Error::Connect`].
-    pub async fn connect(addr: &str, topic: &str, partition: i32, start: StartOffset) -> Result<Self> {
+    pub async fn connect(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+        start: StartOffset,
+    ) -> Result<Self> {
         let client = Arc::new(Client::connect(addr, ConnectionConfig::default()).await?);
-        Ok(Self::with_client(client, topic, partition, start, FetchConfig::default()))
+        Ok(Self::with_client(
+            client,
+            topic,
+            partition,
+            start,
+            FetchConfig::default(),
+        ))
     }
 
     /// Uses an existing client.
-    pub fn with_client(client: Arc<Client>, topic: &str, partition: i32, start: StartOffset, fetch: FetchConfig) -> Self {
+    pub fn with_client(
+        client: Arc<Client>,
+        topic: &str,
+        partition: i32,
+        start: StartOffset,
+        fetch: FetchConfig,
+    ) -> Self {
         PartitionConsumer {
             client,
             topic: topic.to_owned(),
@@ -130,15 +147,24 @@ impl PartitionConsumer {
                 max_bytes: self.fetch.partition_max_bytes,
             }],
         };
-        let resp = self.client.call_with_extra(&req, self.fetch.max_wait).await?;
+        let resp = self
+            .client
+            .call_with_extra(&req, self.fetch.max_wait)
+            .await?;
         let Some(p) = resp.partitions.into_iter().next() else {
             return Ok(Vec::new());
         };
         if !p.error.is_ok() {
-            return Err(Error::broker(p.error, format!("{}/{} at offset {offset}", self.topic, self.partition)));
+            return Err(Error::broker(
+                p.error,
+                format!("{}/{} at offset {offset}", self.topic, self.partition),
+            ));
         }
         self.high_watermark = p.high_watermark;
-        let records: Vec<Record> = record::decode_all(&p.records)?.into_iter().filter(|r| r.offset >= offset).collect();
+        let records: Vec<Record> = record::decode_all(&p.records)?
+            .into_iter()
+            .filter(|r| r.offset >= offset)
+            .collect();
         if let Some(last) = records.last() {
             self.next = Some(last.offset + 1);
         }
@@ -152,7 +178,11 @@ impl PartitionConsumer {
                 topics: vec![self.topic.clone()],
             })
             .await?;
-        let t = meta.topics.into_iter().next().ok_or_else(|| Error::broker(ErrorCode::UnknownTopic, self.topic.clone()))?;
+        let t = meta
+            .topics
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::broker(ErrorCode::UnknownTopic, self.topic.clone()))?;
         if !t.error.is_ok() {
             return Err(Error::broker(t.error, self.topic.clone()));
         }
@@ -160,7 +190,12 @@ impl PartitionConsumer {
             .partitions
             .iter()
             .find(|p| p.partition == self.partition)
-            .ok_or_else(|| Error::broker(ErrorCode::UnknownPartition, format!("{}/{}", self.topic, self.partition)))?;
+            .ok_or_else(|| {
+                Error::broker(
+                    ErrorCode::UnknownPartition,
+                    format!("{}/{}", self.topic, self.partition),
+                )
+            })?;
         let o = match self.start {
             StartOffset::Earliest => p.log_start,
             StartOffset::Latest => p.log_end,

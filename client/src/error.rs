@@ -13,12 +13,12 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// The broker could not be reached.
-    #[error("cannot connect to broker at {addr}: {source}")]
+    #[error("cannot connect to broker at {addr}: {reason}")]
     Connect {
         /// The address tried.
         addr: String,
-        /// Why.
-        source: Arc<std::io::Error>,
+        /// Why (not exposed as `source`, so error chains do not print it twice).
+        reason: Arc<std::io::Error>,
     },
     /// The connection broke while the request was pending.
     #[error("connection to broker at {addr} lost: {reason}")]

@@ -34,8 +34,8 @@ use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
 use crate::protocol::record::{self, Record};
 use crate::protocol::{
-    ErrorCode, FetchPartition, FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
-    OffsetFetchRequest, PartitionOffset, TopicPartitions,
+    ErrorCode, FetchPartition, FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    OffsetCommitRequest, OffsetFetchRequest, PartitionOffset, TopicPartitions,
 };
 use crate::rt;
 
@@ -143,7 +143,9 @@ impl GroupConsumerBuilder {
     /// Connection failures, INVALID_NAME, ...
     pub async fn build(self) -> Result<GroupConsumer> {
         if self.topics.is_empty() {
-            return Err(Error::InvalidArgument("subscribe to at least one topic".into()));
+            return Err(Error::InvalidArgument(
+                "subscribe to at least one topic".into(),
+            ));
         }
         let client = Arc::new(Client::connect(&self.addr, self.connection.clone()).await?);
         let hb_client = Client::new(&self.addr, self.connection.clone());
@@ -154,8 +156,17 @@ impl GroupConsumerBuilder {
         });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let (ev_tx, ev_rx) = async_channel::bounded(64);
-        let interval = self.heartbeat_interval.unwrap_or(self.session_timeout / 3).max(Duration::from_millis(10));
-        rt::spawn(heartbeat_loop(hb_client, self.group.clone(), Arc::clone(&shared), interval, stop_rx));
+        let interval = self
+            .heartbeat_interval
+            .unwrap_or(self.session_timeout / 3)
+            .max(Duration::from_millis(10));
+        rt::spawn(heartbeat_loop(
+            hb_client,
+            self.group.clone(),
+            Arc::clone(&shared),
+            interval,
+            stop_rx,
+        ));
         let state = State {
             client,
             cfg: self,
@@ -216,17 +227,29 @@ impl std::fmt::Debug for GroupConsumer {
 }
 
 fn lock_str(m: &Mutex<String>) -> String {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    m.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
 }
 
 fn is_fencing(code: Option<ErrorCode>) -> bool {
     matches!(
         code,
-        Some(ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration | ErrorCode::UnknownMember)
+        Some(
+            ErrorCode::RebalanceInProgress
+                | ErrorCode::IllegalGeneration
+                | ErrorCode::UnknownMember
+        )
     )
 }
 
-async fn heartbeat_loop(client: Client, group: String, shared: Arc<Shared>, interval: Duration, stop: async_channel::Receiver<()>) {
+async fn heartbeat_loop(
+    client: Client,
+    group: String,
+    shared: Arc<Shared>,
+    interval: Duration,
+    stop: async_channel::Receiver<()>,
+) {
     loop {
         futures::select! {
             _ = rt::sleep(interval).fuse() => {}
@@ -246,7 +269,11 @@ async fn heartbeat_loop(client: Client, group: String, shared: Arc<Shared>, inte
             if is_fencing(e.code()) {
                 tracing::debug!(error = %e, "heartbeat asks for a rejoin");
                 if e.code() == Some(ErrorCode::UnknownMember) {
-                    shared.member.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+                    shared
+                        .member
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clear();
                 }
                 shared.rejoin.store(true, Ordering::Release);
             }
@@ -284,7 +311,12 @@ impl GroupConsumer {
 
     /// The current generation (-1 before the first join).
     pub async fn generation(&self) -> i32 {
-        self.state.lock().await.shared.generation.load(Ordering::Acquire)
+        self.state
+            .lock()
+            .await
+            .shared
+            .generation
+            .load(Ordering::Acquire)
     }
 
     /// This member's id.
@@ -294,7 +326,11 @@ impl GroupConsumer {
 
     /// The next record; `None` never happens while the consumer is open.
     pub async fn recv(&mut self) -> Option<Result<ConsumerRecord>> {
-        let pending = self.pending.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let pending = self
+            .pending
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(p) = pending {
             return p.await;
         }
@@ -358,7 +394,10 @@ impl Stream for GroupConsumer {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         let state = Arc::clone(&this.state);
-        let slot = this.pending.get_mut().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let slot = this
+            .pending
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let fut = slot.get_or_insert_with(|| next_record(state).boxed());
         match fut.as_mut().poll(cx) {
             Poll::Ready(r) => {
@@ -383,7 +422,10 @@ async fn next_record(state: Arc<AsyncMutex<State>>) -> Option<Result<ConsumerRec
             }
         }
         if let Some(r) = st.buffer.pop_front() {
-            st.last_delivered = Some(((r.topic.clone(), r.partition), i64::try_from(r.offset).unwrap_or(i64::MAX)));
+            st.last_delivered = Some((
+                (r.topic.clone(), r.partition),
+                i64::try_from(r.offset).unwrap_or(i64::MAX),
+            ));
             return Some(Ok(r));
         }
         if let Err(e) = st.fetch().await {
@@ -409,7 +451,10 @@ impl State {
 
     fn emit(&self, ev: RebalanceEvent) {
         if let Err(async_channel::TrySendError::Full(ev)) = self.events.try_send(ev) {
-            tracing::debug!(?ev, "rebalance event dropped: nobody reads the event channel");
+            tracing::debug!(
+                ?ev,
+                "rebalance event dropped: nobody reads the event channel"
+            );
         }
     }
 
@@ -432,15 +477,25 @@ impl State {
             let req = JoinGroupRequest {
                 group: self.cfg.group.clone(),
                 member_id: lock_str(&self.shared.member),
-                session_timeout_ms: i32::try_from(self.cfg.session_timeout.as_millis()).unwrap_or(i32::MAX),
-                rebalance_timeout_ms: i32::try_from(self.cfg.rebalance_timeout.as_millis()).unwrap_or(i32::MAX),
+                session_timeout_ms: i32::try_from(self.cfg.session_timeout.as_millis())
+                    .unwrap_or(i32::MAX),
+                rebalance_timeout_ms: i32::try_from(self.cfg.rebalance_timeout.as_millis())
+                    .unwrap_or(i32::MAX),
                 assignor: self.cfg.assignor.clone(),
                 topics: self.cfg.topics.clone(),
             };
-            let resp = match self.client.call_with_extra(&req, self.cfg.rebalance_timeout).await {
+            let resp = match self
+                .client
+                .call_with_extra(&req, self.cfg.rebalance_timeout)
+                .await
+            {
                 Ok(r) => r,
                 Err(e) if e.code() == Some(ErrorCode::UnknownMember) => {
-                    self.shared.member.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+                    self.shared
+                        .member
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clear();
                     continue;
                 }
                 Err(e) if e.is_retriable() || e.code() == Some(ErrorCode::RebalanceInProgress) => {
@@ -449,8 +504,14 @@ impl State {
                 }
                 Err(e) => return Err(e),
             };
-            *self.shared.member.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = resp.member_id.clone();
-            self.shared.generation.store(resp.generation, Ordering::Release);
+            *self
+                .shared
+                .member
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = resp.member_id.clone();
+            self.shared
+                .generation
+                .store(resp.generation, Ordering::Release);
             self.assignment = resp
                 .assignment
                 .iter()
@@ -483,7 +544,10 @@ impl State {
         }
         let req = OffsetFetchRequest {
             group: self.cfg.group.clone(),
-            topics: topics.into_iter().map(|(topic, partitions)| TopicPartitions { topic, partitions }).collect(),
+            topics: topics
+                .into_iter()
+                .map(|(topic, partitions)| TopicPartitions { topic, partitions })
+                .collect(),
         };
         let resp = self.client.call(&req).await?;
         for p in resp.partitions {
@@ -499,7 +563,8 @@ impl State {
                     StartOffset::At(o) => i64::try_from(o).unwrap_or(0),
                 }
             };
-            self.committed.insert((p.topic.clone(), p.partition), p.committed);
+            self.committed
+                .insert((p.topic.clone(), p.partition), p.committed);
             self.positions.insert((p.topic, p.partition), pos);
         }
         Ok(())
@@ -529,7 +594,10 @@ impl State {
             max_bytes: self.cfg.fetch.max_bytes,
             partitions,
         };
-        let resp = self.client.call_with_extra(&req, self.cfg.fetch.max_wait).await?;
+        let resp = self
+            .client
+            .call_with_extra(&req, self.cfg.fetch.max_wait)
+            .await?;
         if self.shared.rejoin.load(Ordering::Acquire) {
             // A rebalance began while we waited: what we fetched may not be ours any more.
             return Ok(());
@@ -539,7 +607,11 @@ impl State {
             match p.error {
                 ErrorCode::None => {}
                 ErrorCode::OffsetOutOfRange => {
-                    let reset = if self.cfg.start == StartOffset::Latest { p.high_watermark } else { p.log_start };
+                    let reset = if self.cfg.start == StartOffset::Latest {
+                        p.high_watermark
+                    } else {
+                        p.log_start
+                    };
                     tracing::warn!(topic = %p.topic, partition = p.partition, reset, "offset out of range; resetting");
                     if reset >= 0 {
                         self.positions.insert(tp, reset);
@@ -554,7 +626,8 @@ impl State {
                 if i64::try_from(r.offset).unwrap_or(i64::MAX) < from {
                     continue;
                 }
-                self.positions.insert(tp.clone(), i64::try_from(r.offset).unwrap_or(i64::MAX) + 1);
+                self.positions
+                    .insert(tp.clone(), i64::try_from(r.offset).unwrap_or(i64::MAX) + 1);
                 self.buffer.push_back(ConsumerRecord {
                     topic: p.topic.clone(),
                     partition: p.partition,
@@ -608,7 +681,10 @@ impl State {
                     if r.error.is_ok() {
                         self.committed.insert(tp, off);
                     } else {
-                        return Err(Error::broker(r.error, format!("{}/{}", r.topic, r.partition)));
+                        return Err(Error::broker(
+                            r.error,
+                            format!("{}/{}", r.topic, r.partition),
+                        ));
                     }
                 }
                 Ok(())

@@ -124,7 +124,9 @@ pub struct Producer {
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Producer").field("broker", &self.shared.client.addr()).finish()
+        f.debug_struct("Producer")
+            .field("broker", &self.shared.client.addr())
+            .finish()
     }
 }
 
@@ -169,7 +171,12 @@ impl Producer {
     ///
     /// # Errors
     /// Connection failures, broker errors (QUEUE_FULL, RECORD_TOO_LARGE, ...), [`Error::Closed`].
-    pub async fn send(&self, topic: &str, key: Option<&[u8]>, value: &[u8]) -> Result<RecordMetadata> {
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<RecordMetadata> {
         self.send_record(SendRecord {
             topic: topic.to_owned(),
             key: key.map(Bytes::copy_from_slice),
@@ -193,10 +200,16 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::BufferFull`] when the buffer is full, [`Error::Closed`].
-    pub fn try_send(&self, rec: SendRecord) -> Result<impl std::future::Future<Output = Result<RecordMetadata>>> {
-        let rx = self.enqueue(rec, false).now_or_never().unwrap_or(Err(Error::BufferFull {
-            limit: self.shared.config.buffer_max_bytes,
-        }))?;
+    pub fn try_send(
+        &self,
+        rec: SendRecord,
+    ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>>> {
+        let rx = self
+            .enqueue(rec, false)
+            .now_or_never()
+            .unwrap_or(Err(Error::BufferFull {
+                limit: self.shared.config.buffer_max_bytes,
+            }))?;
         Ok(async move { rx.await.unwrap_or(Err(Error::Closed)) })
     }
 
@@ -205,22 +218,45 @@ impl Producer {
     ///
     /// # Errors
     /// [`Error::Closed`], or an invalid record.
-    pub async fn send_nowait(&self, rec: SendRecord) -> Result<impl std::future::Future<Output = Result<RecordMetadata>>> {
+    pub async fn send_nowait(
+        &self,
+        rec: SendRecord,
+    ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>>> {
         let rx = self.enqueue(rec, true).await?;
         Ok(async move { rx.await.unwrap_or(Err(Error::Closed)) })
     }
 
-    async fn enqueue(&self, rec: SendRecord, wait: bool) -> Result<oneshot::Receiver<Result<RecordMetadata>>> {
+    async fn enqueue(
+        &self,
+        rec: SendRecord,
+        wait: bool,
+    ) -> Result<oneshot::Receiver<Result<RecordMetadata>>> {
         let sh = &self.shared;
         if rec.topic.is_empty() {
             return Err(Error::InvalidArgument("topic must not be empty".into()));
         }
-        let mut buf = Vec::with_capacity(record::encoded_len(rec.key.as_deref(), &rec.value, &rec.headers));
-        record::encode(&mut buf, 0, rec.timestamp.unwrap_or_else(now_ms), rec.key.as_deref(), &rec.value, &rec.headers);
+        let mut buf = Vec::with_capacity(record::encoded_len(
+            rec.key.as_deref(),
+            &rec.value,
+            &rec.headers,
+        ));
+        record::encode(
+            &mut buf,
+            0,
+            rec.timestamp.unwrap_or_else(now_ms),
+            rec.key.as_deref(),
+            &rec.value,
+            &rec.headers,
+        );
         let len = buf.len();
-        let limit = sh.config.buffer_max_bytes.min(sh.config.connection.max_frame_bytes.saturating_sub(1024));
+        let limit = sh
+            .config
+            .buffer_max_bytes
+            .min(sh.config.connection.max_frame_bytes.saturating_sub(1024));
         if len > limit {
-            return Err(Error::InvalidArgument(format!("record is {len} bytes, the limit is {limit}")));
+            return Err(Error::InvalidArgument(format!(
+                "record is {len} bytes, the limit is {limit}"
+            )));
         }
         let (tx, rx) = oneshot::channel();
         loop {
@@ -271,7 +307,11 @@ impl Producer {
         self.flush().await;
         lock(&self.shared.state).closed = true;
         self.shared.added.notify(usize::MAX);
-        let task = self.sender.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let task = self
+            .sender
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
         if let Some(t) = task {
             t.await;
         }
@@ -289,7 +329,8 @@ impl Drop for Producer {
 type Sent = (Vec<(usize, Vec<Ack>)>, Result<ProduceResponse>);
 
 async fn sender_loop(sh: Arc<Shared>) {
-    let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, Sent>> = FuturesUnordered::new();
+    let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, Sent>> =
+        FuturesUnordered::new();
     loop {
         let listener = sh.added.listen();
         let (has_data, closed, full) = {
@@ -364,8 +405,13 @@ fn complete(sh: &Shared, (acks, result): Sent) {
                 }
                 let offsets = r.record_offsets();
                 for (i, w) in waiters.into_iter().enumerate() {
-                    let meta = offsets.get(i).map(|(p, o)| RecordMetadata { partition: *p, offset: *o });
-                    let _ = w.send(meta.ok_or_else(|| Error::InvalidArgument("broker acknowledged fewer records than sent".into())));
+                    let meta = offsets.get(i).map(|(p, o)| RecordMetadata {
+                        partition: *p,
+                        offset: *o,
+                    });
+                    let _ = w.send(meta.ok_or_else(|| {
+                        Error::InvalidArgument("broker acknowledged fewer records than sent".into())
+                    }));
                 }
             }
         }

@@ -21,7 +21,10 @@ impl<T> Task<T> {
 
 impl<T> Future for Task<T> {
     type Output = T;
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<T> {
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<T> {
         std::pin::Pin::new(&mut self.0).poll(cx)
     }
 }

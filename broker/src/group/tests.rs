@@ -15,11 +15,17 @@ fn params(id: &str) -> JoinParams {
 }
 
 fn ok(ready: Vec<Ready<u32>>) -> Vec<(u32, JoinGroupResponse)> {
-    ready.into_iter().map(|(r, res)| (r, res.expect("join succeeds"))).collect()
+    ready
+        .into_iter()
+        .map(|(r, res)| (r, res.expect("join succeeds")))
+        .collect()
 }
 
 fn parts(r: &JoinGroupResponse) -> Vec<i32> {
-    r.assignment.iter().flat_map(|t| t.partitions.clone()).collect()
+    r.assignment
+        .iter()
+        .flat_map(|t| t.partitions.clone())
+        .collect()
 }
 
 #[test]
@@ -34,10 +40,16 @@ fn first_join_completes_at_once_with_everything() {
 
 /// Three members on six partitions; returns their ids.
 fn three(c: &mut Coordinator<u32>) -> Vec<String> {
-    let a = ok(c.join("g", params(""), 0, 1, &six))[0].1.member_id.clone();
+    let a = ok(c.join("g", params(""), 0, 1, &six))[0]
+        .1
+        .member_id
+        .clone();
     // b joins: a rebalance starts, a learns of it by heartbeat.
     assert!(c.join("g", params(""), 10, 2, &six).is_empty());
-    assert_eq!(c.heartbeat("g", &a, 1, 20), Err(ErrorCode::RebalanceInProgress));
+    assert_eq!(
+        c.heartbeat("g", &a, 1, 20),
+        Err(ErrorCode::RebalanceInProgress)
+    );
     let r = ok(c.join("g", params(&a), 30, 1, &six));
     assert_eq!(r.len(), 2);
     let b = r.iter().find(|(t, _)| *t == 2).unwrap().1.member_id.clone();
@@ -52,7 +64,11 @@ fn three(c: &mut Coordinator<u32>) -> Vec<String> {
         all.extend(parts(resp));
     }
     all.sort_unstable();
-    assert_eq!(all, vec![0, 1, 2, 3, 4, 5], "no partition twice, none missing");
+    assert_eq!(
+        all,
+        vec![0, 1, 2, 3, 4, 5],
+        "no partition twice, none missing"
+    );
     let c_id = r.iter().find(|(t, _)| *t == 3).unwrap().1.member_id.clone();
     vec![a, b, c_id]
 }
@@ -63,7 +79,10 @@ fn joins_rebalance_with_generations_and_disjoint_assignments() {
     let ids = three(&mut c);
     for id in &ids {
         assert_eq!(c.heartbeat("g", id, 3, 50), Ok(()));
-        assert_eq!(c.heartbeat("g", id, 2, 50), Err(ErrorCode::IllegalGeneration));
+        assert_eq!(
+            c.heartbeat("g", id, 2, 50),
+            Err(ErrorCode::IllegalGeneration)
+        );
     }
 }
 
@@ -72,12 +91,20 @@ fn leave_rebalances_the_others() {
     let mut c = Coordinator::new(1);
     let ids = three(&mut c);
     assert!(c.leave("g", &ids[2], 100, &six).unwrap().is_empty());
-    assert_eq!(c.heartbeat("g", &ids[0], 3, 101), Err(ErrorCode::RebalanceInProgress));
+    assert_eq!(
+        c.heartbeat("g", &ids[0], 3, 101),
+        Err(ErrorCode::RebalanceInProgress)
+    );
     assert!(c.join("g", params(&ids[0]), 102, 1, &six).is_empty());
     let r = ok(c.join("g", params(&ids[1]), 103, 2, &six));
     assert_eq!(r.len(), 2);
-    assert!(r.iter().all(|(_, resp)| resp.generation == 4 && parts(resp).len() == 3));
-    assert_eq!(c.leave("g", "nobody", 104, &six).unwrap_err(), ErrorCode::UnknownMember);
+    assert!(r
+        .iter()
+        .all(|(_, resp)| resp.generation == 4 && parts(resp).len() == 3));
+    assert_eq!(
+        c.leave("g", "nobody", 104, &six).unwrap_err(),
+        ErrorCode::UnknownMember
+    );
 }
 
 #[test]
@@ -92,8 +119,14 @@ fn session_expiry_removes_a_silent_member() {
     }
     // c was last seen at 42: past 1042 it is gone.
     assert_eq!(c.state("g").unwrap().2, 2);
-    assert!(matches!(c.state("g").unwrap().0, GroupState::PreparingRebalance { .. }));
-    assert_eq!(c.check_commit("g", &ids[2], 3), Err(ErrorCode::UnknownMember));
+    assert!(matches!(
+        c.state("g").unwrap().0,
+        GroupState::PreparingRebalance { .. }
+    ));
+    assert_eq!(
+        c.check_commit("g", &ids[2], 3),
+        Err(ErrorCode::UnknownMember)
+    );
     assert!(c.join("g", params(&ids[0]), 1200, 1, &six).is_empty());
     let r = ok(c.join("g", params(&ids[1]), 1201, 2, &six));
     assert!(r.iter().all(|(_, resp)| parts(resp).len() == 3));
@@ -107,27 +140,55 @@ fn rebalance_deadline_drops_members_that_do_not_rejoin() {
     assert!(c.join("g", params(&ids[0]), 101, 1, &six).is_empty());
     // b and c keep heartbeating (they are told to rejoin) but never rejoin.
     for t in (500..=5000).step_by(500) {
-        assert_eq!(c.heartbeat("g", &ids[1], 3, t), Err(ErrorCode::RebalanceInProgress));
-        assert_eq!(c.heartbeat("g", &ids[2], 3, t), Err(ErrorCode::RebalanceInProgress));
-        assert!(c.tick(t, &six).is_empty(), "before the deadline nothing completes");
+        assert_eq!(
+            c.heartbeat("g", &ids[1], 3, t),
+            Err(ErrorCode::RebalanceInProgress)
+        );
+        assert_eq!(
+            c.heartbeat("g", &ids[2], 3, t),
+            Err(ErrorCode::RebalanceInProgress)
+        );
+        assert!(
+            c.tick(t, &six).is_empty(),
+            "before the deadline nothing completes"
+        );
     }
     let r = ok(c.tick(5100, &six));
     assert_eq!(r.len(), 2);
     assert_eq!(c.state("g").unwrap().2, 2);
-    assert_eq!(c.check_commit("g", &ids[1], 3), Err(ErrorCode::UnknownMember));
+    assert_eq!(
+        c.check_commit("g", &ids[1], 3),
+        Err(ErrorCode::UnknownMember)
+    );
     let gen = r[0].1.generation;
     assert_eq!(c.check_commit("g", &ids[0], gen), Ok(()));
-    assert_eq!(c.check_commit("g", &ids[0], gen - 1), Err(ErrorCode::IllegalGeneration));
+    assert_eq!(
+        c.check_commit("g", &ids[0], gen - 1),
+        Err(ErrorCode::IllegalGeneration)
+    );
 }
 
 #[test]
 fn fencing_and_tool_commits() {
     let mut c: Coordinator<u32> = Coordinator::new(1);
-    assert_eq!(c.check_commit("g", "", -1), Ok(()), "no group: a tool may commit");
+    assert_eq!(
+        c.check_commit("g", "", -1),
+        Ok(()),
+        "no group: a tool may commit"
+    );
     let ids = three(&mut c);
-    assert_eq!(c.check_commit("g", "", -1), Err(ErrorCode::RebalanceInProgress));
-    assert_eq!(c.check_commit("g", "ghost", 3), Err(ErrorCode::UnknownMember));
-    assert_eq!(c.heartbeat("g", "ghost", 3, 0), Err(ErrorCode::UnknownMember));
+    assert_eq!(
+        c.check_commit("g", "", -1),
+        Err(ErrorCode::RebalanceInProgress)
+    );
+    assert_eq!(
+        c.check_commit("g", "ghost", 3),
+        Err(ErrorCode::UnknownMember)
+    );
+    assert_eq!(
+        c.heartbeat("g", "ghost", 3, 0),
+        Err(ErrorCode::UnknownMember)
+    );
     for id in &ids {
         c.leave("g", id, 0, &six).unwrap();
     }

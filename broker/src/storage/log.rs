@@ -97,7 +97,9 @@ impl Log {
             if let Some(stem) = name.strip_suffix(".log") {
                 match stem.parse::<u64>() {
                     Ok(base) if stem.len() == 20 => bases.push(base),
-                    _ => tracing::warn!(file = %entry.path().display(), "ignoring a file that is not a segment"),
+                    _ => {
+                        tracing::warn!(file = %entry.path().display(), "ignoring a file that is not a segment")
+                    }
                 }
             } else if name.ends_with(".index") {
                 let stem = name.trim_end_matches(".index");
@@ -124,7 +126,10 @@ impl Log {
                 if seg.next_offset != nb {
                     return Err(StorageError::Inconsistent {
                         path: seg.log_path().to_path_buf(),
-                        reason: format!("segment ends at offset {} but the next segment starts at {nb}", seg.next_offset),
+                        reason: format!(
+                            "segment ends at offset {} but the next segment starts at {nb}",
+                            seg.next_offset
+                        ),
                     });
                 }
             }
@@ -144,12 +149,16 @@ impl Log {
 
     fn active(&self) -> &Segment {
         // ok: `segments` is never empty (open creates one, retention keeps the active one).
-        self.segments.last().expect("a log always has an active segment")
+        self.segments
+            .last()
+            .expect("a log always has an active segment")
     }
 
     fn active_mut(&mut self) -> &mut Segment {
         // ok: as above.
-        self.segments.last_mut().expect("a log always has an active segment")
+        self.segments
+            .last_mut()
+            .expect("a log always has an active segment")
     }
 
     /// Oldest stored offset.
@@ -197,7 +206,12 @@ impl Log {
     ///
     /// # Errors
     /// I/O errors (nothing of the batch is kept then).
-    pub fn append_validated(&mut self, batch: &mut [u8], count: u64, max_ts: i64) -> Result<u64, StorageError> {
+    pub fn append_validated(
+        &mut self,
+        batch: &mut [u8],
+        count: u64,
+        max_ts: i64,
+    ) -> Result<u64, StorageError> {
         let needs_roll = {
             let a = self.active();
             a.size > segment::FILE_HEADER_LEN
@@ -276,7 +290,10 @@ impl Log {
         if offset == log_end {
             return Ok(result);
         }
-        let idx = self.segments.partition_point(|s| s.base <= offset).saturating_sub(1);
+        let idx = self
+            .segments
+            .partition_point(|s| s.base <= offset)
+            .saturating_sub(1);
         let seg = &self.segments[idx];
         if offset >= seg.next_offset {
             // An empty active segment after a roll: nothing to read yet.
@@ -294,7 +311,10 @@ impl Log {
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, StorageError> {
         let mut removed = 0;
         while self.segments.len() > 1 {
-            let over_size = self.config.retention_bytes.is_some_and(|limit| self.size_bytes() > limit);
+            let over_size = self
+                .config
+                .retention_bytes
+                .is_some_and(|limit| self.size_bytes() > limit);
             let too_old = match self.config.retention_ms {
                 Some(ms) => match self.segments[0].max_timestamp()? {
                     Some(ts) => ts < now_ms.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX)),

@@ -70,7 +70,10 @@ pub enum StorageError {
     InvalidBatch(#[from] flume_client::protocol::record::RecordError),
 }
 
-pub(crate) fn io_err<'a>(op: &'static str, path: &'a std::path::Path) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
+pub(crate) fn io_err<'a>(
+    op: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
     move |source| StorageError::Io {
         op,
         path: path.to_path_buf(),

@@ -84,7 +84,8 @@ impl Segment {
             .truncate(true)
             .open(&log_path)
             .map_err(io_err("create", &log_path))?;
-        log.write_all(&LOG_MAGIC).map_err(io_err("write", &log_path))?;
+        log.write_all(&LOG_MAGIC)
+            .map_err(io_err("write", &log_path))?;
         let index = Self::fresh_index(&index_path)?;
         Ok(Segment {
             base,
@@ -109,7 +110,9 @@ impl Segment {
             .truncate(true)
             .open(path)
             .map_err(io_err("create", path))?;
-        index.write_all(&INDEX_MAGIC).map_err(io_err("write", path))?;
+        index
+            .write_all(&INDEX_MAGIC)
+            .map_err(io_err("write", path))?;
         Ok(index)
     }
 
@@ -204,7 +207,9 @@ impl Segment {
                     reason = %damage,
                     "truncated torn or corrupt tail of the active segment"
                 );
-                seg.log.set_len(out.valid_end).map_err(io_err("truncate", &seg.log_path))?;
+                seg.log
+                    .set_len(out.valid_end)
+                    .map_err(io_err("truncate", &seg.log_path))?;
                 seg.log.sync_all().map_err(io_err("fsync", &seg.log_path))?;
                 seg.size = out.valid_end;
                 seg.entries.retain(|e| u64::from(e.pos) < out.valid_end);
@@ -218,13 +223,22 @@ impl Segment {
                 seg.rewrite_index()?;
             }
         }
-        seg.bytes_since_entry = seg.size - seg.entries.last().map_or(FILE_HEADER_LEN, |e| u64::from(e.pos));
+        seg.bytes_since_entry = seg.size
+            - seg
+                .entries
+                .last()
+                .map_or(FILE_HEADER_LEN, |e| u64::from(e.pos));
         Ok(seg)
     }
 
     /// Reads and validates the index; `None` if it must be rebuilt. Drops
     /// trailing entries that point past the log or at the wrong offset.
-    fn load_index(path: &Path, log: &File, log_size: u64, base: u64) -> Option<(File, Vec<IndexEntry>)> {
+    fn load_index(
+        path: &Path,
+        log: &File,
+        log_size: u64,
+        base: u64,
+    ) -> Option<(File, Vec<IndexEntry>)> {
         let index = OpenOptions::new().read(true).write(true).open(path).ok()?;
         let mut raw = Vec::new();
         let mut f = &index;
@@ -268,7 +282,11 @@ impl Segment {
 
     /// Scans records from `from` (or the start), checking each CRC.
     /// When `build_index` is set, index entries are added as it goes.
-    fn scan(&mut self, from: Option<IndexEntry>, build_index: bool) -> Result<ScanOutcome, StorageError> {
+    fn scan(
+        &mut self,
+        from: Option<IndexEntry>,
+        build_index: bool,
+    ) -> Result<ScanOutcome, StorageError> {
         let (mut pos, mut next) = match from {
             Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
             None => (FILE_HEADER_LEN, self.base),
@@ -290,7 +308,11 @@ impl Segment {
                 match record::check_record(&buf, at, u64::MAX) {
                     Ok(raw) => {
                         if raw.offset != next {
-                            out.damage = Some(format!("record at byte {} has offset {}, expected {next}", pos + at as u64, raw.offset));
+                            out.damage = Some(format!(
+                                "record at byte {} has offset {}, expected {next}",
+                                pos + at as u64,
+                                raw.offset
+                            ));
                             return Ok(out);
                         }
                         if build_index && since_entry >= self.index_interval {
@@ -299,18 +321,25 @@ impl Segment {
                         }
                         let len = raw.encoded_len();
                         since_entry += len as u64;
-                        out.max_timestamp = Some(out.max_timestamp.map_or(raw.timestamp(), |m: i64| m.max(raw.timestamp())));
+                        out.max_timestamp = Some(
+                            out.max_timestamp
+                                .map_or(raw.timestamp(), |m: i64| m.max(raw.timestamp())),
+                        );
                         at += len;
                         next += 1;
                         out.valid_end = pos + at as u64;
                         out.next_offset = next;
                         progressed = true;
                     }
-                    Err(record::RecordError::Torn { needed, .. }) if pos + at as u64 + needed <= self.size && at > 0 => {
+                    Err(record::RecordError::Torn { needed, .. })
+                        if pos + at as u64 + needed <= self.size && at > 0 =>
+                    {
                         // The record continues past this chunk: read again from it.
                         break;
                     }
-                    Err(record::RecordError::Torn { needed, .. }) if pos + at as u64 + needed <= self.size => {
+                    Err(record::RecordError::Torn { needed, .. })
+                        if pos + at as u64 + needed <= self.size =>
+                    {
                         // A single record larger than the chunk: read it whole.
                         let mut big = vec![0u8; usize::try_from(needed).unwrap_or(usize::MAX)];
                         read_exact_at(&self.log, &self.log_path, &mut big, pos)?;
@@ -399,7 +428,9 @@ impl Segment {
     /// # Errors
     /// When the OS reports a failure.
     pub fn sync(&self) -> Result<(), StorageError> {
-        self.log.sync_data().map_err(io_err("fsync", &self.log_path))
+        self.log
+            .sync_data()
+            .map_err(io_err("fsync", &self.log_path))
     }
 
     /// Flushes the index file as well (on seal and shutdown).
@@ -408,7 +439,9 @@ impl Segment {
     /// When the OS reports a failure.
     pub fn sync_all(&self) -> Result<(), StorageError> {
         self.sync()?;
-        self.index.sync_data().map_err(io_err("fsync", &self.index_path))
+        self.index
+            .sync_data()
+            .map_err(io_err("fsync", &self.index_path))
     }
 
     /// Byte position of the record with `offset` (which must be in this
@@ -430,9 +463,15 @@ impl Segment {
             let header = match record::peek_header(&buf, local) {
                 Some(h) => h,
                 None => {
-                    let want = (self.index_interval + 2 * RECORD_HEADER_LEN as u64).max(4096).min(self.size.saturating_sub(pos));
+                    let want = (self.index_interval + 2 * RECORD_HEADER_LEN as u64)
+                        .max(4096)
+                        .min(self.size.saturating_sub(pos));
                     if want < RECORD_HEADER_LEN as u64 {
-                        return Err(self.corrupt(offset, pos, "index scan ran past the end of the segment"));
+                        return Err(self.corrupt(
+                            offset,
+                            pos,
+                            "index scan ran past the end of the segment",
+                        ));
                     }
                     buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
                     read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
@@ -444,7 +483,11 @@ impl Segment {
                 }
             };
             if header.0 != cur {
-                return Err(self.corrupt(offset, pos, &format!("record header has offset {}, expected {cur}", header.0)));
+                return Err(self.corrupt(
+                    offset,
+                    pos,
+                    &format!("record header has offset {}, expected {cur}", header.0),
+                ));
             }
             pos += RECORD_HEADER_LEN as u64 + u64::from(header.1);
             cur += 1;
@@ -479,7 +522,11 @@ impl Segment {
         if let Some((_, size)) = record::peek_header(&buf, 0) {
             let first = RECORD_HEADER_LEN as u64 + u64::from(size);
             if first > avail {
-                return Err(self.corrupt(offset, pos, &format!("record claims {first} bytes, {avail} remain in the segment")));
+                return Err(self.corrupt(
+                    offset,
+                    pos,
+                    &format!("record claims {first} bytes, {avail} remain in the segment"),
+                ));
             }
             if first > buf.len() as u64 {
                 buf = vec![0u8; usize::try_from(first).unwrap_or(usize::MAX)];
@@ -492,7 +539,11 @@ impl Segment {
             match raw {
                 Ok(r) => {
                     if r.offset != expect {
-                        return Err(self.corrupt(expect, pos + r.pos as u64, &format!("record has offset {}", r.offset)));
+                        return Err(self.corrupt(
+                            expect,
+                            pos + r.pos as u64,
+                            &format!("record has offset {}", r.offset),
+                        ));
                     }
                     expect += 1;
                     end = r.pos + r.encoded_len();
@@ -519,7 +570,13 @@ impl Segment {
 
     /// Deletes both files.
     pub fn delete(self) -> Result<(), StorageError> {
-        let Segment { log_path, index_path, log, index, .. } = self;
+        let Segment {
+            log_path,
+            index_path,
+            log,
+            index,
+            ..
+        } = self;
         drop(log);
         drop(index);
         std::fs::remove_file(&log_path).map_err(io_err("delete", &log_path))?;
@@ -538,7 +595,11 @@ impl Segment {
     }
 }
 
-fn rewrite_index_file(path: &Path, file: &mut File, entries: &[IndexEntry]) -> Result<(), StorageError> {
+fn rewrite_index_file(
+    path: &Path,
+    file: &mut File,
+    entries: &[IndexEntry],
+) -> Result<(), StorageError> {
     let mut raw = Vec::with_capacity(8 + entries.len() * INDEX_ENTRY_LEN);
     raw.extend_from_slice(&INDEX_MAGIC);
     for e in entries {

@@ -165,7 +165,10 @@ mod tests {
         let Decoded::Frame(f, n) = decode_request(&buf, 1024).unwrap() else {
             panic!("expected a frame")
         };
-        assert_eq!((f.api_key, f.request_id, f.payload, n), (4, 77, &b"abc"[..], buf.len()));
+        assert_eq!(
+            (f.api_key, f.request_id, f.payload, n),
+            (4, 77, &b"abc"[..], buf.len())
+        );
         assert!(decode_request(&[0xff, 0xff, 0xff, 0xff], 1024).is_err());
         assert!(decode_request(&[0, 0, 0, 5], 1024).is_err());
         assert!(decode_request(&[0x7f, 0xff, 0xff, 0xff], 1024).is_err());

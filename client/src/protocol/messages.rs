@@ -191,10 +191,16 @@ impl ProduceResult {
             return self
                 .spans
                 .iter()
-                .flat_map(|s| (0..i64::from(s.count.max(0))).map(move |i| (s.partition, s.base_offset + i)))
+                .flat_map(|s| {
+                    (0..i64::from(s.count.max(0))).map(move |i| (s.partition, s.base_offset + i))
+                })
                 .collect();
         }
-        let mut next: Vec<(i32, i64)> = self.spans.iter().map(|s| (s.partition, s.base_offset)).collect();
+        let mut next: Vec<(i32, i64)> = self
+            .spans
+            .iter()
+            .map(|s| (s.partition, s.base_offset))
+            .collect();
         self.record_partitions
             .iter()
             .map(|p| match next.iter_mut().find(|(q, _)| q == p) {

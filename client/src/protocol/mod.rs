@@ -55,7 +55,11 @@ pub fn encode_request<R: Request>(buf: &mut Vec<u8>, request_id: i32, req: &R) {
 }
 
 /// Encodes a whole response frame into `buf`.
-pub fn encode_response_frame<R: Encode>(buf: &mut Vec<u8>, request_id: i32, result: Result<&R, ErrorCode>) {
+pub fn encode_response_frame<R: Encode>(
+    buf: &mut Vec<u8>,
+    request_id: i32,
+    result: Result<&R, ErrorCode>,
+) {
     let start = frame::begin_response(buf, request_id);
     messages::encode_response(buf, result);
     frame::finish_frame(buf, start);

@@ -303,10 +303,7 @@ fn parse_payload(owner: &Bytes, raw: &RawRecord<'_>) -> Option<Record> {
         let start = base + r.position() - len;
         owner.slice(start..start + len)
     };
-    let key = match r.nullable_bytes().ok()? {
-        None => None,
-        Some(k) => Some(slice(&r, k.len())),
-    };
+    let key = r.nullable_bytes().ok()?.map(|k| slice(&r, k.len()));
     let v = r.bytes().ok()?;
     let value = slice(&r, v.len());
     let n = r.u16().ok()?;

@@ -162,7 +162,8 @@ impl<'a> Reader<'a> {
     /// Reads `[len i32][bytes]`, null not allowed.
     pub fn bytes(&mut self) -> Result<&'a [u8], WireError> {
         let at = self.pos;
-        self.nullable_bytes()?.ok_or(WireError::InvalidLength { at, len: -1 })
+        self.nullable_bytes()?
+            .ok_or(WireError::InvalidLength { at, len: -1 })
     }
 
     /// Reads an array count and checks it against the bytes that remain,
@@ -172,10 +173,7 @@ impl<'a> Reader<'a> {
         let n = self.i32()?;
         let n = usize::try_from(n).map_err(|_| WireError::InvalidLength { at, len: n.into() })?;
         if n.saturating_mul(min_item_bytes.max(1)) > self.remaining() {
-            return Err(WireError::InvalidLength {
-                at,
-                len: n as i64,
-            });
+            return Err(WireError::InvalidLength { at, len: n as i64 });
         }
         Ok(n)
     }

@@ -61,7 +61,11 @@ fn round_trip_over_rollovers_and_every_index_boundary() {
     // batches too
     let vals: Vec<Vec<u8>> = (200..230).map(value).collect();
     assert_eq!(log.append(&mut batch(&vals, 7)).unwrap(), 200);
-    assert!(log.segment_count() > 5, "rolled {} times", log.segment_count());
+    assert!(
+        log.segment_count() > 5,
+        "rolled {} times",
+        log.segment_count()
+    );
     for off in 0..230u64 {
         // one record at a time: exercises lookup at every segment and index boundary
         let r = log.read(off, 1).unwrap();
@@ -74,7 +78,14 @@ fn round_trip_over_rollovers_and_every_index_boundary() {
     assert_eq!(all.len(), 230);
     assert!(all.iter().enumerate().all(|(i, r)| r.offset == i as u64));
     assert_eq!(log.read(230, 100).unwrap().records.len(), 0);
-    assert!(matches!(log.read(231, 100), Err(StorageError::OffsetOutOfRange { requested: 231, log_start: 0, log_end: 230 })));
+    assert!(matches!(
+        log.read(231, 100),
+        Err(StorageError::OffsetOutOfRange {
+            requested: 231,
+            log_start: 0,
+            log_end: 230
+        })
+    ));
 }
 
 #[test]
@@ -82,7 +93,8 @@ fn a_big_record_is_returned_whole() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
     let big = vec![7u8; 10_000];
-    log.append(&mut batch(&[big.clone(), b"small".to_vec()], 1)).unwrap();
+    log.append(&mut batch(&[big.clone(), b"small".to_vec()], 1))
+        .unwrap();
     let r = log.read(0, 10).unwrap();
     let recs = decode_all(&Bytes::from(r.records)).unwrap();
     assert_eq!(recs.len(), 1);
@@ -110,10 +122,15 @@ fn torn_write_keeps_whole_records_and_appends_continue() {
     let active = segment_files(dir.path()).pop().unwrap();
     let len = std::fs::metadata(&active).unwrap().len();
     // Cut 5 bytes off: the last record is torn.
-    std::fs::OpenOptions::new().write(true).open(&active).unwrap().set_len(len - 5).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .unwrap()
+        .set_len(len - 5)
+        .unwrap();
     let mut log = Log::open(dir.path(), small()).unwrap();
     assert_eq!(log.end_offset(), 49);
-    assert_eq!(std::fs::metadata(&active).unwrap().len() < len - 5, true);
+    assert!(std::fs::metadata(&active).unwrap().len() < len - 5);
     append_n(&mut log, 49, 3);
     let all = read_all(&log);
     assert_eq!(all.len(), 52);
@@ -160,14 +177,23 @@ fn flipped_byte_in_sealed_segment_is_a_read_error_naming_the_offset() {
     }
     let (off, err) = bad.expect("the corrupt record must not be served");
     match err {
-        StorageError::Corrupt { offset, segment, .. } => {
+        StorageError::Corrupt {
+            offset, segment, ..
+        } => {
             assert_eq!(offset, off);
             assert_eq!(segment, first);
         }
         other => panic!("unexpected error {other}"),
     }
     // verify_sealed refuses to open and says where.
-    let err = Log::open(dir.path(), LogConfig { verify_sealed: true, ..small() }).unwrap_err();
+    let err = Log::open(
+        dir.path(),
+        LogConfig {
+            verify_sealed: true,
+            ..small()
+        },
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("corrupt record"), "{err}");
 }
 
@@ -185,12 +211,19 @@ fn deleted_or_garbage_index_is_rebuilt() {
     indexes.sort();
     std::fs::remove_file(&indexes[0]).unwrap();
     std::fs::write(indexes.last().unwrap(), b"garbage!garbage!").unwrap();
-    std::fs::write(&indexes[1], b"FLMIDX\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff").unwrap();
+    std::fs::write(
+        &indexes[1],
+        b"FLMIDX\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff",
+    )
+    .unwrap();
     let log = Log::open(dir.path(), small()).unwrap();
     assert!(indexes[0].exists());
     assert_eq!(read_all(&log).len(), 100);
     for off in 0..100 {
-        assert_eq!(decode_all(&Bytes::from(log.read(off, 1).unwrap().records)).unwrap()[0].offset, off);
+        assert_eq!(
+            decode_all(&Bytes::from(log.read(off, 1).unwrap().records)).unwrap()[0].offset,
+            off
+        );
     }
 }
 

@@ -1,0 +1,109 @@
+//! Running the real `flume-cli` binary in tests.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_flume-cli"))
+}
+
+/// A broker subprocess, killed when dropped.
+pub struct BrokerProc {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl BrokerProc {
+    /// Starts `flume-cli broker --port 0 --data DIR` plus `extra` flags and waits for its address.
+    pub fn start(data: &Path, extra: &[&str]) -> BrokerProc {
+        Self::start_on(data, "0", extra)
+    }
+
+    pub fn start_on(data: &Path, port: &str, extra: &[&str]) -> BrokerProc {
+        let mut child = bin()
+            .args(["broker", "--port", port, "--data"])
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn flume-cli broker");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("broker prints its address");
+        let addr = line
+            .split_whitespace()
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        BrokerProc { child, addr }
+    }
+
+    pub fn port(&self) -> &str {
+        self.addr.rsplit(':').next().unwrap()
+    }
+
+    /// SIGKILL, no cleanup.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGINT (Ctrl-C) and wait for a clean exit.
+    pub fn interrupt(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill")
+            .args(["-INT", &pid])
+            .status()
+            .expect("kill -INT");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker did not exit after SIGINT"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for BrokerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn run(args: &[&str]) -> Output {
+    bin()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run flume-cli")
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "flume-cli {args:?} failed: {}",
+        stderr(&o)
+    );
+    stdout(&o)
+}
