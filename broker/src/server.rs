@@ -216,12 +216,9 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
                     inflight.push(fut);
                     start += used;
                 }
-                Ok(Decoded::NeedMore(need)) => {
-                    if let Some(n) = need {
-                        rbuf.reserve(n.saturating_sub(rbuf.len() - start));
-                    }
-                    break;
-                }
+                // The buffer grows with the bytes that actually arrive, never with
+                // the size a peer claims.
+                Ok(Decoded::NeedMore(_)) => break,
                 Err(e) => {
                     tracing::warn!(error = %e, "malformed frame; closing the connection after pending responses");
                     failure = Some(io_other(e.to_string()));
@@ -232,6 +229,9 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         if start > 0 {
             rbuf.drain(..start);
             start = 0;
+            if rbuf.capacity() > 1 << 20 && rbuf.len() < 64 * 1024 {
+                rbuf.shrink_to(128 * 1024);
+            }
         }
         // Gather every response that is ready, then write them with one call.
         while let Some(Some(resp)) = inflight.next().now_or_never() {

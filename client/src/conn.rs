@@ -310,12 +310,7 @@ async fn read_loop(
                     let start = used - f.payload.len();
                     (f.request_id, start..used)
                 }
-                Ok(Decoded::NeedMore(need)) => {
-                    if let Some(n) = need {
-                        buf.reserve(n.saturating_sub(buf.len()));
-                    }
-                    break;
-                }
+                Ok(Decoded::NeedMore(_)) => break,
                 Err(e) => return format!("bad frame from broker: {e}"),
             };
             let frame = buf.split_to(range.end).freeze();

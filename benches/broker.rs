@@ -1,0 +1,276 @@
+//! Whole-system benches, client and broker in one process over loopback TCP, with the original
+//! design's names and shapes plus batched throughput and commits. `cargo bench --bench broker`.
+//! Run with `ASYNC_STD_THREAD_COUNT=1` as well to see the one-thread figures.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flume_broker::{Broker, BrokerConfig, TopicConfig};
+use flume_client::protocol::{OffsetCommitRequest, PartitionOffset};
+use flume_client::rt::block_on;
+use flume_client::{
+    Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, SendRecord, StartOffset,
+};
+
+struct Env {
+    _dir: tempfile::TempDir,
+    broker: Broker,
+    addr: String,
+}
+
+fn env() -> Env {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = BrokerConfig::new(dir.path());
+    cfg.listen = "127.0.0.1:0".into();
+    let broker = block_on(Broker::start(cfg)).unwrap();
+    for (name, parts) in [("one", 1), ("four", 4)] {
+        broker
+            .engine()
+            .create_topic(
+                name,
+                TopicConfig {
+                    partitions: parts,
+                    ..TopicConfig::default()
+                },
+            )
+            .unwrap();
+    }
+    let addr = broker.local_addr().to_string();
+    Env {
+        _dir: dir,
+        broker,
+        addr,
+    }
+}
+
+fn one_per_round_trip(c: &mut Criterion) {
+    let e = env();
+    let producer = block_on(Producer::connect(&e.addr)).unwrap();
+    let small = vec![b'x'; 100];
+    let large = vec![b'x'; 10 * 1024];
+    let mut g = c.benchmark_group("round_trip");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("produce_100B", |b| {
+        b.iter_custom(|n| {
+            block_on(async {
+                let t = Instant::now();
+                for _ in 0..n {
+                    producer.send("one", None, &small).await.unwrap();
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.bench_function("produce_with_key_100B", |b| {
+        b.iter_custom(|n| {
+            block_on(async {
+                let t = Instant::now();
+                for i in 0..n {
+                    producer
+                        .send("four", Some(format!("user-{}", i % 100).as_bytes()), &small)
+                        .await
+                        .unwrap();
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.throughput(Throughput::Bytes(large.len() as u64));
+    g.bench_function("produce_large_10KB", |b| {
+        b.iter_custom(|n| {
+            block_on(async {
+                let t = Instant::now();
+                for _ in 0..n {
+                    producer.send("one", None, &large).await.unwrap();
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.throughput(Throughput::Elements(4));
+    let producers: Vec<Arc<Producer>> = (0..4)
+        .map(|_| Arc::new(block_on(Producer::connect(&e.addr)).unwrap()))
+        .collect();
+    g.bench_function("concurrent_producers_4", |b| {
+        b.iter_custom(|n| {
+            block_on(async {
+                let t = Instant::now();
+                let tasks: Vec<_> = producers
+                    .iter()
+                    .map(|p| {
+                        let p = p.clone();
+                        let v = small.clone();
+                        flume_client::rt::spawn(async move {
+                            for _ in 0..n {
+                                p.send("four", None, &v).await.unwrap();
+                            }
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await;
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.throughput(Throughput::Elements(1));
+    let client = Arc::new(block_on(Client::connect(&e.addr, ConnectionConfig::default())).unwrap());
+    g.bench_function("produce_and_fetch_round_trip", |b| {
+        b.iter_custom(|n| {
+            block_on(async {
+                let t = Instant::now();
+                for _ in 0..n {
+                    let m = producer.send("one", None, &small).await.unwrap();
+                    let mut c = PartitionConsumer::with_client(
+                        client.clone(),
+                        "one",
+                        0,
+                        StartOffset::At(m.offset as u64),
+                        FetchConfig::default(),
+                    );
+                    let got = c.poll_batch().await.unwrap();
+                    assert_eq!(got[0].offset, m.offset as u64);
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.finish();
+    block_on(e.broker.shutdown());
+}
+
+fn throughput(c: &mut Criterion) {
+    let e = env();
+    let producer = Arc::new(block_on(Producer::connect(&e.addr)).unwrap());
+    let value = bytes::Bytes::from(vec![b'x'; 100]);
+    let mut g = c.benchmark_group("throughput");
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(5));
+    let n = 100_000u64;
+    g.throughput(Throughput::Elements(n));
+    g.bench_function("produce_batched_100B_x100k", |b| {
+        b.iter(|| {
+            block_on(async {
+                let mut pending = std::collections::VecDeque::new();
+                for _ in 0..n {
+                    let rec = SendRecord {
+                        topic: "four".into(),
+                        value: value.clone(),
+                        ..SendRecord::default()
+                    };
+                    pending.push_back(producer.send_nowait(rec).await.unwrap());
+                    if pending.len() > 20_000 {
+                        pending.pop_front().unwrap().await.unwrap();
+                    }
+                }
+                for p in pending {
+                    p.await.unwrap();
+                }
+            })
+        })
+    });
+    // A partition with 100k records to read back; 1 MB fetches.
+    block_on(async {
+        let mut pending = Vec::new();
+        for _ in 0..n {
+            let rec = SendRecord {
+                topic: "one".into(),
+                value: value.clone(),
+                ..SendRecord::default()
+            };
+            pending.push(producer.send_nowait(rec).await.unwrap());
+        }
+        for p in pending {
+            p.await.unwrap();
+        }
+    });
+    let client = Arc::new(block_on(Client::connect(&e.addr, ConnectionConfig::default())).unwrap());
+    g.bench_function("consume_100B_x100k", |b| {
+        b.iter(|| {
+            block_on(async {
+                let mut c = PartitionConsumer::with_client(
+                    client.clone(),
+                    "one",
+                    0,
+                    StartOffset::At(0),
+                    FetchConfig::default(),
+                );
+                let mut got = 0;
+                while got < n {
+                    got += c.poll_batch().await.unwrap().len() as u64;
+                }
+            })
+        })
+    });
+    g.throughput(Throughput::Bytes(1 << 20));
+    g.sample_size(50);
+    g.bench_function("fetch_1MB_of_100B_records", |b| {
+        b.iter(|| {
+            block_on(async {
+                let mut c = PartitionConsumer::with_client(
+                    client.clone(),
+                    "one",
+                    0,
+                    StartOffset::At(0),
+                    FetchConfig {
+                        partition_max_bytes: 1 << 20,
+                        ..FetchConfig::default()
+                    },
+                );
+                c.poll_batch().await.unwrap().len()
+            })
+        })
+    });
+    g.finish();
+    block_on(e.broker.shutdown());
+}
+
+fn commits(c: &mut Criterion) {
+    let e = env();
+    let client = Arc::new(block_on(Client::connect(&e.addr, ConnectionConfig::default())).unwrap());
+    let mut g = c.benchmark_group("offset_commit");
+    g.throughput(Throughput::Elements(1));
+    let req = |i: u64| OffsetCommitRequest {
+        group: format!("g{}", i % 16),
+        generation: -1,
+        member_id: String::new(),
+        offsets: vec![PartitionOffset {
+            topic: "four".into(),
+            partition: (i % 4) as i32,
+            offset: i as i64,
+        }],
+    };
+    g.bench_function("engine_commit", |b| {
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            e.broker.engine().commit_offsets(&req(i)).unwrap()
+        })
+    });
+    g.bench_function("commit_over_tcp_64_in_flight", |b| {
+        b.iter_custom(|n| {
+            block_on(async {
+                let t = Instant::now();
+                let conn = client.connection().await.unwrap();
+                let mut inflight = std::collections::VecDeque::new();
+                for i in 0..n {
+                    inflight.push_back(conn.start_call(&req(i), Duration::ZERO).await.unwrap());
+                    if inflight.len() >= 64 {
+                        inflight.pop_front().unwrap().await.unwrap();
+                    }
+                }
+                for f in inflight {
+                    f.await.unwrap();
+                }
+                t.elapsed()
+            })
+        })
+    });
+    g.finish();
+    block_on(e.broker.shutdown());
+}
+
+criterion_group!(benches, one_per_round_trip, throughput, commits);
+criterion_main!(benches);

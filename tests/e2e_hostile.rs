@@ -1,0 +1,381 @@
+//! Hostile and slow peers, connection limits, group liveness with a frozen member.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use flume_broker::Broker;
+use flume_client::protocol::{
+    self, ErrorCode, HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, PartitionOffset,
+};
+use flume_client::rt::{self, TcpStream};
+use flume_client::{
+    Client, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, StartOffset,
+};
+use futures::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A tiny deterministic generator (xorshift64*), so failures can be replayed from the seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("FLUME_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x005e_edf1_u64)
+}
+
+/// One hostile frame: random bytes, impossible sizes, unknown keys, lying inner lengths.
+fn hostile_frame(rng: &mut Rng) -> Vec<u8> {
+    let mut f = Vec::new();
+    match rng.below(7) {
+        0 => (0..rng.below(64)).for_each(|_| f.push(rng.next() as u8)),
+        1 => f.extend_from_slice(&i32::MAX.to_be_bytes()),
+        2 => f.extend_from_slice(&(-(rng.below(1000) as i32) - 1).to_be_bytes()),
+        3 => {
+            let s = protocol::frame::begin_request(&mut f, 9 + rng.below(1000) as i16, 1);
+            protocol::frame::finish_frame(&mut f, s);
+        }
+        4 => {
+            // A PRODUCE whose inner record count and lengths lie.
+            let s = protocol::frame::begin_request(&mut f, 0, 2);
+            f.extend_from_slice(&0x7fff_ffffu32.to_be_bytes());
+            f.extend_from_slice(&[0, 1, b't', 0xff, 0xff, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]);
+            protocol::frame::finish_frame(&mut f, s);
+        }
+        5 => {
+            // A well-framed request of random api key 0..=8 with a random payload.
+            let s = protocol::frame::begin_request(&mut f, rng.below(9) as i16, 3);
+            (0..rng.below(48)).for_each(|_| f.push(rng.next() as u8));
+            protocol::frame::finish_frame(&mut f, s);
+        }
+        _ => {
+            // A frame that claims 16 MB and sends a few bytes.
+            f.extend_from_slice(&(16 * 1024 * 1024i32).to_be_bytes());
+            f.extend_from_slice(&[0, 0, 0, 0, 0, 1]);
+        }
+    }
+    f
+}
+
+#[test]
+fn thousands_of_hostile_frames_then_normal_service() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let addr = broker.local_addr().to_string();
+        let seed = seed();
+        let mut rng = Rng(seed | 1);
+        for i in 0..3000 {
+            let mut s = TcpStream::connect(&addr).await.unwrap();
+            let mut frames = Vec::new();
+            for _ in 0..=rng.below(3) {
+                frames.extend(hostile_frame(&mut rng));
+            }
+            let _ = s.write_all(&frames).await;
+            if i % 2 == 0 {
+                // Half the time, read what comes back until the broker closes or answers.
+                let mut buf = [0u8; 256];
+                let _ = rt::timeout(Duration::from_millis(20), s.read(&mut buf)).await;
+            }
+            drop(s);
+        }
+        // Normal traffic works, on fresh connections.
+        let producer = Producer::connect(&addr)
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let m = producer
+            .send("after", Some(b"k"), b"still here")
+            .await
+            .unwrap();
+        let mut c = PartitionConsumer::connect(&addr, "after", m.partition, StartOffset::Earliest)
+            .await
+            .unwrap();
+        assert_eq!(
+            &c.recv().await.unwrap().value[..],
+            b"still here",
+            "seed {seed}"
+        );
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn a_stalled_half_frame_and_a_non_reader_block_no_one() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::config(dir.path());
+        cfg.read_timeout = Duration::from_millis(300);
+        cfg.write_timeout = Duration::from_millis(300);
+        let broker = Broker::start(cfg).await.unwrap();
+        let addr = broker.local_addr().to_string();
+        let producer = Producer::connect(&addr).await.unwrap();
+        producer
+            .send("big", None, &vec![b'x'; 512 * 1024])
+            .await
+            .unwrap();
+        // Half a frame, then silence.
+        let mut stalled = TcpStream::connect(&addr).await.unwrap();
+        stalled.write_all(&[0, 0, 1, 0, 0, 1, 0]).await.unwrap();
+        // Many fetches of a big record, never reading the responses.
+        let mut deaf = TcpStream::connect(&addr).await.unwrap();
+        let mut reqs = Vec::new();
+        for i in 0..64 {
+            protocol::encode_request(
+                &mut reqs,
+                i,
+                &protocol::FetchRequest {
+                    max_wait_ms: 0,
+                    min_bytes: 1,
+                    max_bytes: 1 << 20,
+                    partitions: (0..3)
+                        .map(|p| protocol::FetchPartition {
+                            topic: "big".into(),
+                            partition: p,
+                            offset: 0,
+                            max_bytes: 1 << 20,
+                        })
+                        .collect(),
+                },
+            );
+        }
+        let _ = rt::timeout(Duration::from_millis(200), deaf.write_all(&reqs)).await;
+        // Everyone else is served meanwhile.
+        let t = Instant::now();
+        for i in 0..50 {
+            producer
+                .send("other", None, format!("{i}").as_bytes())
+                .await
+                .unwrap();
+        }
+        assert!(t.elapsed() < Duration::from_secs(5));
+        // Both bad connections are cut: the stalled one by the read timeout.
+        let mut buf = [0u8; 16];
+        let n = rt::timeout(Duration::from_secs(5), stalled.read(&mut buf))
+            .await
+            .expect("closed in time");
+        assert_eq!(n.unwrap_or(0), 0);
+        common::wait_until("bad connections closed", Duration::from_secs(10), || {
+            let b = &broker;
+            async move { b.connection_count() <= 1 }
+        })
+        .await;
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn many_connections_and_a_clean_refusal_past_the_limit() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::config(dir.path());
+        cfg.max_connections = 1000;
+        let broker = Broker::start(cfg).await.unwrap();
+        broker
+            .engine()
+            .create_topic("many", common::topic(4))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        let mut tasks = Vec::new();
+        for i in 0..1000 {
+            let addr = addr.clone();
+            tasks.push(rt::spawn(async move {
+                let c = Client::connect(&addr, ConnectionConfig::default()).await?;
+                let mut rec = Vec::new();
+                protocol::record::encode(
+                    &mut rec,
+                    0,
+                    0,
+                    Some(format!("k{i}").as_bytes()),
+                    b"v",
+                    &[],
+                );
+                let r = c
+                    .call(&protocol::ProduceRequest {
+                        entries: vec![protocol::ProduceEntry {
+                            topic: "many".into(),
+                            partition: -1,
+                            records: rec.into(),
+                        }],
+                    })
+                    .await?;
+                assert_eq!(r.results[0].error, ErrorCode::None);
+                let p = r.results[0].spans[0];
+                let f = c
+                    .call(&protocol::FetchRequest {
+                        max_wait_ms: 0,
+                        min_bytes: 1,
+                        max_bytes: 1 << 16,
+                        partitions: vec![protocol::FetchPartition {
+                            topic: "many".into(),
+                            partition: p.partition,
+                            offset: p.base_offset,
+                            max_bytes: 1 << 16,
+                        }],
+                    })
+                    .await?;
+                assert!(!f.partitions[0].records.is_empty());
+                Ok::<Client, flume_client::Error>(c)
+            }));
+        }
+        let mut clients = Vec::new();
+        for t in tasks {
+            clients.push(t.await.unwrap());
+        }
+        assert_eq!(broker.connection_count(), 1000);
+        // The 1001st is closed at once, cleanly, and the others are unaffected.
+        let mut extra = TcpStream::connect(&addr).await.unwrap();
+        let mut req = Vec::new();
+        protocol::encode_request(&mut req, 1, &protocol::MetadataRequest::default());
+        let _ = extra.write_all(&req).await;
+        let mut buf = [0u8; 64];
+        let n = rt::timeout(Duration::from_secs(5), extra.read(&mut buf))
+            .await
+            .expect("refused in time");
+        assert_eq!(n.unwrap_or(0), 0, "refused: closed without a response");
+        assert!(clients[0]
+            .call(&protocol::MetadataRequest::default())
+            .await
+            .is_ok());
+        let total: u64 = broker
+            .engine()
+            .topic("many")
+            .unwrap()
+            .partitions
+            .iter()
+            .map(|p| p.end_offset())
+            .sum();
+        assert_eq!(total, 1000);
+        drop(clients);
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker
+            .engine()
+            .create_topic("live", common::topic(2))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        let producer = Producer::connect(&addr).await.unwrap();
+        for i in 0..20 {
+            producer
+                .send("live", Some(format!("k{i}").as_bytes()), b"v")
+                .await
+                .unwrap();
+        }
+        // The old member speaks the protocol by hand so that it can freeze: it joins, then stops heartbeating.
+        let raw = Client::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        let old = raw
+            .call(&JoinGroupRequest {
+                group: "lg".into(),
+                member_id: String::new(),
+                session_timeout_ms: 500,
+                rebalance_timeout_ms: 5000,
+                assignor: String::new(),
+                topics: vec!["live".into()],
+            })
+            .await
+            .unwrap();
+        assert_eq!(old.assignment[0].partitions, vec![0, 1]);
+        // A new member joins; the frozen one never rejoins and expires after 500 ms.
+        let mut new = GroupConsumer::builder(&addr, "lg")
+            .topic("live")
+            .auto_commit(false)
+            .session_timeout(Duration::from_secs(5))
+            .max_wait(Duration::from_millis(100))
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(
+            new.assignment().await.len(),
+            2,
+            "the new member owns everything"
+        );
+        let mut last = None;
+        for _ in 0..20 {
+            let r = new.recv().await.unwrap().unwrap();
+            new.commit(&r).await.unwrap();
+            last = Some(r);
+        }
+        let last = last.unwrap();
+        // The old member wakes up: its heartbeat and its commit are rejected.
+        let hb = raw
+            .call(&HeartbeatRequest {
+                group: "lg".into(),
+                generation: old.generation,
+                member_id: old.member_id.clone(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(hb.code(), Some(ErrorCode::UnknownMember));
+        let stale = raw
+            .call(&OffsetCommitRequest {
+                group: "lg".into(),
+                generation: old.generation,
+                member_id: old.member_id.clone(),
+                offsets: vec![PartitionOffset {
+                    topic: "live".into(),
+                    partition: last.partition,
+                    offset: 0,
+                }],
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(stale.code(), Some(ErrorCode::UnknownMember));
+        assert_eq!(
+            broker.engine().committed("lg", "live", last.partition),
+            Some(last.offset as i64 + 1),
+            "the new owner's commit was not overwritten"
+        );
+        // It rejoins from scratch: the group rebalances to one partition each.
+        let rejoin = flume_client::rt::spawn({
+            let addr = addr.clone();
+            async move {
+                let raw = Client::connect(&addr, ConnectionConfig::default())
+                    .await
+                    .unwrap();
+                raw.call_with_extra(
+                    &JoinGroupRequest {
+                        group: "lg".into(),
+                        member_id: String::new(),
+                        session_timeout_ms: 5000,
+                        rebalance_timeout_ms: 5000,
+                        assignor: String::new(),
+                        topics: vec!["live".into()],
+                    },
+                    Duration::from_secs(10),
+                )
+                .await
+            }
+        });
+        // The new member notices through its heartbeat and rejoins while we keep polling it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while new.assignment().await.len() != 1 {
+            assert!(
+                Instant::now() < deadline,
+                "no rebalance after the old member rejoined"
+            );
+            let _ = rt::timeout(Duration::from_millis(100), new.recv()).await;
+        }
+        let back = rejoin.await.unwrap();
+        assert_eq!(back.assignment[0].partitions.len(), 1);
+        broker.shutdown().await;
+    });
+}
