@@ -18,7 +18,7 @@
 //!   the key modulo the partition count, see
 //!   [`crate::protocol::partition_for_key`]); null keys go to one partition per batch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -106,7 +106,8 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    batches: BTreeMap<(String, i32), Batch>,
+    /// Per (topic, partition), batches of at most `batch_max_bytes` (one record may exceed it), oldest first.
+    batches: BTreeMap<(String, i32), VecDeque<Batch>>,
     buffered: usize,
     full: bool,
     closed: bool,
@@ -269,12 +270,18 @@ impl Producer {
                 if st.buffered + len <= sh.config.buffer_max_bytes {
                     st.buffered += len;
                     let key = (rec.topic.clone(), rec.partition.unwrap_or(-1));
-                    let b = st.batches.entry(key).or_default();
-                    b.buf.extend_from_slice(&buf);
-                    b.acks.push(tx);
-                    if b.buf.len() >= sh.config.batch_max_bytes {
-                        st.full = true;
+                    let max = sh.config.batch_max_bytes;
+                    let queue = st.batches.entry(key).or_default();
+                    if queue.back().is_none_or(|b| b.buf.len() + len > max) {
+                        queue.push_back(Batch::default());
                     }
+                    let mut full = queue.len() > 1;
+                    if let Some(b) = queue.back_mut() {
+                        b.buf.extend_from_slice(&buf);
+                        b.acks.push(tx);
+                        full |= b.buf.len() >= max;
+                    }
+                    st.full |= full;
                     break;
                 }
             }
@@ -360,19 +367,47 @@ async fn sender_loop(sh: Arc<Shared>) {
         if !sh.config.linger.is_zero() && !full && !closed {
             rt::sleep(sh.config.linger).await;
         }
-        let batches = {
+        // Take the oldest batch of each partition, then the next ones, while the request
+        // stays under the frame limit; what is left goes in the next request.
+        let limit = sh
+            .config
+            .connection
+            .max_frame_bytes
+            .saturating_sub(64 * 1024)
+            .max(1);
+        let mut entries = Vec::new();
+        let mut acks = Vec::new();
+        {
             let mut st = lock(&sh.state);
-            st.full = false;
-            std::mem::take(&mut st.batches)
-        };
-        let mut entries = Vec::with_capacity(batches.len());
-        let mut acks = Vec::with_capacity(batches.len());
-        for ((topic, partition), b) in batches {
-            acks.push((b.buf.len(), b.acks));
-            entries.push(ProduceEntry {
-                topic,
-                partition,
-                records: Bytes::from(b.buf),
+            let mut size = 0usize;
+            'fill: loop {
+                let mut took = false;
+                for ((topic, partition), queue) in st.batches.iter_mut() {
+                    let Some(cost) = queue.front().map(|b| b.buf.len() + topic.len() + 16) else {
+                        continue;
+                    };
+                    if size > 0 && size + cost > limit {
+                        break 'fill;
+                    }
+                    let Some(b) = queue.pop_front() else { continue };
+                    size += cost;
+                    took = true;
+                    acks.push((b.buf.len(), b.acks));
+                    entries.push(ProduceEntry {
+                        topic: topic.clone(),
+                        partition: *partition,
+                        records: Bytes::from(b.buf),
+                    });
+                }
+                if !took {
+                    break;
+                }
+            }
+            st.batches.retain(|_, q| !q.is_empty());
+            st.full = st.batches.values().any(|q| {
+                q.len() > 1
+                    || q.front()
+                        .is_some_and(|b| b.buf.len() >= sh.config.batch_max_bytes)
             });
         }
         let req = ProduceRequest { entries };

@@ -1,3 +1,4 @@
+//! Unit tests of the parent module, compiled only under #[cfg(test)].
 use super::*;
 
 fn six(_: &str) -> u32 {

@@ -70,8 +70,10 @@ pub struct ReadResult {
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
-    /// Sealed segments, oldest first, then the active one last (never empty).
-    segments: Vec<Segment>,
+    /// Sealed segments, oldest first.
+    sealed: Vec<Segment>,
+    /// The segment appends go to.
+    active: Segment,
     last_sync: Instant,
     dirty: bool,
 }
@@ -135,35 +137,31 @@ impl Log {
             }
             segments.push(seg);
         }
-        if segments.is_empty() {
-            segments.push(Segment::create(dir, 0, config.index_interval_bytes)?);
-        }
+        let active = match segments.pop() {
+            Some(a) => a,
+            None => Segment::create(dir, 0, config.index_interval_bytes)?,
+        };
         Ok(Log {
             dir: dir.to_path_buf(),
             config,
-            segments,
+            sealed: segments,
+            active,
             last_sync: Instant::now(),
             dirty: false,
         })
     }
 
     fn active(&self) -> &Segment {
-        // ok: `segments` is never empty (open creates one, retention keeps the active one).
-        self.segments
-            .last()
-            .expect("a log always has an active segment")
+        &self.active
     }
 
     fn active_mut(&mut self) -> &mut Segment {
-        // ok: as above.
-        self.segments
-            .last_mut()
-            .expect("a log always has an active segment")
+        &mut self.active
     }
 
     /// Oldest stored offset.
     pub fn start_offset(&self) -> u64 {
-        self.segments.first().map_or(0, |s| s.base)
+        self.sealed.first().map_or(self.active.base, |s| s.base)
     }
 
     /// Offset the next appended record gets.
@@ -173,12 +171,12 @@ impl Log {
 
     /// Total bytes of all segment files.
     pub fn size_bytes(&self) -> u64 {
-        self.segments.iter().map(|s| s.size).sum()
+        self.sealed.iter().map(|s| s.size).sum::<u64>() + self.active.size
     }
 
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
-        self.segments.len()
+        self.sealed.len() + 1
     }
 
     /// The directory.
@@ -237,7 +235,8 @@ impl Log {
         let next = self.end_offset();
         self.active().sync_all()?;
         let seg = Segment::create(&self.dir, next, self.config.index_interval_bytes)?;
-        self.segments.push(seg);
+        let old = std::mem::replace(&mut self.active, seg);
+        self.sealed.push(old);
         Ok(())
     }
 
@@ -290,11 +289,18 @@ impl Log {
         if offset == log_end {
             return Ok(result);
         }
-        let idx = self
-            .segments
-            .partition_point(|s| s.base <= offset)
-            .saturating_sub(1);
-        let seg = &self.segments[idx];
+        let seg = if offset >= self.active.base {
+            &self.active
+        } else {
+            let idx = self
+                .sealed
+                .partition_point(|s| s.base <= offset)
+                .saturating_sub(1);
+            match self.sealed.get(idx) {
+                Some(s) => s,
+                None => return Ok(result),
+            }
+        };
         if offset >= seg.next_offset {
             // An empty active segment after a roll: nothing to read yet.
             return Ok(result);
@@ -310,13 +316,13 @@ impl Log {
     /// I/O errors while reading timestamps or deleting files.
     pub fn enforce_retention(&mut self, now_ms: i64) -> Result<usize, StorageError> {
         let mut removed = 0;
-        while self.segments.len() > 1 {
+        while !self.sealed.is_empty() {
             let over_size = self
                 .config
                 .retention_bytes
                 .is_some_and(|limit| self.size_bytes() > limit);
             let too_old = match self.config.retention_ms {
-                Some(ms) => match self.segments[0].max_timestamp()? {
+                Some(ms) => match self.sealed[0].max_timestamp()? {
                     Some(ts) => ts < now_ms.saturating_sub(i64::try_from(ms).unwrap_or(i64::MAX)),
                     None => false,
                 },
@@ -325,7 +331,7 @@ impl Log {
             if !(over_size || too_old) {
                 break;
             }
-            let seg = self.segments.remove(0);
+            let seg = self.sealed.remove(0);
             tracing::info!(segment = %seg.log_path().display(), base = seg.base, next = seg.next_offset, "retention deleted a segment");
             seg.delete()?;
             removed += 1;

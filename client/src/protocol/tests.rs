@@ -1,3 +1,4 @@
+//! Unit tests of the parent module, compiled only under #[cfg(test)].
 //! Protocol tests: round trips (proptest), truncated prefixes, exact bytes of the doc's examples.
 
 use bytes::Bytes;

@@ -1,3 +1,4 @@
+//! Unit tests of the parent module, compiled only under #[cfg(test)].
 use super::*;
 use bytes::Bytes;
 use flume_client::protocol::record::{decode_all, encode, Record};
