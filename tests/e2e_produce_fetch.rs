@@ -211,6 +211,16 @@ fn batch_of(n: usize) -> bytes::Bytes {
     buf.into()
 }
 
+/// A batch above the inline fast path's limit, so it always goes through the queue.
+fn big_batch_of(n: usize) -> bytes::Bytes {
+    let mut buf = Vec::new();
+    let value = vec![b'v'; flume_broker::partition::INLINE_MAX_BYTES / n + 1];
+    for _ in 0..n {
+        record::encode(&mut buf, 0, 0, None, &value, &[]);
+    }
+    buf.into()
+}
+
 #[test]
 fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
     flume_client::rt::block_on(async {
@@ -237,7 +247,7 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
                 e.admit_produce(ProduceEntry {
                     topic: "rej".into(),
                     partition: 0,
-                    records: batch_of(50),
+                    records: big_batch_of(50),
                 })
                 .await,
             );
@@ -277,7 +287,7 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
                 e.admit_produce(ProduceEntry {
                     topic: "blk".into(),
                     partition: 0,
-                    records: batch_of(50),
+                    records: big_batch_of(50),
                 })
                 .await,
             );
@@ -441,6 +451,42 @@ fn produce_errors_are_typed() {
                 ErrorCode::InvalidName
             ]
         );
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn inline_fast_path_never_overtakes_queued_appends() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let e = broker.engine().clone();
+        e.create_topic("ord", common::topic(1)).unwrap();
+        // Alternate batches that must queue (big) with ones that may go inline (small):
+        // offsets must follow admission order.
+        let mut pendings = Vec::new();
+        for i in 0..300 {
+            let records = if i % 3 == 0 {
+                big_batch_of(4)
+            } else {
+                batch_of(1)
+            };
+            pendings.push(
+                e.admit_produce(ProduceEntry {
+                    topic: "ord".into(),
+                    partition: 0,
+                    records,
+                })
+                .await,
+            );
+        }
+        let mut last = -1;
+        for p in pendings {
+            let r = p.finish().await;
+            assert_eq!(r.error, ErrorCode::None);
+            assert!(r.spans[0].base_offset > last, "admission order kept");
+            last = r.spans[0].base_offset;
+        }
         broker.shutdown().await;
     });
 }

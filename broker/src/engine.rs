@@ -24,7 +24,7 @@ use crate::config::{valid_name, Backpressure, BrokerConfig, TopicConfig};
 use crate::error::BrokerError;
 use crate::group::{Assignor, Coordinator, JoinParams, Ready};
 use crate::offsets::OffsetStore;
-use crate::partition::{AppendResult, Partition};
+use crate::partition::{Admission, Partition};
 use crate::storage::{FsyncPolicy, Log};
 
 type JoinReply = oneshot::Sender<Result<JoinGroupResponse, ErrorCode>>;
@@ -72,7 +72,7 @@ pub struct PendingProduce {
     topic: String,
     partition: i32,
     error: ErrorCode,
-    waits: Vec<(u32, u32, oneshot::Receiver<AppendResult>)>,
+    waits: Vec<(u32, u32, Admission)>,
     record_partitions: Vec<i32>,
 }
 
@@ -92,7 +92,7 @@ impl PendingProduce {
         let mut error = self.error;
         let mut spans = Vec::with_capacity(self.waits.len());
         for (p, count, rx) in self.waits {
-            match rx.await.unwrap_or(Err(ErrorCode::ShuttingDown)) {
+            match rx.wait().await {
                 Ok(base) => spans.push(Span {
                     partition: i32::try_from(p).unwrap_or(i32::MAX),
                     base_offset: i64::try_from(base).unwrap_or(i64::MAX),
@@ -395,10 +395,7 @@ impl Engine {
             let Some(p) = t.partition(partition) else {
                 return fail(ErrorCode::UnknownPartition);
             };
-            match p
-                .enqueue(records.to_vec(), info.count, info.max_timestamp)
-                .await
-            {
+            match p.enqueue(records, info.count, info.max_timestamp).await {
                 Ok(rx) => pending.waits.push((p.id, info.count, rx)),
                 Err(code) => pending.error = code,
             }
@@ -426,7 +423,7 @@ impl Engine {
         }
         for (p, (batch, count, max_ts)) in subs {
             let part = &t.partitions[p as usize];
-            match part.enqueue(batch, count, max_ts).await {
+            match part.enqueue(bytes::Bytes::from(batch), count, max_ts).await {
                 Ok(rx) => pending.waits.push((p, count, rx)),
                 Err(code) => pending.error = code,
             }

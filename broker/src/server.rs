@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use event_listener::Event;
 use flume_client::protocol::frame::{self, Decoded};
 use flume_client::protocol::messages::{Decode, Empty, Encode};
@@ -200,8 +201,9 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
     let mut reader = stream.clone();
     let mut writer = stream;
     let stop = engine.shutdown_signal();
-    let mut rbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
-    let mut start = 0usize;
+    // Frames are split off this buffer as shared `Bytes`, so record batches reach the
+    // partition writers without being copied.
+    let mut rbuf = BytesMut::with_capacity(64 * 1024);
     let mut wbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
     let mut reading = true;
@@ -210,12 +212,11 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
     loop {
         // Admit every whole frame we have, in order.
         while reading && inflight.len() < cfg.max_in_flight_per_connection {
-            match frame::decode_request(&rbuf[start..], cfg.max_frame_bytes) {
-                Ok(Decoded::Frame(f, used)) => {
-                    let fut = admit(&engine, f.api_key, f.request_id, f.payload).await;
-                    inflight.push(fut);
-                    start += used;
-                }
+            let (api_key, request_id, used) = match frame::decode_request(
+                &rbuf,
+                cfg.max_frame_bytes,
+            ) {
+                Ok(Decoded::Frame(f, used)) => (f.api_key, f.request_id, used),
                 // The buffer grows with the bytes that actually arrive, never with
                 // the size a peer claims.
                 Ok(Decoded::NeedMore(_)) => break,
@@ -223,15 +224,13 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
                     tracing::warn!(error = %e, "malformed frame; closing the connection after pending responses");
                     failure = Some(io_other(e.to_string()));
                     reading = false;
+                    break;
                 }
-            }
-        }
-        if start > 0 {
-            rbuf.drain(..start);
-            start = 0;
-            if rbuf.capacity() > 1 << 20 && rbuf.len() < 64 * 1024 {
-                rbuf.shrink_to(128 * 1024);
-            }
+            };
+            let frame = rbuf.split_to(used).freeze();
+            let payload = frame.slice(4 + frame::REQUEST_HEADER_LEN..);
+            let fut = admit(&engine, api_key, request_id, payload).await;
+            inflight.push(fut);
         }
         // Gather every response that is ready, then write them with one call.
         while let Some(Some(resp)) = inflight.next().now_or_never() {
@@ -256,7 +255,7 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             return failure.map_or(Ok(()), Err);
         }
         let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection;
-        let partial = rbuf.len() > start;
+        let partial = !rbuf.is_empty();
         let len = rbuf.len();
         if can_read {
             rbuf.resize(len + 64 * 1024, 0);
@@ -302,8 +301,8 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         }
         match ev {
             Ev::Read(Ok(0)) => {
-                if rbuf.len() > start {
-                    tracing::debug!(bytes = rbuf.len() - start, "peer closed mid-frame");
+                if !rbuf.is_empty() {
+                    tracing::debug!(bytes = rbuf.len(), "peer closed mid-frame");
                 }
                 reading = false;
             }
@@ -322,6 +321,19 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             }
         }
     }
+}
+
+/// Handles one request end to end and returns its response frame: what a
+/// connection does for each frame it reads (used by the fuzz target).
+pub async fn handle_request(
+    engine: &Arc<Engine>,
+    api_key: i16,
+    request_id: i32,
+    payload: &[u8],
+) -> Vec<u8> {
+    admit(engine, api_key, request_id, Bytes::copy_from_slice(payload))
+        .await
+        .await
 }
 
 fn respond<R: Encode>(id: i32, result: Result<&R, ErrorCode>) -> Vec<u8> {
@@ -347,16 +359,20 @@ fn empty_result(id: i32, r: Result<(), ErrorCode>) -> InFlight {
 
 /// Admits one request: does what must happen in order now (queueing a
 /// produce) and returns the future of its response frame.
-async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, payload: &[u8]) -> InFlight {
+async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, shared: Bytes) -> InFlight {
+    let payload: &[u8] = &shared;
     let Some(api) = ApiKey::from_i16(api_key) else {
         tracing::debug!(api_key, "unknown api key");
         return error_frame(id, ErrorCode::UnsupportedApi);
     };
     match api {
         ApiKey::Produce => {
-            let req: ProduceRequest = match decode(id, payload) {
+            let req = match ProduceRequest::decode_shared(&shared) {
                 Ok(r) => r,
-                Err(f) => return f,
+                Err(e) => {
+                    tracing::debug!(request_id = id, error = %e, "request payload does not decode");
+                    return error_frame(id, ErrorCode::InvalidRequest);
+                }
             };
             let mut pending = Vec::with_capacity(req.entries.len());
             for entry in req.entries {

@@ -17,7 +17,7 @@ use futures::lock::Mutex as AsyncMutex;
 
 use crate::error::{Error, Result};
 use crate::protocol::frame::{self, Decoded};
-use crate::protocol::{self, messages::decode_response, Request};
+use crate::protocol::{self, messages::decode_response_shared, Request};
 use crate::rt;
 
 /// Connection settings.
@@ -148,7 +148,7 @@ impl Connection {
     /// Dropping the future abandons the request; its response is discarded.
     pub async fn call<R: Request>(&self, req: &R, extra: Duration) -> Result<R::Response> {
         let payload = self.call_raw(req, extra).await?;
-        match decode_response::<R::Response>(&payload)? {
+        match decode_response_shared::<R::Response>(&payload)? {
             Ok(resp) => Ok(resp),
             Err(code) => Err(Error::Broker {
                 code,
@@ -175,7 +175,7 @@ impl Connection {
         let fut = self.start_raw(req, extra).await?;
         Ok(async move {
             let payload = fut.await?;
-            match decode_response::<R::Response>(&payload)? {
+            match decode_response_shared::<R::Response>(&payload)? {
                 Ok(resp) => Ok(resp),
                 Err(code) => Err(Error::Broker {
                     code,

@@ -107,7 +107,7 @@ struct Shared {
 #[derive(Default)]
 struct State {
     /// Per (topic, partition), batches of at most `batch_max_bytes` (one record may exceed it), oldest first.
-    batches: BTreeMap<(String, i32), VecDeque<Batch>>,
+    batches: BTreeMap<String, BTreeMap<i32, VecDeque<Batch>>>,
     buffered: usize,
     full: bool,
     closed: bool,
@@ -236,20 +236,7 @@ impl Producer {
         if rec.topic.is_empty() {
             return Err(Error::InvalidArgument("topic must not be empty".into()));
         }
-        let mut buf = Vec::with_capacity(record::encoded_len(
-            rec.key.as_deref(),
-            &rec.value,
-            &rec.headers,
-        ));
-        record::encode(
-            &mut buf,
-            0,
-            rec.timestamp.unwrap_or_else(now_ms),
-            rec.key.as_deref(),
-            &rec.value,
-            &rec.headers,
-        );
-        let len = buf.len();
+        let len = record::encoded_len(rec.key.as_deref(), &rec.value, &rec.headers);
         let limit = sh
             .config
             .buffer_max_bytes
@@ -259,9 +246,11 @@ impl Producer {
                 "record is {len} bytes, the limit is {limit}"
             )));
         }
+        let timestamp = rec.timestamp.unwrap_or_else(now_ms);
+        let partition = rec.partition.unwrap_or(-1);
         let (tx, rx) = oneshot::channel();
+        let mut listener: Option<event_listener::EventListener> = None;
         loop {
-            let listener = sh.freed.listen();
             {
                 let mut st = lock(&sh.state);
                 if st.closed {
@@ -269,17 +258,33 @@ impl Producer {
                 }
                 if st.buffered + len <= sh.config.buffer_max_bytes {
                     st.buffered += len;
-                    let key = (rec.topic.clone(), rec.partition.unwrap_or(-1));
                     let max = sh.config.batch_max_bytes;
-                    let queue = st.batches.entry(key).or_default();
-                    if queue.back().is_none_or(|b| b.buf.len() + len > max) {
-                        queue.push_back(Batch::default());
+                    if !st.batches.contains_key(&rec.topic) {
+                        st.batches.insert(rec.topic.clone(), BTreeMap::new());
                     }
-                    let mut full = queue.len() > 1;
-                    if let Some(b) = queue.back_mut() {
-                        b.buf.extend_from_slice(&buf);
-                        b.acks.push(tx);
-                        full |= b.buf.len() >= max;
+                    let mut full = false;
+                    if let Some(queue) = st
+                        .batches
+                        .get_mut(&rec.topic)
+                        .map(|t| t.entry(partition).or_default())
+                    {
+                        if queue.back().is_none_or(|b| b.buf.len() + len > max) {
+                            queue.push_back(Batch::default());
+                        }
+                        full = queue.len() > 1;
+                        if let Some(b) = queue.back_mut() {
+                            // Encoded straight into the batch: no per-record buffer.
+                            record::encode(
+                                &mut b.buf,
+                                0,
+                                timestamp,
+                                rec.key.as_deref(),
+                                &rec.value,
+                                &rec.headers,
+                            );
+                            b.acks.push(tx);
+                            full |= b.buf.len() >= max;
+                        }
                     }
                     st.full |= full;
                     break;
@@ -290,7 +295,11 @@ impl Producer {
                     limit: sh.config.buffer_max_bytes,
                 });
             }
-            listener.await;
+            // Listen, then look again before sleeping, so a release in between is not missed.
+            match listener.take() {
+                Some(l) => l.await,
+                None => listener = Some(sh.freed.listen()),
+            }
         }
         sh.added.notify(1);
         Ok(rx)
@@ -382,33 +391,40 @@ async fn sender_loop(sh: Arc<Shared>) {
             let mut size = 0usize;
             'fill: loop {
                 let mut took = false;
-                for ((topic, partition), queue) in st.batches.iter_mut() {
-                    let Some(cost) = queue.front().map(|b| b.buf.len() + topic.len() + 16) else {
-                        continue;
-                    };
-                    if size > 0 && size + cost > limit {
-                        break 'fill;
+                for (topic, parts) in st.batches.iter_mut() {
+                    for (partition, queue) in parts.iter_mut() {
+                        let Some(cost) = queue.front().map(|b| b.buf.len() + topic.len() + 16)
+                        else {
+                            continue;
+                        };
+                        if size > 0 && size + cost > limit {
+                            break 'fill;
+                        }
+                        let Some(b) = queue.pop_front() else { continue };
+                        size += cost;
+                        took = true;
+                        acks.push((b.buf.len(), b.acks));
+                        entries.push(ProduceEntry {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            records: Bytes::from(b.buf),
+                        });
                     }
-                    let Some(b) = queue.pop_front() else { continue };
-                    size += cost;
-                    took = true;
-                    acks.push((b.buf.len(), b.acks));
-                    entries.push(ProduceEntry {
-                        topic: topic.clone(),
-                        partition: *partition,
-                        records: Bytes::from(b.buf),
-                    });
                 }
                 if !took {
                     break;
                 }
             }
-            st.batches.retain(|_, q| !q.is_empty());
-            st.full = st.batches.values().any(|q| {
-                q.len() > 1
-                    || q.front()
-                        .is_some_and(|b| b.buf.len() >= sh.config.batch_max_bytes)
-            });
+            for parts in st.batches.values_mut() {
+                parts.retain(|_, q| !q.is_empty());
+            }
+            st.batches.retain(|_, parts| !parts.is_empty());
+            let max = sh.config.batch_max_bytes;
+            st.full = st
+                .batches
+                .values()
+                .flat_map(BTreeMap::values)
+                .any(|q| q.len() > 1 || q.front().is_some_and(|b| b.buf.len() >= max));
         }
         let req = ProduceRequest { entries };
         let started = match sh.client.connection().await {

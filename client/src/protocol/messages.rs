@@ -6,7 +6,7 @@
 use bytes::{BufMut, Bytes};
 
 use super::error_code::ErrorCode;
-use super::wire::{owned, Reader, WireError, WriteExt};
+use super::wire::{Reader, WireError, WriteExt};
 
 /// The API keys. 0-6 are the original seven; 7 and up are Flume's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -74,6 +74,17 @@ pub trait Decode: Sized {
         r.finish()?;
         Ok(v)
     }
+
+    /// Decodes a whole shared payload; record batches become zero-copy slices of it.
+    ///
+    /// # Errors
+    /// As [`Decode::decode_exact`].
+    fn decode_shared(payload: &Bytes) -> Result<Self, WireError> {
+        let mut r = Reader::shared(payload);
+        let v = Self::decode(&mut r)?;
+        r.finish()?;
+        Ok(v)
+    }
 }
 
 /// A request type and the response it gets.
@@ -100,7 +111,20 @@ pub fn encode_response<R: Encode>(buf: &mut Vec<u8>, result: Result<&R, ErrorCod
 /// # Errors
 /// `Ok(Err(code))` for a non-zero top-level code; `Err` if it does not decode.
 pub fn decode_response<R: Decode>(payload: &[u8]) -> Result<Result<R, ErrorCode>, WireError> {
-    let mut r = Reader::new(payload);
+    decode_response_from(Reader::new(payload))
+}
+
+/// [`decode_response`] of a shared payload: record batches are zero-copy slices of it.
+///
+/// # Errors
+/// As [`decode_response`].
+pub fn decode_response_shared<R: Decode>(
+    payload: &Bytes,
+) -> Result<Result<R, ErrorCode>, WireError> {
+    decode_response_from(Reader::shared(payload))
+}
+
+fn decode_response_from<R: Decode>(mut r: Reader<'_>) -> Result<Result<R, ErrorCode>, WireError> {
     let code = ErrorCode::from_code(r.i16()?);
     if !code.is_ok() {
         r.finish()?;
@@ -238,7 +262,7 @@ impl Decode for ProduceRequest {
             Ok(ProduceEntry {
                 topic: r.string()?,
                 partition: r.i32()?,
-                records: owned(r.bytes()?),
+                records: r.blob()?,
             })
         })?;
         Ok(ProduceRequest { entries })
@@ -422,7 +446,7 @@ impl Decode for FetchResponse {
                     error: get_code(r)?,
                     high_watermark: r.i64()?,
                     log_start: r.i64()?,
-                    records: owned(r.bytes()?),
+                    records: r.blob()?,
                 })
             })?,
         })

@@ -56,12 +56,38 @@ pub enum WireError {
 pub struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    owner: Option<&'a Bytes>,
 }
 
 impl<'a> Reader<'a> {
     /// Starts reading `buf` at its first byte.
     pub fn new(buf: &'a [u8]) -> Self {
-        Reader { buf, pos: 0 }
+        Reader {
+            buf,
+            pos: 0,
+            owner: None,
+        }
+    }
+
+    /// Reads a shared buffer: byte strings taken with [`Reader::blob`] are
+    /// zero-copy slices of it instead of copies.
+    pub fn shared(buf: &'a Bytes) -> Self {
+        Reader {
+            buf,
+            pos: 0,
+            owner: Some(buf),
+        }
+    }
+
+    /// Reads `[len i32][bytes]` as an owned `Bytes`: a slice of the shared
+    /// buffer when there is one, else a copy.
+    pub fn blob(&mut self) -> Result<Bytes, WireError> {
+        let owner = self.owner;
+        let b = self.bytes()?;
+        Ok(match owner {
+            Some(o) => o.slice_ref(b),
+            None => Bytes::copy_from_slice(b),
+        })
     }
 
     /// Bytes consumed so far.
@@ -233,9 +259,4 @@ impl<B: BufMut + ?Sized> WriteExt for B {}
 /// than 2 GiB, enforced by `max_frame_bytes`).
 pub fn len_i32(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
-}
-
-/// A byte string owned by a decoded message.
-pub(crate) fn owned(b: &[u8]) -> Bytes {
-    Bytes::copy_from_slice(b)
 }
