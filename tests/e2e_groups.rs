@@ -341,3 +341,55 @@ fn stale_member_commits_are_fenced() {
         broker.shutdown().await;
     });
 }
+
+#[test]
+fn manual_commit_on_revoke_commits_what_was_handed_out() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker
+            .engine()
+            .create_topic("rv", common::topic(1))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        produce(&addr, "rv", 20).await;
+        let mut a = consumer(&addr, "grv", "rv")
+            .commit_on_revoke(true)
+            .build()
+            .await
+            .unwrap();
+        let events = a.events();
+        let mut handed = 0i64;
+        for _ in 0..5 {
+            a.recv().await.unwrap().unwrap();
+            handed += 1;
+        }
+        // B joins; A notices through its heartbeat on its next call, commits, and rejoins.
+        let b = flume_client::rt::spawn({
+            let addr = addr.clone();
+            async move { consumer(&addr, "grv", "rv").build().await.unwrap() }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if std::iter::from_fn(|| events.try_recv().ok())
+                .any(|e| matches!(e, RebalanceEvent::Revoked(_)))
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "A never saw the rebalance");
+            if let Some(Some(Ok(_))) =
+                flume_client::rt::timeout(Duration::from_millis(100), a.recv()).await
+            {
+                handed += 1;
+            }
+        }
+        let b = b.await;
+        assert_eq!(
+            broker.engine().committed("grv", "rv", 0),
+            Some(handed),
+            "every record handed out before the revoke was committed"
+        );
+        drop(b);
+        broker.shutdown().await;
+    });
+}

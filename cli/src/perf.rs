@@ -20,6 +20,30 @@ pub enum PerfCommand {
     Produce(ProduceArgs),
     /// Consume N records as fast as possible and report throughput.
     Consume(ConsumeArgs),
+    /// Produce at a fixed rate while a group consumer reads: latency from send to delivery.
+    E2e(E2eArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct E2eArgs {
+    /// Broker address.
+    #[arg(long, default_value = "localhost:9092")]
+    broker: String,
+    /// Topic (use a fresh one: the consumer starts at the end).
+    #[arg(long)]
+    topic: String,
+    /// Records to send.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    records: u64,
+    /// Records per second.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    rate: u64,
+    /// Value size in bytes (at least 8: the send time travels in the value).
+    #[arg(long, default_value_t = 100)]
+    record_size: usize,
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -82,6 +106,7 @@ pub async fn run(cmd: PerfCommand) -> Result<()> {
     match cmd {
         PerfCommand::Produce(a) => produce(a).await,
         PerfCommand::Consume(a) => consume(a).await,
+        PerfCommand::E2e(a) => e2e(a).await,
     }
 }
 
@@ -342,6 +367,104 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
             secs,
             n / secs,
             mb / secs
+        );
+    }
+    Ok(())
+}
+
+async fn e2e(a: E2eArgs) -> Result<()> {
+    let size = a.record_size.max(8);
+    let group = format!("perf-e2e-{}", std::process::id());
+    let mut consumer = GroupConsumer::builder(&a.broker, &group)
+        .topic(&a.topic)
+        .start(StartOffset::Latest)
+        .auto_commit(false)
+        .max_wait(Duration::from_millis(500))
+        .build()
+        .await
+        .map_err(crate::commands::describe)
+        .context("cannot join the group")?;
+    let producer = Producer::connect(&a.broker)
+        .await
+        .context("cannot reach the broker")?;
+    let epoch = Instant::now();
+    let total = a.records;
+    let reader = flume_client::rt::spawn(async move {
+        let mut lat = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+        while (lat.len() as u64) < total {
+            let Some(r) = consumer.recv().await else {
+                break;
+            };
+            let r = r?;
+            let mut sent = [0u8; 8];
+            sent.copy_from_slice(&r.value[..8]);
+            let now = epoch.elapsed().as_micros() as u64;
+            lat.push(now.saturating_sub(u64::from_be_bytes(sent)));
+        }
+        consumer.close().await?;
+        Ok::<Vec<u64>, flume_client::Error>(lat)
+    });
+    let interval = Duration::from_secs_f64(1.0 / a.rate as f64);
+    let start = Instant::now();
+    let mut pending = std::collections::VecDeque::new();
+    for i in 0..total {
+        // Open loop: each record leaves at its scheduled time, however long the others take.
+        let due = start + interval.mul_f64(i as f64);
+        let now = Instant::now();
+        if due > now {
+            flume_client::rt::sleep(due - now).await;
+        }
+        let mut value = vec![b'x'; size];
+        value[..8].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
+        let rec = SendRecord {
+            topic: a.topic.clone(),
+            value: value.into(),
+            ..SendRecord::default()
+        };
+        pending.push_back(
+            producer
+                .send_nowait(rec)
+                .await
+                .map_err(crate::commands::describe)?,
+        );
+        while pending.len() > 10_000 {
+            if let Some(f) = pending.pop_front() {
+                f.await.map_err(crate::commands::describe)?;
+            }
+        }
+    }
+    for f in pending {
+        f.await.map_err(crate::commands::describe)?;
+    }
+    let sent_secs = start.elapsed().as_secs_f64();
+    let mut lat = flume_client::rt::timeout(Duration::from_secs(60), reader)
+        .await
+        .context("the consumer did not receive every record within 60 s")?
+        .map_err(crate::commands::describe)?;
+    producer.close().await;
+    lat.sort_unstable();
+    let summary = json!({
+        "records": lat.len(),
+        "rate_target": a.rate,
+        "rate_achieved": lat.len() as f64 / sent_secs,
+        "latency_ms": {
+            "p50": percentile(&lat, 0.5),
+            "p99": percentile(&lat, 0.99),
+            "p999": percentile(&lat, 0.999),
+            "max": percentile(&lat, 1.0),
+        },
+    });
+    if a.json {
+        println!("{summary}");
+    } else {
+        println!(
+            "{} records at {:.0}/s, produce to group consumer latency ms: p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3}",
+            lat.len(),
+            lat.len() as f64 / sent_secs,
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99),
+            percentile(&lat, 0.999),
+            percentile(&lat, 1.0)
         );
     }
     Ok(())

@@ -84,6 +84,7 @@ pub struct GroupConsumerBuilder {
     rebalance_timeout: Duration,
     heartbeat_interval: Option<Duration>,
     auto_commit: Option<Duration>,
+    commit_on_revoke: bool,
     start: StartOffset,
     assignor: String,
     fetch: FetchConfig,
@@ -114,6 +115,13 @@ impl GroupConsumerBuilder {
     /// Auto-commit on (default, every 1 s) or off.
     pub fn auto_commit(mut self, on: bool) -> Self {
         self.auto_commit = on.then_some(Duration::from_secs(1));
+        self
+    }
+    /// With manual commits, still commit every record handed out when partitions
+    /// are revoked (a record counts as processed once the next one is asked for).
+    /// Auto-commit always does this.
+    pub fn commit_on_revoke(mut self, on: bool) -> Self {
+        self.commit_on_revoke = on;
         self
     }
     /// Auto-commit interval.
@@ -292,6 +300,7 @@ impl GroupConsumer {
             rebalance_timeout: Duration::from_secs(30),
             heartbeat_interval: None,
             auto_commit: Some(Duration::from_secs(1)),
+            commit_on_revoke: false,
             start: StartOffset::Earliest,
             assignor: String::new(),
             fetch: FetchConfig::default(),
@@ -462,7 +471,7 @@ impl State {
         while self.shared.rejoin.load(Ordering::Acquire) {
             // Revoke: commit what was processed, drop what was fetched.
             if !self.assignment.is_empty() {
-                if self.cfg.auto_commit.is_some() {
+                if self.cfg.auto_commit.is_some() || self.cfg.commit_on_revoke {
                     if let Err(e) = self.commit_pending().await {
                         tracing::debug!(error = %e, "commit before rejoin failed");
                     }
