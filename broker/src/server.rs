@@ -26,7 +26,7 @@ use flume_client::protocol::{
 };
 use flume_client::rt::{self, TcpListener, TcpStream};
 use futures::future::BoxFuture;
-use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::io::AsyncReadExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
@@ -204,6 +204,8 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
     // Frames are split off this buffer as shared `Bytes`, so record batches reach the
     // partition writers without being copied.
     let mut rbuf = BytesMut::with_capacity(64 * 1024);
+    // Reads land here first: zeroed once, so no read pays for clearing fresh memory.
+    let mut chunk = vec![0u8; 64 * 1024];
     let mut wbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
     let mut reading = true;
@@ -237,14 +239,14 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             wbuf.extend_from_slice(&resp);
         }
         if !wbuf.is_empty() {
-            match rt::timeout(cfg.write_timeout, writer.write_all(&wbuf)).await {
-                Some(r) => r?,
-                None => {
+            if let Err(e) = rt::write_all_timeout(&mut writer, &wbuf, cfg.write_timeout).await {
+                if e.kind() == std::io::ErrorKind::TimedOut {
                     return Err(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
+                        e.kind(),
                         "peer does not read its responses",
-                    ))
+                    ));
                 }
+                return Err(e);
             }
             wbuf.clear();
             if wbuf.capacity() > 1 << 20 {
@@ -256,13 +258,9 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         }
         let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection;
         let partial = !rbuf.is_empty();
-        let len = rbuf.len();
-        if can_read {
-            rbuf.resize(len + 64 * 1024, 0);
-        }
         let read = async {
             if can_read {
-                reader.read(&mut rbuf[len..]).await
+                reader.read(&mut chunk).await
             } else {
                 futures::future::pending().await
             }
@@ -274,11 +272,15 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
                 inflight.next().await
             }
         };
-        // A peer that sent part of a frame and then went quiet is cut off.
-        let idle = if partial {
-            cfg.read_timeout.saturating_sub(last_progress.elapsed())
-        } else {
-            Duration::from_secs(3600)
+        // A peer that sent part of a frame and then went quiet is cut off. The
+        // timer is armed only then: one per request would wake the reactor thread
+        // on every request.
+        let idle_timer = async {
+            if partial {
+                rt::sleep(cfg.read_timeout.saturating_sub(last_progress.elapsed())).await;
+            } else {
+                futures::future::pending::<()>().await;
+            }
         };
         enum Ev {
             Read(std::io::Result<usize>),
@@ -290,14 +292,10 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             r = read.fuse() => Ev::Read(r),
             d = next.fuse() => Ev::Done(d),
             _ = stop.recv().fuse() => Ev::Stop,
-            _ = rt::sleep(idle).fuse() => Ev::Idle,
+            _ = idle_timer.fuse() => Ev::Idle,
         };
-        if can_read {
-            let n = match &ev {
-                Ev::Read(Ok(n)) => *n,
-                _ => 0,
-            };
-            rbuf.truncate(len + n);
+        if let Ev::Read(Ok(n)) = &ev {
+            rbuf.extend_from_slice(&chunk[..*n]);
         }
         match ev {
             Ev::Read(Ok(0)) => {

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
-use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::io::AsyncReadExt;
 use futures::lock::Mutex as AsyncMutex;
+use futures::FutureExt;
 
 use crate::error::{Error, Result};
 use crate::protocol::frame::{self, Decoded};
@@ -52,14 +53,27 @@ impl Default for ConnectionConfig {
 
 type Reply = oneshot::Sender<Result<Bytes>>;
 
+/// A request waiting for its response, with the moment it times out.
+struct Waiter {
+    reply: Reply,
+    deadline: std::time::Instant,
+    api: &'static str,
+    timeout: Duration,
+}
+
 struct Pending {
-    map: HashMap<i32, Reply>,
+    map: HashMap<i32, Waiter>,
     broken: Option<Error>,
 }
 
 struct Inner {
     addr: String,
     writer: AsyncMutex<rt::TcpStream>,
+    /// The read side. There is no reader task: a caller waiting for its
+    /// response takes this lock and reads, handing every response it meets to
+    /// its waiter (leader/follower). A lone caller thus reads its own response
+    /// with no hand-off between tasks.
+    reader: AsyncMutex<ReadState>,
     pending: Mutex<Pending>,
     next_id: AtomicI32,
     slots: (async_channel::Sender<()>, async_channel::Receiver<()>),
@@ -107,6 +121,11 @@ impl Connection {
         let inner = Arc::new(Inner {
             addr: addr.to_owned(),
             writer: AsyncMutex::new(stream.clone()),
+            reader: AsyncMutex::new(ReadState {
+                stream,
+                buf: BytesMut::with_capacity(64 * 1024),
+                chunk: vec![0u8; 64 * 1024],
+            }),
             pending: Mutex::new(Pending {
                 map: HashMap::new(),
                 broken: None,
@@ -115,13 +134,18 @@ impl Connection {
             slots: async_channel::bounded(config.max_in_flight.max(1)),
             config,
         });
+        // One timer per connection fails requests past their deadline; a timer
+        // per request would wake the reactor thread on every call.
         let weak = Arc::downgrade(&inner);
-        let max = inner.config.max_frame_bytes;
-        let addr = inner.addr.clone();
+        let tick = (inner.config.request_timeout / 10)
+            .clamp(Duration::from_millis(10), Duration::from_millis(100));
         rt::spawn(async move {
-            let reason = read_loop(stream, &weak, max).await;
-            if let Some(inner) = weak.upgrade() {
-                inner.fail_all(Error::Disconnected { addr, reason });
+            loop {
+                rt::sleep(tick).await;
+                let Some(inner) = weak.upgrade() else { return };
+                if !inner.expire(std::time::Instant::now()) {
+                    return;
+                }
             }
         });
         Ok(Connection { inner })
@@ -132,9 +156,36 @@ impl Connection {
         &self.inner.addr
     }
 
-    /// True once the connection has failed; a new one is needed.
+    /// True once the connection has failed; a new one is needed. With no
+    /// request in flight, also notices a broker that closed the connection
+    /// since the last call (one non-blocking read).
     pub fn is_broken(&self) -> bool {
-        lock(&self.inner.pending).broken.is_some()
+        {
+            let p = lock(&self.inner.pending);
+            if p.broken.is_some() {
+                return true;
+            }
+            if !p.map.is_empty() {
+                return false;
+            }
+        }
+        if let Some(mut st) = self.inner.reader.try_lock() {
+            if let Some(r) = read_into(&mut st).now_or_never() {
+                let reason = match r {
+                    Ok(0) => Some("broker closed the connection".to_owned()),
+                    Ok(_) => None,
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(reason) = reason {
+                    self.inner.fail_all(Error::Disconnected {
+                        addr: self.inner.addr.clone(),
+                        reason,
+                    });
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     /// Sends `req` and waits for its response, within the request timeout
@@ -201,7 +252,15 @@ impl Connection {
             if let Some(e) = &p.broken {
                 return Err(e.clone());
             }
-            p.map.insert(id, tx);
+            p.map.insert(
+                id,
+                Waiter {
+                    reply: tx,
+                    deadline: std::time::Instant::now() + inner.config.request_timeout + extra,
+                    api: api_name(R::API_KEY),
+                    timeout: inner.config.request_timeout + extra,
+                },
+            );
         }
         let pending = PendingGuard {
             inner: Arc::clone(&inner),
@@ -219,13 +278,14 @@ impl Connection {
                 timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
             }
         };
-        let write = async {
+        let written = {
             let mut w = inner.writer.lock().await;
-            w.write_all(&buf).await
+            rt::write_all_timeout(&mut *w, &buf, timeout).await
         };
-        match rt::timeout(timeout, write).await {
-            Some(Ok(())) => {}
-            Some(Err(e)) => {
+        match written {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(timeout_err()),
+            Err(e) => {
                 let err = Error::Disconnected {
                     addr: inner.addr.clone(),
                     reason: e.to_string(),
@@ -233,19 +293,12 @@ impl Connection {
                 inner.fail_all(err.clone());
                 return Err(err);
             }
-            None => return Err(timeout_err()),
         }
         Ok(async move {
             let _slot = slot;
             let _pending = pending;
-            match rt::timeout(timeout, rx).await {
-                Some(Ok(result)) => result,
-                Some(Err(_)) => Err(Error::Disconnected {
-                    addr: _pending.inner.addr.clone(),
-                    reason: "connection closed".into(),
-                }),
-                None => Err(timeout_err()),
-            }
+            // The per-connection sweeper answers with a timeout error past the deadline.
+            wait_response(&_pending.inner, rx).await
         })
     }
 
@@ -275,13 +328,38 @@ impl Drop for PendingGuard {
 }
 
 impl Inner {
+    /// Fails every request past its deadline; false once the connection is broken.
+    fn expire(&self, now: std::time::Instant) -> bool {
+        let expired: Vec<Waiter> = {
+            let mut p = lock(&self.pending);
+            if p.broken.is_some() {
+                return false;
+            }
+            let ids: Vec<i32> = p
+                .map
+                .iter()
+                .filter(|(_, w)| w.deadline <= now)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.into_iter().filter_map(|id| p.map.remove(&id)).collect()
+        };
+        for w in expired {
+            let _ = w.reply.send(Err(Error::Timeout {
+                api: w.api,
+                addr: self.addr.clone(),
+                timeout_ms: u64::try_from(w.timeout.as_millis()).unwrap_or(u64::MAX),
+            }));
+        }
+        true
+    }
+
     fn fail_all(&self, err: Error) {
         let drained: Vec<Reply> = {
             let mut p = lock(&self.pending);
             if p.broken.is_none() {
                 p.broken = Some(err.clone());
             }
-            p.map.drain().map(|(_, tx)| tx).collect()
+            p.map.drain().map(|(_, w)| w.reply).collect()
         };
         for tx in drained {
             let _ = tx.send(Err(err.clone()));
@@ -297,51 +375,90 @@ impl Drop for Inner {
     }
 }
 
-async fn read_loop(
-    mut stream: rt::TcpStream,
-    inner: &std::sync::Weak<Inner>,
-    max: usize,
-) -> String {
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+struct ReadState {
+    stream: rt::TcpStream,
+    buf: BytesMut,
+    /// Reads land here first: zeroed once, so no read pays for clearing memory.
+    chunk: Vec<u8>,
+}
+
+fn closed(inner: &Inner) -> Error {
+    lock(&inner.pending)
+        .broken
+        .clone()
+        .unwrap_or_else(|| Error::Disconnected {
+            addr: inner.addr.clone(),
+            reason: "connection closed".into(),
+        })
+}
+
+/// Waits for the response of one request: either another caller reads it for
+/// us, or we take the read side and read until it arrives.
+async fn wait_response(
+    inner: &Arc<Inner>,
+    mut rx: oneshot::Receiver<Result<Bytes>>,
+) -> Result<Bytes> {
+    use futures::future::{select, Either};
+    let lock_fut = inner.reader.lock();
+    futures::pin_mut!(lock_fut);
+    let mut st = match select(&mut rx, lock_fut).await {
+        Either::Left((r, _)) => return r.unwrap_or_else(|_| Err(closed(inner))),
+        Either::Right((st, _)) => st,
+    };
+    // We hold the read side: read until our own response has been handed over.
     loop {
-        loop {
-            let (id, range) = match frame::decode_response(&buf, max) {
-                Ok(Decoded::Frame(f, used)) => {
-                    let start = used - f.payload.len();
-                    (f.request_id, start..used)
-                }
-                Ok(Decoded::NeedMore(_)) => break,
-                Err(e) => return format!("bad frame from broker: {e}"),
-            };
-            let frame = buf.split_to(range.end).freeze();
-            let payload = frame.slice(range);
-            let Some(inner) = inner.upgrade() else {
-                return "client dropped".into();
-            };
-            let tx = lock(&inner.pending).map.remove(&id);
-            if let Some(tx) = tx {
-                let _ = tx.send(Ok(payload));
-            }
+        match rx.try_recv() {
+            Ok(Some(r)) => return r,
+            Ok(None) => {}
+            Err(_) => return Err(closed(inner)),
         }
-        if buf.capacity() - buf.len() < 16 * 1024 {
-            buf.reserve(64 * 1024);
-        }
-        let len = buf.len();
-        let cap = buf.capacity();
-        buf.resize(cap, 0);
-        let n = match stream.read(&mut buf[len..]).await {
-            Ok(0) => {
-                buf.truncate(len);
-                return "broker closed the connection".into();
-            }
-            Ok(n) => n,
-            Err(e) => return e.to_string(),
-        };
-        buf.truncate(len + n);
-        if inner.strong_count() == 0 {
-            return "client dropped".into();
+        if let Err(reason) = read_some(inner, &mut st).await {
+            inner.fail_all(Error::Disconnected {
+                addr: inner.addr.clone(),
+                reason,
+            });
         }
     }
+}
+
+/// Hands every whole response in the buffer to its waiter; if there was none,
+/// reads more bytes from the socket.
+async fn read_some(inner: &Inner, st: &mut ReadState) -> std::result::Result<(), String> {
+    let max = inner.config.max_frame_bytes;
+    let mut delivered = false;
+    loop {
+        let (id, range) = match frame::decode_response(&st.buf, max) {
+            Ok(Decoded::Frame(f, used)) => (f.request_id, used - f.payload.len()..used),
+            Ok(Decoded::NeedMore(_)) => break,
+            Err(e) => return Err(format!("bad frame from broker: {e}")),
+        };
+        let frame = st.buf.split_to(range.end).freeze();
+        let payload = frame.slice(range);
+        let waiter = lock(&inner.pending).map.remove(&id);
+        if let Some(w) = waiter {
+            let _ = w.reply.send(Ok(payload));
+        }
+        delivered = true;
+    }
+    if delivered {
+        return Ok(());
+    }
+    if lock(&inner.pending).broken.is_some() {
+        return Err("connection closed".into());
+    }
+    match read_into(st).await {
+        Ok(0) => Err("broker closed the connection".into()),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reads once from the socket and appends what came to the buffer. Cancel safe:
+/// bytes are appended only once the read has completed.
+async fn read_into(st: &mut ReadState) -> std::io::Result<usize> {
+    let n = st.stream.read(&mut st.chunk).await?;
+    st.buf.extend_from_slice(&st.chunk[..n]);
+    Ok(n)
 }
 
 fn api_name(k: protocol::ApiKey) -> &'static str {

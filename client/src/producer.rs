@@ -102,6 +102,10 @@ struct Shared {
     /// Notified when a batch is added (sender) and when buffer room frees up (senders waiting).
     added: Event,
     freed: Event,
+    /// Held by whoever is writing a PRODUCE request (the sender task from taking
+    /// batches until the request is written; a direct send while it writes), so
+    /// requests reach the connection in the order their records were accepted.
+    order: futures::lock::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -160,6 +164,7 @@ impl Producer {
             state: Mutex::new(State::default()),
             added: Event::new(),
             freed: Event::new(),
+            order: futures::lock::Mutex::new(()),
         });
         let sender = rt::spawn(sender_loop(Arc::clone(&shared)));
         Ok(Producer {
@@ -192,8 +197,69 @@ impl Producer {
     /// # Errors
     /// As [`Producer::send`].
     pub async fn send_record(&self, rec: SendRecord) -> Result<RecordMetadata> {
+        let rec = match self.try_direct(rec).await {
+            Ok(result) => return result,
+            Err(rec) => rec,
+        };
         let rx = self.enqueue(rec, true).await?;
         rx.await.unwrap_or(Err(Error::Closed))
+    }
+
+    /// One record at a time on an idle producer: the caller writes its own
+    /// request instead of handing it to the sender task and back, which saves
+    /// two thread hand-offs per round trip. Gives the record back when the
+    /// producer is busy (batches waiting, or the sender writing), so order holds.
+    async fn try_direct(
+        &self,
+        rec: SendRecord,
+    ) -> std::result::Result<Result<RecordMetadata>, SendRecord> {
+        let sh = &self.shared;
+        if !sh.config.linger.is_zero() || rec.topic.is_empty() {
+            return Err(rec);
+        }
+        let Some(order) = sh.order.try_lock() else {
+            return Err(rec);
+        };
+        let len = record::encoded_len(rec.key.as_deref(), &rec.value, &rec.headers);
+        {
+            let mut st = lock(&sh.state);
+            if st.closed
+                || !st.batches.is_empty()
+                || st.buffered + len > sh.config.buffer_max_bytes
+                || len > sh.config.batch_max_bytes
+            {
+                return Err(rec);
+            }
+            st.buffered += len;
+        }
+        let mut buf = Vec::with_capacity(len);
+        record::encode(
+            &mut buf,
+            0,
+            rec.timestamp.unwrap_or_else(now_ms),
+            rec.key.as_deref(),
+            &rec.value,
+            &rec.headers,
+        );
+        let req = ProduceRequest {
+            entries: vec![ProduceEntry {
+                topic: rec.topic,
+                partition: rec.partition.unwrap_or(-1),
+                records: Bytes::from(buf),
+            }],
+        };
+        let started = match sh.client.connection().await {
+            Ok(conn) => conn.start_call(&req, Duration::ZERO).await,
+            Err(e) => Err(e),
+        };
+        drop(order);
+        let result = match started {
+            Ok(fut) => fut.await,
+            Err(e) => Err(e),
+        };
+        let (tx, rx) = oneshot::channel();
+        complete(sh, (vec![(len, vec![tx])], result));
+        Ok(rx.await.unwrap_or(Err(Error::Closed)))
     }
 
     /// Buffers a record without waiting for room or for the acknowledgement;
@@ -386,6 +452,7 @@ async fn sender_loop(sh: Arc<Shared>) {
             .max(1);
         let mut entries = Vec::new();
         let mut acks = Vec::new();
+        let order = sh.order.lock().await;
         {
             let mut st = lock(&sh.state);
             let mut size = 0usize;
@@ -431,6 +498,7 @@ async fn sender_loop(sh: Arc<Shared>) {
             Ok(conn) => conn.start_call(&req, Duration::ZERO).await,
             Err(e) => Err(e),
         };
+        drop(order);
         match started {
             Ok(fut) => inflight.push(async move { (acks, fut.await) }.boxed()),
             Err(e) => complete(&sh, (acks, Err(e))),

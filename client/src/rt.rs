@@ -66,3 +66,38 @@ pub async fn timeout<F: Future>(d: Duration, fut: F) -> Option<F::Output> {
 pub async fn yield_now() {
     async_std::task::yield_now().await;
 }
+
+/// Writes all of `buf`, failing with `TimedOut` if the peer does not take it
+/// within `limit`. The common case (the socket has room) completes without
+/// arming a timer: a timer per write costs a wake-up of the reactor thread,
+/// which is most of a small request's latency.
+///
+/// # Errors
+/// I/O errors, or `TimedOut`.
+pub async fn write_all_timeout<W>(w: &mut W, buf: &[u8], limit: Duration) -> std::io::Result<()>
+where
+    W: futures::io::AsyncWrite + Unpin,
+{
+    use futures::io::AsyncWriteExt;
+    use futures::FutureExt;
+    let mut pos = 0;
+    while pos < buf.len() {
+        match w.write(&buf[pos..]).now_or_never() {
+            Some(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Some(Ok(n)) => pos += n,
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Some(Err(e)) => return Err(e),
+            None => break,
+        }
+    }
+    if pos == buf.len() {
+        return Ok(());
+    }
+    match timeout(limit, w.write_all(&buf[pos..])).await {
+        Some(r) => r,
+        None => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "peer does not read",
+        )),
+    }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Side-by-side figures for the README: Flume (release build) next to Redis Streams, pinned the
+# same way (server on CPU 0, client on CPU 1). Not run by CI; takes a few minutes.
+#
+# usage: benches/compare.sh [records]      (default 2000000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+records=${1:-2000000}
+cargo build --release -q -p flume-cli
+bin=target/release/flume-cli
+redis=../shared/bench/redis-streams.sh
+data=$(mktemp -d)
+port=$((20000 + RANDOM % 20000))
+pid=
+start_broker() {
+  rm -rf "$data"/*
+  taskset -c 0 "$bin" broker --port "$port" --data "$data" "$@" >/dev/null 2>&1 &
+  pid=$!
+  for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && return; sleep 0.05; done
+  echo "broker did not start" >&2; exit 1
+}
+stop_broker() { kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+rss() { grep VmHWM "/proc/$pid/status" | awk '{print $2/1024 " MB"}'; }
+trap 'stop_broker; rm -rf "$data"' EXIT
+c="taskset -c 1 $bin perf"
+b="--broker 127.0.0.1:$port"
+
+echo "== Redis Streams (same machine, same pinning)"
+if [ -x "$redis" ] || [ -f "$redis" ]; then
+  bash "$redis" --records 1000000 --runs 1
+  bash "$redis" --pipeline 1 --records 50000 --runs 1
+  bash "$redis" --fsync always --records 300000 --runs 1
+  bash "$redis" --size 10240 --records 100000 --runs 1
+fi
+
+echo "== Flume, fsync never"
+start_broker
+$c produce $b --topic p100 --records "$records" --record-size 100
+$c produce $b --topic psync --records 50000 --record-size 100 --sync
+$c produce $b --topic p10k --records 100000 --record-size 10240
+$c consume $b --topic p100 --records "$records"
+$c e2e $b --topic e2e --records 200000 --rate 50000
+echo "broker peak RSS: $(rss)"
+stop_broker
+
+echo "== Flume, fsync always (group commit), 4 producers"
+start_broker --fsync always
+$c produce $b --topic pa --records 1000000 --record-size 100 --producers 4
+echo "broker peak RSS: $(rss)"
+stop_broker
