@@ -44,19 +44,47 @@ fn env() -> Env {
     }
 }
 
+async fn send(
+    p: &Producer,
+    topic: &str,
+    key: Option<bytes::Bytes>,
+    value: &bytes::Bytes,
+) -> flume_client::Result<flume_client::RecordMetadata> {
+    p.send_record(SendRecord {
+        topic: topic.to_owned(),
+        key,
+        value: value.clone(),
+        ..SendRecord::default()
+    })
+    .await
+}
+
+/// Runs `fut` as a task on the runtime and waits for it from outside the runtime,
+/// as a service does that runs its logic in tasks. The waiting thread then never
+/// drives the reactor, so I/O wakes the task that needs it directly; with
+/// `ASYNC_STD_THREAD_COUNT=1` client and broker share one thread.
+fn on_runtime<T: Send + 'static>(fut: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    flume_client::rt::spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    rx.recv().expect("the task finishes")
+}
+
 fn one_per_round_trip(c: &mut Criterion) {
     let e = env();
-    let producer = block_on(Producer::connect(&e.addr)).unwrap();
-    let small = vec![b'x'; 100];
-    let large = vec![b'x'; 10 * 1024];
+    let producer = Arc::new(block_on(Producer::connect(&e.addr)).unwrap());
+    let small = bytes::Bytes::from(vec![b'x'; 100]);
+    let large = bytes::Bytes::from(vec![b'x'; 10 * 1024]);
     let mut g = c.benchmark_group("round_trip");
     g.throughput(Throughput::Elements(1));
     g.bench_function("produce_100B", |b| {
         b.iter_custom(|n| {
-            block_on(async {
+            let (p, v) = (producer.clone(), small.clone());
+            on_runtime(async move {
                 let t = Instant::now();
                 for _ in 0..n {
-                    producer.send("one", None, &small).await.unwrap();
+                    send(&p, "one", None, &v).await.unwrap();
                 }
                 t.elapsed()
             })
@@ -64,11 +92,11 @@ fn one_per_round_trip(c: &mut Criterion) {
     });
     g.bench_function("produce_with_key_100B", |b| {
         b.iter_custom(|n| {
-            block_on(async {
+            let (p, v) = (producer.clone(), small.clone());
+            on_runtime(async move {
                 let t = Instant::now();
                 for i in 0..n {
-                    producer
-                        .send("four", Some(format!("user-{}", i % 100).as_bytes()), &small)
+                    send(&p, "four", Some(format!("user-{}", i % 100).into()), &v)
                         .await
                         .unwrap();
                 }
@@ -79,10 +107,11 @@ fn one_per_round_trip(c: &mut Criterion) {
     g.throughput(Throughput::Bytes(large.len() as u64));
     g.bench_function("produce_large_10KB", |b| {
         b.iter_custom(|n| {
-            block_on(async {
+            let (p, v) = (producer.clone(), large.clone());
+            on_runtime(async move {
                 let t = Instant::now();
                 for _ in 0..n {
-                    producer.send("one", None, &large).await.unwrap();
+                    send(&p, "one", None, &v).await.unwrap();
                 }
                 t.elapsed()
             })
@@ -94,16 +123,16 @@ fn one_per_round_trip(c: &mut Criterion) {
         .collect();
     g.bench_function("concurrent_producers_4", |b| {
         b.iter_custom(|n| {
-            block_on(async {
+            let (ps, v) = (producers.clone(), small.clone());
+            on_runtime(async move {
                 let t = Instant::now();
-                let tasks: Vec<_> = producers
-                    .iter()
+                let tasks: Vec<_> = ps
+                    .into_iter()
                     .map(|p| {
-                        let p = p.clone();
-                        let v = small.clone();
+                        let v = v.clone();
                         flume_client::rt::spawn(async move {
                             for _ in 0..n {
-                                p.send("four", None, &v).await.unwrap();
+                                send(&p, "four", None, &v).await.unwrap();
                             }
                         })
                     })
@@ -119,10 +148,11 @@ fn one_per_round_trip(c: &mut Criterion) {
     let client = Arc::new(block_on(Client::connect(&e.addr, ConnectionConfig::default())).unwrap());
     g.bench_function("produce_and_fetch_round_trip", |b| {
         b.iter_custom(|n| {
-            block_on(async {
+            let (p, v, client) = (producer.clone(), small.clone(), client.clone());
+            on_runtime(async move {
                 let t = Instant::now();
                 for _ in 0..n {
-                    let m = producer.send("one", None, &small).await.unwrap();
+                    let m = send(&p, "one", None, &v).await.unwrap();
                     let mut c = PartitionConsumer::with_client(
                         client.clone(),
                         "one",

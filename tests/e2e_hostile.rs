@@ -379,3 +379,124 @@ fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
         broker.shutdown().await;
     });
 }
+
+#[test]
+fn a_silent_broker_times_requests_out_and_a_dead_one_fails_them() {
+    rt::block_on(async {
+        // Accepts and reads, never answers.
+        let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let hole = rt::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+        let cfg = ConnectionConfig {
+            request_timeout: Duration::from_millis(200),
+            ..ConnectionConfig::default()
+        };
+        let c = Client::connect(&addr, cfg).await.unwrap();
+        let t = Instant::now();
+        let err = c
+            .call(&protocol::MetadataRequest::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, flume_client::Error::Timeout { .. }), "{err}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+        hole.cancel().await;
+        // A broker that is gone: a clear connection error, and the next call reconnects.
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let addr = broker.local_addr().to_string();
+        let c = Client::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        assert!(c.call(&protocol::MetadataRequest::default()).await.is_ok());
+        broker.shutdown().await;
+        let err = c
+            .call(&protocol::MetadataRequest::default())
+            .await
+            .unwrap_err();
+        assert!(err.is_retriable(), "{err}");
+    });
+}
+
+#[test]
+fn clients_that_vanish_mid_request_leave_nothing_wedged() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker.engine().create_topic("v", common::topic(1)).unwrap();
+        let addr = broker.local_addr().to_string();
+        for round in 0..20 {
+            let mut s = TcpStream::connect(&addr).await.unwrap();
+            let mut frames = Vec::new();
+            for i in 0..50 {
+                let mut rec = Vec::new();
+                protocol::record::encode(&mut rec, 0, 0, None, &vec![b'x'; 2000], &[]);
+                protocol::encode_request(
+                    &mut frames,
+                    i,
+                    &protocol::ProduceRequest {
+                        entries: vec![protocol::ProduceEntry {
+                            topic: "v".into(),
+                            partition: 0,
+                            records: rec.into(),
+                        }],
+                    },
+                );
+            }
+            // Half of the last frame, then gone.
+            let cut = frames.len() - 100 - round;
+            let _ = s.write_all(&frames[..cut]).await;
+            drop(s);
+        }
+        // The partition still takes appends and its offsets stay dense.
+        let p = Producer::connect(&addr).await.unwrap();
+        let m = p.send("v", None, b"after").await.unwrap();
+        let part = broker.engine().topic("v").unwrap().partitions[0].clone();
+        common::wait_until("queue drained", Duration::from_secs(10), || {
+            let part = part.clone();
+            async move { part.queued() == 0 }
+        })
+        .await;
+        // Whole requests from the vanished clients were appended too (they had been
+        // received); every offset up to the end reads back, densely, with ours in place.
+        let end = part.end_offset();
+        assert!(end > m.offset as u64);
+        let mut next = 0u64;
+        while next < end {
+            let r = part.read_now(next, 1 << 20).unwrap();
+            let recs = protocol::record::decode_all(&r.records.into()).unwrap();
+            for rec in &recs {
+                assert_eq!(rec.offset, next, "dense offsets");
+                if rec.offset == m.offset as u64 {
+                    assert_eq!(&rec.value[..], b"after");
+                }
+                next += 1;
+            }
+        }
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn auto_create_can_be_turned_off() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::config(dir.path());
+        cfg.auto_create_topics = false;
+        let broker = Broker::start(cfg).await.unwrap();
+        let p = Producer::connect(&broker.local_addr().to_string())
+            .await
+            .unwrap();
+        let err = p.send("nope", None, b"x").await.unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::UnknownTopic));
+        broker
+            .engine()
+            .create_topic("yes", common::topic(1))
+            .unwrap();
+        assert!(p.send("yes", None, b"x").await.is_ok());
+        broker.shutdown().await;
+    });
+}
