@@ -48,3 +48,16 @@ start_broker --fsync always
 $c produce $b --topic pa --records 1000000 --record-size 100 --producers 4
 echo "broker peak RSS: $(rss)"
 stop_broker
+
+echo "== Flume, restart with 10M records in one partition"
+start_broker
+"$bin" topics create big --partitions 1 $b >/dev/null
+$c produce $b --topic big --records 10000000 --record-size 100 >/dev/null
+stop_broker
+t0=$(date +%s.%N)
+taskset -c 0 "$bin" broker --port "$port" --data "$data" >/dev/null 2>&1 &
+pid=$!
+until "$bin" consume $b --topic big --partition 0 --offset 9999999 --max 1 >/dev/null 2>&1; do sleep 0.01; done
+t1=$(date +%s.%N)
+echo "restart to first fetch of the last record: $(echo "$t1 - $t0" | bc) s ($(du -sh "$data/big" | cut -f1) on disk)"
+stop_broker

@@ -286,9 +286,6 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let producer = Producer::connect(&a.broker)
         .await
         .context("cannot reach the broker")?;
-    let mut records: Vec<(Option<String>, String)> = Vec::new();
-    let mut pending = std::collections::VecDeque::new();
-    let mut sent = 0u64;
     let stdout = std::io::stdout();
     let report = |meta: flume_client::RecordMetadata, key: &Option<String>, value: &str| {
         if a.quiet {
@@ -304,36 +301,22 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             ),
         };
     };
-    if let Some(m) = &a.message {
-        records.push((a.key.clone(), m.clone()));
-    } else {
-        // Stream stdin in batches: keep up to 10,000 sends in flight.
-        for line in std::io::stdin().lock().lines() {
-            let line = line.context("cannot read stdin")?;
-            let (key, value) = match &a.key_separator {
-                Some(sep) => match line.split_once(sep.as_str()) {
-                    Some((k, v)) => (Some(k.to_owned()), v.to_owned()),
-                    None => (a.key.clone(), line),
-                },
+    // One --message, or every line of stdin (split at --key-separator).
+    let lines: Box<dyn Iterator<Item = std::io::Result<String>>> = match &a.message {
+        Some(m) => Box::new(std::iter::once(Ok(m.clone()))),
+        None => Box::new(std::io::stdin().lock().lines()),
+    };
+    let mut pending = std::collections::VecDeque::new();
+    let mut sent = 0u64;
+    for line in lines {
+        let line = line.context("cannot read stdin")?;
+        let (key, value) = match (&a.key_separator, &a.message) {
+            (Some(sep), None) => match line.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(k.to_owned()), v.to_owned()),
                 None => (a.key.clone(), line),
-            };
-            let rec = SendRecord {
-                topic: a.topic.clone(),
-                key: key.clone().map(Into::into),
-                value: value.clone().into(),
-                partition: a.partition,
-                ..SendRecord::default()
-            };
-            pending.push_back((producer.send_nowait(rec).await?, key, value));
-            if pending.len() >= 10_000 {
-                if let Some((f, k, v)) = pending.pop_front() {
-                    report(f.await.map_err(describe)?, &k, &v);
-                    sent += 1;
-                }
-            }
-        }
-    }
-    for (key, value) in records {
+            },
+            _ => (a.key.clone(), line),
+        };
         let rec = SendRecord {
             topic: a.topic.clone(),
             key: key.clone().map(Into::into),
@@ -341,7 +324,14 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             partition: a.partition,
             ..SendRecord::default()
         };
+        // Stream in batches: up to 10,000 sends in flight.
         pending.push_back((producer.send_nowait(rec).await?, key, value));
+        if pending.len() >= 10_000 {
+            if let Some((f, k, v)) = pending.pop_front() {
+                report(f.await.map_err(describe)?, &k, &v);
+                sent += 1;
+            }
+        }
     }
     for (f, k, v) in pending {
         report(f.await.map_err(describe)?, &k, &v);

@@ -233,7 +233,12 @@ impl Log {
 
     fn roll(&mut self) -> Result<(), StorageError> {
         let next = self.end_offset();
-        self.active().sync_all()?;
+        // A sealed segment is flushed with the policy's promise: under `Never` the OS
+        // writes it back in its own time (an fsync of 64 MiB here would stall every
+        // producer of the partition for tens of milliseconds).
+        if self.config.fsync != FsyncPolicy::Never {
+            self.active().sync_all()?;
+        }
         let seg = Segment::create(&self.dir, next, self.config.index_interval_bytes)?;
         let old = std::mem::replace(&mut self.active, seg);
         self.sealed.push(old);
