@@ -500,3 +500,47 @@ fn auto_create_can_be_turned_off() {
         broker.shutdown().await;
     });
 }
+
+#[test]
+fn the_producer_buffer_is_bounded_and_try_send_fails_fast_when_full() {
+    rt::block_on(async {
+        // A broker that never answers: nothing buffered is ever released.
+        let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let hole = rt::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+        });
+        let cfg = flume_client::ProducerConfig {
+            buffer_max_bytes: 4096,
+            ..Default::default()
+        };
+        let p = Producer::with_config(&addr, cfg).await.unwrap();
+        let rec = |i: usize| flume_client::SendRecord {
+            topic: "t".into(),
+            value: vec![b'x'; 500 + i].into(),
+            ..Default::default()
+        };
+        let mut accepted = 0usize;
+        let full = loop {
+            match p.try_send(rec(accepted)) {
+                Ok(_) => accepted += 1,
+                Err(e) => break e,
+            }
+            assert!(accepted < 100, "the buffer never filled");
+        };
+        assert!(
+            matches!(full, flume_client::Error::BufferFull { limit: 4096 }),
+            "{full}"
+        );
+        assert!(
+            accepted >= 5 && accepted <= 8,
+            "{accepted} records of ~550 bytes in 4096"
+        );
+        // A waiting send does not get through either: it waits for room.
+        let waiting = rt::timeout(Duration::from_millis(200), p.send_record(rec(0))).await;
+        assert!(waiting.is_none(), "send waits while the buffer is full");
+        hole.cancel().await;
+    });
+}
