@@ -535,7 +535,7 @@ fn the_producer_buffer_is_bounded_and_try_send_fails_fast_when_full() {
             "{full}"
         );
         assert!(
-            accepted >= 5 && accepted <= 8,
+            (5..=8).contains(&accepted),
             "{accepted} records of ~550 bytes in 4096"
         );
         // A waiting send does not get through either: it waits for room.
