@@ -465,3 +465,49 @@ fn a_full_disk_fails_produce_cleanly_and_reads_keep_working() {
         "ok",
     ]);
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn memory_does_not_grow_with_the_sizes_peers_claim() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    let before = rss_kib(b.child.id());
+    // 300 connections, each claiming a 16 MB frame and sending 1 KB of it, held open.
+    let mut conns = Vec::new();
+    for _ in 0..300 {
+        let mut s = std::net::TcpStream::connect(&b.addr).unwrap();
+        let mut f = (16 * 1024 * 1024i32).to_be_bytes().to_vec();
+        f.extend_from_slice(&[0u8; 1024]);
+        s.write_all(&f).unwrap();
+        conns.push(s);
+    }
+    // Let the broker read what was sent, then measure.
+    ok(&["topics", "list", "--broker", &b.addr]);
+    let after = rss_kib(b.child.id());
+    let grown_mib = after.saturating_sub(before) / 1024;
+    eprintln!("broker RSS {before} KiB before, {after} KiB after 300 claimed 16 MiB frames");
+    assert!(
+        grown_mib < 200,
+        "RSS grew by {grown_mib} MiB for 300 peers claiming 16 MiB each (4.8 GiB claimed)"
+    );
+    drop(conns);
+    ok(&[
+        "produce",
+        "--broker",
+        &b.addr,
+        "--topic",
+        "alive",
+        "--message",
+        "yes",
+    ]);
+}
