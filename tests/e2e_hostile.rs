@@ -544,3 +544,46 @@ fn the_producer_buffer_is_bounded_and_try_send_fails_fast_when_full() {
         hole.cancel().await;
     });
 }
+
+#[test]
+fn topic_creation_is_bounded_by_broker_wide_budgets() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::config(dir.path());
+        cfg.max_partitions = 5;
+        let broker = Broker::start(cfg).await.unwrap();
+        let addr = broker.local_addr().to_string();
+        let admin = flume_client::Admin::connect(&addr).await.unwrap();
+        // Found by fuzzing: a queue of i32::MAX slots would be preallocated (23 GB).
+        let huge = admin
+            .create_topic(protocol::CreateTopicRequest {
+                name: "huge".into(),
+                partitions: 1,
+                max_pending: i32::MAX,
+                ..Default::default()
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(huge.code(), Some(ErrorCode::InvalidRequest));
+        let ok = protocol::CreateTopicRequest {
+            name: "a".into(),
+            partitions: 3,
+            ..Default::default()
+        };
+        admin.create_topic(ok.clone()).await.unwrap();
+        let over = admin
+            .create_topic(protocol::CreateTopicRequest {
+                name: "b".into(),
+                ..ok
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(over.code(), Some(ErrorCode::InvalidRequest), "{over}");
+        // Auto-create meets the same budget.
+        let p = Producer::connect(&addr).await.unwrap();
+        let err = p.send("c", None, b"x").await.unwrap_err();
+        assert_eq!(err.code(), Some(ErrorCode::InvalidRequest));
+        assert!(p.send("a", None, b"x").await.is_ok());
+        broker.shutdown().await;
+    });
+}

@@ -38,6 +38,11 @@ impl std::fmt::Display for Backpressure {
     }
 }
 
+/// Most partitions one topic may have.
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
+/// Largest partition queue capacity: queues preallocate their slots.
+pub const MAX_PENDING_LIMIT: usize = 100_000;
+
 /// Settings of one topic, fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicConfig {
@@ -130,10 +135,33 @@ impl TopicConfig {
                 _ => {}
             }
         }
-        if c.partitions == 0 {
-            return Err("partitions must be at least 1".into());
-        }
+        c.check()?;
         Ok(c)
+    }
+
+    /// Checks the settings against the hard limits.
+    ///
+    /// # Errors
+    /// A message naming the setting.
+    pub fn check(&self) -> Result<(), String> {
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS_PER_TOPIC {
+            return Err(format!(
+                "partitions is {}, it must be 1..={MAX_PARTITIONS_PER_TOPIC}",
+                self.partitions
+            ));
+        }
+        if self.max_pending == 0 || self.max_pending > MAX_PENDING_LIMIT {
+            return Err(format!(
+                "max_pending is {}, it must be 1..={MAX_PENDING_LIMIT}",
+                self.max_pending
+            ));
+        }
+        Ok(())
+    }
+
+    /// Queue slots the topic's partitions reserve (each queue preallocates its capacity).
+    pub fn queue_slots(&self) -> u64 {
+        u64::from(self.partitions) * self.max_pending as u64
     }
 
     /// Log settings for one partition of the topic.
@@ -173,6 +201,11 @@ pub struct BrokerConfig {
     pub max_record_bytes: usize,
     /// Most concurrent connections; more are closed at once.
     pub max_connections: usize,
+    /// Most partitions over all topics (each holds two open files and a writer task).
+    pub max_partitions: u64,
+    /// Most partition-queue slots over all topics (partitions x max_pending); queues
+    /// preallocate their slots, so this bounds their memory (about 80 bytes a slot).
+    pub max_queue_slots: u64,
     /// Most requests being served at once per connection; further requests
     /// are not read until one completes.
     pub max_in_flight_per_connection: usize,
@@ -202,6 +235,8 @@ impl BrokerConfig {
             max_frame_bytes: flume_client::protocol::frame::DEFAULT_MAX_FRAME_BYTES,
             max_record_bytes: 1024 * 1024,
             max_connections: 4096,
+            max_partitions: 10_000,
+            max_queue_slots: 4 << 20,
             max_in_flight_per_connection: 256,
             writer_batch_bytes: 4 * 1024 * 1024,
             read_timeout: Duration::from_secs(30),
@@ -217,11 +252,8 @@ impl BrokerConfig {
     /// [`BrokerError::Config`] naming the setting.
     pub fn validate(&self) -> Result<(), BrokerError> {
         let bad = |m: String| Err(BrokerError::Config(m));
-        if self.default_topic.partitions == 0 {
-            return bad("partitions must be at least 1".into());
-        }
-        if self.default_topic.max_pending == 0 {
-            return bad("max_pending must be at least 1".into());
+        if let Err(e) = self.default_topic.check() {
+            return bad(e);
         }
         if self.max_frame_bytes < 1024 {
             return bad(format!(
@@ -273,6 +305,11 @@ mod tests {
         };
         assert_eq!(TopicConfig::from_text(&c.to_text()).unwrap(), c);
         assert!(TopicConfig::from_text("partitions=0").is_err());
+        assert!(TopicConfig::from_text("partitions=10001").is_err());
+        assert!(
+            TopicConfig::from_text("max_pending=2147483647").is_err(),
+            "queues preallocate"
+        );
         assert!(TopicConfig::from_text("partitions=x").is_err());
     }
 

@@ -275,15 +275,31 @@ impl Engine {
                 format!("topic name {name:?}"),
             ));
         }
-        if tc.partitions == 0 || tc.partitions > 10_000 || tc.max_pending == 0 {
-            return Err(BrokerError::code_for(
-                ErrorCode::InvalidRequest,
-                "partitions must be 1..=10000 and max_pending at least 1",
-            ));
+        if let Err(e) = tc.check() {
+            return Err(BrokerError::code_for(ErrorCode::InvalidRequest, e));
         }
         let _guard = lock(&self.create_lock);
         if self.topic(name).is_some() {
             return Err(BrokerError::code_for(ErrorCode::TopicAlreadyExists, name));
+        }
+        // Broker-wide budgets: every partition holds files and a task, every queue
+        // slot is preallocated memory, so a peer cannot create its way to exhaustion.
+        let topics = self.topics();
+        let partitions: u64 = topics
+            .iter()
+            .map(|t| t.partitions.len() as u64)
+            .sum::<u64>()
+            + u64::from(tc.partitions);
+        let slots: u64 =
+            topics.iter().map(|t| t.config.queue_slots()).sum::<u64>() + tc.queue_slots();
+        if partitions > self.config.max_partitions || slots > self.config.max_queue_slots {
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "topic {name} would bring the broker to {partitions} partitions (limit {}) and {slots} queue slots (limit {})",
+                    self.config.max_partitions, self.config.max_queue_slots
+                ),
+            ));
         }
         let dir = self.config.data_dir.join(name);
         std::fs::create_dir_all(&dir).map_err(|source| BrokerError::Io {

@@ -89,7 +89,7 @@ pub struct BrokerArgs {
     #[arg(long, default_value_t = 64 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 31)))]
     segment_bytes: u64,
     /// Partition queue capacity (pending append requests).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     max_pending: u64,
     /// When a partition queue is full: block (wait) or reject (QUEUE_FULL).
     #[arg(long, default_value = "block")]
