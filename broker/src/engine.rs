@@ -670,7 +670,7 @@ impl Engine {
         // Written while the group is locked, so a rebalance cannot slip between the check and the write.
         if let Err(e) = lock(&self.offsets).commit(&req.group, &store) {
             tracing::error!(group = %req.group, error = %e, "offset commit failed");
-            return Err(ErrorCode::StorageError);
+            return Err(e.code());
         }
         drop(groups);
         Ok(OffsetCommitResponse { results })

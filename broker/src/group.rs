@@ -358,6 +358,10 @@ impl<R> Coordinator<R> {
                 }
             }
         }
+        // Empty groups hold no state worth keeping (their offsets live in the offset
+        // store), so memory follows the live groups, not every name ever used.
+        self.groups
+            .retain(|_, g| !(g.members.is_empty() && g.pending.is_empty()));
         ready
     }
 

@@ -34,6 +34,8 @@ pub struct OffsetStore {
     map: HashMap<OffsetKey, i64>,
     fsync: bool,
     compact_min_bytes: u64,
+    /// Most (group, topic, partition) entries kept: commits that would add more are refused.
+    max_keys: usize,
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> BrokerError {
@@ -115,6 +117,7 @@ impl OffsetStore {
             map,
             fsync,
             compact_min_bytes: 1 << 20,
+            max_keys: 1_000_000,
         })
     }
 
@@ -148,6 +151,20 @@ impl OffsetStore {
     ) -> Result<(), BrokerError> {
         if offsets.is_empty() {
             return Ok(());
+        }
+        let new_keys = offsets
+            .iter()
+            .filter(|(t, p, _)| !self.map.contains_key(&(group.to_owned(), t.clone(), *p)))
+            .count();
+        if self.map.len() + new_keys > self.max_keys {
+            return Err(BrokerError::code_for(
+                flume_client::protocol::ErrorCode::InvalidRequest,
+                format!(
+                    "the offset store holds {} (group, topic, partition) entries, the limit is {}",
+                    self.map.len(),
+                    self.max_keys
+                ),
+            ));
         }
         let mut buf = Vec::with_capacity(offsets.len() * 64);
         let ts = crate::now_ms();
@@ -230,6 +247,11 @@ impl OffsetStore {
     fn set_compact_min(&mut self, n: u64) {
         self.compact_min_bytes = n;
     }
+
+    #[cfg(test)]
+    fn set_max_keys(&mut self, n: usize) {
+        self.max_keys = n;
+    }
 }
 
 fn decode(r: &record::RawRecord<'_>) -> Option<(OffsetKey, i64)> {
@@ -278,6 +300,26 @@ mod tests {
                 .get("g", "t", 0),
             Some(9)
         );
+    }
+
+    #[test]
+    fn the_number_of_entries_is_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OffsetStore::open(dir.path(), false).unwrap();
+        s.set_max_keys(3);
+        s.commit(
+            "g",
+            &[("t".into(), 0, 1), ("t".into(), 1, 1), ("t".into(), 2, 1)],
+        )
+        .unwrap();
+        let err = s.commit("h", &[("t".into(), 0, 1)]).unwrap_err();
+        assert_eq!(
+            err.code(),
+            flume_client::protocol::ErrorCode::InvalidRequest
+        );
+        // Updating an existing entry is always allowed.
+        s.commit("g", &[("t".into(), 0, 2)]).unwrap();
+        assert_eq!(s.get("g", "t", 0), Some(2));
     }
 
     #[test]

@@ -190,6 +190,9 @@ fn is_disconnect(e: &std::io::Error) -> bool {
 
 type InFlight = BoxFuture<'static, Vec<u8>>;
 
+/// Most partitions one FETCH may name (each costs a lookup, a listener and a read).
+pub const MAX_FETCH_PARTITIONS: usize = 10_000;
+
 fn io_other(msg: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
 }
@@ -390,6 +393,14 @@ async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, shared: Bytes) -> In
                 Ok(r) => r,
                 Err(f) => return f,
             };
+            if req.partitions.len() > MAX_FETCH_PARTITIONS {
+                tracing::debug!(
+                    request_id = id,
+                    partitions = req.partitions.len(),
+                    "fetch of too many partitions"
+                );
+                return error_frame(id, ErrorCode::InvalidRequest);
+            }
             let engine = Arc::clone(engine);
             async move {
                 let mut buf = Vec::new();
