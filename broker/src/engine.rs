@@ -115,11 +115,6 @@ impl PendingProduce {
     }
 }
 
-/// Wall-clock milliseconds.
-pub fn wall_ms() -> i64 {
-    crate::now_ms()
-}
-
 impl Engine {
     /// Opens the data directory: loads every topic (recovering its logs) and
     /// the committed offsets, and starts the maintenance ticker.
