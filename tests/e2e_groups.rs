@@ -426,3 +426,49 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
         broker.shutdown().await;
     });
 }
+
+#[test]
+fn slow_processing_during_a_rebalance_keeps_the_membership() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker
+            .engine()
+            .create_topic("slow", common::topic(2))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        produce(&addr, "slow", 10).await;
+        let mut a = GroupConsumer::builder(&addr, "gs")
+            .topic("slow")
+            .session_timeout(Duration::from_millis(400))
+            .heartbeat_interval(Duration::from_millis(50))
+            .rebalance_timeout(Duration::from_secs(10))
+            .max_wait(Duration::from_millis(50))
+            .build()
+            .await
+            .unwrap();
+        let id = a.member_id().await;
+        a.recv().await.unwrap().unwrap();
+        // B joins; A is "processing" (not calling recv) for several session timeouts.
+        let b = flume_client::rt::spawn({
+            let addr = addr.clone();
+            async move { consumer(&addr, "gs", "slow").build().await.unwrap() }
+        });
+        // Simulated processing time (not synchronization): 1.5 s, several session timeouts.
+        flume_client::rt::sleep(Duration::from_millis(1500)).await;
+        // A comes back: it rejoins with the same membership, and both get a partition.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while a.assignment().await.len() != 1 {
+            assert!(Instant::now() < deadline, "A never rejoined");
+            let _ = flume_client::rt::timeout(Duration::from_millis(100), a.recv()).await;
+        }
+        assert_eq!(
+            a.member_id().await,
+            id,
+            "heartbeats kept A's session alive during the rebalance"
+        );
+        let b = b.await;
+        assert_eq!(b.assignment().await.len(), 1);
+        broker.shutdown().await;
+    });
+}

@@ -265,7 +265,10 @@ async fn heartbeat_loop(
         }
         let member = lock_str(&shared.member);
         let generation = shared.generation.load(Ordering::Acquire);
-        if member.is_empty() || shared.rejoin.load(Ordering::Acquire) {
+        // Heartbeats go on while a rebalance waits for this member to rejoin: the
+        // session stays alive however long the application takes to come back to
+        // `recv` (the rebalance timeout bounds that wait, as in Kafka).
+        if member.is_empty() {
             continue;
         }
         let req = HeartbeatRequest {
