@@ -472,3 +472,35 @@ fn slow_processing_during_a_rebalance_keeps_the_membership() {
         broker.shutdown().await;
     });
 }
+
+#[test]
+fn an_abandoned_stream_poll_does_not_lock_the_consumer() {
+    use futures::StreamExt;
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker
+            .engine()
+            .create_topic("idle", common::topic(1))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        let mut c = consumer(&addr, "gi", "idle").build().await.unwrap();
+        // Nothing to read: the poll is cut off by a timeout while it waits on a fetch.
+        assert!(
+            flume_client::rt::timeout(Duration::from_millis(30), c.next())
+                .await
+                .is_none()
+        );
+        let a = flume_client::rt::timeout(Duration::from_secs(5), c.assignment()).await;
+        assert_eq!(a.expect("the consumer is still usable").len(), 1);
+        produce(&addr, "idle", 1).await;
+        let r = flume_client::rt::timeout(Duration::from_secs(10), c.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        c.commit(&r).await.unwrap();
+        c.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}

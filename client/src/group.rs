@@ -316,15 +316,28 @@ impl GroupConsumer {
         self.events.clone()
     }
 
+    /// The state, after abandoning a `next()` that was left half-way (a `Stream`
+    /// poll dropped by a timeout or a `select!`): that future may hold the lock
+    /// and would otherwise never give it back. Abandoning it is safe: what it
+    /// was fetching is fetched again, a join it sent is sent again.
+    async fn locked(&self) -> futures::lock::MutexGuard<'_, State> {
+        let abandoned = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        drop(abandoned);
+        self.state.lock().await
+    }
+
     /// The current assignment.
     pub async fn assignment(&self) -> Vec<TopicPartition> {
-        self.state.lock().await.assignment.clone()
+        self.locked().await.assignment.clone()
     }
 
     /// The current generation (-1 before the first join).
     pub async fn generation(&self) -> i32 {
-        self.state
-            .lock()
+        self.locked()
             .await
             .shared
             .generation
@@ -333,7 +346,7 @@ impl GroupConsumer {
 
     /// This member's id.
     pub async fn member_id(&self) -> String {
-        lock_str(&self.state.lock().await.shared.member)
+        lock_str(&self.locked().await.shared.member)
     }
 
     /// The next record; `None` never happens while the consumer is open.
@@ -355,7 +368,7 @@ impl GroupConsumer {
     /// ILLEGAL_GENERATION / UNKNOWN_MEMBER after a rebalance (the record's
     /// partition may belong to another member now; it will be redelivered there).
     pub async fn commit(&self, record: &ConsumerRecord) -> Result<()> {
-        let mut st = self.state.lock().await;
+        let mut st = self.locked().await;
         let tp = (record.topic.clone(), record.partition);
         let next = i64::try_from(record.offset).unwrap_or(i64::MAX) + 1;
         st.commit_offsets(vec![(tp, next)]).await
@@ -366,7 +379,7 @@ impl GroupConsumer {
     /// # Errors
     /// As [`GroupConsumer::commit`].
     pub async fn commit_processed(&self) -> Result<()> {
-        let mut st = self.state.lock().await;
+        let mut st = self.locked().await;
         st.mark_last_processed();
         st.commit_pending().await
     }
@@ -376,7 +389,7 @@ impl GroupConsumer {
     /// # Errors
     /// A failed final commit (the group is left regardless).
     pub async fn close(self) -> Result<()> {
-        let mut st = self.state.lock().await;
+        let mut st = self.locked().await;
         let commit = if st.cfg.auto_commit.is_some() {
             st.mark_last_processed();
             st.commit_pending().await
