@@ -511,3 +511,142 @@ fn memory_does_not_grow_with_the_sizes_peers_claim() {
         "yes",
     ]);
 }
+
+#[test]
+fn a_stopped_consumer_process_loses_its_partitions_and_is_fenced_when_it_continues() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    let addr = b.addr.clone();
+    ok(&[
+        "topics",
+        "create",
+        "st",
+        "--partitions",
+        "2",
+        "--broker",
+        &addr,
+    ]);
+    let produce = |from: usize, n: usize| {
+        block_on(async {
+            let p = Producer::connect(&addr).await.unwrap();
+            for i in from..from + n {
+                p.send("st", Some(format!("k{i}").as_bytes()), b"v")
+                    .await
+                    .unwrap();
+            }
+        })
+    };
+    produce(0, 20);
+    // Consumer A: the real CLI in group mode, 1 s session.
+    let mut a = KillOnDrop(
+        common::bin()
+            .args([
+                "consume",
+                "--broker",
+                &addr,
+                "--topic",
+                "st",
+                "--group",
+                "gst",
+                "--session-timeout-ms",
+                "1000",
+                "--format",
+                "json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Lines are read on a thread so that the test fails on a deadline instead of hanging.
+    let stdout = a.0.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    for i in 0..20 {
+        let line = lines.recv_timeout(Duration::from_secs(20));
+        assert!(
+            matches!(line, Ok(Ok(_))),
+            "consumer A printed only {i} of 20 records"
+        );
+    }
+    let pid = a.0.id().to_string();
+    std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap();
+    let (b_commits, mut bcons) = block_on(async {
+        // B's join completes once A's session has expired: A cannot rejoin while stopped.
+        let mut c = flume_client::GroupConsumer::builder(&addr, "gst")
+            .topic("st")
+            .session_timeout(Duration::from_secs(5))
+            .max_wait(Duration::from_millis(100))
+            .auto_commit(false)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(
+            c.assignment().await.len(),
+            2,
+            "B owns both partitions of the stopped member"
+        );
+        produce(20, 10);
+        for _ in 0..10 {
+            let r = flume_client::rt::timeout(Duration::from_secs(20), c.recv())
+                .await
+                .expect("B receives the new records")
+                .unwrap()
+                .unwrap();
+            c.commit(&r).await.unwrap();
+        }
+        let admin = Admin::connect(&addr).await.unwrap();
+        let commits: HashMap<i32, i64> = admin
+            .group_offsets("gst", &["st".into()])
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|p| (p.partition, p.committed))
+            .collect();
+        (commits, c)
+    });
+    // A continues: it is fenced, rejoins, and the group splits the partitions again.
+    std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap();
+    block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while bcons.assignment().await.len() != 1 {
+            assert!(Instant::now() < deadline, "no rebalance after A came back");
+            let _ = flume_client::rt::timeout(Duration::from_millis(100), bcons.recv()).await;
+        }
+        // No commit of A's stale generation overwrote B's: offsets never went backwards.
+        let admin = Admin::connect(&addr).await.unwrap();
+        for p in admin.group_offsets("gst", &["st".into()]).await.unwrap() {
+            assert!(
+                p.committed >= b_commits[&p.partition],
+                "partition {}: committed {} is behind B's {}",
+                p.partition,
+                p.committed,
+                b_commits[&p.partition]
+            );
+        }
+    });
+    drop(a);
+}
+
+/// A child process killed when the test ends, passed or failed.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
