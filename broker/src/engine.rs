@@ -450,10 +450,13 @@ impl Engine {
         let max_wait =
             Duration::from_millis(u64::try_from(req.max_wait_ms.clamp(0, 60_000)).unwrap_or(0));
         let deadline = Instant::now() + max_wait;
+        // The whole response must fit a frame: records, each partition's header, and
+        // the one whole record that may go past the budget.
+        let headers: usize = req.partitions.iter().map(|p| p.topic.len() + 40).sum();
         let budget = usize::try_from(req.max_bytes.max(1)).unwrap_or(1).min(
             self.config
                 .max_frame_bytes
-                .saturating_sub(64 * 1024)
+                .saturating_sub(64 * 1024 + headers + self.config.max_record_bytes)
                 .max(4096),
         );
         let min_bytes = usize::try_from(req.min_bytes.max(0)).unwrap_or(0);
