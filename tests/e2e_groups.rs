@@ -160,12 +160,7 @@ async fn wait_for(
 fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker
-            .engine()
-            .create_topic("t6", common::topic(6))
-            .unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "t6", 6).await;
         produce(&addr, "t6", 600).await;
         let (a, b, c) = futures::join!(
             consumer(&addr, "g", "t6").build(),
@@ -263,9 +258,7 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
 fn group_consumes_everything_once_and_resumes_from_commits() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("t", common::topic(3)).unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "t", 3).await;
         produce(&addr, "t", 300).await;
         let mut c = consumer(&addr, "g2", "t").build().await.unwrap();
         let events = c.events();
@@ -302,9 +295,7 @@ fn group_consumes_everything_once_and_resumes_from_commits() {
 fn consumer_survives_a_broker_restart() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("r", common::topic(2)).unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "r", 2).await;
         produce(&addr, "r", 100).await;
         let mut c = consumer(&addr, "g3", "r").build().await.unwrap();
         let mut seen: HashSet<String> = take(&mut c, 50).await.into_iter().map(|r| r.2).collect();
@@ -339,9 +330,7 @@ fn consumer_survives_a_broker_restart() {
 fn stale_member_commits_are_fenced() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("f", common::topic(1)).unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "f", 1).await;
         produce(&addr, "f", 10).await;
         let mut old = consumer(&addr, "g4", "f").build().await.unwrap();
         let r = old.recv().await.unwrap().unwrap();
@@ -379,12 +368,7 @@ fn stale_member_commits_are_fenced() {
 fn manual_commit_on_revoke_commits_what_was_handed_out() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker
-            .engine()
-            .create_topic("rv", common::topic(1))
-            .unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "rv", 1).await;
         produce(&addr, "rv", 20).await;
         let mut a = consumer(&addr, "grv", "rv")
             .commit_on_revoke(true)
@@ -431,12 +415,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
 fn slow_processing_during_a_rebalance_keeps_the_membership() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker
-            .engine()
-            .create_topic("slow", common::topic(2))
-            .unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "slow", 2).await;
         produce(&addr, "slow", 10).await;
         let mut a = GroupConsumer::builder(&addr, "gs")
             .topic("slow")
@@ -478,12 +457,7 @@ fn an_abandoned_stream_poll_does_not_lock_the_consumer() {
     use futures::StreamExt;
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker
-            .engine()
-            .create_topic("idle", common::topic(1))
-            .unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "idle", 1).await;
         let mut c = consumer(&addr, "gi", "idle").build().await.unwrap();
         // Nothing to read: the poll is cut off by a timeout while it waits on a fetch.
         assert!(

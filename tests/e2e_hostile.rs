@@ -265,12 +265,7 @@ fn many_connections_and_a_clean_refusal_past_the_limit() {
 fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
     rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker
-            .engine()
-            .create_topic("live", common::topic(2))
-            .unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "live", 2).await;
         let producer = Producer::connect(&addr).await.unwrap();
         for i in 0..20 {
             producer
@@ -425,9 +420,7 @@ fn a_silent_broker_times_requests_out_and_a_dead_one_fails_them() {
 fn clients_that_vanish_mid_request_leave_nothing_wedged() {
     rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("v", common::topic(1)).unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "v", 1).await;
         for round in 0..20 {
             let mut s = TcpStream::connect(&addr).await.unwrap();
             let mut frames = Vec::new();

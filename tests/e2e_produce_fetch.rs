@@ -157,12 +157,7 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
 fn long_poll_wakes_on_new_data_and_times_out_empty() {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let broker = common::start(dir.path()).await;
-        broker
-            .engine()
-            .create_topic("lp", common::topic(1))
-            .unwrap();
-        let addr = broker.local_addr().to_string();
+        let (broker, addr) = common::with_topic(dir.path(), "lp", 1).await;
         let client = Arc::new(
             Client::connect(&addr, ConnectionConfig::default())
                 .await

@@ -41,3 +41,14 @@ where
         flume_client::rt::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A broker on port 0 with one topic created, and its address.
+pub async fn with_topic(dir: &Path, name: &str, partitions: u32) -> (flume_broker::Broker, String) {
+    let broker = start(dir).await;
+    broker
+        .engine()
+        .create_topic(name, topic(partitions))
+        .expect("topic created");
+    let addr = broker.local_addr().to_string();
+    (broker, addr)
+}
