@@ -375,17 +375,23 @@ fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
     });
 }
 
+/// A peer that accepts one connection and reads it, but never answers.
+async fn silent_broker() -> (String, rt::Task<()>) {
+    let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let hole = rt::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
+    });
+    (addr, hole)
+}
+
 #[test]
 fn a_silent_broker_times_requests_out_and_a_dead_one_fails_them() {
     rt::block_on(async {
         // Accepts and reads, never answers.
-        let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let hole = rt::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0u8; 4096];
-            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
-        });
+        let (addr, hole) = silent_broker().await;
         let cfg = ConnectionConfig {
             request_timeout: Duration::from_millis(200),
             ..ConnectionConfig::default()
@@ -498,13 +504,7 @@ fn auto_create_can_be_turned_off() {
 fn the_producer_buffer_is_bounded_and_try_send_fails_fast_when_full() {
     rt::block_on(async {
         // A broker that never answers: nothing buffered is ever released.
-        let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let hole = rt::spawn(async move {
-            let (mut s, _) = listener.accept().await.unwrap();
-            let mut buf = vec![0u8; 4096];
-            while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {}
-        });
+        let (addr, hole) = silent_broker().await;
         let cfg = flume_client::ProducerConfig {
             buffer_max_bytes: 4096,
             ..Default::default()

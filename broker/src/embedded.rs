@@ -27,6 +27,7 @@ use crate::config::{BrokerConfig, TopicConfig};
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::group::{assign, Assignor, Subscription};
+use crate::partition::Partition;
 
 type Members = HashMap<(String, String), BTreeSet<String>>;
 
@@ -234,13 +235,7 @@ impl EmbeddedBroker {
             let Some(part) = t.partitions.get(p as usize) else {
                 continue;
             };
-            let committed =
-                self.engine
-                    .committed(group, topic, i32::try_from(p).unwrap_or(i32::MAX));
-            let from = committed
-                .and_then(|c| u64::try_from(c).ok())
-                .unwrap_or(0)
-                .max(part.start_offset());
+            let from = self.resume_offset(group, topic, part);
             if from >= part.end_offset() {
                 continue;
             }
@@ -285,6 +280,18 @@ impl EmbeddedBroker {
         )
     }
 
+    /// Where the group reads `part` next: its committed offset, or the log start
+    /// when nothing is committed or retention has passed the commit.
+    fn resume_offset(&self, group: &str, topic: &str, part: &Partition) -> u64 {
+        let committed =
+            self.engine
+                .committed(group, topic, i32::try_from(part.id).unwrap_or(i32::MAX));
+        committed
+            .and_then(|c| u64::try_from(c).ok())
+            .unwrap_or(0)
+            .max(part.start_offset())
+    }
+
     /// Records not yet committed by the group, per partition.
     ///
     /// # Errors
@@ -297,13 +304,7 @@ impl EmbeddedBroker {
         Ok(t.partitions
             .iter()
             .map(|p| {
-                let committed =
-                    self.engine
-                        .committed(group, topic, i32::try_from(p.id).unwrap_or(i32::MAX));
-                let from = committed
-                    .and_then(|c| u64::try_from(c).ok())
-                    .unwrap_or(0)
-                    .max(p.start_offset());
+                let from = self.resume_offset(group, topic, p);
                 (p.id, p.end_offset().saturating_sub(from))
             })
             .collect())
