@@ -201,8 +201,11 @@ fn io_other(msg: String) -> std::io::Error {
 async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let cfg = engine.config().clone();
-    let mut reader = stream.clone();
-    let mut writer = stream;
+    let mut writer = stream.clone();
+    let reader = stream;
+    // The last read came back short of `chunk`, so the socket was empty: the next
+    // read waits for readiness before reading (no failed read per request).
+    let mut drained = true;
     let stop = engine.shutdown_signal();
     // Frames are split off this buffer as shared `Bytes`, so record batches reach the
     // partition writers without being copied.
@@ -262,10 +265,12 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection;
         let partial = !rbuf.is_empty();
         let read = async {
-            if can_read {
-                reader.read(&mut chunk).await
-            } else {
+            if !can_read {
                 futures::future::pending().await
+            } else if drained {
+                reader.read_ready(&mut chunk).await
+            } else {
+                (&reader).read(&mut chunk).await
             }
         };
         let next = async {
@@ -299,6 +304,7 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         };
         if let Ev::Read(Ok(n)) = &ev {
             rbuf.extend_from_slice(&chunk[..*n]);
+            drained = *n < chunk.len();
         }
         match ev {
             Ev::Read(Ok(0)) => {

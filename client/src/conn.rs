@@ -75,6 +75,9 @@ struct Inner {
     /// with no hand-off between tasks.
     reader: AsyncMutex<ReadState>,
     pending: Mutex<Pending>,
+    /// Notified when requests were answered by someone other than the reader
+    /// (deadline expiry, a failure): wakes the caller holding the read side.
+    answered: event_listener::Event,
     next_id: AtomicI32,
     slots: (async_channel::Sender<()>, async_channel::Receiver<()>),
     /// When a response last arrived (ms since `born`), to skip liveness probes on a busy connection.
@@ -128,7 +131,9 @@ impl Connection {
                 stream,
                 buf: BytesMut::with_capacity(64 * 1024),
                 chunk: vec![0u8; 64 * 1024],
+                drained: true,
             }),
+            answered: event_listener::Event::new(),
             pending: Mutex::new(Pending {
                 map: HashMap::new(),
                 broken: None,
@@ -181,7 +186,10 @@ impl Connection {
             return false;
         }
         if let Some(mut st) = self.inner.reader.try_lock() {
-            if let Some(r) = read_into(&mut st).now_or_never() {
+            let st = &mut *st;
+            let probe = st.stream.read(&mut st.chunk).now_or_never();
+            if let Some(r) = probe {
+                let r = r.map(|n| st.took(n));
                 let reason = match r {
                     Ok(0) => Some("broker closed the connection".to_owned()),
                     Ok(_) => None,
@@ -354,12 +362,16 @@ impl Inner {
                 .collect();
             ids.into_iter().filter_map(|id| p.map.remove(&id)).collect()
         };
+        let any = !expired.is_empty();
         for w in expired {
             let _ = w.reply.send(Err(Error::Timeout {
                 api: w.api,
                 addr: self.addr.clone(),
                 timeout_ms: u64::try_from(w.timeout.as_millis()).unwrap_or(u64::MAX),
             }));
+        }
+        if any {
+            self.answered.notify(usize::MAX);
         }
         true
     }
@@ -375,6 +387,7 @@ impl Inner {
         for tx in drained {
             let _ = tx.send(Err(err.clone()));
         }
+        self.answered.notify(usize::MAX);
     }
 }
 
@@ -391,6 +404,18 @@ struct ReadState {
     buf: BytesMut,
     /// Reads land here first: zeroed once, so no read pays for clearing memory.
     chunk: Vec<u8>,
+    /// The last read came back short of `chunk`: the socket was empty then, so
+    /// the next read waits for readiness instead of trying first.
+    drained: bool,
+}
+
+impl ReadState {
+    /// Appends the `n` bytes just read into `chunk` to the buffer.
+    fn took(&mut self, n: usize) -> usize {
+        self.buf.extend_from_slice(&self.chunk[..n]);
+        self.drained = n < self.chunk.len();
+        n
+    }
 }
 
 fn closed(inner: &Inner) -> Error {
@@ -410,15 +435,25 @@ async fn wait_response(
     mut rx: oneshot::Receiver<Result<Bytes>>,
 ) -> Result<Bytes> {
     use futures::future::{select, Either};
-    let lock_fut = inner.reader.lock();
-    futures::pin_mut!(lock_fut);
-    let mut st = match select(&mut rx, lock_fut).await {
-        Either::Left((r, _)) => return r.unwrap_or_else(|_| Err(closed(inner))),
-        Either::Right((st, _)) => st,
+    // Uncontended, the read side is taken at once without registering on `rx`, so
+    // the response we read ourselves wakes no one: a self-wake would make the
+    // executor poll the reactor once more for nothing (five syscalls here).
+    let mut st = match inner.reader.try_lock() {
+        Some(st) => st,
+        None => {
+            let lock_fut = inner.reader.lock();
+            futures::pin_mut!(lock_fut);
+            match select(&mut rx, lock_fut).await {
+                Either::Left((r, _)) => return r.unwrap_or_else(|_| Err(closed(inner))),
+                Either::Right((st, _)) => st,
+            }
+        }
     };
     // We hold the read side: read until our own response has been handed over,
-    // or until the deadline sweeper (or a failure) answers for us.
+    // or until the deadline sweeper (or a failure) answers for us, which it
+    // signals on `answered`.
     loop {
+        let alarm = inner.answered.listen();
         match rx.try_recv() {
             Ok(Some(r)) => return r,
             Ok(None) => {}
@@ -426,9 +461,8 @@ async fn wait_response(
         }
         let read = read_some(inner, &mut st);
         futures::pin_mut!(read);
-        match select(&mut rx, read).await {
-            Either::Left((r, _)) => return r.unwrap_or_else(|_| Err(closed(inner))),
-            Either::Right((Ok(()), _)) => {}
+        match select(alarm, read).await {
+            Either::Left(((), _)) | Either::Right((Ok(()), _)) => {}
             Either::Right((Err(reason), _)) => inner.fail_all(Error::Disconnected {
                 addr: inner.addr.clone(),
                 reason,
@@ -476,9 +510,12 @@ async fn read_some(inner: &Inner, st: &mut ReadState) -> std::result::Result<(),
 /// Reads once from the socket and appends what came to the buffer. Cancel safe:
 /// bytes are appended only once the read has completed.
 async fn read_into(st: &mut ReadState) -> std::io::Result<usize> {
-    let n = st.stream.read(&mut st.chunk).await?;
-    st.buf.extend_from_slice(&st.chunk[..n]);
-    Ok(n)
+    let n = if st.drained {
+        st.stream.read_ready(&mut st.chunk).await?
+    } else {
+        st.stream.read(&mut st.chunk).await?
+    };
+    Ok(st.took(n))
 }
 
 fn api_name(k: protocol::ApiKey) -> &'static str {

@@ -2,11 +2,191 @@
 //! (spawning, TCP, timers, blocking work). Moving to smol or another runtime
 //! is a change to this file only; the rest of the code uses `futures` and
 //! `async-channel`.
+//!
+//! TCP sockets are async-io's `Async` (the reactor under async-std and smol)
+//! wrapped in [`TcpStream`] and [`TcpListener`], so that a read can wait for
+//! readiness before touching the socket: see [`TcpStream::read_ready`].
 
 use std::future::Future;
+use std::io::{self, Read};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-pub use async_std::net::{TcpListener, TcpStream};
+use async_io::Async;
+
+/// A TCP connection; clones share the socket (one task reads while another writes).
+#[derive(Clone, Debug)]
+pub struct TcpStream(Arc<Async<std::net::TcpStream>>);
+
+/// Resolves `addr` ("host:port"); names are looked up off the executor threads.
+async fn resolve(addr: &str) -> io::Result<Vec<SocketAddr>> {
+    if let Ok(a) = addr.parse::<SocketAddr>() {
+        return Ok(vec![a]);
+    }
+    let owned = addr.to_owned();
+    let addrs: Vec<SocketAddr> = unblock(move || owned.to_socket_addrs()).await?.collect();
+    if addrs.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{addr} resolves to no address"),
+        ));
+    }
+    Ok(addrs)
+}
+
+impl TcpStream {
+    /// Connects to `addr` ("host:port"), trying each address it resolves to.
+    ///
+    /// # Errors
+    /// Resolution or connection errors (the last one when every address fails).
+    pub async fn connect(addr: &str) -> io::Result<TcpStream> {
+        let mut last = None;
+        for a in resolve(addr).await? {
+            match Async::<std::net::TcpStream>::connect(a).await {
+                Ok(s) => return Ok(TcpStream(Arc::new(s))),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::ErrorKind::AddrNotAvailable.into()))
+    }
+
+    /// Sets `TCP_NODELAY`.
+    ///
+    /// # Errors
+    /// The socket option could not be set.
+    pub fn set_nodelay(&self, on: bool) -> io::Result<()> {
+        self.0.get_ref().set_nodelay(on)
+    }
+
+    /// Shuts down one or both directions of the connection.
+    ///
+    /// # Errors
+    /// The socket is not connected.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.0.get_ref().shutdown(how)
+    }
+
+    /// The peer's address.
+    ///
+    /// # Errors
+    /// The socket is not connected.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.0.get_ref().peer_addr()
+    }
+
+    /// Reads what has arrived, waiting until something has. Unlike a plain
+    /// read it waits for the reactor's readiness event first and only then reads,
+    /// so it never spends a syscall on a socket it already knows to be empty.
+    /// Use it when the previous read came back short of the buffer (the socket
+    /// was drained then): on a request/response connection that saves one
+    /// failed read per message on each side. Cancel safe.
+    ///
+    /// # Errors
+    /// I/O errors from the socket.
+    pub async fn read_ready(&self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            self.0.readable().await?;
+            let mut socket: &std::net::TcpStream = self.0.get_ref();
+            match socket.read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return r,
+            }
+        }
+    }
+}
+
+impl futures::io::AsyncRead for &TcpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self.0).poll_read(cx, buf)
+    }
+}
+
+impl futures::io::AsyncWrite for &TcpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self.0).poll_flush(cx)
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self.0).poll_close(cx)
+    }
+}
+
+impl futures::io::AsyncRead for TcpStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self).poll_read(cx, buf)
+    }
+}
+
+impl futures::io::AsyncWrite for TcpStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut &*self).poll_write(cx, buf)
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self).poll_flush(cx)
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut &*self).poll_close(cx)
+    }
+}
+
+/// A listening TCP socket.
+#[derive(Debug)]
+pub struct TcpListener(Async<std::net::TcpListener>);
+
+impl TcpListener {
+    /// Binds `addr` ("host:port"; port 0 picks a free port).
+    ///
+    /// # Errors
+    /// Resolution errors, or the address cannot be bound.
+    pub async fn bind(addr: &str) -> io::Result<TcpListener> {
+        let mut last = None;
+        for a in resolve(addr).await? {
+            match Async::<std::net::TcpListener>::bind(a) {
+                Ok(l) => return Ok(TcpListener(l)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::ErrorKind::AddrNotAvailable.into()))
+    }
+
+    /// The bound address.
+    ///
+    /// # Errors
+    /// The socket cannot report it.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.0.get_ref().local_addr()
+    }
+
+    /// Waits for the next connection.
+    ///
+    /// # Errors
+    /// Accept errors (out of file descriptors and the like).
+    pub async fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (s, peer) = self.0.accept().await?;
+        Ok((TcpStream(Arc::new(s)), peer))
+    }
+}
 
 /// A spawned task; dropping it detaches the task, [`Task::cancel`] stops it.
 #[derive(Debug)]
@@ -99,5 +279,46 @@ where
             std::io::ErrorKind::TimedOut,
             "peer does not read",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::io::AsyncWriteExt;
+
+    /// `read_ready` finds bytes that arrived before it was called (no readiness
+    /// event was pending for them), bytes that arrive while it waits, and EOF.
+    #[test]
+    fn read_ready_sees_early_late_and_eof() {
+        block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let mut client = TcpStream::connect(&addr).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            client.write_all(b"early").await.unwrap();
+            let n = timeout(Duration::from_secs(10), server.read_ready(&mut buf))
+                .await
+                .expect("bytes already in the socket are seen")
+                .unwrap();
+            assert_eq!(&buf[..n], b"early");
+            let writer = spawn(async move {
+                yield_now().await;
+                client.write_all(b"late").await.unwrap();
+                client.shutdown(Shutdown::Write).unwrap();
+            });
+            let n = timeout(Duration::from_secs(10), server.read_ready(&mut buf))
+                .await
+                .expect("bytes that arrive while waiting are seen")
+                .unwrap();
+            assert_eq!(&buf[..n], b"late");
+            writer.await;
+            let n = timeout(Duration::from_secs(10), server.read_ready(&mut buf))
+                .await
+                .expect("EOF is seen")
+                .unwrap();
+            assert_eq!(n, 0);
+        });
     }
 }
