@@ -10,7 +10,8 @@ use flume_broker::{Broker, BrokerConfig, TopicConfig};
 use flume_client::protocol::{OffsetCommitRequest, PartitionOffset};
 use flume_client::rt::block_on;
 use flume_client::{
-    Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, SendRecord, StartOffset,
+    Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, ProducerConfig, SendRecord,
+    StartOffset,
 };
 
 struct Env {
@@ -81,6 +82,34 @@ fn one_per_round_trip(c: &mut Criterion) {
     g.bench_function("produce_100B", |b| {
         b.iter_custom(|n| {
             let (p, v) = (producer.clone(), small.clone());
+            on_runtime(async move {
+                let t = Instant::now();
+                for _ in 0..n {
+                    send(&p, "one", None, &v).await.unwrap();
+                }
+                t.elapsed()
+            })
+        })
+    });
+    // The client spins up to 50 µs for its response before parking (busy_poll): on
+    // the default executor client and broker then run on different threads, and
+    // the response no longer has to wake a parked one.
+    let spinning = Arc::new(
+        block_on(Producer::with_config(
+            &e.addr,
+            ProducerConfig {
+                connection: ConnectionConfig {
+                    busy_poll: Duration::from_micros(50),
+                    ..ConnectionConfig::default()
+                },
+                ..ProducerConfig::default()
+            },
+        ))
+        .unwrap(),
+    );
+    g.bench_function("produce_100B_busy_poll_50us", |b| {
+        b.iter_custom(|n| {
+            let (p, v) = (spinning.clone(), small.clone());
             on_runtime(async move {
                 let t = Instant::now();
                 for _ in 0..n {

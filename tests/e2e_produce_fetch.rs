@@ -155,14 +155,24 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
 
 #[test]
 fn long_poll_wakes_on_new_data_and_times_out_empty() {
+    long_poll(ConnectionConfig::default());
+}
+
+/// A client that spins for its responses falls back to waiting when a response
+/// takes longer than its spin (a long poll always does), and misses nothing.
+#[test]
+fn busy_polling_client_falls_back_to_waiting() {
+    long_poll(ConnectionConfig {
+        busy_poll: Duration::from_micros(200),
+        ..ConnectionConfig::default()
+    });
+}
+
+fn long_poll(conn: ConnectionConfig) {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "lp", 1).await;
-        let client = Arc::new(
-            Client::connect(&addr, ConnectionConfig::default())
-                .await
-                .unwrap(),
-        );
+        let client = Arc::new(Client::connect(&addr, conn.clone()).await.unwrap());
         // Empty partition: returns empty after max_wait, no error.
         let mut c = PartitionConsumer::with_client(
             client.clone(),
@@ -187,7 +197,15 @@ fn long_poll_wakes_on_new_data_and_times_out_empty() {
             },
         );
         let waiter = flume_client::rt::spawn(async move { c.poll_batch().await });
-        let producer = Producer::connect(&addr).await.unwrap();
+        let producer = Producer::with_config(
+            &addr,
+            flume_client::ProducerConfig {
+                connection: conn,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
         producer.send("lp", None, b"wake").await.unwrap();
         let got = flume_client::rt::timeout(Duration::from_secs(10), waiter)
             .await

@@ -78,6 +78,10 @@ pub struct ProduceArgs {
     /// One record per round trip: wait for each acknowledgement before the next send.
     #[arg(long)]
     sync: bool,
+    /// Spin this many microseconds reading for a response before parking the
+    /// thread (the client's `ConnectionConfig::busy_poll`; 0: never spin).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    busy_poll_us: u64,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
@@ -151,6 +155,10 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let config = ProducerConfig {
         linger: Duration::from_millis(a.linger_ms),
         batch_max_bytes: a.batch_bytes.max(1),
+        connection: ConnectionConfig {
+            busy_poll: Duration::from_micros(a.busy_poll_us),
+            ..ConnectionConfig::default()
+        },
         ..ProducerConfig::default()
     };
     let mut producers = Vec::new();
@@ -259,6 +267,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         },
         "producers": a.producers,
         "sync": a.sync,
+        "busy_poll_us": a.busy_poll_us,
     });
     if a.json {
         println!("{summary}");

@@ -77,6 +77,15 @@ impl TcpStream {
         self.0.get_ref().peer_addr()
     }
 
+    /// Reads what has arrived without waiting: `WouldBlock` when nothing has.
+    ///
+    /// # Errors
+    /// `WouldBlock`, or I/O errors from the socket.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut socket: &std::net::TcpStream = self.0.get_ref();
+        socket.read(buf)
+    }
+
     /// Reads what has arrived, waiting until something has. Unlike a plain
     /// read it waits for the reactor's readiness event first and only then reads,
     /// so it never spends a syscall on a socket it already knows to be empty.
@@ -89,8 +98,7 @@ impl TcpStream {
     pub async fn read_ready(&self, buf: &mut [u8]) -> io::Result<usize> {
         loop {
             self.0.readable().await?;
-            let mut socket: &std::net::TcpStream = self.0.get_ref();
-            match socket.read(buf) {
+            match self.try_read(buf) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 r => return r,
             }
