@@ -197,6 +197,22 @@ fn io_other(msg: String) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, msg)
 }
 
+/// Most room reserved for a frame beyond twice what has arrived of it.
+const FRAME_RESERVE_STEP: usize = 1 << 20;
+
+/// Makes room in `rbuf` for a frame of `total` bytes, so a large frame lands
+/// in one allocation instead of being copied at every doubling. The room grows
+/// with the bytes that actually arrive (at most twice them plus 1 MiB), never
+/// with the size a peer merely claims.
+fn reserve_for_frame(rbuf: &mut BytesMut, total: usize) {
+    let len = rbuf.len();
+    if rbuf.capacity() >= total || len >= total {
+        return;
+    }
+    let target = total.min(len.saturating_mul(2).max(len + FRAME_RESERVE_STEP));
+    rbuf.reserve(target - len);
+}
+
 /// Serves one connection until EOF, a bad frame, a timeout or shutdown.
 async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
@@ -225,9 +241,12 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
                 cfg.max_frame_bytes,
             ) {
                 Ok(Decoded::Frame(f, used)) => (f.api_key, f.request_id, used),
-                // The buffer grows with the bytes that actually arrive, never with
-                // the size a peer claims.
-                Ok(Decoded::NeedMore(_)) => break,
+                Ok(Decoded::NeedMore(total)) => {
+                    if let Some(total) = total {
+                        reserve_for_frame(&mut rbuf, total);
+                    }
+                    break;
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "malformed frame; closing the connection after pending responses");
                     failure = Some(io_other(e.to_string()));
