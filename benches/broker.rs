@@ -72,6 +72,28 @@ fn on_runtime<T: Send + 'static>(fut: impl std::future::Future<Output = T> + Sen
     rx.recv().expect("the task finishes")
 }
 
+/// A timed run of `n` sends, each waiting for its acknowledgement; keyed runs
+/// cycle through 100 keys.
+fn one_by_one(
+    producer: &Arc<Producer>,
+    topic: &'static str,
+    value: &bytes::Bytes,
+    keyed: bool,
+) -> impl FnMut(u64) -> Duration {
+    let (producer, value) = (Arc::clone(producer), value.clone());
+    move |n| {
+        let (p, v) = (producer.clone(), value.clone());
+        on_runtime(async move {
+            let t = Instant::now();
+            for i in 0..n {
+                let key = keyed.then(|| format!("user-{}", i % 100).into());
+                send(&p, topic, key, &v).await.unwrap();
+            }
+            t.elapsed()
+        })
+    }
+}
+
 fn one_per_round_trip(c: &mut Criterion) {
     let e = env();
     let producer = Arc::new(block_on(Producer::connect(&e.addr)).unwrap());
@@ -80,16 +102,7 @@ fn one_per_round_trip(c: &mut Criterion) {
     let mut g = c.benchmark_group("round_trip");
     g.throughput(Throughput::Elements(1));
     g.bench_function("produce_100B", |b| {
-        b.iter_custom(|n| {
-            let (p, v) = (producer.clone(), small.clone());
-            on_runtime(async move {
-                let t = Instant::now();
-                for _ in 0..n {
-                    send(&p, "one", None, &v).await.unwrap();
-                }
-                t.elapsed()
-            })
-        })
+        b.iter_custom(one_by_one(&producer, "one", &small, false))
     });
     // The client spins up to 50 µs for its response before parking (busy_poll): on
     // the default executor client and broker then run on different threads, and
@@ -108,43 +121,14 @@ fn one_per_round_trip(c: &mut Criterion) {
         .unwrap(),
     );
     g.bench_function("produce_100B_busy_poll_50us", |b| {
-        b.iter_custom(|n| {
-            let (p, v) = (spinning.clone(), small.clone());
-            on_runtime(async move {
-                let t = Instant::now();
-                for _ in 0..n {
-                    send(&p, "one", None, &v).await.unwrap();
-                }
-                t.elapsed()
-            })
-        })
+        b.iter_custom(one_by_one(&spinning, "one", &small, false))
     });
     g.bench_function("produce_with_key_100B", |b| {
-        b.iter_custom(|n| {
-            let (p, v) = (producer.clone(), small.clone());
-            on_runtime(async move {
-                let t = Instant::now();
-                for i in 0..n {
-                    send(&p, "four", Some(format!("user-{}", i % 100).into()), &v)
-                        .await
-                        .unwrap();
-                }
-                t.elapsed()
-            })
-        })
+        b.iter_custom(one_by_one(&producer, "four", &small, true))
     });
     g.throughput(Throughput::Bytes(large.len() as u64));
     g.bench_function("produce_large_10KB", |b| {
-        b.iter_custom(|n| {
-            let (p, v) = (producer.clone(), large.clone());
-            on_runtime(async move {
-                let t = Instant::now();
-                for _ in 0..n {
-                    send(&p, "one", None, &v).await.unwrap();
-                }
-                t.elapsed()
-            })
-        })
+        b.iter_custom(one_by_one(&producer, "one", &large, false))
     });
     g.throughput(Throughput::Elements(4));
     let producers: Vec<Arc<Producer>> = (0..4)
