@@ -21,9 +21,15 @@ struct Env {
 }
 
 fn env() -> Env {
+    env_with(Duration::ZERO)
+}
+
+/// A broker whose connections spin `busy_poll` for their next request.
+fn env_with(busy_poll: Duration) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = BrokerConfig::new(dir.path());
     cfg.listen = "127.0.0.1:0".into();
+    cfg.busy_poll = busy_poll;
     let broker = block_on(Broker::start(cfg)).unwrap();
     for (name, parts) in [("one", 1), ("four", 4)] {
         broker
@@ -104,15 +110,17 @@ fn one_per_round_trip(c: &mut Criterion) {
     g.bench_function("produce_100B", |b| {
         b.iter_custom(one_by_one(&producer, "one", &small, false))
     });
-    // The client spins up to 50 µs for its response before parking (busy_poll): on
-    // the default executor client and broker then run on different threads, and
-    // the response no longer has to wake a parked one.
+    // Both sides spin up to 50 µs (yielding) before parking: with one executor
+    // thread the request and the response then pass without the reactor, and on
+    // the default executor no parked thread has to be woken.
+    let spin = Duration::from_micros(50);
+    let spinning_env = env_with(spin);
     let spinning = Arc::new(
         block_on(Producer::with_config(
-            &e.addr,
+            &spinning_env.addr,
             ProducerConfig {
                 connection: ConnectionConfig {
-                    busy_poll: Duration::from_micros(50),
+                    busy_poll: spin,
                     ..ConnectionConfig::default()
                 },
                 ..ProducerConfig::default()
@@ -123,6 +131,8 @@ fn one_per_round_trip(c: &mut Criterion) {
     g.bench_function("produce_100B_busy_poll_50us", |b| {
         b.iter_custom(one_by_one(&spinning, "one", &small, false))
     });
+    drop(spinning);
+    block_on(spinning_env.broker.shutdown());
     g.bench_function("produce_with_key_100B", |b| {
         b.iter_custom(one_by_one(&producer, "four", &small, true))
     });

@@ -155,23 +155,34 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
 
 #[test]
 fn long_poll_wakes_on_new_data_and_times_out_empty() {
-    long_poll(ConnectionConfig::default());
+    long_poll(ConnectionConfig::default(), Duration::ZERO);
 }
 
-/// A client that spins for its responses falls back to waiting when a response
-/// takes longer than its spin (a long poll always does), and misses nothing.
+/// A client and a broker that spin for their next message fall back to waiting
+/// when it takes longer than their spin (a long poll always does), and miss nothing.
 #[test]
-fn busy_polling_client_falls_back_to_waiting() {
-    long_poll(ConnectionConfig {
-        busy_poll: Duration::from_micros(200),
-        ..ConnectionConfig::default()
-    });
+fn busy_polling_falls_back_to_waiting() {
+    let spin = Duration::from_micros(200);
+    long_poll(
+        ConnectionConfig {
+            busy_poll: spin,
+            ..ConnectionConfig::default()
+        },
+        spin,
+    );
 }
 
-fn long_poll(conn: ConnectionConfig) {
+fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
     flume_client::rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let (broker, addr) = common::with_topic(dir.path(), "lp", 1).await;
+        let mut cfg = common::config(dir.path());
+        cfg.busy_poll = broker_busy_poll;
+        let broker = Broker::start(cfg).await.unwrap();
+        broker
+            .engine()
+            .create_topic("lp", common::topic(1))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
         let client = Arc::new(Client::connect(&addr, conn.clone()).await.unwrap());
         // Empty partition: returns empty after max_wait, no error.
         let mut c = PartitionConsumer::with_client(

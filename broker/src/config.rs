@@ -219,6 +219,12 @@ pub struct BrokerConfig {
     pub tick: Duration,
     /// Time allowed for a graceful shutdown to drain.
     pub shutdown_timeout: Duration,
+    /// After answering, a connection keeps trying to read its next request
+    /// for this long (yielding to other tasks between tries) before it parks
+    /// until the socket is readable. Zero (the default) never spins. It trades
+    /// a busy core for not having to be woken: for latency-bound deployments
+    /// with cores to spare, and for client and broker in one process.
+    pub busy_poll: Duration,
 }
 
 impl BrokerConfig {
@@ -243,6 +249,7 @@ impl BrokerConfig {
             write_timeout: Duration::from_secs(30),
             tick: Duration::from_millis(100),
             shutdown_timeout: Duration::from_secs(10),
+            busy_poll: Duration::ZERO,
         }
     }
 

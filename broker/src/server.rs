@@ -287,6 +287,11 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             if !can_read {
                 futures::future::pending().await
             } else if drained {
+                if !cfg.busy_poll.is_zero() {
+                    if let Some(r) = reader.read_spinning(&mut chunk, cfg.busy_poll).await {
+                        return r;
+                    }
+                }
                 reader.read_ready(&mut chunk).await
             } else {
                 (&reader).read(&mut chunk).await

@@ -109,6 +109,10 @@ pub struct BrokerArgs {
     /// Check every record of sealed segments at startup.
     #[arg(long)]
     verify: bool,
+    /// After each response, keep trying to read the connection's next request
+    /// for this many microseconds before parking (0: never; costs a busy core).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    busy_poll_us: u64,
 }
 
 #[derive(Debug, Args)]
@@ -266,6 +270,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.max_connections = a.max_connections;
     c.auto_create_topics = !a.no_auto_create;
     c.verify_on_open = a.verify;
+    c.busy_poll = Duration::from_micros(a.busy_poll_us);
     let stop = interrupt()?;
     let broker = Broker::start(c)
         .await

@@ -238,7 +238,8 @@ fn ctrl_c_shuts_down_gracefully_and_data_survives() {
 #[test]
 fn perf_tools_report_summaries() {
     let dir = tempfile::tempdir().unwrap();
-    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    // Both sides spin briefly for their next message (a tuning, not a behaviour change).
+    let b = BrokerProc::start(&dir.path().join("data"), &["--busy-poll-us", "20"]);
     let a = b.addr.as_str();
     let out = ok(&[
         "perf",
@@ -270,6 +271,8 @@ fn perf_tools_report_summaries() {
         "--records",
         "50",
         "--sync",
+        "--busy-poll-us",
+        "20",
     ]);
     assert!(out.contains("50 records"), "{out}");
     let out = ok(&[

@@ -38,10 +38,10 @@ pub struct ConnectionConfig {
     pub backoff_max: Duration,
     /// Before waiting for a response the usual way (parking the thread until
     /// the reactor reports the socket readable), keep trying to read for this
-    /// long. Zero (the default) never spins. A few tens of microseconds cut
-    /// one-at-a-time latency where waking an idle core is slow (VMs, deep
-    /// C-states) at the price of a busy core and of the executor thread for
-    /// that long; it suits a latency-bound caller with a core to spare.
+    /// long, yielding to other tasks between tries. Zero (the default) never
+    /// spins. A few tens of microseconds cut one-at-a-time latency where waking
+    /// an idle core is slow (VMs, deep C-states) at the price of a busy core;
+    /// it suits a latency-bound caller with a core to spare.
     pub busy_poll: Duration,
 }
 
@@ -522,17 +522,8 @@ async fn read_some(inner: &Inner, st: &mut ReadState) -> std::result::Result<(),
 /// bytes are appended only once the read has completed.
 async fn read_into(st: &mut ReadState) -> std::io::Result<usize> {
     if st.drained && !st.busy_poll.is_zero() {
-        let start = std::time::Instant::now();
-        loop {
-            match st.stream.try_read(&mut st.chunk) {
-                Ok(n) => return Ok(st.took(n)),
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e),
-            }
-            if start.elapsed() >= st.busy_poll {
-                break;
-            }
-            std::hint::spin_loop();
+        if let Some(r) = st.stream.read_spinning(&mut st.chunk, st.busy_poll).await {
+            return r.map(|n| st.took(n));
         }
     }
     let n = if st.drained {

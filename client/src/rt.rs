@@ -86,6 +86,28 @@ impl TcpStream {
         socket.read(buf)
     }
 
+    /// Tries to read for up to `budget`, never parking the thread: it yields to
+    /// the other tasks of this thread before each attempt, so a peer served by
+    /// the same thread answers first and the first read finds the answer.
+    /// `None` when nothing arrived in time. Cancel safe.
+    pub async fn read_spinning(
+        &self,
+        buf: &mut [u8],
+        budget: Duration,
+    ) -> Option<io::Result<usize>> {
+        let start = std::time::Instant::now();
+        loop {
+            yield_now().await;
+            match self.try_read(buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                r => return Some(r),
+            }
+            if start.elapsed() >= budget {
+                return None;
+            }
+        }
+    }
+
     /// Reads what has arrived, waiting until something has. Unlike a plain
     /// read it waits for the reactor's readiness event first and only then reads,
     /// so it never spends a syscall on a socket it already knows to be empty.
