@@ -60,6 +60,11 @@ $c produce $b --topic p10k --records 100000 --record-size 10240
 echo "broker peak RSS: $(rss)"
 stop_broker
 
+echo "== Flume, one at a time with both sides spinning (broker --busy-poll-us 50)"
+start_broker --busy-poll-us 50
+for i in 1 2 3; do $c produce $b --topic pboth --records 50000 --record-size 100 --sync --busy-poll-us 50; done
+stop_broker
+
 echo "== Flume, fsync always (group commit), 4 producers"
 start_broker --fsync always
 $c produce $b --topic pa --records 1000000 --record-size 100 --producers 4
