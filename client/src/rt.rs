@@ -357,4 +357,37 @@ mod tests {
             assert_eq!(n, 0);
         });
     }
+
+    /// `read_spinning` gives up after its budget when nothing comes, and
+    /// returns what is there (and EOF) at once.
+    #[test]
+    fn read_spinning_gives_up_or_returns_what_is_there() {
+        block_on(async {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let mut client = TcpStream::connect(&addr).await.unwrap();
+            let (server, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 16];
+            let t = std::time::Instant::now();
+            assert!(server
+                .read_spinning(&mut buf, Duration::from_millis(5))
+                .await
+                .is_none());
+            assert!(t.elapsed() >= Duration::from_millis(5));
+            client.write_all(b"here").await.unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+            let n = server
+                .read_spinning(&mut buf, Duration::from_secs(10))
+                .await
+                .expect("bytes in the socket are read")
+                .unwrap();
+            assert_eq!(&buf[..n], b"here");
+            let eof = server
+                .read_spinning(&mut buf, Duration::from_secs(10))
+                .await
+                .expect("EOF is read")
+                .unwrap();
+            assert_eq!(eof, 0);
+        });
+    }
 }
