@@ -514,3 +514,93 @@ fn inline_fast_path_never_overtakes_queued_appends() {
         broker.shutdown().await;
     });
 }
+
+/// Produce requests in flight are bounded by `max_request_memory`: once it is
+/// spent a connection admits and reads nothing more until requests complete
+/// (each may have admitted one frame while there was room), and every record
+/// is still acknowledged, once, in order.
+#[test]
+fn produce_memory_in_flight_stays_within_its_budget() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::config(dir.path());
+        cfg.max_frame_bytes = 4096;
+        cfg.max_record_bytes = 2048;
+        cfg.max_request_memory = 4096;
+        // Every append waits for the disk, so requests pile up behind the writer.
+        cfg.fsync = flume_broker::FsyncPolicy::Always;
+        let broker = Broker::start(cfg).await.unwrap();
+        broker
+            .engine()
+            .create_topic("mem", common::topic(1))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        let producers = 4usize;
+        let per_producer = 300usize;
+        let mut tasks = Vec::new();
+        for p in 0..producers {
+            let producer = Producer::with_config(
+                &addr,
+                flume_client::ProducerConfig {
+                    batch_max_bytes: 3000,
+                    max_in_flight: 8,
+                    // Requests are kept 64 KiB under this: one batch each, under 4 KiB.
+                    connection: ConnectionConfig {
+                        max_frame_bytes: 64 * 1024 + 3500,
+                        ..ConnectionConfig::default()
+                    },
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+            tasks.push(flume_client::rt::spawn(async move {
+                let mut acks = Vec::new();
+                for i in 0..per_producer {
+                    let rec = SendRecord {
+                        topic: "mem".into(),
+                        key: Some(format!("p{p}").into()),
+                        value: format!("{p}-{i:04}-{}", "x".repeat(200)).into(),
+                        ..SendRecord::default()
+                    };
+                    acks.push(producer.send_nowait(rec).await.unwrap());
+                }
+                let mut offsets = Vec::new();
+                for a in acks {
+                    offsets.push(a.await.unwrap().offset);
+                }
+                offsets
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            let offsets = t.await;
+            assert!(
+                offsets.windows(2).all(|w| w[0] < w[1]),
+                "per-producer order"
+            );
+            all.extend(offsets);
+        }
+        all.sort_unstable();
+        let expected: Vec<i64> = (0..(producers * per_producer) as i64).collect();
+        assert_eq!(all, expected, "dense offsets, nothing twice");
+        let m = broker.request_memory();
+        let bound = m.limit + producers * 4096;
+        assert!(
+            m.peak >= m.limit,
+            "the load reached the budget (peak {}), else this shows nothing",
+            m.peak
+        );
+        assert!(
+            m.peak <= bound,
+            "peak {} over the budget {} plus one frame per connection",
+            m.peak,
+            m.limit
+        );
+        common::wait_until("charges released", Duration::from_secs(10), || async {
+            broker.request_memory().used == 0
+        })
+        .await;
+        broker.shutdown().await;
+    });
+}

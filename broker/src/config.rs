@@ -209,6 +209,10 @@ pub struct BrokerConfig {
     /// Most requests being served at once per connection; further requests
     /// are not read until one completes.
     pub max_in_flight_per_connection: usize,
+    /// Most bytes of PRODUCE frames in flight over all connections (see
+    /// [`crate::budget`]); past it, connections stop reading until produce
+    /// requests complete. At least `max_frame_bytes`.
+    pub max_request_memory: usize,
     /// Most bytes one partition writer appends in one group commit.
     pub writer_batch_bytes: usize,
     /// A connection that sends part of a frame and then nothing for this long is closed.
@@ -244,6 +248,7 @@ impl BrokerConfig {
             max_partitions: 10_000,
             max_queue_slots: 4 << 20,
             max_in_flight_per_connection: 256,
+            max_request_memory: 64 * 1024 * 1024,
             writer_batch_bytes: 4 * 1024 * 1024,
             read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
@@ -266,6 +271,12 @@ impl BrokerConfig {
             return bad(format!(
                 "max_frame_bytes is {}, the minimum is 1024",
                 self.max_frame_bytes
+            ));
+        }
+        if self.max_request_memory < self.max_frame_bytes {
+            return bad(format!(
+                "max_request_memory ({}) must be at least max_frame_bytes ({})",
+                self.max_request_memory, self.max_frame_bytes
             ));
         }
         if self.max_record_bytes + 1024 > self.max_frame_bytes {

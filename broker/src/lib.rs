@@ -10,6 +10,7 @@
 //! - [`server`]: the TCP server.
 //! - [`embedded`]: the in-process API, no network.
 
+pub mod budget;
 pub mod config;
 pub mod embedded;
 pub mod engine;

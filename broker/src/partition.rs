@@ -341,6 +341,9 @@ impl Partition {
     }
 }
 
+/// Largest buffer a partition writer keeps when its queue is empty.
+const IDLE_WRITER_BUFFER: usize = 256 * 1024;
+
 async fn writer_loop(
     rx: async_channel::Receiver<AppendRequest>,
     shared: Arc<Shared>,
@@ -378,7 +381,10 @@ async fn writer_loop(
         })
         .await;
         buf = back;
-        if buf.capacity() > 4 * batch_bytes.max(1 << 20) {
+        // The buffer is kept while appends keep coming; an idle writer lets a large
+        // one go, so the memory held by idle partitions does not grow with the
+        // largest group commit each ever made.
+        if buf.capacity() > IDLE_WRITER_BUFFER && rx.is_empty() {
             buf = Vec::new();
         }
         let (result, reqs) = result;

@@ -30,15 +30,18 @@ use futures::io::AsyncReadExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
+use crate::budget::{Charge, MemoryBudget, MemoryUse};
 use crate::config::BrokerConfig;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::storage::FsyncPolicy;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Connections {
     open: AtomicUsize,
     closed: Event,
+    /// Request frames being served, over all connections.
+    memory: Arc<MemoryBudget>,
 }
 
 struct ConnGuard(Arc<Connections>);
@@ -77,7 +80,11 @@ impl Broker {
             source,
         })?;
         tracing::info!(%addr, data = %engine.data_dir().display(), "broker listening");
-        let conns = Arc::new(Connections::default());
+        let conns = Arc::new(Connections {
+            open: AtomicUsize::new(0),
+            closed: Event::new(),
+            memory: MemoryBudget::new(engine.config().max_request_memory),
+        });
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&engine),
@@ -104,6 +111,11 @@ impl Broker {
     /// Open connections.
     pub fn connection_count(&self) -> usize {
         self.conns.open.load(Ordering::Acquire)
+    }
+
+    /// Memory of the requests being served (see [`BrokerConfig::max_request_memory`]).
+    pub fn request_memory(&self) -> MemoryUse {
+        self.conns.memory.usage()
     }
 
     /// Graceful shutdown: stop accepting, let connections finish their
@@ -169,7 +181,8 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
         rt::spawn(async move {
             let _guard = guard;
             tracing::debug!(%peer, "connection open");
-            match serve(engine, stream).await {
+            let memory = Arc::clone(&_guard.0.memory);
+            match serve(engine, memory, stream).await {
                 Ok(()) => tracing::debug!(%peer, "connection closed"),
                 Err(e) if is_disconnect(&e) => {
                     tracing::debug!(%peer, error = %e, "connection closed by peer")
@@ -189,6 +202,23 @@ fn is_disconnect(e: &std::io::Error) -> bool {
 }
 
 type InFlight = BoxFuture<'static, Vec<u8>>;
+
+/// A request being served; a PRODUCE holds its frame's charge to the memory
+/// budget until its records are written (its batches are slices of the frame).
+struct Charged {
+    response: InFlight,
+    _charge: Option<Charge>,
+}
+
+impl std::future::Future for Charged {
+    type Output = Vec<u8>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Vec<u8>> {
+        self.response.as_mut().poll(cx)
+    }
+}
 
 /// Most partitions one FETCH may name (each costs a lookup, a listener and a read).
 pub const MAX_FETCH_PARTITIONS: usize = 10_000;
@@ -214,7 +244,11 @@ fn reserve_for_frame(rbuf: &mut BytesMut, total: usize) {
 }
 
 /// Serves one connection until EOF, a bad frame, a timeout or shutdown.
-async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
+async fn serve(
+    engine: Arc<Engine>,
+    memory: Arc<MemoryBudget>,
+    stream: TcpStream,
+) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
     let cfg = engine.config().clone();
     let mut writer = stream.clone();
@@ -229,13 +263,13 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
     // Reads land here first: zeroed once, so no read pays for clearing fresh memory.
     let mut chunk = vec![0u8; 64 * 1024];
     let mut wbuf: Vec<u8> = Vec::with_capacity(64 * 1024);
-    let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
+    let mut inflight: FuturesUnordered<Charged> = FuturesUnordered::new();
     let mut reading = true;
     let mut failure: Option<std::io::Error> = None;
     let mut last_progress = Instant::now();
     loop {
         // Admit every whole frame we have, in order.
-        while reading && inflight.len() < cfg.max_in_flight_per_connection {
+        while reading && inflight.len() < cfg.max_in_flight_per_connection && !memory.is_spent() {
             let (api_key, request_id, used) = match frame::decode_request(
                 &rbuf,
                 cfg.max_frame_bytes,
@@ -255,9 +289,16 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
                 }
             };
             let frame = rbuf.split_to(used).freeze();
+            let charge = memory.charge(frame.len());
             let payload = frame.slice(4 + frame::REQUEST_HEADER_LEN..);
-            let fut = admit(&engine, api_key, request_id, payload).await;
-            inflight.push(fut);
+            let response = admit(&engine, api_key, request_id, payload).await;
+            // Other requests are decoded into owned values by now: their frame is
+            // free and their charge ends here (a long poll holds no budget).
+            let keeps_frame = api_key == ApiKey::Produce as i16;
+            inflight.push(Charged {
+                response,
+                _charge: keeps_frame.then_some(charge),
+            });
         }
         // Gather every response that is ready, then write them with one call.
         while let Some(Some(resp)) = inflight.next().now_or_never() {
@@ -281,7 +322,10 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         if !reading && inflight.is_empty() {
             return failure.map_or(Ok(()), Err);
         }
-        let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection;
+        // Past the memory budget nothing more is admitted or read until produce
+        // requests complete (they do on their own, as the partition writers run).
+        let spent = memory.is_spent();
+        let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection && !spent;
         let partial = !rbuf.is_empty();
         let read = async {
             if !can_read {
@@ -297,6 +341,13 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
                 (&reader).read(&mut chunk).await
             }
         };
+        let room = async {
+            if reading && spent {
+                memory.wait_for_room().await;
+            } else {
+                futures::future::pending::<()>().await;
+            }
+        };
         let next = async {
             if inflight.is_empty() {
                 futures::future::pending().await
@@ -306,9 +357,12 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
         };
         // A peer that sent part of a frame and then went quiet is cut off. The
         // timer is armed only then: one per request would wake the reactor thread
-        // on every request.
+        // on every request. Time we spend not reading is not the peer's.
+        if !can_read {
+            last_progress = Instant::now();
+        }
         let idle_timer = async {
-            if partial {
+            if partial && can_read {
                 rt::sleep(cfg.read_timeout.saturating_sub(last_progress.elapsed())).await;
             } else {
                 futures::future::pending::<()>().await;
@@ -319,11 +373,13 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             Done(Option<Vec<u8>>),
             Stop,
             Idle,
+            Room,
         }
         let ev = futures::select! {
             r = read.fuse() => Ev::Read(r),
             d = next.fuse() => Ev::Done(d),
             _ = stop.recv().fuse() => Ev::Stop,
+            () = room.fuse() => Ev::Room,
             _ = idle_timer.fuse() => Ev::Idle,
         };
         if let Ev::Read(Ok(n)) = &ev {
@@ -342,6 +398,7 @@ async fn serve(engine: Arc<Engine>, stream: TcpStream) -> std::io::Result<()> {
             Ev::Done(Some(resp)) => wbuf.extend_from_slice(&resp),
             Ev::Done(None) => {}
             Ev::Stop => reading = false,
+            Ev::Room => {}
             Ev::Idle => {
                 if partial {
                     return Err(std::io::Error::new(

@@ -103,6 +103,10 @@ pub struct BrokerArgs {
     /// Most concurrent connections.
     #[arg(long, default_value_t = 4096)]
     max_connections: usize,
+    /// Most bytes of requests being served at once; past it the broker stops
+    /// reading until requests complete [default: 64 MiB, or max-frame-bytes if larger].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 40)))]
+    max_request_memory: Option<u64>,
     /// Do not create topics on first use.
     #[arg(long)]
     no_auto_create: bool,
@@ -268,6 +272,10 @@ async fn broker(a: BrokerArgs) -> Result<()> {
         None => c.max_record_bytes.min(c.max_frame_bytes - 1024),
     };
     c.max_connections = a.max_connections;
+    c.max_request_memory = match a.max_request_memory {
+        Some(n) => usize::try_from(n)?,
+        None => c.max_request_memory.max(c.max_frame_bytes),
+    };
     c.auto_create_topics = !a.no_auto_create;
     c.verify_on_open = a.verify;
     c.busy_poll = Duration::from_micros(a.busy_poll_us);
