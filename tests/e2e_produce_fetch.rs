@@ -544,11 +544,9 @@ fn produce_memory_in_flight_stays_within_its_budget() {
                 flume_client::ProducerConfig {
                     batch_max_bytes: 3000,
                     max_in_flight: 8,
-                    // Requests are kept 64 KiB under this: one batch each, under 4 KiB.
-                    connection: ConnectionConfig {
-                        max_frame_bytes: 64 * 1024 + 3500,
-                        ..ConnectionConfig::default()
-                    },
+                    // One batch per request, under the broker's 4 KiB frames (a
+                    // larger request would cost the connection).
+                    request_max_bytes: 3500,
                     ..Default::default()
                 },
             )

@@ -268,8 +268,13 @@ async fn serve(
     let mut failure: Option<std::io::Error> = None;
     let mut last_progress = Instant::now();
     loop {
-        // Admit every whole frame we have, in order.
-        while reading && inflight.len() < cfg.max_in_flight_per_connection && !memory.is_spent() {
+        // Admit every whole frame we have, in order, while the memory budget has room.
+        let mut held_back = false;
+        while reading && inflight.len() < cfg.max_in_flight_per_connection {
+            if memory.is_spent() {
+                held_back = true;
+                break;
+            }
             let (api_key, request_id, used) = match frame::decode_request(
                 &rbuf,
                 cfg.max_frame_bytes,
@@ -324,7 +329,9 @@ async fn serve(
         }
         // Past the memory budget nothing more is admitted or read until produce
         // requests complete (they do on their own, as the partition writers run).
-        let spent = memory.is_spent();
+        // Frames held back wait for room, not for bytes: their peer may be waiting
+        // for their responses and send nothing more.
+        let spent = held_back || memory.is_spent();
         let can_read = reading && inflight.len() < cfg.max_in_flight_per_connection && !spent;
         let partial = !rbuf.is_empty();
         let read = async {

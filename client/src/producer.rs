@@ -45,6 +45,10 @@ pub struct ProducerConfig {
     pub buffer_max_bytes: usize,
     /// Most PRODUCE requests in flight.
     pub max_in_flight: usize,
+    /// Largest PRODUCE request: batches of several partitions (or several
+    /// batches of one) share a request up to this size (a single batch may
+    /// exceed it). Always kept 64 KiB under `connection.max_frame_bytes`.
+    pub request_max_bytes: usize,
     /// Connection settings.
     pub connection: ConnectionConfig,
 }
@@ -56,6 +60,7 @@ impl Default for ProducerConfig {
             batch_max_bytes: 1024 * 1024,
             buffer_max_bytes: 32 * 1024 * 1024,
             max_in_flight: 8,
+            request_max_bytes: 4 * 1024 * 1024,
             connection: ConnectionConfig::default(),
         }
     }
@@ -443,12 +448,13 @@ async fn sender_loop(sh: Arc<Shared>) {
             rt::sleep(sh.config.linger).await;
         }
         // Take the oldest batch of each partition, then the next ones, while the request
-        // stays under the frame limit; what is left goes in the next request.
+        // stays under its limit; what is left goes in the next request.
         let limit = sh
             .config
             .connection
             .max_frame_bytes
             .saturating_sub(64 * 1024)
+            .min(sh.config.request_max_bytes)
             .max(1);
         let mut entries = Vec::new();
         let mut acks = Vec::new();
