@@ -25,13 +25,13 @@ trap 'stop_broker; rm -rf "$data"' EXIT
 c="taskset -c 1 $bin perf"
 # Guest memory this VM has never touched costs a host-side fault on first use, so a run that
 # grows the page cache (or a heap) by a gigabyte is several times slower the first time than
-# on a machine whose memory is already backed. Before the 10 KB runs (three, 3 GB), both systems
-# get the same preparation: write and delete 4 GB, which leaves that much used-before memory
-# free, then `sync` so no writeback of earlier runs competes with the measured ones.
+# on a machine whose memory is already backed. Before each 10 KB run (1 GB), both systems get
+# the same preparation: write and delete 3 GB, which leaves that much used-before memory free,
+# then `sync` so no writeback of earlier runs competes with the measured one.
 warm_memory() {
   local f
   f=$(mktemp)
-  dd if=/dev/zero of="$f" bs=1M count=4096 status=none
+  dd if=/dev/zero of="$f" bs=1M count=3072 status=none
   rm -f "$f"
   sync
 }
@@ -42,8 +42,10 @@ if [ -x "$redis" ] || [ -f "$redis" ]; then
   bash "$redis" --records 1000000 --runs 1
   bash "$redis" --pipeline 1 --records 50000 --runs 3
   bash "$redis" --fsync always --records 300000 --runs 1
-  warm_memory
-  bash "$redis" --size 10240 --records 100000 --runs 3
+  for i in 1 2 3; do
+    warm_memory
+    bash "$redis" --size 10240 --records 100000 --runs 1
+  done
 fi
 
 echo "== Flume, fsync never"
@@ -54,9 +56,11 @@ for i in 1 2 3; do $c produce $b --topic psync --records 50000 --record-size 100
 for i in 1 2 3; do $c produce $b --topic pspin --records 50000 --record-size 100 --sync --busy-poll-us 50; done
 $c consume $b --topic p100 --records "$records"
 for i in 1 2 3; do $c e2e $b --topic "e2e$i" --records 200000 --rate 50000; done
-# Last: the gigabyte it leaves to write back would disturb the latency runs.
-warm_memory
-for i in 1 2 3; do $c produce $b --topic "p10k$i" --records 100000 --record-size 10240; done
+# Last: the gigabytes they leave to write back would disturb the latency runs.
+for i in 1 2 3; do
+  warm_memory
+  $c produce $b --topic "p10k$i" --records 100000 --record-size 10240
+done
 echo "broker peak RSS: $(rss)"
 stop_broker
 
