@@ -17,6 +17,14 @@ use std::time::Duration;
 
 use async_io::Async;
 
+/// A read that found nothing (or was interrupted) and may simply be tried again.
+fn retry(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+    )
+}
+
 /// A TCP connection; clones share the socket (one task reads while another writes).
 #[derive(Clone, Debug)]
 pub struct TcpStream(Arc<Async<std::net::TcpStream>>);
@@ -97,21 +105,22 @@ impl TcpStream {
         budget: Duration,
     ) -> Option<io::Result<usize>> {
         let start = std::time::Instant::now();
-        for attempt in 0u32.. {
-            if attempt % 16 == 0 {
+        let mut attempt: u32 = 0;
+        loop {
+            if attempt.is_multiple_of(16) {
                 yield_now().await;
             } else {
                 std::hint::spin_loop();
             }
+            attempt = attempt.wrapping_add(1);
             match self.try_read(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if retry(&e) => {}
                 r => return Some(r),
             }
             if start.elapsed() >= budget {
-                break;
+                return None;
             }
         }
-        None
     }
 
     /// Reads what has arrived, waiting until something has. Unlike a plain
@@ -127,7 +136,7 @@ impl TcpStream {
         loop {
             self.0.readable().await?;
             match self.try_read(buf) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) if retry(&e) => continue,
                 r => return r,
             }
         }
