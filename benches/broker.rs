@@ -240,16 +240,13 @@ fn throughput(c: &mut Criterion) {
         }
     });
     let client = Arc::new(block_on(Client::connect(&e.addr, ConnectionConfig::default())).unwrap());
+    let from_start = |config: FetchConfig| {
+        PartitionConsumer::with_client(client.clone(), "one", 0, StartOffset::At(0), config)
+    };
     g.bench_function("consume_100B_x100k", |b| {
         b.iter(|| {
             block_on(async {
-                let mut c = PartitionConsumer::with_client(
-                    client.clone(),
-                    "one",
-                    0,
-                    StartOffset::At(0),
-                    FetchConfig::default(),
-                );
+                let mut c = from_start(FetchConfig::default());
                 let mut got = 0;
                 while got < n {
                     got += c.poll_batch().await.unwrap().len() as u64;
@@ -262,16 +259,10 @@ fn throughput(c: &mut Criterion) {
     g.bench_function("fetch_1MB_of_100B_records", |b| {
         b.iter(|| {
             block_on(async {
-                let mut c = PartitionConsumer::with_client(
-                    client.clone(),
-                    "one",
-                    0,
-                    StartOffset::At(0),
-                    FetchConfig {
-                        partition_max_bytes: 1 << 20,
-                        ..FetchConfig::default()
-                    },
-                );
+                let mut c = from_start(FetchConfig {
+                    partition_max_bytes: 1 << 20,
+                    ..FetchConfig::default()
+                });
                 c.poll_batch().await.unwrap().len()
             })
         })

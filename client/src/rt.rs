@@ -332,15 +332,21 @@ mod tests {
     use super::*;
     use futures::io::AsyncWriteExt;
 
+    /// Both ends of a loopback connection: (client, server).
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let client = TcpStream::connect(&addr).await.unwrap();
+        let (server, _) = listener.accept().await.unwrap();
+        (client, server)
+    }
+
     /// `read_ready` finds bytes that arrived before it was called (no readiness
     /// event was pending for them), bytes that arrive while it waits, and EOF.
     #[test]
     fn read_ready_sees_early_late_and_eof() {
         block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
-            let mut client = TcpStream::connect(&addr).await.unwrap();
-            let (server, _) = listener.accept().await.unwrap();
+            let (mut client, server) = pair().await;
             let mut buf = [0u8; 16];
             client.write_all(b"early").await.unwrap();
             let n = timeout(Duration::from_secs(10), server.read_ready(&mut buf))
@@ -372,10 +378,7 @@ mod tests {
     #[test]
     fn read_spinning_gives_up_or_returns_what_is_there() {
         block_on(async {
-            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let addr = listener.local_addr().unwrap().to_string();
-            let mut client = TcpStream::connect(&addr).await.unwrap();
-            let (server, _) = listener.accept().await.unwrap();
+            let (mut client, server) = pair().await;
             let mut buf = [0u8; 16];
             let t = std::time::Instant::now();
             assert!(server
