@@ -151,6 +151,7 @@ fn mistakes_get_one_clear_line_and_a_nonzero_exit() {
     for args in [
         vec!["broker", "--fsync", "sometimes"],
         vec!["broker", "--partitions", "0"],
+        vec!["broker", "--busy-poll-us", "2000000"],
         vec!["consume", "--topic"],
         vec![
             "produce",
@@ -197,6 +198,29 @@ fn mistakes_get_one_clear_line_and_a_nonzero_exit() {
     ]);
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("cannot connect to broker at 127.0.0.1:1"));
+    // Settings that do not fit together are named, before anything is opened.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let o = run(&[
+        "broker",
+        "--port",
+        "0",
+        "--data",
+        data.to_str().unwrap(),
+        "--max-request-memory",
+        "5000",
+    ]);
+    assert!(!o.status.success());
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("max_request_memory (5000) must be at least max_frame_bytes"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !data.exists(),
+        "nothing is created for a refused configuration"
+    );
 }
 
 #[test]
