@@ -421,43 +421,45 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         Ok::<Vec<u64>, flume_client::Error>(lat)
     });
     let interval = Duration::from_secs_f64(1.0 / a.rate as f64);
-    let start = Instant::now();
-    let mut pending = std::collections::VecDeque::new();
-    for i in 0..total {
-        // Open loop: each record leaves at its scheduled time, however long the others take.
-        let due = start + interval.mul_f64(i as f64);
-        let now = Instant::now();
-        if due > now {
-            flume_client::rt::sleep(due - now).await;
-        }
-        let mut value = vec![b'x'; size];
-        value[..8].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
-        let rec = SendRecord {
-            topic: a.topic.clone(),
-            value: value.into(),
-            ..SendRecord::default()
-        };
-        pending.push_back(
-            producer
-                .send_nowait(rec)
-                .await
-                .map_err(crate::commands::describe)?,
-        );
-        while pending.len() > 10_000 {
-            if let Some(f) = pending.pop_front() {
-                f.await.map_err(crate::commands::describe)?;
+    let topic = a.topic.clone();
+    // The paced sender runs as a task like the reader, so with one executor thread
+    // (a pinned client) handing a record to the producer wakes no other thread.
+    let sender = flume_client::rt::spawn(async move {
+        let start = Instant::now();
+        let mut pending = std::collections::VecDeque::new();
+        for i in 0..total {
+            // Open loop: each record leaves at its scheduled time, however long the others take.
+            let due = start + interval.mul_f64(i as f64);
+            let now = Instant::now();
+            if due > now {
+                flume_client::rt::sleep(due - now).await;
+            }
+            let mut value = vec![b'x'; size];
+            value[..8].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
+            let rec = SendRecord {
+                topic: topic.clone(),
+                value: value.into(),
+                ..SendRecord::default()
+            };
+            pending.push_back(producer.send_nowait(rec).await?);
+            while pending.len() > 10_000 {
+                if let Some(f) = pending.pop_front() {
+                    f.await?;
+                }
             }
         }
-    }
-    for f in pending {
-        f.await.map_err(crate::commands::describe)?;
-    }
-    let sent_secs = start.elapsed().as_secs_f64();
+        for f in pending {
+            f.await?;
+        }
+        let sent_secs = start.elapsed().as_secs_f64();
+        producer.close().await;
+        Ok::<f64, flume_client::Error>(sent_secs)
+    });
+    let sent_secs = sender.await.map_err(crate::commands::describe)?;
     let mut lat = flume_client::rt::timeout(Duration::from_secs(60), reader)
         .await
         .context("the consumer did not receive every record within 60 s")?
         .map_err(crate::commands::describe)?;
-    producer.close().await;
     lat.sort_unstable();
     let summary = json!({
         "records": lat.len(),

@@ -327,4 +327,22 @@ fn perf_tools_report_summaries() {
     ]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["records"], 1000);
+    // Produce-to-group-consumer latency: every record sent is received and timed.
+    let out = ok(&[
+        "perf",
+        "e2e",
+        "--broker",
+        a,
+        "--topic",
+        "lat",
+        "--records",
+        "500",
+        "--rate",
+        "5000",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["records"], 500);
+    let ms = |k: &str| v["latency_ms"][k].as_f64().unwrap();
+    assert!(ms("p50") <= ms("p99") && ms("p99") <= ms("max"), "{v}");
 }
