@@ -294,15 +294,15 @@ async fn serve(
                 }
             };
             let frame = rbuf.split_to(used).freeze();
-            let charge = memory.charge(frame.len());
+            // Only a PRODUCE keeps its frame (its batches are slices of it) until
+            // it completes; other requests are decoded into owned values and hold
+            // no budget (a long poll costs nothing).
+            let charge = (api_key == ApiKey::Produce as i16).then(|| memory.charge(frame.len()));
             let payload = frame.slice(4 + frame::REQUEST_HEADER_LEN..);
             let response = admit(&engine, api_key, request_id, payload).await;
-            // Other requests are decoded into owned values by now: their frame is
-            // free and their charge ends here (a long poll holds no budget).
-            let keeps_frame = api_key == ApiKey::Produce as i16;
             inflight.push(Charged {
                 response,
-                _charge: keeps_frame.then_some(charge),
+                _charge: charge,
             });
         }
         // Gather every response that is ready, then write them with one call.
