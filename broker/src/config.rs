@@ -229,6 +229,11 @@ pub struct BrokerConfig {
     /// a busy core for not having to be woken: for latency-bound deployments
     /// with cores to spare, and for client and broker in one process.
     pub busy_poll: Duration,
+    /// Open a data directory that is not empty and not a Flume data directory
+    /// (no `.flume-data-dir` marker, no topic with `topic.conf`, no
+    /// `__consumer_offsets`). Off by default: such a directory is refused, so
+    /// a mistyped `--data` cannot scatter files among someone else's.
+    pub allow_foreign_data_dir: bool,
 }
 
 impl BrokerConfig {
@@ -255,6 +260,7 @@ impl BrokerConfig {
             tick: Duration::from_millis(100),
             shutdown_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
+            allow_foreign_data_dir: false,
         }
     }
 

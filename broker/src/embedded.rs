@@ -47,10 +47,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl EmbeddedBroker {
-    /// Opens (or creates) a broker on `dir` with default settings.
+    /// Opens (or creates) a broker on `dir` with default settings. The
+    /// directory is locked until [`EmbeddedBroker::close`] or drop: a second
+    /// broker on it, in this process or another, gets
+    /// [`StorageError::DataDirLocked`](crate::storage::StorageError::DataDirLocked)
+    /// naming the holder's PID. A non-empty directory that is not a Flume data
+    /// directory is refused (see [`BrokerConfig::allow_foreign_data_dir`]).
     ///
     /// # Errors
-    /// Storage that cannot be opened.
+    /// A directory that is locked or foreign, storage that cannot be opened.
     pub fn open(dir: impl Into<std::path::PathBuf>) -> Result<Self, BrokerError> {
         Self::with_config(BrokerConfig::new(dir))
     }

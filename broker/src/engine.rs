@@ -25,7 +25,7 @@ use crate::error::BrokerError;
 use crate::group::{Assignor, Coordinator, JoinParams, Ready};
 use crate::offsets::OffsetStore;
 use crate::partition::{Admission, Partition};
-use crate::storage::{FsyncPolicy, Log};
+use crate::storage::{DataDirLock, FsyncPolicy, Log};
 
 type JoinReply = oneshot::Sender<Result<JoinGroupResponse, ErrorCode>>;
 
@@ -60,6 +60,8 @@ pub struct Engine {
     shutdown_tx: async_channel::Sender<()>,
     shutdown_rx: async_channel::Receiver<()>,
     ticker: Mutex<Option<rt::Task<()>>>,
+    /// The exclusive hold of the data directory, released at shutdown or drop.
+    data_lock: Mutex<Option<DataDirLock>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -116,18 +118,19 @@ impl PendingProduce {
 }
 
 impl Engine {
-    /// Opens the data directory: loads every topic (recovering its logs) and
-    /// the committed offsets, and starts the maintenance ticker.
+    /// Opens the data directory: locks it (see [`crate::storage::dirs`]),
+    /// loads every topic (recovering its logs) and the committed offsets, and
+    /// starts the maintenance ticker.
     ///
     /// # Errors
-    /// Invalid settings, or storage that cannot be opened.
+    /// Invalid settings, a directory another broker holds
+    /// ([`crate::storage::StorageError::DataDirLocked`]) or that is not a
+    /// Flume data directory ([`crate::storage::StorageError::ForeignDataDir`]),
+    /// or storage that cannot be opened.
     pub fn open(config: BrokerConfig) -> Result<Arc<Self>, BrokerError> {
         config.validate()?;
         let dir = &config.data_dir;
-        std::fs::create_dir_all(dir).map_err(|source| BrokerError::Io {
-            what: format!("create data directory {}", dir.display()),
-            source,
-        })?;
+        let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
         let mut topics = BTreeMap::new();
         let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
             what: format!("list {}", dir.display()),
@@ -168,6 +171,7 @@ impl Engine {
             shutdown_tx,
             shutdown_rx,
             ticker: Mutex::new(None),
+            data_lock: Mutex::new(Some(data_lock)),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -297,10 +301,7 @@ impl Engine {
             ));
         }
         let dir = self.config.data_dir.join(name);
-        std::fs::create_dir_all(&dir).map_err(|source| BrokerError::Io {
-            what: format!("create {}", dir.display()),
-            source,
-        })?;
+        crate::storage::create_dir_durable(&dir)?;
         write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
         let topic = Arc::new(Self::open_topic(&self.config, name, tc)?);
         tracing::info!(
@@ -791,6 +792,8 @@ impl Engine {
         if let Err(e) = lock(&self.offsets).sync() {
             tracing::error!(error = %e, "fsync of committed offsets failed at shutdown");
         }
+        // Everything is on disk: another broker (or a reopen in this process) may take over.
+        drop(lock(&self.data_lock).take());
     }
 
     /// The data directory.
@@ -811,9 +814,7 @@ pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), Br
         .map_err(io(format!("fsync {}", tmp.display())))?;
     std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
     if let Some(dir) = path.parent() {
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        crate::storage::fsync_dir(dir)?;
     }
     Ok(())
 }

@@ -12,6 +12,11 @@
 //! to the page cache inline by the connection task, saving the two thread
 //! hand-offs that dominate one-record-at-a-time latency. Order is kept: the
 //! fast path is taken only while no earlier request is pending.
+//!
+//! Fail-stop: once a write or fsync has failed, the log has cut off what was
+//! not acknowledged and refuses appends (see [`crate::storage::log`]); the
+//! partition answers every later append with STORAGE_ERROR at once, keeps
+//! serving what was acknowledged, and recovers only at the broker's restart.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -213,7 +218,8 @@ impl Partition {
     /// mode it is QUEUE_FULL at once.
     ///
     /// # Errors
-    /// QUEUE_FULL (reject mode), SHUTTING_DOWN (queue closed).
+    /// QUEUE_FULL (reject mode), SHUTTING_DOWN (queue closed), STORAGE_ERROR
+    /// once a write or fsync of the partition has failed.
     ///
     /// # Cancel safety
     /// Cancelling while waiting for room queues nothing.
@@ -223,6 +229,9 @@ impl Partition {
         count: u32,
         max_timestamp: i64,
     ) -> Result<Admission, ErrorCode> {
+        if self.has_failed_write() {
+            return Err(ErrorCode::StorageError);
+        }
         if let Some(r) = self.try_inline(&batch, count, max_timestamp) {
             return Ok(Admission::Done(r));
         }
@@ -303,7 +312,11 @@ impl Partition {
         let shared = Arc::clone(&self.shared);
         let r = rt::unblock(move || {
             let mut l = write_lock(&shared.log);
-            l.sync_if_due()?;
+            let synced = l.sync_if_due();
+            if l.failure().is_some() {
+                shared.failed.store(true, Ordering::Release);
+            }
+            synced?;
             l.enforce_retention(now_ms)?;
             Ok::<u64, StorageError>(l.start_offset())
         })
@@ -316,9 +329,15 @@ impl Partition {
         }
     }
 
-    /// True once an append has failed on disk (the partition keeps serving reads).
+    /// True once a write or fsync has failed on disk: the partition takes no
+    /// appends until the broker restarts, and keeps serving what was acknowledged.
     pub fn has_failed_write(&self) -> bool {
         self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// The fault hook of the partition's log, for tests (inert until armed).
+    pub fn faults(&self) -> Arc<crate::storage::FaultInjector> {
+        Arc::clone(read_lock(&self.shared.log).faults())
     }
 
     /// Closes the queue, lets the writer drain it, and fsyncs the log.
@@ -333,7 +352,15 @@ impl Partition {
             w.await;
         }
         let shared = Arc::clone(&self.shared);
-        let r = rt::unblock(move || write_lock(&shared.log).sync()).await;
+        let r = rt::unblock(move || {
+            let mut log = write_lock(&shared.log);
+            // A stopped log is not fsynced again: a retried fsync can lie.
+            if log.failure().is_some() {
+                return Ok(());
+            }
+            log.sync()
+        })
+        .await;
         if let Err(e) = r {
             tracing::error!(topic = %self.topic, partition = self.id, error = %e, "fsync at shutdown failed");
         }

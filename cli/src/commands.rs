@@ -70,9 +70,13 @@ pub struct BrokerArgs {
     /// Port (0 picks a free one).
     #[arg(long, default_value_t = 9092)]
     port: u16,
-    /// Data directory.
+    /// Data directory, held by one broker at a time (lock file `.lock`).
     #[arg(long, default_value = "./data")]
     data: PathBuf,
+    /// Use a --data directory that is not empty and is not a Flume data
+    /// directory (by default such a directory is refused).
+    #[arg(long)]
+    allow_foreign_data_dir: bool,
     /// Partitions of auto-created topics.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10000))]
     partitions: u32,
@@ -279,6 +283,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.auto_create_topics = !a.no_auto_create;
     c.verify_on_open = a.verify;
     c.busy_poll = Duration::from_micros(a.busy_poll_us);
+    c.allow_foreign_data_dir = a.allow_foreign_data_dir;
     let stop = interrupt()?;
     let broker = Broker::start(c)
         .await

@@ -415,11 +415,11 @@ fn a_full_disk_fails_produce_cleanly_and_reads_keep_working() {
         .unwrap()
         .to_owned();
     let b = BrokerProc { child, addr };
-    let (acked, err) = block_on(async {
+    let (acked, err, later) = block_on(async {
         let p = Producer::connect(&b.addr).await.unwrap();
         let value = vec![b'x'; 10_000];
         let mut acked = Vec::new();
-        loop {
+        let (acked, err) = loop {
             match p
                 .send_record(SendRecord {
                     topic: "full".into(),
@@ -430,10 +430,20 @@ fn a_full_disk_fails_produce_cleanly_and_reads_keep_working() {
                 .await
             {
                 Ok(m) => acked.push(m.offset),
-                Err(e) => return (acked, e),
+                Err(e) => break (acked, e),
             }
             assert!(acked.len() < 100, "the file size limit never hit");
-        }
+        };
+        // Fail-stop: the partition takes nothing more, not even a record that would fit.
+        let later = p
+            .send_record(SendRecord {
+                topic: "full".into(),
+                partition: Some(0),
+                value: b"x".to_vec().into(),
+                ..SendRecord::default()
+            })
+            .await;
+        (acked, err, later)
     });
     assert_eq!(
         err.code(),
@@ -441,6 +451,10 @@ fn a_full_disk_fails_produce_cleanly_and_reads_keep_working() {
         "{err}"
     );
     assert!(!acked.is_empty());
+    match later {
+        Err(e) => assert_eq!(e.code(), Some(flume_client::ErrorCode::StorageError), "{e}"),
+        Ok(m) => panic!("a failed partition took a record at offset {}", m.offset),
+    }
     // The broker is alive, and every acknowledged record is readable.
     let out = ok(&[
         "consume",

@@ -1,13 +1,22 @@
 //! A partition's log: its segments, appends with rollover, reads through the
 //! sparse index, recovery on open, and retention.
+//!
+//! Fail-stop: after any failed write or fsync the log cuts the active segment
+//! back to what had been acknowledged, keeps its end offset there, and refuses
+//! every later append with [`StorageError::Failed`] until it is opened again
+//! (at the broker's restart, when recovery looks at the files). A failed fsync
+//! cannot be retried safely: the kernel may have dropped the dirty pages and
+//! report the next fsync as a success (PostgreSQL's "fsyncgate").
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use flume_client::protocol::record;
 
+use super::fault::FaultInjector;
 use super::segment::{self, Segment};
-use super::{io_err, StorageError};
+use super::{dirs, io_err, StorageError};
 
 /// When appended data is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +85,9 @@ pub struct Log {
     active: Segment,
     last_sync: Instant,
     dirty: bool,
+    /// Why the log stopped taking appends, once a write or fsync failed.
+    failed: Option<String>,
+    faults: Arc<FaultInjector>,
 }
 
 impl Log {
@@ -90,7 +102,9 @@ impl Log {
     pub fn open(dir: &Path, mut config: LogConfig) -> Result<Self, StorageError> {
         config.segment_bytes = config.segment_bytes.clamp(1, MAX_SEGMENT_BYTES);
         config.index_interval_bytes = config.index_interval_bytes.max(1);
-        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        let faults = Arc::new(FaultInjector::default());
+        // A new partition directory is made durable at once (rare: topic creation).
+        dirs::create_dir_durable(dir)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
             let entry = entry.map_err(io_err("list", dir))?;
@@ -123,6 +137,7 @@ impl Log {
                 active,
                 config.verify_sealed && !active,
                 next_base,
+                Arc::clone(&faults),
             )?;
             if let Some(nb) = next_base {
                 if seg.next_offset != nb {
@@ -139,7 +154,14 @@ impl Log {
         }
         let active = match segments.pop() {
             Some(a) => a,
-            None => Segment::create(dir, 0, config.index_interval_bytes)?,
+            None => {
+                let seg =
+                    Segment::create(dir, 0, config.index_interval_bytes, Arc::clone(&faults))?;
+                if config.fsync != FsyncPolicy::Never {
+                    dirs::fsync_dir(dir)?;
+                }
+                seg
+            }
         };
         Ok(Log {
             dir: dir.to_path_buf(),
@@ -148,7 +170,53 @@ impl Log {
             active,
             last_sync: Instant::now(),
             dirty: false,
+            failed: None,
+            faults,
         })
+    }
+
+    /// The fault hook of this log (inert until a test arms it).
+    pub fn faults(&self) -> &Arc<FaultInjector> {
+        &self.faults
+    }
+
+    /// Why the log stopped taking appends, if it did (see the module docs).
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn refuse(&self) -> Result<(), StorageError> {
+        match &self.failed {
+            Some(reason) => Err(StorageError::Failed {
+                dir: self.dir.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the log after a failed write or fsync: cuts the active segment
+    /// back to `mark` (the state before the appends that were not
+    /// acknowledged; `None` when every byte written was acknowledged) and
+    /// refuses appends from now on. Returns `err` for the caller.
+    fn fail_stop(&mut self, mark: Option<segment::Mark>, err: StorageError) -> StorageError {
+        let end_before = self.end_offset();
+        if let Some(mark) = mark {
+            if let Err(e) = self.active.rollback(mark) {
+                tracing::error!(dir = %self.dir.display(), error = %e, "could not cut the failed append off the segment; it is not served, and recovery decides at restart");
+            }
+        }
+        tracing::error!(
+            dir = %self.dir.display(),
+            error = %err,
+            end_offset = self.end_offset(),
+            dropped_records = end_before.saturating_sub(self.end_offset()),
+            "write or fsync failed: the partition takes no appends until the broker restarts"
+        );
+        if self.failed.is_none() {
+            self.failed = Some(err.to_string());
+        }
+        err
     }
 
     fn active(&self) -> &Segment {
@@ -204,29 +272,47 @@ impl Log {
     ///
     /// # Errors
     /// I/O errors (nothing of the batch is kept then).
+    ///
+    /// # Errors
+    /// [`StorageError::Failed`] once the log has stopped; I/O errors, after
+    /// which the log stops (nothing of the batch is kept or served).
     pub fn append_validated(
         &mut self,
         batch: &mut [u8],
         count: u64,
         max_ts: i64,
     ) -> Result<u64, StorageError> {
+        self.refuse()?;
         let needs_roll = {
             let a = self.active();
             a.size > segment::FILE_HEADER_LEN
-                && (a.size + batch.len() as u64 > self.config.segment_bytes
-                    || a.next_offset - a.base + count > u64::from(u32::MAX))
+                && (a.size.saturating_add(batch.len() as u64) > self.config.segment_bytes
+                    || (a.next_offset - a.base).saturating_add(count) > u64::from(u32::MAX))
         };
         if needs_roll {
-            self.roll()?;
+            if let Err(e) = self.roll() {
+                // Nothing of this batch was written; what was written before was acknowledged.
+                return Err(self.fail_stop(None, e));
+            }
         }
         let base = self.end_offset();
         record::assign_offsets(batch, base);
-        self.active_mut().append(batch, count, max_ts)?;
+        let mark = self.active().mark();
+        if let Err(e) = self.active_mut().append(batch, count, max_ts) {
+            return Err(self.fail_stop(Some(mark), e));
+        }
         self.dirty = true;
-        match self.config.fsync {
-            FsyncPolicy::Always => self.sync()?,
-            FsyncPolicy::Interval(d) if self.last_sync.elapsed() >= d => self.sync()?,
-            _ => {}
+        let due = match self.config.fsync {
+            FsyncPolicy::Always => true,
+            FsyncPolicy::Interval(d) => self.last_sync.elapsed() >= d,
+            FsyncPolicy::Never => false,
+        };
+        if due {
+            if let Err(e) = self.sync_active() {
+                // This batch is not acknowledged yet: cut it off. Under the interval
+                // policy earlier batches were acknowledged already and stay.
+                return Err(self.fail_stop(Some(mark), e));
+            }
         }
         Ok(base)
     }
@@ -239,22 +325,53 @@ impl Log {
         if self.config.fsync != FsyncPolicy::Never {
             self.active().sync_all()?;
         }
-        let seg = Segment::create(&self.dir, next, self.config.index_interval_bytes)?;
+        let seg = Segment::create(
+            &self.dir,
+            next,
+            self.config.index_interval_bytes,
+            Arc::clone(&self.faults),
+        )?;
+        if self.config.fsync != FsyncPolicy::Never {
+            // The new segment's name must outlive a power loss, or so would its records.
+            if let Err(e) = self.fsync_dir() {
+                let _ = seg.delete();
+                return Err(e);
+            }
+        }
         let old = std::mem::replace(&mut self.active, seg);
         self.sealed.push(old);
+        Ok(())
+    }
+
+    fn fsync_dir(&self) -> Result<(), StorageError> {
+        if self.faults.dir_fsync_fault() {
+            return Err(io_err("fsync directory", &self.dir)(
+                super::fault::injected("directory fsync"),
+            ));
+        }
+        dirs::fsync_dir(&self.dir)
+    }
+
+    fn sync_active(&mut self) -> Result<(), StorageError> {
+        if self.dirty {
+            self.active().sync()?;
+            self.dirty = false;
+        }
+        self.last_sync = Instant::now();
         Ok(())
     }
 
     /// fdatasync of the active segment, if anything was written since the last one.
     ///
     /// # Errors
-    /// When the OS reports a failure.
+    /// [`StorageError::Failed`] once the log has stopped; a failure the OS
+    /// reports, after which the log stops (what was written stays: it was
+    /// acknowledged already).
     pub fn sync(&mut self) -> Result<(), StorageError> {
-        if self.dirty {
-            self.active().sync()?;
-            self.dirty = false;
+        self.refuse()?;
+        if let Err(e) = self.sync_active() {
+            return Err(self.fail_stop(None, e));
         }
-        self.last_sync = Instant::now();
         Ok(())
     }
 
@@ -264,7 +381,7 @@ impl Log {
     /// When the OS reports a failure.
     pub fn sync_if_due(&mut self) -> Result<(), StorageError> {
         if let FsyncPolicy::Interval(d) = self.config.fsync {
-            if self.dirty && self.last_sync.elapsed() >= d {
+            if self.failed.is_none() && self.dirty && self.last_sync.elapsed() >= d {
                 self.sync()?;
             }
         }
@@ -354,5 +471,7 @@ impl Log {
     }
 }
 
+#[cfg(test)]
+mod failure_tests;
 #[cfg(test)]
 mod tests;

@@ -12,11 +12,19 @@
 //! documents every byte, and the recovery rules.
 //!
 //! - [`segment`]: one segment file and its index.
-//! - [`log`]: the segments of a partition: append, read, recovery, retention.
+//! - [`log`]: the segments of a partition: append, read, recovery, retention,
+//!   and fail-stop after a failed write or fsync.
+//! - [`dirs`]: directory fsync ([`fsync_dir`]), durable directory creation,
+//!   the data directory's lock and marker.
+//! - [`fault`]: the fault hook tests use to make writes and fsyncs fail.
 
+pub mod dirs;
+pub mod fault;
 pub mod log;
 pub mod segment;
 
+pub use dirs::{create_dir_durable, fsync_dir, DataDirLock};
+pub use fault::FaultInjector;
 pub use log::{FsyncPolicy, Log, LogConfig, ReadResult};
 
 use std::path::PathBuf;
@@ -64,6 +72,32 @@ pub enum StorageError {
         path: PathBuf,
         /// Why.
         reason: String,
+    },
+    /// The log stopped after a failed write or fsync (fail-stop): it was cut
+    /// back to what had been acknowledged, and it takes no appends until the
+    /// broker restarts and recovery has looked at the files again.
+    #[error("{} stopped taking appends after a failed write or fsync ({reason}); restart the broker to recover it", dir.display())]
+    Failed {
+        /// The partition directory.
+        dir: PathBuf,
+        /// The first failure.
+        reason: String,
+    },
+    /// Another broker (or embedded broker) holds the data directory.
+    #[error("data directory {} is in use by another Flume broker{}; stop it or use another directory", dir.display(), holder_pid.map(|p| format!(" (pid {p})")).unwrap_or_default())]
+    DataDirLocked {
+        /// The data directory.
+        dir: PathBuf,
+        /// The holder's PID, as it wrote it into `<dir>/.lock`.
+        holder_pid: Option<u32>,
+    },
+    /// A non-empty directory that is not a Flume data directory.
+    #[error("refusing to use {} as a data directory: it is not empty ({entry:?}) and is not a Flume data directory; choose an empty directory, or allow a foreign one (flume-cli broker --allow-foreign-data-dir)", dir.display())]
+    ForeignDataDir {
+        /// The directory.
+        dir: PathBuf,
+        /// An entry that is not Flume's.
+        entry: String,
     },
     /// An append batch that does not validate.
     #[error("invalid batch: {0}")]

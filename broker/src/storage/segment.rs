@@ -4,9 +4,11 @@ use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use flume_client::protocol::record::{self, RECORD_HEADER_LEN};
 
+use super::fault::{self, FaultInjector};
 use super::{io_err, StorageError};
 
 /// Magic and version at the start of every `.log` file.
@@ -45,6 +47,16 @@ pub struct ScanOutcome {
     pub damage: Option<String>,
 }
 
+/// The state of a segment before an append, to cut it back to (see [`Segment::rollback`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    size: u64,
+    next_offset: u64,
+    entries: usize,
+    bytes_since_entry: u64,
+    max_timestamp: Option<i64>,
+}
+
 /// One segment.
 #[derive(Debug)]
 pub struct Segment {
@@ -63,30 +75,55 @@ pub struct Segment {
     entries: Vec<IndexEntry>,
     bytes_since_entry: u64,
     index_interval: u64,
+    faults: Arc<FaultInjector>,
 }
 
 fn read_exact_at(file: &File, path: &Path, buf: &mut [u8], pos: u64) -> Result<(), StorageError> {
     file.read_exact_at(buf, pos).map_err(io_err("read", path))
 }
 
+/// True when `needed` bytes from `pos + at` lie within `size` (lengths read
+/// from disk are never trusted to add up without overflow).
+fn fits(pos: u64, at: usize, needed: u64, size: u64) -> bool {
+    pos.checked_add(at as u64)
+        .and_then(|p| p.checked_add(needed))
+        .is_some_and(|end| end <= size)
+}
+
 impl Segment {
-    /// Creates an empty segment (both files, with headers).
+    /// Creates an empty segment (both files, with headers). The caller
+    /// fsyncs the directory if the policy asks for it.
     ///
     /// # Errors
-    /// When the files cannot be created.
-    pub fn create(dir: &Path, base: u64, index_interval: u64) -> Result<Self, StorageError> {
+    /// When the files cannot be created (what was created is removed again).
+    pub fn create(
+        dir: &Path,
+        base: u64,
+        index_interval: u64,
+        faults: Arc<FaultInjector>,
+    ) -> Result<Self, StorageError> {
         let log_path = dir.join(file_name(base, "log"));
         let index_path = dir.join(file_name(base, "index"));
-        let mut log = OpenOptions::new()
+        let files = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
             .open(&log_path)
-            .map_err(io_err("create", &log_path))?;
-        log.write_all(&LOG_MAGIC)
-            .map_err(io_err("write", &log_path))?;
-        let index = Self::fresh_index(&index_path)?;
+            .map_err(io_err("create", &log_path))
+            .and_then(|mut log| {
+                log.write_all(&LOG_MAGIC)
+                    .map_err(io_err("write", &log_path))?;
+                Ok((log, Self::fresh_index(&index_path)?))
+            });
+        let (log, index) = match files {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = std::fs::remove_file(&log_path);
+                let _ = std::fs::remove_file(&index_path);
+                return Err(e);
+            }
+        };
         Ok(Segment {
             base,
             next_offset: base,
@@ -99,6 +136,7 @@ impl Segment {
             entries: Vec::new(),
             bytes_since_entry: 0,
             index_interval,
+            faults,
         })
     }
 
@@ -132,6 +170,7 @@ impl Segment {
         active: bool,
         verify: bool,
         next_base: Option<u64>,
+        faults: Arc<FaultInjector>,
     ) -> Result<Self, StorageError> {
         let log_path = dir.join(file_name(base, "log"));
         let index_path = dir.join(file_name(base, "index"));
@@ -151,7 +190,7 @@ impl Segment {
             // A segment created just before a crash: start it again.
             tracing::warn!(segment = %log_path.display(), size, "active segment shorter than its header; recreating it empty");
             drop(log);
-            return Self::create(dir, base, index_interval);
+            return Self::create(dir, base, index_interval, faults);
         }
         let mut magic = [0u8; 8];
         read_exact_at(&log, &log_path, &mut magic, 0)?;
@@ -180,6 +219,7 @@ impl Segment {
             entries,
             bytes_since_entry: 0,
             index_interval,
+            faults,
         };
         let rebuilt_index = seg.entries.is_empty() && size > FILE_HEADER_LEN;
         if active || verify || rebuilt_index || next_base.is_none() {
@@ -199,7 +239,7 @@ impl Segment {
                         reason: damage.clone(),
                     });
                 }
-                let dropped = size - out.valid_end;
+                let dropped = size.saturating_sub(out.valid_end);
                 tracing::warn!(
                     segment = %seg.log_path.display(),
                     dropped_bytes = dropped,
@@ -223,11 +263,11 @@ impl Segment {
                 seg.rewrite_index()?;
             }
         }
-        seg.bytes_since_entry = seg.size
-            - seg
-                .entries
+        seg.bytes_since_entry = seg.size.saturating_sub(
+            seg.entries
                 .last()
-                .map_or(FILE_HEADER_LEN, |e| u64::from(e.pos));
+                .map_or(FILE_HEADER_LEN, |e| u64::from(e.pos)),
+        );
         Ok(seg)
     }
 
@@ -332,13 +372,13 @@ impl Segment {
                         progressed = true;
                     }
                     Err(record::RecordError::Torn { needed, .. })
-                        if pos + at as u64 + needed <= self.size && at > 0 =>
+                        if at > 0 && fits(pos, at, needed, self.size) =>
                     {
                         // The record continues past this chunk: read again from it.
                         break;
                     }
                     Err(record::RecordError::Torn { needed, .. })
-                        if pos + at as u64 + needed <= self.size =>
+                        if fits(pos, at, needed, self.size) =>
                     {
                         // A single record larger than the chunk: read it whole.
                         let mut big = vec![0u8; usize::try_from(needed).unwrap_or(usize::MAX)];
@@ -368,7 +408,7 @@ impl Segment {
 
     fn push_entry(&mut self, offset: u64, pos: u64) {
         // Segments are capped below 4 GiB and 2^32 records by the log, so both fit.
-        let rel = u32::try_from(offset - self.base).unwrap_or(u32::MAX);
+        let rel = u32::try_from(offset.saturating_sub(self.base)).unwrap_or(u32::MAX);
         let pos = u32::try_from(pos).unwrap_or(u32::MAX);
         self.entries.push(IndexEntry { rel, pos });
     }
@@ -384,8 +424,19 @@ impl Segment {
     /// When the write fails; the file is cut back to its previous size.
     pub fn append(&mut self, batch: &[u8], count: u64, max_ts: i64) -> Result<(), StorageError> {
         let start = self.size;
-        if let Err(e) = self.log.write_all_at(batch, start) {
-            let _ = self.log.set_len(start);
+        let written = if self.faults.write_fault() {
+            // A short write, then the error: what a full or failing disk gives.
+            let half = batch.get(..batch.len() / 2).unwrap_or_default();
+            self.log
+                .write_all_at(half, start)
+                .and(Err(fault::injected("write")))
+        } else {
+            self.log.write_all_at(batch, start)
+        };
+        if let Err(e) = written {
+            if let Err(t) = self.log.set_len(start) {
+                tracing::error!(segment = %self.log_path.display(), error = %t, "could not cut a failed write back; recovery will at restart");
+            }
             return Err(StorageError::Io {
                 op: "append to",
                 path: self.log_path.clone(),
@@ -423,11 +474,48 @@ impl Segment {
         Ok(())
     }
 
+    /// The state to cut back to if what follows fails.
+    pub fn mark(&self) -> Mark {
+        Mark {
+            size: self.size,
+            next_offset: self.next_offset,
+            entries: self.entries.len(),
+            bytes_since_entry: self.bytes_since_entry,
+            max_timestamp: self.max_timestamp,
+        }
+    }
+
+    /// Cuts the segment back to `mark` (taken before appends that were not
+    /// acknowledged): the files are truncated and the in-memory state
+    /// restored, so nothing after the mark is ever served.
+    ///
+    /// # Errors
+    /// When the truncation fails; the in-memory state is restored anyway
+    /// (reads stop at the mark) and recovery cuts the file at restart.
+    pub fn rollback(&mut self, mark: Mark) -> Result<(), StorageError> {
+        self.size = mark.size;
+        self.next_offset = mark.next_offset;
+        self.entries.truncate(mark.entries);
+        self.bytes_since_entry = mark.bytes_since_entry;
+        self.max_timestamp = mark.max_timestamp;
+        let index_len = FILE_HEADER_LEN + (self.entries.len() * INDEX_ENTRY_LEN) as u64;
+        let _ = self.index.set_len(index_len);
+        self.log
+            .set_len(mark.size)
+            .map_err(io_err("truncate", &self.log_path))?;
+        // Best effort: the disk has just failed, and restart recovery checks again.
+        let _ = self.log.sync_all();
+        Ok(())
+    }
+
     /// fdatasync of the log file.
     ///
     /// # Errors
     /// When the OS reports a failure.
     pub fn sync(&self) -> Result<(), StorageError> {
+        if self.faults.fsync_fault() {
+            return Err(io_err("fsync", &self.log_path)(fault::injected("fsync")));
+        }
         self.log
             .sync_data()
             .map_err(io_err("fsync", &self.log_path))
@@ -450,7 +538,7 @@ impl Segment {
     /// # Errors
     /// I/O errors, or a record header that does not lead to the offset.
     pub fn position_of(&self, offset: u64) -> Result<u64, StorageError> {
-        let rel = offset - self.base;
+        let rel = offset.saturating_sub(self.base);
         let idx = self.entries.partition_point(|e| u64::from(e.rel) <= rel);
         let (mut pos, mut cur) = match idx.checked_sub(1).map(|i| self.entries[i]) {
             Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
@@ -489,7 +577,21 @@ impl Segment {
                     &format!("record header has offset {}, expected {cur}", header.0),
                 ));
             }
-            pos += RECORD_HEADER_LEN as u64 + u64::from(header.1);
+            // The size comes from disk: it must not step past the end of the segment.
+            pos = match pos.checked_add(RECORD_HEADER_LEN as u64 + u64::from(header.1)) {
+                Some(p) if p <= self.size => p,
+                _ => {
+                    return Err(self.corrupt(
+                        offset,
+                        pos,
+                        &format!(
+                            "record {cur} claims {} bytes, past the end of the segment ({} bytes)",
+                            RECORD_HEADER_LEN as u64 + u64::from(header.1),
+                            self.size
+                        ),
+                    ))
+                }
+            };
             cur += 1;
         }
         Ok(pos)
@@ -511,7 +613,19 @@ impl Segment {
     /// I/O errors, or [`StorageError::Corrupt`] naming the offset and segment.
     pub fn read(&self, offset: u64, max_bytes: usize) -> Result<Vec<u8>, StorageError> {
         let pos = self.position_of(offset)?;
-        let avail = self.size - pos;
+        let avail = match self.size.checked_sub(pos) {
+            Some(a) if a > 0 => a,
+            _ => {
+                return Err(self.corrupt(
+                    offset,
+                    pos,
+                    &format!(
+                        "record lies at or past the end of the segment ({} bytes)",
+                        self.size
+                    ),
+                ))
+            }
+        };
         let mut want = (max_bytes as u64).min(avail);
         if want < RECORD_HEADER_LEN as u64 {
             want = avail.min(RECORD_HEADER_LEN as u64);
