@@ -88,7 +88,10 @@ impl PendingProduce {
         }
     }
 
-    /// Waits for every partition writer and builds the result.
+    /// Waits for every partition writer and builds the result. A routed entry
+    /// is appended partition by partition: when one partition fails the others
+    /// may still be stored, so `spans` lists exactly the partitions appended and
+    /// `record_partitions` is kept, telling which records those are.
     pub async fn finish(self) -> ProduceResult {
         let mut error = self.error;
         let mut spans = Vec::with_capacity(self.waits.len());
@@ -107,11 +110,7 @@ impl PendingProduce {
             partition: self.partition,
             error,
             spans,
-            record_partitions: if error.is_ok() {
-                self.record_partitions
-            } else {
-                Vec::new()
-            },
+            record_partitions: self.record_partitions,
         }
     }
 }
@@ -412,7 +411,10 @@ impl Engine {
         };
         let info = match record::validate_batch(&records, self.config.max_record_bytes as u64) {
             Ok(i) => i,
-            Err(RecordError::TooLarge { .. }) => return fail(ErrorCode::RecordTooLarge),
+            Err(RecordError::TooLarge { size, limit, .. }) => {
+                tracing::debug!(topic = %topic, size, limit, "RECORD_TOO_LARGE: a record of {size} bytes (16-byte header included) is above max_record_bytes ({limit})");
+                return fail(ErrorCode::RecordTooLarge);
+            }
             Err(_) => return fail(ErrorCode::CorruptRecord),
         };
         let mut pending = PendingProduce::failed(&topic, partition, ErrorCode::None);

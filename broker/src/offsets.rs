@@ -226,10 +226,7 @@ impl OffsetStore {
     /// would take the store past its entry limit is refused (INVALID_REQUEST)
     /// and the others go ahead. After a failed write or fsync the file is cut
     /// back to its previous size and none of the batch is applied.
-    pub fn commit_batch(
-        &mut self,
-        commits: &[Commit<'_>],
-    ) -> Vec<Result<(), BrokerError>> {
+    pub fn commit_batch(&mut self, commits: &[Commit<'_>]) -> Vec<Result<(), BrokerError>> {
         let mut results: Vec<Result<(), BrokerError>> = Vec::with_capacity(commits.len());
         let mut buf = Vec::new();
         let ts = crate::now_ms();
