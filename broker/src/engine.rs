@@ -310,6 +310,8 @@ impl Engine {
         let config = self.config.clone();
         let owned = name.to_owned();
         let topic = rt::unblock(move || {
+            #[cfg(test)]
+            lock(&FILE_WORK_THREADS).push((owned.clone(), std::thread::current().id()));
             let dir = config.data_dir.join(&owned);
             std::fs::create_dir_all(&dir).map_err(|source| BrokerError::Io {
                 what: format!("create {}", dir.display()),
@@ -840,6 +842,11 @@ impl Engine {
         self.config.data_dir.clone()
     }
 }
+
+/// Test-only: the thread each topic's creation did its file work on.
+#[cfg(test)]
+pub(crate) static FILE_WORK_THREADS: Mutex<Vec<(String, std::thread::ThreadId)>> =
+    Mutex::new(Vec::new());
 
 /// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
 pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), BrokerError> {

@@ -915,6 +915,25 @@ mod engine_tests {
         rt::block_on(e.shutdown());
     }
 
+    /// Auto-creation (first PRODUCE or JOIN_GROUP of a topic) does its file
+    /// work on the blocking pool, not on the thread running the request.
+    #[test]
+    fn auto_creation_does_its_file_work_off_the_calling_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Never);
+        let name = format!("auto-{}", std::process::id());
+        let caller = std::thread::current().id();
+        rt::block_on(e.auto_create(&name)).unwrap();
+        let threads: Vec<_> = lock(&crate::engine::FILE_WORK_THREADS)
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(threads.len(), 1);
+        assert_ne!(threads[0], caller, "file work ran on the request's thread");
+        assert!(e.topic(&name).is_some());
+    }
+
     #[test]
     fn never_policy_leaves_commits_to_the_os() {
         let dir = tempfile::tempdir().unwrap();
