@@ -72,10 +72,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Test-only: called just before the offsets file is fsynced.
+/// Test-only: called just before the offsets file is fsynced; an error is
+/// taken as the fsync's failure.
 #[cfg(test)]
 #[derive(Clone)]
-pub(crate) struct FsyncHook(pub(crate) Arc<dyn Fn() + Send + Sync>);
+pub(crate) struct FsyncHook(pub(crate) Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>);
 
 #[cfg(test)]
 impl std::fmt::Debug for FsyncHook {
@@ -362,7 +363,7 @@ impl OffsetStore {
     pub fn sync(&mut self) -> Result<(), BrokerError> {
         #[cfg(test)]
         if let Some(h) = &self.hook {
-            (h.0)();
+            (h.0)().map_err(io(format!("fsync {}", self.path.display())))?;
         }
         self.file
             .sync_data()
@@ -575,7 +576,7 @@ impl Offsets {
 
     /// Test-only: `f` runs just before every fsync of the offsets file.
     #[cfg(test)]
-    pub(crate) fn set_fsync_hook(&self, f: Arc<dyn Fn() + Send + Sync>) {
+    pub(crate) fn set_fsync_hook(&self, f: Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>) {
         lock(&self.store).hook = Some(FsyncHook(f));
     }
 }
@@ -800,6 +801,7 @@ mod engine_tests {
         e.offsets().set_fsync_hook(Arc::new(move || {
             let _ = lock(&entered_tx).send(());
             let _ = lock(&release_rx).recv_timeout(Duration::from_secs(10));
+            Ok(())
         }));
         (entered, release)
     }
@@ -932,6 +934,36 @@ mod engine_tests {
         assert_eq!(threads.len(), 1);
         assert_ne!(threads[0], caller, "file work ran on the request's thread");
         assert!(e.topic(&name).is_some());
+    }
+
+    /// A failed fsync answers STORAGE_ERROR, and the commit is neither
+    /// visible nor found in the file after a restart.
+    #[test]
+    fn a_failed_fsync_stores_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Always);
+        rt::block_on(e.commit_offsets(&commit("g", 1))).unwrap();
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let f = Arc::clone(&fail);
+        e.offsets().set_fsync_hook(Arc::new(move || {
+            if f.swap(false, Ordering::AcqRel) {
+                Err(std::io::Error::other("injected fsync failure"))
+            } else {
+                Ok(())
+            }
+        }));
+        let err = rt::block_on(e.commit_offsets(&commit("g", 2))).unwrap_err();
+        assert_eq!(err, ErrorCode::StorageError);
+        assert_eq!(e.committed("g", "t", 0), Some(1));
+        rt::block_on(e.shutdown());
+        drop(e);
+        let s =
+            OffsetStore::open(&dir.path().join("__consumer_offsets"), FsyncPolicy::Never).unwrap();
+        assert_eq!(
+            s.get("g", "t", 0),
+            Some(1),
+            "the failed commit is not in the file"
+        );
     }
 
     #[test]
