@@ -903,6 +903,39 @@ mod engine_tests {
         rt::block_on(e.shutdown());
     }
 
+    /// A full commit queue makes further commits wait for room (nothing is
+    /// dropped or refused); they complete once the writer moves on.
+    #[test]
+    fn a_full_commit_queue_makes_commits_wait_for_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Always);
+        let (entered, release) = gate(&e);
+        let ec = Arc::clone(&e);
+        let first = rt::spawn(async move { ec.commit_offsets(&commit("g", 0)).await });
+        entered.recv_timeout(Duration::from_secs(5)).unwrap();
+        let n = i64::try_from(COMMIT_QUEUE_CAPACITY).unwrap() + 1;
+        let waiting: Vec<_> = (1..=n)
+            .map(|i| {
+                let ec = Arc::clone(&e);
+                rt::spawn(async move { ec.commit_offsets(&commit("g", i)).await })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while e.offsets().queue.len() < COMMIT_QUEUE_CAPACITY {
+            assert!(Instant::now() < deadline, "the queue did not fill");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(e.offsets().queue.len(), COMMIT_QUEUE_CAPACITY, "bounded");
+        drop(release);
+        rt::block_on(first).unwrap();
+        for t in waiting {
+            rt::block_on(t).unwrap();
+        }
+        let c = e.committed("g", "t", 0).unwrap();
+        assert!((1..=n).contains(&c), "{c}");
+        rt::block_on(e.shutdown());
+    }
+
     #[test]
     fn interval_policy_fsyncs_committed_offsets() {
         let dir = tempfile::tempdir().unwrap();
