@@ -134,7 +134,19 @@ impl TopicConfig {
                 }
                 "retention_bytes" => c.retention_bytes = opt(k, v)?,
                 "retention_ms" => c.retention_ms = opt(k, v)?,
-                "segment_bytes" => c.segment_bytes = num(k, v)?,
+                "segment_bytes" => {
+                    // Older brokers stored what CREATE_TOPIC asked for (even 0); the
+                    // log always clamped it, so keep opening such topics.
+                    let n = num(k, v)?;
+                    c.segment_bytes = n.clamp(1, MAX_SEGMENT_BYTES);
+                    if c.segment_bytes != n {
+                        tracing::warn!(
+                            segment_bytes = n,
+                            used = c.segment_bytes,
+                            "stored segment_bytes out of range; using the nearest valid value"
+                        );
+                    }
+                }
                 "backpressure" => c.backpressure = v.parse()?,
                 _ => {}
             }
@@ -479,9 +491,26 @@ mod tests {
             req(&|r| r.backpressure = 0).unwrap().backpressure,
             Backpressure::Block
         );
-        // Stored settings are held to the storage limits too.
-        assert!(TopicConfig::from_text("segment_bytes=0").is_err());
-        assert!(TopicConfig::from_text("segment_bytes=2147483649").is_err());
+        // Topics stored by older brokers with such values still open, clamped
+        // as the log always did; an API caller is held to the limits.
+        assert_eq!(
+            TopicConfig::from_text("segment_bytes=0")
+                .unwrap()
+                .segment_bytes,
+            1
+        );
+        assert_eq!(
+            TopicConfig::from_text("segment_bytes=2147483649")
+                .unwrap()
+                .segment_bytes,
+            MAX_SEGMENT_BYTES
+        );
+        assert!(TopicConfig {
+            segment_bytes: 0,
+            ..TopicConfig::default()
+        }
+        .check()
+        .is_err());
     }
 
     #[test]
