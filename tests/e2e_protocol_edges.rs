@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use flume_client::protocol::{
     partition_for_key, record, CreateTopicRequest, ErrorCode, FetchPartition, FetchRequest,
-    JoinGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, PartitionOffset,
-    ProduceEntry, ProduceRequest, TopicPartitions,
+    HeartbeatRequest, JoinGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    PartitionOffset, ProduceEntry, ProduceRequest, TopicPartitions,
 };
 use flume_client::{rt, Admin, Client, ConnectionConfig, Producer};
 
@@ -269,10 +269,24 @@ fn every_member_gets_the_member_list() {
             .await
             .unwrap();
         let first = a.call(&join(String::new())).await.unwrap();
-        // The second join starts a rebalance; the first member rejoins to complete it.
+        // The second join starts a rebalance (the first member's heartbeat then
+        // says so); the first member rejoins to complete it.
         let extra = Duration::from_secs(5);
-        let (jb, ja) = (join(String::new()), join(first.member_id.clone()));
-        let (rb, ra) = futures::join!(b.call_with_extra(&jb, extra), a.call_with_extra(&ja, extra));
+        let jb = join(String::new());
+        let second = rt::spawn(async move { b.call_with_extra(&jb, extra).await });
+        let hb = HeartbeatRequest {
+            group: "g".into(),
+            generation: first.generation,
+            member_id: first.member_id.clone(),
+        };
+        common::wait_until("the rebalance to start", Duration::from_secs(5), || async {
+            a.call(&hb).await.err().and_then(|e| e.code()) == Some(ErrorCode::RebalanceInProgress)
+        })
+        .await;
+        let ra = a
+            .call_with_extra(&join(first.member_id.clone()), extra)
+            .await;
+        let rb = second.await;
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
         assert_eq!(ra.generation, rb.generation);
         let mut all = vec![ra.member_id.clone(), rb.member_id.clone()];
