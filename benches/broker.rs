@@ -290,7 +290,7 @@ fn commits(c: &mut Criterion) {
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            e.broker.engine().commit_offsets(&req(i)).unwrap()
+            block_on(e.broker.engine().commit_offsets(&req(i))).unwrap()
         })
     });
     g.bench_function("commit_over_tcp_64_in_flight", |b| {

@@ -42,6 +42,10 @@ impl std::fmt::Display for Backpressure {
 pub const MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
 /// Largest partition queue capacity: queues preallocate their slots.
 pub const MAX_PENDING_LIMIT: usize = 100_000;
+/// Smallest `segment_bytes` a CREATE_TOPIC request may ask for (as `--segment-bytes`).
+pub const MIN_REQUEST_SEGMENT_BYTES: u64 = 1024;
+/// Largest `segment_bytes` (2 GiB: positions in a segment must fit the index's u32).
+pub const MAX_SEGMENT_BYTES: u64 = crate::storage::log::MAX_SEGMENT_BYTES;
 
 /// Settings of one topic, fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,7 +134,19 @@ impl TopicConfig {
                 }
                 "retention_bytes" => c.retention_bytes = opt(k, v)?,
                 "retention_ms" => c.retention_ms = opt(k, v)?,
-                "segment_bytes" => c.segment_bytes = num(k, v)?,
+                "segment_bytes" => {
+                    // Older brokers stored what CREATE_TOPIC asked for (even 0); the
+                    // log always clamped it, so keep opening such topics.
+                    let n = num(k, v)?;
+                    c.segment_bytes = n.clamp(1, MAX_SEGMENT_BYTES);
+                    if c.segment_bytes != n {
+                        tracing::warn!(
+                            segment_bytes = n,
+                            used = c.segment_bytes,
+                            "stored segment_bytes out of range; using the nearest valid value"
+                        );
+                    }
+                }
                 "backpressure" => c.backpressure = v.parse()?,
                 _ => {}
             }
@@ -156,7 +172,70 @@ impl TopicConfig {
                 self.max_pending
             ));
         }
+        if self.segment_bytes == 0 || self.segment_bytes > MAX_SEGMENT_BYTES {
+            return Err(format!(
+                "segment_bytes is {}, it must be 1..={MAX_SEGMENT_BYTES}",
+                self.segment_bytes
+            ));
+        }
         Ok(())
+    }
+
+    /// The settings a CREATE_TOPIC request asks for: -1 in a field takes the
+    /// value from `defaults`, any other value must be in the field's range
+    /// (docs/protocol.md lists them).
+    ///
+    /// # Errors
+    /// A message naming the field, its value and its range.
+    pub fn from_request(
+        defaults: &TopicConfig,
+        req: &flume_client::protocol::CreateTopicRequest,
+    ) -> Result<TopicConfig, String> {
+        // None for -1 (take the default), the value when in lo..=hi, else an error.
+        let field = |name: &str, v: i64, lo: u64, hi: u64| -> Result<Option<u64>, String> {
+            if v == -1 {
+                return Ok(None);
+            }
+            match u64::try_from(v) {
+                Ok(u) if (lo..=hi).contains(&u) => Ok(Some(u)),
+                _ => Err(format!(
+                    "{name} is {v}, it must be -1 (broker default) or {lo}..={hi}"
+                )),
+            }
+        };
+        let any = u64::try_from(i64::MAX).unwrap_or(u64::MAX);
+        let max_partitions = u64::from(MAX_PARTITIONS_PER_TOPIC);
+        let max_pending_limit = u64::try_from(MAX_PENDING_LIMIT).unwrap_or(u64::MAX);
+        Ok(TopicConfig {
+            partitions: match field("partitions", i64::from(req.partitions), 1, max_partitions)? {
+                Some(v) => u32::try_from(v).unwrap_or(MAX_PARTITIONS_PER_TOPIC),
+                None => defaults.partitions,
+            },
+            max_pending: match field("max_pending", i64::from(req.max_pending), 1, max_pending_limit)? {
+                Some(v) => usize::try_from(v).unwrap_or(MAX_PENDING_LIMIT),
+                None => defaults.max_pending,
+            },
+            retention_bytes: field("retention_bytes", req.retention_bytes, 0, any)?
+                .or(defaults.retention_bytes),
+            retention_ms: field("retention_ms", req.retention_ms, 0, any)?.or(defaults.retention_ms),
+            segment_bytes: field(
+                "segment_bytes",
+                req.segment_bytes,
+                MIN_REQUEST_SEGMENT_BYTES,
+                MAX_SEGMENT_BYTES,
+            )?
+            .unwrap_or(defaults.segment_bytes),
+            backpressure: match req.backpressure {
+                -1 => defaults.backpressure,
+                0 => Backpressure::Block,
+                1 => Backpressure::Reject,
+                other => {
+                    return Err(format!(
+                        "backpressure is {other}, it must be -1 (broker default), 0 (block) or 1 (reject)"
+                    ))
+                }
+            },
+        })
     }
 
     /// Queue slots the topic's partitions reserve (each queue preallocates its capacity).
@@ -187,7 +266,8 @@ pub struct BrokerConfig {
     pub listen: String,
     /// Settings for topics created without explicit ones (auto-create, defaults).
     pub default_topic: TopicConfig,
-    /// Create a topic on first produce, fetch metadata or group join.
+    /// Create a topic on first produce or group join (FETCH, METADATA and
+    /// OFFSET_* never create one: they answer UNKNOWN_TOPIC).
     pub auto_create_topics: bool,
     /// When appended data is fsynced.
     pub fsync: FsyncPolicy,
@@ -197,7 +277,8 @@ pub struct BrokerConfig {
     pub verify_on_open: bool,
     /// Largest request frame accepted.
     pub max_frame_bytes: usize,
-    /// Largest single record (its stored size).
+    /// Largest single record, counting its 16-byte header (default 1 MiB,
+    /// [`flume_client::protocol::record::DEFAULT_MAX_RECORD_BYTES`]; the producer's default is the same).
     pub max_record_bytes: usize,
     /// Most concurrent connections; more are closed at once.
     pub max_connections: usize,
@@ -248,7 +329,7 @@ impl BrokerConfig {
             index_interval_bytes: 4096,
             verify_on_open: false,
             max_frame_bytes: flume_client::protocol::frame::DEFAULT_MAX_FRAME_BYTES,
-            max_record_bytes: 1024 * 1024,
+            max_record_bytes: flume_client::protocol::record::DEFAULT_MAX_RECORD_BYTES,
             max_connections: 4096,
             max_partitions: 10_000,
             max_queue_slots: 4 << 20,
@@ -335,6 +416,107 @@ mod tests {
             "queues preallocate"
         );
         assert!(TopicConfig::from_text("partitions=x").is_err());
+    }
+
+    #[test]
+    fn create_topic_requests_are_checked_field_by_field() {
+        use flume_client::protocol::CreateTopicRequest;
+        let d = TopicConfig {
+            retention_ms: Some(7),
+            ..TopicConfig::default()
+        };
+        let req = |f: &dyn Fn(&mut CreateTopicRequest)| {
+            let mut r = CreateTopicRequest::default();
+            f(&mut r);
+            TopicConfig::from_request(&d, &r)
+        };
+        // -1 everywhere: the broker defaults.
+        assert_eq!(req(&|_| {}).unwrap(), d);
+        // Each field out of range: an error naming the field, the value and the range.
+        type Case<'a> = (&'a dyn Fn(&mut CreateTopicRequest), &'a str);
+        let cases: [Case<'_>; 12] = [
+            (
+                &|r| r.partitions = -2,
+                "partitions is -2, it must be -1 (broker default) or 1..=10000",
+            ),
+            (&|r| r.partitions = 0, "partitions is 0,"),
+            (&|r| r.partitions = 10_001, "partitions is 10001,"),
+            (
+                &|r| r.max_pending = -2,
+                "max_pending is -2, it must be -1 (broker default) or 1..=100000",
+            ),
+            (&|r| r.max_pending = 0, "max_pending is 0,"),
+            (
+                &|r| r.retention_bytes = -2,
+                "retention_bytes is -2, it must be -1 (broker default) or 0..=9223372036854775807",
+            ),
+            (
+                &|r| r.retention_ms = i64::MIN,
+                "retention_ms is -9223372036854775808,",
+            ),
+            (
+                &|r| r.segment_bytes = 0,
+                "segment_bytes is 0, it must be -1 (broker default) or 1024..=2147483648",
+            ),
+            (&|r| r.segment_bytes = 1023, "segment_bytes is 1023,"),
+            (
+                &|r| r.segment_bytes = (1 << 31) + 1,
+                "segment_bytes is 2147483649,",
+            ),
+            (
+                &|r| r.backpressure = 2,
+                "backpressure is 2, it must be -1 (broker default), 0 (block) or 1 (reject)",
+            ),
+            (&|r| r.backpressure = -2, "backpressure is -2,"),
+        ];
+        for (f, want) in cases {
+            let err = req(f).unwrap_err();
+            assert!(err.starts_with(want), "{err:?} should start with {want:?}");
+        }
+        // The ends of each range are accepted.
+        let c = req(&|r| {
+            r.partitions = 10_000;
+            r.max_pending = 1;
+            r.retention_bytes = 0;
+            r.retention_ms = i64::MAX;
+            r.segment_bytes = 1 << 31;
+            r.backpressure = 1;
+        })
+        .unwrap();
+        assert_eq!(c.partitions, 10_000);
+        assert_eq!(c.max_pending, 1);
+        assert_eq!(c.retention_bytes, Some(0));
+        assert_eq!(c.retention_ms, Some(u64::try_from(i64::MAX).unwrap()));
+        assert_eq!(c.segment_bytes, 1 << 31);
+        assert_eq!(c.backpressure, Backpressure::Reject);
+        assert_eq!(
+            req(&|r| r.segment_bytes = 1024).unwrap().segment_bytes,
+            1024
+        );
+        assert_eq!(
+            req(&|r| r.backpressure = 0).unwrap().backpressure,
+            Backpressure::Block
+        );
+        // Topics stored by older brokers with such values still open, clamped
+        // as the log always did; an API caller is held to the limits.
+        assert_eq!(
+            TopicConfig::from_text("segment_bytes=0")
+                .unwrap()
+                .segment_bytes,
+            1
+        );
+        assert_eq!(
+            TopicConfig::from_text("segment_bytes=2147483649")
+                .unwrap()
+                .segment_bytes,
+            MAX_SEGMENT_BYTES
+        );
+        assert!(TopicConfig {
+            segment_bytes: 0,
+            ..TopicConfig::default()
+        }
+        .check()
+        .is_err());
     }
 
     #[test]

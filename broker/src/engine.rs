@@ -20,10 +20,10 @@ use flume_client::rt;
 use futures::channel::oneshot;
 use futures::FutureExt;
 
-use crate::config::{valid_name, Backpressure, BrokerConfig, TopicConfig};
+use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::error::BrokerError;
 use crate::group::{Assignor, Coordinator, JoinParams, Ready};
-use crate::offsets::OffsetStore;
+use crate::offsets::{NotQueued, Offsets};
 use crate::partition::{Admission, Partition};
 use crate::storage::{DataDirLock, FsyncPolicy, Log};
 
@@ -53,9 +53,10 @@ impl Topic {
 pub struct Engine {
     config: BrokerConfig,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
-    create_lock: Mutex<()>,
+    /// Held across a topic's creation, including its file work on the blocking pool.
+    create_lock: futures::lock::Mutex<()>,
     groups: Mutex<Coordinator<JoinReply>>,
-    offsets: Mutex<OffsetStore>,
+    offsets: Offsets,
     started: Instant,
     shutdown_tx: async_channel::Sender<()>,
     shutdown_rx: async_channel::Receiver<()>,
@@ -89,7 +90,10 @@ impl PendingProduce {
         }
     }
 
-    /// Waits for every partition writer and builds the result.
+    /// Waits for every partition writer and builds the result. A routed entry
+    /// is appended partition by partition: when one partition fails the others
+    /// may still be stored, so `spans` lists exactly the partitions appended and
+    /// `record_partitions` is kept, telling which records those are.
     pub async fn finish(self) -> ProduceResult {
         let mut error = self.error;
         let mut spans = Vec::with_capacity(self.waits.len());
@@ -108,11 +112,7 @@ impl PendingProduce {
             partition: self.partition,
             error,
             spans,
-            record_partitions: if error.is_ok() {
-                self.record_partitions
-            } else {
-                Vec::new()
-            },
+            record_partitions: self.record_partitions,
         }
     }
 }
@@ -155,18 +155,15 @@ impl Engine {
             let topic = Self::open_topic(&config, &name, tc)?;
             topics.insert(name, Arc::new(topic));
         }
-        let offsets = OffsetStore::open(
-            &dir.join("__consumer_offsets"),
-            config.fsync == FsyncPolicy::Always,
-        )?;
+        let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
             config,
             topics: RwLock::new(topics),
-            create_lock: Mutex::new(()),
+            create_lock: futures::lock::Mutex::new(()),
             groups: Mutex::new(Coordinator::new(nonce)),
-            offsets: Mutex::new(offsets),
+            offsets,
             started: Instant::now(),
             shutdown_tx,
             shutdown_rx,
@@ -263,11 +260,25 @@ impl Engine {
             .collect()
     }
 
-    /// Creates a topic with the given settings.
+    /// Creates a topic with the given settings (blocking; see [`Engine::create_topic_async`]).
     ///
     /// # Errors
-    /// INVALID_NAME, TOPIC_ALREADY_EXISTS, or storage errors.
+    /// INVALID_NAME, INVALID_REQUEST, TOPIC_ALREADY_EXISTS, or storage errors.
     pub fn create_topic(&self, name: &str, tc: TopicConfig) -> Result<Arc<Topic>, BrokerError> {
+        rt::block_on(self.create_topic_async(name, tc))
+    }
+
+    /// Creates a topic with the given settings. The file work (directory,
+    /// `topic.conf`, partition logs) runs on the blocking pool.
+    ///
+    /// # Errors
+    /// INVALID_NAME, INVALID_REQUEST (a setting out of range, or a broker-wide
+    /// budget), TOPIC_ALREADY_EXISTS, or storage errors.
+    pub async fn create_topic_async(
+        &self,
+        name: &str,
+        tc: TopicConfig,
+    ) -> Result<Arc<Topic>, BrokerError> {
         if !valid_name(name) {
             return Err(BrokerError::code_for(
                 ErrorCode::InvalidName,
@@ -277,7 +288,7 @@ impl Engine {
         if let Err(e) = tc.check() {
             return Err(BrokerError::code_for(ErrorCode::InvalidRequest, e));
         }
-        let _guard = lock(&self.create_lock);
+        let _guard = self.create_lock.lock().await;
         if self.topic(name).is_some() {
             return Err(BrokerError::code_for(ErrorCode::TopicAlreadyExists, name));
         }
@@ -300,10 +311,18 @@ impl Engine {
                 ),
             ));
         }
-        let dir = self.config.data_dir.join(name);
-        crate::storage::create_dir_durable(&dir)?;
-        write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
-        let topic = Arc::new(Self::open_topic(&self.config, name, tc)?);
+        let config = self.config.clone();
+        let owned = name.to_owned();
+        let topic = rt::unblock(move || {
+            #[cfg(test)]
+            lock(&FILE_WORK_THREADS).push((owned.clone(), std::thread::current().id()));
+            let dir = config.data_dir.join(&owned);
+            crate::storage::create_dir_durable(&dir)?;
+            write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
+            Self::open_topic(&config, &owned, tc)
+        })
+        .await?;
+        let topic = Arc::new(topic);
         tracing::info!(
             topic = name,
             partitions = topic.partitions.len(),
@@ -316,52 +335,48 @@ impl Engine {
         Ok(topic)
     }
 
-    /// Creates a topic from a CREATE_TOPIC request (-1 fields take defaults).
+    /// Creates a topic from a CREATE_TOPIC request: -1 in a field takes the
+    /// broker default, any other value must be in the field's documented range.
     ///
     /// # Errors
-    /// As [`Engine::create_topic`].
+    /// INVALID_REQUEST naming the field, its value and its range; otherwise as
+    /// [`Engine::create_topic`].
     pub fn create_topic_request(
         &self,
         req: &CreateTopicRequest,
     ) -> Result<Arc<Topic>, BrokerError> {
-        let d = &self.config.default_topic;
-        let pos_u64 = |v: i64, def: Option<u64>| if v < 0 { def } else { u64::try_from(v).ok() };
-        let tc = TopicConfig {
-            partitions: if req.partitions < 0 {
-                d.partitions
-            } else {
-                u32::try_from(req.partitions).unwrap_or(0)
-            },
-            max_pending: if req.max_pending < 0 {
-                d.max_pending
-            } else {
-                usize::try_from(req.max_pending).unwrap_or(0)
-            },
-            retention_bytes: pos_u64(req.retention_bytes, d.retention_bytes),
-            retention_ms: pos_u64(req.retention_ms, d.retention_ms),
-            segment_bytes: pos_u64(req.segment_bytes, Some(d.segment_bytes))
-                .unwrap_or(d.segment_bytes),
-            backpressure: match req.backpressure {
-                0 => Backpressure::Block,
-                1 => Backpressure::Reject,
-                _ => d.backpressure,
-            },
-        };
+        let tc = TopicConfig::from_request(&self.config.default_topic, req).map_err(|e| {
+            tracing::debug!(topic = %req.name, error = %e, "CREATE_TOPIC refused");
+            BrokerError::code_for(ErrorCode::InvalidRequest, e)
+        })?;
         self.create_topic(&req.name, tc)
     }
 
-    /// The topic, created with the defaults if auto-create is on.
+    /// The topic, created with the defaults if auto-create is on (blocking:
+    /// for callers off the executor; async paths use [`Engine::auto_create`]).
     ///
     /// # Errors
     /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME, storage errors.
     pub fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        rt::block_on(self.auto_create(name))
+    }
+
+    /// The topic, created with the defaults (file work on the blocking pool)
+    /// if auto-create is on.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME, storage errors.
+    pub async fn auto_create(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
         if let Some(t) = self.topic(name) {
             return Ok(t);
         }
         if !self.config.auto_create_topics {
             return Err(BrokerError::code_for(ErrorCode::UnknownTopic, name));
         }
-        match self.create_topic(name, self.config.default_topic.clone()) {
+        match self
+            .create_topic_async(name, self.config.default_topic.clone())
+            .await
+        {
             Err(BrokerError::Code {
                 code: ErrorCode::TopicAlreadyExists,
                 ..
@@ -393,13 +408,16 @@ impl Engine {
         if self.is_shutting_down() {
             return fail(ErrorCode::ShuttingDown);
         }
-        let t = match self.topic_or_create(&topic) {
+        let t = match self.auto_create(&topic).await {
             Ok(t) => t,
             Err(e) => return fail(e.code()),
         };
         let info = match record::validate_batch(&records, self.config.max_record_bytes as u64) {
             Ok(i) => i,
-            Err(RecordError::TooLarge { .. }) => return fail(ErrorCode::RecordTooLarge),
+            Err(RecordError::TooLarge { size, limit, .. }) => {
+                tracing::debug!(topic = %topic, size, limit, "RECORD_TOO_LARGE: a record of {size} bytes (16-byte header included) is above max_record_bytes ({limit})");
+                return fail(ErrorCode::RecordTooLarge);
+            }
             Err(_) => return fail(ErrorCode::CorruptRecord),
         };
         let mut pending = PendingProduce::failed(&topic, partition, ErrorCode::None);
@@ -573,7 +591,7 @@ impl Engine {
             return Err(ErrorCode::InvalidRequest);
         }
         for t in &req.topics {
-            if let Err(e) = self.topic_or_create(t) {
+            if let Err(e) = self.auto_create(t).await {
                 return Err(e.code());
             }
         }
@@ -631,23 +649,28 @@ impl Engine {
                 p.maintain(now).await;
             }
         }
+        self.offsets.maintain().await;
     }
 
     // ------------------------------------------------------------ offsets
 
-    /// Handles OFFSET_COMMIT, fenced by member and generation.
+    /// Handles OFFSET_COMMIT, fenced by member and generation. The fencing
+    /// check and the hand-off to the offsets writer happen under the groups
+    /// lock, so a rebalance cannot slip between them and commits reach the
+    /// file in the order they were checked; the write and its fsync happen
+    /// after the lock is released, off the executor. Answers once the commit
+    /// is written (and fsynced under `--fsync always`).
     ///
     /// # Errors
-    /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, STORAGE_ERROR.
-    pub fn commit_offsets(
+    /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, STORAGE_ERROR,
+    /// INVALID_REQUEST (offset store full), SHUTTING_DOWN.
+    pub async fn commit_offsets(
         &self,
         req: &OffsetCommitRequest,
     ) -> Result<OffsetCommitResponse, ErrorCode> {
         if !valid_name(&req.group) {
             return Err(ErrorCode::InvalidName);
         }
-        let groups = lock(&self.groups);
-        groups.check_commit(&req.group, &req.member_id, req.generation)?;
         let mut results = Vec::with_capacity(req.offsets.len());
         let mut store = Vec::with_capacity(req.offsets.len());
         for o in &req.offsets {
@@ -666,16 +689,34 @@ impl Engine {
                 error,
             });
         }
-        // Written while the group is locked, so a rebalance cannot slip between the check and the write.
-        if let Err(e) = lock(&self.offsets).commit(&req.group, &store) {
+        let rx = loop {
+            let room = self.offsets.room();
+            let queued = {
+                let groups = lock(&self.groups);
+                groups.check_commit(&req.group, &req.member_id, req.generation)?;
+                if store.is_empty() {
+                    return Ok(OffsetCommitResponse { results });
+                }
+                self.offsets.try_queue(&req.group, store)
+            };
+            match queued {
+                Ok(rx) => break rx,
+                // The queue is full: wait for the writer, then check the fencing again.
+                Err(NotQueued::Full(back)) => {
+                    store = back;
+                    room.await;
+                }
+                Err(NotQueued::Closed) => return Err(ErrorCode::ShuttingDown),
+            }
+        };
+        if let Err(e) = crate::offsets::finish(rx).await {
             tracing::error!(group = %req.group, error = %e, "offset commit failed");
             return Err(e.code());
         }
-        drop(groups);
         Ok(OffsetCommitResponse { results })
     }
 
-    /// Stores offsets outside group membership (embedded mode).
+    /// Stores offsets outside group membership (embedded mode), on the calling thread.
     ///
     /// # Errors
     /// Storage errors.
@@ -684,18 +725,23 @@ impl Engine {
         group: &str,
         offsets: &[(String, i32, i64)],
     ) -> Result<(), BrokerError> {
-        lock(&self.offsets).commit(group, offsets)
+        self.offsets.commit_now(group, offsets)
     }
 
     /// The committed offset of one partition, if any.
     pub fn committed(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
-        lock(&self.offsets).get(group, topic, partition)
+        self.offsets.get(group, topic, partition)
+    }
+
+    /// The committed offsets (tests, observability).
+    pub fn offsets(&self) -> &Offsets {
+        &self.offsets
     }
 
     /// Handles OFFSET_FETCH: committed offset, log start and log end per partition.
     pub fn offset_fetch(&self, req: &OffsetFetchRequest) -> OffsetFetchResponse {
         let mut partitions = Vec::new();
-        let store = lock(&self.offsets);
+        let store = &self.offsets;
         for tp in &req.topics {
             let Some(t) = self.topic(&tp.topic) else {
                 partitions.push(OffsetFetchPartition {
@@ -789,9 +835,7 @@ impl Engine {
                 p.shutdown().await;
             }
         }
-        if let Err(e) = lock(&self.offsets).sync() {
-            tracing::error!(error = %e, "fsync of committed offsets failed at shutdown");
-        }
+        self.offsets.shutdown().await;
         // Everything is on disk: another broker (or a reopen in this process) may take over.
         drop(lock(&self.data_lock).take());
     }
@@ -801,6 +845,11 @@ impl Engine {
         self.config.data_dir.clone()
     }
 }
+
+/// Test-only: the thread each topic's creation did its file work on.
+#[cfg(test)]
+pub(crate) static FILE_WORK_THREADS: Mutex<Vec<(String, std::thread::ThreadId)>> =
+    Mutex::new(Vec::new());
 
 /// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
 pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), BrokerError> {

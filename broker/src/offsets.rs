@@ -2,40 +2,106 @@
 //!
 //! The file is a segment header followed by records in the log's format (so
 //! each carries a CRC): key = group name, value = `[topic string][partition
-//! i32][offset i64]`. A commit appends one record per partition with a single
-//! write; on open the file is replayed, and a torn or corrupt tail is cut off,
-//! so every partition's committed offset is the old value or the new one,
-//! never torn. When the file grows well past its live content it is compacted
-//! by writing `offsets.log.tmp`, fsyncing it and renaming it over the old
-//! file; a stray temp file from an interrupted compaction is removed on open.
+//! i32][offset i64]`. A commit appends one record per partition; on open the
+//! file is replayed, and a torn or corrupt tail is cut off, so every
+//! partition's committed offset is the old value or the new one, never torn.
+//! When the file grows well past its live content it is compacted by writing
+//! `offsets.log.tmp`, fsyncing it, renaming it over the old file and fsyncing
+//! the directory; a stray temp file from an interrupted compaction is removed
+//! on open.
+//!
+//! Layout:
+//! - [`OffsetStore`]: the file and the map of live offsets, synchronous.
+//! - [`Offsets`]: what the engine uses. Commits go through a bounded queue to
+//!   one writer task (group commit, as the partitions do): it takes every
+//!   commit waiting, appends them with one write, applies the broker's fsync
+//!   policy once for the batch (`always`: fdatasync before any is
+//!   acknowledged; `<ms>`: an fdatasync at most `<ms>` after a commit, by
+//!   the writer or the broker's ticker; `never`: left to the OS), then makes
+//!   them visible and acknowledges each. The file work runs on the blocking
+//!   pool, so an fsync never holds a lock that heartbeats or joins need, and
+//!   never blocks an executor thread. Reads (`get`, `for_topic`) take a
+//!   read lock on the map, which the writer holds only to insert.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
 
 use bytes::BufMut;
+use event_listener::{Event, EventListener};
 use flume_client::protocol::record::{self, RecordIter};
 use flume_client::protocol::wire::{Reader, WriteExt};
+use flume_client::protocol::ErrorCode;
+use flume_client::rt;
+use futures::channel::oneshot;
 
 use crate::error::BrokerError;
 use crate::storage::segment::{FILE_HEADER_LEN, LOG_MAGIC};
+use crate::storage::FsyncPolicy;
 
 /// (group, topic, partition).
 pub type OffsetKey = (String, String, i32);
 
-/// The offset store.
+/// Offsets of one commit: (topic, partition, next offset to read).
+pub type CommitOffsets = Vec<(String, i32, i64)>;
+
+/// One commit as the store takes it: the group and its offsets.
+pub type Commit<'a> = (&'a str, &'a [(String, i32, i64)]);
+
+/// Most commits waiting for the offsets writer; a full queue makes
+/// OFFSET_COMMIT wait for room (each waiting commit is a decoded request,
+/// already bounded by the frame size and the broker's request budget).
+pub const COMMIT_QUEUE_CAPACITY: usize = 1024;
+
+type Map = HashMap<OffsetKey, i64>;
+
+fn read_map(m: &RwLock<Map>) -> std::sync::RwLockReadGuard<'_, Map> {
+    m.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn write_map(m: &RwLock<Map>) -> std::sync::RwLockWriteGuard<'_, Map> {
+    m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Test-only: called just before the offsets file is fsynced; an error is
+/// taken as the fsync's failure.
+#[cfg(test)]
+#[derive(Clone)]
+pub(crate) struct FsyncHook(pub(crate) Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>);
+
+#[cfg(test)]
+impl std::fmt::Debug for FsyncHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FsyncHook")
+    }
+}
+
+/// The offset store: the file and the live offsets.
 #[derive(Debug)]
 pub struct OffsetStore {
     path: PathBuf,
     file: File,
     size: u64,
-    map: HashMap<OffsetKey, i64>,
-    fsync: bool,
+    map: Arc<RwLock<Map>>,
+    policy: FsyncPolicy,
+    /// Bytes written since the last fsync.
+    dirty: bool,
+    last_sync: Instant,
+    syncs: Arc<AtomicU64>,
     compact_min_bytes: u64,
     /// Most (group, topic, partition) entries kept: commits that would add more are refused.
     max_keys: usize,
+    #[cfg(test)]
+    hook: Option<FsyncHook>,
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> BrokerError {
@@ -43,12 +109,12 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> BrokerError {
 }
 
 impl OffsetStore {
-    /// Opens (or creates) the store in `dir`; `fsync` makes every commit durable before it returns.
+    /// Opens (or creates) the store in `dir`; `policy` says when commits are fsynced.
     ///
     /// # Errors
     /// I/O errors, or a file that is not an offsets file.
-    pub fn open(dir: &Path, fsync: bool) -> Result<Self, BrokerError> {
-        std::fs::create_dir_all(dir).map_err(io(format!("create {}", dir.display())))?;
+    pub fn open(dir: &Path, policy: FsyncPolicy) -> Result<Self, BrokerError> {
+        crate::storage::create_dir_durable(dir)?;
         let path = dir.join("offsets.log");
         let tmp = dir.join("offsets.log.tmp");
         if tmp.exists() {
@@ -114,99 +180,148 @@ impl OffsetStore {
             path,
             file,
             size,
-            map,
-            fsync,
+            map: Arc::new(RwLock::new(map)),
+            policy,
+            dirty: false,
+            last_sync: Instant::now(),
+            syncs: Arc::new(AtomicU64::new(0)),
             compact_min_bytes: 1 << 20,
             max_keys: 1_000_000,
+            #[cfg(test)]
+            hook: None,
         })
     }
 
     /// The committed offset (next to read), if any.
     pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
-        self.map
-            .get(&(group.to_owned(), topic.to_owned(), partition))
-            .copied()
+        get(&self.map, group, topic, partition)
     }
 
     /// Every committed offset of a group for a topic.
     pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
-        let mut v: Vec<(i32, i64)> = self
-            .map
-            .iter()
-            .filter(|((g, t, _), _)| g == group && t == topic)
-            .map(|((_, _, p), o)| (*p, *o))
-            .collect();
-        v.sort_unstable();
-        v
+        for_topic(&self.map, group, topic)
     }
 
-    /// Stores offsets with one write (and an fsync if configured).
+    /// Stores one commit's offsets (see [`OffsetStore::commit_batch`]).
     ///
     /// # Errors
-    /// I/O errors; nothing is applied in memory then.
+    /// As [`OffsetStore::commit_batch`].
     pub fn commit(
         &mut self,
         group: &str,
         offsets: &[(String, i32, i64)],
     ) -> Result<(), BrokerError> {
-        if offsets.is_empty() {
-            return Ok(());
-        }
-        let new_keys = offsets
-            .iter()
-            .filter(|(t, p, _)| !self.map.contains_key(&(group.to_owned(), t.clone(), *p)))
-            .count();
-        if self.map.len() + new_keys > self.max_keys {
-            return Err(BrokerError::code_for(
-                flume_client::protocol::ErrorCode::InvalidRequest,
-                format!(
-                    "the offset store holds {} (group, topic, partition) entries, the limit is {}",
-                    self.map.len(),
-                    self.max_keys
-                ),
-            ));
-        }
-        let mut buf = Vec::with_capacity(offsets.len() * 64);
+        let mut r = self.commit_batch(&[(group, offsets)]);
+        r.pop().unwrap_or(Ok(()))
+    }
+
+    /// Stores several commits with one write and, as the fsync policy says,
+    /// one fsync; returns one result per commit, in order. A commit that
+    /// would take the store past its entry limit is refused (INVALID_REQUEST)
+    /// and the others go ahead. After a failed write or fsync the file is cut
+    /// back to its previous size and none of the batch is applied.
+    pub fn commit_batch(&mut self, commits: &[Commit<'_>]) -> Vec<Result<(), BrokerError>> {
+        let mut results: Vec<Result<(), BrokerError>> = Vec::with_capacity(commits.len());
+        let mut buf = Vec::new();
         let ts = crate::now_ms();
-        for (topic, partition, offset) in offsets {
-            let mut value = Vec::with_capacity(topic.len() + 14);
-            value.put_string(topic);
-            value.put_i32(*partition);
-            value.put_i64(*offset);
-            record::encode(&mut buf, 0, ts, Some(group.as_bytes()), &value, &[]);
+        {
+            let map = read_map(&self.map);
+            let mut added: HashSet<OffsetKey> = HashSet::new();
+            for (group, offsets) in commits {
+                let new: Vec<OffsetKey> = offsets
+                    .iter()
+                    .map(|(t, p, _)| ((*group).to_owned(), t.clone(), *p))
+                    .filter(|k| !map.contains_key(k) && !added.contains(k))
+                    .collect();
+                let held = map.len() + added.len();
+                if held + new.len() > self.max_keys {
+                    results.push(Err(BrokerError::code_for(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "the offset store holds {held} (group, topic, partition) entries, the limit is {}",
+                            self.max_keys
+                        ),
+                    )));
+                    continue;
+                }
+                added.extend(new);
+                for (topic, partition, offset) in *offsets {
+                    let mut value = Vec::with_capacity(topic.len() + 14);
+                    value.put_string(topic);
+                    value.put_i32(*partition);
+                    value.put_i64(*offset);
+                    record::encode(&mut buf, 0, ts, Some(group.as_bytes()), &value, &[]);
+                }
+                results.push(Ok(()));
+            }
         }
-        if let Err(e) = self.file.write_all_at(&buf, self.size) {
-            let _ = self.file.set_len(self.size);
-            return Err(io(format!("append to {}", self.path.display()))(e));
+        if buf.is_empty() {
+            return results;
         }
-        if self.fsync {
-            self.file
-                .sync_data()
-                .map_err(io(format!("fsync {}", self.path.display())))?;
+        if let Err(e) = self.write_durably(&buf) {
+            let msg = e.to_string();
+            for r in &mut results {
+                if r.is_ok() {
+                    *r = Err(BrokerError::code_for(ErrorCode::StorageError, msg.clone()));
+                }
+            }
+            return results;
         }
-        self.size += buf.len() as u64;
-        for (topic, partition, offset) in offsets {
-            self.map
-                .insert((group.to_owned(), topic.clone(), *partition), *offset);
+        {
+            let mut map = write_map(&self.map);
+            for ((group, offsets), r) in commits.iter().zip(&results) {
+                if r.is_ok() {
+                    for (topic, partition, offset) in *offsets {
+                        map.insert(((*group).to_owned(), topic.clone(), *partition), *offset);
+                    }
+                }
+            }
         }
-        if self.size > self.compact_min_bytes.max(self.map.len() as u64 * 256) {
+        let live = read_map(&self.map).len() as u64;
+        if self.size > self.compact_min_bytes.max(live * 256) {
             if let Err(e) = self.compact() {
                 tracing::warn!(error = %e, "offsets compaction failed; the log keeps growing until it succeeds");
             }
         }
+        results
+    }
+
+    /// Appends `buf` and applies the fsync policy; on failure cuts the file back.
+    fn write_durably(&mut self, buf: &[u8]) -> Result<(), BrokerError> {
+        let written = self
+            .file
+            .write_all_at(buf, self.size)
+            .map_err(io(format!("append to {}", self.path.display())));
+        let synced = written.and_then(|()| {
+            self.dirty = true;
+            match self.policy {
+                FsyncPolicy::Always => self.sync(),
+                FsyncPolicy::Interval(_) => self.sync_if_due(Instant::now()),
+                FsyncPolicy::Never => Ok(()),
+            }
+        });
+        if let Err(e) = synced {
+            // Nothing of the batch is acknowledged, so nothing of it may come back on restart.
+            if let Err(t) = self.file.set_len(self.size) {
+                tracing::error!(file = %self.path.display(), error = %t, "could not cut back a failed offsets write");
+            }
+            return Err(e);
+        }
+        self.size += buf.len() as u64;
         Ok(())
     }
 
-    /// Rewrites the file with only the live offsets (temp file, fsync, rename).
+    /// Rewrites the file with only the live offsets (temp file, fsync,
+    /// rename, fsync of the directory).
     ///
     /// # Errors
     /// I/O errors; the old file stays in place then.
     pub fn compact(&mut self) -> Result<(), BrokerError> {
         let tmp = self.path.with_extension("log.tmp");
-        let mut buf = Vec::with_capacity(8 + self.map.len() * 64);
+        let mut buf = Vec::with_capacity(8);
         buf.extend_from_slice(&LOG_MAGIC);
         let ts = crate::now_ms();
-        for ((group, topic, partition), offset) in &self.map {
+        for ((group, topic, partition), offset) in read_map(&self.map).iter() {
             let mut value = Vec::new();
             value.put_string(topic);
             value.put_i32(*partition);
@@ -220,8 +335,8 @@ impl OffsetStore {
             .map_err(io(format!("fsync {}", tmp.display())))?;
         std::fs::rename(&tmp, &self.path).map_err(io(format!("rename {}", tmp.display())))?;
         if let Some(dir) = self.path.parent() {
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
+            if let Err(e) = crate::storage::fsync_dir(dir) {
+                tracing::warn!(dir = %dir.display(), error = %e, "fsync of the directory after the offsets compaction failed");
             }
         }
         self.file = OpenOptions::new()
@@ -230,6 +345,7 @@ impl OffsetStore {
             .open(&self.path)
             .map_err(io(format!("open {}", self.path.display())))?;
         self.size = buf.len() as u64;
+        self.dirty = false;
         Ok(())
     }
 
@@ -237,10 +353,37 @@ impl OffsetStore {
     ///
     /// # Errors
     /// I/O errors.
-    pub fn sync(&self) -> Result<(), BrokerError> {
+    pub fn sync(&mut self) -> Result<(), BrokerError> {
+        #[cfg(test)]
+        if let Some(h) = &self.hook {
+            (h.0)().map_err(io(format!("fsync {}", self.path.display())))?;
+        }
         self.file
             .sync_data()
-            .map_err(io(format!("fsync {}", self.path.display())))
+            .map_err(io(format!("fsync {}", self.path.display())))?;
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.dirty = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Under the interval policy, fsyncs if something was written and the
+    /// last fsync is at least the interval before `now`.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn sync_if_due(&mut self, now: Instant) -> Result<(), BrokerError> {
+        if let FsyncPolicy::Interval(d) = self.policy {
+            if self.dirty && now.saturating_duration_since(self.last_sync) >= d {
+                return self.sync();
+            }
+        }
+        Ok(())
+    }
+
+    /// Number of fsyncs of the offsets file so far.
+    pub fn fsync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
     }
 
     #[cfg(test)]
@@ -251,6 +394,225 @@ impl OffsetStore {
     #[cfg(test)]
     fn set_max_keys(&mut self, n: usize) {
         self.max_keys = n;
+    }
+}
+
+fn get(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<i64> {
+    read_map(map)
+        .get(&(group.to_owned(), topic.to_owned(), partition))
+        .copied()
+}
+
+fn for_topic(map: &RwLock<Map>, group: &str, topic: &str) -> Vec<(i32, i64)> {
+    let mut v: Vec<(i32, i64)> = read_map(map)
+        .iter()
+        .filter(|((g, t, _), _)| g == group && t == topic)
+        .map(|((_, _, p), o)| (*p, *o))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// One commit waiting for the writer.
+#[derive(Debug)]
+struct CommitJob {
+    group: String,
+    offsets: CommitOffsets,
+    ack: oneshot::Sender<Result<(), BrokerError>>,
+}
+
+/// Why a commit was not queued.
+#[derive(Debug)]
+pub enum NotQueued {
+    /// The queue is full: the offsets come back; wait on [`Offsets::room`] and retry.
+    Full(CommitOffsets),
+    /// The writer has stopped (shutdown).
+    Closed,
+}
+
+/// The committed offsets with their writer task (see the module docs).
+#[derive(Debug)]
+pub struct Offsets {
+    store: Arc<Mutex<OffsetStore>>,
+    map: Arc<RwLock<Map>>,
+    syncs: Arc<AtomicU64>,
+    queue: async_channel::Sender<CommitJob>,
+    room: Arc<Event>,
+    writer: Mutex<Option<rt::Task<()>>>,
+}
+
+impl Offsets {
+    /// Opens the store in `dir` and starts its writer task.
+    ///
+    /// # Errors
+    /// As [`OffsetStore::open`].
+    pub fn open(dir: &Path, policy: FsyncPolicy) -> Result<Self, BrokerError> {
+        Ok(Self::start(OffsetStore::open(dir, policy)?))
+    }
+
+    fn start(store: OffsetStore) -> Self {
+        let map = Arc::clone(&store.map);
+        let syncs = Arc::clone(&store.syncs);
+        let store = Arc::new(Mutex::new(store));
+        let (tx, rx) = async_channel::bounded(COMMIT_QUEUE_CAPACITY);
+        let room = Arc::new(Event::new());
+        let writer = rt::spawn(writer_loop(rx, Arc::clone(&store), Arc::clone(&room)));
+        Offsets {
+            store,
+            map,
+            syncs,
+            queue: tx,
+            room,
+            writer: Mutex::new(Some(writer)),
+        }
+    }
+
+    /// The committed offset (next to read), if any. Commits are visible once acknowledged.
+    pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
+        get(&self.map, group, topic, partition)
+    }
+
+    /// Every committed offset of a group for a topic.
+    pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
+        for_topic(&self.map, group, topic)
+    }
+
+    /// Queues a commit without waiting; the receiver gets its result once it
+    /// is written (and fsynced if the policy is `always`). Commits are written
+    /// in the order they are queued.
+    ///
+    /// # Errors
+    /// [`NotQueued::Full`] (retry after [`Offsets::room`]) or [`NotQueued::Closed`].
+    pub fn try_queue(
+        &self,
+        group: &str,
+        offsets: CommitOffsets,
+    ) -> Result<oneshot::Receiver<Result<(), BrokerError>>, NotQueued> {
+        let (ack, rx) = oneshot::channel();
+        let job = CommitJob {
+            group: group.to_owned(),
+            offsets,
+            ack,
+        };
+        match self.queue.try_send(job) {
+            Ok(()) => Ok(rx),
+            Err(async_channel::TrySendError::Full(job)) => Err(NotQueued::Full(job.offsets)),
+            Err(async_channel::TrySendError::Closed(_)) => Err(NotQueued::Closed),
+        }
+    }
+
+    /// A listener woken when the writer takes commits off the queue. Create
+    /// it before [`Offsets::try_queue`], so no wake-up is missed.
+    pub fn room(&self) -> EventListener {
+        self.room.listen()
+    }
+
+    /// Queues a commit, waiting for room, and waits for its result.
+    ///
+    /// # Errors
+    /// Storage errors, INVALID_REQUEST (entry limit), SHUTTING_DOWN.
+    pub async fn commit(&self, group: &str, offsets: CommitOffsets) -> Result<(), BrokerError> {
+        let mut offsets = offsets;
+        loop {
+            let room = self.room();
+            match self.try_queue(group, offsets) {
+                Ok(rx) => return finish(rx).await,
+                Err(NotQueued::Full(back)) => {
+                    offsets = back;
+                    room.await;
+                }
+                Err(NotQueued::Closed) => return Err(ErrorCode::ShuttingDown.into()),
+            }
+        }
+    }
+
+    /// Stores offsets at once on the calling thread, bypassing the queue
+    /// (embedded mode, which has no executor of its own to wait on).
+    ///
+    /// # Errors
+    /// As [`OffsetStore::commit`].
+    pub fn commit_now(
+        &self,
+        group: &str,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<(), BrokerError> {
+        lock(&self.store).commit(group, offsets)
+    }
+
+    /// Under the interval policy, fsyncs the file if a commit is older than
+    /// the interval; off the executor. Called by the broker's ticker.
+    pub async fn maintain(&self) {
+        let store = Arc::clone(&self.store);
+        let r = rt::unblock(move || lock(&store).sync_if_due(Instant::now())).await;
+        if let Err(e) = r {
+            tracing::error!(error = %e, "interval fsync of committed offsets failed");
+        }
+    }
+
+    /// Number of fsyncs of the offsets file so far.
+    pub fn fsync_count(&self) -> u64 {
+        self.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Stops taking commits, lets the writer finish the queued ones and fsyncs the file.
+    pub async fn shutdown(&self) {
+        self.queue.close();
+        let writer = lock(&self.writer).take();
+        if let Some(w) = writer {
+            w.await;
+        }
+        let store = Arc::clone(&self.store);
+        if let Err(e) = rt::unblock(move || lock(&store).sync()).await {
+            tracing::error!(error = %e, "fsync of committed offsets failed at shutdown");
+        }
+    }
+
+    /// Test-only: `f` runs just before every fsync of the offsets file.
+    #[cfg(test)]
+    pub(crate) fn set_fsync_hook(&self, f: Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>) {
+        lock(&self.store).hook = Some(FsyncHook(f));
+    }
+}
+
+/// Waits for a queued commit's result.
+///
+/// # Errors
+/// The commit's failure, or SHUTTING_DOWN if the writer went away.
+pub async fn finish(rx: oneshot::Receiver<Result<(), BrokerError>>) -> Result<(), BrokerError> {
+    rx.await
+        .unwrap_or_else(|_| Err(ErrorCode::ShuttingDown.into()))
+}
+
+/// Most commits the writer takes in one group commit.
+const WRITER_BATCH: usize = 256;
+
+async fn writer_loop(
+    rx: async_channel::Receiver<CommitJob>,
+    store: Arc<Mutex<OffsetStore>>,
+    room: Arc<Event>,
+) {
+    while let Ok(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < WRITER_BATCH {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        room.notify(usize::MAX);
+        let store = Arc::clone(&store);
+        let (jobs, results) = rt::unblock(move || {
+            let commits: Vec<Commit<'_>> = jobs
+                .iter()
+                .map(|j| (j.group.as_str(), j.offsets.as_slice()))
+                .collect();
+            let results = lock(&store).commit_batch(&commits);
+            (jobs, results)
+        })
+        .await;
+        for (job, r) in jobs.into_iter().zip(results) {
+            let _ = job.ack.send(r);
+        }
     }
 }
 
@@ -272,12 +634,12 @@ mod tests {
     #[test]
     fn commits_survive_reopen_and_torn_tails() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = OffsetStore::open(dir.path(), false).unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         s.commit("g", &[("t".into(), 0, 5), ("t".into(), 1, 7)])
             .unwrap();
         s.commit("g", &[("t".into(), 0, 6)]).unwrap();
         drop(s);
-        let s = OffsetStore::open(dir.path(), false).unwrap();
+        let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         assert_eq!(s.get("g", "t", 0), Some(6));
         assert_eq!(s.for_topic("g", "t"), vec![(0, 6), (1, 7)]);
         drop(s);
@@ -290,12 +652,12 @@ mod tests {
             .unwrap()
             .set_len(len - 3)
             .unwrap();
-        let mut s = OffsetStore::open(dir.path(), false).unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         assert_eq!(s.get("g", "t", 0), Some(5));
         s.commit("g", &[("t".into(), 0, 9)]).unwrap();
         drop(s);
         assert_eq!(
-            OffsetStore::open(dir.path(), false)
+            OffsetStore::open(dir.path(), FsyncPolicy::Never)
                 .unwrap()
                 .get("g", "t", 0),
             Some(9)
@@ -303,9 +665,33 @@ mod tests {
     }
 
     #[test]
+    fn interval_policy_fsyncs_at_most_once_per_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Interval(hour)).unwrap();
+        let t0 = Instant::now();
+        // Opening counts as a sync: the first commit is not due for an hour.
+        s.commit("g", &[("t".into(), 0, 1)]).unwrap();
+        assert_eq!(
+            s.fsync_count(),
+            0,
+            "not due: the store was synced when opened"
+        );
+        s.sync_if_due(t0).unwrap();
+        assert_eq!(s.fsync_count(), 0);
+        s.sync_if_due(t0 + hour).unwrap();
+        assert_eq!(s.fsync_count(), 1, "due once the interval has passed");
+        s.sync_if_due(t0 + 3 * hour).unwrap();
+        assert_eq!(s.fsync_count(), 1, "nothing written since: no fsync");
+        let mut a = OffsetStore::open(dir.path(), FsyncPolicy::Always).unwrap();
+        a.commit("g", &[("t".into(), 0, 2)]).unwrap();
+        assert_eq!(a.fsync_count(), 1, "always: fsynced before commit returns");
+    }
+
+    #[test]
     fn the_number_of_entries_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = OffsetStore::open(dir.path(), false).unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         s.set_max_keys(3);
         s.commit(
             "g",
@@ -325,7 +711,7 @@ mod tests {
     #[test]
     fn compaction_keeps_live_offsets_and_stray_temp_is_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = OffsetStore::open(dir.path(), false).unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         s.set_compact_min(2000);
         for i in 0..500 {
             s.commit("g", &[("t".into(), i % 3, i64::from(i))]).unwrap();
@@ -338,8 +724,280 @@ mod tests {
         );
         drop(s);
         std::fs::write(dir.path().join("offsets.log.tmp"), b"half written").unwrap();
-        let s = OffsetStore::open(dir.path(), false).unwrap();
+        let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         assert!(!dir.path().join("offsets.log.tmp").exists());
         assert_eq!(s.for_topic("g", "t"), vec![(0, 498), (1, 499), (2, 497)]);
+    }
+}
+
+/// The offsets writer inside a running engine: lock-free heartbeats and
+/// joins while a commit waits for its fsync, group commit, fsync policies.
+#[cfg(test)]
+mod engine_tests {
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    use flume_client::protocol::{JoinGroupRequest, OffsetCommitRequest, PartitionOffset};
+
+    use super::*;
+    use crate::config::{BrokerConfig, TopicConfig};
+    use crate::engine::Engine;
+
+    fn engine(dir: &Path, fsync: FsyncPolicy) -> Arc<Engine> {
+        let mut c = BrokerConfig::new(dir);
+        c.fsync = fsync;
+        c.tick = Duration::from_millis(10);
+        let e = Engine::open(c).unwrap();
+        e.create_topic(
+            "t",
+            TopicConfig {
+                partitions: 2,
+                ..TopicConfig::default()
+            },
+        )
+        .unwrap();
+        e
+    }
+
+    fn commit(group: &str, offset: i64) -> OffsetCommitRequest {
+        OffsetCommitRequest {
+            group: group.into(),
+            generation: -1,
+            member_id: String::new(),
+            offsets: vec![PartitionOffset {
+                topic: "t".into(),
+                partition: 0,
+                offset,
+            }],
+        }
+    }
+
+    fn join(group: &str) -> JoinGroupRequest {
+        JoinGroupRequest {
+            group: group.into(),
+            member_id: String::new(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 0,
+            assignor: String::new(),
+            topics: vec!["t".into()],
+        }
+    }
+
+    /// A gate for the fsync hook: `entered` reports each fsync that starts;
+    /// every fsync waits until `release` is dropped (at most 10 s, so a
+    /// failing test cannot hang).
+    fn gate(e: &Engine) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
+        let (entered_tx, entered) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let entered_tx = Mutex::new(entered_tx);
+        let release_rx = Mutex::new(release_rx);
+        e.offsets().set_fsync_hook(Arc::new(move || {
+            let _ = lock(&entered_tx).send(());
+            let _ = lock(&release_rx).recv_timeout(Duration::from_secs(10));
+            Ok(())
+        }));
+        (entered, release)
+    }
+
+    /// Runs `f` on its own thread; its result, or None if it took longer than `limit`.
+    fn within<T: Send + 'static>(
+        limit: Duration,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(limit).ok()
+    }
+
+    #[test]
+    fn a_commit_stuck_in_fsync_stalls_neither_heartbeats_nor_joins() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Always);
+        let member = rt::block_on(rt::timeout(
+            Duration::from_secs(5),
+            e.join_group(join("g1")),
+        ))
+        .expect("first join completes")
+        .unwrap();
+        let (entered, release) = gate(&e);
+        let ec = Arc::clone(&e);
+        let stuck = rt::spawn(async move { ec.commit_offsets(&commit("tools", 5)).await });
+        entered
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the commit reaches its fsync");
+
+        let eh = Arc::clone(&e);
+        let hb = within(Duration::from_secs(1), move || {
+            eh.heartbeat("g1", &member.member_id, member.generation)
+        });
+        let ej = Arc::clone(&e);
+        let joined = within(Duration::from_secs(1), move || {
+            rt::block_on(rt::timeout(
+                Duration::from_secs(5),
+                ej.join_group(join("g2")),
+            ))
+        });
+        // Not acknowledged (nor visible) before it is durable.
+        let visible_early = e.committed("tools", "t", 0);
+        drop(release);
+        assert_eq!(
+            hb,
+            Some(Ok(())),
+            "a heartbeat completes while a commit waits for its fsync"
+        );
+        assert!(
+            matches!(joined, Some(Some(Ok(_)))),
+            "a JOIN of another group completes while a commit waits for its fsync: {joined:?}"
+        );
+        assert_eq!(visible_early, None);
+        let r = rt::block_on(stuck).unwrap();
+        assert!(r.results.iter().all(|p| p.error.is_ok()));
+        assert_eq!(e.committed("tools", "t", 0), Some(5));
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn commits_waiting_behind_an_fsync_share_the_next_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Always);
+        let (entered, release) = gate(&e);
+        let ec = Arc::clone(&e);
+        let first = rt::spawn(async move { ec.commit_offsets(&commit("g0", 1)).await });
+        entered.recv_timeout(Duration::from_secs(5)).unwrap();
+        let before = e.offsets().fsync_count();
+        let rest: Vec<_> = (1..=10)
+            .map(|i| {
+                let ec = Arc::clone(&e);
+                rt::spawn(async move { ec.commit_offsets(&commit(&format!("g{i}"), i)).await })
+            })
+            .collect();
+        // Wait until all ten are queued behind the stuck writer.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while e.offsets().queue.len() < 10 {
+            assert!(Instant::now() < deadline, "commits did not queue");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(release);
+        rt::block_on(first).unwrap();
+        for t in rest {
+            rt::block_on(t).unwrap();
+        }
+        assert_eq!(before, 0);
+        assert_eq!(
+            e.offsets().fsync_count(),
+            2,
+            "one fsync for the first commit, one for the ten queued behind it"
+        );
+        for i in 0..=10 {
+            assert_eq!(e.committed(&format!("g{i}"), "t", 0), Some(i.max(1)));
+        }
+        rt::block_on(e.shutdown());
+    }
+
+    /// A full commit queue makes further commits wait for room (nothing is
+    /// dropped or refused); they complete once the writer moves on.
+    #[test]
+    fn a_full_commit_queue_makes_commits_wait_for_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Always);
+        let (entered, release) = gate(&e);
+        let ec = Arc::clone(&e);
+        let first = rt::spawn(async move { ec.commit_offsets(&commit("g", 0)).await });
+        entered.recv_timeout(Duration::from_secs(5)).unwrap();
+        let n = i64::try_from(COMMIT_QUEUE_CAPACITY).unwrap() + 1;
+        let waiting: Vec<_> = (1..=n)
+            .map(|i| {
+                let ec = Arc::clone(&e);
+                rt::spawn(async move { ec.commit_offsets(&commit("g", i)).await })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while e.offsets().queue.len() < COMMIT_QUEUE_CAPACITY {
+            assert!(Instant::now() < deadline, "the queue did not fill");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(e.offsets().queue.len(), COMMIT_QUEUE_CAPACITY, "bounded");
+        drop(release);
+        rt::block_on(first).unwrap();
+        for t in waiting {
+            rt::block_on(t).unwrap();
+        }
+        let c = e.committed("g", "t", 0).unwrap();
+        assert!((1..=n).contains(&c), "{c}");
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn interval_policy_fsyncs_committed_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Interval(Duration::from_millis(20)));
+        rt::block_on(e.commit_offsets(&commit("g", 3))).unwrap();
+        // The ticker (every 10 ms) fsyncs what is older than the interval.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while e.offsets().fsync_count() == 0 {
+            assert!(Instant::now() < deadline, "committed offsets never fsynced");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        rt::block_on(e.shutdown());
+    }
+
+    /// Auto-creation (first PRODUCE or JOIN_GROUP of a topic) does its file
+    /// work on the blocking pool, not on the thread running the request.
+    #[test]
+    fn auto_creation_does_its_file_work_off_the_calling_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Never);
+        let name = format!("auto-{}", std::process::id());
+        let caller = std::thread::current().id();
+        rt::block_on(e.auto_create(&name)).unwrap();
+        let threads: Vec<_> = lock(&crate::engine::FILE_WORK_THREADS)
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(threads.len(), 1);
+        assert_ne!(threads[0], caller, "file work ran on the request's thread");
+        assert!(e.topic(&name).is_some());
+    }
+
+    /// A failed fsync answers STORAGE_ERROR, and the commit is neither
+    /// visible nor found in the file after a restart.
+    #[test]
+    fn a_failed_fsync_stores_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Always);
+        rt::block_on(e.commit_offsets(&commit("g", 1))).unwrap();
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let f = Arc::clone(&fail);
+        e.offsets().set_fsync_hook(Arc::new(move || {
+            if f.swap(false, Ordering::AcqRel) {
+                Err(std::io::Error::other("injected fsync failure"))
+            } else {
+                Ok(())
+            }
+        }));
+        let err = rt::block_on(e.commit_offsets(&commit("g", 2))).unwrap_err();
+        assert_eq!(err, ErrorCode::StorageError);
+        assert_eq!(e.committed("g", "t", 0), Some(1));
+        rt::block_on(e.shutdown());
+        drop(e);
+        let s =
+            OffsetStore::open(&dir.path().join("__consumer_offsets"), FsyncPolicy::Never).unwrap();
+        assert_eq!(
+            s.get("g", "t", 0),
+            Some(1),
+            "the failed commit is not in the file"
+        );
+    }
+
+    #[test]
+    fn never_policy_leaves_commits_to_the_os() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path(), FsyncPolicy::Never);
+        rt::block_on(e.commit_offsets(&commit("g", 3))).unwrap();
+        assert_eq!(e.offsets().fsync_count(), 0);
+        assert_eq!(e.committed("g", "t", 0), Some(3));
     }
 }

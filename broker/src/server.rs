@@ -34,7 +34,6 @@ use crate::budget::{Charge, MemoryBudget, MemoryUse};
 use crate::config::BrokerConfig;
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::storage::FsyncPolicy;
 
 #[derive(Debug)]
 struct Connections {
@@ -534,17 +533,13 @@ async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, shared: Bytes) -> In
                 Ok(r) => r,
                 Err(f) => return f,
             };
-            if engine.config().fsync == FsyncPolicy::Always {
-                let engine = Arc::clone(engine);
-                async move {
-                    let r = rt::unblock(move || engine.commit_offsets(&req)).await;
-                    respond(id, r.as_ref().map_err(|e| *e))
-                }
-                .boxed()
-            } else {
-                let r = engine.commit_offsets(&req);
-                futures::future::ready(respond(id, r.as_ref().map_err(|e| *e))).boxed()
+            // The engine hands the write to the offsets writer (off the executor).
+            let engine = Arc::clone(engine);
+            async move {
+                let r = engine.commit_offsets(&req).await;
+                respond(id, r.as_ref().map_err(|e| *e))
             }
+            .boxed()
         }
         ApiKey::OffsetFetch => match decode::<OffsetFetchRequest>(id, payload) {
             Ok(req) => futures::future::ready(respond(id, Ok(&engine.offset_fetch(&req)))).boxed(),

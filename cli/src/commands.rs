@@ -101,7 +101,9 @@ pub struct BrokerArgs {
     /// Largest request frame (bytes).
     #[arg(long, default_value_t = 16 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 30)))]
     max_frame_bytes: u64,
-    /// Largest record (bytes); at most max-frame-bytes - 1024.
+    /// Largest record in bytes, counting its 16-byte header (offset, size,
+    /// crc) [default: 1048576 (1 MiB), the producer's default too; at most
+    /// max-frame-bytes - 1024]. Larger records get RECORD_TOO_LARGE.
     #[arg(long)]
     max_record_bytes: Option<u64>,
     /// Most concurrent connections.

@@ -31,7 +31,7 @@ use futures::FutureExt;
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::record::{self, Header};
-use crate::protocol::{ProduceEntry, ProduceRequest, ProduceResponse};
+use crate::protocol::{ErrorCode, ProduceEntry, ProduceRequest, ProduceResponse};
 use crate::rt;
 
 /// Producer settings.
@@ -45,6 +45,10 @@ pub struct ProducerConfig {
     pub buffer_max_bytes: usize,
     /// Most PRODUCE requests in flight.
     pub max_in_flight: usize,
+    /// Largest record, counting its 16-byte header: larger ones fail at once
+    /// with RECORD_TOO_LARGE. The default is the broker's default
+    /// `max_record_bytes` (1 MiB); keep the two equal.
+    pub max_record_bytes: usize,
     /// Largest PRODUCE request: batches of several partitions (or several
     /// batches of one) share a request up to this size (a single batch may
     /// exceed it). Always kept 64 KiB under `connection.max_frame_bytes`.
@@ -60,6 +64,7 @@ impl Default for ProducerConfig {
             batch_max_bytes: 1024 * 1024,
             buffer_max_bytes: 32 * 1024 * 1024,
             max_in_flight: 8,
+            max_record_bytes: record::DEFAULT_MAX_RECORD_BYTES,
             request_max_bytes: 4 * 1024 * 1024,
             connection: ConnectionConfig::default(),
         }
@@ -310,12 +315,16 @@ impl Producer {
         let len = record::encoded_len(rec.key.as_deref(), &rec.value, &rec.headers);
         let limit = sh
             .config
-            .buffer_max_bytes
+            .max_record_bytes
+            .min(sh.config.buffer_max_bytes)
             .min(sh.config.connection.max_frame_bytes.saturating_sub(1024));
         if len > limit {
-            return Err(Error::InvalidArgument(format!(
-                "record is {len} bytes, the limit is {limit}"
-            )));
+            return Err(Error::broker(
+                ErrorCode::RecordTooLarge,
+                format!(
+                    "a record of {len} bytes (its 16-byte header included): the limit is {limit} bytes (max_record_bytes)"
+                ),
+            ));
         }
         let timestamp = rec.timestamp.unwrap_or_else(now_ms);
         let partition = rec.partition.unwrap_or(-1);
@@ -522,7 +531,15 @@ fn complete(sh: &Shared, (acks, result): Sent) {
         Ok(resp) if resp.results.len() == acks.len() => {
             for ((_, waiters), r) in acks.into_iter().zip(resp.results) {
                 if !r.error.is_ok() {
-                    let err = Error::broker(r.error, format!("{}/{}", r.topic, r.partition));
+                    let context = if r.error == ErrorCode::RecordTooLarge {
+                        format!(
+                            "{}/{}: a record is above the broker's max_record_bytes (the producer's limit is {} bytes, 16-byte header included)",
+                            r.topic, r.partition, sh.config.max_record_bytes
+                        )
+                    } else {
+                        format!("{}/{}", r.topic, r.partition)
+                    };
+                    let err = Error::broker(r.error, context);
                     for w in waiters {
                         let _ = w.send(Err(err.clone()));
                     }

@@ -19,6 +19,10 @@ use bytes::{BufMut, Bytes};
 
 /// Bytes before the payload: offset, size, crc.
 pub const RECORD_HEADER_LEN: usize = 16;
+
+/// The default record size limit (`max_record_bytes`) of broker and producer:
+/// 1 MiB, counting the record's 16-byte header (offset, size, crc) and its payload.
+pub const DEFAULT_MAX_RECORD_BYTES: usize = 1024 * 1024;
 /// Smallest payload: attributes, timestamp, key len, value len, header count.
 pub const MIN_PAYLOAD_LEN: usize = 1 + 8 + 4 + 4 + 2;
 
