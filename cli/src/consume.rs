@@ -271,29 +271,32 @@ async fn group(a: ConsumeArgs) -> Result<()> {
     let tick = Duration::from_millis(100);
     while n < max {
         // Take what is ready without waiting; before waiting, flush the output so a
-        // follower sees every record, and check the stop conditions.
-        let ready = c.next().now_or_never();
-        let r = match ready {
+        // follower sees every record. The stop conditions are looked at only after a
+        // quiet tick: looking costs round trips and restarts the fetch under way.
+        let r = match c.next().now_or_never() {
             Some(r) => r,
             None => {
                 out.flush()?;
-                if last_commit.elapsed() >= commit_every {
-                    commit(&c).await;
-                    last_commit = Instant::now();
-                }
-                if a.timeout
-                    .is_some_and(|ms| last_record.elapsed() >= Duration::from_millis(ms))
-                {
-                    why = Stop::Idle;
-                    break;
-                }
-                if stop_at_end && at_end(&c, &admin, &group, &a.topic, start, &next).await? {
-                    why = Stop::End;
-                    break;
-                }
                 futures::select! {
                     r = c.next().fuse() => r,
-                    _ = flume_client::rt::sleep(tick).fuse() => continue,
+                    _ = flume_client::rt::sleep(tick).fuse() => {
+                        if last_commit.elapsed() >= commit_every {
+                            commit(&c).await;
+                            last_commit = Instant::now();
+                        }
+                        if a
+                            .timeout
+                            .is_some_and(|ms| last_record.elapsed() >= Duration::from_millis(ms))
+                        {
+                            why = Stop::Idle;
+                            break;
+                        }
+                        if stop_at_end && at_end(&c, &admin, &group, &a.topic, start, &next).await? {
+                            why = Stop::End;
+                            break;
+                        }
+                        continue;
+                    }
                     _ = stop.recv().fuse() => { why = Stop::Interrupted; break; }
                 }
             }

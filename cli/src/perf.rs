@@ -559,10 +559,14 @@ async fn e2e(a: E2eArgs) -> Result<()> {
     let foreign = Arc::new(AtomicU64::new(0));
     let bar = progress(Arc::clone(&received), total, epoch);
     let (got, skipped) = (Arc::clone(&received), Arc::clone(&foreign));
+    // Samples are shared, so a run cut short still reports what it measured.
+    let samples = Arc::new(std::sync::Mutex::new(Vec::with_capacity(
+        usize::try_from(total).unwrap_or(0),
+    )));
+    let lat = Arc::clone(&samples);
     let reader = flume_client::rt::spawn(async move {
-        let mut lat = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         let mut err = None;
-        while (lat.len() as u64) < total {
+        while got.load(Ordering::Relaxed) < total {
             let Some(r) = consumer.recv().await else {
                 break;
             };
@@ -580,7 +584,9 @@ async fn e2e(a: E2eArgs) -> Result<()> {
                 continue;
             };
             let now = epoch.elapsed().as_micros() as u64;
-            lat.push(now.saturating_sub(sent));
+            lat.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(now.saturating_sub(sent));
             got.fetch_add(1, Ordering::Relaxed);
         }
         if err.is_none() {
@@ -588,7 +594,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
                 err = Some(e);
             }
         }
-        (lat, err)
+        err
     });
     let interval = Duration::from_secs_f64(1.0 / a.rate as f64);
     let topic = a.topic.clone();
@@ -638,26 +644,24 @@ async fn e2e(a: E2eArgs) -> Result<()> {
     });
     let (sent, sent_secs, send_err) = sender.await;
     let mut failure: Option<anyhow::Error> = send_err.map(crate::commands::describe);
-    let (mut lat, read_err) = if failure.is_some() {
+    let read_err = if failure.is_some() {
         // Whatever the reader has by now; it is not waited for.
-        let partial = received.load(Ordering::Relaxed);
         reader.cancel().await;
-        (
-            Vec::new(),
-            Some(anyhow::anyhow!("{partial} records had been received")),
-        )
+        None
     } else {
         match flume_client::rt::timeout(Duration::from_secs(60), reader).await {
-            Some((lat, e)) => (lat, e.map(crate::commands::describe)),
-            None => (
-                Vec::new(),
-                Some(anyhow::anyhow!(
-                    "the consumer did not receive every record within 60 s ({} of {total})",
-                    received.load(Ordering::Relaxed)
-                )),
-            ),
+            Some(e) => e.map(crate::commands::describe),
+            None => Some(anyhow::anyhow!(
+                "the consumer did not receive every record within 60 s ({} of {total})",
+                received.load(Ordering::Relaxed)
+            )),
         }
     };
+    let mut lat = std::mem::take(
+        &mut *samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     end_progress(bar).await;
     if failure.is_none() {
         failure = read_err;
