@@ -35,7 +35,7 @@ impl InputFormat {
 
 fn decode_hex(input: &[u8]) -> Result<Vec<u8>, String> {
     let digits = input.strip_prefix(b"0x").unwrap_or(input);
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return Err(format!(
             "not hex: an odd number of digits ({})",
             digits.len()
@@ -63,7 +63,7 @@ fn decode_base64(input: &[u8]) -> Result<Vec<u8>, String> {
     let body = match input.iter().position(|&c| c == b'=') {
         Some(p) => {
             let pad = &input[p..];
-            if pad.len() > 2 || pad.iter().any(|&c| c != b'=') || input.len() % 4 != 0 {
+            if pad.len() > 2 || pad.iter().any(|&c| c != b'=') || !input.len().is_multiple_of(4) {
                 return Err("not base64: misplaced '=' padding".to_owned());
             }
             &input[..p]

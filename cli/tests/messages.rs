@@ -173,3 +173,55 @@ fn perf_says_how_latency_was_sampled() {
     assert!(!o.status.success());
     assert!(stdout(&o).is_empty());
 }
+
+#[test]
+fn perf_prints_a_partial_summary_when_the_broker_goes_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    let child = common::bin()
+        .args([
+            "perf",
+            "produce",
+            "--broker",
+            &b.addr,
+            "--topic",
+            "gone",
+            "--records",
+            "50000000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the broker once records are flowing.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let list = ok(&["topics", "list", "--broker", &b.addr]);
+        let records = list
+            .split("records=")
+            .nth(1)
+            .and_then(|r| r.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        if records > 1000 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no records flowing: {list}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    b.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    let so = stdout(&out);
+    assert!(so.starts_with("PARTIAL") && so.contains(" samples"), "{so}");
+    let e = stderr(&out);
+    assert!(
+        e.lines()
+            .last()
+            .unwrap_or("")
+            .starts_with("error: perf produce stopped after"),
+        "{e}"
+    );
+}
