@@ -26,9 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a broker (Ctrl-C shuts it down gracefully).
     Broker(BrokerArgs),
-    /// Send records: one --message, or every line of stdin.
+    /// Send records: one --message or --value-file, or every line of stdin.
     Produce(ProduceArgs),
-    /// Read records from a partition, or as a member of a group.
+    /// Read records from a topic (every partition, or one), or as a member of a group.
     Consume(ConsumeArgs),
     /// List, create and describe topics.
     Topics {
