@@ -277,7 +277,10 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
         Some(ErrorCode::QueueFull) => {
             "the broker is in reject mode and its partition queue is full; retry later"
         }
-        Some(ErrorCode::RecordTooLarge) => {
+        // Said only when the error does not state the limit itself.
+        Some(ErrorCode::RecordTooLarge)
+            if !format!("{e:#}").contains("max_record_bytes") =>
+        {
             "larger than the broker's --max-record-bytes, which is 1 MiB unless the broker was started with another value"
         }
         Some(ErrorCode::InvalidName) => {
