@@ -1,21 +1,18 @@
 //! Subcommands.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 use flume_broker::{Backpressure, Broker, BrokerConfig, FsyncPolicy};
 use flume_client::protocol::{CreateTopicRequest, ErrorCode};
-use flume_client::{
-    Admin, Client, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, SendRecord,
-    StartOffset,
-};
-use serde_json::json;
+use flume_client::Admin;
 
-use crate::output::{json_bytes, record_line, Format};
+use crate::consume::ConsumeArgs;
+use crate::produce::ProduceArgs;
 
 /// Flume: a Kafka-style message streaming broker and its tools.
 #[derive(Debug, Parser)]
@@ -29,9 +26,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a broker (Ctrl-C shuts it down gracefully).
     Broker(BrokerArgs),
-    /// Send records: one --message, or every line of stdin.
+    /// Send records: one --message or --value-file, or every line of stdin.
     Produce(ProduceArgs),
-    /// Read records from a partition, or as a member of a group.
+    /// Read records from a topic (every partition, or one), or as a member of a group.
     Consume(ConsumeArgs),
     /// List, create and describe topics.
     Topics {
@@ -50,26 +47,42 @@ pub enum Command {
     },
 }
 
-/// Parses `always`, `never` or a number of milliseconds.
+/// Parses `always`, `never` or a number of milliseconds (1 to 1 hour).
 fn parse_fsync(s: &str) -> Result<FsyncPolicy, String> {
     match s {
         "always" => Ok(FsyncPolicy::Always),
         "never" => Ok(FsyncPolicy::Never),
-        ms => ms
-            .parse::<u64>()
-            .map(|ms| FsyncPolicy::Interval(Duration::from_millis(ms)))
-            .map_err(|_| format!("--fsync must be always, never or milliseconds, not {ms:?}")),
+        ms => match ms.parse::<i64>() {
+            Ok(0) => Err("--fsync 0 would sync without pause: use `always` (one fsync per batch) or an interval of at least 1 ms".to_owned()),
+            Ok(n) if (1..=3_600_000).contains(&n) => Ok(FsyncPolicy::Interval(Duration::from_millis(n.unsigned_abs()))),
+            Ok(n) => Err(format!("{n} is not in 1..=3600000 milliseconds")),
+            Err(_) => Err(format!("--fsync must be always, never or milliseconds, not {ms:?}")),
+        },
     }
 }
 
+/// A whole number in `lo..=hi`: negative input reaches the parser (rather than looking
+/// like a flag) and gets the same range error as any other number out of range.
+pub fn range_u64(lo: i64, hi: i64) -> impl TypedValueParser<Value = u64> {
+    clap::value_parser!(i64)
+        .range(lo..=hi)
+        .map(|v| u64::try_from(v).unwrap_or_default()) // ok: the range starts at or above 0
+}
+
+/// A partition number: 0 or more.
+pub fn non_neg_i32() -> impl TypedValueParser<Value = i32> {
+    clap::value_parser!(i32).range(0..)
+}
+
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct BrokerArgs {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     /// Port (0 picks a free one).
-    #[arg(long, default_value_t = 9092)]
-    port: u16,
+    #[arg(long, default_value_t = 9092, value_parser = range_u64(0, 65535))]
+    port: u64,
     /// Data directory, held by one broker at a time (lock file `.lock`).
     #[arg(long, default_value = "./data")]
     data: PathBuf,
@@ -78,40 +91,40 @@ pub struct BrokerArgs {
     #[arg(long)]
     allow_foreign_data_dir: bool,
     /// Partitions of auto-created topics.
-    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10000))]
-    partitions: u32,
+    #[arg(long, default_value_t = 3, value_parser = range_u64(1, 10000))]
+    partitions: u64,
     /// When to fsync appended records: always, never, or every N milliseconds.
     #[arg(long, default_value = "never", value_parser = parse_fsync)]
     fsync: FsyncPolicy,
     /// Retention by size per partition (bytes).
-    #[arg(long)]
+    #[arg(long, value_parser = range_u64(1, i64::MAX))]
     retention_bytes: Option<u64>,
     /// Retention by age (milliseconds).
-    #[arg(long)]
+    #[arg(long, value_parser = range_u64(1, i64::MAX))]
     retention_ms: Option<u64>,
     /// Segment size (bytes).
-    #[arg(long, default_value_t = 64 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(1024..=(1u64 << 31)))]
+    #[arg(long, default_value_t = 64 * 1024 * 1024, value_parser = range_u64(1024, 1 << 31))]
     segment_bytes: u64,
     /// Partition queue capacity (pending append requests).
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    #[arg(long, default_value_t = 1024, value_parser = range_u64(1, 100_000))]
     max_pending: u64,
     /// When a partition queue is full: block (wait) or reject (QUEUE_FULL).
     #[arg(long, default_value = "block")]
     backpressure: Backpressure,
     /// Largest request frame (bytes).
-    #[arg(long, default_value_t = 16 * 1024 * 1024, value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 30)))]
+    #[arg(long, default_value_t = 16 * 1024 * 1024, value_parser = range_u64(4096, 1 << 30))]
     max_frame_bytes: u64,
     /// Largest record in bytes, counting its 16-byte header (offset, size,
-    /// crc) [default: 1048576 (1 MiB), the producer's default too; at most
-    /// max-frame-bytes - 1024]. Larger records get RECORD_TOO_LARGE.
-    #[arg(long)]
+    /// crc), 64 or more and at most max-frame-bytes - 1024 [default: 1048576
+    /// (1 MiB), the producer's default too]. Larger records get RECORD_TOO_LARGE.
+    #[arg(long, value_parser = range_u64(64, 1 << 30))]
     max_record_bytes: Option<u64>,
     /// Most concurrent connections.
-    #[arg(long, default_value_t = 4096)]
-    max_connections: usize,
+    #[arg(long, default_value_t = 4096, value_parser = range_u64(1, 1_000_000))]
+    max_connections: u64,
     /// Most bytes of requests being served at once; past it the broker stops
     /// reading until requests complete [default: 64 MiB, or max-frame-bytes if larger].
-    #[arg(long, value_parser = clap::value_parser!(u64).range(4096..=(1u64 << 40)))]
+    #[arg(long, value_parser = range_u64(4096, 1 << 40))]
     max_request_memory: Option<u64>,
     /// Do not create topics on first use.
     #[arg(long)]
@@ -121,67 +134,8 @@ pub struct BrokerArgs {
     verify: bool,
     /// After each response, keep trying to read the connection's next request
     /// for this many microseconds before parking (0: never; costs a busy core).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
     busy_poll_us: u64,
-}
-
-#[derive(Debug, Args)]
-pub struct ProduceArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
-    /// Topic.
-    #[arg(long)]
-    topic: String,
-    /// Key for every record (routes them to one partition).
-    #[arg(long)]
-    key: Option<String>,
-    /// Explicit partition.
-    #[arg(long)]
-    partition: Option<i32>,
-    /// The record value; without it every line of stdin is a record.
-    #[arg(long)]
-    message: Option<String>,
-    /// With stdin: split each line at the first S into key and value.
-    #[arg(long)]
-    key_separator: Option<String>,
-    /// Output format of the acknowledgements.
-    #[arg(long, value_enum, default_value = "plain")]
-    format: Format,
-    /// Print only a summary.
-    #[arg(long)]
-    quiet: bool,
-}
-
-#[derive(Debug, Args)]
-pub struct ConsumeArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
-    /// Topic.
-    #[arg(long)]
-    topic: String,
-    /// Partition (partition mode; default 0).
-    #[arg(long, conflicts_with = "group")]
-    partition: Option<i32>,
-    /// Start: earliest, latest or an offset (partition mode; for a new group, earliest or latest).
-    #[arg(long, default_value = "earliest")]
-    offset: StartOffset,
-    /// Join this consumer group instead of reading one partition.
-    #[arg(long)]
-    group: Option<String>,
-    /// Stop after N records.
-    #[arg(long)]
-    max: Option<u64>,
-    /// Keep waiting for new records (partition mode stops at the end otherwise; group mode always follows).
-    #[arg(long)]
-    follow: bool,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "plain")]
-    format: Format,
-    /// Group mode: the broker drops this member if it hears nothing for this long.
-    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
-    session_timeout_ms: u64,
 }
 
 #[derive(Debug, Subcommand)]
@@ -193,6 +147,7 @@ pub enum TopicsCommand {
         broker: String,
     },
     /// Create a topic.
+    #[command(allow_negative_numbers = true)]
     Create {
         /// Topic name.
         name: String,
@@ -200,10 +155,10 @@ pub enum TopicsCommand {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=10000))]
         partitions: i32,
         /// Retention by size per partition (bytes).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         retention_bytes: Option<i64>,
         /// Retention by age (ms).
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         retention_ms: Option<i64>,
         /// When a partition queue is full: block or reject.
         #[arg(long)]
@@ -241,8 +196,8 @@ pub enum GroupsCommand {
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Broker(a) => broker(a).await,
-        Command::Produce(a) => produce(a).await,
-        Command::Consume(a) => consume(a).await,
+        Command::Produce(a) => crate::produce::produce(a).await,
+        Command::Consume(a) => crate::consume::consume(a).await,
         Command::Topics { command } => topics(command).await,
         Command::Groups { command } => groups(command).await,
         Command::Perf { command } => crate::perf::run(command).await,
@@ -263,9 +218,15 @@ pub fn interrupt() -> Result<async_channel::Receiver<()>> {
 }
 
 async fn broker(a: BrokerArgs) -> Result<()> {
+    if a.data.exists() && !a.data.is_dir() {
+        bail!(
+            "data path {} is not a directory (pass --data a directory, or a path to create one)",
+            a.data.display()
+        );
+    }
     let mut c = BrokerConfig::new(&a.data);
     c.listen = format!("{}:{}", a.host, a.port);
-    c.default_topic.partitions = a.partitions;
+    c.default_topic.partitions = u32::try_from(a.partitions)?;
     c.default_topic.retention_bytes = a.retention_bytes;
     c.default_topic.retention_ms = a.retention_ms;
     c.default_topic.segment_bytes = a.segment_bytes;
@@ -277,7 +238,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
         Some(n) => usize::try_from(n)?,
         None => c.max_record_bytes.min(c.max_frame_bytes - 1024),
     };
-    c.max_connections = a.max_connections;
+    c.max_connections = usize::try_from(a.max_connections)?;
     c.max_request_memory = match a.max_request_memory {
         Some(n) => usize::try_from(n)?,
         None => c.max_request_memory.max(c.max_frame_bytes),
@@ -302,157 +263,38 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     Ok(())
 }
 
-async fn produce(a: ProduceArgs) -> Result<()> {
-    if a.topic.is_empty() {
-        bail!("--topic must not be empty");
-    }
-    let producer = Producer::connect(&a.broker)
-        .await
-        .context("cannot reach the broker")?;
-    let stdout = std::io::stdout();
-    let report = |meta: flume_client::RecordMetadata, key: &Option<String>, value: &str| {
-        if a.quiet {
-            return;
-        }
-        let mut out = stdout.lock();
-        let _ = match a.format {
-            Format::Plain => writeln!(out, "partition={} offset={}", meta.partition, meta.offset),
-            Format::Json => writeln!(
-                out,
-                "{}",
-                json!({"partition": meta.partition, "offset": meta.offset, "key": json_bytes(key.as_deref().map(str::as_bytes)), "value": value})
-            ),
-        };
-    };
-    // One --message, or every line of stdin (split at --key-separator).
-    let lines: Box<dyn Iterator<Item = std::io::Result<String>>> = match &a.message {
-        Some(m) => Box::new(std::iter::once(Ok(m.clone()))),
-        None => Box::new(std::io::stdin().lock().lines()),
-    };
-    let mut pending = std::collections::VecDeque::new();
-    let mut sent = 0u64;
-    for line in lines {
-        let line = line.context("cannot read stdin")?;
-        let (key, value) = match (&a.key_separator, &a.message) {
-            (Some(sep), None) => match line.split_once(sep.as_str()) {
-                Some((k, v)) => (Some(k.to_owned()), v.to_owned()),
-                None => (a.key.clone(), line),
-            },
-            _ => (a.key.clone(), line),
-        };
-        let rec = SendRecord {
-            topic: a.topic.clone(),
-            key: key.clone().map(Into::into),
-            value: value.clone().into(),
-            partition: a.partition,
-            ..SendRecord::default()
-        };
-        // Stream in batches: up to 10,000 sends in flight.
-        pending.push_back((producer.send_nowait(rec).await?, key, value));
-        if pending.len() >= 10_000 {
-            if let Some((f, k, v)) = pending.pop_front() {
-                report(f.await.map_err(describe)?, &k, &v);
-                sent += 1;
-            }
-        }
-    }
-    for (f, k, v) in pending {
-        report(f.await.map_err(describe)?, &k, &v);
-        sent += 1;
-    }
-    producer.close().await;
-    if a.quiet {
-        println!("{sent} records sent to {}", a.topic);
-    }
-    Ok(())
-}
-
 /// Turns a client error into a message that says what to do.
 pub fn describe(e: flume_client::Error) -> anyhow::Error {
-    match e.code() {
-        Some(ErrorCode::UnknownTopic) => {
-            anyhow::anyhow!("{e} (create the topic first, or run the broker with auto-create)")
-        }
-        Some(ErrorCode::QueueFull) => anyhow::anyhow!(
-            "{e} (the broker is in reject mode and its partition queue is full; retry later)"
+    let code = e.code();
+    // "for topic/-1" means "no partition chosen": name the topic alone.
+    let e = match e {
+        flume_client::Error::Broker {
+            code,
+            context: Some(c),
+            ..
+        } if c.ends_with("/-1") => anyhow::anyhow!(
+            "broker error {code} for topic {}",
+            c.trim_end_matches("/-1")
         ),
-        _ => anyhow::Error::new(e),
-    }
-}
-
-async fn consume(a: ConsumeArgs) -> Result<()> {
-    let stop = interrupt()?;
-    let max = a.max.unwrap_or(u64::MAX);
-    let mut n = 0u64;
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    if let Some(group) = &a.group {
-        let start = match a.offset {
-            StartOffset::At(_) => bail!("--offset with --group must be earliest or latest (a group resumes from its commits)"),
-            s => s,
-        };
-        let mut c = GroupConsumer::builder(&a.broker, group)
-            .topic(&a.topic)
-            .start(start)
-            .session_timeout(std::time::Duration::from_millis(a.session_timeout_ms))
-            .auto_commit(false)
-            .build()
-            .await
-            .map_err(describe)
-            .context("cannot join the group")?;
-        while n < max {
-            let next = futures::select! {
-                r = futures::FutureExt::fuse(c.recv()) => r,
-                _ = futures::FutureExt::fuse(stop.recv()) => None,
-            };
-            let Some(r) = next else { break };
-            let r = r.map_err(describe)?;
-            writeln!(out, "{}", record_line(a.format, r.partition, &r.record))?;
-            // Each record reaches the reader at once: group mode runs until stopped.
-            out.flush()?;
-            n += 1;
-            if let Err(e) = c.commit(&r).await {
-                tracing::warn!(error = %e, "commit failed; the record may be delivered again");
-            }
+        e => anyhow::Error::new(e),
+    };
+    let hint = match code {
+        Some(ErrorCode::UnknownTopic) => "the topic does not exist: create it with `flume-cli topics create`",
+        Some(ErrorCode::QueueFull) => {
+            "the broker is in reject mode and its partition queue is full; retry later"
         }
-        out.flush()?;
-        c.close().await.context("leaving the group")?;
-        return Ok(());
-    }
-    let partition = a.partition.unwrap_or(0);
-    let client = Arc::new(
-        Client::connect(&a.broker, ConnectionConfig::default())
-            .await
-            .context("cannot reach the broker")?,
-    );
-    let mut c = PartitionConsumer::with_client(
-        client,
-        &a.topic,
-        partition,
-        a.offset,
-        flume_client::FetchConfig::default(),
-    );
-    'outer: while n < max {
-        let batch = futures::select! {
-            r = futures::FutureExt::fuse(c.poll_batch()) => r.map_err(describe)?,
-            _ = futures::FutureExt::fuse(stop.recv()) => break,
-        };
-        for r in &batch {
-            writeln!(out, "{}", record_line(a.format, partition, r))?;
-            n += 1;
-            if n >= max {
-                break 'outer;
-            }
-        }
-        out.flush()?;
-        if !a.follow
-            && c.position()
-                .is_some_and(|p| i64::try_from(p).unwrap_or(i64::MAX) >= c.high_watermark())
+        // Said only when the error does not state the limit itself.
+        Some(ErrorCode::RecordTooLarge)
+            if !format!("{e:#}").contains("max_record_bytes") =>
         {
-            break;
+            "larger than the broker's --max-record-bytes, which is 1 MiB unless the broker was started with another value"
         }
-    }
-    out.flush()?;
-    Ok(())
+        Some(ErrorCode::InvalidName) => {
+            "topic and group names are 1 to 200 characters of A-Z a-z 0-9 . _ -, not `.` or `..`, and do not start with `__`"
+        }
+        _ => return e,
+    };
+    anyhow::anyhow!("{e:#} ({hint})")
 }
 
 async fn topics(cmd: TopicsCommand) -> Result<()> {
@@ -533,21 +375,51 @@ async fn groups(cmd: GroupsCommand) -> Result<()> {
     let admin = Admin::connect(&broker)
         .await
         .context("cannot reach the broker")?;
-    let topics: Vec<String> = match topic {
-        Some(t) => vec![t],
+    let topics: Vec<String> = match &topic {
+        Some(t) => {
+            let known = admin
+                .topics(std::slice::from_ref(t))
+                .await
+                .map_err(describe)?
+                .into_iter()
+                .any(|m| m.error.is_ok());
+            if !known {
+                bail!("topic {t} does not exist");
+            }
+            vec![t.clone()]
+        }
         None => admin
             .topics(&[])
-            .await?
+            .await
+            .map_err(describe)?
             .into_iter()
             .map(|t| t.name)
             .collect(),
     };
-    let parts = admin.group_offsets(&group, &topics).await?;
+    let parts = admin
+        .group_offsets(&group, &topics)
+        .await
+        .map_err(describe)?;
+    // A group is known by its commits: without --topic, show only the topics it committed on.
+    let committed: std::collections::HashSet<&str> = parts
+        .iter()
+        .filter(|p| p.error.is_ok() && p.committed >= 0)
+        .map(|p| p.topic.as_str())
+        .collect();
+    if committed.is_empty() {
+        match &topic {
+            Some(t) => bail!("group {group} has no committed offset on topic {t} (unknown group, or it never committed there)"),
+            None => bail!("group {group} has no committed offsets (unknown group, or it never committed)"),
+        }
+    }
     println!(
         "{:<24} {:>9} {:>12} {:>12} {:>10}",
         "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"
     );
-    for p in parts {
+    for p in parts
+        .iter()
+        .filter(|p| committed.contains(p.topic.as_str()))
+    {
         if !p.error.is_ok() {
             println!("{:<24} {}", p.topic, p.error);
             continue;

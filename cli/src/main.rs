@@ -1,15 +1,20 @@
 //! `flume-cli`: run a broker, produce, consume, manage topics and groups, measure.
 
 mod commands;
+mod consume;
 mod output;
 mod perf;
+mod produce;
 
 use std::process::ExitCode;
 
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = commands::Cli::parse();
+    let cli = match commands::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return flag_error(&e),
+    };
     let default_level = if matches!(cli.command, commands::Command::Broker(_)) {
         "info"
     } else {
@@ -25,8 +30,53 @@ fn main() -> ExitCode {
     match flume_client::rt::block_on(commands::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", chain(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Help and version go to stdout as clap prints them; a mistake gets one `error:` line
+/// (clap's first line, with its tip if it has one) and exit status 2.
+fn flag_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        };
+    }
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("error: invalid arguments");
+    let tip = lines
+        .find_map(|l| l.strip_prefix("tip: "))
+        .map(|t| format!("; {t}"))
+        .unwrap_or_default();
+    eprintln!("{first}{tip} (see --help)");
+    ExitCode::from(2)
+}
+
+/// An error and its causes, each said once: a cause whose text its parent already
+/// includes (an `io::Error` both shown and returned as the source) is skipped.
+fn chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

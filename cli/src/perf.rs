@@ -14,6 +14,8 @@ use flume_client::{
 };
 use serde_json::json;
 
+use crate::commands::range_u64;
+
 #[derive(Debug, Subcommand)]
 pub enum PerfCommand {
     /// Produce N records as fast as possible and report throughput and latency.
@@ -25,6 +27,7 @@ pub enum PerfCommand {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct E2eArgs {
     /// Broker address.
     #[arg(long, default_value = "localhost:9092")]
@@ -33,20 +36,22 @@ pub struct E2eArgs {
     #[arg(long)]
     topic: String,
     /// Records to send.
-    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, 100_000_000))]
     records: u64,
     /// Records per second.
-    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, default_value_t = 50_000, value_parser = range_u64(1, 10_000_000))]
     rate: u64,
-    /// Value size in bytes (at least 8: the send time travels in the value).
-    #[arg(long, default_value_t = 100)]
-    record_size: usize,
+    /// Value size in bytes, at least 24: a tag marking the record as this run's and
+    /// the send time travel in the value.
+    #[arg(long, default_value_t = 100, value_parser = range_u64(E2E_MIN_SIZE as i64, 64 * 1024 * 1024))]
+    record_size: u64,
     /// Print the summary as one JSON object.
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
     /// Broker address.
     #[arg(long, default_value = "localhost:9092")]
@@ -54,33 +59,33 @@ pub struct ProduceArgs {
     /// Topic.
     #[arg(long)]
     topic: String,
-    /// Records to send.
-    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    /// Records to send (the first goes before the clock starts).
+    #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, 100_000_000))]
     records: u64,
     /// Value size in bytes.
-    #[arg(long, default_value_t = 100)]
-    record_size: usize,
+    #[arg(long, default_value_t = 100, value_parser = range_u64(0, 64 * 1024 * 1024))]
+    record_size: u64,
     /// Distinct keys (0: no keys).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, i64::MAX))]
     key_cardinality: u64,
     /// Producer connections, each driven by its own task.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    #[arg(long, default_value_t = 1, value_parser = range_u64(1, 1024))]
     producers: u64,
     /// Linger before sending a batch (ms).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 60_000))]
     linger_ms: u64,
     /// Largest batch per partition (bytes).
-    #[arg(long, default_value_t = 1024 * 1024)]
-    batch_bytes: usize,
+    #[arg(long, default_value_t = 1024 * 1024, value_parser = range_u64(1, 1 << 30))]
+    batch_bytes: u64,
     /// Records in flight per producer (ignored with --sync).
-    #[arg(long, default_value_t = 20_000)]
-    window: usize,
+    #[arg(long, default_value_t = 20_000, value_parser = range_u64(1, 10_000_000))]
+    window: u64,
     /// One record per round trip: wait for each acknowledgement before the next send.
     #[arg(long)]
     sync: bool,
     /// Spin this many microseconds reading for a response before parking the
     /// thread (the client's `ConnectionConfig::busy_poll`; 0: never spin).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
     busy_poll_us: u64,
     /// Print the summary as one JSON object.
     #[arg(long)]
@@ -88,6 +93,7 @@ pub struct ProduceArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
 pub struct ConsumeArgs {
     /// Broker address.
     #[arg(long, default_value = "localhost:9092")]
@@ -96,7 +102,7 @@ pub struct ConsumeArgs {
     #[arg(long)]
     topic: String,
     /// Records to read.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, i64::MAX))]
     records: u64,
     /// Read as a member of this group (default: every partition from the start).
     #[arg(long)]
@@ -114,29 +120,51 @@ pub async fn run(cmd: PerfCommand) -> Result<()> {
     }
 }
 
+/// Progress on stderr: on a terminal one line rewritten twice a second; otherwise
+/// (a log file, CI) a new line every few seconds.
 fn progress(
     done: Arc<AtomicU64>,
     total: u64,
     start: Instant,
 ) -> Option<flume_client::rt::Task<()>> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
+    let tty = std::io::stderr().is_terminal();
+    let every = if tty {
+        Duration::from_millis(500)
+    } else {
+        Duration::from_secs(PROGRESS_SECS)
+    };
     Some(flume_client::rt::spawn(async move {
         loop {
-            flume_client::rt::sleep(Duration::from_millis(500)).await;
+            flume_client::rt::sleep(every).await;
             let d = done.load(Ordering::Relaxed);
             let secs = start.elapsed().as_secs_f64();
-            eprint!(
-                "\r{d}/{total} records, {:.0} records/s   ",
-                d as f64 / secs.max(1e-9)
-            );
+            let rate = d as f64 / secs.max(1e-9);
+            if tty {
+                eprint!("\r{d}/{total} records, {rate:.0} records/s   ");
+            } else {
+                eprintln!("progress: {d}/{total} records in {secs:.0} s, {rate:.0} records/s");
+            }
             if d >= total {
-                eprintln!();
+                if tty {
+                    eprintln!();
+                }
                 return;
             }
         }
     }))
+}
+
+/// Seconds between progress lines when stderr is not a terminal.
+const PROGRESS_SECS: u64 = 5;
+
+/// Stops the progress line, ending a terminal's rewritten line.
+async fn end_progress(bar: Option<flume_client::rt::Task<()>>) {
+    if let Some(b) = bar {
+        b.cancel().await;
+        if std::io::stderr().is_terminal() {
+            eprintln!();
+        }
+    }
 }
 
 fn percentile(sorted: &[u64], p: f64) -> f64 {
@@ -147,14 +175,17 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)] as f64 / 1000.0
 }
 
+/// One in this many records is timed when sends are pipelined.
+const SAMPLE_EVERY: u64 = 8;
+
 async fn produce(a: ProduceArgs) -> Result<()> {
     if a.records == 0 {
         bail!("--records must be at least 1");
     }
-    let value = Bytes::from(vec![b'x'; a.record_size]);
+    let value = Bytes::from(vec![b'x'; usize::try_from(a.record_size)?]);
     let config = ProducerConfig {
         linger: Duration::from_millis(a.linger_ms),
-        batch_max_bytes: a.batch_bytes.max(1),
+        batch_max_bytes: usize::try_from(a.batch_bytes)?,
         connection: ConnectionConfig {
             busy_poll: Duration::from_micros(a.busy_poll_us),
             ..ConnectionConfig::default()
@@ -169,63 +200,78 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                 .context("cannot reach the broker")?,
         ));
     }
-    // Warm up: create the topic and the connections.
+    // The first of the N records goes alone, before the clock starts: it creates the
+    // topic if needed and warms the connection. It counts as one of the N (no extra
+    // record lands in the topic) but not in the timing.
     producers[0]
-        .send(&a.topic, None, b"warmup")
+        .send_record(SendRecord {
+            topic: a.topic.clone(),
+            key: (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
+            value: value.clone(),
+            ..SendRecord::default()
+        })
         .await
         .map_err(crate::commands::describe)?;
+    let timed = a.records - 1;
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let bar = progress(Arc::clone(&done), a.records, start);
+    let bar = progress(Arc::clone(&done), timed, start);
     let mut tasks = Vec::new();
+    let window = usize::try_from(a.window)?;
     for (i, producer) in producers.iter().enumerate() {
-        let n = a.records / a.producers + u64::from((i as u64) < a.records % a.producers);
+        let i = i as u64;
+        let n = timed / a.producers + u64::from(i < timed % a.producers);
         let producer = Arc::clone(producer);
         let topic = a.topic.clone();
         let value = value.clone();
         let done = Arc::clone(&done);
-        let (sync, window, keys) = (a.sync, a.window.max(1), a.key_cardinality);
+        let (sync, keys) = (a.sync, a.key_cardinality);
         let work = async move {
-            let mut lat = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+            let mut lat = Vec::with_capacity(usize::try_from(n / SAMPLE_EVERY + 1).unwrap_or(0));
             let mut inflight = std::collections::VecDeque::with_capacity(window);
-            for j in 0..n {
-                let rec = SendRecord {
-                    topic: topic.clone(),
-                    key: (keys > 0).then(|| Bytes::from(format!("key-{}", (j + i as u64) % keys))),
-                    value: value.clone(),
-                    ..SendRecord::default()
-                };
-                if sync {
-                    let t0 = Instant::now();
-                    producer.send_record(rec).await?;
-                    lat.push(t0.elapsed().as_micros() as u64);
-                    done.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-                // Latency is sampled (one record in 8) so the clock reads do not
-                // slow down what is being measured.
-                let t0 = (j % 8 == 0).then(Instant::now);
-                let fut = producer.send_nowait(rec).await?;
-                inflight.push_back((t0, fut));
-                while inflight.len() >= window {
-                    if let Some((t, f)) = inflight.pop_front() {
-                        f.await?;
-                        if let Some(t) = t {
-                            lat.push(t.elapsed().as_micros() as u64);
-                        }
+            // Latencies measured so far are kept when the run fails half-way.
+            let run = async {
+                for j in 0..n {
+                    let rec = SendRecord {
+                        topic: topic.clone(),
+                        key: (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
+                        value: value.clone(),
+                        ..SendRecord::default()
+                    };
+                    if sync {
+                        let t0 = Instant::now();
+                        producer.send_record(rec).await?;
+                        lat.push(t0.elapsed().as_micros() as u64);
                         done.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    // Latency is sampled (one record in SAMPLE_EVERY) so the clock reads do
+                    // not slow down what is being measured.
+                    let t0 = (j % SAMPLE_EVERY == 0).then(Instant::now);
+                    let fut = producer.send_nowait(rec).await?;
+                    inflight.push_back((t0, fut));
+                    while inflight.len() >= window {
+                        if let Some((t, f)) = inflight.pop_front() {
+                            f.await?;
+                            if let Some(t) = t {
+                                lat.push(t.elapsed().as_micros() as u64);
+                            }
+                            done.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 }
-            }
-            // The remaining acknowledgements arrive in order: waiting for each in turn measures each.
-            for (t, f) in inflight {
-                f.await?;
-                if let Some(t) = t {
-                    lat.push(t.elapsed().as_micros() as u64);
+                // The remaining acknowledgements arrive in order: waiting for each in turn measures each.
+                while let Some((t, f)) = inflight.pop_front() {
+                    f.await?;
+                    if let Some(t) = t {
+                        lat.push(t.elapsed().as_micros() as u64);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
                 }
-                done.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<Vec<u64>, flume_client::Error>(lat)
+                Ok::<(), flume_client::Error>(())
+            };
+            let r = run.await;
+            (lat, r.err())
         };
         // One producer runs on this thread, which also drives the I/O reactor: a
         // response then wakes the task that waits for it directly.
@@ -235,25 +281,36 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             futures::future::Either::Right(flume_client::rt::spawn(work))
         });
     }
-    let mut lat = Vec::with_capacity(usize::try_from(a.records).unwrap_or(0));
+    let mut lat = Vec::new();
+    let mut failure = None;
     for t in tasks {
-        lat.extend(t.await.map_err(crate::commands::describe)?);
+        let (l, e) = t.await;
+        lat.extend(l);
+        if failure.is_none() {
+            failure = e;
+        }
     }
     let secs = start.elapsed().as_secs_f64();
-    if let Some(b) = bar {
-        b.cancel().await;
-        eprintln!();
-    }
-    for p in producers {
-        p.close().await;
+    end_progress(bar).await;
+    if failure.is_none() {
+        for p in producers {
+            p.close().await;
+        }
     }
     lat.sort_unstable();
-    let sent = done.load(Ordering::Relaxed);
-    let n = sent as f64;
+    let sent = done.load(Ordering::Relaxed) + 1;
+    let n = (sent - 1) as f64;
     let mb = n * a.record_size as f64 / 1e6;
+    let sampling = if a.sync {
+        "every record timed".to_owned()
+    } else {
+        format!("1 in {SAMPLE_EVERY} records timed")
+    };
     let summary = json!({
         "records": sent,
+        "complete": failure.is_none(),
         "latency_samples": lat.len(),
+        "latency_sampling": sampling,
         "record_size": a.record_size,
         "seconds": secs,
         "records_per_s": n / secs,
@@ -273,7 +330,8 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         println!("{summary}");
     } else {
         println!(
-            "{} records ({:.1} MB) in {:.2} s: {:.0} records/s, {:.1} MB/s; latency ms p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3}",
+            "{}{} records ({:.1} MB) in {:.2} s: {:.0} records/s, {:.1} MB/s; latency ms p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} ({} samples, {sampling}; the first record, sent before the clock started, not counted in the rate)",
+            if failure.is_some() { "PARTIAL (stopped by the error below): " } else { "" },
             sent,
             mb,
             secs,
@@ -282,16 +340,61 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             percentile(&lat, 0.5),
             percentile(&lat, 0.99),
             percentile(&lat, 0.999),
-            percentile(&lat, 1.0)
+            percentile(&lat, 1.0),
+            lat.len(),
         );
     }
-    Ok(())
+    match failure {
+        Some(e) => Err(crate::commands::describe(e)).context(format!(
+            "perf produce stopped after {sent} acknowledged records"
+        )),
+        None => Ok(()),
+    }
 }
+
+/// With --group: stop when no record arrives for this long.
+const GROUP_IDLE: Duration = Duration::from_secs(10);
 
 async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
+    let admin = Admin::connect(&a.broker)
+        .await
+        .context("cannot reach the broker")?;
+    let t = admin
+        .topics(std::slice::from_ref(&a.topic))
+        .await
+        .map_err(crate::commands::describe)?
+        .into_iter()
+        .next();
+    let Some(t) = t.filter(|t| t.error.is_ok()) else {
+        bail!("topic {} does not exist", a.topic);
+    };
+    // What there is to read: everything, or for a group what follows its commits.
+    let available: i64 = match &a.group {
+        None => t.partitions.iter().map(|p| p.log_end - p.log_start).sum(),
+        Some(g) => admin
+            .group_offsets(g, std::slice::from_ref(&a.topic))
+            .await
+            .map_err(crate::commands::describe)?
+            .iter()
+            .map(flume_client::protocol::OffsetFetchPartition::lag)
+            .sum(),
+    };
+    if available < i64::try_from(a.records).unwrap_or(i64::MAX) {
+        bail!(
+            "topic {} holds {available} records{}, fewer than --records {}",
+            a.topic,
+            if a.group.is_some() {
+                " after the group's committed offsets"
+            } else {
+                ""
+            },
+            a.records
+        );
+    }
     let start;
+    let mut failure: Option<anyhow::Error> = None;
     if let Some(group) = &a.group {
         let mut c = GroupConsumer::builder(&a.broker, group)
             .topic(&a.topic)
@@ -301,41 +404,42 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         start = Instant::now();
         let bar = progress(Arc::clone(&done), a.records, start);
         while done.load(Ordering::Relaxed) < a.records {
-            let r = c
-                .recv()
-                .await
-                .context("consumer stopped")?
-                .map_err(crate::commands::describe)?;
+            // Another consumer of the topic (or of the group) can take records counted as
+            // available: stop after a quiet spell instead of waiting forever.
+            let r = match flume_client::rt::timeout(GROUP_IDLE, c.recv()).await {
+                None => {
+                    failure = Some(anyhow::anyhow!(
+                        "no record for {} s after {} of --records {}",
+                        GROUP_IDLE.as_secs(),
+                        done.load(Ordering::Relaxed),
+                        a.records
+                    ));
+                    break;
+                }
+                Some(None) => {
+                    failure = Some(anyhow::anyhow!("consumer stopped"));
+                    break;
+                }
+                Some(Some(Err(e))) => {
+                    failure = Some(crate::commands::describe(e));
+                    break;
+                }
+                Some(Some(Ok(r))) => r,
+            };
             bytes.fetch_add(r.value.len() as u64, Ordering::Relaxed);
             done.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(b) = bar {
-            b.cancel().await;
+        end_progress(bar).await;
+        if failure.is_none() {
+            c.close().await?;
         }
-        c.close().await?;
     } else {
-        let admin = Admin::connect(&a.broker)
-            .await
-            .context("cannot reach the broker")?;
-        let t = admin
-            .topics(std::slice::from_ref(&a.topic))
-            .await?
-            .into_iter()
-            .next();
-        let Some(t) = t.filter(|t| t.error.is_ok()) else {
-            bail!("topic {} does not exist", a.topic);
-        };
-        let available: i64 = t.partitions.iter().map(|p| p.log_end - p.log_start).sum();
-        if available < i64::try_from(a.records).unwrap_or(i64::MAX) {
-            bail!(
-                "topic {} holds {available} records, fewer than --records {}",
-                a.topic,
-                a.records
-            );
-        }
         start = Instant::now();
         let bar = progress(Arc::clone(&done), a.records, start);
         let mut tasks = Vec::new();
+        // Records still to be counted: each task claims what it read from this, so the
+        // run stops at exactly --records however the partitions' batches fall.
+        let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
             let client = Arc::new(Client::connect(&a.broker, ConnectionConfig::default()).await?);
             let mut c = PartitionConsumer::with_client(
@@ -345,27 +449,42 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
                 StartOffset::Earliest,
                 flume_client::FetchConfig::default(),
             );
-            let (done, bytes, total, end) =
-                (Arc::clone(&done), Arc::clone(&bytes), a.records, p.log_end);
+            let (done, bytes, left, end) = (
+                Arc::clone(&done),
+                Arc::clone(&bytes),
+                Arc::clone(&left),
+                p.log_end,
+            );
             tasks.push(flume_client::rt::spawn(async move {
-                while done.load(Ordering::Relaxed) < total
+                while left.load(Ordering::Relaxed) > 0
                     && c.position()
                         .is_none_or(|pos| i64::try_from(pos).unwrap_or(i64::MAX) < end)
                 {
                     let batch = c.poll_batch().await?;
-                    let b: u64 = batch.iter().map(|r| r.value.len() as u64).sum();
+                    let want = batch.len() as u64;
+                    let claimed =
+                        match left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| {
+                            Some(l.saturating_sub(want))
+                        }) {
+                            Ok(before) | Err(before) => before.min(want),
+                        };
+                    let b: u64 = batch
+                        .iter()
+                        .take(usize::try_from(claimed).unwrap_or(usize::MAX))
+                        .map(|r| r.value.len() as u64)
+                        .sum();
                     bytes.fetch_add(b, Ordering::Relaxed);
-                    done.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    done.fetch_add(claimed, Ordering::Relaxed);
                 }
                 Ok::<(), flume_client::Error>(())
             }));
         }
         for t in tasks {
-            t.await.map_err(crate::commands::describe)?;
+            if let Err(e) = t.await {
+                failure.get_or_insert(crate::commands::describe(e));
+            }
         }
-        if let Some(b) = bar {
-            b.cancel().await;
-        }
+        end_progress(bar).await;
     }
     let secs = start.elapsed().as_secs_f64();
     let n = done.load(Ordering::Relaxed) as f64;
@@ -373,11 +492,16 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     if a.json {
         println!(
             "{}",
-            json!({"records": n as u64, "seconds": secs, "records_per_s": n / secs, "mb_per_s": mb / secs, "mb": mb})
+            json!({"records": n as u64, "complete": failure.is_none(), "seconds": secs, "records_per_s": n / secs, "mb_per_s": mb / secs, "mb": mb})
         );
     } else {
         println!(
-            "{} records ({:.1} MB of values) in {:.2} s: {:.0} records/s, {:.1} MB/s",
+            "{}{} records ({:.1} MB of values) in {:.2} s: {:.0} records/s, {:.1} MB/s",
+            if failure.is_some() {
+                "PARTIAL (stopped by the error below): "
+            } else {
+                ""
+            },
             n as u64,
             mb,
             secs,
@@ -385,11 +509,37 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
             mb / secs
         );
     }
-    Ok(())
+    match failure {
+        Some(e) => Err(e.context(format!("perf consume stopped after {} records", n as u64))),
+        None => Ok(()),
+    }
+}
+
+/// Bytes at the start of each perf e2e value: the tag, this run's id, the send time.
+const E2E_MIN_SIZE: usize = 24;
+/// Marks a perf e2e record.
+const E2E_TAG: &[u8; 8] = b"flmE2E\x00\x01";
+
+/// The send time (µs since the run's epoch) of one of this run's records, or `None`
+/// for a record some other producer wrote to the topic.
+fn e2e_sent_at(value: &[u8], run: u64) -> Option<u64> {
+    let tag = value.get(..8)?;
+    let id = value.get(8..16)?;
+    let at = value.get(16..24)?;
+    if tag != E2E_TAG || id != run.to_be_bytes() {
+        return None;
+    }
+    let mut b = [0u8; 8];
+    b.copy_from_slice(at);
+    Some(u64::from_be_bytes(b))
 }
 
 async fn e2e(a: E2eArgs) -> Result<()> {
-    let size = a.record_size.max(8);
+    let size = usize::try_from(a.record_size)?;
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
     let mut consumer = GroupConsumer::builder(&a.broker, &group)
         .topic(&a.topic)
@@ -405,20 +555,46 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .context("cannot reach the broker")?;
     let epoch = Instant::now();
     let total = a.records;
+    let received = Arc::new(AtomicU64::new(0));
+    let foreign = Arc::new(AtomicU64::new(0));
+    let bar = progress(Arc::clone(&received), total, epoch);
+    let (got, skipped) = (Arc::clone(&received), Arc::clone(&foreign));
+    // Samples are shared, so a run cut short still reports what it measured.
+    let samples = Arc::new(std::sync::Mutex::new(Vec::with_capacity(
+        usize::try_from(total).unwrap_or(0),
+    )));
+    let lat = Arc::clone(&samples);
     let reader = flume_client::rt::spawn(async move {
-        let mut lat = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-        while (lat.len() as u64) < total {
+        let mut err = None;
+        while got.load(Ordering::Relaxed) < total {
             let Some(r) = consumer.recv().await else {
                 break;
             };
-            let r = r?;
-            let mut sent = [0u8; 8];
-            sent.copy_from_slice(&r.value[..8]);
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            };
+            // Records this run did not send (other producers, earlier runs) are counted
+            // and skipped, never taken as latency samples.
+            let Some(sent) = e2e_sent_at(&r.value, run) else {
+                skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            };
             let now = epoch.elapsed().as_micros() as u64;
-            lat.push(now.saturating_sub(u64::from_be_bytes(sent)));
+            lat.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(now.saturating_sub(sent));
+            got.fetch_add(1, Ordering::Relaxed);
         }
-        consumer.close().await?;
-        Ok::<Vec<u64>, flume_client::Error>(lat)
+        if err.is_none() {
+            if let Err(e) = consumer.close().await {
+                err = Some(e);
+            }
+        }
+        err
     });
     let interval = Duration::from_secs_f64(1.0 / a.rate as f64);
     let topic = a.topic.clone();
@@ -427,44 +603,79 @@ async fn e2e(a: E2eArgs) -> Result<()> {
     let sender = flume_client::rt::spawn(async move {
         let start = Instant::now();
         let mut pending = std::collections::VecDeque::new();
-        for i in 0..total {
-            // Open loop: each record leaves at its scheduled time, however long the others take.
-            let due = start + interval.mul_f64(i as f64);
-            let now = Instant::now();
-            if due > now {
-                flume_client::rt::sleep(due - now).await;
-            }
-            let mut value = vec![b'x'; size];
-            value[..8].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
-            let rec = SendRecord {
-                topic: topic.clone(),
-                value: value.into(),
-                ..SendRecord::default()
-            };
-            pending.push_back(producer.send_nowait(rec).await?);
-            while pending.len() > 10_000 {
-                if let Some(f) = pending.pop_front() {
-                    f.await?;
+        let mut sent = 0u64;
+        let run_result = async {
+            for i in 0..total {
+                // Open loop: each record leaves at its scheduled time, however long the others take.
+                let due = start + interval.mul_f64(i as f64);
+                let now = Instant::now();
+                if due > now {
+                    flume_client::rt::sleep(due - now).await;
+                }
+                let mut value = vec![b'x'; size];
+                value[..8].copy_from_slice(E2E_TAG);
+                value[8..16].copy_from_slice(&run.to_be_bytes());
+                value[16..24].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
+                let rec = SendRecord {
+                    topic: topic.clone(),
+                    value: value.into(),
+                    ..SendRecord::default()
+                };
+                pending.push_back(producer.send_nowait(rec).await?);
+                while pending.len() > 10_000 {
+                    if let Some(f) = pending.pop_front() {
+                        f.await?;
+                        sent += 1;
+                    }
                 }
             }
+            while let Some(f) = pending.pop_front() {
+                f.await?;
+                sent += 1;
+            }
+            Ok::<(), flume_client::Error>(())
         }
-        for f in pending {
-            f.await?;
-        }
+        .await;
         let sent_secs = start.elapsed().as_secs_f64();
-        producer.close().await;
-        Ok::<f64, flume_client::Error>(sent_secs)
+        if run_result.is_ok() {
+            producer.close().await;
+        }
+        (sent, sent_secs, run_result.err())
     });
-    let sent_secs = sender.await.map_err(crate::commands::describe)?;
-    let mut lat = flume_client::rt::timeout(Duration::from_secs(60), reader)
-        .await
-        .context("the consumer did not receive every record within 60 s")?
-        .map_err(crate::commands::describe)?;
+    let (sent, sent_secs, send_err) = sender.await;
+    let mut failure: Option<anyhow::Error> = send_err.map(crate::commands::describe);
+    let read_err = if failure.is_some() {
+        // Whatever the reader has by now; it is not waited for.
+        reader.cancel().await;
+        None
+    } else {
+        match flume_client::rt::timeout(Duration::from_secs(60), reader).await {
+            Some(e) => e.map(crate::commands::describe),
+            None => Some(anyhow::anyhow!(
+                "the consumer did not receive every record within 60 s ({} of {total})",
+                received.load(Ordering::Relaxed)
+            )),
+        }
+    };
+    let mut lat = std::mem::take(
+        &mut *samples
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    end_progress(bar).await;
+    if failure.is_none() {
+        failure = read_err;
+    }
     lat.sort_unstable();
+    let skipped = foreign.load(Ordering::Relaxed);
     let summary = json!({
         "records": lat.len(),
+        "sent": sent,
+        "complete": failure.is_none(),
+        "foreign_records_skipped": skipped,
+        "latency_samples": lat.len(),
         "rate_target": a.rate,
-        "rate_achieved": lat.len() as f64 / sent_secs,
+        "rate_achieved": sent as f64 / sent_secs,
         "latency_ms": {
             "p50": percentile(&lat, 0.5),
             "p99": percentile(&lat, 0.99),
@@ -476,14 +687,38 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         println!("{summary}");
     } else {
         println!(
-            "{} records at {:.0}/s, produce to group consumer latency ms: p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3}",
+            "{}{} records at {:.0}/s, produce to group consumer latency ms: p50 {:.3} p99 {:.3} p99.9 {:.3} max {:.3} (every record timed: {} samples; {skipped} records from other producers skipped)",
+            if failure.is_some() { "PARTIAL (stopped by the error below): " } else { "" },
             lat.len(),
-            lat.len() as f64 / sent_secs,
+            sent as f64 / sent_secs,
             percentile(&lat, 0.5),
             percentile(&lat, 0.99),
             percentile(&lat, 0.999),
-            percentile(&lat, 1.0)
+            percentile(&lat, 1.0),
+            lat.len(),
         );
     }
-    Ok(())
+    match failure {
+        Some(e) => Err(e.context(format!(
+            "perf e2e stopped after {sent} acknowledged records"
+        ))),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn e2e_takes_only_its_own_records() {
+        let mut v = vec![b'x'; 30];
+        v[..8].copy_from_slice(E2E_TAG);
+        v[8..16].copy_from_slice(&7u64.to_be_bytes());
+        v[16..24].copy_from_slice(&99u64.to_be_bytes());
+        assert_eq!(e2e_sent_at(&v, 7), Some(99));
+        assert_eq!(e2e_sent_at(&v, 8), None, "another run's record");
+        assert_eq!(e2e_sent_at(b"short", 7), None);
+        assert_eq!(e2e_sent_at(&[0u8; 40], 7), None);
+    }
 }

@@ -6,8 +6,13 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The binary under test; `FLUME_CLI_BIN` points the tests at another build (to check
+/// that a test fails against a binary without the fix it covers).
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_flume-cli"))
+    match std::env::var_os("FLUME_CLI_BIN") {
+        Some(path) => Command::new(path),
+        None => Command::new(env!("CARGO_BIN_EXE_flume-cli")),
+    }
 }
 
 /// A broker subprocess, killed when dropped.

@@ -1,0 +1,363 @@
+//! `flume-cli consume`: partitions of a topic, or a group member's share of them.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use flume_client::{
+    Admin, Client, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer, Record,
+    StartOffset,
+};
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+
+use crate::commands::{describe, interrupt, non_neg_i32};
+use crate::output::{record_line, Format};
+
+/// Without --follow, how long to keep retrying a broker that went away before giving up.
+const RECONNECT_WITHOUT_FOLLOW: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct ConsumeArgs {
+    /// Broker address.
+    #[arg(long, default_value = "localhost:9092")]
+    broker: String,
+    /// Topic.
+    #[arg(long)]
+    topic: String,
+    /// Read only this partition (default: every partition of the topic).
+    #[arg(long, conflicts_with = "group", value_parser = non_neg_i32())]
+    partition: Option<i32>,
+    /// Start: earliest, latest or an offset (partition mode; for a new group, earliest or latest).
+    #[arg(long, default_value = "earliest")]
+    offset: StartOffset,
+    /// Join this consumer group instead of reading partitions directly.
+    #[arg(long)]
+    group: Option<String>,
+    /// Stop after N records. In group mode without --follow it also stops at the end of
+    /// the assigned partitions, saying how many records there were.
+    #[arg(long)]
+    max: Option<u64>,
+    /// Keep waiting for new records. Partition mode stops at the end otherwise; group
+    /// mode follows unless --max or --exit-at-end is given.
+    #[arg(long, conflicts_with = "exit_at_end")]
+    follow: bool,
+    /// Stop at the end of every partition read (every assigned partition in group mode).
+    #[arg(short = 'e', long)]
+    exit_at_end: bool,
+    /// Stop when no record has arrived for this many milliseconds.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=86_400_000))]
+    timeout: Option<u64>,
+    /// Output. plain: `partition=P offset=O key=K [headers=H=V,...] value=V`, where absent
+    /// is `-`, empty is `""`, non-UTF-8 bytes are `0x…` hex, and text that could read as
+    /// either, or holds control characters, is double-quoted with escapes; json: one object
+    /// per record (partition, offset, timestamp, key, value, headers).
+    #[arg(long, value_enum, default_value = "plain")]
+    format: Format,
+    /// Group mode: the broker drops this member if it hears nothing for this long.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
+    session_timeout_ms: u64,
+    /// Group mode: commit what was printed this often (and on exit).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    commit_interval_ms: u64,
+}
+
+/// Why reading stopped, for the message on stderr.
+enum Stop {
+    Max,
+    End,
+    Idle,
+    Interrupted,
+}
+
+pub async fn consume(a: ConsumeArgs) -> Result<()> {
+    if a.group.is_some() {
+        group(a).await
+    } else {
+        partitions(a).await
+    }
+}
+
+/// One fetch of one partition, giving the consumer back for the next.
+type Poll = BoxFuture<'static, (i32, PartitionConsumer, flume_client::Result<Vec<Record>>)>;
+
+fn poll(partition: i32, mut c: PartitionConsumer) -> Poll {
+    async move {
+        let r = c.poll_batch().await;
+        (partition, c, r)
+    }
+    .boxed()
+}
+
+fn idle_timer(timeout: Option<u64>) -> futures::future::Fuse<BoxFuture<'static, ()>> {
+    match timeout {
+        Some(ms) => flume_client::rt::sleep(Duration::from_millis(ms))
+            .boxed()
+            .fuse(),
+        None => futures::future::Fuse::terminated(),
+    }
+}
+
+async fn partitions(a: ConsumeArgs) -> Result<()> {
+    let stop = interrupt()?;
+    let admin = Admin::connect(&a.broker)
+        .await
+        .context("cannot reach the broker")?;
+    let meta = admin
+        .topics(std::slice::from_ref(&a.topic))
+        .await
+        .map_err(describe)?
+        .into_iter()
+        .next()
+        .filter(|t| t.error.is_ok())
+        .ok_or_else(|| anyhow::anyhow!("topic {} does not exist", a.topic))?;
+    let mut chosen: Vec<_> = meta.partitions.clone();
+    if let Some(p) = a.partition {
+        chosen.retain(|m| m.partition == p);
+        if chosen.is_empty() {
+            bail!(
+                "topic {} has no partition {p} (it has partitions 0 to {})",
+                a.topic,
+                meta.partitions.len().saturating_sub(1)
+            );
+        }
+    }
+    let client = Arc::new(
+        Client::connect(&a.broker, ConnectionConfig::default())
+            .await
+            .context("cannot reach the broker")?,
+    );
+    drop(admin);
+    let follow = a.follow;
+    let fetch = FetchConfig::default();
+    let mut polls: FuturesUnordered<Poll> = FuturesUnordered::new();
+    for m in &chosen {
+        let start = match a.offset {
+            StartOffset::Earliest => m.log_start,
+            StartOffset::Latest => m.log_end,
+            StartOffset::At(o) => i64::try_from(o).unwrap_or(i64::MAX),
+        };
+        // Without --follow a partition already read to its end is not fetched at all.
+        if !follow && start >= m.log_end {
+            continue;
+        }
+        polls.push(poll(
+            m.partition,
+            PartitionConsumer::with_client(
+                Arc::clone(&client),
+                &a.topic,
+                m.partition,
+                a.offset,
+                fetch.clone(),
+            ),
+        ));
+    }
+    let max = a.max.unwrap_or(u64::MAX);
+    let mut n = 0u64;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut idle = idle_timer(a.timeout);
+    let mut down_since: Option<Instant> = None;
+    let mut why = Stop::End;
+    while n < max {
+        if polls.is_empty() {
+            break;
+        }
+        let (partition, c, r) = futures::select! {
+            r = polls.select_next_some() => r,
+            _ = idle => { why = Stop::Idle; break; }
+            _ = stop.recv().fuse() => { why = Stop::Interrupted; break; }
+        };
+        let batch = match r {
+            Ok(b) => {
+                if down_since.take().is_some() {
+                    eprintln!("reconnected to the broker at {}", a.broker);
+                }
+                b
+            }
+            Err(e) if e.is_retriable() => {
+                // The broker went away (restart, crash): the client reconnects with backoff
+                // on the next fetch. Without --follow, give up after a while.
+                let since = *down_since.get_or_insert_with(|| {
+                    eprintln!("lost the broker at {} ({e}); reconnecting", a.broker);
+                    Instant::now()
+                });
+                if !follow && a.timeout.is_none() && since.elapsed() > RECONNECT_WITHOUT_FOLLOW {
+                    return Err(describe(e)).context(format!(
+                        "the broker did not come back within {} s",
+                        RECONNECT_WITHOUT_FOLLOW.as_secs()
+                    ));
+                }
+                flume_client::rt::sleep(Duration::from_millis(100)).await;
+                polls.push(poll(partition, c));
+                continue;
+            }
+            Err(e) => return Err(describe(e)),
+        };
+        if !batch.is_empty() {
+            idle = idle_timer(a.timeout);
+        }
+        for r in &batch {
+            writeln!(out, "{}", record_line(a.format, partition, r))?;
+            n += 1;
+            if n >= max {
+                why = Stop::Max;
+                break;
+            }
+        }
+        out.flush()?;
+        let at_end = c
+            .position()
+            .is_some_and(|p| i64::try_from(p).unwrap_or(i64::MAX) >= c.high_watermark());
+        if follow || !at_end {
+            polls.push(poll(partition, c));
+        }
+    }
+    out.flush()?;
+    drop(polls);
+    report_stop(&why, n, a.max);
+    Ok(())
+}
+
+fn report_stop(why: &Stop, n: u64, max: Option<u64>) {
+    match (why, max) {
+        (Stop::End, Some(m)) if n < m => {
+            eprintln!("reached the end after {n} records (fewer than --max {m})");
+        }
+        (Stop::Idle, _) => eprintln!("no record within --timeout; stopped after {n} records"),
+        _ => {}
+    }
+}
+
+async fn group(a: ConsumeArgs) -> Result<()> {
+    let stop = interrupt()?;
+    let Some(group) = a.group.clone() else {
+        bail!("--group is required in group mode");
+    };
+    let start = match a.offset {
+        StartOffset::At(_) => bail!(
+            "--offset with --group must be earliest or latest (a group resumes from its commits)"
+        ),
+        s => s,
+    };
+    // Committed on an interval and on exit, always after the printed records are flushed:
+    // at-least-once, without a round trip per record.
+    let mut c = GroupConsumer::builder(&a.broker, &group)
+        .topic(&a.topic)
+        .start(start)
+        .session_timeout(Duration::from_millis(a.session_timeout_ms))
+        .auto_commit(false)
+        .build()
+        .await
+        .map_err(describe)
+        .context("cannot join the group")?;
+    let admin = Admin::connect(&a.broker)
+        .await
+        .context("cannot reach the broker")?;
+    let max = a.max.unwrap_or(u64::MAX);
+    let stop_at_end = a.exit_at_end || (a.max.is_some() && !a.follow);
+    let commit_every = Duration::from_millis(a.commit_interval_ms);
+    let mut last_commit = Instant::now();
+    let mut n = 0u64;
+    // Next offset per partition, from the records printed.
+    let mut next: HashMap<i32, u64> = HashMap::new();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut last_record = Instant::now();
+    let mut why = Stop::Max;
+    let tick = Duration::from_millis(100);
+    while n < max {
+        // Take what is ready without waiting; before waiting, flush the output so a
+        // follower sees every record. The stop conditions are looked at only after a
+        // quiet tick: looking costs round trips and restarts the fetch under way.
+        let r = match c.next().now_or_never() {
+            Some(r) => r,
+            None => {
+                out.flush()?;
+                futures::select! {
+                    r = c.next().fuse() => r,
+                    _ = flume_client::rt::sleep(tick).fuse() => {
+                        if last_commit.elapsed() >= commit_every {
+                            commit(&c).await;
+                            last_commit = Instant::now();
+                        }
+                        if a
+                            .timeout
+                            .is_some_and(|ms| last_record.elapsed() >= Duration::from_millis(ms))
+                        {
+                            why = Stop::Idle;
+                            break;
+                        }
+                        if stop_at_end && at_end(&c, &admin, &group, &a.topic, start, &next).await? {
+                            why = Stop::End;
+                            break;
+                        }
+                        continue;
+                    }
+                    _ = stop.recv().fuse() => { why = Stop::Interrupted; break; }
+                }
+            }
+        };
+        let Some(r) = r else { break };
+        let r = r.map_err(describe)?;
+        last_record = Instant::now();
+        writeln!(out, "{}", record_line(a.format, r.partition, &r.record))?;
+        next.insert(r.partition, r.record.offset + 1);
+        n += 1;
+        if last_commit.elapsed() >= commit_every {
+            out.flush()?;
+            commit(&c).await;
+            last_commit = Instant::now();
+        }
+    }
+    out.flush()?;
+    commit(&c).await;
+    c.close().await.context("leaving the group")?;
+    report_stop(&why, n, a.max);
+    Ok(())
+}
+
+/// Commits every record printed so far (the caller has flushed them).
+async fn commit(c: &GroupConsumer) {
+    if let Err(e) = c.commit_processed().await {
+        tracing::warn!(error = %e, "commit failed; records may be delivered again");
+    }
+}
+
+/// True when every assigned partition has been read to its current end.
+async fn at_end(
+    c: &GroupConsumer,
+    admin: &Admin,
+    group: &str,
+    topic: &str,
+    start: StartOffset,
+    next: &HashMap<i32, u64>,
+) -> Result<bool> {
+    let assigned = c.assignment().await;
+    if assigned.is_empty() {
+        // Not joined yet, or more members than partitions.
+        return Ok(c.generation().await >= 0);
+    }
+    let offsets = admin
+        .group_offsets(group, &[topic.to_owned()])
+        .await
+        .map_err(describe)?;
+    for (_, p) in &assigned {
+        let Some(o) = offsets.iter().find(|o| o.partition == *p) else {
+            return Ok(false);
+        };
+        let pos = match next.get(p) {
+            Some(&n) => i64::try_from(n).unwrap_or(i64::MAX),
+            None if o.committed >= 0 => o.committed.max(o.log_start),
+            None if start == StartOffset::Latest => o.log_end,
+            None => o.log_start,
+        };
+        if pos < o.log_end {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
