@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flume_broker::{Broker, BrokerConfig, TopicConfig};
-use flume_client::protocol::{OffsetCommitRequest, PartitionOffset};
-use flume_client::rt::block_on;
 use flume_client::{
     Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, ProducerConfig, SendRecord,
     StartOffset,
 };
+use flume_protocol::{OffsetCommitRequest, PartitionOffset};
+use flume_rt::block_on;
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -72,7 +72,7 @@ async fn send(
 /// `ASYNC_STD_THREAD_COUNT=1` client and broker share one thread.
 fn on_runtime<T: Send + 'static>(fut: impl std::future::Future<Output = T> + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
-    flume_client::rt::spawn(async move {
+    flume_rt::spawn(async move {
         let _ = tx.send(fut.await);
     });
     rx.recv().expect("the task finishes")
@@ -153,7 +153,7 @@ fn one_per_round_trip(c: &mut Criterion) {
                     .into_iter()
                     .map(|p| {
                         let v = v.clone();
-                        flume_client::rt::spawn(async move {
+                        flume_rt::spawn(async move {
                             for _ in 0..n {
                                 send(&p, "four", None, &v).await.unwrap();
                             }

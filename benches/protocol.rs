@@ -1,8 +1,8 @@
 //! Encoding and decoding a PRODUCE of 1000 records of 100 bytes. `cargo bench --bench protocol`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use flume_client::protocol::messages::{Decode, Encode};
-use flume_client::protocol::{record, ProduceEntry, ProduceRequest};
+use flume_protocol::messages::{Decode, Encode};
+use flume_protocol::{record, ProduceEntry, ProduceRequest};
 
 /// Encodes 1000 keyed records of 100 bytes into a PRODUCE request payload.
 fn encoded_request() -> Vec<u8> {

@@ -3,7 +3,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flume_broker::storage::{FsyncPolicy, Log, LogConfig};
-use flume_client::protocol::record;
+use flume_protocol::record;
 
 fn batch(n: usize) -> Vec<u8> {
     let value = [b'x'; 100];

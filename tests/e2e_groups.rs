@@ -43,7 +43,7 @@ fn consumer(addr: &str, group: &str, topic: &str) -> flume_client::GroupConsumer
 async fn take(c: &mut GroupConsumer, n: usize) -> Vec<(i32, u64, String)> {
     let mut out = Vec::new();
     while out.len() < n {
-        let r = flume_client::rt::timeout(Duration::from_secs(20), c.recv())
+        let r = flume_rt::timeout(Duration::from_secs(20), c.recv())
             .await
             .expect("records keep coming")
             .unwrap()
@@ -77,7 +77,7 @@ async fn take(c: &mut GroupConsumer, n: usize) -> Vec<(i32, u64, String)> {
 struct Member {
     events: async_channel::Receiver<RebalanceEvent>,
     stop: async_channel::Sender<bool>,
-    task: flume_client::rt::Task<()>,
+    task: flume_rt::Task<()>,
     assigned: Vec<(String, i32)>,
     generation: i32,
 }
@@ -88,7 +88,7 @@ type Seen = std::sync::Arc<std::sync::Mutex<Vec<(usize, i32, i32, u64)>>>;
 fn spawn_member(mut c: GroupConsumer, me: usize, seen: Seen) -> Member {
     let events = c.events();
     let (stop, cmd) = async_channel::bounded::<bool>(1);
-    let task = flume_client::rt::spawn(async move {
+    let task = flume_rt::spawn(async move {
         loop {
             futures::select! {
                 r = futures::FutureExt::fuse(c.recv()) => {
@@ -152,13 +152,13 @@ async fn wait_for(
             return;
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        flume_client::rt::sleep(Duration::from_millis(10)).await;
+        flume_rt::sleep(Duration::from_millis(10)).await;
     }
 }
 
 #[test]
 fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "t6", 6).await;
         produce(&addr, "t6", 600).await;
@@ -256,7 +256,7 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
 
 #[test]
 fn group_consumes_everything_once_and_resumes_from_commits() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "t", 3).await;
         produce(&addr, "t", 300).await;
@@ -293,7 +293,7 @@ fn group_consumes_everything_once_and_resumes_from_commits() {
 
 #[test]
 fn consumer_survives_a_broker_restart() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "r", 2).await;
         produce(&addr, "r", 100).await;
@@ -328,7 +328,7 @@ fn consumer_survives_a_broker_restart() {
 
 #[test]
 fn stale_member_commits_are_fenced() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "f", 1).await;
         produce(&addr, "f", 10).await;
@@ -366,7 +366,7 @@ fn stale_member_commits_are_fenced() {
 
 #[test]
 fn manual_commit_on_revoke_commits_what_was_handed_out() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "rv", 1).await;
         produce(&addr, "rv", 20).await;
@@ -382,7 +382,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
             handed += 1;
         }
         // B joins; A notices through its heartbeat on its next call, commits, and rejoins.
-        let b = flume_client::rt::spawn({
+        let b = flume_rt::spawn({
             let addr = addr.clone();
             async move { consumer(&addr, "grv", "rv").build().await.unwrap() }
         });
@@ -394,8 +394,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
                 break;
             }
             assert!(Instant::now() < deadline, "A never saw the rebalance");
-            if let Some(Some(Ok(_))) =
-                flume_client::rt::timeout(Duration::from_millis(100), a.recv()).await
+            if let Some(Some(Ok(_))) = flume_rt::timeout(Duration::from_millis(100), a.recv()).await
             {
                 handed += 1;
             }
@@ -413,7 +412,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
 
 #[test]
 fn slow_processing_during_a_rebalance_keeps_the_membership() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "slow", 2).await;
         produce(&addr, "slow", 10).await;
@@ -429,17 +428,17 @@ fn slow_processing_during_a_rebalance_keeps_the_membership() {
         let id = a.member_id().await;
         a.recv().await.unwrap().unwrap();
         // B joins; A is "processing" (not calling recv) for several session timeouts.
-        let b = flume_client::rt::spawn({
+        let b = flume_rt::spawn({
             let addr = addr.clone();
             async move { consumer(&addr, "gs", "slow").build().await.unwrap() }
         });
         // Simulated processing time (not synchronization): 1.5 s, several session timeouts.
-        flume_client::rt::sleep(Duration::from_millis(1500)).await;
+        flume_rt::sleep(Duration::from_millis(1500)).await;
         // A comes back: it rejoins with the same membership, and both get a partition.
         let deadline = Instant::now() + Duration::from_secs(10);
         while a.assignment().await.len() != 1 {
             assert!(Instant::now() < deadline, "A never rejoined");
-            let _ = flume_client::rt::timeout(Duration::from_millis(100), a.recv()).await;
+            let _ = flume_rt::timeout(Duration::from_millis(100), a.recv()).await;
         }
         assert_eq!(
             a.member_id().await,
@@ -455,20 +454,18 @@ fn slow_processing_during_a_rebalance_keeps_the_membership() {
 #[test]
 fn an_abandoned_stream_poll_does_not_lock_the_consumer() {
     use futures::StreamExt;
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "idle", 1).await;
         let mut c = consumer(&addr, "gi", "idle").build().await.unwrap();
         // Nothing to read: the poll is cut off by a timeout while it waits on a fetch.
-        assert!(
-            flume_client::rt::timeout(Duration::from_millis(30), c.next())
-                .await
-                .is_none()
-        );
-        let a = flume_client::rt::timeout(Duration::from_secs(5), c.assignment()).await;
+        assert!(flume_rt::timeout(Duration::from_millis(30), c.next())
+            .await
+            .is_none());
+        let a = flume_rt::timeout(Duration::from_secs(5), c.assignment()).await;
         assert_eq!(a.expect("the consumer is still usable").len(), 1);
         produce(&addr, "idle", 1).await;
-        let r = flume_client::rt::timeout(Duration::from_secs(10), c.next())
+        let r = flume_rt::timeout(Duration::from_secs(10), c.next())
             .await
             .unwrap()
             .unwrap()

@@ -5,13 +5,14 @@ mod common;
 use std::time::{Duration, Instant};
 
 use flume_broker::Broker;
-use flume_client::protocol::{
-    self, ErrorCode, HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest, PartitionOffset,
-};
-use flume_client::rt::{self, TcpStream};
 use flume_client::{
     Client, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, StartOffset,
 };
+use flume_protocol::{
+    self as protocol, ErrorCode, HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest,
+    PartitionOffset,
+};
+use flume_rt::{self as rt, TcpStream};
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A tiny deterministic generator (xorshift64*), so failures can be replayed from the seed.
@@ -340,7 +341,7 @@ fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
             "the new owner's commit was not overwritten"
         );
         // It rejoins from scratch: the group rebalances to one partition each.
-        let rejoin = flume_client::rt::spawn({
+        let rejoin = flume_rt::spawn({
             let addr = addr.clone();
             async move {
                 let raw = Client::connect(&addr, ConnectionConfig::default())

@@ -7,17 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flume_broker::{Backpressure, Broker, TopicConfig};
-use flume_client::protocol::{
-    self, partition_for_key, record, ErrorCode, ProduceEntry, ProduceRequest,
-};
 use flume_client::{
     Admin, Client, ConnectionConfig, PartitionConsumer, Producer, SendRecord, StartOffset,
+};
+use flume_protocol::{
+    self as protocol, partition_for_key, record, ErrorCode, ProduceEntry, ProduceRequest,
 };
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]
 fn send_then_consume_with_keys_and_headers() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let addr = broker.local_addr().to_string();
@@ -65,7 +65,7 @@ fn send_then_consume_with_keys_and_headers() {
 
 #[test]
 fn routing_agrees_for_many_keys() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         broker.engine().create_topic("r", common::topic(7)).unwrap();
@@ -90,7 +90,7 @@ fn routing_agrees_for_many_keys() {
 
 #[test]
 fn batching_many_tasks_dense_offsets_and_key_order() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         broker.engine().create_topic("b", common::topic(4)).unwrap();
@@ -103,7 +103,7 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
         let mut tasks = Vec::new();
         for t in 0..8u32 {
             let producer = producer.clone();
-            tasks.push(flume_client::rt::spawn(async move {
+            tasks.push(flume_rt::spawn(async move {
                 let key = format!("task-{t}");
                 let mut acks = Vec::new();
                 // Keep many sends in flight from one task.
@@ -173,7 +173,7 @@ fn busy_polling_falls_back_to_waiting() {
 }
 
 fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = common::config(dir.path());
         cfg.busy_poll = broker_busy_poll;
@@ -207,7 +207,7 @@ fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
                 ..Default::default()
             },
         );
-        let waiter = flume_client::rt::spawn(async move { c.poll_batch().await });
+        let waiter = flume_rt::spawn(async move { c.poll_batch().await });
         let producer = Producer::with_config(
             &addr,
             flume_client::ProducerConfig {
@@ -218,7 +218,7 @@ fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
         .await
         .unwrap();
         producer.send("lp", None, b"wake").await.unwrap();
-        let got = flume_client::rt::timeout(Duration::from_secs(10), waiter)
+        let got = flume_rt::timeout(Duration::from_secs(10), waiter)
             .await
             .expect("long poll woke")
             .unwrap();
@@ -247,7 +247,7 @@ fn big_batch_of(n: usize) -> bytes::Bytes {
 
 #[test]
 fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let e = broker.engine().clone();
@@ -296,11 +296,11 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         let part = e.topic("blk").unwrap().partitions[0].clone();
         let watcher = {
             let part = part.clone();
-            flume_client::rt::spawn(async move {
+            flume_rt::spawn(async move {
                 let mut max = 0;
                 for _ in 0..2000 {
                     max = max.max(part.queued());
-                    flume_client::rt::yield_now().await;
+                    flume_rt::yield_now().await;
                 }
                 max
             })
@@ -328,7 +328,7 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
 
 #[test]
 fn graceful_shutdown_loses_no_acknowledged_record() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let producer = Producer::connect(&broker.local_addr().to_string())
@@ -365,14 +365,14 @@ fn graceful_shutdown_loses_no_acknowledged_record() {
 
 #[test]
 fn malformed_frames_cost_only_their_connection() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let addr = broker.local_addr().to_string();
         let producer = Producer::connect(&addr).await.unwrap();
         producer.send("m", None, b"before").await.unwrap();
         // A size of 2^31-1: closed without allocating.
-        let mut bad = flume_client::rt::TcpStream::connect(&addr).await.unwrap();
+        let mut bad = flume_rt::TcpStream::connect(&addr).await.unwrap();
         bad.write_all(&[0x7f, 0xff, 0xff, 0xff, 0, 0])
             .await
             .unwrap();
@@ -383,7 +383,7 @@ fn malformed_frames_cost_only_their_connection() {
             "connection closed"
         );
         // A well-framed request that does not decode, and an unknown api key: error responses, connection stays.
-        let mut s = flume_client::rt::TcpStream::connect(&addr).await.unwrap();
+        let mut s = flume_rt::TcpStream::connect(&addr).await.unwrap();
         let mut frame = Vec::new();
         let st = protocol::frame::begin_request(&mut frame, 0, 42);
         frame.extend_from_slice(&[0, 0, 0, 9, 1]);
@@ -423,7 +423,7 @@ fn malformed_frames_cost_only_their_connection() {
 
 #[test]
 fn produce_errors_are_typed() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let client = Client::connect(
@@ -481,7 +481,7 @@ fn produce_errors_are_typed() {
 
 #[test]
 fn inline_fast_path_never_overtakes_queued_appends() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let e = broker.engine().clone();
@@ -521,7 +521,7 @@ fn inline_fast_path_never_overtakes_queued_appends() {
 /// is still acknowledged, once, in order.
 #[test]
 fn produce_memory_in_flight_stays_within_its_budget() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = common::config(dir.path());
         cfg.max_frame_bytes = 4096;
@@ -552,7 +552,7 @@ fn produce_memory_in_flight_stays_within_its_budget() {
             )
             .await
             .unwrap();
-            tasks.push(flume_client::rt::spawn(async move {
+            tasks.push(flume_rt::spawn(async move {
                 let mut acks = Vec::new();
                 for i in 0..per_producer {
                     let rec = SendRecord {

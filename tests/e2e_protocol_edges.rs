@@ -6,12 +6,13 @@ mod common;
 
 use std::time::Duration;
 
-use flume_client::protocol::{
+use flume_client::{Admin, Client, ConnectionConfig, Producer};
+use flume_protocol::{
     partition_for_key, record, CreateTopicRequest, ErrorCode, FetchPartition, FetchRequest,
     HeartbeatRequest, JoinGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
     PartitionOffset, ProduceEntry, ProduceRequest, TopicPartitions,
 };
-use flume_client::{rt, Admin, Client, ConnectionConfig, Producer};
+use flume_rt as rt;
 
 /// Every CREATE_TOPIC field outside its documented range is INVALID_REQUEST and
 /// creates nothing; -1 takes the broker default.

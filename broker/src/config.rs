@@ -189,7 +189,7 @@ impl TopicConfig {
     /// A message naming the field, its value and its range.
     pub fn from_request(
         defaults: &TopicConfig,
-        req: &flume_client::protocol::CreateTopicRequest,
+        req: &flume_protocol::CreateTopicRequest,
     ) -> Result<TopicConfig, String> {
         // None for -1 (take the default), the value when in lo..=hi, else an error.
         let field = |name: &str, v: i64, lo: u64, hi: u64| -> Result<Option<u64>, String> {
@@ -278,7 +278,7 @@ pub struct BrokerConfig {
     /// Largest request frame accepted.
     pub max_frame_bytes: usize,
     /// Largest single record, counting its 16-byte header (default 1 MiB,
-    /// [`flume_client::protocol::record::DEFAULT_MAX_RECORD_BYTES`]; the producer's default is the same).
+    /// [`flume_protocol::record::DEFAULT_MAX_RECORD_BYTES`]; the producer's default is the same).
     pub max_record_bytes: usize,
     /// Most concurrent connections; more are closed at once.
     pub max_connections: usize,
@@ -328,8 +328,8 @@ impl BrokerConfig {
             fsync: FsyncPolicy::Never,
             index_interval_bytes: 4096,
             verify_on_open: false,
-            max_frame_bytes: flume_client::protocol::frame::DEFAULT_MAX_FRAME_BYTES,
-            max_record_bytes: flume_client::protocol::record::DEFAULT_MAX_RECORD_BYTES,
+            max_frame_bytes: flume_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
+            max_record_bytes: flume_protocol::record::DEFAULT_MAX_RECORD_BYTES,
             max_connections: 4096,
             max_partitions: 10_000,
             max_queue_slots: 4 << 20,
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn create_topic_requests_are_checked_field_by_field() {
-        use flume_client::protocol::CreateTopicRequest;
+        use flume_protocol::CreateTopicRequest;
         let d = TopicConfig {
             retention_ms: Some(7),
             ..TopicConfig::default()

@@ -19,9 +19,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use flume_client::protocol::record::{self, Header, Record};
-use flume_client::protocol::{ErrorCode, ProduceEntry};
-use flume_client::rt;
+use flume_protocol::record::{self, Header, Record};
+use flume_protocol::{ErrorCode, ProduceEntry};
+use flume_rt as rt;
 
 use crate::config::{BrokerConfig, TopicConfig};
 use crate::engine::Engine;

@@ -7,16 +7,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use flume_client::protocol::messages::encode_fetch_partition;
-use flume_client::protocol::record::{self, RecordError, RecordIter};
-use flume_client::protocol::wire::WriteExt;
-use flume_client::protocol::{
+use flume_protocol::messages::encode_fetch_partition;
+use flume_protocol::record::{self, RecordError, RecordIter};
+use flume_protocol::wire::WriteExt;
+use flume_protocol::{
     partition_for_key, CreateTopicRequest, ErrorCode, FetchRequest, JoinGroupRequest,
     JoinGroupResponse, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
     OffsetFetchPartition, OffsetFetchRequest, OffsetFetchResponse, PartitionError,
     PartitionMetadata, ProduceEntry, ProduceResult, Span, TopicMetadata,
 };
-use flume_client::rt;
+use flume_rt as rt;
 use futures::channel::oneshot;
 use futures::FutureExt;
 

@@ -1,6 +1,6 @@
 //! The broker's error type.
 
-use flume_client::protocol::ErrorCode;
+use flume_protocol::ErrorCode;
 
 use crate::storage::StorageError;
 

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use flume_client::protocol::{ErrorCode, JoinGroupResponse, TopicPartitions};
+use flume_protocol::{ErrorCode, JoinGroupResponse, TopicPartitions};
 
 /// How partitions are spread over members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -34,10 +34,10 @@ use std::time::Instant;
 
 use bytes::BufMut;
 use event_listener::{Event, EventListener};
-use flume_client::protocol::record::{self, RecordIter};
-use flume_client::protocol::wire::{Reader, WriteExt};
-use flume_client::protocol::ErrorCode;
-use flume_client::rt;
+use flume_protocol::record::{self, RecordIter};
+use flume_protocol::wire::{Reader, WriteExt};
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
 use futures::channel::oneshot;
 
 use crate::error::BrokerError;
@@ -699,10 +699,7 @@ mod tests {
         )
         .unwrap();
         let err = s.commit("h", &[("t".into(), 0, 1)]).unwrap_err();
-        assert_eq!(
-            err.code(),
-            flume_client::protocol::ErrorCode::InvalidRequest
-        );
+        assert_eq!(err.code(), flume_protocol::ErrorCode::InvalidRequest);
         // Updating an existing entry is always allowed.
         s.commit("g", &[("t".into(), 0, 2)]).unwrap();
         assert_eq!(s.get("g", "t", 0), Some(2));
@@ -737,7 +734,7 @@ mod engine_tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use flume_client::protocol::{JoinGroupRequest, OffsetCommitRequest, PartitionOffset};
+    use flume_protocol::{JoinGroupRequest, OffsetCommitRequest, PartitionOffset};
 
     use super::*;
     use crate::config::{BrokerConfig, TopicConfig};

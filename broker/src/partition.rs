@@ -23,8 +23,8 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use event_listener::{Event, EventListener};
-use flume_client::protocol::ErrorCode;
-use flume_client::rt;
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
 use futures::channel::oneshot;
 
 use crate::config::Backpressure;

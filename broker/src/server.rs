@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use event_listener::Event;
-use flume_client::protocol::frame::{self, Decoded};
-use flume_client::protocol::messages::{Decode, Empty, Encode};
-use flume_client::protocol::{
+use flume_protocol::frame::{self, Decoded};
+use flume_protocol::messages::{Decode, Empty, Encode};
+use flume_protocol::{
     encode_response_frame, ApiKey, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest,
     JoinGroupRequest, LeaveGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
     ProduceRequest, ProduceResponse,
 };
-use flume_client::rt::{self, TcpListener, TcpStream};
+use flume_rt::{self as rt, TcpListener, TcpStream};
 use futures::future::BoxFuture;
 use futures::io::AsyncReadExt;
 use futures::stream::{FuturesUnordered, StreamExt};

@@ -3,8 +3,8 @@
 
 use flume_broker::storage::StorageError;
 use flume_broker::{BrokerConfig, BrokerError, EmbeddedBroker, TopicConfig};
-use flume_client::protocol::ErrorCode;
-use flume_client::rt;
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
 
 fn topic(partitions: u32) -> TopicConfig {
     TopicConfig {
@@ -128,8 +128,7 @@ fn partition_fails_stop(config: BrokerConfig, arm: impl Fn(&flume_broker::storag
         "other partitions work"
     );
     let first = p0.read_now(0, 1 << 20).unwrap();
-    let recs =
-        flume_client::protocol::record::decode_all(&bytes::Bytes::from(first.records)).unwrap();
+    let recs = flume_protocol::record::decode_all(&bytes::Bytes::from(first.records)).unwrap();
     assert_eq!(recs.len(), 2, "acknowledged records are still served");
     drop(t);
     b.close();

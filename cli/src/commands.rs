@@ -8,8 +8,8 @@ use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 use flume_broker::{Backpressure, Broker, BrokerConfig, FsyncPolicy};
-use flume_client::protocol::{CreateTopicRequest, ErrorCode};
 use flume_client::Admin;
+use flume_protocol::{CreateTopicRequest, ErrorCode};
 
 use crate::consume::ConsumeArgs;
 use crate::produce::ProduceArgs;

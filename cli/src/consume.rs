@@ -96,9 +96,7 @@ fn poll(partition: i32, mut c: PartitionConsumer) -> Poll {
 
 fn idle_timer(timeout: Option<u64>) -> futures::future::Fuse<BoxFuture<'static, ()>> {
     match timeout {
-        Some(ms) => flume_client::rt::sleep(Duration::from_millis(ms))
-            .boxed()
-            .fuse(),
+        Some(ms) => flume_rt::sleep(Duration::from_millis(ms)).boxed().fuse(),
         None => futures::future::Fuse::terminated(),
     }
 }
@@ -192,7 +190,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
                         RECONNECT_WITHOUT_FOLLOW.as_secs()
                     ));
                 }
-                flume_client::rt::sleep(Duration::from_millis(100)).await;
+                flume_rt::sleep(Duration::from_millis(100)).await;
                 polls.push(poll(partition, c));
                 continue;
             }
@@ -279,7 +277,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
                 out.flush()?;
                 futures::select! {
                     r = c.next().fuse() => r,
-                    _ = flume_client::rt::sleep(tick).fuse() => {
+                    _ = flume_rt::sleep(tick).fuse() => {
                         if last_commit.elapsed() >= commit_every {
                             commit(&c).await;
                             last_commit = Instant::now();

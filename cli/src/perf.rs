@@ -122,20 +122,16 @@ pub async fn run(cmd: PerfCommand) -> Result<()> {
 
 /// Progress on stderr: on a terminal one line rewritten twice a second; otherwise
 /// (a log file, CI) a new line every few seconds.
-fn progress(
-    done: Arc<AtomicU64>,
-    total: u64,
-    start: Instant,
-) -> Option<flume_client::rt::Task<()>> {
+fn progress(done: Arc<AtomicU64>, total: u64, start: Instant) -> Option<flume_rt::Task<()>> {
     let tty = std::io::stderr().is_terminal();
     let every = if tty {
         Duration::from_millis(500)
     } else {
         Duration::from_secs(PROGRESS_SECS)
     };
-    Some(flume_client::rt::spawn(async move {
+    Some(flume_rt::spawn(async move {
         loop {
-            flume_client::rt::sleep(every).await;
+            flume_rt::sleep(every).await;
             let d = done.load(Ordering::Relaxed);
             let secs = start.elapsed().as_secs_f64();
             let rate = d as f64 / secs.max(1e-9);
@@ -158,7 +154,7 @@ fn progress(
 const PROGRESS_SECS: u64 = 5;
 
 /// Stops the progress line, ending a terminal's rewritten line.
-async fn end_progress(bar: Option<flume_client::rt::Task<()>>) {
+async fn end_progress(bar: Option<flume_rt::Task<()>>) {
     if let Some(b) = bar {
         b.cancel().await;
         if std::io::stderr().is_terminal() {
@@ -278,7 +274,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         tasks.push(if a.producers == 1 {
             futures::future::Either::Left(work)
         } else {
-            futures::future::Either::Right(flume_client::rt::spawn(work))
+            futures::future::Either::Right(flume_rt::spawn(work))
         });
     }
     let mut lat = Vec::new();
@@ -378,7 +374,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
             .await
             .map_err(crate::commands::describe)?
             .iter()
-            .map(flume_client::protocol::OffsetFetchPartition::lag)
+            .map(flume_protocol::OffsetFetchPartition::lag)
             .sum(),
     };
     if available < i64::try_from(a.records).unwrap_or(i64::MAX) {
@@ -406,7 +402,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         while done.load(Ordering::Relaxed) < a.records {
             // Another consumer of the topic (or of the group) can take records counted as
             // available: stop after a quiet spell instead of waiting forever.
-            let r = match flume_client::rt::timeout(GROUP_IDLE, c.recv()).await {
+            let r = match flume_rt::timeout(GROUP_IDLE, c.recv()).await {
                 None => {
                     failure = Some(anyhow::anyhow!(
                         "no record for {} s after {} of --records {}",
@@ -455,7 +451,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
                 Arc::clone(&left),
                 p.log_end,
             );
-            tasks.push(flume_client::rt::spawn(async move {
+            tasks.push(flume_rt::spawn(async move {
                 while left.load(Ordering::Relaxed) > 0
                     && c.position()
                         .is_none_or(|pos| i64::try_from(pos).unwrap_or(i64::MAX) < end)
@@ -564,7 +560,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         usize::try_from(total).unwrap_or(0),
     )));
     let lat = Arc::clone(&samples);
-    let reader = flume_client::rt::spawn(async move {
+    let reader = flume_rt::spawn(async move {
         let mut err = None;
         while got.load(Ordering::Relaxed) < total {
             let Some(r) = consumer.recv().await else {
@@ -600,7 +596,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
     let topic = a.topic.clone();
     // The paced sender runs as a task like the reader, so with one executor thread
     // (a pinned client) handing a record to the producer wakes no other thread.
-    let sender = flume_client::rt::spawn(async move {
+    let sender = flume_rt::spawn(async move {
         let start = Instant::now();
         let mut pending = std::collections::VecDeque::new();
         let mut sent = 0u64;
@@ -610,7 +606,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
                 let due = start + interval.mul_f64(i as f64);
                 let now = Instant::now();
                 if due > now {
-                    flume_client::rt::sleep(due - now).await;
+                    flume_rt::sleep(due - now).await;
                 }
                 let mut value = vec![b'x'; size];
                 value[..8].copy_from_slice(E2E_TAG);
@@ -649,7 +645,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         reader.cancel().await;
         None
     } else {
-        match flume_client::rt::timeout(Duration::from_secs(60), reader).await {
+        match flume_rt::timeout(Duration::from_secs(60), reader).await {
             Some(e) => e.map(crate::commands::describe),
             None => Some(anyhow::anyhow!(
                 "the consumer did not receive every record within 60 s ({} of {total})",

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ok, BrokerProc};
-use flume_client::protocol::{CreateTopicRequest, PartitionOffset};
-use flume_client::rt::block_on;
 use flume_client::{
     Admin, Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, SendRecord,
     StartOffset,
 };
+use flume_protocol::{CreateTopicRequest, PartitionOffset};
+use flume_rt::block_on;
 
 struct Rng(u64);
 impl Rng {
@@ -612,7 +612,7 @@ fn a_stopped_consumer_process_loses_its_partitions_and_is_fenced_when_it_continu
         );
         produce(20, 10);
         for _ in 0..10 {
-            let r = flume_client::rt::timeout(Duration::from_secs(20), c.recv())
+            let r = flume_rt::timeout(Duration::from_secs(20), c.recv())
                 .await
                 .expect("B receives the new records")
                 .unwrap()
@@ -638,7 +638,7 @@ fn a_stopped_consumer_process_loses_its_partitions_and_is_fenced_when_it_continu
         let deadline = Instant::now() + Duration::from_secs(20);
         while bcons.assignment().await.len() != 1 {
             assert!(Instant::now() < deadline, "no rebalance after A came back");
-            let _ = flume_client::rt::timeout(Duration::from_millis(100), bcons.recv()).await;
+            let _ = flume_rt::timeout(Duration::from_millis(100), bcons.recv()).await;
         }
         // No commit of A's stale generation overwrote B's: offsets never went backwards.
         let admin = Admin::connect(&addr).await.unwrap();

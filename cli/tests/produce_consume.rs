@@ -100,11 +100,11 @@ fn perf_e2e_skips_and_counts_records_it_did_not_send() {
     let foreign = {
         let (a, stop) = (a.clone(), Arc::clone(&stop));
         std::thread::spawn(move || {
-            flume_client::rt::block_on(async {
+            flume_rt::block_on(async {
                 let p = flume_client::Producer::connect(&a).await.unwrap();
                 while !stop.load(Ordering::Relaxed) {
                     p.send("lat", None, b"x").await.unwrap();
-                    flume_client::rt::sleep(Duration::from_millis(5)).await;
+                    flume_rt::sleep(Duration::from_millis(5)).await;
                 }
             })
         })

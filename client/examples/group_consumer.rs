@@ -18,7 +18,7 @@ fn main() {
         .next()
         .and_then(|s| s.parse().ok())
         .unwrap_or(usize::MAX);
-    let result = flume_client::rt::block_on(async {
+    let result = flume_rt::block_on(async {
         let mut consumer = GroupConsumer::builder(&addr, &group)
             .topic(&topic)
             .auto_commit(false)

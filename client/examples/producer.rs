@@ -12,7 +12,7 @@ fn main() {
     let addr = args.next().unwrap_or_else(|| "127.0.0.1:9092".into());
     let topic = args.next().unwrap_or_else(|| "orders".into());
     let n: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(10);
-    let result = flume_client::rt::block_on(async {
+    let result = flume_rt::block_on(async {
         let producer = Producer::connect(&addr).await?;
         for i in 0..n {
             let key = format!("user-{}", i % 3);

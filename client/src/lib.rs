@@ -10,13 +10,14 @@
 //! ```
 //!
 //! Layout:
-//! - [`protocol`]: framing, record format, messages, error codes. No I/O.
 //! - [`conn`]: one multiplexed connection, and [`Client`], which reconnects.
 //! - [`producer`]: [`Producer`], batching sends per partition.
 //! - [`consumer`]: [`PartitionConsumer`], a stream over one partition.
 //! - [`group`]: [`GroupConsumer`], group membership with heartbeats and rebalances.
 //! - [`admin`]: topics, metadata, committed offsets and lag.
-//! - [`rt`]: the runtime seam (async-std lives only there).
+//!
+//! The wire format lives in the `flume-protocol` crate (no I/O) and the
+//! runtime seam in `flume-rt` (the only crate that names async-std).
 //!
 //! Delivery is at-least-once, in order per partition.
 
@@ -26,8 +27,9 @@ pub mod consumer;
 pub mod error;
 pub mod group;
 pub mod producer;
-pub mod protocol;
-pub mod rt;
+
+use flume_protocol as protocol;
+use flume_rt as rt;
 
 pub use admin::Admin;
 pub use conn::{Client, Connection, ConnectionConfig};

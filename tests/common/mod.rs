@@ -38,7 +38,7 @@ where
             return;
         }
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        flume_client::rt::sleep(Duration::from_millis(10)).await;
+        flume_rt::sleep(Duration::from_millis(10)).await;
     }
 }
 

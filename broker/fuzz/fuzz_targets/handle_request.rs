@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use flume_broker::{BrokerConfig, Engine};
-use flume_client::protocol::frame::{decode_response, Decoded};
-use flume_client::rt;
+use flume_protocol::frame::{decode_response, Decoded};
+use flume_rt as rt;
 use libfuzzer_sys::fuzz_target;
 
 fn engine() -> &'static Arc<Engine> {

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use flume_client::protocol::record;
+use flume_protocol::record;
 
 use super::fault::FaultInjector;
 use super::segment::{self, Segment};

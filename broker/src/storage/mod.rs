@@ -7,7 +7,7 @@
 //!                              then entries [relative offset u32][file position u32]
 //! 00000000000000004096.log     the next segment, named by its base offset (20 digits)
 //! ```
-//! Records use the format of [`flume_client::protocol::record`], identical on
+//! Records use the format of [`flume_protocol::record`], identical on
 //! the wire: `[offset u64][size u32][crc32 u32][payload]`. `docs/storage.md`
 //! documents every byte, and the recovery rules.
 //!
@@ -101,7 +101,7 @@ pub enum StorageError {
     },
     /// An append batch that does not validate.
     #[error("invalid batch: {0}")]
-    InvalidBatch(#[from] flume_client::protocol::record::RecordError),
+    InvalidBatch(#[from] flume_protocol::record::RecordError),
 }
 
 pub(crate) fn io_err<'a>(

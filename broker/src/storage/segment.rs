@@ -6,7 +6,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use flume_client::protocol::record::{self, RECORD_HEADER_LEN};
+use flume_protocol::record::{self, RECORD_HEADER_LEN};
 
 use super::fault::{self, FaultInjector};
 use super::{io_err, StorageError};

@@ -2,7 +2,7 @@
 //! never claims more bytes than it was given.
 #![no_main]
 
-use flume_client::protocol::frame::{decode_request, decode_response, Decoded};
+use flume_protocol::frame::{decode_request, decode_response, Decoded};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,8 +1,8 @@
 //! Every payload decoder on arbitrary bytes; whatever decodes must re-encode to the same bytes.
 #![no_main]
 
-use flume_client::protocol::messages::*;
-use flume_client::protocol::record;
+use flume_protocol::messages::*;
+use flume_protocol::record;
 use libfuzzer_sys::fuzz_target;
 
 fn round_trip<T: Encode + Decode + PartialEq + std::fmt::Debug>(data: &[u8]) {

@@ -2,7 +2,7 @@
 //! fsync at a roll, and of corrupt length fields on disk.
 use super::*;
 use bytes::Bytes;
-use flume_client::protocol::record::{decode_all, encode};
+use flume_protocol::record::{decode_all, encode};
 
 fn batch(values: &[&[u8]]) -> Vec<u8> {
     let mut buf = Vec::new();

@@ -1,7 +1,7 @@
 //! Unit tests of the parent module, compiled only under #[cfg(test)].
 use super::*;
 use bytes::Bytes;
-use flume_client::protocol::record::{decode_all, encode, Record};
+use flume_protocol::record::{decode_all, encode, Record};
 use proptest::prelude::*;
 
 fn batch(values: &[Vec<u8>], ts: i64) -> Vec<u8> {

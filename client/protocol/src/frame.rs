@@ -142,7 +142,7 @@ pub fn begin_response(buf: &mut Vec<u8>, request_id: i32) -> usize {
 
 /// Writes the size field of the frame begun at `start`.
 pub fn finish_frame(buf: &mut [u8], start: usize) {
-    let size = crate::protocol::wire::len_i32(buf.len() - start - 4);
+    let size = crate::wire::len_i32(buf.len() - start - 4);
     buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
 }
 

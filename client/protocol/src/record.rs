@@ -110,7 +110,7 @@ pub struct RawRecord<'a> {
 impl<'a> RawRecord<'a> {
     /// The key and value, borrowed from the payload; `None` if the payload is malformed.
     pub fn key_value(&self) -> Option<(Option<&'a [u8]>, &'a [u8])> {
-        let mut r = crate::protocol::wire::Reader::new(self.payload);
+        let mut r = crate::wire::Reader::new(self.payload);
         r.take(9).ok()?;
         let key = r.nullable_bytes().ok()?;
         let value = r.bytes().ok()?;
@@ -163,11 +163,11 @@ pub fn encode(
     match key {
         None => buf.put_i32(-1),
         Some(k) => {
-            buf.put_i32(crate::protocol::wire::len_i32(k.len()));
+            buf.put_i32(crate::wire::len_i32(k.len()));
             buf.put_slice(k);
         }
     }
-    buf.put_i32(crate::protocol::wire::len_i32(value.len()));
+    buf.put_i32(crate::wire::len_i32(value.len()));
     buf.put_slice(value);
     buf.put_u16(u16::try_from(headers.len()).unwrap_or(u16::MAX));
     for h in headers.iter().take(u16::MAX as usize) {
@@ -175,7 +175,7 @@ pub fn encode(
         let name = &name[..name.len().min(u16::MAX as usize)];
         buf.put_u16(name.len() as u16);
         buf.put_slice(name);
-        buf.put_i32(crate::protocol::wire::len_i32(h.value.len()));
+        buf.put_i32(crate::wire::len_i32(h.value.len()));
         buf.put_slice(&h.value);
     }
     let size = u32::try_from(buf.len() - payload_start).unwrap_or(u32::MAX);
@@ -300,10 +300,10 @@ pub fn check_record(buf: &[u8], at: usize, max_record: u64) -> Result<RawRecord<
 /// (the buffer the payload lives in) instead of copying.
 fn parse_payload(owner: &Bytes, raw: &RawRecord<'_>) -> Option<Record> {
     let base = raw.pos + RECORD_HEADER_LEN;
-    let mut r = crate::protocol::wire::Reader::new(raw.payload);
+    let mut r = crate::wire::Reader::new(raw.payload);
     let _attributes = r.u8().ok()?;
     let timestamp = r.i64().ok()?;
-    let slice = |r: &crate::protocol::wire::Reader<'_>, len: usize| {
+    let slice = |r: &crate::wire::Reader<'_>, len: usize| {
         let start = base + r.position() - len;
         owner.slice(start..start + len)
     };
@@ -389,8 +389,8 @@ pub fn validate_batch(batch: &[u8], max_record: u64) -> Result<BatchInfo, Record
 }
 
 fn payload_is_well_formed(payload: &[u8]) -> bool {
-    let mut r = crate::protocol::wire::Reader::new(payload);
-    let ok = (|| -> Result<(), crate::protocol::wire::WireError> {
+    let mut r = crate::wire::Reader::new(payload);
+    let ok = (|| -> Result<(), crate::wire::WireError> {
         r.u8()?;
         r.i64()?;
         r.nullable_bytes()?;
@@ -399,7 +399,7 @@ fn payload_is_well_formed(payload: &[u8]) -> bool {
             let nl = usize::from(r.u16()?);
             let name = r.take(nl)?;
             if std::str::from_utf8(name).is_err() {
-                return Err(crate::protocol::wire::WireError::InvalidUtf8 { at: 0 });
+                return Err(crate::wire::WireError::InvalidUtf8 { at: 0 });
             }
             r.bytes()?;
         }
