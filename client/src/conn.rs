@@ -561,11 +561,14 @@ async fn wait_response(
         // The last read filled the buffer: more may be waiting, read before waiting.
         let more = !lock(&inner.read).drained;
         if more {
-            if let Some(Err(reason)) = inner.try_read_once() {
-                inner.fail(Error::Disconnected {
+            match inner.try_read_once() {
+                Some(Err(reason)) => inner.fail(Error::Disconnected {
                     addr: inner.addr.clone(),
                     reason,
-                });
+                }),
+                Some(Ok(())) => {}
+                // Another thread is reading right now: let it finish.
+                None => rt::yield_now().await,
             }
             continue;
         }
