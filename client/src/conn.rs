@@ -209,13 +209,7 @@ impl Connection {
         if now.saturating_sub(self.inner.last_rx_ms.load(Ordering::Relaxed)) < 100 {
             return false;
         }
-        if let Some(Err(reason)) = self.inner.try_read_once() {
-            self.inner.fail(Error::Disconnected {
-                addr: self.inner.addr.clone(),
-                reason,
-            });
-            return true;
-        }
+        self.inner.settle(self.inner.try_read_once(None));
         lock(&self.inner.pending).broken.is_some()
     }
 
@@ -360,7 +354,7 @@ impl Connection {
             let _slot = slot;
             let _pending = pending;
             // The per-connection sweeper answers with a timeout error past the deadline.
-            wait_response(&_pending.inner, rx).await
+            wait_response(&_pending.inner, _pending.id, rx).await
         })
     }
 
@@ -462,28 +456,43 @@ impl Inner {
     }
 
     /// Reads once without waiting, if nobody else is reading right now, and
-    /// hands every whole response to its waiter. `None` when the read side was
-    /// busy or the socket had nothing; `Some(Err)` when the connection failed.
-    fn try_read_once(&self) -> Option<std::result::Result<(), String>> {
-        let mut st = self.read.try_lock().ok()?;
+    /// hands every whole response to its waiter, except the response to
+    /// `own` (the caller's request), which is returned instead: sent through
+    /// the channel, it would wake the caller's own task for nothing, which
+    /// costs the executor one more turn of the reactor.
+    fn try_read_once(&self, own: Option<i32>) -> ReadOutcome {
+        let Ok(mut st) = self.read.try_lock() else {
+            return ReadOutcome::Busy;
+        };
         match self.stream.try_read(&mut st.chunk) {
-            Ok(0) => Some(Err("broker closed the connection".into())),
+            Ok(0) => ReadOutcome::Failed("broker closed the connection".into()),
             Ok(n) => {
                 st.took(n);
-                Some(self.deliver(&mut st))
+                match self.deliver(&mut st, own) {
+                    Ok(Some(payload)) => ReadOutcome::Own(payload),
+                    Ok(None) => ReadOutcome::Read,
+                    Err(reason) => ReadOutcome::Failed(reason),
+                }
             }
             Err(e) if rt::retry(&e) => {
                 st.drained = true;
-                None
+                ReadOutcome::Empty
             }
-            Err(e) => Some(Err(e.to_string())),
+            Err(e) => ReadOutcome::Failed(e.to_string()),
         }
     }
 
-    /// Hands every whole response in the buffer to its waiter.
-    fn deliver(&self, st: &mut ReadState) -> std::result::Result<(), String> {
+    /// Hands every whole response in the buffer to its waiter; returns the one
+    /// to `own`, whose waiter stays in the map (its [`PendingGuard`] removes it
+    /// once the caller's receiver is gone, so that wakes no one either).
+    fn deliver(
+        &self,
+        st: &mut ReadState,
+        own: Option<i32>,
+    ) -> std::result::Result<Option<Bytes>, String> {
         let max = self.config.max_frame_bytes;
         let mut delivered = false;
+        let mut mine = None;
         loop {
             let (id, range) = match frame::decode_response(&st.buf, max) {
                 Ok(Decoded::Frame(f, used)) => (f.request_id, used - f.payload.len()..used),
@@ -492,18 +501,53 @@ impl Inner {
             };
             let frame = st.buf.split_to(range.end).freeze();
             let payload = frame.slice(range);
-            let waiter = lock(&self.pending).map.remove(&id);
+            delivered = true;
+            let mut p = lock(&self.pending);
+            if own == Some(id) && p.map.contains_key(&id) {
+                mine = Some(payload);
+                continue;
+            }
+            let waiter = p.map.remove(&id);
+            drop(p);
             if let Some(w) = waiter {
                 let _ = w.reply.send(Ok(payload));
             }
-            delivered = true;
         }
         if delivered {
             let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
             self.last_rx_ms.store(now, Ordering::Relaxed);
         }
-        Ok(())
+        Ok(mine)
     }
+
+    /// Acts on what a read found: `Some` ends the caller's wait.
+    fn settle(&self, outcome: ReadOutcome) -> Option<Result<Bytes>> {
+        match outcome {
+            ReadOutcome::Own(payload) => Some(Ok(payload)),
+            ReadOutcome::Failed(reason) => {
+                self.fail(Error::Disconnected {
+                    addr: self.addr.clone(),
+                    reason,
+                });
+                None
+            }
+            ReadOutcome::Busy | ReadOutcome::Empty | ReadOutcome::Read => None,
+        }
+    }
+}
+
+/// What one non-blocking read found.
+enum ReadOutcome {
+    /// Another thread holds the read side at this moment.
+    Busy,
+    /// The socket had nothing.
+    Empty,
+    /// Bytes came; the whole responses among them were handed out.
+    Read,
+    /// Bytes came, among them the response the caller waits for.
+    Own(Bytes),
+    /// The connection failed (end of stream, an I/O error, a bad frame).
+    Failed(String),
 }
 
 impl Drop for Inner {
@@ -548,6 +592,7 @@ fn closed(inner: &Inner) -> Error {
 /// held between polls, so abandoning this future stalls no one.
 async fn wait_response(
     inner: &Arc<Inner>,
+    id: i32,
     mut rx: oneshot::Receiver<Result<Bytes>>,
 ) -> Result<Bytes> {
     use futures::future::{select, Either};
@@ -561,19 +606,19 @@ async fn wait_response(
         // The last read filled the buffer: more may be waiting, read before waiting.
         let more = !lock(&inner.read).drained;
         if more {
-            match inner.try_read_once() {
-                Some(Err(reason)) => inner.fail(Error::Disconnected {
-                    addr: inner.addr.clone(),
-                    reason,
-                }),
-                Some(Ok(())) => {}
+            let outcome = inner.try_read_once(Some(id));
+            let busy = matches!(outcome, ReadOutcome::Busy);
+            if let Some(r) = inner.settle(outcome) {
+                return r;
+            }
+            if busy {
                 // Another thread is reading right now: let it finish.
-                None => rt::yield_now().await,
+                rt::yield_now().await;
             }
             continue;
         }
         if !busy_poll.is_zero() {
-            if let Some(r) = spin(inner, &mut rx, busy_poll).await {
+            if let Some(r) = spin(inner, id, &mut rx, busy_poll).await {
                 return r;
             }
         }
@@ -588,11 +633,8 @@ async fn wait_response(
                     // empty; wait again (readiness is re-armed level-triggered).
                     continue;
                 }
-                if let Some(Err(reason)) = inner.try_read_once() {
-                    inner.fail(Error::Disconnected {
-                        addr: inner.addr.clone(),
-                        reason,
-                    });
+                if let Some(r) = inner.settle(inner.try_read_once(Some(id))) {
+                    return r;
                 }
             }
             Either::Right((Err(e), _)) => inner.fail(Error::Disconnected {
@@ -608,6 +650,7 @@ async fn wait_response(
 /// `None` when the response did not come in time.
 async fn spin(
     inner: &Inner,
+    id: i32,
     rx: &mut oneshot::Receiver<Result<Bytes>>,
     budget: Duration,
 ) -> Option<Result<Bytes>> {
@@ -620,11 +663,8 @@ async fn spin(
             std::hint::spin_loop();
         }
         attempt = attempt.wrapping_add(1);
-        if let Some(Err(reason)) = inner.try_read_once() {
-            inner.fail(Error::Disconnected {
-                addr: inner.addr.clone(),
-                reason,
-            });
+        if let Some(r) = inner.settle(inner.try_read_once(Some(id))) {
+            return Some(r);
         }
         match rx.try_recv() {
             Ok(Some(r)) => return Some(r),
