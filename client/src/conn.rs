@@ -17,8 +17,8 @@
 //! - A request future that is polled once and then dropped, or kept and never
 //!   polled again, never delays other requests on the connection: whoever is
 //!   polled reads. Its response, when it comes, is discarded (dropped) or
-//!   kept for it (left alone); it holds one in-flight slot until it is dropped
-//!   or the request timeout passes.
+//!   kept for it (left alone). A future left alone still holds one of the
+//!   `max_in_flight` slots until it is dropped, so drop what you abandon.
 //! - A write is all or nothing for the connection: a write that times out or
 //!   is dropped after part of a frame went out leaves the stream unusable, so
 //!   the connection is failed at once (every pending request gets the error,
