@@ -475,3 +475,63 @@ fn an_abandoned_stream_poll_does_not_lock_the_consumer() {
         broker.shutdown().await;
     });
 }
+
+/// A fetch fills partitions in the order it lists them until its total
+/// `max_bytes` is used up; with a small `max_bytes` and every partition full,
+/// a consumer that always listed them in one order would read only the first
+/// until it ran dry. The consumer rotates the order, so every partition
+/// delivers within a few fetches.
+#[test]
+fn small_fetch_budget_serves_every_partition_in_turn() {
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr) = common::with_topic(dir.path(), "rot", 4).await;
+        let p = Producer::connect(&addr).await.unwrap();
+        let mut acks = Vec::new();
+        for partition in 0..4 {
+            for i in 0..100 {
+                acks.push(
+                    p.send_nowait(flume_client::SendRecord {
+                        topic: "rot".into(),
+                        partition: Some(partition),
+                        value: vec![b'x'; 200 + i % 2].into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap(),
+                );
+            }
+        }
+        for a in acks {
+            a.await.unwrap();
+        }
+        p.close().await;
+        // Room for about two records per fetch.
+        let mut c = consumer(&addr, "rot-g", "rot")
+            .fetch_config(flume_client::FetchConfig {
+                max_wait: Duration::from_millis(100),
+                partition_max_bytes: 1024 * 1024,
+                max_bytes: 500,
+            })
+            .build()
+            .await
+            .unwrap();
+        let mut seen = BTreeSet::new();
+        // Eight fetches' worth at most, far less than one partition holds.
+        for _ in 0..24 {
+            let r = flume_client::rt::timeout(Duration::from_secs(2), c.recv())
+                .await
+                .expect("records come")
+                .unwrap()
+                .unwrap();
+            seen.insert(r.partition);
+        }
+        assert_eq!(
+            seen,
+            (0..4).collect::<BTreeSet<i32>>(),
+            "every partition delivers"
+        );
+        c.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}

@@ -602,3 +602,189 @@ fn produce_memory_in_flight_stays_within_its_budget() {
         broker.shutdown().await;
     });
 }
+
+/// A request future polled once and then left alone, or dropped, holds
+/// nothing another request needs: other requests on the same `Connection`
+/// complete, and the one left alone still gets its answer when polled again.
+#[test]
+fn abandoned_request_futures_do_not_stall_the_connection() {
+    use flume_client::protocol::{FetchPartition, FetchRequest, MetadataRequest};
+    use flume_client::Connection;
+    use std::future::Future;
+    use std::task::Context;
+    flume_client::rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr) = common::with_topic(dir.path(), "ab", 1).await;
+        let conn = Connection::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        // A long poll at the log end: the broker holds it until a record comes.
+        let long = FetchRequest {
+            max_wait_ms: 10_000,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            partitions: vec![FetchPartition {
+                topic: "ab".into(),
+                partition: 0,
+                offset: 0,
+                max_bytes: 1 << 20,
+            }],
+        };
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut left_alone = Box::pin(conn.call(&long, Duration::from_secs(10)));
+        assert!(left_alone.as_mut().poll(&mut cx).is_pending());
+        let mut dropped = Box::pin(conn.call(&long, Duration::from_secs(10)));
+        assert!(dropped.as_mut().poll(&mut cx).is_pending());
+        drop(dropped);
+        let meta = MetadataRequest {
+            topics: vec!["ab".into()],
+        };
+        for _ in 0..20 {
+            let m =
+                flume_client::rt::timeout(Duration::from_secs(1), conn.call(&meta, Duration::ZERO))
+                    .await
+                    .expect("a request behind an abandoned one is answered")
+                    .unwrap();
+            assert_eq!(m.topics[0].name, "ab");
+        }
+        // A record completes the long polls; their answers arrive while nobody
+        // polls `left_alone` and other requests go on.
+        let producer = Producer::connect(&addr).await.unwrap();
+        producer.send("ab", None, b"wake").await.unwrap();
+        for _ in 0..5 {
+            flume_client::rt::timeout(Duration::from_secs(1), conn.call(&meta, Duration::ZERO))
+                .await
+                .expect("answered")
+                .unwrap();
+        }
+        let fetched = flume_client::rt::timeout(Duration::from_secs(1), left_alone)
+            .await
+            .expect("the future left alone completes once polled")
+            .unwrap();
+        let records = record::decode_all(&fetched.partitions[0].records).unwrap();
+        assert_eq!(&records[0].value[..], b"wake");
+        producer.close().await;
+        broker.shutdown().await;
+    });
+}
+
+/// Reads request frames from the start of `got`: the whole ones, then what is left.
+fn split_frames(got: &[u8]) -> (Vec<(i16, i32)>, &[u8]) {
+    use flume_client::protocol::frame::{decode_request, Decoded};
+    let mut frames = Vec::new();
+    let mut rest = got;
+    while let Ok(Decoded::Frame(f, used)) = decode_request(rest, 1 << 30) {
+        frames.push((f.api_key, f.request_id));
+        rest = &rest[used..];
+    }
+    (frames, rest)
+}
+
+/// 32 MiB of record bytes: more than the loopback socket buffers hold, so a
+/// peer that reads nothing makes the write stop part-way.
+fn huge_produce() -> ProduceRequest {
+    ProduceRequest {
+        entries: vec![ProduceEntry {
+            topic: "t".into(),
+            partition: 0,
+            records: vec![0u8; 32 << 20].into(),
+        }],
+    }
+}
+
+/// A raw peer that reads nothing: a request write times out half-way. The
+/// connection is failed at once (a request pending on it gets the error, not
+/// its own timeout), the socket ends right after the torn frame, and the next
+/// request goes out whole on a new connection.
+#[test]
+fn write_timed_out_part_way_fails_the_connection() {
+    use flume_client::protocol::{ApiKey, MetadataRequest, MetadataResponse};
+    use flume_client::{rt, Error};
+    rt::block_on(async {
+        let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let config = ConnectionConfig {
+            request_timeout: Duration::from_millis(300),
+            backoff_initial: Duration::from_millis(1),
+            ..ConnectionConfig::default()
+        };
+        let client = Client::connect(&addr, config).await.unwrap();
+        let (mut first, _) = listener.accept().await.unwrap();
+        let conn = client.connection().await.unwrap();
+        let meta = MetadataRequest { topics: vec![] };
+        let pending = conn
+            .start_call(&meta, Duration::from_secs(30))
+            .await
+            .unwrap();
+        let err = client.call(&huge_produce()).await.unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert!(conn.is_broken(), "a torn frame breaks the connection");
+        let err = rt::timeout(Duration::from_secs(1), pending)
+            .await
+            .expect("the pending request fails at once")
+            .unwrap_err();
+        assert!(matches!(err, Error::Disconnected { .. }), "{err}");
+        let err = conn.call(&meta, Duration::ZERO).await.unwrap_err();
+        assert!(matches!(err, Error::Disconnected { .. }), "{err}");
+        // The next call opens a new connection and sends a whole frame on it.
+        let serve = async {
+            let (mut second, _) = listener.accept().await.unwrap();
+            let mut got = Vec::new();
+            let mut chunk = [0u8; 1024];
+            loop {
+                let n = second.read(&mut chunk).await.unwrap();
+                assert!(n > 0, "a whole request frame arrives");
+                got.extend_from_slice(&chunk[..n]);
+                let (frames, _) = split_frames(&got);
+                if let Some(&(api, id)) = frames.first() {
+                    assert_eq!(api, ApiKey::Metadata as i16);
+                    let mut out = Vec::new();
+                    protocol::encode_response_frame(&mut out, id, Ok(&MetadataResponse::default()));
+                    second.write_all(&out).await.unwrap();
+                    return second;
+                }
+            }
+        };
+        let (answer, _second) = futures::join!(
+            rt::timeout(Duration::from_secs(2), client.call(&meta)),
+            rt::timeout(Duration::from_secs(2), serve)
+        );
+        answer.expect("answered on the new connection").unwrap();
+        // The first connection carried the pending request, then part of the
+        // huge one, then its end: nothing was written after the torn frame.
+        let mut got = Vec::new();
+        rt::timeout(Duration::from_secs(2), first.read_to_end(&mut got))
+            .await
+            .expect("the first connection was shut down")
+            .unwrap();
+        let (frames, rest) = split_frames(&got);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].0, ApiKey::Metadata as i16);
+        assert!(!rest.is_empty(), "part of the huge frame went out");
+        assert_eq!(rest[4..6], (ApiKey::Produce as i16).to_be_bytes());
+        assert!(rest.len() < 32 << 20, "the huge frame is incomplete");
+    });
+}
+
+/// A caller that gives up on a request while its frame is half written (a
+/// timeout around the call) leaves the stream torn: the connection fails.
+#[test]
+fn write_dropped_part_way_fails_the_connection() {
+    use flume_client::{rt, Connection};
+    rt::block_on(async {
+        let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let conn = Connection::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        let (_peer, _) = listener.accept().await.unwrap();
+        let gave_up = rt::timeout(
+            Duration::from_millis(100),
+            conn.call(&huge_produce(), Duration::ZERO),
+        )
+        .await;
+        assert!(gave_up.is_none(), "the peer reads nothing");
+        assert!(conn.is_broken(), "a torn frame breaks the connection");
+    });
+}

@@ -1,20 +1,38 @@
-//! One multiplexed connection: requests are written as they come, a reader
-//! task matches responses by `request_id`, and when the connection breaks
-//! every pending request fails with the same error.
+//! One multiplexed connection: requests are written as they come, responses
+//! are matched by `request_id`, and when the connection breaks every pending
+//! request fails with the same error.
 //!
 //! [`Client`] wraps a connection and reconnects, with backoff, on the next
 //! call after a failure.
+//!
+//! # Who reads the socket
+//!
+//! There is no reader task: a caller waiting for its response reads the socket
+//! itself, handing every response it meets to its waiter, so a lone caller
+//! reads its own response with no hand-off between tasks. Nobody owns the read
+//! side between polls, though: the read state is locked only for the
+//! non-blocking read inside one poll, and every waiting caller waits for the
+//! socket to become readable itself (and for its own response). The contract:
+//!
+//! - A request future that is polled once and then dropped, or kept and never
+//!   polled again, never delays other requests on the connection: whoever is
+//!   polled reads. Its response, when it comes, is discarded (dropped) or
+//!   kept for it (left alone). A future left alone still holds one of the
+//!   `max_in_flight` slots until it is dropped, so drop what you abandon.
+//! - A write is all or nothing for the connection: a write that times out or
+//!   is dropped after part of a frame went out leaves the stream unusable, so
+//!   the connection is failed at once (every pending request gets the error,
+//!   the socket is shut down) and [`Client`] opens a new one for the next call.
+//!   A write that times out before any byte went out fails only its request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
-use futures::io::AsyncReadExt;
 use futures::lock::Mutex as AsyncMutex;
-use futures::FutureExt;
 
 use crate::error::{Error, Result};
 use crate::protocol::frame::{self, Decoded};
@@ -76,16 +94,14 @@ struct Pending {
 
 struct Inner {
     addr: String,
+    /// The socket, shared by the writer, the readers and `shutdown`.
+    stream: rt::TcpStream,
+    /// Taken for a whole frame, so frames never interleave.
     writer: AsyncMutex<rt::TcpStream>,
-    /// The read side. There is no reader task: a caller waiting for its
-    /// response takes this lock and reads, handing every response it meets to
-    /// its waiter (leader/follower). A lone caller thus reads its own response
-    /// with no hand-off between tasks.
-    reader: AsyncMutex<ReadState>,
+    /// The read side: locked only for a non-blocking read and the hand-out of
+    /// what it read, never across an `.await` (see the module docs).
+    read: Mutex<ReadState>,
     pending: Mutex<Pending>,
-    /// Notified when requests were answered by someone other than the reader
-    /// (deadline expiry, a failure): wakes the caller holding the read side.
-    answered: event_listener::Event,
     next_id: AtomicI32,
     slots: (async_channel::Sender<()>, async_channel::Receiver<()>),
     /// When a response last arrived (ms since `born`), to skip liveness probes on a busy connection.
@@ -108,8 +124,8 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-fn lock(p: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
-    p.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Connection {
@@ -135,14 +151,13 @@ impl Connection {
         let inner = Arc::new(Inner {
             addr: addr.to_owned(),
             writer: AsyncMutex::new(stream.clone()),
-            reader: AsyncMutex::new(ReadState {
-                stream,
+            stream,
+            read: Mutex::new(ReadState {
                 buf: BytesMut::with_capacity(64 * 1024),
                 chunk: vec![0u8; 64 * 1024],
                 drained: true,
-                busy_poll: config.busy_poll,
+                reads: 0,
             }),
-            answered: event_listener::Event::new(),
             pending: Mutex::new(Pending {
                 map: HashMap::new(),
                 broken: None,
@@ -194,26 +209,8 @@ impl Connection {
         if now.saturating_sub(self.inner.last_rx_ms.load(Ordering::Relaxed)) < 100 {
             return false;
         }
-        if let Some(mut st) = self.inner.reader.try_lock() {
-            let st = &mut *st;
-            let probe = st.stream.read(&mut st.chunk).now_or_never();
-            if let Some(r) = probe {
-                let r = r.map(|n| st.took(n));
-                let reason = match r {
-                    Ok(0) => Some("broker closed the connection".to_owned()),
-                    Ok(_) => None,
-                    Err(e) => Some(e.to_string()),
-                };
-                if let Some(reason) = reason {
-                    self.inner.fail_all(Error::Disconnected {
-                        addr: self.inner.addr.clone(),
-                        reason,
-                    });
-                    return true;
-                }
-            }
-        }
-        false
+        self.inner.settle(self.inner.try_read_once(None));
+        lock(&self.inner.pending).broken.is_some()
     }
 
     /// Sends `req` and waits for its response, within the request timeout
@@ -225,6 +222,9 @@ impl Connection {
     ///
     /// # Cancel safety
     /// Dropping the future abandons the request; its response is discarded.
+    /// Dropping it part-way through writing the request fails the connection
+    /// (see the module docs). A future polled once and then left alone never
+    /// delays other requests.
     pub async fn call<R: Request>(&self, req: &R, extra: Duration) -> Result<R::Response> {
         let payload = self.call_raw(req, extra).await?;
         match decode_response_shared::<R::Response>(&payload)? {
@@ -245,7 +245,11 @@ impl Connection {
     /// how the producer keeps per-key order with several requests in flight.
     ///
     /// # Errors
-    /// When the connection is broken or the write fails or times out.
+    /// When the connection is broken or the write fails or times out; a write
+    /// that stopped part-way also fails the connection.
+    ///
+    /// # Cancel safety
+    /// As [`Connection::call`].
     pub async fn start_call<R: Request>(
         &self,
         req: &R,
@@ -275,6 +279,8 @@ impl Connection {
         let slot = SlotGuard(inner.slots.1.clone());
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let (tx, rx) = oneshot::channel();
+        let api = api_name(R::API_KEY);
+        let timeout = inner.config.request_timeout + extra;
         {
             let mut p = lock(&inner.pending);
             if let Some(e) = &p.broken {
@@ -284,9 +290,9 @@ impl Connection {
                 id,
                 Waiter {
                     reply: tx,
-                    deadline: std::time::Instant::now() + inner.config.request_timeout + extra,
-                    api: api_name(R::API_KEY),
-                    timeout: inner.config.request_timeout + extra,
+                    deadline: std::time::Instant::now() + timeout,
+                    api,
+                    timeout,
                 },
             );
         }
@@ -296,45 +302,73 @@ impl Connection {
         };
         let mut buf = Vec::new();
         protocol::encode_request(&mut buf, id, req);
-        let api = api_name(R::API_KEY);
-        let timeout = inner.config.request_timeout + extra;
-        let timeout_err = {
-            let addr = inner.addr.clone();
-            move || Error::Timeout {
-                api,
-                addr: addr.clone(),
-                timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
-            }
-        };
-        let written = {
+        {
             let mut w = inner.writer.lock().await;
-            rt::write_all_timeout(&mut *w, &buf, timeout).await
-        };
-        match written {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return Err(timeout_err()),
-            Err(e) => {
-                let err = Error::Disconnected {
-                    addr: inner.addr.clone(),
-                    reason: e.to_string(),
-                };
-                inner.fail_all(err.clone());
-                return Err(err);
+            // A write that failed part-way while we waited for the lock broke the stream.
+            if let Some(e) = &lock(&inner.pending).broken {
+                return Err(e.clone());
+            }
+            let sent = AtomicUsize::new(0);
+            // Fails the connection if this future is dropped after part of the frame went out.
+            let mut torn = TornWriteGuard {
+                inner: &inner,
+                sent: &sent,
+                len: buf.len(),
+                api,
+                armed: true,
+            };
+            let written = rt::write_all_timeout_counted(&mut *w, &buf, timeout, &sent).await;
+            torn.armed = false;
+            match written {
+                Ok(()) => {}
+                Err(e) => {
+                    let n = sent.load(Ordering::Relaxed);
+                    let timed_out = e.kind() == std::io::ErrorKind::TimedOut;
+                    if n == 0 && timed_out {
+                        // Nothing went out: the stream is intact, only this request failed.
+                        return Err(timeout_error(api, &inner.addr, timeout));
+                    }
+                    let reason = if timed_out {
+                        format!(
+                            "{api} request written part-way ({n} of {} bytes) when its \
+                             {} ms write timeout passed",
+                            buf.len(),
+                            timeout.as_millis()
+                        )
+                    } else {
+                        e.to_string()
+                    };
+                    inner.fail(Error::Disconnected {
+                        addr: inner.addr.clone(),
+                        reason,
+                    });
+                    return Err(if timed_out {
+                        timeout_error(api, &inner.addr, timeout)
+                    } else {
+                        closed(&inner)
+                    });
+                }
             }
         }
         Ok(async move {
             let _slot = slot;
             let _pending = pending;
             // The per-connection sweeper answers with a timeout error past the deadline.
-            wait_response(&_pending.inner, rx).await
+            wait_response(&_pending.inner, _pending.id, rx).await
         })
     }
 
     /// Closes the connection; pending requests fail.
     pub async fn close(&self) {
-        self.inner.fail_all(Error::Closed);
-        let w = self.inner.writer.lock().await;
-        let _ = w.shutdown(std::net::Shutdown::Both);
+        self.inner.fail(Error::Closed);
+    }
+}
+
+fn timeout_error(api: &'static str, addr: &str, timeout: Duration) -> Error {
+    Error::Timeout {
+        api,
+        addr: addr.to_owned(),
+        timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
     }
 }
 
@@ -355,6 +389,31 @@ impl Drop for PendingGuard {
     }
 }
 
+/// Armed while a frame is being written: dropped armed (the caller gave up on
+/// the future mid-write) after some bytes went out, it fails the connection,
+/// whose stream now ends in half a frame.
+struct TornWriteGuard<'a> {
+    inner: &'a Inner,
+    sent: &'a AtomicUsize,
+    len: usize,
+    api: &'static str,
+    armed: bool,
+}
+impl Drop for TornWriteGuard<'_> {
+    fn drop(&mut self) {
+        let n = self.sent.load(Ordering::Relaxed);
+        if self.armed && n > 0 && n < self.len {
+            self.inner.fail(Error::Disconnected {
+                addr: self.inner.addr.clone(),
+                reason: format!(
+                    "{} request abandoned part-way through its write ({n} of {} bytes)",
+                    self.api, self.len
+                ),
+            });
+        }
+    }
+}
+
 impl Inner {
     /// Fails every request past its deadline; false once the connection is broken.
     fn expire(&self, now: std::time::Instant) -> bool {
@@ -371,21 +430,18 @@ impl Inner {
                 .collect();
             ids.into_iter().filter_map(|id| p.map.remove(&id)).collect()
         };
-        let any = !expired.is_empty();
         for w in expired {
-            let _ = w.reply.send(Err(Error::Timeout {
-                api: w.api,
-                addr: self.addr.clone(),
-                timeout_ms: u64::try_from(w.timeout.as_millis()).unwrap_or(u64::MAX),
-            }));
-        }
-        if any {
-            self.answered.notify(usize::MAX);
+            let _ = w
+                .reply
+                .send(Err(timeout_error(w.api, &self.addr, w.timeout)));
         }
         true
     }
 
-    fn fail_all(&self, err: Error) {
+    /// Marks the connection broken, fails every pending request with `err`
+    /// and shuts the socket down (the broker sees the end of the stream, and
+    /// nothing more can be written after a torn frame).
+    fn fail(&self, err: Error) {
         let drained: Vec<Reply> = {
             let mut p = lock(&self.pending);
             if p.broken.is_none() {
@@ -393,39 +449,131 @@ impl Inner {
             }
             p.map.drain().map(|(_, w)| w.reply).collect()
         };
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
         for tx in drained {
             let _ = tx.send(Err(err.clone()));
         }
-        self.answered.notify(usize::MAX);
     }
+
+    /// Reads once without waiting, if nobody else is reading right now, and
+    /// hands every whole response to its waiter, except the response to
+    /// `own` (the caller's request), which is returned instead: sent through
+    /// the channel, it would wake the caller's own task for nothing, which
+    /// costs the executor one more turn of the reactor.
+    fn try_read_once(&self, own: Option<i32>) -> ReadOutcome {
+        let Ok(mut st) = self.read.try_lock() else {
+            return ReadOutcome::Busy;
+        };
+        match self.stream.try_read(&mut st.chunk) {
+            Ok(0) => ReadOutcome::Failed("broker closed the connection".into()),
+            Ok(n) => {
+                st.took(n);
+                match self.deliver(&mut st, own) {
+                    Ok(Some(payload)) => ReadOutcome::Own(payload),
+                    Ok(None) => ReadOutcome::Read,
+                    Err(reason) => ReadOutcome::Failed(reason),
+                }
+            }
+            Err(e) if rt::retry(&e) => {
+                st.drained = true;
+                ReadOutcome::Empty
+            }
+            Err(e) => ReadOutcome::Failed(e.to_string()),
+        }
+    }
+
+    /// Hands every whole response in the buffer to its waiter; returns the one
+    /// to `own`, whose waiter stays in the map (its [`PendingGuard`] removes it
+    /// once the caller's receiver is gone, so that wakes no one either).
+    fn deliver(
+        &self,
+        st: &mut ReadState,
+        own: Option<i32>,
+    ) -> std::result::Result<Option<Bytes>, String> {
+        let max = self.config.max_frame_bytes;
+        let mut delivered = false;
+        let mut mine = None;
+        loop {
+            let (id, range) = match frame::decode_response(&st.buf, max) {
+                Ok(Decoded::Frame(f, used)) => (f.request_id, used - f.payload.len()..used),
+                Ok(Decoded::NeedMore(_)) => break,
+                Err(e) => return Err(format!("bad frame from broker: {e}")),
+            };
+            let frame = st.buf.split_to(range.end).freeze();
+            let payload = frame.slice(range);
+            delivered = true;
+            let mut p = lock(&self.pending);
+            if own == Some(id) && p.map.contains_key(&id) {
+                mine = Some(payload);
+                continue;
+            }
+            let waiter = p.map.remove(&id);
+            drop(p);
+            if let Some(w) = waiter {
+                let _ = w.reply.send(Ok(payload));
+            }
+        }
+        if delivered {
+            let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.last_rx_ms.store(now, Ordering::Relaxed);
+        }
+        Ok(mine)
+    }
+
+    /// Acts on what a read found: `Some` ends the caller's wait.
+    fn settle(&self, outcome: ReadOutcome) -> Option<Result<Bytes>> {
+        match outcome {
+            ReadOutcome::Own(payload) => Some(Ok(payload)),
+            ReadOutcome::Failed(reason) => {
+                self.fail(Error::Disconnected {
+                    addr: self.addr.clone(),
+                    reason,
+                });
+                None
+            }
+            ReadOutcome::Busy | ReadOutcome::Empty | ReadOutcome::Read => None,
+        }
+    }
+}
+
+/// What one non-blocking read found.
+enum ReadOutcome {
+    /// Another thread holds the read side at this moment.
+    Busy,
+    /// The socket had nothing.
+    Empty,
+    /// Bytes came; the whole responses among them were handed out.
+    Read,
+    /// Bytes came, among them the response the caller waits for.
+    Own(Bytes),
+    /// The connection failed (end of stream, an I/O error, a bad frame).
+    Failed(String),
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if let Some(w) = self.writer.try_lock() {
-            let _ = w.shutdown(std::net::Shutdown::Both);
-        }
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }
 
 struct ReadState {
-    stream: rt::TcpStream,
     buf: BytesMut,
     /// Reads land here first: zeroed once, so no read pays for clearing memory.
     chunk: Vec<u8>,
     /// The last read came back short of `chunk`: the socket was empty then, so
     /// the next read waits for readiness instead of trying first.
     drained: bool,
-    /// [`ConnectionConfig::busy_poll`].
-    busy_poll: Duration,
+    /// Reads so far: a waiter woken by readiness skips its read when someone
+    /// else has read since it began to wait (the socket is empty again).
+    reads: u64,
 }
 
 impl ReadState {
     /// Appends the `n` bytes just read into `chunk` to the buffer.
-    fn took(&mut self, n: usize) -> usize {
+    fn took(&mut self, n: usize) {
         self.buf.extend_from_slice(&self.chunk[..n]);
         self.drained = n < self.chunk.len();
-        n
+        self.reads = self.reads.wrapping_add(1);
     }
 }
 
@@ -439,99 +587,94 @@ fn closed(inner: &Inner) -> Error {
         })
 }
 
-/// Waits for the response of one request: either another caller reads it for
-/// us, or we take the read side and read until it arrives.
+/// Waits for the response of one request, reading the socket whenever it is
+/// readable and nobody else has read it since (see the module docs). Nothing is
+/// held between polls, so abandoning this future stalls no one.
 async fn wait_response(
     inner: &Arc<Inner>,
+    id: i32,
     mut rx: oneshot::Receiver<Result<Bytes>>,
 ) -> Result<Bytes> {
     use futures::future::{select, Either};
-    // Uncontended, the read side is taken at once without registering on `rx`, so
-    // the response we read ourselves wakes no one: a self-wake would make the
-    // executor poll the reactor once more for nothing (five syscalls here).
-    let mut st = match inner.reader.try_lock() {
-        Some(st) => st,
-        None => {
-            let lock_fut = inner.reader.lock();
-            futures::pin_mut!(lock_fut);
-            match select(&mut rx, lock_fut).await {
-                Either::Left((r, _)) => return r.unwrap_or_else(|_| Err(closed(inner))),
-                Either::Right((st, _)) => st,
-            }
-        }
-    };
-    // We hold the read side: read until our own response has been handed over,
-    // or until the deadline sweeper (or a failure) answers for us, which it
-    // signals on `answered`.
+    let busy_poll = inner.config.busy_poll;
     loop {
-        let alarm = inner.answered.listen();
         match rx.try_recv() {
             Ok(Some(r)) => return r,
             Ok(None) => {}
             Err(_) => return Err(closed(inner)),
         }
-        let read = read_some(inner, &mut st);
-        futures::pin_mut!(read);
-        match select(alarm, read).await {
-            Either::Left(((), _)) | Either::Right((Ok(()), _)) => {}
-            Either::Right((Err(reason), _)) => inner.fail_all(Error::Disconnected {
+        // The last read filled the buffer: more may be waiting, read before waiting.
+        let more = !lock(&inner.read).drained;
+        if more {
+            let outcome = inner.try_read_once(Some(id));
+            let busy = matches!(outcome, ReadOutcome::Busy);
+            if let Some(r) = inner.settle(outcome) {
+                return r;
+            }
+            if busy {
+                // Another thread is reading right now: let it finish.
+                rt::yield_now().await;
+            }
+            continue;
+        }
+        if !busy_poll.is_zero() {
+            if let Some(r) = spin(inner, id, &mut rx, busy_poll).await {
+                return r;
+            }
+        }
+        let seen = lock(&inner.read).reads;
+        let readable = inner.stream.readable();
+        futures::pin_mut!(readable);
+        match select(&mut rx, readable).await {
+            Either::Left((r, _)) => return r.unwrap_or_else(|_| Err(closed(inner))),
+            Either::Right((Ok(()), _)) => {
+                if lock(&inner.read).reads != seen {
+                    // Someone read after we began to wait and left the socket
+                    // empty; wait again (readiness is re-armed level-triggered).
+                    continue;
+                }
+                if let Some(r) = inner.settle(inner.try_read_once(Some(id))) {
+                    return r;
+                }
+            }
+            Either::Right((Err(e), _)) => inner.fail(Error::Disconnected {
                 addr: inner.addr.clone(),
-                reason,
+                reason: e.to_string(),
             }),
         }
     }
 }
 
-/// Hands every whole response in the buffer to its waiter; if there was none,
-/// reads more bytes from the socket.
-async fn read_some(inner: &Inner, st: &mut ReadState) -> std::result::Result<(), String> {
-    let max = inner.config.max_frame_bytes;
-    let mut delivered = false;
+/// [`ConnectionConfig::busy_poll`]: tries to read for up to `budget` without
+/// parking the thread, yielding to other tasks first and every 16th try.
+/// `None` when the response did not come in time.
+async fn spin(
+    inner: &Inner,
+    id: i32,
+    rx: &mut oneshot::Receiver<Result<Bytes>>,
+    budget: Duration,
+) -> Option<Result<Bytes>> {
+    let start = std::time::Instant::now();
+    let mut attempt: u32 = 0;
     loop {
-        let (id, range) = match frame::decode_response(&st.buf, max) {
-            Ok(Decoded::Frame(f, used)) => (f.request_id, used - f.payload.len()..used),
-            Ok(Decoded::NeedMore(_)) => break,
-            Err(e) => return Err(format!("bad frame from broker: {e}")),
-        };
-        let frame = st.buf.split_to(range.end).freeze();
-        let payload = frame.slice(range);
-        let waiter = lock(&inner.pending).map.remove(&id);
-        if let Some(w) = waiter {
-            let _ = w.reply.send(Ok(payload));
+        if attempt.is_multiple_of(16) {
+            rt::yield_now().await;
+        } else {
+            std::hint::spin_loop();
         }
-        delivered = true;
-    }
-    if delivered {
-        let now = u64::try_from(inner.born.elapsed().as_millis()).unwrap_or(u64::MAX);
-        inner.last_rx_ms.store(now, Ordering::Relaxed);
-    }
-    if delivered {
-        return Ok(());
-    }
-    if lock(&inner.pending).broken.is_some() {
-        return Err("connection closed".into());
-    }
-    match read_into(st).await {
-        Ok(0) => Err("broker closed the connection".into()),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
-/// Reads once from the socket and appends what came to the buffer. Cancel safe:
-/// bytes are appended only once the read has completed.
-async fn read_into(st: &mut ReadState) -> std::io::Result<usize> {
-    if st.drained && !st.busy_poll.is_zero() {
-        if let Some(r) = st.stream.read_spinning(&mut st.chunk, st.busy_poll).await {
-            return r.map(|n| st.took(n));
+        attempt = attempt.wrapping_add(1);
+        if let Some(r) = inner.settle(inner.try_read_once(Some(id))) {
+            return Some(r);
+        }
+        match rx.try_recv() {
+            Ok(Some(r)) => return Some(r),
+            Ok(None) => {}
+            Err(_) => return Some(Err(closed(inner))),
+        }
+        if start.elapsed() >= budget {
+            return None;
         }
     }
-    let n = if st.drained {
-        st.stream.read_ready(&mut st.chunk).await?
-    } else {
-        st.stream.read(&mut st.chunk).await?
-    };
-    Ok(st.took(n))
 }
 
 fn api_name(k: protocol::ApiKey) -> &'static str {

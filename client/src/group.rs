@@ -144,6 +144,14 @@ impl GroupConsumerBuilder {
         self.fetch.max_wait = d;
         self
     }
+    /// Fetch settings: wait, bytes per partition and per fetch (see
+    /// [`FetchConfig`]). Each fetch lists the assigned partitions starting one
+    /// further on than the last, so a small `max_bytes` serves every partition
+    /// in turn.
+    pub fn fetch_config(mut self, f: FetchConfig) -> Self {
+        self.fetch = f;
+        self
+    }
 
     /// Connects and joins the group (waits for the first assignment).
     ///
@@ -187,6 +195,7 @@ impl GroupConsumerBuilder {
             buffer: VecDeque::new(),
             last_commit: Instant::now(),
             events: ev_tx,
+            rotation: 0,
         };
         let c = GroupConsumer {
             state: Arc::new(AsyncMutex::new(state)),
@@ -217,6 +226,8 @@ struct State {
     buffer: VecDeque<ConsumerRecord>,
     last_commit: Instant,
     events: async_channel::Sender<RebalanceEvent>,
+    /// Fetches so far: where the next fetch starts in the partition list.
+    rotation: usize,
 }
 
 /// A group member. Use it as a `futures::Stream` of records, or with [`GroupConsumer::recv`].
@@ -277,19 +288,32 @@ async fn heartbeat_loop(
             member_id: member,
         };
         if let Err(e) = client.call(&req).await {
-            if is_fencing(e.code()) {
-                tracing::debug!(error = %e, "heartbeat asks for a rejoin");
-                if e.code() == Some(ErrorCode::UnknownMember) {
-                    shared
-                        .member
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clear();
-                }
-                shared.rejoin.store(true, Ordering::Release);
-            }
+            on_heartbeat_error(&shared, &req, &e);
         }
     }
+}
+
+/// Acts on a failed heartbeat, unless the consumer rejoined while it was in
+/// flight: the answer is about the member id and generation it carried, so a
+/// rejoin that has since obtained another id or generation must not be undone
+/// (the next heartbeat reports on the new membership).
+fn on_heartbeat_error(shared: &Shared, sent: &HeartbeatRequest, e: &Error) {
+    if !is_fencing(e.code()) {
+        return;
+    }
+    let mut member = shared
+        .member
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *member != sent.member_id || shared.generation.load(Ordering::Acquire) != sent.generation {
+        tracing::debug!(error = %e, "heartbeat answer is about a membership already replaced");
+        return;
+    }
+    tracing::debug!(error = %e, "heartbeat asks for a rejoin");
+    if e.code() == Some(ErrorCode::UnknownMember) {
+        member.clear();
+    }
+    shared.rejoin.store(true, Ordering::Release);
 }
 
 impl GroupConsumer {
@@ -529,14 +553,18 @@ impl State {
                 }
                 Err(e) => return Err(e),
             };
-            *self
-                .shared
-                .member
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = resp.member_id.clone();
-            self.shared
-                .generation
-                .store(resp.generation, Ordering::Release);
+            {
+                // Both under the member lock, so a heartbeat answer sees them change together.
+                let mut member = self
+                    .shared
+                    .member
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                resp.member_id.clone_into(&mut member);
+                self.shared
+                    .generation
+                    .store(resp.generation, Ordering::Release);
+            }
             self.assignment = resp
                 .assignment
                 .iter()
@@ -601,7 +629,7 @@ impl State {
             rt::sleep(self.cfg.fetch.max_wait.min(Duration::from_millis(200))).await;
             return Ok(());
         }
-        let partitions = self
+        let mut partitions: Vec<FetchPartition> = self
             .assignment
             .iter()
             .filter_map(|tp| {
@@ -613,6 +641,14 @@ impl State {
                 })
             })
             .collect();
+        // The broker fills partitions in request order until the fetch's
+        // `max_bytes` is used up: start each fetch one partition further on, so
+        // busy partitions listed first cannot starve the others.
+        if !partitions.is_empty() {
+            let first = self.rotation % partitions.len();
+            partitions.rotate_left(first);
+            self.rotation = self.rotation.wrapping_add(1);
+        }
         let req = FetchRequest {
             max_wait_ms: i32::try_from(self.cfg.fetch.max_wait.as_millis()).unwrap_or(i32::MAX),
             min_bytes: 1,
@@ -721,5 +757,91 @@ impl State {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::frame::{self, Decoded};
+    use crate::protocol::messages::{Decode, Empty};
+    use crate::protocol::{encode_response_frame, ApiKey};
+    use futures::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Reads one request frame from a raw socket: (api key, request id, payload).
+    async fn read_frame(s: &mut rt::TcpStream, buf: &mut Vec<u8>) -> (i16, i32, Vec<u8>) {
+        loop {
+            if let Decoded::Frame(f, used) = frame::decode_request(buf, 1 << 20).unwrap() {
+                let out = (f.api_key, f.request_id, f.payload.to_vec());
+                buf.drain(..used);
+                return out;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = s.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "the client closed the connection");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    async fn answer_unknown_member(s: &mut rt::TcpStream, id: i32) {
+        let mut out = Vec::new();
+        encode_response_frame::<Empty>(&mut out, id, Err(ErrorCode::UnknownMember));
+        s.write_all(&out).await.unwrap();
+    }
+
+    /// The race of the heartbeat task with a rejoin, driven step by step
+    /// through a raw broker: a heartbeat leaves with member "old", a rejoin
+    /// obtains "new" while it is in flight, then UNKNOWN_MEMBER comes back for
+    /// "old". The new id must survive (the next heartbeat carries it) and no
+    /// rejoin is asked for; an UNKNOWN_MEMBER about "new" itself then clears it.
+    #[test]
+    fn stale_heartbeat_answer_keeps_the_id_a_rejoin_obtained() {
+        rt::block_on(async {
+            let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let shared = Arc::new(Shared {
+                member: Mutex::new("old".into()),
+                generation: AtomicI32::new(1),
+                rejoin: AtomicBool::new(false),
+            });
+            let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+            let hb = rt::spawn(heartbeat_loop(
+                Client::new(&addr, ConnectionConfig::default()),
+                "g".into(),
+                Arc::clone(&shared),
+                Duration::from_millis(10),
+                stop_rx,
+            ));
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = Vec::new();
+            let (api, id, payload) = read_frame(&mut s, &mut buf).await;
+            assert_eq!(api, ApiKey::Heartbeat as i16);
+            let sent = HeartbeatRequest::decode_exact(&payload).unwrap();
+            assert_eq!((sent.member_id.as_str(), sent.generation), ("old", 1));
+            {
+                let mut m = shared.member.lock().unwrap();
+                "new".clone_into(&mut m);
+                shared.generation.store(2, Ordering::Release);
+            }
+            answer_unknown_member(&mut s, id).await;
+            let (_, id, payload) =
+                rt::timeout(Duration::from_secs(1), read_frame(&mut s, &mut buf))
+                    .await
+                    .expect("another heartbeat, with the id the rejoin obtained");
+            let next = HeartbeatRequest::decode_exact(&payload).unwrap();
+            assert_eq!((next.member_id.as_str(), next.generation), ("new", 2));
+            assert_eq!(lock_str(&shared.member), "new");
+            assert!(!shared.rejoin.load(Ordering::Acquire));
+            // An answer about the current membership is acted on.
+            answer_unknown_member(&mut s, id).await;
+            let deadline = Instant::now() + Duration::from_secs(1);
+            while !shared.rejoin.load(Ordering::Acquire) {
+                assert!(Instant::now() < deadline, "the heartbeat asks for a rejoin");
+                rt::sleep(Duration::from_millis(5)).await;
+            }
+            assert_eq!(lock_str(&shared.member), "");
+            drop(stop_tx);
+            hb.cancel().await;
+        });
     }
 }

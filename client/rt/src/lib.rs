@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_io::Async;
 
 /// A read that found nothing (or was interrupted) and may simply be tried again.
-fn retry(e: &io::Error) -> bool {
+pub(crate) fn retry(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
@@ -121,6 +121,17 @@ impl TcpStream {
                 return None;
             }
         }
+    }
+
+    /// Waits until the socket is readable (or has failed), without reading.
+    /// Any number of tasks may wait at once; each is woken. Readiness is
+    /// re-armed level-triggered, so bytes that arrived before the call are seen.
+    /// Cancel safe.
+    ///
+    /// # Errors
+    /// I/O errors from the reactor.
+    pub async fn readable(&self) -> io::Result<()> {
+        self.0.readable().await
     }
 
     /// Reads what has arrived, waiting until something has. Unlike a plain
@@ -293,9 +304,7 @@ pub async fn yield_now() {
 }
 
 /// Writes all of `buf`, failing with `TimedOut` if the peer does not take it
-/// within `limit`. The common case (the socket has room) completes without
-/// arming a timer: a timer per write costs a wake-up of the reactor thread,
-/// which is most of a small request's latency.
+/// within `limit`. See [`write_all_timeout_counted`].
 ///
 /// # Errors
 /// I/O errors, or `TimedOut`.
@@ -303,13 +312,39 @@ pub async fn write_all_timeout<W>(w: &mut W, buf: &[u8], limit: Duration) -> std
 where
     W: futures::io::AsyncWrite + Unpin,
 {
+    let sent = std::sync::atomic::AtomicUsize::new(0);
+    write_all_timeout_counted(w, buf, limit, &sent).await
+}
+
+/// Writes all of `buf`, failing with `TimedOut` if the peer does not take it
+/// within `limit`; `sent` counts the bytes written so far (also when the
+/// future is dropped half-way), so the caller knows whether a frame was torn.
+/// The common case (the socket has room) completes without arming a timer: a
+/// timer per write costs a wake-up of the reactor thread, which is most of a
+/// small request's latency.
+///
+/// # Errors
+/// I/O errors, or `TimedOut`.
+pub async fn write_all_timeout_counted<W>(
+    w: &mut W,
+    buf: &[u8],
+    limit: Duration,
+    sent: &std::sync::atomic::AtomicUsize,
+) -> std::io::Result<()>
+where
+    W: futures::io::AsyncWrite + Unpin,
+{
     use futures::io::AsyncWriteExt;
     use futures::FutureExt;
+    use std::sync::atomic::Ordering;
     let mut pos = 0;
     while pos < buf.len() {
         match w.write(&buf[pos..]).now_or_never() {
             Some(Ok(0)) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Some(Ok(n)) => pos += n,
+            Some(Ok(n)) => {
+                pos += n;
+                sent.store(pos, Ordering::Relaxed);
+            }
             Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Some(Err(e)) => return Err(e),
             None => break,
@@ -318,7 +353,21 @@ where
     if pos == buf.len() {
         return Ok(());
     }
-    match timeout(limit, w.write_all(&buf[pos..])).await {
+    let rest = async {
+        while pos < buf.len() {
+            match w.write(&buf[pos..]).await {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    pos += n;
+                    sent.store(pos, Ordering::Relaxed);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    };
+    match timeout(limit, rest).await {
         Some(r) => r,
         None => Err(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
