@@ -483,7 +483,7 @@ fn an_abandoned_stream_poll_does_not_lock_the_consumer() {
 /// delivers within a few fetches.
 #[test]
 fn small_fetch_budget_serves_every_partition_in_turn() {
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "rot", 4).await;
         let p = Producer::connect(&addr).await.unwrap();
@@ -519,7 +519,7 @@ fn small_fetch_budget_serves_every_partition_in_turn() {
         let mut seen = BTreeSet::new();
         // Eight fetches' worth at most, far less than one partition holds.
         for _ in 0..24 {
-            let r = flume_client::rt::timeout(Duration::from_secs(2), c.recv())
+            let r = flume_rt::timeout(Duration::from_secs(2), c.recv())
                 .await
                 .expect("records come")
                 .unwrap()

@@ -608,11 +608,11 @@ fn produce_memory_in_flight_stays_within_its_budget() {
 /// complete, and the one left alone still gets its answer when polled again.
 #[test]
 fn abandoned_request_futures_do_not_stall_the_connection() {
-    use flume_client::protocol::{FetchPartition, FetchRequest, MetadataRequest};
     use flume_client::Connection;
+    use flume_protocol::{FetchPartition, FetchRequest, MetadataRequest};
     use std::future::Future;
     use std::task::Context;
-    flume_client::rt::block_on(async {
+    flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "ab", 1).await;
         let conn = Connection::connect(&addr, ConnectionConfig::default())
@@ -641,11 +641,10 @@ fn abandoned_request_futures_do_not_stall_the_connection() {
             topics: vec!["ab".into()],
         };
         for _ in 0..20 {
-            let m =
-                flume_client::rt::timeout(Duration::from_secs(1), conn.call(&meta, Duration::ZERO))
-                    .await
-                    .expect("a request behind an abandoned one is answered")
-                    .unwrap();
+            let m = flume_rt::timeout(Duration::from_secs(1), conn.call(&meta, Duration::ZERO))
+                .await
+                .expect("a request behind an abandoned one is answered")
+                .unwrap();
             assert_eq!(m.topics[0].name, "ab");
         }
         // A record completes the long polls; their answers arrive while nobody
@@ -653,12 +652,12 @@ fn abandoned_request_futures_do_not_stall_the_connection() {
         let producer = Producer::connect(&addr).await.unwrap();
         producer.send("ab", None, b"wake").await.unwrap();
         for _ in 0..5 {
-            flume_client::rt::timeout(Duration::from_secs(1), conn.call(&meta, Duration::ZERO))
+            flume_rt::timeout(Duration::from_secs(1), conn.call(&meta, Duration::ZERO))
                 .await
                 .expect("answered")
                 .unwrap();
         }
-        let fetched = flume_client::rt::timeout(Duration::from_secs(1), left_alone)
+        let fetched = flume_rt::timeout(Duration::from_secs(1), left_alone)
             .await
             .expect("the future left alone completes once polled")
             .unwrap();
@@ -671,7 +670,7 @@ fn abandoned_request_futures_do_not_stall_the_connection() {
 
 /// Reads request frames from the start of `got`: the whole ones, then what is left.
 fn split_frames(got: &[u8]) -> (Vec<(i16, i32)>, &[u8]) {
-    use flume_client::protocol::frame::{decode_request, Decoded};
+    use flume_protocol::frame::{decode_request, Decoded};
     let mut frames = Vec::new();
     let mut rest = got;
     while let Ok(Decoded::Frame(f, used)) = decode_request(rest, 1 << 30) {
@@ -699,8 +698,9 @@ fn huge_produce() -> ProduceRequest {
 /// request goes out whole on a new connection.
 #[test]
 fn write_timed_out_part_way_fails_the_connection() {
-    use flume_client::protocol::{ApiKey, MetadataRequest, MetadataResponse};
-    use flume_client::{rt, Error};
+    use flume_client::Error;
+    use flume_protocol::{ApiKey, MetadataRequest, MetadataResponse};
+    use flume_rt as rt;
     rt::block_on(async {
         let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
@@ -771,7 +771,8 @@ fn write_timed_out_part_way_fails_the_connection() {
 /// timeout around the call) leaves the stream torn: the connection fails.
 #[test]
 fn write_dropped_part_way_fails_the_connection() {
-    use flume_client::{rt, Connection};
+    use flume_client::Connection;
+    use flume_rt as rt;
     rt::block_on(async {
         let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use async_io::Async;
 
-/// A read that found nothing (or was interrupted) and may simply be tried again.
-pub(crate) fn retry(e: &io::Error) -> bool {
+/// Whether a read that failed with `e` found nothing (or was interrupted) and may simply be tried again.
+pub fn retry(e: &io::Error) -> bool {
     matches!(
         e.kind(),
         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
