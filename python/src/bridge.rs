@@ -88,7 +88,11 @@ impl Complete {
         if fut.call_method0("done")?.is_truthy()? {
             return Ok(()); // cancelled meanwhile
         }
-        let method = if self.ok { "set_result" } else { "set_exception" };
+        let method = if self.ok {
+            "set_result"
+        } else {
+            "set_exception"
+        };
         fut.call_method1(method, (self.value.clone_ref(py),))?;
         Ok(())
     }

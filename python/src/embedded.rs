@@ -329,7 +329,11 @@ impl EmbeddedBroker {
         py: Python<'py>,
         topic: &str,
     ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
-        let t = self.get()?.engine().topic(topic).ok_or_else(|| not_found(topic))?;
+        let t = self
+            .get()?
+            .engine()
+            .topic(topic)
+            .ok_or_else(|| not_found(topic))?;
         let c = &t.config;
         let d = pyo3::types::PyDict::new(py);
         d.set_item("partitions", c.partitions)?;
@@ -343,7 +347,11 @@ impl EmbeddedBroker {
 
     /// `{partition: (start_offset, end_offset)}`: the oldest stored offset and the next one to be written.
     fn offsets(&self, topic: &str) -> PyResult<BTreeMap<u32, (u64, u64)>> {
-        let t = self.get()?.engine().topic(topic).ok_or_else(|| not_found(topic))?;
+        let t = self
+            .get()?
+            .engine()
+            .topic(topic)
+            .ok_or_else(|| not_found(topic))?;
         Ok(t.partitions
             .iter()
             .map(|p| (p.id, (p.start_offset(), p.end_offset())))
@@ -598,4 +606,3 @@ impl Drop for EmbeddedBroker {
         }
     }
 }
-

@@ -195,12 +195,21 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         (py.get_type::<QueueFull>(), ErrorCode::QueueFull),
         (py.get_type::<RecordTooLarge>(), ErrorCode::RecordTooLarge),
         (py.get_type::<UnknownTopic>(), ErrorCode::UnknownTopic),
-        (py.get_type::<UnknownPartition>(), ErrorCode::UnknownPartition),
+        (
+            py.get_type::<UnknownPartition>(),
+            ErrorCode::UnknownPartition,
+        ),
         (py.get_type::<UnknownMember>(), ErrorCode::UnknownMember),
-        (py.get_type::<TopicAlreadyExists>(), ErrorCode::TopicAlreadyExists),
+        (
+            py.get_type::<TopicAlreadyExists>(),
+            ErrorCode::TopicAlreadyExists,
+        ),
         (py.get_type::<InvalidName>(), ErrorCode::InvalidName),
         (py.get_type::<InvalidRequest>(), ErrorCode::InvalidRequest),
-        (py.get_type::<OffsetOutOfRange>(), ErrorCode::OffsetOutOfRange),
+        (
+            py.get_type::<OffsetOutOfRange>(),
+            ErrorCode::OffsetOutOfRange,
+        ),
         (py.get_type::<CorruptRecord>(), ErrorCode::CorruptRecord),
         (py.get_type::<StorageError>(), ErrorCode::StorageError),
     ];

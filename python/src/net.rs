@@ -213,8 +213,8 @@ impl Producer {
             ..ProducerConfig::default()
         };
         config.connection.request_timeout = ms(request_timeout_ms);
-        let p = run(py, flume_client::Producer::with_config(address, config))
-            .map_err(client_error)?;
+        let p =
+            run(py, flume_client::Producer::with_config(address, config)).map_err(client_error)?;
         Ok(Producer { inner: Arc::new(p) })
     }
 
@@ -527,7 +527,8 @@ impl GroupConsumer {
     #[pyo3(signature = (timeout = None))]
     fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<Record>>> {
         let got = wait(py, group_recv(Arc::clone(&self.inner)), seconds(timeout)?)?;
-        got.map(|r| Py::new(py, Record::from_raw(py, r))).transpose()
+        got.map(|r| Py::new(py, Record::from_raw(py, r)))
+            .transpose()
     }
 
     /// The next record, for asyncio.
@@ -612,7 +613,11 @@ pub struct PartitionConsumer {
     partition: i32,
 }
 
-async fn partition_recv(inner: SharedPartition, topic: String, partition: i32) -> PyResult<RawRecord> {
+async fn partition_recv(
+    inner: SharedPartition,
+    topic: String,
+    partition: i32,
+) -> PyResult<RawRecord> {
     let mut g = inner.lock().await;
     let c = g.as_mut().ok_or_else(|| closed("PartitionConsumer"))?;
     let r = c.recv().await.map_err(client_error)?;
@@ -632,7 +637,8 @@ impl PartitionConsumer {
         start: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
-        let p = i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
+        let p =
+            i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
         let c = run(
             py,
             flume_client::PartitionConsumer::connect(address, &topic, p, start),
@@ -656,7 +662,8 @@ impl PartitionConsumer {
         start: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
-        let p = i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
+        let p =
+            i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
         to_asyncio(py, async move {
             let c = flume_client::PartitionConsumer::connect(&address, &topic, p, start)
                 .await
@@ -674,7 +681,8 @@ impl PartitionConsumer {
     fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<Record>>> {
         let fut = partition_recv(Arc::clone(&self.inner), self.topic.clone(), self.partition);
         let got = wait(py, fut, seconds(timeout)?)?;
-        got.map(|r| Py::new(py, Record::from_raw(py, r))).transpose()
+        got.map(|r| Py::new(py, Record::from_raw(py, r)))
+            .transpose()
     }
 
     /// The next record, for asyncio.
@@ -700,7 +708,9 @@ impl PartitionConsumer {
     #[getter]
     fn position(&self, py: Python<'_>) -> Option<u64> {
         let inner = Arc::clone(&self.inner);
-        run(py, async move { inner.lock().await.as_ref().and_then(|c| c.position()) })
+        run(py, async move {
+            inner.lock().await.as_ref().and_then(|c| c.position())
+        })
     }
 
     /// Closes the connection. Idempotent.
@@ -746,7 +756,10 @@ async fn describe(a: Arc<flume_client::Admin>, names: Vec<String>) -> PyResult<D
     let mut out = BTreeMap::new();
     for t in topics {
         if !t.error.is_ok() {
-            return Err(code_error(t.error, format!("topic {:?}: {}", t.name, t.error)));
+            return Err(code_error(
+                t.error,
+                format!("topic {:?}: {}", t.name, t.error),
+            ));
         }
         let parts = t
             .partitions
@@ -766,7 +779,11 @@ async fn describe(a: Arc<flume_client::Admin>, names: Vec<String>) -> PyResult<D
     Ok(out)
 }
 
-async fn lag(a: Arc<flume_client::Admin>, group: String, topic: String) -> PyResult<BTreeMap<u32, u64>> {
+async fn lag(
+    a: Arc<flume_client::Admin>,
+    group: String,
+    topic: String,
+) -> PyResult<BTreeMap<u32, u64>> {
     let parts = a
         .group_offsets(&group, std::slice::from_ref(&topic))
         .await
@@ -849,7 +866,15 @@ impl Admin {
         max_pending: Option<u32>,
         backpressure: Option<&str>,
     ) -> PyResult<()> {
-        let req = create_request(name, partitions, retention_bytes, retention_ms, segment_bytes, max_pending, backpressure)?;
+        let req = create_request(
+            name,
+            partitions,
+            retention_bytes,
+            retention_ms,
+            segment_bytes,
+            max_pending,
+            backpressure,
+        )?;
         let a = Arc::clone(&self.inner);
         run(py, async move { a.create_topic(req).await }).map_err(client_error)
     }
@@ -868,15 +893,28 @@ impl Admin {
         max_pending: Option<u32>,
         backpressure: Option<&str>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let req = create_request(name, partitions, retention_bytes, retention_ms, segment_bytes, max_pending, backpressure)?;
+        let req = create_request(
+            name,
+            partitions,
+            retention_bytes,
+            retention_ms,
+            segment_bytes,
+            max_pending,
+            backpressure,
+        )?;
         let a = Arc::clone(&self.inner);
-        to_asyncio(py, async move { a.create_topic(req).await.map_err(client_error) })
+        to_asyncio(py, async move {
+            a.create_topic(req).await.map_err(client_error)
+        })
     }
 
     /// `{topic: {partition: (start_offset, end_offset)}}` for every topic, or those named.
     #[pyo3(signature = (topics = None))]
     fn describe(&self, py: Python<'_>, topics: Option<Vec<String>>) -> PyResult<Described> {
-        run(py, describe(Arc::clone(&self.inner), topics.unwrap_or_default()))
+        run(
+            py,
+            describe(Arc::clone(&self.inner), topics.unwrap_or_default()),
+        )
     }
 
     /// `describe` for asyncio.
@@ -886,7 +924,10 @@ impl Admin {
         py: Python<'py>,
         topics: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        to_asyncio(py, describe(Arc::clone(&self.inner), topics.unwrap_or_default()))
+        to_asyncio(
+            py,
+            describe(Arc::clone(&self.inner), topics.unwrap_or_default()),
+        )
     }
 
     /// Topic names, sorted.

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The project's one test command: the Rust workspace's tests, then the Python
+# package (python/) built into a cached virtual environment and its pytest suite.
+#
+# Cache: ${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache} keeps the venv and the
+# extension's cargo target directory between runs, so a re-run rebuilds only
+# what changed. Needs python3 (3.9+) with venv, a Rust toolchain, and PyPI
+# (pip fetches maturin and pytest on the first run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test --workspace --locked"
+cargo test --workspace --locked
+
+cache="${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}"
+venv="$cache/venv"
+export CARGO_TARGET_DIR="$cache/target"
+python="${PYTHON:-python3}"
+start=$(date +%s)
+
+echo "== python/: cargo fmt and clippy (the extension is outside the workspace)"
+cargo fmt --manifest-path python/Cargo.toml -- --check
+cargo clippy --manifest-path python/Cargo.toml --locked -- -D warnings
+
+echo "== python/: build into $venv"
+if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+fi
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet "pytest>=7"
+# A real install from the source tree, as a user does: pip runs maturin (PEP 517).
+"$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
+
+echo "== pytest python/tests"
+set +e
+(cd python && "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    echo "error: pytest collected no tests" >&2
+    exit 1
+fi
+echo "python part took $(( $(date +%s) - start )) s"
+exit "$rc"
