@@ -135,21 +135,44 @@ impl EmbeddedBroker {
             if from >= part.end_offset() {
                 continue;
             }
-            let want = max - out.len();
-            let r = part.read_now(from, if want == 1 { 1 } else { ENTRY_MAX_BYTES })?;
-            let recs = record::decode_all(&Bytes::from(r.records))
-                .map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
             let before = out.len();
-            out.extend(
-                recs.into_iter()
-                    .filter(|r| r.offset >= from)
-                    .take(want)
-                    .map(|r| RawRecord {
+            let mut next = from;
+            while out.len() < max && next < part.end_offset() {
+                let want = max - out.len();
+                // About what `want` records take (at least one whole record is read).
+                let bytes = want.saturating_mul(256).clamp(1, ENTRY_MAX_BYTES);
+                let r = part.read_now(next, if want == 1 { 1 } else { bytes })?;
+                let buf = Bytes::from(r.records);
+                // Find where the wanted records end, then decode only those.
+                let mut end = 0;
+                let mut taken = 0;
+                for raw in record::RecordIter::new(&buf) {
+                    let raw =
+                        raw.map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
+                    if raw.offset < next {
+                        continue;
+                    }
+                    end = raw.pos + raw.encoded_len();
+                    taken += 1;
+                    if taken == want {
+                        break;
+                    }
+                }
+                if taken == 0 {
+                    break;
+                }
+                let recs = record::decode_all(&buf.slice(..end))
+                    .map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
+                let first = next;
+                for r in recs.into_iter().filter(|r| r.offset >= first) {
+                    next = r.offset + 1;
+                    out.push(RawRecord {
                         topic: topic.to_owned(),
                         partition: p,
                         record: r,
-                    }),
-            );
+                    });
+                }
+            }
             if out.len() > before {
                 lock(&self.turn).insert(key.clone(), idx + 1);
             }
@@ -174,7 +197,11 @@ impl EmbeddedBroker {
         let deadline = crate::bridge::seconds(timeout)?.map(|t| Instant::now() + t);
         loop {
             let (got, listeners) = py.detach(|| {
-                // Listen before looking, so an append in between is not missed.
+                let got = self.poll_now(&b, topic, group, consumer, max);
+                if !matches!(&got, Ok(g) if g.is_empty()) {
+                    return (got, Vec::new());
+                }
+                // Listen, then look again, so an append in between is not missed.
                 let listeners: Vec<_> = b
                     .engine()
                     .topic(topic)
