@@ -46,12 +46,18 @@ __all__ = ["NanoKafka", "QueueFull"]
 _META_FILE = "nanokafka.json"
 
 
+# One encoder and decoder for every message: json.dumps with arguments builds a
+# new encoder per call, and json.loads sniffs the encoding of bytes each time.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_DECODER = json.JSONDecoder()
+
+
 def _encode(message: Any) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _ENCODER.encode(message).encode("utf-8")
 
 
 def _decode(raw: bytes) -> Any:
-    return json.loads(raw)
+    return _DECODER.decode(raw.decode("utf-8"))
 
 
 def _key_bytes(key: Any) -> Optional[bytes]:
@@ -214,7 +220,8 @@ class NanoKafka:
         e = self._e
         self._trim(topic, group)
         records = e.broker.poll_many(topic, group, consumer, max_messages, timeout=timeout)
-        return [(r.partition, (r.offset, _decode(r.value))) for r in records]
+        decode = _DECODER.decode
+        return [(r.partition, (r.offset, decode(r.value.decode("utf-8")))) for r in records]
 
     def commit(self, topic: str, group: str, partition: int, offset: int) -> None:
         """Marks the message at ``offset`` of ``partition`` as processed."""
