@@ -39,7 +39,7 @@ fi
 # A real install from the source tree, as a user does: pip runs maturin (PEP 517).
 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
 
-echo "== pytest python/tests"
+echo "== pytest python/tests (python/ lint and build took $(( $(date +%s) - start )) s)"
 set +e
 (cd python && "$venv/bin/python" -m pytest -q -p no:cacheprovider tests)
 rc=$?
@@ -48,5 +48,4 @@ if [ "$rc" -eq 5 ]; then
     echo "error: pytest collected no tests" >&2
     exit 1
 fi
-echo "python part took $(( $(date +%s) - start )) s"
 exit "$rc"

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,8 +45,18 @@ fn ms(v: u64) -> Duration {
 /// `address`.
 #[pyclass(module = "flume", frozen)]
 pub struct Broker {
-    inner: Arc<flume_broker::Broker>,
-    stopped: AtomicBool,
+    /// Taken at shutdown, so the engine (and its hold on the directory) goes with it.
+    inner: std::sync::Mutex<Option<Arc<flume_broker::Broker>>>,
+    addr: std::net::SocketAddr,
+}
+
+impl Broker {
+    fn take(&self) -> Option<Arc<flume_broker::Broker>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
 }
 
 #[pymethods]
@@ -73,27 +82,26 @@ impl Broker {
         config.auto_create_topics = auto_create_topics;
         let b = run(py, flume_broker::Broker::start(config)).map_err(broker_error)?;
         Ok(Broker {
-            inner: Arc::new(b),
-            stopped: AtomicBool::new(false),
+            addr: b.local_addr(),
+            inner: std::sync::Mutex::new(Some(Arc::new(b))),
         })
     }
 
     /// `"host:port"` the broker listens on.
     #[getter]
     fn address(&self) -> String {
-        self.inner.local_addr().to_string()
+        self.addr.to_string()
     }
 
     /// The port the broker listens on.
     #[getter]
     fn port(&self) -> u16 {
-        self.inner.local_addr().port()
+        self.addr.port()
     }
 
     /// Stops accepting, drains in-flight requests and queues, fsyncs. Idempotent.
     fn shutdown(&self, py: Python<'_>) {
-        if !self.stopped.swap(true, Ordering::AcqRel) {
-            let b = Arc::clone(&self.inner);
+        if let Some(b) = self.take() {
             run(py, async move { b.shutdown().await });
         }
     }
@@ -115,8 +123,8 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        if !self.stopped.swap(true, Ordering::AcqRel) {
-            flume_client::rt::block_on(self.inner.shutdown());
+        if let Some(b) = self.take() {
+            flume_client::rt::block_on(b.shutdown());
         }
     }
 }
