@@ -102,31 +102,31 @@ create_exception!(
 );
 create_exception!(flume, Closed, FlumeError, "The object was closed.");
 
-/// Builds an exception of class `T`; lazy, so it needs no GIL until raised.
-fn with_code<T: PyTypeInfo>(msg: String, _code: Option<i16>) -> PyErr {
+/// Builds an exception of class `T` (its class attribute `code` names the
+/// wire code); lazy, so it needs no GIL until raised.
+fn exc<T: PyTypeInfo>(msg: String) -> PyErr {
     PyErr::new::<T, _>(msg)
 }
 
 /// The exception for a broker error code.
 pub fn code_error(code: ErrorCode, msg: String) -> PyErr {
-    let c = Some(code.code());
     match code {
-        ErrorCode::QueueFull => with_code::<QueueFull>(msg, c),
-        ErrorCode::RecordTooLarge => with_code::<RecordTooLarge>(msg, c),
-        ErrorCode::UnknownTopic => with_code::<UnknownTopic>(msg, c),
-        ErrorCode::UnknownPartition => with_code::<UnknownPartition>(msg, c),
-        ErrorCode::UnknownMember => with_code::<UnknownMember>(msg, c),
-        ErrorCode::TopicAlreadyExists => with_code::<TopicAlreadyExists>(msg, c),
-        ErrorCode::InvalidName => with_code::<InvalidName>(msg, c),
-        ErrorCode::InvalidRequest => with_code::<InvalidRequest>(msg, c),
-        ErrorCode::OffsetOutOfRange => with_code::<OffsetOutOfRange>(msg, c),
-        ErrorCode::CorruptRecord => with_code::<CorruptRecord>(msg, c),
-        ErrorCode::StorageError => with_code::<StorageError>(msg, c),
+        ErrorCode::QueueFull => exc::<QueueFull>(msg),
+        ErrorCode::RecordTooLarge => exc::<RecordTooLarge>(msg),
+        ErrorCode::UnknownTopic => exc::<UnknownTopic>(msg),
+        ErrorCode::UnknownPartition => exc::<UnknownPartition>(msg),
+        ErrorCode::UnknownMember => exc::<UnknownMember>(msg),
+        ErrorCode::TopicAlreadyExists => exc::<TopicAlreadyExists>(msg),
+        ErrorCode::InvalidName => exc::<InvalidName>(msg),
+        ErrorCode::InvalidRequest => exc::<InvalidRequest>(msg),
+        ErrorCode::OffsetOutOfRange => exc::<OffsetOutOfRange>(msg),
+        ErrorCode::CorruptRecord => exc::<CorruptRecord>(msg),
+        ErrorCode::StorageError => exc::<StorageError>(msg),
         ErrorCode::RebalanceInProgress | ErrorCode::IllegalGeneration => {
-            with_code::<RebalanceInProgress>(msg, c)
+            exc::<RebalanceInProgress>(msg)
         }
-        ErrorCode::ShuttingDown => with_code::<ShuttingDown>(msg, c),
-        _ => with_code::<FlumeError>(msg, c),
+        ErrorCode::ShuttingDown => exc::<ShuttingDown>(msg),
+        _ => exc::<FlumeError>(msg),
     }
 }
 
@@ -135,15 +135,12 @@ pub fn broker_error(e: BrokerError) -> PyErr {
     let msg = e.to_string();
     match &e {
         BrokerError::Code { code, .. } => code_error(*code, msg),
-        BrokerError::Config(_) => with_code::<InvalidRequest>(msg, None),
-        _ => {
-            let code = e.code();
-            if code == ErrorCode::StorageError {
-                with_code::<StorageError>(msg, Some(code.code()))
-            } else {
-                code_error(code, msg)
-            }
-        }
+        BrokerError::Config(_) => exc::<InvalidRequest>(msg),
+        // Storage and I/O failures, including a data directory another broker holds.
+        _ => match e.code() {
+            ErrorCode::StorageError => exc::<StorageError>(msg),
+            code => code_error(code, msg),
+        },
     }
 }
 
@@ -154,19 +151,19 @@ pub fn client_error(e: flume_client::Error) -> PyErr {
     match &e {
         E::Broker { code, .. } => code_error(*code, msg),
         E::Connect { .. } | E::Disconnected { .. } | E::Timeout { .. } => {
-            with_code::<ConnectionFailed>(msg, None)
+            exc::<ConnectionFailed>(msg)
         }
-        E::BufferFull { .. } => with_code::<BufferFull>(msg, None),
-        E::Closed => with_code::<Closed>(msg, None),
-        E::Record(_) => with_code::<CorruptRecord>(msg, Some(ErrorCode::CorruptRecord.code())),
+        E::BufferFull { .. } => exc::<BufferFull>(msg),
+        E::Closed => exc::<Closed>(msg),
+        E::Record(_) => exc::<CorruptRecord>(msg),
         E::InvalidArgument(_) => pyo3::exceptions::PyValueError::new_err(msg),
-        _ => with_code::<FlumeError>(msg, None),
+        _ => exc::<FlumeError>(msg),
     }
 }
 
 /// `Closed` for an object used after `close()`.
 pub fn closed(what: &str) -> PyErr {
-    with_code::<Closed>(format!("{what} is closed"), None)
+    exc::<Closed>(format!("{what} is closed"))
 }
 
 /// Adds the exception classes to the module.
