@@ -59,7 +59,7 @@ class PyLog:
             self.offsets.flush()
 
 
-def rate(n: int, f: Callable[[], None]) -> float:
+def rate(n: int, f: Callable[[], object]) -> float:
     start = time.perf_counter()
     f()
     return n / (time.perf_counter() - start)

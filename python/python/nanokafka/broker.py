@@ -36,7 +36,7 @@ import json
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, overload
 
 import flume
 from flume import QueueFull
@@ -193,6 +193,17 @@ class NanoKafka:
             done = e.broker.committed(group, topic, p) or 0
             if done < first_kept:
                 e.broker.commit(topic, group, p, first_kept - 1)
+
+    @overload
+    def poll(self, topic: str, group: str, consumer: str) -> Tuple[int, Tuple[int, Any]]: ...
+
+    @overload
+    def poll(self, topic: str, group: str, consumer: str, timeout: None) -> Tuple[int, Tuple[int, Any]]: ...
+
+    @overload
+    def poll(
+        self, topic: str, group: str, consumer: str, timeout: float
+    ) -> Optional[Tuple[int, Tuple[int, Any]]]: ...
 
     def poll(
         self, topic: str, group: str, consumer: str, timeout: Optional[float] = None
