@@ -16,7 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use flume_client::rt;
+use crate::deps::rt;
 use futures::future::{AbortHandle, Abortable};
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;

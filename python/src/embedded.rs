@@ -11,11 +11,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::deps::protocol::record;
+use crate::deps::protocol::{ErrorCode, ProduceEntry, ProduceResult};
+use crate::deps::rt;
 use bytes::Bytes;
 use flume_broker::{Backpressure, BrokerConfig, BrokerError, FsyncPolicy, TopicConfig};
-use flume_client::protocol::record;
-use flume_client::protocol::{ErrorCode, ProduceEntry, ProduceResult};
-use flume_client::rt;
 use futures::FutureExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

@@ -6,6 +6,7 @@
 use pyo3::prelude::*;
 
 mod bridge;
+mod deps;
 mod embedded;
 mod errors;
 mod net;

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::deps::protocol::CreateTopicRequest;
 use bytes::Bytes;
-use flume_client::protocol::CreateTopicRequest;
 use flume_client::{ConsumerRecord, ProducerConfig, SendRecord, StartOffset};
 use futures::lock::Mutex as AsyncMutex;
 use pyo3::exceptions::PyValueError;
@@ -124,7 +124,7 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         if let Some(b) = self.take() {
-            flume_client::rt::block_on(b.shutdown());
+            crate::deps::rt::block_on(b.shutdown());
         }
     }
 }
