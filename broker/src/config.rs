@@ -42,9 +42,6 @@ impl std::fmt::Display for Backpressure {
 pub const MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
 /// Largest partition queue capacity: queues preallocate their slots.
 pub const MAX_PENDING_LIMIT: usize = 100_000;
-/// Longest a FETCH may wait for `min_bytes`: a larger `max_wait_ms` is capped
-/// to this, so every parked fetch, and the memory it holds, goes within it.
-pub const MAX_FETCH_WAIT_MS: i32 = 30_000;
 
 /// Settings of one topic, fixed at creation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -326,6 +323,16 @@ impl BrokerConfig {
     }
 }
 
+/// Longest a FETCH may wait for `min_bytes`: a larger `max_wait_ms` is capped
+/// to this, so every parked fetch, and the memory it holds, goes within it.
+pub const MAX_FETCH_WAIT_MS: i32 = 30_000;
+
+/// How long a FETCH with this `max_wait_ms` may wait: negative is 0, above
+/// [`MAX_FETCH_WAIT_MS`] is that.
+pub fn fetch_wait(max_wait_ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(max_wait_ms.clamp(0, MAX_FETCH_WAIT_MS)).unwrap_or(0))
+}
+
 /// Checks a topic or group name: 1 to 200 characters of `[A-Za-z0-9._-]`,
 /// not `.` or `..`, not starting with `__` (reserved).
 pub fn valid_name(name: &str) -> bool {
@@ -377,5 +384,13 @@ mod tests {
         ] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn fetch_wait_is_capped() {
+        assert_eq!(fetch_wait(-5), Duration::ZERO);
+        assert_eq!(fetch_wait(250), Duration::from_millis(250));
+        assert_eq!(fetch_wait(i32::MAX), Duration::from_secs(30));
+        assert_eq!(fetch_wait(MAX_FETCH_WAIT_MS + 1), Duration::from_secs(30));
     }
 }

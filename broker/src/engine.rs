@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::budget::{Charge, MemoryBudget};
+use crate::config::fetch_wait;
+use crate::group::GroupLimits;
+
 use flume_client::protocol::messages::encode_fetch_partition;
 use flume_client::protocol::record::{self, RecordError, RecordIter};
 use flume_client::protocol::wire::WriteExt;
@@ -20,10 +24,9 @@ use flume_client::rt;
 use futures::channel::oneshot;
 use futures::FutureExt;
 
-use crate::budget::{Charge, MemoryBudget};
-use crate::config::{valid_name, Backpressure, BrokerConfig, TopicConfig, MAX_FETCH_WAIT_MS};
+use crate::config::{valid_name, Backpressure, BrokerConfig, TopicConfig};
 use crate::error::BrokerError;
-use crate::group::{Assignor, Coordinator, GroupLimits, JoinParams, Ready};
+use crate::group::{Assignor, Coordinator, JoinParams, Ready};
 use crate::offsets::OffsetStore;
 use crate::partition::{Admission, Partition};
 use crate::storage::{FsyncPolicy, Log};
@@ -475,7 +478,7 @@ impl Engine {
     /// arrive past each partition's offset (only what lies between the bytes
     /// already counted and the end offset, read in chunks of at most
     /// [`COUNT_CHUNK_BYTES`] that are dropped at once) until `min_bytes` are
-    /// there, `max_wait_ms` (capped at [`MAX_FETCH_WAIT_MS`]) passes, or the
+    /// there, `max_wait_ms` (capped at [`crate::config::MAX_FETCH_WAIT_MS`]) passes, or the
     /// broker shuts down. `min_bytes` is at least 1 and at most what the
     /// request can ever receive (its `max_bytes` and the partitions' own,
     /// within one frame), so an unreachable `min_bytes` waits no longer than
@@ -496,9 +499,7 @@ impl Engine {
     ) {
         let counting = memory.map(|m| m.counting);
         let memory = memory.map(|m| m.response);
-        let max_wait = Duration::from_millis(
-            u64::try_from(req.max_wait_ms.clamp(0, MAX_FETCH_WAIT_MS)).unwrap_or(0),
-        );
+        let max_wait: Duration = fetch_wait(req.max_wait_ms);
         let deadline = Instant::now() + max_wait;
         // The whole response must fit a frame: records, each partition's header, and
         // the one whole record that may go past the budget.
@@ -795,13 +796,10 @@ impl Engine {
             );
             return Err(ErrorCode::InvalidRequest);
         }
-        let mut topics = req.topics;
-        topics.sort_unstable();
-        topics.dedup();
-        if topics.is_empty() {
+        if req.topics.is_empty() {
             return Err(ErrorCode::InvalidRequest);
         }
-        for t in &topics {
+        for t in &req.topics {
             if let Err(e) = self.topic_or_create(t) {
                 return Err(e.code());
             }
@@ -809,7 +807,7 @@ impl Engine {
         let ms = |v: i32, lo: u64, hi: u64| u64::try_from(v).unwrap_or(lo).clamp(lo, hi);
         let params = JoinParams {
             member_id: req.member_id,
-            topics,
+            topics: req.topics,
             session_timeout_ms: ms(req.session_timeout_ms, 100, 300_000),
             rebalance_timeout_ms: ms(req.rebalance_timeout_ms, 0, 300_000),
             assignor,

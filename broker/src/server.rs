@@ -550,7 +550,7 @@ const FETCH_DECODED_PER_PARTITION: usize = 160;
 const JOIN_DECODED_PER_TOPIC: usize = 48;
 
 /// Decodes a JOIN_GROUP, refusing a topic list longer than `max_topics`
-/// before any of its names is decoded.
+/// before any of its names is decoded, and deduplicates the list.
 fn decode_join(payload: &[u8], max_topics: usize) -> Result<JoinGroupRequest, String> {
     let mut r = Reader::new(payload);
     let mut req = JoinGroupRequest {
@@ -572,6 +572,9 @@ fn decode_join(payload: &[u8], max_topics: usize) -> Result<JoinGroupRequest, St
         req.topics.push(r.string().map_err(|e| e.to_string())?);
     }
     r.finish().map_err(|e| e.to_string())?;
+    // A subscription is a set: duplicates would only cost memory and work.
+    req.topics.sort_unstable();
+    req.topics.dedup();
     Ok(req)
 }
 

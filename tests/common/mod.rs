@@ -88,3 +88,20 @@ pub async fn read_response_code(
         got.extend_from_slice(&chunk[..n]);
     }
 }
+
+static MEMORY_TEST: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that measures this process's memory: no other test of its
+/// binary that takes [`shared`] runs meanwhile.
+pub fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MEMORY_TEST
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Held by the other tests of a binary with a memory-measuring test.
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    MEMORY_TEST
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
