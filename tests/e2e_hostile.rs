@@ -963,3 +963,59 @@ fn shutdown_cancels_connections_that_outlive_its_deadline() {
         drop((deaf, parked));
     });
 }
+
+/// A peer that never reads its responses holds at most its connection's share
+/// of the request budget (`max_connection_memory`), so with the default write
+/// timeout (30 s) the rest of the broker keeps its budget and is served.
+#[test]
+fn a_peer_that_never_reads_holds_at_most_its_connection_share() {
+    let _shared = common::shared();
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = common::config(dir.path());
+        cfg.shutdown_timeout = Duration::from_millis(200);
+        let share = cfg.max_connection_memory;
+        let broker = Broker::start(cfg).await.unwrap();
+        broker
+            .engine()
+            .create_topic("big", common::topic(1))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        let c = Client::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        for _ in 0..16 {
+            produce_one(&c, "big", &[b'x'; 128 * 1024]).await;
+        }
+        let mut deaf = TcpStream::connect(&addr).await.unwrap();
+        let mut reqs = Vec::new();
+        for i in 0..128 {
+            let mut f = fetch_of("big", 0, 1, 1 << 20);
+            f.max_wait_ms = 0;
+            protocol::encode_request(&mut reqs, i, &f);
+        }
+        deaf.write_all(&reqs).await.unwrap();
+        common::wait_until("responses pile up", Duration::from_secs(10), || {
+            let b = &broker;
+            async move { b.request_memory().used > share / 2 }
+        })
+        .await;
+        // Others are served while the deaf peer's responses sit unwritten.
+        for _ in 0..5 {
+            let served = rt::timeout(Duration::from_secs(5), async {
+                produce_one(&c, "big", b"v").await;
+                c.call(&fetch_of("big", 0, 1, 1 << 16)).await.unwrap()
+            })
+            .await
+            .expect("served while a peer does not read");
+            assert!(!served.partitions[0].records.is_empty());
+        }
+        let used = broker.request_memory();
+        assert!(
+            used.used <= share + (2 << 20),
+            "one peer holds {used:?}, its share is {share}"
+        );
+        broker.shutdown().await;
+        drop(deaf);
+    });
+}
