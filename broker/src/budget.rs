@@ -14,7 +14,7 @@
 //!
 //! A spent budget always recovers without reading more: produce charges go as
 //! the partition writers complete requests, parked fetches answer by their
-//! capped `max_wait_ms` (with no records if the budget has no room for them),
+//! capped `max_wait_ms` (with one record if the budget has no room for more),
 //! parked joins by their rebalance timeout, and response charges go as the
 //! responses are written (a peer that does not read is cut off after
 //! `write_timeout`).

@@ -489,8 +489,9 @@ impl Engine {
     /// and never hold the budget that lets connections read), and the final
     /// read first waits for room in `response` (until the deadline) and charges
     /// each partition's read while the response is built; if no room comes in
-    /// time the answer carries the offsets and no records, so a spent budget
-    /// never keeps a fetch from answering.
+    /// time the answer carries one record (the first always goes out whole),
+    /// so a spent budget neither keeps a fetch from answering nor a consumer
+    /// from moving on.
     pub async fn fetch_within(
         &self,
         req: &FetchRequest,
@@ -601,19 +602,22 @@ impl Engine {
                 _ = self.shutdown_rx.recv().fuse() => {}
             }
         }
-        // Room for the records: the response is charged while it is built.
+        // Room for the records: the response is charged while it is built. With
+        // no room by the deadline, the answer carries one record (the first one
+        // always goes out whole), so a consumer still moves on.
         let mut reserved = None;
+        let mut budget = budget;
         if let Some(m) = memory {
             if m.is_spent() && !self.is_shutting_down() {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let _ = rt::timeout(left, m.wait_for_room()).await;
             }
-            if !m.is_spent() {
-                reserved = Some(m.charge(headers));
+            if m.is_spent() {
+                budget = 1;
             }
+            reserved = Some(m.charge(headers));
         }
-        let with_records = memory.is_none() || reserved.is_some();
-        self.encode_fetch(req, &resolved, budget, with_records, reserved.as_mut(), out)
+        self.encode_fetch(req, &resolved, budget, reserved.as_mut(), out)
             .await;
     }
 
@@ -691,7 +695,6 @@ impl Engine {
         req: &FetchRequest,
         resolved: &[Result<Arc<Partition>, ErrorCode>],
         budget: usize,
-        with_records: bool,
         mut reserved: Option<&mut Charge>,
         out: &mut Vec<u8>,
     ) {
@@ -712,25 +715,17 @@ impl Engine {
                 .min(budget.saturating_sub(total));
             let result = match offset {
                 Err(_) => Err(ErrorCode::OffsetOutOfRange),
-                Ok(o) if !with_records => {
-                    if o < part.start_offset() || o > part.end_offset() {
-                        Err(ErrorCode::OffsetOutOfRange)
-                    } else {
-                        Ok(None)
-                    }
-                }
                 Ok(_) if want == 0 => Ok(None),
                 Ok(o) => {
-                    // Each read is charged for the most it can return (one record may
-                    // go past `want`), then for what it did.
-                    let most = want.max(self.config.max_record_bytes);
+                    // Each read is charged for what it may return while it runs, then
+                    // for what it did (one record may go past `want`).
                     if let Some(c) = reserved.as_deref_mut() {
-                        c.add(most);
+                        c.add(want);
                     }
                     let r = part.read(o, want).await;
                     if let Some(c) = reserved.as_deref_mut() {
-                        let got = r.as_ref().map_or(0, |r| r.records.len());
-                        c.shrink_to(c.bytes() - most + got);
+                        c.shrink_to(c.bytes().saturating_sub(want));
+                        c.add(r.as_ref().map_or(0, |r| r.records.len()));
                     }
                     r.map(Some).map_err(|e| e.code())
                 }
