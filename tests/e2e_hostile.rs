@@ -592,8 +592,8 @@ fn topic_creation_is_bounded_by_broker_wide_budgets() {
 
 /// Longest a normal produce + fetch round trip may take while the broker is under
 /// the attack below. The issue asks for 100 ms; on the 2-core development VM,
-/// debug build, with other builds running, 25 runs measured a worst round trip
-/// of 28-157 ms (above 100 ms in 7 of them), so the assertion is looser; the
+/// debug build, with other builds running, 45 runs measured a worst round trip
+/// of 28-257 ms (above 100 ms in 15 of them), so the assertion is looser; the
 /// test prints its figures (`--nocapture`).
 const SERVED_WITHIN: Duration = Duration::from_secs(1);
 
