@@ -24,6 +24,7 @@ ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs
 CLIENTS=${KAFKA_CLIENTS:-$ALL_CLIENTS}
 BOOTSTRAP=${FLUME_KAFKA_BOOTSTRAP:-}
 export KAFKA_CLIENTS_DEADLINE_S=${KAFKA_CLIENTS_DEADLINE_S:-25}
+export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ beside the scenario files
 DEADLINE_S=$KAFKA_CLIENTS_DEADLINE_S
 
 # Pinned client versions (each installs as a wheel / plain npm package here).
@@ -205,6 +206,12 @@ fi
 PREFIX=kc$(date +%s)$$
 mkdir -p "$WORK/logs"
 
+# Before any client: the port must answer ApiVersions v0 at all (else one line, in seconds).
+if ! probe_msg=$(python3 "$HERE/probe.py" "$BOOTSTRAP" 10 2>"$WORK/logs/probe.err"); then
+  die "$probe_msg"
+fi
+say "$(cat "$WORK/logs/probe.err")"
+
 # ---------------------------------------------------------------------------
 # Runs one client's scenario file; its PASS/FAIL lines are counted. A client that dies
 # or hangs without reporting every scenario is failed for the ones it did not report.
@@ -268,8 +275,10 @@ kcat_scenario() { # name function args...
     took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
     pass "kcat $name (${took}s)"
   else
-    msg=$(tr '\n' ' ' <"$WORK/logs/kcat-$name.msg" | cut -c1-400)
-    [ -n "$msg" ] || msg=$(tail -n 3 "$WORK/logs/kcat-$name.err" | tr '\n' ' ' | cut -c1-400)
+    msg=$(tr '\n' ' ' <"$WORK/logs/kcat-$name.msg")
+    # The last line the failing tool printed on stderr, if any, says why.
+    [ ! -s "$WORK/logs/kcat-$name.err" ] || msg="$msg($(tail -n 1 "$WORK/logs/kcat-$name.err"))"
+    msg=$(printf '%s' "$msg" | cut -c1-400)
     fail "kcat $name: ${msg:-failed}"
   fi
 }
