@@ -33,17 +33,48 @@ def read_exact(sock, n, end):
     return buf
 
 
-def probe(addr, timeout):
+CLIENT_ID = b"flume-kafka-clients-probe"
+
+
+def request(addr, payload, timeout):
     host, port = addr.rsplit(":", 1)
     end = time.monotonic() + timeout
-    client_id = b"flume-kafka-clients-probe"
-    body = struct.pack(">hhih", 18, 0, 7, len(client_id)) + client_id
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
-        s.sendall(struct.pack(">i", len(body)) + body)
+        s.sendall(struct.pack(">i", len(payload)) + payload)
         (size,) = struct.unpack(">i", read_exact(s, 4, end))
         if not 6 <= size <= 1 << 20:
             raise ValueError(f"response size {size}")
-        resp = read_exact(s, size, end)
+        return read_exact(s, size, end)
+
+
+def probe_flexible(addr, version, timeout):
+    """ApiVersions v3/v4 as librdkafka (v3) and kafka-python 3.x (v4) send first. Kafka
+    answers either in that version (error 0, flexible body) or, if it does not serve it,
+    with error 35 UNSUPPORTED_VERSION in the v0 body (KIP-511) so the client can retry
+    lower. Returns a sentence saying which, or raises on an answer a client cannot use."""
+    name, ver = b"probe", b"1.0"
+    header = struct.pack(">hhih", 18, version, 9, len(CLIENT_ID)) + CLIENT_ID + b"\x00"  # header v2: tagged fields
+    body = bytes([len(name) + 1]) + name + bytes([len(ver) + 1]) + ver + b"\x00"  # compact strings, tagged fields
+    resp = request(addr, header + body, timeout)
+    corr, err = struct.unpack(">ih", resp[:6])
+    if corr != 9:
+        raise ValueError(f"correlation id {corr}, sent 9")
+    if err == 35:
+        (n,) = struct.unpack(">i", resp[6:10])  # v0 body: int32 array length
+        if not 0 <= n <= 1000 or len(resp) != 10 + 6 * n:
+            raise ValueError("UNSUPPORTED_VERSION answer is not in the v0 body format (KIP-511)")
+        return f"ApiVersions v{version}: UNSUPPORTED_VERSION in the v0 format (clients retry lower)"
+    if err != 0:
+        raise ValueError(f"error code {err}")
+    n = resp[6] - 1  # compact array length + 1 (fewer than 127 APIs)
+    if not 0 <= n <= 126:
+        raise ValueError(f"ApiVersions v{version} answer: compact array length byte {resp[6]}")
+    return f"ApiVersions v{version}: answered ({n} APIs)"
+
+
+def probe(addr, timeout):
+    body = struct.pack(">hhih", 18, 0, 7, len(CLIENT_ID)) + CLIENT_ID
+    resp = request(addr, body, timeout)
     corr, err, n = struct.unpack(">ihi", resp[:10])
     if corr != 7:
         raise ValueError(f"correlation id {corr}, sent 7")
@@ -63,3 +94,10 @@ if __name__ == "__main__":
         sys.exit(1)
     text = ", ".join(f"{API_NAMES.get(k, k)} v{lo}-{hi}" for k, lo, hi in sorted(apis))
     print(f"{addr} advertises: {text}", file=sys.stderr)
+    # Diagnostics only (the clients' own scenarios fail if this goes wrong).
+    for v in (3, 4):
+        try:
+            print(f"{addr}: {probe_flexible(addr, v, timeout)}", file=sys.stderr)
+        except (OSError, ValueError, struct.error, IndexError) as e:
+            print(f"{addr}: ApiVersions v{v} (sent first by {'librdkafka' if v == 3 else 'kafka-python 3.x'}): "
+                  f"answer not in the form Kafka gives (kafka-python cannot read it): {type(e).__name__}: {e}", file=sys.stderr)
