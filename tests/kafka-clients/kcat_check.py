@@ -133,7 +133,10 @@ def from_flume(partition, offset):
     r = json.loads(line)
     want = {"key": "from-flume", "payload": "flume says hi", "partition": int(partition), "offset": int(offset)}
     got = {k: r.get(k) for k in want}
-    return [] if got == want else [f"kcat read {got}, expected {want}"]
+    problems = [] if got == want else [f"kcat read {got}, expected {want}"]
+    if headers_list(r.get("headers")) != ["origin", "flume"]:
+        problems.append(f"headers {r.get('headers')}, expected origin=flume")
+    return problems
 
 
 def to_flume():

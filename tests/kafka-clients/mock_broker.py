@@ -2,7 +2,7 @@
 """Starts librdkafka's built-in mock cluster (one broker) and prints its HOST:PORT,
 then serves until SIGTERM/SIGINT. For checking this harness itself, not Flume:
 
-    "$FLUME_CACHE/venv/bin/python" tests/kafka-clients/mock_broker.py > addr &
+    "$FLUME_CACHE/kafka-clients-venv/bin/python" tests/kafka-clients/mock_broker.py > addr &
     FLUME_KAFKA_BOOTSTRAP=$(cat addr) KAFKA_CLIENTS_AUTO_CREATE=1 tests/kafka-clients/run.sh
 
 The mock has no CreateTopics (hence KAFKA_CLIENTS_AUTO_CREATE=1: it creates topics with

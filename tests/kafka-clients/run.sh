@@ -98,7 +98,7 @@ install_kcat() {
   }
 }
 
-VENV=$CACHE/venv
+VENV=$CACHE/kafka-clients-venv
 PY=$VENV/bin/python
 install_python() {
   local pins="confluent-kafka==$CONFLUENT_KAFKA_VERSION kafka-python==$KAFKA_PYTHON_VERSION"
@@ -116,7 +116,7 @@ install_python() {
   echo "$pins" >"$VENV/.flume-pins"
 }
 
-NPM_PREFIX=$CACHE/npm
+NPM_PREFIX=$CACHE/kafka-clients-npm
 install_kafkajs() {
   command -v node >/dev/null || { say "node is required for kafkajs"; return 1; }
   local have
@@ -421,7 +421,7 @@ kcat_group_restart() {
 kcat_from_flume() {
   local topic=$KT-x1 p o
   kcat_create_topic "$topic" 4 || { echo "could not create $topic"; return 1; }
-  "$FLUME" produce --broker "$NATIVE" --topic "$topic" --key from-flume --message "flume says hi" --format json >"$WORK/flume-ack.json" ||
+  "$FLUME" produce --broker "$NATIVE" --topic "$topic" --key from-flume --message "flume says hi" -H origin=flume --format json >"$WORK/flume-ack.json" ||
     { echo "flume-cli produce failed"; return 1; }
   read -r p o < <(check flume-ack <"$WORK/flume-ack.json") || { echo "unreadable flume-cli produce output"; return 1; }
   timeout "$DEADLINE_S" kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -C -t "$topic" -p "$p" -o "$o" -c 1 -e -J -q >"$WORK/x1.json" ||
