@@ -246,7 +246,7 @@ kcat_create_topic() { # topic partitions
     # The broker creates it on first use (see README): a metadata request for it.
     kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -L -t "$1" >/dev/null
   elif [ -n "$NATIVE" ]; then
-    "$FLUME" topics create "$1" --partitions "$2" --broker "$NATIVE" >/dev/null
+    timeout "$DEADLINE_S" "$FLUME" topics create "$1" --partitions "$2" --broker "$NATIVE" >/dev/null
   else
     "$PY" "$HERE/kafka_admin.py" create "$BOOTSTRAP" "$1" "$2"
   fi
@@ -421,7 +421,7 @@ kcat_group_restart() {
 kcat_from_flume() {
   local topic=$KT-x1 p o
   kcat_create_topic "$topic" 4 || { echo "could not create $topic"; return 1; }
-  "$FLUME" produce --broker "$NATIVE" --topic "$topic" --key from-flume --message "flume says hi" -H origin=flume --format json >"$WORK/flume-ack.json" ||
+  timeout "$DEADLINE_S" "$FLUME" produce --broker "$NATIVE" --topic "$topic" --key from-flume --message "flume says hi" -H origin=flume --format json >"$WORK/flume-ack.json" ||
     { echo "flume-cli produce failed"; return 1; }
   read -r p o < <(check flume-ack <"$WORK/flume-ack.json") || { echo "unreadable flume-cli produce output"; return 1; }
   timeout "$DEADLINE_S" kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -C -t "$topic" -p "$p" -o "$o" -c 1 -e -J -q >"$WORK/x1.json" ||
