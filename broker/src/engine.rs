@@ -23,6 +23,7 @@ use futures::FutureExt;
 use crate::config::{valid_name, Backpressure, BrokerConfig, TopicConfig};
 use crate::error::BrokerError;
 use crate::group::{Assignor, Coordinator, JoinParams, Ready};
+use crate::metrics::{FetchTally, GroupSummary, Metrics};
 use crate::offsets::OffsetStore;
 use crate::partition::{Admission, Partition};
 use crate::storage::{DataDirLock, FsyncPolicy, Log};
@@ -62,6 +63,8 @@ pub struct Engine {
     ticker: Mutex<Option<rt::Task<()>>>,
     /// The exclusive hold of the data directory, released at shutdown or drop.
     data_lock: Mutex<Option<DataDirLock>>,
+    /// Request counters and latencies (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -172,6 +175,7 @@ impl Engine {
             shutdown_rx,
             ticker: Mutex::new(None),
             data_lock: Mutex::new(Some(data_lock)),
+            metrics: Arc::new(Metrics::default()),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -446,8 +450,13 @@ impl Engine {
     // ------------------------------------------------------------ fetch
 
     /// Serves a FETCH into `out` (the response body), long-polling until
-    /// `min_bytes` are available or `max_wait_ms` passes.
-    pub async fn fetch_into(&self, req: &FetchRequest, out: &mut Vec<u8>) {
+    /// `min_bytes` are available or `max_wait_ms` passes. Returns the first
+    /// partition that failed (its index in the request) and its error.
+    pub async fn fetch_into(
+        &self,
+        req: &FetchRequest,
+        out: &mut Vec<u8>,
+    ) -> Option<(usize, ErrorCode)> {
         let max_wait =
             Duration::from_millis(u64::try_from(req.max_wait_ms.clamp(0, 60_000)).unwrap_or(0));
         let deadline = Instant::now() + max_wait;
@@ -473,17 +482,20 @@ impl Engine {
             })
             .collect();
         let start_len = out.len();
+        let mut tally = FetchTally::default();
         loop {
             let listeners: Vec<_> = resolved.iter().flatten().map(|p| p.listen()).collect();
             out.truncate(start_len);
+            tally.clear();
             out.put_count(req.partitions.len());
             let mut total = 0usize;
             let mut errors = false;
-            for (fp, part) in req.partitions.iter().zip(&resolved) {
+            for (i, (fp, part)) in req.partitions.iter().zip(&resolved).enumerate() {
                 let part = match part {
                     Ok(p) => p,
                     Err(code) => {
                         errors = true;
+                        tally.failed(i, *code);
                         encode_fetch_partition(out, &fp.topic, fp.partition, *code, -1, -1, &[]);
                         continue;
                     }
@@ -501,6 +513,7 @@ impl Engine {
                 match result {
                     Ok(Some(r)) => {
                         total += r.records.len();
+                        tally.served(part, &r.records);
                         encode_fetch_partition(
                             out,
                             &fp.topic,
@@ -522,6 +535,7 @@ impl Engine {
                     ),
                     Err(code) => {
                         errors = true;
+                        tally.failed(i, code);
                         encode_fetch_partition(
                             out,
                             &fp.topic,
@@ -541,7 +555,7 @@ impl Engine {
                 || listeners.is_empty()
                 || self.is_shutting_down()
             {
-                return;
+                return tally.commit();
             }
             let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
             futures::select! {
@@ -799,6 +813,21 @@ impl Engine {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.config.data_dir.clone()
+    }
+
+    /// Request counters and latencies.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Every group's state, generation, members and rebalances.
+    pub fn group_summaries(&self) -> Vec<GroupSummary> {
+        lock(&self.groups).summaries()
+    }
+
+    /// Up to `limit` committed offsets: ((group, topic, partition), offset).
+    pub fn committed_offsets(&self, limit: usize) -> Vec<(crate::offsets::OffsetKey, i64)> {
+        lock(&self.offsets).entries(limit)
     }
 }
 

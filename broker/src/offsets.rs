@@ -128,6 +128,15 @@ impl OffsetStore {
             .copied()
     }
 
+    /// Up to `limit` committed offsets, in no particular order.
+    pub fn entries(&self, limit: usize) -> Vec<(OffsetKey, i64)> {
+        self.map
+            .iter()
+            .take(limit)
+            .map(|(k, o)| (k.clone(), *o))
+            .collect()
+    }
+
     /// Every committed offset of a group for a topic.
     pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
         let mut v: Vec<(i32, i64)> = self

@@ -34,7 +34,9 @@ use crate::budget::{Charge, MemoryBudget, MemoryUse};
 use crate::config::BrokerConfig;
 use crate::engine::Engine;
 use crate::error::BrokerError;
+use crate::metrics::{ServerStats, Tracked};
 use crate::storage::FsyncPolicy;
+use tracing::Instrument;
 
 #[derive(Debug)]
 struct Connections {
@@ -59,6 +61,8 @@ pub struct Broker {
     addr: SocketAddr,
     conns: Arc<Connections>,
     accept: Mutex<Option<rt::Task<()>>>,
+    /// The HTTP server (metrics, dashboard), when configured.
+    http: Option<crate::http::HttpServer>,
 }
 
 impl Broker {
@@ -85,6 +89,17 @@ impl Broker {
             closed: Event::new(),
             memory: MemoryBudget::new(engine.config().max_request_memory),
         });
+        let http = match engine.config().http_listen.clone() {
+            Some(http_addr) => {
+                let probe_conns = Arc::clone(&conns);
+                let probe = Arc::new(move || ServerStats {
+                    connections_open: probe_conns.open.load(Ordering::Acquire),
+                    memory: probe_conns.memory.usage(),
+                });
+                Some(crate::http::HttpServer::start(&http_addr, Arc::clone(&engine), probe).await?)
+            }
+            None => None,
+        };
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&engine),
@@ -95,12 +110,18 @@ impl Broker {
             addr,
             conns,
             accept: Mutex::new(Some(accept)),
+            http,
         })
     }
 
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the HTTP server, when `http_listen` is set.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(crate::http::HttpServer::local_addr)
     }
 
     /// The engine behind the server.
@@ -172,6 +193,7 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
         let max = engine.config().max_connections;
         if conns.open.load(Ordering::Acquire) >= max {
             tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
+            engine.metrics().connection_refused();
             let _ = stream.shutdown(std::net::Shutdown::Both);
             continue;
         }
@@ -453,8 +475,24 @@ fn empty_result(id: i32, r: Result<(), ErrorCode>) -> InFlight {
 }
 
 /// Admits one request: does what must happen in order now (queueing a
-/// produce) and returns the future of its response frame.
+/// produce) and returns the future of its response frame. The request runs
+/// in its `tracing` span, and its latency and outcome go to the metrics when
+/// the response is ready (see [`crate::metrics::Tracked`]).
 async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, shared: Bytes) -> InFlight {
+    let tracked = engine.metrics().begin(api_key, id);
+    let response = admit_request(engine, api_key, id, shared, &tracked)
+        .instrument(tracked.span().clone())
+        .await;
+    tracked.finish(response)
+}
+
+async fn admit_request(
+    engine: &Arc<Engine>,
+    api_key: i16,
+    id: i32,
+    shared: Bytes,
+    tracked: &Tracked,
+) -> InFlight {
     let payload: &[u8] = &shared;
     let Some(api) = ApiKey::from_i16(api_key) else {
         tracing::debug!(api_key, "unknown api key");
@@ -469,14 +507,20 @@ async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, shared: Bytes) -> In
                     return error_frame(id, ErrorCode::InvalidRequest);
                 }
             };
+            if let Some(e) = req.entries.first() {
+                tracked.about(&e.topic, e.partition);
+            }
             let mut pending = Vec::with_capacity(req.entries.len());
             for entry in req.entries {
                 pending.push(engine.admit_produce(entry).await);
             }
+            let note = tracked.note();
             async move {
                 let mut results = Vec::with_capacity(pending.len());
                 for p in pending {
-                    results.push(p.finish().await);
+                    let r = p.finish().await;
+                    note.failed(r.error, &r.topic, r.partition);
+                    results.push(r);
                 }
                 respond(id, Ok(&ProduceResponse { results }))
             }
@@ -495,12 +539,20 @@ async fn admit(engine: &Arc<Engine>, api_key: i16, id: i32, shared: Bytes) -> In
                 );
                 return error_frame(id, ErrorCode::InvalidRequest);
             }
+            if let Some(p) = req.partitions.first() {
+                tracked.about(&p.topic, p.partition);
+            }
             let engine = Arc::clone(engine);
+            let note = tracked.note();
             async move {
                 let mut buf = Vec::new();
                 let start = frame::begin_response(&mut buf, id);
                 buf.extend_from_slice(&0i16.to_be_bytes());
-                engine.fetch_into(&req, &mut buf).await;
+                if let Some((i, code)) = engine.fetch_into(&req, &mut buf).await {
+                    if let Some(p) = req.partitions.get(i) {
+                        note.failed(code, &p.topic, p.partition);
+                    }
+                }
                 frame::finish_frame(&mut buf, start);
                 buf
             }
