@@ -54,7 +54,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+# N distinct free ports (all bound at once, so no two are the same).
+free_ports() { python3 -c 'import socket,sys; s=[socket.socket() for _ in range(int(sys.argv[1]))]; [x.bind(("127.0.0.1",0)) for x in s]; print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"; }
 # Waits (up to $2 seconds) until the command in $1 succeeds.
 wait_for() {
     local what="$1" limit="$2"; shift 2
@@ -65,10 +66,7 @@ wait_for() {
     done
 }
 
-PORT="$(free_port)"
-HTTP="$(free_port)"
-PROM="$(free_port)"
-DRIVER="$(free_port)"
+read -r PORT HTTP PROM DRIVER <<<"$(free_ports 4)"
 BROKER="127.0.0.1:$PORT"
 
 # --- broker and workload -------------------------------------------------------
