@@ -110,7 +110,10 @@ impl HttpServer {
 async fn sample_loop(state: Arc<State>) {
     let stop = state.engine.shutdown_signal();
     loop {
-        let sample = overview::sample(&state.engine);
+        // Off the executor: it takes the offset store's lock, which a commit
+        // holds through its fsync.
+        let engine = Arc::clone(&state.engine);
+        let sample = rt::unblock(move || overview::sample(&engine)).await;
         state
             .history
             .lock()
