@@ -361,3 +361,26 @@ fn the_http_connection_limit_refuses_and_counts() {
         broker.shutdown().await;
     });
 }
+
+#[test]
+fn a_silent_http_peer_is_cut_off_after_the_read_timeout() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = common::config(dir.path());
+        c.http_listen = Some("127.0.0.1:0".into());
+        c.read_timeout = Duration::from_millis(200);
+        let broker = flume_broker::Broker::start(c).await.unwrap();
+        let http = broker.http_addr().unwrap();
+        // Half a request head, then nothing: the connection is closed, not held.
+        let mut s = rt::TcpStream::connect(&http.to_string()).await.unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\n")
+            .await
+            .unwrap();
+        let started = std::time::Instant::now();
+        let mut rest = Vec::new();
+        let closed = rt::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
+        assert!(closed.is_some(), "the connection was held past 5 s");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        broker.shutdown().await;
+    });
+}
