@@ -90,6 +90,15 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Reads `[len i32][bytes]` where `-1` is null, as [`Reader::blob`] does.
+    pub fn nullable_blob(&mut self) -> Result<Option<Bytes>, WireError> {
+        let owner = self.owner;
+        Ok(self.nullable_bytes()?.map(|b| match owner {
+            Some(o) => o.slice_ref(b),
+            None => Bytes::copy_from_slice(b),
+        }))
+    }
+
     /// Bytes consumed so far.
     pub fn position(&self) -> usize {
         self.pos
