@@ -457,3 +457,253 @@ fn every_message_keeps_its_golden_bytes() {
         assert_eq!(&hex(bytes), ghex, "{name}");
     }
 }
+
+#[test]
+fn derived_min_bytes_match_the_hand_counted_ones() {
+    use crate::codec::WireField;
+    // The per-item minimums the hand-written decoders passed to `array_of`:
+    // a count is refused when count * MIN_BYTES exceeds the bytes left.
+    assert_eq!(ProduceEntry::MIN_BYTES, 10);
+    assert_eq!(ProduceResult::MIN_BYTES, 16);
+    assert_eq!(Span::MIN_BYTES, 16);
+    assert_eq!(FetchPartition::MIN_BYTES, 18);
+    assert_eq!(FetchPartitionResponse::MIN_BYTES, 28);
+    assert_eq!(TopicPartitions::MIN_BYTES, 6);
+    assert_eq!(PartitionOffset::MIN_BYTES, 14);
+    assert_eq!(PartitionError::MIN_BYTES, 8);
+    assert_eq!(OffsetFetchPartition::MIN_BYTES, 32);
+    assert_eq!(TopicMetadata::MIN_BYTES, 8);
+    assert_eq!(PartitionMetadata::MIN_BYTES, 20);
+    assert_eq!(String::MIN_BYTES, 2);
+    assert_eq!(i32::MIN_BYTES, 4);
+    assert_eq!(Empty::MIN_BYTES, 0);
+}
+
+#[test]
+fn encode_fetch_partition_matches_the_message() {
+    let p = FetchPartitionResponse {
+        topic: "orders".into(),
+        partition: 7,
+        error: ErrorCode::CorruptRecord,
+        high_watermark: 1 << 40,
+        log_start: 3,
+        records: Bytes::from_static(b"abcdef"),
+    };
+    let mut derived = Vec::new();
+    p.encode(&mut derived);
+    let mut by_hand = Vec::new();
+    encode_fetch_partition(
+        &mut by_hand,
+        &p.topic,
+        p.partition,
+        p.error,
+        p.high_watermark,
+        p.log_start,
+        &p.records,
+    );
+    assert_eq!(hex(&derived), hex(&by_hand));
+}
+
+#[test]
+fn shared_decoding_slices_the_frame() {
+    // Record batches decoded from a shared payload point into it: no copy.
+    let mut buf = Vec::new();
+    ProduceRequest {
+        entries: vec![ProduceEntry {
+            topic: "t".into(),
+            partition: 0,
+            records: Bytes::from_static(b"0123456789"),
+        }],
+    }
+    .encode(&mut buf);
+    let frame = Bytes::from(buf);
+    let req = ProduceRequest::decode_shared(&frame).unwrap();
+    let recs = &req.entries[0].records;
+    assert_eq!(&recs[..], b"0123456789");
+    let at = recs.as_ptr() as usize - frame.as_ptr() as usize;
+    assert_eq!(at, frame.len() - 10);
+
+    let mut payload = Vec::new();
+    encode_response(
+        &mut payload,
+        Ok(&FetchResponse {
+            partitions: vec![FetchPartitionResponse {
+                topic: "t".into(),
+                partition: 0,
+                error: ErrorCode::None,
+                high_watermark: 1,
+                log_start: 0,
+                records: Bytes::from_static(b"xyz"),
+            }],
+        }),
+    );
+    let payload = Bytes::from(payload);
+    let resp = decode_response_shared::<FetchResponse>(&payload)
+        .unwrap()
+        .unwrap();
+    let recs = &resp.partitions[0].records;
+    assert_eq!(
+        recs.as_ptr() as usize - payload.as_ptr() as usize,
+        payload.len() - 3
+    );
+}
+
+#[test]
+fn errors_name_the_byte_offset() {
+    use crate::wire::WireError;
+    // FETCH: 12 bytes of header, a count of 1, then a topic whose length says 5 but 2 bytes follow.
+    let mut buf = vec![0u8; 12];
+    buf.extend_from_slice(&[0, 0, 0, 1, 0, 5, b'a', b'b']);
+    // The count check (18 bytes per partition) fires first, at the count's offset.
+    assert_eq!(
+        FetchRequest::decode_exact(&buf),
+        Err(WireError::InvalidLength { at: 12, len: 1 })
+    );
+    // Enough bytes for the count check, but the offset (byte 30) has 4 of its 8 bytes.
+    let mut buf = vec![0u8; 12];
+    buf.extend_from_slice(&[0, 0, 0, 1, 0, 8]);
+    buf.extend_from_slice(b"abcdefgh");
+    buf.extend_from_slice(&[0, 0, 0, 2, 0, 0, 0, 0]);
+    assert_eq!(
+        FetchRequest::decode_exact(&buf),
+        Err(WireError::Truncated {
+            at: 30,
+            needed: 8,
+            remaining: 4
+        })
+    );
+    // Trailing bytes after a whole message are counted.
+    let mut whole = buf.clone();
+    whole.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 9, 9, 9]);
+    assert_eq!(
+        FetchRequest::decode_exact(&whole),
+        Err(WireError::TrailingBytes { extra: 3 })
+    );
+    // A negative string length at byte 16.
+    let mut buf = vec![0u8; 12];
+    buf.extend_from_slice(&[0, 0, 0, 1, 0xff, 0xfe]);
+    buf.extend_from_slice(&[0; 16]);
+    assert_eq!(
+        FetchRequest::decode_exact(&buf),
+        Err(WireError::InvalidLength { at: 16, len: -2 })
+    );
+    // Invalid UTF-8 in a JOIN_GROUP member id, which starts at byte 3.
+    let buf = [0, 1, b'g', 0, 1, 0xff];
+    assert_eq!(
+        JoinGroupRequest::decode_exact(&buf),
+        Err(WireError::InvalidUtf8 { at: 3 })
+    );
+    // OFFSET_COMMIT whose count (at byte 9: group "g" 3, generation 4, member "" 2) claims
+    // more 14-byte items than the bytes left can hold.
+    let buf = [
+        0, 1, b'g', 0, 0, 0, 1, 0, 0, 0, 0, 0, 2, 0, 1, b'a', 0, 0, 0, 0,
+    ];
+    assert_eq!(
+        OffsetCommitRequest::decode_exact(&buf),
+        Err(WireError::InvalidLength { at: 9, len: 2 })
+    );
+}
+
+#[test]
+fn nullable_bytes_field() {
+    use crate::codec::WireField;
+    for v in [None, Some(Bytes::new()), Some(Bytes::from_static(b"ab"))] {
+        let mut buf = Vec::new();
+        v.put(&mut buf);
+        let mut r = Reader::new(&buf);
+        assert_eq!(Option::<Bytes>::get(&mut r).unwrap(), v);
+        assert_eq!(r.remaining(), 0);
+    }
+    let mut r = Reader::new(&[0xff, 0xff, 0xff, 0xfe]);
+    assert_eq!(
+        Option::<Bytes>::get(&mut r),
+        Err(crate::wire::WireError::InvalidLength { at: 0, len: -2 })
+    );
+}
+
+/// Decodes `bytes` as `T` every way there is; none may panic, and whatever
+/// decodes re-encodes to exactly the same bytes (the encoding is canonical).
+fn survives<T: Encode + Decode + PartialEq + std::fmt::Debug>(
+    bytes: &[u8],
+) -> Result<(), TestCaseError> {
+    let shared = Bytes::copy_from_slice(bytes);
+    let exact = T::decode_exact(bytes);
+    prop_assert_eq!(&exact, &T::decode_shared(&shared));
+    if let Ok(v) = exact {
+        let mut again = Vec::new();
+        v.encode(&mut again);
+        prop_assert_eq!(hex(&again), hex(bytes));
+    }
+    let resp = decode_response::<T>(bytes);
+    prop_assert_eq!(&resp, &decode_response_shared::<T>(&shared));
+    if let Ok(r) = resp {
+        let mut again = Vec::new();
+        encode_response(&mut again, r.as_ref().map_err(|c| *c));
+        prop_assert_eq!(hex(&again), hex(bytes));
+    }
+    let mut r = Reader::new(bytes);
+    let _ = T::decode(&mut r);
+    Ok(())
+}
+
+/// [`survives`] for every message type.
+fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
+    survives::<ProduceRequest>(bytes)?;
+    survives::<ProduceResponse>(bytes)?;
+    survives::<FetchRequest>(bytes)?;
+    survives::<FetchResponse>(bytes)?;
+    survives::<JoinGroupRequest>(bytes)?;
+    survives::<JoinGroupResponse>(bytes)?;
+    survives::<LeaveGroupRequest>(bytes)?;
+    survives::<HeartbeatRequest>(bytes)?;
+    survives::<OffsetCommitRequest>(bytes)?;
+    survives::<OffsetCommitResponse>(bytes)?;
+    survives::<OffsetFetchRequest>(bytes)?;
+    survives::<OffsetFetchResponse>(bytes)?;
+    survives::<CreateTopicRequest>(bytes)?;
+    survives::<MetadataRequest>(bytes)?;
+    survives::<MetadataResponse>(bytes)?;
+    survives::<Empty>(bytes)?;
+    // The nested types are messages too.
+    survives::<ProduceEntry>(bytes)?;
+    survives::<ProduceResult>(bytes)?;
+    survives::<FetchPartition>(bytes)?;
+    survives::<FetchPartitionResponse>(bytes)?;
+    survives::<TopicPartitions>(bytes)?;
+    survives::<PartitionOffset>(bytes)?;
+    survives::<PartitionError>(bytes)?;
+    survives::<OffsetFetchPartition>(bytes)?;
+    survives::<TopicMetadata>(bytes)?;
+    survives::<PartitionMetadata>(bytes)?;
+    survives::<Span>(bytes)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn every_decoder_survives_garbage(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
+        every_decoder_survives(&bytes)?;
+    }
+
+    /// Garbage that gets past the first count: a valid message with a few bytes
+    /// overwritten, then cut, then extended.
+    #[test]
+    fn every_decoder_survives_damaged_messages(
+        which in 0usize..16,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4),
+        cut in any::<usize>(),
+        tail in proptest::collection::vec(any::<u8>(), 0..6),
+    ) {
+        let (_, mut bytes) = every_message().swap_remove(which);
+        if !bytes.is_empty() {
+            for (at, b) in flips {
+                let i = at % bytes.len();
+                bytes[i] = b;
+            }
+            bytes.truncate(cut % (bytes.len() + 1));
+        }
+        bytes.extend_from_slice(&tail);
+        every_decoder_survives(&bytes)?;
+    }
+}
