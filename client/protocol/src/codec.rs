@@ -1,5 +1,6 @@
 //! Per-type encoding: every field type of a message knows how to write and
-//! read itself, so a message is only its list of fields (see [`message!`]).
+//! read itself, so a message is only its list of fields (the crate-internal
+//! `message!` macro below derives the rest).
 //!
 //! | Rust type | wire (see `docs/protocol.md`, "Primitive types") |
 //! |---|---|
@@ -9,7 +10,7 @@
 //! | [`Bytes`] | `len:i32` then bytes (a zero-copy slice when decoding a shared frame) |
 //! | `Option<Bytes>` | nullable bytes, `len` -1 = null |
 //! | `Vec<T>` | `count:i32` then `count` items |
-//! | a struct declared with [`message!`] | its fields in order |
+//! | a struct declared with `message!` | its fields in order |
 //!
 //! Hostile input: every read is bounds-checked by [`Reader`] and reports the
 //! byte offset of the failure; a `Vec` count is checked against the bytes that
