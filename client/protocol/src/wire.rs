@@ -52,6 +52,10 @@ pub enum WireError {
 }
 
 /// A cursor over a received payload.
+///
+/// Its methods are `#[inline]` (the ones that take bytes `always`): message
+/// decoders are generic over the field types and are instantiated in the
+/// calling crate, where these must inline to match a hand-written decoder.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
@@ -83,7 +87,7 @@ impl<'a> Reader<'a> {
 
     /// Reads `[len i32][bytes]` as an owned `Bytes`: a slice of the shared
     /// buffer when there is one, else a copy.
-    #[inline]
+    #[inline(always)]
     pub fn blob(&mut self) -> Result<Bytes, WireError> {
         let owner = self.owner;
         let b = self.bytes()?;
@@ -125,7 +129,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Takes the next `n` bytes.
-    #[inline]
+    #[inline(always)]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.remaining() < n {
             return Err(WireError::Truncated {
@@ -183,7 +187,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads `[len i16][utf-8]`.
-    #[inline]
+    #[inline(always)]
     pub fn string(&mut self) -> Result<String, WireError> {
         let at = self.pos;
         let len = self.i16()?;
@@ -198,7 +202,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads `[len i32][bytes]` where `-1` is null.
-    #[inline]
+    #[inline(always)]
     pub fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, WireError> {
         let at = self.pos;
         let len = self.i32()?;
@@ -213,7 +217,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads `[len i32][bytes]`, null not allowed.
-    #[inline]
+    #[inline(always)]
     pub fn bytes(&mut self) -> Result<&'a [u8], WireError> {
         let at = self.pos;
         self.nullable_bytes()?
