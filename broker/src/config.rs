@@ -334,6 +334,10 @@ pub struct BrokerConfig {
     /// Address of the HTTP server (`/metrics`, `/api/overview`, `/healthz`,
     /// the dashboard at `/`); `None` (the default) serves no HTTP.
     pub http_listen: Option<String>,
+    /// Address of the Kafka wire-protocol listener (`host:port`), if any (see [`crate::kafka`]).
+    pub kafka_listen: Option<String>,
+    /// `host:port` the Kafka listener's Metadata advertises; by default the bound address.
+    pub kafka_advertised: Option<String>,
 }
 
 impl BrokerConfig {
@@ -366,6 +370,8 @@ impl BrokerConfig {
             busy_poll: Duration::ZERO,
             allow_foreign_data_dir: false,
             http_listen: None,
+            kafka_listen: None,
+            kafka_advertised: None,
         }
     }
 

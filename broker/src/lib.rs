@@ -10,6 +10,7 @@
 //! - [`server`]: the TCP server.
 //! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
 //! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
+//! - [`kafka`]: the Kafka wire-protocol listener (second front end).
 //! - [`embedded`]: the in-process API, no network.
 
 pub mod budget;
@@ -19,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod group;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod offsets;
 pub mod partition;

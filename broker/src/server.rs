@@ -85,6 +85,8 @@ pub struct Broker {
     accept: Mutex<Option<rt::Task<()>>>,
     /// The HTTP server (metrics, dashboard), when configured.
     http: Option<crate::http::HttpServer>,
+    /// The Kafka listener, when configured.
+    kafka: Option<crate::kafka::KafkaListener>,
 }
 
 impl Broker {
@@ -125,6 +127,15 @@ impl Broker {
             }
             None => None,
         };
+        let kafka = match engine.config().kafka_listen.clone() {
+            Some(k) => {
+                let adv = engine.config().kafka_advertised.clone();
+                let started =
+                    crate::kafka::KafkaListener::start(&k, adv.as_deref(), Arc::clone(&engine));
+                Some(started.await?)
+            }
+            None => None,
+        };
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&engine),
@@ -136,6 +147,7 @@ impl Broker {
             conns,
             accept: Mutex::new(Some(accept)),
             http,
+            kafka,
         })
     }
 
@@ -147,6 +159,13 @@ impl Broker {
     /// The address of the HTTP server, when `http_listen` is set.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().map(crate::http::HttpServer::local_addr)
+    }
+
+    /// The address of the Kafka listener, when `kafka_listen` is set.
+    pub fn kafka_addr(&self) -> Option<SocketAddr> {
+        self.kafka
+            .as_ref()
+            .map(crate::kafka::KafkaListener::local_addr)
     }
 
     /// The engine behind the server.
@@ -177,6 +196,9 @@ impl Broker {
             .take();
         if let Some(a) = accept {
             a.await;
+        }
+        if let Some(k) = &self.kafka {
+            k.shutdown().await;
         }
         let deadline = Instant::now() + self.engine.config().shutdown_timeout;
         loop {
