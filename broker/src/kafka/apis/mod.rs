@@ -32,8 +32,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 0, 12),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
-    (ApiKey::CreateTopics, 0, 7),
-    (ApiKey::DescribeConfigs, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DescribeConfigs, 1, 4),
 ];
 
 /// The served version range of an API key, if served.
