@@ -58,14 +58,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
                     if version >= 5 {
                         pd.log_start_offset = g.log_start;
                     }
-                    match records::encode(&g.records) {
-                        Ok(b) => pd.records = Some(b),
-                        Err(e) => {
-                            tracing::warn!(error = %e, "kafka fetch: records do not encode");
-                            pd.error_code = errors::UNKNOWN_SERVER_ERROR;
-                            pd.records = Some(Default::default());
-                        }
-                    }
+                    pd.records = Some(records::encode(&g.records));
                 }
                 None => {
                     pd.error_code = errors::UNKNOWN_SERVER_ERROR;
