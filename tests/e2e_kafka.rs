@@ -328,3 +328,26 @@ fn bad_frame_sizes_close_the_connection_without_reading_or_allocating() -> Resul
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+#[test]
+fn an_array_count_from_the_wire_does_not_reserve_memory() -> Result<()> {
+    // Metadata v1 whose topic array claims 2^31-1 entries in 14 bytes: this
+    // used to abort the broker (the codec reserved the whole count up front).
+    let dir = tempfile::tempdir()?;
+    let broker = start(dir.path());
+    let mut s = connect(&broker)?;
+    s.write_all(&frame(3, 1, 5, &i32::MAX.to_be_bytes()))?;
+    let mut b = [0u8; 1];
+    assert!(
+        matches!(s.read(&mut b), Ok(0) | Err(_)),
+        "closed as malformed"
+    );
+    // The broker is still there.
+    let mut s = connect(&broker)?;
+    s.write_all(&frame(18, 0, 6, &[]))?;
+    let mut r = Bytes::from(read_frame(&mut s)?);
+    assert_eq!(r.get_i32(), 6);
+    assert_eq!(r.get_i16(), 0);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
