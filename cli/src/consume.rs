@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flume_client::{
-    Admin, Client, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer, Record,
+    lowlevel::Client, Admin, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer, Record,
     StartOffset,
 };
 use futures::future::BoxFuture;

@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use flume_client::{
-    Admin, Client, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, ProducerConfig,
-    SendRecord, StartOffset,
+    lowlevel::Client, Admin, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer,
+    ProducerConfig, ProducerRecord, StartOffset,
 };
 use serde_json::json;
 
@@ -174,20 +174,25 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 /// One in this many records is timed when sends are pipelined.
 const SAMPLE_EVERY: u64 = 8;
 
+/// `rec` with `key`, when there is one.
+fn with_key(rec: ProducerRecord, key: Option<Bytes>) -> ProducerRecord {
+    match key {
+        Some(k) => rec.key(k),
+        None => rec,
+    }
+}
+
 async fn produce(a: ProduceArgs) -> Result<()> {
     if a.records == 0 {
         bail!("--records must be at least 1");
     }
     let value = Bytes::from(vec![b'x'; usize::try_from(a.record_size)?]);
-    let config = ProducerConfig {
-        linger: Duration::from_millis(a.linger_ms),
-        batch_max_bytes: usize::try_from(a.batch_bytes)?,
-        connection: ConnectionConfig {
-            busy_poll: Duration::from_micros(a.busy_poll_us),
-            ..ConnectionConfig::default()
-        },
-        ..ProducerConfig::default()
-    };
+    let config = ProducerConfig::default()
+        .linger(Duration::from_millis(a.linger_ms))
+        .batch_max_bytes(usize::try_from(a.batch_bytes)?)
+        .connection(
+            ConnectionConfig::default().busy_poll(Duration::from_micros(a.busy_poll_us)),
+        );
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
@@ -200,12 +205,10 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     // topic if needed and warms the connection. It counts as one of the N (no extra
     // record lands in the topic) but not in the timing.
     producers[0]
-        .send_record(SendRecord {
-            topic: a.topic.clone(),
-            key: (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
-            value: value.clone(),
-            ..SendRecord::default()
-        })
+        .send_record(with_key(
+            ProducerRecord::new(a.topic.clone(), value.clone()),
+            (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
+        ))
         .await
         .map_err(crate::commands::describe)?;
     let timed = a.records - 1;
@@ -228,12 +231,10 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             // Latencies measured so far are kept when the run fails half-way.
             let run = async {
                 for j in 0..n {
-                    let rec = SendRecord {
-                        topic: topic.clone(),
-                        key: (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
-                        value: value.clone(),
-                        ..SendRecord::default()
-                    };
+                    let rec = with_key(
+                        ProducerRecord::new(topic.clone(), value.clone()),
+                        (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
+                    );
                     if sync {
                         let t0 = Instant::now();
                         producer.send_record(rec).await?;
@@ -244,7 +245,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                     // Latency is sampled (one record in SAMPLE_EVERY) so the clock reads do
                     // not slow down what is being measured.
                     let t0 = (j % SAMPLE_EVERY == 0).then(Instant::now);
-                    let fut = producer.send_nowait(rec).await?;
+                    let fut = producer.enqueue(rec).await?;
                     inflight.push_back((t0, fut));
                     while inflight.len() >= window {
                         if let Some((t, f)) = inflight.pop_front() {
@@ -612,12 +613,8 @@ async fn e2e(a: E2eArgs) -> Result<()> {
                 value[..8].copy_from_slice(E2E_TAG);
                 value[8..16].copy_from_slice(&run.to_be_bytes());
                 value[16..24].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
-                let rec = SendRecord {
-                    topic: topic.clone(),
-                    value: value.into(),
-                    ..SendRecord::default()
-                };
-                pending.push_back(producer.send_nowait(rec).await?);
+                let rec = ProducerRecord::new(topic.clone(), value);
+                pending.push_back(producer.enqueue(rec).await?);
                 while pending.len() > 10_000 {
                     if let Some(f) = pending.pop_front() {
                         f.await?;

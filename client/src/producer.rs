@@ -195,6 +195,12 @@ impl ProducerRecord {
         });
         self
     }
+    /// Adds these headers after any already set.
+    #[must_use]
+    pub fn headers(mut self, headers: impl IntoIterator<Item = Header>) -> Self {
+        self.headers.extend(headers);
+        self
+    }
     /// Sends to this partition instead of routing by key.
     #[must_use]
     pub fn partition(mut self, partition: i32) -> Self {
