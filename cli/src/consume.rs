@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flume_client::{
-    lowlevel::Client, Admin, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer, Record,
-    StartOffset,
+    lowlevel::Client, Admin, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer,
+    Record, StartOffset,
 };
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};

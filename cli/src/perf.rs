@@ -190,9 +190,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let config = ProducerConfig::default()
         .linger(Duration::from_millis(a.linger_ms))
         .batch_max_bytes(usize::try_from(a.batch_bytes)?)
-        .connection(
-            ConnectionConfig::default().busy_poll(Duration::from_micros(a.busy_poll_us)),
-        );
+        .connection(ConnectionConfig::default().busy_poll(Duration::from_micros(a.busy_poll_us)));
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(

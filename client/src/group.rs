@@ -560,8 +560,7 @@ impl State {
             {
                 Ok(r) => r,
                 Err(e) if e.code() == Some(ErrorCode::UnknownMember) => {
-                    lock(&self.shared.member)
-                        .clear();
+                    lock(&self.shared.member).clear();
                     continue;
                 }
                 Err(e) if e.is_retriable() || e.code() == Some(ErrorCode::RebalanceInProgress) => {

@@ -354,7 +354,11 @@ impl Producer {
             Ok(result) => return result,
             Err(rec) => rec,
         };
-        Delivery(self.enqueue_inner(rec, !self.shared.config.fail_when_full).await?).await
+        Delivery(
+            self.enqueue_inner(rec, !self.shared.config.fail_when_full)
+                .await?,
+        )
+        .await
     }
 
     /// One record at a time on an idle producer: the caller writes its own
@@ -686,7 +690,10 @@ fn complete(sh: &Shared, (acks, result): Sent) {
                     let _ = w.send(meta.ok_or_else(|| {
                         Error::protocol(format!(
                             "{}/{}: the broker acknowledged {} records of {} sent",
-                            r.topic, r.partition, offsets.len(), n
+                            r.topic,
+                            r.partition,
+                            offsets.len(),
+                            n
                         ))
                     }));
                 }
