@@ -93,11 +93,6 @@ impl Admin {
             None => Ok(()),
         }
     }
-
-    /// The underlying client.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
 }
 
 fn with_context(e: Error, ctx: &str) -> Error {
