@@ -15,6 +15,7 @@ use flume_client::{
 use serde_json::json;
 
 use crate::commands::range_u64;
+use crate::commands::BrokerAddr;
 
 #[derive(Debug, Subcommand)]
 pub enum PerfCommand {
@@ -26,12 +27,19 @@ pub enum PerfCommand {
     E2e(E2eArgs),
 }
 
+/// How every perf run prints its summary: one definition flattened into each.
+#[derive(Debug, Args)]
+pub struct Summary {
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct E2eArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic (use a fresh one: the consumer starts at the end).
     #[arg(long)]
     topic: String,
@@ -45,17 +53,15 @@ pub struct E2eArgs {
     /// the send time travel in the value.
     #[arg(long, default_value_t = 100, value_parser = range_u64(E2E_MIN_SIZE as i64, 64 * 1024 * 1024))]
     record_size: u64,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    summary: Summary,
 }
 
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -87,17 +93,15 @@ pub struct ProduceArgs {
     /// thread (the client's `ConnectionConfig::busy_poll`; 0: never spin).
     #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
     busy_poll_us: u64,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    summary: Summary,
 }
 
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ConsumeArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -107,9 +111,8 @@ pub struct ConsumeArgs {
     /// Read as a member of this group (default: every partition from the start).
     #[arg(long)]
     group: Option<String>,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    summary: Summary,
 }
 
 pub async fn run(cmd: PerfCommand) -> Result<()> {
@@ -194,7 +197,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
-            Producer::with_config(&a.broker, config.clone())
+            Producer::with_config(&a.broker.addr, config.clone())
                 .await
                 .context("cannot reach the broker")?,
         ));
@@ -321,7 +324,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         "sync": a.sync,
         "busy_poll_us": a.busy_poll_us,
     });
-    if a.json {
+    if a.summary.json {
         println!("{summary}");
     } else {
         println!(
@@ -353,7 +356,7 @@ const GROUP_IDLE: Duration = Duration::from_secs(10);
 async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
-    let admin = Admin::connect(&a.broker)
+    let admin = Admin::connect(&a.broker.addr)
         .await
         .context("cannot reach the broker")?;
     let t = admin
@@ -391,7 +394,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let start;
     let mut failure: Option<anyhow::Error> = None;
     if let Some(group) = &a.group {
-        let mut c = GroupConsumer::builder(&a.broker, group)
+        let mut c = GroupConsumer::builder(&a.broker.addr, group)
             .topic(&a.topic)
             .build()
             .await
@@ -436,7 +439,8 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         // run stops at exactly --records however the partitions' batches fall.
         let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
-            let client = Arc::new(Client::connect(&a.broker, ConnectionConfig::default()).await?);
+            let client =
+                Arc::new(Client::connect(&a.broker.addr, ConnectionConfig::default()).await?);
             let mut c = PartitionConsumer::with_client(
                 client,
                 &a.topic,
@@ -484,7 +488,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let n = done.load(Ordering::Relaxed) as f64;
     let mb = bytes.load(Ordering::Relaxed) as f64 / 1e6;
-    if a.json {
+    if a.summary.json {
         println!(
             "{}",
             json!({"records": n as u64, "complete": failure.is_none(), "seconds": secs, "records_per_s": n / secs, "mb_per_s": mb / secs, "mb": mb})
@@ -536,7 +540,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
-    let mut consumer = GroupConsumer::builder(&a.broker, &group)
+    let mut consumer = GroupConsumer::builder(&a.broker.addr, &group)
         .topic(&a.topic)
         .start(StartOffset::Latest)
         .auto_commit(false)
@@ -545,7 +549,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .await
         .map_err(crate::commands::describe)
         .context("cannot join the group")?;
-    let producer = Producer::connect(&a.broker)
+    let producer = Producer::connect(&a.broker.addr)
         .await
         .context("cannot reach the broker")?;
     let epoch = Instant::now();
@@ -674,7 +678,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
             "max": percentile(&lat, 1.0),
         },
     });
-    if a.json {
+    if a.summary.json {
         println!("{summary}");
     } else {
         println!(

@@ -10,6 +10,7 @@ use flume_client::{Header, Producer, ProducerConfig, ProducerRecord, RecordMetad
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::json;
 
+use crate::commands::BrokerAddr;
 use crate::commands::{describe, non_neg_i32};
 use crate::output::{json_bytes, ranges, Format, InputFormat};
 
@@ -23,9 +24,8 @@ const READ_AHEAD: usize = 1024;
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -115,7 +115,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     // (a refused batch takes every record in it down); requests still carry many batches,
     // and whatever has arrived is sent at once, without a linger.
     let config = ProducerConfig::default().batch_max_bytes(1);
-    let producer = Producer::with_config(&a.broker, config)
+    let producer = Producer::with_config(&a.broker.addr, config)
         .await
         .context("cannot reach the broker")?;
     let headers: Vec<Header> = a
