@@ -121,6 +121,27 @@ pub struct JoinParams {
     pub rebalance_timeout_ms: u64,
     /// Assignor requested.
     pub assignor: Assignor,
+    /// Caps on groups and members the join must fit in.
+    pub limits: GroupLimits,
+}
+
+/// Caps on the coordinator's state, so its memory follows the configuration,
+/// not the peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupLimits {
+    /// Most groups with members or parked joins.
+    pub max_groups: usize,
+    /// Most members of one group.
+    pub max_members: usize,
+}
+
+impl Default for GroupLimits {
+    fn default() -> Self {
+        GroupLimits {
+            max_groups: usize::MAX,
+            max_members: usize::MAX,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -208,12 +229,41 @@ impl<R> Coordinator<R> {
         responder: R,
         partitions_of: &dyn Fn(&str) -> u32,
     ) -> Vec<Ready<R>> {
+        if !self.groups.contains_key(group) {
+            if !p.member_id.is_empty() {
+                return vec![(responder, Err(ErrorCode::UnknownMember))];
+            }
+            // Groups without members are dropped at the next tick; only live ones count.
+            let live = self
+                .groups
+                .values()
+                .filter(|g| !(g.members.is_empty() && g.pending.is_empty()))
+                .count();
+            if live >= p.limits.max_groups {
+                tracing::warn!(
+                    group,
+                    max_groups = p.limits.max_groups,
+                    "join refused: the broker has max_groups ({}) groups",
+                    p.limits.max_groups
+                );
+                return vec![(responder, Err(ErrorCode::LimitReached))];
+            }
+        }
         let g = self
             .groups
             .entry(group.to_owned())
             .or_insert_with(Group::new);
         if !p.member_id.is_empty() && !g.members.contains_key(&p.member_id) {
             return vec![(responder, Err(ErrorCode::UnknownMember))];
+        }
+        if p.member_id.is_empty() && g.members.len() >= p.limits.max_members {
+            tracing::warn!(
+                group,
+                max_members_per_group = p.limits.max_members,
+                "join refused: the group has max_members_per_group ({}) members",
+                p.limits.max_members
+            );
+            return vec![(responder, Err(ErrorCode::LimitReached))];
         }
         let id = if p.member_id.is_empty() {
             self.seq += 1;
