@@ -93,8 +93,9 @@ impl FetchConfig {
 /// Reads one partition from a start offset, as a [`Stream`] of records (or
 /// one fetch at a time with [`PartitionConsumer::poll_batch`]).
 ///
-/// The stream ends after the first error; open a new consumer at
-/// [`PartitionConsumer::position`] to go on.
+/// The stream never ends: an error (a lost connection, an unknown topic) is
+/// one item, and the next poll fetches again from the same position, as
+/// [`GroupConsumer`](crate::GroupConsumer) does.
 ///
 /// ```
 /// # flume_rt::block_on(async {
@@ -124,7 +125,6 @@ pub struct PartitionConsumer {
     buffer: VecDeque<Record>,
     next: Option<u64>,
     high_watermark: i64,
-    ended: bool,
 }
 
 impl std::fmt::Debug for PartitionConsumer {
@@ -195,7 +195,6 @@ impl PartitionConsumer {
             buffer: VecDeque::new(),
             next,
             high_watermark: -1,
-            ended: false,
         }
     }
 
@@ -256,15 +255,9 @@ impl Stream for PartitionConsumer {
             if let Some(r) = this.buffer.pop_front() {
                 return Poll::Ready(Some(Ok(r)));
             }
-            if this.ended {
-                return Poll::Ready(None);
-            }
             match futures::ready!(this.poll_fetch(cx)) {
                 Ok(batch) => this.buffer.extend(batch),
-                Err(e) => {
-                    this.ended = true;
-                    return Poll::Ready(Some(Err(e)));
-                }
+                Err(e) => return Poll::Ready(Some(Err(e))),
             }
         }
     }

@@ -46,13 +46,19 @@ pub enum Error {
         /// What it was about (topic-partition, group).
         context: Option<String>,
     },
-    /// The broker broke the protocol: a response that does not decode, a
-    /// fetched record that fails its CRC or structure check, or an answer
-    /// that does not match its request (fewer acknowledgements than records
+    /// The broker broke the protocol: a response that does not decode, or
+    /// an answer that does not match its request (fewer acknowledgements than records
     /// sent, say). Not retriable: the same broker would answer the same way.
     #[error("protocol violation by the broker: {detail}")]
     Protocol {
         /// What was wrong, with the numbers.
+        detail: String,
+    },
+    /// A fetched record failed its CRC or structure check (corruption on the
+    /// broker's disk or on the way).
+    #[error("corrupt record in fetch response: {detail}")]
+    CorruptRecord {
+        /// Which check failed, with the numbers.
         detail: String,
     },
     /// The producer's buffer is full and the call asked not to wait.
@@ -108,7 +114,9 @@ impl From<WireError> for Error {
 
 impl From<RecordError> for Error {
     fn from(e: RecordError) -> Self {
-        Error::protocol(format!("corrupt record in fetch response: {e}"))
+        Error::CorruptRecord {
+            detail: e.to_string(),
+        }
     }
 }
 
