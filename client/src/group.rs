@@ -259,6 +259,32 @@ struct State {
 }
 
 /// A group member. Use it as a `futures::Stream` of records, or with [`GroupConsumer::recv`].
+///
+/// ```
+/// # flume_rt::block_on(async {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let mut cfg = flume_broker::BrokerConfig::new(dir.path());
+/// # cfg.listen = "127.0.0.1:0".into();
+/// # let broker = flume_broker::Broker::start(cfg).await.unwrap();
+/// # let addr = broker.local_addr().to_string();
+/// use futures::StreamExt;
+/// use flume_client::{GroupConsumer, Producer};
+///
+/// Producer::connect(&addr).await?.send("orders", None, b"widget").await?;
+///
+/// let mut consumer = GroupConsumer::builder(&addr, "billing")
+///     .topic("orders")
+///     .auto_commit(false)
+///     .build()
+///     .await?;
+/// let record = consumer.next().await.expect("open while not closed")?;
+/// assert_eq!(&record.value[..], b"widget");
+/// consumer.commit(&record).await?; // stores record.offset + 1 for its partition
+/// consumer.close().await?;
+/// # broker.shutdown().await;
+/// # Ok::<(), flume_client::Error>(())
+/// # }).unwrap();
+/// ```
 pub struct GroupConsumer {
     state: Arc<AsyncMutex<State>>,
     events: async_channel::Receiver<RebalanceEvent>,
