@@ -27,6 +27,7 @@ use futures::FutureExt;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::error::BrokerError;
 use crate::group::{Assignor, Coordinator, JoinParams, Ready};
+use crate::metrics::{FetchTally, GroupSummary, Metrics};
 use crate::offsets::{NotQueued, Offsets};
 use crate::partition::{Admission, Partition};
 use crate::storage::{DataDirLock, FsyncPolicy, Log};
@@ -84,6 +85,8 @@ pub struct Engine {
     ticker: Mutex<Option<rt::Task<()>>>,
     /// The exclusive hold of the data directory, released at shutdown or drop.
     data_lock: Mutex<Option<DataDirLock>>,
+    /// Request counters and latencies (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -190,6 +193,7 @@ impl Engine {
             shutdown_rx,
             ticker: Mutex::new(None),
             data_lock: Mutex::new(Some(data_lock)),
+            metrics: Arc::new(Metrics::default()),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -486,9 +490,14 @@ impl Engine {
 
     /// Serves a FETCH into `out` (the response body), long-polling until
     /// `min_bytes` are available or `max_wait_ms` passes. As
-    /// [`Engine::fetch_within`] with no memory budget.
-    pub async fn fetch_into(&self, req: &FetchRequest, out: &mut Vec<u8>) {
-        self.fetch_within(req, out, None).await;
+    /// [`Engine::fetch_within`] with no memory budget. Returns the first
+    /// partition that failed (its index in the request) and its error.
+    pub async fn fetch_into(
+        &self,
+        req: &FetchRequest,
+        out: &mut Vec<u8>,
+    ) -> Option<(usize, ErrorCode)> {
+        self.fetch_within(req, out, None).await
     }
 
     /// Serves a FETCH into `out` (the response body).
@@ -510,13 +519,14 @@ impl Engine {
     /// each partition's read while the response is built; if no room comes in
     /// time the answer carries one record (the first always goes out whole),
     /// so a spent budget neither keeps a fetch from answering nor a consumer
-    /// from moving on.
+    /// from moving on. Returns the first partition that failed (its index in
+    /// the request) and its error; what was served is counted in the metrics.
     pub async fn fetch_within(
         &self,
         req: &FetchRequest,
         out: &mut Vec<u8>,
         memory: Option<FetchMemory<'_>>,
-    ) {
+    ) -> Option<(usize, ErrorCode)> {
         let counting = memory.map(|m| m.counting);
         let memory = memory.map(|m| m.response);
         let max_wait: Duration = fetch_wait(req.max_wait_ms);
@@ -637,7 +647,7 @@ impl Engine {
             reserved = Some(m.charge(headers));
         }
         self.encode_fetch(req, &resolved, budget, reserved.as_mut(), out)
-            .await;
+            .await
     }
 
     /// Counts, by reading, the bytes that arrived past `next` on each partition
@@ -716,13 +726,15 @@ impl Engine {
         budget: usize,
         mut reserved: Option<&mut Charge>,
         out: &mut Vec<u8>,
-    ) {
+    ) -> Option<(usize, ErrorCode)> {
         out.put_count(req.partitions.len());
         let mut total = 0usize;
-        for (fp, part) in req.partitions.iter().zip(resolved) {
+        let mut tally = FetchTally::default();
+        for (i, (fp, part)) in req.partitions.iter().zip(resolved).enumerate() {
             let part = match part {
                 Ok(p) => p,
                 Err(code) => {
+                    tally.failed(i, *code);
                     encode_fetch_partition(out, &fp.topic, fp.partition, *code, -1, -1, &[]);
                     continue;
                 }
@@ -752,6 +764,7 @@ impl Engine {
             match result {
                 Ok(Some(r)) => {
                     total += r.records.len();
+                    tally.served(part, &r.records);
                     encode_fetch_partition(
                         out,
                         &fp.topic,
@@ -771,17 +784,21 @@ impl Engine {
                     to_i64(part.start_offset()),
                     &[],
                 ),
-                Err(code) => encode_fetch_partition(
-                    out,
-                    &fp.topic,
-                    fp.partition,
-                    code,
-                    to_i64(part.end_offset()),
-                    to_i64(part.start_offset()),
-                    &[],
-                ),
+                Err(code) => {
+                    tally.failed(i, code);
+                    encode_fetch_partition(
+                        out,
+                        &fp.topic,
+                        fp.partition,
+                        code,
+                        to_i64(part.end_offset()),
+                        to_i64(part.start_offset()),
+                        &[],
+                    );
+                }
             }
         }
+        tally.commit()
     }
 
     // ------------------------------------------------------------ groups
@@ -1070,6 +1087,21 @@ impl Engine {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.config.data_dir.clone()
+    }
+
+    /// Request counters and latencies.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Every group's state, generation, members and rebalances.
+    pub fn group_summaries(&self) -> Vec<GroupSummary> {
+        lock(&self.groups).summaries()
+    }
+
+    /// Up to `limit` committed offsets: ((group, topic, partition), offset).
+    pub fn committed_offsets(&self, limit: usize) -> Vec<(crate::offsets::OffsetKey, i64)> {
+        self.offsets.entries(limit)
     }
 }
 

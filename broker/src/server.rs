@@ -41,6 +41,8 @@ use crate::budget::{Charge, MemoryBudget, MemoryUse};
 use crate::config::BrokerConfig;
 use crate::engine::{Engine, FetchMemory};
 use crate::error::BrokerError;
+use crate::metrics::{ServerStats, Tracked};
+use tracing::Instrument;
 
 #[derive(Debug)]
 struct Connections {
@@ -81,6 +83,8 @@ pub struct Broker {
     addr: SocketAddr,
     conns: Arc<Connections>,
     accept: Mutex<Option<rt::Task<()>>>,
+    /// The HTTP server (metrics, dashboard), when configured.
+    http: Option<crate::http::HttpServer>,
 }
 
 impl Broker {
@@ -110,6 +114,17 @@ impl Broker {
             tasks: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
         });
+        let http = match engine.config().http_listen.clone() {
+            Some(http_addr) => {
+                let probe_conns = Arc::clone(&conns);
+                let probe = Arc::new(move || ServerStats {
+                    connections_open: probe_conns.open.load(Ordering::Acquire),
+                    memory: probe_conns.memory.usage(),
+                });
+                Some(crate::http::HttpServer::start(&http_addr, Arc::clone(&engine), probe).await?)
+            }
+            None => None,
+        };
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&engine),
@@ -120,12 +135,18 @@ impl Broker {
             addr,
             conns,
             accept: Mutex::new(Some(accept)),
+            http,
         })
     }
 
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the HTTP server, when `http_listen` is set.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(crate::http::HttpServer::local_addr)
     }
 
     /// The engine behind the server.
@@ -202,6 +223,7 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
         let max = engine.config().max_connections;
         if conns.open.load(Ordering::Acquire) >= max {
             tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
+            engine.metrics().connection_refused();
             let _ = stream.shutdown(std::net::Shutdown::Both);
             continue;
         }
@@ -580,13 +602,31 @@ fn decode_join(payload: &[u8], max_topics: usize) -> Result<JoinGroupRequest, St
 /// Admits one request: does what must happen in order now (queueing a
 /// produce) and returns the future of its response frame. `decoded` is set
 /// to the bytes the decoded request holds beyond its frame (an estimate).
+/// The request runs in its `tracing` span, and its latency and outcome go to
+/// the metrics when the response is ready (see [`crate::metrics::Tracked`]).
 async fn admit(
+    engine: &Arc<Engine>,
+    budgets: (&Arc<MemoryBudget>, &Arc<MemoryBudget>),
+    api_key: i16,
+    id: i32,
+    shared: Bytes,
+    decoded: &mut usize,
+) -> InFlight {
+    let tracked = engine.metrics().begin(api_key, id);
+    let response = admit_request(engine, budgets, api_key, id, shared, decoded, &tracked)
+        .instrument(tracked.span().clone())
+        .await;
+    tracked.finish(response)
+}
+
+async fn admit_request(
     engine: &Arc<Engine>,
     (memory, counting): (&Arc<MemoryBudget>, &Arc<MemoryBudget>),
     api_key: i16,
     id: i32,
     shared: Bytes,
     decoded: &mut usize,
+    tracked: &Tracked,
 ) -> InFlight {
     let payload: &[u8] = &shared;
     let Some(api) = ApiKey::from_i16(api_key) else {
@@ -602,14 +642,20 @@ async fn admit(
                     return error_frame(id, ErrorCode::InvalidRequest);
                 }
             };
+            if let Some(e) = req.entries.first() {
+                tracked.about(&e.topic, e.partition);
+            }
             let mut pending = Vec::with_capacity(req.entries.len());
             for entry in req.entries {
                 pending.push(engine.admit_produce(entry).await);
             }
+            let note = tracked.note();
             async move {
                 let mut results = Vec::with_capacity(pending.len());
                 for p in pending {
-                    results.push(p.finish().await);
+                    let r = p.finish().await;
+                    note.failed(r.error, &r.topic, r.partition);
+                    results.push(r);
                 }
                 respond(id, Ok(&ProduceResponse { results }))
             }
@@ -633,9 +679,13 @@ async fn admit(
                 .iter()
                 .map(|p| p.topic.len() + FETCH_DECODED_PER_PARTITION)
                 .sum();
+            if let Some(p) = req.partitions.first() {
+                tracked.about(&p.topic, p.partition);
+            }
             let engine = Arc::clone(engine);
             let memory = Arc::clone(memory);
             let counting = Arc::clone(counting);
+            let note = tracked.note();
             async move {
                 let mut buf = Vec::new();
                 let start = frame::begin_response(&mut buf, id);
@@ -644,7 +694,11 @@ async fn admit(
                     response: &memory,
                     counting: &counting,
                 };
-                engine.fetch_within(&req, &mut buf, Some(budgets)).await;
+                if let Some((i, code)) = engine.fetch_within(&req, &mut buf, Some(budgets)).await {
+                    if let Some(p) = req.partitions.get(i) {
+                        note.failed(code, &p.topic, p.partition);
+                    }
+                }
                 frame::finish_frame(&mut buf, start);
                 buf
             }
