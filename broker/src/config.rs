@@ -291,10 +291,26 @@ pub struct BrokerConfig {
     /// Most requests being served at once per connection; further requests
     /// are not read until one completes.
     pub max_in_flight_per_connection: usize,
-    /// Most bytes of PRODUCE frames in flight over all connections (see
-    /// [`crate::budget`]); past it, connections stop reading until produce
-    /// requests complete. At least `max_frame_bytes`.
+    /// Most bytes of requests being served over all connections: frames,
+    /// decoded requests and responses not yet written (see [`crate::budget`]);
+    /// past it, connections stop reading until requests complete. At least
+    /// `max_frame_bytes`.
     pub max_request_memory: usize,
+    /// Most bytes of requests one connection may hold within
+    /// `max_request_memory` (default 32 MiB); past it that connection reads
+    /// nothing more until its requests complete and its responses are written,
+    /// so a peer that does not read its responses holds at most this much
+    /// (plus one response being built). Below `max_frame_bytes`, that is used.
+    pub max_connection_memory: usize,
+    /// Most consumer groups with members at once (default 10 000); a join that
+    /// would create one more gets LIMIT_REACHED.
+    pub max_groups: usize,
+    /// Most members of one group (default 1 000); a new member past it gets
+    /// LIMIT_REACHED.
+    pub max_members_per_group: usize,
+    /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
+    /// a longer list gets INVALID_REQUEST before its names are decoded.
+    pub max_topics_per_join: usize,
     /// Most bytes one partition writer appends in one group commit.
     pub writer_batch_bytes: usize,
     /// A connection that sends part of a frame and then nothing for this long is closed.
@@ -323,6 +339,9 @@ pub struct BrokerConfig {
     /// `__consumer_offsets`). Off by default: such a directory is refused, so
     /// a mistyped `--data` cannot scatter files among someone else's.
     pub allow_foreign_data_dir: bool,
+    /// Address of the HTTP server (`/metrics`, `/api/overview`, `/healthz`,
+    /// the dashboard at `/`); `None` (the default) serves no HTTP.
+    pub http_listen: Option<String>,
 }
 
 impl BrokerConfig {
@@ -343,6 +362,10 @@ impl BrokerConfig {
             max_queue_slots: 4 << 20,
             max_in_flight_per_connection: 256,
             max_request_memory: 64 * 1024 * 1024,
+            max_connection_memory: 32 * 1024 * 1024,
+            max_groups: 10_000,
+            max_members_per_group: 1_000,
+            max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,
             read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
@@ -352,6 +375,7 @@ impl BrokerConfig {
             shutdown_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
             allow_foreign_data_dir: false,
+            http_listen: None,
         }
     }
 
@@ -382,6 +406,15 @@ impl BrokerConfig {
                 self.max_record_bytes, self.max_frame_bytes
             ));
         }
+        for (name, v) in [
+            ("max_groups", self.max_groups),
+            ("max_members_per_group", self.max_members_per_group),
+            ("max_topics_per_join", self.max_topics_per_join),
+        ] {
+            if v == 0 {
+                return bad(format!("{name} is 0, it must be at least 1"));
+            }
+        }
         if self.max_connections == 0 || self.max_in_flight_per_connection == 0 {
             return bad(
                 "max_connections and max_in_flight_per_connection must be at least 1".into(),
@@ -389,6 +422,16 @@ impl BrokerConfig {
         }
         Ok(())
     }
+}
+
+/// Longest a FETCH may wait for `min_bytes`: a larger `max_wait_ms` is capped
+/// to this, so every parked fetch, and the memory it holds, goes within it.
+pub const MAX_FETCH_WAIT_MS: i32 = 30_000;
+
+/// How long a FETCH with this `max_wait_ms` may wait: negative is 0, above
+/// [`MAX_FETCH_WAIT_MS`] is that.
+pub fn fetch_wait(max_wait_ms: i32) -> Duration {
+    Duration::from_millis(u64::try_from(max_wait_ms.clamp(0, MAX_FETCH_WAIT_MS)).unwrap_or(0))
 }
 
 /// Checks a topic or group name: 1 to 200 characters of `[A-Za-z0-9._-]`,
@@ -543,5 +586,13 @@ mod tests {
         ] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn fetch_wait_is_capped() {
+        assert_eq!(fetch_wait(-5), Duration::ZERO);
+        assert_eq!(fetch_wait(250), Duration::from_millis(250));
+        assert_eq!(fetch_wait(i32::MAX), Duration::from_secs(30));
+        assert_eq!(fetch_wait(MAX_FETCH_WAIT_MS + 1), Duration::from_secs(30));
     }
 }

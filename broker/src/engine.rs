@@ -7,6 +7,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::budget::{Charge, MemoryBudget};
+use crate::config::fetch_wait;
+use crate::group::GroupLimits;
+
 use flume_protocol::messages::encode_fetch_partition;
 use flume_protocol::record::{self, RecordError, RecordIter};
 use flume_protocol::wire::WriteExt;
@@ -23,11 +27,29 @@ use futures::FutureExt;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::error::BrokerError;
 use crate::group::{Assignor, Coordinator, JoinParams, Ready};
+use crate::metrics::{FetchTally, GroupSummary, Metrics};
 use crate::offsets::{NotQueued, Offsets};
 use crate::partition::{Admission, Partition};
 use crate::storage::{DataDirLock, FsyncPolicy, Log};
 
 type JoinReply = oneshot::Sender<Result<JoinGroupResponse, ErrorCode>>;
+
+/// Most bytes a waiting FETCH reads at once to count what has arrived; the
+/// chunk is dropped as soon as it is counted.
+pub const COUNT_CHUNK_BYTES: usize = 1 << 20;
+
+/// The fewest bytes a stored record takes (header and empty payload).
+const MIN_STORED_RECORD: usize = record::RECORD_HEADER_LEN + record::MIN_PAYLOAD_LEN;
+
+/// The budgets a FETCH served over the network is charged to.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchMemory<'a> {
+    /// The connection's share of the broker's budget: the response's records.
+    pub response: &'a Arc<MemoryBudget>,
+    /// A small broker-wide budget for the chunks waiting fetches read to count
+    /// the bytes that arrived (see [`Engine::fetch_within`]).
+    pub counting: &'a Arc<MemoryBudget>,
+}
 
 /// A topic and its partitions.
 #[derive(Debug)]
@@ -62,6 +84,8 @@ pub struct Engine {
     ticker: Mutex<Option<rt::Task<()>>>,
     /// The exclusive hold of the data directory, released at shutdown or drop.
     data_lock: Mutex<Option<DataDirLock>>,
+    /// Request counters and latencies (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -167,6 +191,7 @@ impl Engine {
             shutdown_rx,
             ticker: Mutex::new(None),
             data_lock: Mutex::new(Some(data_lock)),
+            metrics: Arc::new(Metrics::default()),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -489,10 +514,47 @@ impl Engine {
     // ------------------------------------------------------------ fetch
 
     /// Serves a FETCH into `out` (the response body), long-polling until
-    /// `min_bytes` are available or `max_wait_ms` passes.
-    pub async fn fetch_into(&self, req: &FetchRequest, out: &mut Vec<u8>) {
-        let max_wait =
-            Duration::from_millis(u64::try_from(req.max_wait_ms.clamp(0, 60_000)).unwrap_or(0));
+    /// `min_bytes` are available or `max_wait_ms` passes. As
+    /// [`Engine::fetch_within`] with no memory budget. Returns the first
+    /// partition that failed (its index in the request) and its error.
+    pub async fn fetch_into(
+        &self,
+        req: &FetchRequest,
+        out: &mut Vec<u8>,
+    ) -> Option<(usize, ErrorCode)> {
+        self.fetch_within(req, out, None).await
+    }
+
+    /// Serves a FETCH into `out` (the response body).
+    ///
+    /// While it waits, a fetch holds no records: it counts the bytes that
+    /// arrive past each partition's offset (only what lies between the bytes
+    /// already counted and the end offset, read in chunks of at most
+    /// [`COUNT_CHUNK_BYTES`] that are dropped at once) until `min_bytes` are
+    /// there, `max_wait_ms` (capped at [`crate::config::MAX_FETCH_WAIT_MS`]) passes, or the
+    /// broker shuts down. `min_bytes` is at least 1 and at most what the
+    /// request can ever receive (its `max_bytes` and the partitions' own,
+    /// within one frame), so an unreachable `min_bytes` waits no longer than
+    /// a reachable one. Only then are the records read into `out`.
+    ///
+    /// With [`FetchMemory`], counting chunks wait for room in its small
+    /// `counting` budget (so waiting fetches never read more than that at once,
+    /// and never hold the budget that lets connections read), and the final
+    /// read first waits for room in `response` (until the deadline) and charges
+    /// each partition's read while the response is built; if no room comes in
+    /// time the answer carries one record (the first always goes out whole),
+    /// so a spent budget neither keeps a fetch from answering nor a consumer
+    /// from moving on. Returns the first partition that failed (its index in
+    /// the request) and its error; what was served is counted in the metrics.
+    pub async fn fetch_within(
+        &self,
+        req: &FetchRequest,
+        out: &mut Vec<u8>,
+        memory: Option<FetchMemory<'_>>,
+    ) -> Option<(usize, ErrorCode)> {
+        let counting = memory.map(|m| m.counting);
+        let memory = memory.map(|m| m.response);
+        let max_wait: Duration = fetch_wait(req.max_wait_ms);
         let deadline = Instant::now() + max_wait;
         // The whole response must fit a frame: records, each partition's header, and
         // the one whole record that may go past the budget.
@@ -503,7 +565,6 @@ impl Engine {
                 .saturating_sub(64 * 1024 + headers + self.config.max_record_bytes)
                 .max(4096),
         );
-        let min_bytes = usize::try_from(req.min_bytes.max(0)).unwrap_or(0);
         let resolved: Vec<Result<Arc<Partition>, ErrorCode>> = req
             .partitions
             .iter()
@@ -515,76 +576,78 @@ impl Engine {
                     .ok_or(ErrorCode::UnknownPartition),
             })
             .collect();
-        let start_len = out.len();
+        let wants: Vec<usize> = req
+            .partitions
+            .iter()
+            .map(|fp| {
+                usize::try_from(fp.max_bytes.max(1))
+                    .unwrap_or(1)
+                    .min(budget)
+            })
+            .collect();
+        // What the request can ever receive, so an unreachable min_bytes cannot
+        // make it wait for more than it could be given.
+        let reachable = wants.iter().fold(0usize, |a, w| a.saturating_add(*w));
+        let min_bytes = usize::try_from(req.min_bytes.max(1))
+            .unwrap_or(1)
+            .min(reachable.min(budget))
+            .max(1);
+        // Per partition: the next offset not yet counted and the bytes counted.
+        let mut next: Vec<Option<u64>> = req
+            .partitions
+            .iter()
+            .map(|fp| u64::try_from(fp.offset).ok())
+            .collect();
+        let mut counted_in = vec![0usize; req.partitions.len()];
+        let mut counted = 0usize;
+        let mut errors = false;
         loop {
             let listeners: Vec<_> = resolved.iter().flatten().map(|p| p.listen()).collect();
-            out.truncate(start_len);
-            out.put_count(req.partitions.len());
-            let mut total = 0usize;
-            let mut errors = false;
-            for (fp, part) in req.partitions.iter().zip(&resolved) {
-                let part = match part {
-                    Ok(p) => p,
-                    Err(code) => {
-                        errors = true;
-                        encode_fetch_partition(out, &fp.topic, fp.partition, *code, -1, -1, &[]);
-                        continue;
-                    }
+            // Bounds from the end offsets alone: a stored record takes at least
+            // MIN_STORED_RECORD bytes and at most max_record_bytes, so the record
+            // counts often decide without reading anything.
+            let (mut lower, mut upper) = (counted, counted);
+            for (i, part) in resolved.iter().enumerate() {
+                let (Ok(part), Some(at)) = (part, next[i]) else {
+                    errors = true;
+                    continue;
                 };
-                let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-                let offset = u64::try_from(fp.offset);
-                let want = usize::try_from(fp.max_bytes.max(1))
-                    .unwrap_or(1)
-                    .min(budget.saturating_sub(total));
-                let result = match offset {
-                    Err(_) => Err(ErrorCode::OffsetOutOfRange),
-                    Ok(_) if want == 0 => Ok(None),
-                    Ok(o) => part.read(o, want).await.map(Some).map_err(|e| e.code()),
-                };
-                match result {
-                    Ok(Some(r)) => {
-                        total += r.records.len();
-                        encode_fetch_partition(
-                            out,
-                            &fp.topic,
-                            fp.partition,
-                            ErrorCode::None,
-                            to_i64(r.log_end),
-                            to_i64(r.log_start),
-                            &r.records,
-                        );
-                    }
-                    Ok(None) => encode_fetch_partition(
-                        out,
-                        &fp.topic,
-                        fp.partition,
-                        ErrorCode::None,
-                        to_i64(part.end_offset()),
-                        to_i64(part.start_offset()),
-                        &[],
-                    ),
-                    Err(code) => {
-                        errors = true;
-                        encode_fetch_partition(
-                            out,
-                            &fp.topic,
-                            fp.partition,
-                            code,
-                            to_i64(part.end_offset()),
-                            to_i64(part.start_offset()),
-                            &[],
-                        );
-                    }
+                let end = part.end_offset();
+                if at < part.start_offset() || at > end {
+                    errors = true;
+                    continue;
                 }
+                let records = usize::try_from(end - at).unwrap_or(usize::MAX);
+                let room = wants[i].saturating_sub(counted_in[i]);
+                lower = lower.saturating_add(records.saturating_mul(MIN_STORED_RECORD).min(room));
+                upper = upper.saturating_add(
+                    records
+                        .saturating_mul(self.config.max_record_bytes)
+                        .min(room),
+                );
+            }
+            if !errors && lower < min_bytes && upper >= min_bytes {
+                self.count_arrived(
+                    &resolved,
+                    &wants,
+                    min_bytes,
+                    deadline,
+                    counting,
+                    &mut next,
+                    &mut counted_in,
+                    &mut counted,
+                    &mut errors,
+                )
+                .await;
             }
             let now = Instant::now();
-            if total >= min_bytes.max(1)
+            if counted.max(lower) >= min_bytes
                 || errors
                 || now >= deadline
                 || listeners.is_empty()
                 || self.is_shutting_down()
             {
-                return;
+                break;
             }
             let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
             futures::select! {
@@ -593,6 +656,174 @@ impl Engine {
                 _ = self.shutdown_rx.recv().fuse() => {}
             }
         }
+        // Room for the records: the response is charged while it is built. With
+        // no room by the deadline, the answer carries one record (the first one
+        // always goes out whole), so a consumer still moves on.
+        let mut reserved = None;
+        let mut budget = budget;
+        if let Some(m) = memory {
+            if m.is_spent() && !self.is_shutting_down() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = rt::timeout(left, m.wait_for_room()).await;
+            }
+            if m.is_spent() {
+                budget = 1;
+            }
+            reserved = Some(m.charge(headers));
+        }
+        self.encode_fetch(req, &resolved, budget, reserved.as_mut(), out)
+            .await
+    }
+
+    /// Counts, by reading, the bytes that arrived past `next` on each partition
+    /// until `min_bytes` are counted or every partition is caught up. Each chunk
+    /// is dropped once counted; chunks wait for room in `counting`.
+    #[allow(clippy::too_many_arguments)]
+    async fn count_arrived(
+        &self,
+        resolved: &[Result<Arc<Partition>, ErrorCode>],
+        wants: &[usize],
+        min_bytes: usize,
+        deadline: Instant,
+        counting: Option<&Arc<MemoryBudget>>,
+        next: &mut [Option<u64>],
+        counted_in: &mut [usize],
+        counted: &mut usize,
+        errors: &mut bool,
+    ) {
+        for (i, part) in resolved.iter().enumerate() {
+            let (Ok(part), Some(mut at)) = (part, next[i]) else {
+                continue;
+            };
+            while *counted < min_bytes && counted_in[i] < wants[i] && at < part.end_offset() {
+                if let Some(c) = counting {
+                    if c.is_spent() {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let room = futures::select! {
+                            r = rt::timeout(left, c.wait_for_room()).fuse() => r.is_some(),
+                            _ = self.shutdown_rx.recv().fuse() => false,
+                        };
+                        if !room {
+                            return;
+                        }
+                    }
+                }
+                let chunk = (min_bytes - *counted)
+                    .min(wants[i] - counted_in[i])
+                    .min(COUNT_CHUNK_BYTES);
+                // One record may go past the chunk.
+                let _held = counting.map(|c| c.charge(chunk.max(self.config.max_record_bytes)));
+                let records = match part.read(at, chunk).await {
+                    Ok(r) => r.records,
+                    Err(_) => {
+                        // The final read reports it.
+                        *errors = true;
+                        return;
+                    }
+                };
+                // The log checked these records; only their sizes are needed here.
+                let (mut n, mut pos) = (0u64, 0usize);
+                while let Some((_, size)) = record::peek_header(&records, pos) {
+                    pos = pos
+                        .saturating_add(record::RECORD_HEADER_LEN)
+                        .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
+                    n += 1;
+                }
+                if n == 0 {
+                    break;
+                }
+                at += n;
+                next[i] = Some(at);
+                counted_in[i] += records.len();
+                *counted += records.len();
+            }
+            if *counted >= min_bytes {
+                return;
+            }
+        }
+    }
+
+    /// Reads each partition once and encodes the response body.
+    async fn encode_fetch(
+        &self,
+        req: &FetchRequest,
+        resolved: &[Result<Arc<Partition>, ErrorCode>],
+        budget: usize,
+        mut reserved: Option<&mut Charge>,
+        out: &mut Vec<u8>,
+    ) -> Option<(usize, ErrorCode)> {
+        out.put_count(req.partitions.len());
+        let mut total = 0usize;
+        let mut tally = FetchTally::default();
+        for (i, (fp, part)) in req.partitions.iter().zip(resolved).enumerate() {
+            let part = match part {
+                Ok(p) => p,
+                Err(code) => {
+                    tally.failed(i, *code);
+                    encode_fetch_partition(out, &fp.topic, fp.partition, *code, -1, -1, &[]);
+                    continue;
+                }
+            };
+            let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            let offset = u64::try_from(fp.offset);
+            let want = usize::try_from(fp.max_bytes.max(1))
+                .unwrap_or(1)
+                .min(budget.saturating_sub(total));
+            let result = match offset {
+                Err(_) => Err(ErrorCode::OffsetOutOfRange),
+                Ok(_) if want == 0 => Ok(None),
+                Ok(o) => {
+                    // Each read is charged for what it may return while it runs, then
+                    // for what it did (one record may go past `want`).
+                    if let Some(c) = reserved.as_deref_mut() {
+                        c.add(want);
+                    }
+                    let r = part.read(o, want).await;
+                    if let Some(c) = reserved.as_deref_mut() {
+                        c.shrink_to(c.bytes().saturating_sub(want));
+                        c.add(r.as_ref().map_or(0, |r| r.records.len()));
+                    }
+                    r.map(Some).map_err(|e| e.code())
+                }
+            };
+            match result {
+                Ok(Some(r)) => {
+                    total += r.records.len();
+                    tally.served(part, &r.records);
+                    encode_fetch_partition(
+                        out,
+                        &fp.topic,
+                        fp.partition,
+                        ErrorCode::None,
+                        to_i64(r.log_end),
+                        to_i64(r.log_start),
+                        &r.records,
+                    );
+                }
+                Ok(None) => encode_fetch_partition(
+                    out,
+                    &fp.topic,
+                    fp.partition,
+                    ErrorCode::None,
+                    to_i64(part.end_offset()),
+                    to_i64(part.start_offset()),
+                    &[],
+                ),
+                Err(code) => {
+                    tally.failed(i, code);
+                    encode_fetch_partition(
+                        out,
+                        &fp.topic,
+                        fp.partition,
+                        code,
+                        to_i64(part.end_offset()),
+                        to_i64(part.start_offset()),
+                        &[],
+                    );
+                }
+            }
+        }
+        tally.commit()
     }
 
     // ------------------------------------------------------------ groups
@@ -612,6 +843,15 @@ impl Engine {
             return Err(ErrorCode::InvalidName);
         }
         let assignor = Assignor::parse(&req.assignor).ok_or(ErrorCode::InvalidRequest)?;
+        let max_topics = self.config.max_topics_per_join;
+        if req.topics.len() > max_topics {
+            tracing::debug!(
+                group = %req.group,
+                topics = req.topics.len(),
+                "join refused: the topic list is longer than max_topics_per_join ({max_topics})"
+            );
+            return Err(ErrorCode::InvalidRequest);
+        }
         if req.topics.is_empty() {
             return Err(ErrorCode::InvalidRequest);
         }
@@ -627,6 +867,10 @@ impl Engine {
             session_timeout_ms: ms(req.session_timeout_ms, 100, 300_000),
             rebalance_timeout_ms: ms(req.rebalance_timeout_ms, 0, 300_000),
             assignor,
+            limits: GroupLimits {
+                max_groups: self.config.max_groups,
+                max_members: self.config.max_members_per_group,
+            },
         };
         let (tx, rx) = oneshot::channel();
         if self.is_shutting_down() {
@@ -868,6 +1112,21 @@ impl Engine {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.config.data_dir.clone()
+    }
+
+    /// Request counters and latencies.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Every group's state, generation, members and rebalances.
+    pub fn group_summaries(&self) -> Vec<GroupSummary> {
+        lock(&self.groups).summaries()
+    }
+
+    /// Up to `limit` committed offsets: ((group, topic, partition), offset).
+    pub fn committed_offsets(&self, limit: usize) -> Vec<(crate::offsets::OffsetKey, i64)> {
+        self.offsets.entries(limit)
     }
 }
 

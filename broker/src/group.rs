@@ -121,6 +121,27 @@ pub struct JoinParams {
     pub rebalance_timeout_ms: u64,
     /// Assignor requested.
     pub assignor: Assignor,
+    /// Caps on groups and members the join must fit in.
+    pub limits: GroupLimits,
+}
+
+/// Caps on the coordinator's state, so its memory follows the configuration,
+/// not the peers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupLimits {
+    /// Most groups with members or parked joins.
+    pub max_groups: usize,
+    /// Most members of one group.
+    pub max_members: usize,
+}
+
+impl Default for GroupLimits {
+    fn default() -> Self {
+        GroupLimits {
+            max_groups: usize::MAX,
+            max_members: usize::MAX,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -155,6 +176,8 @@ struct Group<R> {
     assignor: Assignor,
     assignment: BTreeMap<String, BTreeMap<String, Vec<i32>>>,
     leader: String,
+    /// Rebalances started, for metrics.
+    rebalances: u64,
 }
 
 impl<R> Group<R> {
@@ -167,6 +190,7 @@ impl<R> Group<R> {
             assignor: Assignor::Range,
             assignment: BTreeMap::new(),
             leader: String::new(),
+            rebalances: 0,
         }
     }
 }
@@ -192,6 +216,27 @@ impl<R> Coordinator<R> {
         }
     }
 
+    /// Every group's state, generation, members and rebalances, by group id.
+    pub fn summaries(&self) -> Vec<crate::metrics::GroupSummary> {
+        let mut v: Vec<_> = self
+            .groups
+            .iter()
+            .map(|(id, g)| crate::metrics::GroupSummary {
+                group: id.clone(),
+                state: match g.state {
+                    GroupState::Empty => "empty",
+                    GroupState::PreparingRebalance { .. } => "preparing_rebalance",
+                    GroupState::Stable => "stable",
+                },
+                generation: g.generation,
+                members: g.members.len(),
+                rebalances: g.rebalances,
+            })
+            .collect();
+        v.sort_by(|a, b| a.group.cmp(&b.group));
+        v
+    }
+
     /// The state of a group, if it exists.
     pub fn state(&self, group: &str) -> Option<(GroupState, i32, usize)> {
         self.groups
@@ -208,12 +253,41 @@ impl<R> Coordinator<R> {
         responder: R,
         partitions_of: &dyn Fn(&str) -> u32,
     ) -> Vec<Ready<R>> {
+        if !self.groups.contains_key(group) {
+            if !p.member_id.is_empty() {
+                return vec![(responder, Err(ErrorCode::UnknownMember))];
+            }
+            // Groups without members are dropped at the next tick; only live ones count.
+            let live = self
+                .groups
+                .values()
+                .filter(|g| !(g.members.is_empty() && g.pending.is_empty()))
+                .count();
+            if live >= p.limits.max_groups {
+                tracing::warn!(
+                    group,
+                    max_groups = p.limits.max_groups,
+                    "join refused: the broker has max_groups ({}) groups",
+                    p.limits.max_groups
+                );
+                return vec![(responder, Err(ErrorCode::LimitReached))];
+            }
+        }
         let g = self
             .groups
             .entry(group.to_owned())
             .or_insert_with(Group::new);
         if !p.member_id.is_empty() && !g.members.contains_key(&p.member_id) {
             return vec![(responder, Err(ErrorCode::UnknownMember))];
+        }
+        if p.member_id.is_empty() && g.members.len() >= p.limits.max_members {
+            tracing::warn!(
+                group,
+                max_members_per_group = p.limits.max_members,
+                "join refused: the group has max_members_per_group ({}) members",
+                p.limits.max_members
+            );
+            return vec![(responder, Err(ErrorCode::LimitReached))];
         }
         let id = if p.member_id.is_empty() {
             self.seq += 1;
@@ -387,6 +461,7 @@ impl<R> Coordinator<R> {
 }
 
 fn start_rebalance<R>(g: &mut Group<R>, now: u64) {
+    g.rebalances += 1;
     let timeout = g
         .members
         .values()

@@ -9,6 +9,8 @@
 //! - [`clock`]: the injected clock (system, or manual for tests).
 //! - [`engine`]: topics, produce, fetch, groups and offsets, shared by both front ends.
 //! - [`server`]: the TCP server.
+//! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
+//! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
 //! - [`embedded`]: the in-process API, no network.
 
 pub mod budget;
@@ -18,6 +20,8 @@ pub mod embedded;
 pub mod engine;
 pub mod error;
 pub mod group;
+pub mod http;
+pub mod metrics;
 pub mod offsets;
 pub mod partition;
 pub mod server;

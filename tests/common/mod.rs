@@ -108,3 +108,56 @@ pub async fn advance_keeping_alive(
         engine.tick_now().await;
     }
 }
+
+/// This process's resident set size, from `/proc/self/status` (`VmRSS`); the
+/// broker runs in-process, so this is its memory plus the test's.
+pub fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .expect("VmRSS in /proc/self/status")
+}
+
+/// Reads whole response frames from a raw connection until one arrives and
+/// returns its request id and error code.
+pub async fn read_response_code(
+    s: &mut flume_rt::TcpStream,
+    got: &mut Vec<u8>,
+) -> std::io::Result<(i32, flume_protocol::ErrorCode)> {
+    use flume_protocol::{frame, ErrorCode};
+    use futures::io::AsyncReadExt;
+    loop {
+        if let Ok(frame::Decoded::Frame(f, used)) = frame::decode_response(got, 64 << 20) {
+            let code = ErrorCode::from_code(i16::from_be_bytes([f.payload[0], f.payload[1]]));
+            let id = f.request_id;
+            got.drain(..used);
+            return Ok((id, code));
+        }
+        let mut chunk = [0u8; 64 * 1024];
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        got.extend_from_slice(&chunk[..n]);
+    }
+}
+
+static MEMORY_TEST: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Held by a test that measures this process's memory: no other test of its
+/// binary that takes [`shared`] runs meanwhile.
+pub fn exclusive() -> std::sync::RwLockWriteGuard<'static, ()> {
+    MEMORY_TEST
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Held by the other tests of a binary with a memory-measuring test.
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    MEMORY_TEST
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -12,6 +12,7 @@ fn params(id: &str) -> JoinParams {
         session_timeout_ms: 1000,
         rebalance_timeout_ms: 5000,
         assignor: Assignor::Range,
+        limits: GroupLimits::default(),
     }
 }
 
@@ -219,4 +220,41 @@ fn assignors_are_deterministic_and_complete() {
     let count = |m: &str| rr[m].values().map(Vec::len).sum::<usize>();
     assert_eq!((count("a"), count("b"), count("c")), (3, 3, 3));
     assert_eq!(assign(Assignor::RoundRobin, &subs, &n), rr);
+}
+
+#[test]
+fn groups_and_members_per_group_are_capped() {
+    let mut c: Coordinator<u32> = Coordinator::new(1);
+    let capped = |id: &str| JoinParams {
+        limits: GroupLimits {
+            max_groups: 2,
+            max_members: 2,
+        },
+        ..params(id)
+    };
+    let a = ok(c.join("g1", capped(""), 0, 1, &six))[0]
+        .1
+        .member_id
+        .clone();
+    assert!(
+        c.join("g1", capped(""), 1, 2, &six).is_empty(),
+        "second member parks"
+    );
+    // A third member of g1 is refused; the parked join and the members stay.
+    let r = c.join("g1", capped(""), 2, 3, &six);
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].1, Err(ErrorCode::LimitReached));
+    assert_eq!(c.state("g1").map(|s| s.2), Some(2));
+    // A known member rejoining is not a new member.
+    assert_eq!(ok(c.join("g1", capped(&a), 3, 1, &six)).len(), 2);
+    // A second group fits, a third does not.
+    assert_eq!(ok(c.join("g2", capped(""), 4, 4, &six)).len(), 1);
+    let r = c.join("g3", capped(""), 5, 5, &six);
+    assert_eq!(r[0].1, Err(ErrorCode::LimitReached));
+    assert!(c.state("g3").is_none(), "a refused group holds no state");
+    // Once a group empties and is dropped, there is room again.
+    let g2 = c.state("g2").map(|s| s.2);
+    assert_eq!(g2, Some(1));
+    c.tick(1_000_000, &six);
+    assert_eq!(ok(c.join("g3", capped(""), 1_000_001, 6, &six)).len(), 1);
 }

@@ -38,12 +38,16 @@ pub enum ErrorCode {
     ShuttingDown,
     /// 16: a topic or group name is empty, too long, or has characters outside `[A-Za-z0-9._-]`.
     InvalidName,
+    /// 17: a broker limit is reached (groups, members of one group); the broker's log
+    /// names the limit and its value. Retrying later may succeed.
+    LimitReached,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
 
 impl ErrorCode {
     /// The code on the wire.
+    #[inline]
     pub fn code(self) -> i16 {
         match self {
             ErrorCode::None => 0,
@@ -63,11 +67,13 @@ impl ErrorCode {
             ErrorCode::UnsupportedApi => 14,
             ErrorCode::ShuttingDown => 15,
             ErrorCode::InvalidName => 16,
+            ErrorCode::LimitReached => 17,
             ErrorCode::Other(c) => c,
         }
     }
 
     /// The code for a wire value.
+    #[inline]
     pub fn from_code(code: i16) -> Self {
         match code {
             0 => ErrorCode::None,
@@ -87,6 +93,7 @@ impl ErrorCode {
             14 => ErrorCode::UnsupportedApi,
             15 => ErrorCode::ShuttingDown,
             16 => ErrorCode::InvalidName,
+            17 => ErrorCode::LimitReached,
             c => ErrorCode::Other(c),
         }
     }
@@ -116,6 +123,7 @@ impl ErrorCode {
             ErrorCode::UnsupportedApi => "UNSUPPORTED_API",
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::InvalidName => "INVALID_NAME",
+            ErrorCode::LimitReached => "LIMIT_REACHED",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -133,7 +141,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in 0..=16 {
+        for c in 0..=17 {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -1,0 +1,218 @@
+"""The network SDK for asyncio.
+
+The Rust futures run on Flume's runtime threads; each call returns an awaitable
+that completes on the event loop's thread (``loop.call_soon_threadsafe``).
+Cancelling an await cancels the Rust future (a cancelled poll loses nothing: the
+records it was fetching are fetched again)::
+
+    import flume.aio
+
+    async def main(address):
+        async with await flume.aio.Producer.connect(address) as p:
+            meta = await p.send("orders", b"hello", key=b"user-1")
+        async with await flume.aio.GroupConsumer.connect(address, "billing", "orders") as c:
+            async for record in c:
+                handle(record)
+                await c.commit(record)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _flume
+from ._flume import Closed, Record, RecordMetadata
+
+__all__ = ["Admin", "GroupConsumer", "PartitionConsumer", "Producer"]
+
+Bytes = Union[bytes, bytearray, str]
+
+
+class Producer:
+    """A batching producer; ``await Producer.connect(address)``."""
+
+    def __init__(self, inner: _flume.Producer) -> None:
+        self._inner = inner
+
+    @classmethod
+    async def connect(cls, address: str, *, linger_ms: int = 0) -> "Producer":
+        """Connects to the broker at ``address`` ("host:port")."""
+        return cls(await _flume.Producer.connect_async(address, linger_ms=linger_ms))
+
+    async def send(
+        self,
+        topic: str,
+        value: Bytes,
+        key: Optional[Bytes] = None,
+        *,
+        headers: Any = None,
+        partition: Optional[int] = None,
+        timestamp: Optional[int] = None,
+    ) -> RecordMetadata:
+        """Sends one record; resolves once the broker acknowledged it."""
+        return await self._inner.send_async(
+            topic, value, key, headers=headers, partition=partition, timestamp=timestamp
+        )
+
+    async def send_many(
+        self,
+        topic: str,
+        values: Iterable[Bytes],
+        *,
+        keys: Optional[Iterable[Optional[Bytes]]] = None,
+        partition: Optional[int] = None,
+    ) -> List[RecordMetadata]:
+        """Sends many records with many in flight; metadata in order."""
+        return await self._inner.send_many_async(topic, values, keys=keys, partition=partition)
+
+    async def flush(self) -> None:
+        """Waits until everything sent before is acknowledged."""
+        await self._inner.flush_async()
+
+    async def close(self) -> None:
+        """Flushes and closes."""
+        await self._inner.close_async()
+
+    async def __aenter__(self) -> "Producer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class GroupConsumer:
+    """A consumer-group member; ``async for record in consumer``."""
+
+    def __init__(self, inner: _flume.GroupConsumer) -> None:
+        self._inner = inner
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str,
+        group: str,
+        topics: Union[str, Sequence[str]],
+        *,
+        auto_commit: bool = True,
+        start: Union[str, int, None] = None,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: Optional[int] = None,
+        max_wait_ms: int = 500,
+        assignor: str = "range",
+    ) -> "GroupConsumer":
+        """Connects, joins ``group`` and waits for the first assignment."""
+        inner = await _flume.GroupConsumer.connect_async(
+            address,
+            group,
+            topics,
+            auto_commit=auto_commit,
+            start=start,
+            session_timeout_ms=session_timeout_ms,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            max_wait_ms=max_wait_ms,
+            assignor=assignor,
+        )
+        return cls(inner)
+
+    async def poll(self) -> Record:
+        """The next record (waits until one arrives; wrap in asyncio.wait_for for a timeout)."""
+        return await self._inner.poll_async()
+
+    def __aiter__(self) -> "GroupConsumer":
+        return self
+
+    async def __anext__(self) -> Record:
+        try:
+            return await self._inner.poll_async()
+        except Closed:
+            raise StopAsyncIteration from None
+
+    async def commit(self, record: Record) -> None:
+        """Commits ``record.offset + 1`` for its partition."""
+        await self._inner.commit_async(record)
+
+    async def close(self) -> None:
+        """Commits (auto-commit mode) and leaves the group."""
+        await self._inner.close_async()
+
+    async def __aenter__(self) -> "GroupConsumer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class PartitionConsumer:
+    """Reads one partition; ``async for record in consumer``."""
+
+    def __init__(self, inner: _flume.PartitionConsumer) -> None:
+        self._inner = inner
+
+    @classmethod
+    async def connect(
+        cls, address: str, topic: str, partition: int, *, start: Union[str, int, None] = None
+    ) -> "PartitionConsumer":
+        """Connects to read ``topic``/``partition`` from ``start`` ("earliest", "latest" or an offset)."""
+        return cls(await _flume.PartitionConsumer.connect_async(address, topic, partition, start=start))
+
+    async def poll(self) -> Record:
+        """The next record (waits until one arrives)."""
+        return await self._inner.poll_async()
+
+    def __aiter__(self) -> "PartitionConsumer":
+        return self
+
+    async def __anext__(self) -> Record:
+        try:
+            return await self._inner.poll_async()
+        except Closed:
+            raise StopAsyncIteration from None
+
+    async def close(self) -> None:
+        await self._inner.close_async()
+
+    async def __aenter__(self) -> "PartitionConsumer":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class Admin:
+    """Topics, offsets and lag; ``await Admin.connect(address)``."""
+
+    def __init__(self, inner: _flume.Admin) -> None:
+        self._inner = inner
+
+    @classmethod
+    async def connect(cls, address: str) -> "Admin":
+        return cls(await _flume.Admin.connect_async(address))
+
+    async def create_topic(
+        self,
+        name: str,
+        partitions: Optional[int] = None,
+        *,
+        retention_bytes: Optional[int] = None,
+        retention_ms: Optional[int] = None,
+        segment_bytes: Optional[int] = None,
+        max_pending: Optional[int] = None,
+        backpressure: Optional[str] = None,
+    ) -> None:
+        await self._inner.create_topic_async(
+            name,
+            partitions,
+            retention_bytes=retention_bytes,
+            retention_ms=retention_ms,
+            segment_bytes=segment_bytes,
+            max_pending=max_pending,
+            backpressure=backpressure,
+        )
+
+    async def describe(
+        self, topics: Optional[List[str]] = None
+    ) -> Dict[str, Dict[int, Tuple[int, int]]]:
+        return await self._inner.describe_async(topics)
+
+    async def lag(self, group: str, topic: str) -> Dict[int, int]:
+        return await self._inner.lag_async(group, topic)

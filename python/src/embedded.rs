@@ -1,0 +1,635 @@
+//! `flume.EmbeddedBroker`: the engine in-process, no network.
+//!
+//! Built on `flume_broker::EmbeddedBroker` and its engine. Every call that
+//! touches the disk or waits runs with the GIL released, so Python threads
+//! produce and poll in parallel. Polling reads synchronously from the
+//! partition (no hand-off to another thread) and rotates over the
+//! consumer's partitions as the Rust `poll` does.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use crate::deps::protocol::record;
+use crate::deps::protocol::{ErrorCode, ProduceEntry, ProduceResult};
+use crate::deps::rt;
+use bytes::Bytes;
+use flume_broker::{Backpressure, BrokerConfig, BrokerError, FsyncPolicy, TopicConfig};
+use futures::FutureExt;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::errors::{broker_error, closed, code_error};
+use crate::record::{as_bytes, opt_bytes, RawRecord, Record, RecordMetadata};
+
+/// Most bytes of records in one produce entry of `produce_many`.
+const ENTRY_MAX_BYTES: usize = 1024 * 1024;
+/// Most records `poll_many` returns at once.
+const POLL_MANY_LIMIT: usize = 100_000;
+/// How long one wait for data lasts before signals are checked.
+const SLICE: Duration = Duration::from_millis(100);
+
+type Turns = HashMap<(String, String, String), usize>;
+
+/// An in-process broker on a data directory.
+#[pyclass(module = "flume", frozen)]
+pub struct EmbeddedBroker {
+    inner: RwLock<Option<Arc<flume_broker::EmbeddedBroker>>>,
+    turn: Mutex<Turns>,
+    path: PathBuf,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub fn parse_fsync(fsync: &Bound<'_, PyAny>) -> PyResult<FsyncPolicy> {
+    if let Ok(ms) = fsync.extract::<u64>() {
+        return Ok(FsyncPolicy::Interval(Duration::from_millis(ms)));
+    }
+    match fsync.extract::<String>()?.as_str() {
+        "never" => Ok(FsyncPolicy::Never),
+        "always" => Ok(FsyncPolicy::Always),
+        other => Err(PyValueError::new_err(format!(
+            "fsync must be 'never', 'always' or a number of milliseconds, not {other:?}"
+        ))),
+    }
+}
+
+pub fn parse_backpressure(s: &str) -> PyResult<Backpressure> {
+    s.parse::<Backpressure>().map_err(PyValueError::new_err)
+}
+
+fn not_found(topic: &str) -> PyErr {
+    code_error(ErrorCode::UnknownTopic, format!("unknown topic {topic:?}"))
+}
+
+/// The (partition, offset) of every record of the entries, in order; the first error, if any.
+fn metadata(results: &[ProduceResult], topic: &str) -> PyResult<Vec<RecordMetadata>> {
+    let mut out = Vec::new();
+    for r in results {
+        if !r.error.is_ok() {
+            return Err(code_error(
+                r.error,
+                format!(
+                    "produce to {topic}: {} ({} records before this batch were stored)",
+                    r.error,
+                    out.len()
+                ),
+            ));
+        }
+        for (p, o) in r.record_offsets() {
+            out.push(RecordMetadata {
+                partition: u32::try_from(p).unwrap_or(0),
+                offset: u64::try_from(o).unwrap_or(0),
+            });
+        }
+    }
+    Ok(out)
+}
+
+impl EmbeddedBroker {
+    fn get(&self) -> PyResult<Arc<flume_broker::EmbeddedBroker>> {
+        self.inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| closed("EmbeddedBroker"))
+    }
+
+    /// Up to `max` uncommitted records of the consumer's partitions, rotating
+    /// over them. `Err` for a consumer that has not joined.
+    fn poll_now(
+        &self,
+        b: &flume_broker::EmbeddedBroker,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max: usize,
+    ) -> Result<Vec<RawRecord>, BrokerError> {
+        let parts = b.assignment(topic, group, consumer);
+        if parts.is_empty() {
+            // Tells "not joined" (an error) from "joined, no partitions" (nothing).
+            b.blocking().poll(topic, group, consumer)?;
+            return Ok(Vec::new());
+        }
+        let engine = b.engine();
+        let t = engine
+            .topic(topic)
+            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
+        let key = (topic.to_owned(), group.to_owned(), consumer.to_owned());
+        let first = lock(&self.turn).get(&key).copied().unwrap_or(0);
+        let mut out = Vec::new();
+        for i in 0..parts.len() {
+            let idx = (first + i) % parts.len();
+            let p = parts[idx];
+            let Some(part) = t.partitions.get(p as usize) else {
+                continue;
+            };
+            let committed = engine
+                .committed(group, topic, i32::try_from(p).unwrap_or(i32::MAX))
+                .and_then(|c| u64::try_from(c).ok())
+                .unwrap_or(0);
+            let from = committed.max(part.start_offset());
+            if from >= part.end_offset() {
+                continue;
+            }
+            let before = out.len();
+            let mut next = from;
+            while out.len() < max && next < part.end_offset() {
+                let want = max - out.len();
+                // About what `want` records take (at least one whole record is read).
+                let bytes = want.saturating_mul(256).clamp(1, ENTRY_MAX_BYTES);
+                let r = part.read_now(next, if want == 1 { 1 } else { bytes })?;
+                let buf = Bytes::from(r.records);
+                // Find where the wanted records end, then decode only those.
+                let mut end = 0;
+                let mut taken = 0;
+                for raw in record::RecordIter::new(&buf) {
+                    let raw =
+                        raw.map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
+                    if raw.offset < next {
+                        continue;
+                    }
+                    end = raw.pos + raw.encoded_len();
+                    taken += 1;
+                    if taken == want {
+                        break;
+                    }
+                }
+                if taken == 0 {
+                    break;
+                }
+                let recs = record::decode_all(&buf.slice(..end))
+                    .map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
+                let first = next;
+                for r in recs.into_iter().filter(|r| r.offset >= first) {
+                    next = r.offset + 1;
+                    out.push(RawRecord {
+                        topic: topic.to_owned(),
+                        partition: p,
+                        record: r,
+                    });
+                }
+            }
+            if out.len() > before {
+                lock(&self.turn).insert(key.clone(), idx + 1);
+            }
+            if out.len() >= max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Polls, waiting up to `timeout` (None: forever) for a record to arrive.
+    fn poll_wait(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<RawRecord>> {
+        let b = self.get()?;
+        let deadline = crate::bridge::seconds(timeout)?.map(|t| Instant::now() + t);
+        loop {
+            let (got, listeners) = py.detach(|| {
+                let got = self.poll_now(&b, topic, group, consumer, max);
+                if !matches!(&got, Ok(g) if g.is_empty()) {
+                    return (got, Vec::new());
+                }
+                // Listen, then look again, so an append in between is not missed.
+                let listeners: Vec<_> = b
+                    .engine()
+                    .topic(topic)
+                    .map(|t| {
+                        b.assignment(topic, group, consumer)
+                            .into_iter()
+                            .filter_map(|p| t.partitions.get(p as usize).map(|p| p.listen()))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (self.poll_now(&b, topic, group, consumer, max), listeners)
+            });
+            let got = got.map_err(broker_error)?;
+            if !got.is_empty() {
+                return Ok(got);
+            }
+            let now = Instant::now();
+            let slice = match deadline {
+                Some(d) if now >= d => return Ok(got),
+                Some(d) => (d - now).min(SLICE),
+                None => SLICE,
+            };
+            py.detach(|| {
+                rt::block_on(async {
+                    if listeners.is_empty() {
+                        rt::sleep(slice).await;
+                    } else {
+                        let any = futures::future::select_all(listeners.into_iter().map(Box::pin));
+                        let _ = rt::timeout(slice, any).await;
+                    }
+                })
+            });
+            py.check_signals()?;
+        }
+    }
+}
+
+/// Adds context to a broker error (the decode error of a corrupt record).
+trait Context {
+    fn context(self, e: impl std::fmt::Display) -> BrokerError;
+}
+impl Context for BrokerError {
+    fn context(self, e: impl std::fmt::Display) -> BrokerError {
+        match self {
+            BrokerError::Code { code, .. } => BrokerError::Code {
+                code,
+                detail: Some(e.to_string()),
+            },
+            other => other,
+        }
+    }
+}
+
+#[pymethods]
+impl EmbeddedBroker {
+    /// Opens (or creates) a broker on the directory `path`.
+    ///
+    /// `fsync`: "never" (default: an acknowledged record survives a process
+    /// crash, not a power loss), "always", or a number of milliseconds.
+    /// `auto_create_topics`: produce or join on an unknown topic creates it
+    /// with `default_partitions` partitions; off, they raise UnknownTopic.
+    #[new]
+    #[pyo3(signature = (path, *, fsync = None, auto_create_topics = true, default_partitions = 1, max_record_bytes = None))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        fsync: Option<&Bound<'_, PyAny>>,
+        auto_create_topics: bool,
+        default_partitions: u32,
+        max_record_bytes: Option<usize>,
+    ) -> PyResult<Self> {
+        let mut config = BrokerConfig::new(path.clone());
+        if let Some(f) = fsync {
+            config.fsync = parse_fsync(f)?;
+        }
+        config.auto_create_topics = auto_create_topics;
+        config.default_topic.partitions = default_partitions;
+        if let Some(m) = max_record_bytes {
+            config.max_record_bytes = m;
+            config.max_frame_bytes = config.max_frame_bytes.max(m.saturating_add(64 * 1024));
+            config.max_request_memory = config.max_request_memory.max(config.max_frame_bytes);
+        }
+        let b = py
+            .detach(|| flume_broker::EmbeddedBroker::with_config(config))
+            .map_err(broker_error)?;
+        Ok(EmbeddedBroker {
+            inner: RwLock::new(Some(Arc::new(b))),
+            turn: Mutex::new(HashMap::new()),
+            path,
+        })
+    }
+
+    /// The data directory.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.path.clone()
+    }
+
+    /// True once `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.get().is_err()
+    }
+
+    /// Creates a topic. Returns True if it was created, False if it existed
+    /// and `exist_ok` is true (its stored settings are kept).
+    #[pyo3(signature = (name, partitions = 1, *, max_pending = 1024, retention_bytes = None, retention_ms = None, segment_bytes = 64 * 1024 * 1024, backpressure = "block", exist_ok = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_topic(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        partitions: u32,
+        max_pending: usize,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
+        segment_bytes: u64,
+        backpressure: &str,
+        exist_ok: bool,
+    ) -> PyResult<bool> {
+        let b = self.get()?;
+        let config = TopicConfig {
+            partitions,
+            max_pending,
+            retention_bytes,
+            retention_ms,
+            segment_bytes,
+            backpressure: parse_backpressure(backpressure)?,
+        };
+        match py.detach(|| b.engine().create_topic(name, config)) {
+            Ok(_) => Ok(true),
+            Err(e) if exist_ok && e.code() == ErrorCode::TopicAlreadyExists => Ok(false),
+            Err(e) => Err(broker_error(e)),
+        }
+    }
+
+    /// Topic names, sorted.
+    fn topics(&self) -> PyResult<Vec<String>> {
+        Ok(self
+            .get()?
+            .engine()
+            .topics()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect())
+    }
+
+    /// A topic's settings as a dict (partitions, max_pending, retention_bytes,
+    /// retention_ms, segment_bytes, backpressure).
+    fn topic_config<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+    ) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let t = self
+            .get()?
+            .engine()
+            .topic(topic)
+            .ok_or_else(|| not_found(topic))?;
+        let c = &t.config;
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("partitions", c.partitions)?;
+        d.set_item("max_pending", c.max_pending)?;
+        d.set_item("retention_bytes", c.retention_bytes)?;
+        d.set_item("retention_ms", c.retention_ms)?;
+        d.set_item("segment_bytes", c.segment_bytes)?;
+        d.set_item("backpressure", c.backpressure.to_string())?;
+        Ok(d)
+    }
+
+    /// `{partition: (start_offset, end_offset)}`: the oldest stored offset and the next one to be written.
+    fn offsets(&self, topic: &str) -> PyResult<BTreeMap<u32, (u64, u64)>> {
+        let t = self
+            .get()?
+            .engine()
+            .topic(topic)
+            .ok_or_else(|| not_found(topic))?;
+        Ok(t.partitions
+            .iter()
+            .map(|p| (p.id, (p.start_offset(), p.end_offset())))
+            .collect())
+    }
+
+    /// Appends one record and returns where it landed once it is in the log.
+    /// A key routes the record (FNV-1a of the key modulo the partition count);
+    /// no key spreads records round robin. `headers`: a dict or (name, value)
+    /// pairs. `timestamp`: milliseconds since the epoch (default now).
+    ///
+    /// Raises QueueFull (reject mode), RecordTooLarge, UnknownTopic (auto-create off).
+    #[pyo3(signature = (topic, value, key = None, *, headers = None, partition = None, timestamp = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn produce(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        partition: Option<u32>,
+        timestamp: Option<i64>,
+    ) -> PyResult<RecordMetadata> {
+        let b = self.get()?;
+        let value = as_bytes(value, "value")?;
+        let key = opt_bytes(key, "key")?;
+        let headers = crate::record::headers(headers)?;
+        let mut buf = Vec::with_capacity(record::encoded_len(key.as_deref(), &value, &headers));
+        record::encode(
+            &mut buf,
+            0,
+            timestamp.unwrap_or_else(flume_broker::now_ms),
+            key.as_deref(),
+            &value,
+            &headers,
+        );
+        let entry = ProduceEntry {
+            topic: topic.to_owned(),
+            partition: partition.map_or(-1, |p| i32::try_from(p).unwrap_or(i32::MAX)),
+            records: Bytes::from(buf),
+        };
+        let engine = Arc::clone(b.engine());
+        let result = crate::bridge::run(py, async move {
+            engine.admit_produce(entry).await.finish().await
+        });
+        metadata(std::slice::from_ref(&result), topic)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| code_error(ErrorCode::Unknown, format!("produce to {topic}: no offset")))
+    }
+
+    /// Appends many records in few batches (much faster than a loop of
+    /// `produce`) and returns their metadata in order. `keys`: None, or one
+    /// key (or None) per value. Records without a key go to one partition per
+    /// batch of up to 1 MiB. If a batch fails, the exception says how many
+    /// records before it were stored.
+    #[pyo3(signature = (topic, values, *, keys = None, partition = None))]
+    fn produce_many(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        values: &Bound<'_, PyAny>,
+        keys: Option<&Bound<'_, PyAny>>,
+        partition: Option<u32>,
+    ) -> PyResult<Vec<RecordMetadata>> {
+        let b = self.get()?;
+        let now = flume_broker::now_ms();
+        let part = partition.map_or(-1, |p| i32::try_from(p).unwrap_or(i32::MAX));
+        let mut keys_iter = match keys {
+            Some(k) if !k.is_none() => Some(k.try_iter()?),
+            _ => None,
+        };
+        let mut entries = Vec::new();
+        let mut buf: Vec<u8> = Vec::new();
+        for value in values.try_iter()? {
+            let value = value?;
+            let v = as_bytes(&value, "value")?;
+            let key = match keys_iter.as_mut() {
+                Some(it) => match it.next() {
+                    Some(k) => opt_bytes(Some(&k?), "key")?,
+                    None => return Err(PyValueError::new_err("keys is shorter than values")),
+                },
+                None => None,
+            };
+            let len = record::encoded_len(key.as_deref(), &v, &[]);
+            if !buf.is_empty() && buf.len() + len > ENTRY_MAX_BYTES {
+                entries.push(std::mem::take(&mut buf));
+            }
+            record::encode(&mut buf, 0, now, key.as_deref(), &v, &[]);
+        }
+        if !buf.is_empty() {
+            entries.push(buf);
+        }
+        let engine = Arc::clone(b.engine());
+        let topic_owned = topic.to_owned();
+        let results = crate::bridge::run(py, async move {
+            // Admit every batch first (in order), then wait for all: the writer
+            // appends one while the next is being queued.
+            let mut pending = Vec::with_capacity(entries.len());
+            for e in entries {
+                let entry = ProduceEntry {
+                    topic: topic_owned.clone(),
+                    partition: part,
+                    records: Bytes::from(e),
+                };
+                pending.push(engine.admit_produce(entry).await);
+            }
+            let mut results = Vec::with_capacity(pending.len());
+            for p in pending {
+                results.push(p.finish().await);
+            }
+            results
+        });
+        metadata(&results, topic)
+    }
+
+    /// Adds `consumer` to the (topic, group); the topic's partitions are split
+    /// among the group's consumers (range assignor over their sorted names).
+    fn join_group(&self, py: Python<'_>, topic: &str, group: &str, consumer: &str) -> PyResult<()> {
+        let b = self.get()?;
+        py.detach(|| b.join_group(topic, group, consumer))
+            .map_err(broker_error)
+    }
+
+    /// Removes `consumer` from the (topic, group).
+    fn leave_group(&self, topic: &str, group: &str, consumer: &str) -> PyResult<()> {
+        self.get()?.leave_group(topic, group, consumer);
+        Ok(())
+    }
+
+    /// The partitions `consumer` owns in the (topic, group).
+    fn assignment(&self, topic: &str, group: &str, consumer: &str) -> PyResult<Vec<u32>> {
+        Ok(self.get()?.assignment(topic, group, consumer))
+    }
+
+    /// The next uncommitted record of one of the consumer's partitions
+    /// (rotating over them), or None. Records not committed are handed out
+    /// again (at-least-once). `timeout`: seconds to wait for one to arrive
+    /// (0, the default: do not wait; None: wait until one arrives).
+    ///
+    /// Raises UnknownMember if the consumer has not joined.
+    #[pyo3(signature = (topic, group, consumer, timeout = Some(0.0)))]
+    fn poll(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Py<Record>>> {
+        let got = self.poll_wait(py, topic, group, consumer, 1, timeout)?;
+        got.into_iter()
+            .next()
+            .map(|r| Py::new(py, Record::from_raw(py, r)))
+            .transpose()
+    }
+
+    /// Up to `max_records` uncommitted records, from each of the consumer's
+    /// partitions in turn, in offset order per partition. Like `poll`, it
+    /// does not move anything: commit the last offset processed per partition.
+    #[pyo3(signature = (topic, group, consumer, max_records = 500, timeout = Some(0.0)))]
+    fn poll_many(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max_records: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<Py<Record>>> {
+        let max = max_records.clamp(1, POLL_MANY_LIMIT);
+        let got = self.poll_wait(py, topic, group, consumer, max, timeout)?;
+        got.into_iter()
+            .map(|r| Py::new(py, Record::from_raw(py, r)))
+            .collect()
+    }
+
+    /// Marks the record at `offset` of `partition` as processed (stores
+    /// `offset + 1`, the next one the group reads).
+    fn commit(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        partition: u32,
+        offset: u64,
+    ) -> PyResult<()> {
+        let b = self.get()?;
+        py.detach(|| b.commit(topic, group, partition, offset))
+            .map_err(broker_error)
+    }
+
+    /// The group's committed position in a partition (the next offset it
+    /// reads), or None if it never committed there.
+    fn committed(&self, group: &str, topic: &str, partition: u32) -> PyResult<Option<u64>> {
+        Ok(self
+            .get()?
+            .engine()
+            .committed(group, topic, i32::try_from(partition).unwrap_or(i32::MAX))
+            .and_then(|c| u64::try_from(c).ok()))
+    }
+
+    /// `{partition: records not yet committed by the group}`.
+    fn lag(&self, topic: &str, group: &str) -> PyResult<BTreeMap<u32, u64>> {
+        self.get()?.lag(topic, group).map_err(broker_error)
+    }
+
+    /// Drains every queue to disk, fsyncs and releases the directory.
+    /// Further calls raise Closed. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let b = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(b) = b {
+            py.detach(|| rt::block_on(b.close()));
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "EmbeddedBroker({:?}{})",
+            self.path.display().to_string(),
+            if self.closed() { ", closed" } else { "" }
+        )
+    }
+}
+
+impl Drop for EmbeddedBroker {
+    fn drop(&mut self) {
+        let b = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(b) = b {
+            // Flush and release the directory now, not whenever the engine's
+            // background tasks let go of it.
+            rt::block_on(b.close().fuse());
+        }
+    }
+}

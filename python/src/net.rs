@@ -1,0 +1,985 @@
+//! The network SDK (`flume.Producer`, `GroupConsumer`, `PartitionConsumer`,
+//! `Admin`) over `flume_client`, and `flume.Broker`, the TCP broker run
+//! in-process. Each blocking method has an `*_async` twin returning an
+//! asyncio future (see `bridge`); `flume.aio` wraps those in coroutine classes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::deps::protocol::CreateTopicRequest;
+use bytes::Bytes;
+use flume_client::{ConsumerRecord, ProducerConfig, SendRecord, StartOffset};
+use futures::lock::Mutex as AsyncMutex;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::bridge::{run, seconds, to_asyncio, wait};
+use crate::errors::{broker_error, client_error, closed, code_error};
+use crate::record::{as_bytes, headers, opt_bytes, RawRecord, Record, RecordMetadata};
+
+fn meta(m: flume_client::RecordMetadata) -> RecordMetadata {
+    RecordMetadata {
+        partition: u32::try_from(m.partition).unwrap_or(0),
+        offset: u64::try_from(m.offset).unwrap_or(0),
+    }
+}
+
+fn raw(topic: String, partition: i32, record: flume_client::Record) -> RawRecord {
+    RawRecord {
+        topic,
+        partition: u32::try_from(partition).unwrap_or(0),
+        record,
+    }
+}
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+// ------------------------------------------------------------------ Broker
+
+/// A Flume TCP broker running inside this process (its own threads), for
+/// tests and tools. `Broker.start(data_dir, port=0)` picks a free port; see
+/// `address`.
+#[pyclass(module = "flume", frozen)]
+pub struct Broker {
+    /// Taken at shutdown, so the engine (and its hold on the directory) goes with it.
+    inner: std::sync::Mutex<Option<Arc<flume_broker::Broker>>>,
+    addr: std::net::SocketAddr,
+}
+
+impl Broker {
+    fn take(&self) -> Option<Arc<flume_broker::Broker>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+#[pymethods]
+impl Broker {
+    /// Opens `data_dir` and starts listening on `host:port` (port 0: any free port).
+    #[staticmethod]
+    #[pyo3(signature = (data_dir, *, host = "127.0.0.1", port = 0, fsync = None, default_partitions = 3, auto_create_topics = true))]
+    fn start(
+        py: Python<'_>,
+        data_dir: PathBuf,
+        host: &str,
+        port: u16,
+        fsync: Option<&Bound<'_, PyAny>>,
+        default_partitions: u32,
+        auto_create_topics: bool,
+    ) -> PyResult<Broker> {
+        let mut config = flume_broker::BrokerConfig::new(data_dir);
+        config.listen = format!("{host}:{port}");
+        if let Some(f) = fsync {
+            config.fsync = crate::embedded::parse_fsync(f)?;
+        }
+        config.default_topic.partitions = default_partitions;
+        config.auto_create_topics = auto_create_topics;
+        let b = run(py, flume_broker::Broker::start(config)).map_err(broker_error)?;
+        Ok(Broker {
+            addr: b.local_addr(),
+            inner: std::sync::Mutex::new(Some(Arc::new(b))),
+        })
+    }
+
+    /// `"host:port"` the broker listens on.
+    #[getter]
+    fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    /// The port the broker listens on.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Stops accepting, drains in-flight requests and queues, fsyncs. Idempotent.
+    fn shutdown(&self, py: Python<'_>) {
+        if let Some(b) = self.take() {
+            run(py, async move { b.shutdown().await });
+        }
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.shutdown(py);
+        false
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Broker({:?})", self.address())
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(b) = self.take() {
+            crate::deps::rt::block_on(b.shutdown());
+        }
+    }
+}
+
+// ------------------------------------------------------------------ Producer
+
+/// A batching producer connected to a broker. Thread-safe: share one
+/// between threads. Records with the same key keep their order.
+#[pyclass(module = "flume", frozen)]
+pub struct Producer {
+    inner: Arc<flume_client::Producer>,
+}
+
+fn send_record(
+    topic: &str,
+    value: &Bound<'_, PyAny>,
+    key: Option<&Bound<'_, PyAny>>,
+    hdrs: Option<&Bound<'_, PyAny>>,
+    partition: Option<u32>,
+    timestamp: Option<i64>,
+) -> PyResult<SendRecord> {
+    Ok(SendRecord {
+        topic: topic.to_owned(),
+        key: opt_bytes(key, "key")?,
+        value: Bytes::from(as_bytes(value, "value")?.into_owned()),
+        headers: headers(hdrs)?,
+        partition: partition.map(|p| i32::try_from(p).unwrap_or(i32::MAX)),
+        timestamp,
+    })
+}
+
+fn send_records(
+    topic: &str,
+    values: &Bound<'_, PyAny>,
+    keys: Option<&Bound<'_, PyAny>>,
+    partition: Option<u32>,
+) -> PyResult<Vec<SendRecord>> {
+    let mut keys_iter = match keys {
+        Some(k) if !k.is_none() => Some(k.try_iter()?),
+        _ => None,
+    };
+    let mut out = Vec::new();
+    for v in values.try_iter()? {
+        let v = v?;
+        let key = match keys_iter.as_mut() {
+            Some(it) => match it.next() {
+                Some(k) => Some(k?),
+                None => return Err(PyValueError::new_err("keys is shorter than values")),
+            },
+            None => None,
+        };
+        out.push(send_record(topic, &v, key.as_ref(), None, partition, None)?);
+    }
+    Ok(out)
+}
+
+async fn send_all(
+    p: Arc<flume_client::Producer>,
+    recs: Vec<SendRecord>,
+) -> PyResult<Vec<RecordMetadata>> {
+    // Buffer all (waiting for room as needed), then collect the acknowledgements.
+    let mut acks = Vec::with_capacity(recs.len());
+    for r in recs {
+        acks.push(p.send_nowait(r).await.map_err(client_error)?);
+    }
+    let mut out = Vec::with_capacity(acks.len());
+    for a in acks {
+        out.push(meta(a.await.map_err(client_error)?));
+    }
+    Ok(out)
+}
+
+#[pymethods]
+impl Producer {
+    /// Connects to the broker at `address` ("host:port").
+    /// `linger_ms`: extra wait to fill batches; `buffer_max_bytes`: most bytes
+    /// waiting in the client (send waits for room beyond it).
+    #[new]
+    #[pyo3(signature = (address, *, linger_ms = 0, batch_max_bytes = 1024 * 1024, buffer_max_bytes = 32 * 1024 * 1024, max_in_flight = 8, request_timeout_ms = 30_000))]
+    fn new(
+        py: Python<'_>,
+        address: &str,
+        linger_ms: u64,
+        batch_max_bytes: usize,
+        buffer_max_bytes: usize,
+        max_in_flight: usize,
+        request_timeout_ms: u64,
+    ) -> PyResult<Self> {
+        let mut config = ProducerConfig {
+            linger: ms(linger_ms),
+            batch_max_bytes,
+            buffer_max_bytes,
+            max_in_flight,
+            ..ProducerConfig::default()
+        };
+        config.connection.request_timeout = ms(request_timeout_ms);
+        let p =
+            run(py, flume_client::Producer::with_config(address, config)).map_err(client_error)?;
+        Ok(Producer { inner: Arc::new(p) })
+    }
+
+    /// Connects without blocking the event loop; resolves to a Producer.
+    #[staticmethod]
+    #[pyo3(signature = (address, *, linger_ms = 0))]
+    fn connect_async<'py>(
+        py: Python<'py>,
+        address: String,
+        linger_ms: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(py, async move {
+            let config = ProducerConfig {
+                linger: ms(linger_ms),
+                ..ProducerConfig::default()
+            };
+            let p = flume_client::Producer::with_config(&address, config)
+                .await
+                .map_err(client_error)?;
+            Ok(Producer { inner: Arc::new(p) })
+        })
+    }
+
+    /// Sends one record and waits for the broker's acknowledgement.
+    /// Raises QueueFull, RecordTooLarge, ConnectionFailed, ...
+    #[pyo3(signature = (topic, value, key = None, *, headers = None, partition = None, timestamp = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        headers: Option<&Bound<'_, PyAny>>,
+        partition: Option<u32>,
+        timestamp: Option<i64>,
+    ) -> PyResult<RecordMetadata> {
+        let rec = send_record(topic, value, key, headers, partition, timestamp)?;
+        let p = Arc::clone(&self.inner);
+        run(py, async move { p.send_record(rec).await })
+            .map(meta)
+            .map_err(client_error)
+    }
+
+    /// `send` for asyncio: returns an awaitable of RecordMetadata.
+    #[pyo3(signature = (topic, value, key = None, *, headers = None, partition = None, timestamp = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn send_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        value: &Bound<'py, PyAny>,
+        key: Option<&Bound<'py, PyAny>>,
+        headers: Option<&Bound<'py, PyAny>>,
+        partition: Option<u32>,
+        timestamp: Option<i64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let rec = send_record(topic, value, key, headers, partition, timestamp)?;
+        let p = Arc::clone(&self.inner);
+        to_asyncio(py, async move {
+            p.send_record(rec).await.map(meta).map_err(client_error)
+        })
+    }
+
+    /// Sends many records with many in flight and returns their metadata in order.
+    #[pyo3(signature = (topic, values, *, keys = None, partition = None))]
+    fn send_many(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        values: &Bound<'_, PyAny>,
+        keys: Option<&Bound<'_, PyAny>>,
+        partition: Option<u32>,
+    ) -> PyResult<Vec<RecordMetadata>> {
+        let recs = send_records(topic, values, keys, partition)?;
+        run(py, send_all(Arc::clone(&self.inner), recs))
+    }
+
+    /// `send_many` for asyncio.
+    #[pyo3(signature = (topic, values, *, keys = None, partition = None))]
+    fn send_many_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        values: &Bound<'py, PyAny>,
+        keys: Option<&Bound<'py, PyAny>>,
+        partition: Option<u32>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let recs = send_records(topic, values, keys, partition)?;
+        to_asyncio(py, send_all(Arc::clone(&self.inner), recs))
+    }
+
+    /// Waits until every record sent before is acknowledged (or failed).
+    fn flush(&self, py: Python<'_>) {
+        let p = Arc::clone(&self.inner);
+        run(py, async move { p.flush().await });
+    }
+
+    /// `flush` for asyncio.
+    fn flush_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let p = Arc::clone(&self.inner);
+        to_asyncio(py, async move {
+            p.flush().await;
+            Ok(())
+        })
+    }
+
+    /// Flushes and closes the connection. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let p = Arc::clone(&self.inner);
+        run(py, async move { p.close().await });
+    }
+
+    /// `close` for asyncio.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let p = Arc::clone(&self.inner);
+        to_asyncio(py, async move {
+            p.close().await;
+            Ok(())
+        })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+// ------------------------------------------------------------------ GroupConsumer
+
+type SharedGroup = Arc<AsyncMutex<Option<flume_client::GroupConsumer>>>;
+
+/// A consumer-group member: the broker assigns it partitions, it heartbeats
+/// in the background and follows rebalances. With `auto_commit` (default) a
+/// record counts as processed once the next one is asked for; otherwise call
+/// `commit(record)`.
+#[pyclass(module = "flume", frozen)]
+pub struct GroupConsumer {
+    inner: SharedGroup,
+}
+
+fn topics_arg(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if let Ok(s) = topics.extract::<String>() {
+        return Ok(vec![s]);
+    }
+    topics.extract::<Vec<String>>()
+}
+
+fn start_arg(start: &Bound<'_, PyAny>) -> PyResult<StartOffset> {
+    if let Ok(o) = start.extract::<u64>() {
+        return Ok(StartOffset::At(o));
+    }
+    start
+        .extract::<String>()?
+        .parse::<StartOffset>()
+        .map_err(PyValueError::new_err)
+}
+
+async fn group_recv(inner: SharedGroup) -> PyResult<RawRecord> {
+    let mut g = inner.lock().await;
+    let c = g.as_mut().ok_or_else(|| closed("GroupConsumer"))?;
+    match c.recv().await {
+        Some(Ok(r)) => Ok(raw(r.topic, r.partition, r.record)),
+        Some(Err(e)) => Err(client_error(e)),
+        None => Err(closed("GroupConsumer")),
+    }
+}
+
+fn consumer_record(r: &Record) -> ConsumerRecord {
+    ConsumerRecord {
+        topic: r.topic.clone(),
+        partition: i32::try_from(r.partition).unwrap_or(i32::MAX),
+        record: flume_client::Record {
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: None,
+            value: Bytes::new(),
+            headers: Vec::new(),
+        },
+    }
+}
+
+async fn group_commit(inner: SharedGroup, rec: Option<ConsumerRecord>) -> PyResult<()> {
+    let g = inner.lock().await;
+    let c = g.as_ref().ok_or_else(|| closed("GroupConsumer"))?;
+    match rec {
+        Some(r) => c.commit(&r).await,
+        None => c.commit_processed().await,
+    }
+    .map_err(client_error)
+}
+
+async fn group_close(inner: SharedGroup) -> PyResult<()> {
+    let c = inner.lock().await.take();
+    match c {
+        Some(c) => c.close().await.map_err(client_error),
+        None => Ok(()),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn group_build(
+    address: String,
+    group: String,
+    topics: Vec<String>,
+    auto_commit: bool,
+    start: StartOffset,
+    session_timeout_ms: u64,
+    heartbeat_interval_ms: Option<u64>,
+    max_wait_ms: u64,
+    assignor: String,
+) -> PyResult<GroupConsumer> {
+    let mut b = flume_client::GroupConsumer::builder(&address, &group)
+        .auto_commit(auto_commit)
+        .start(start)
+        .session_timeout(ms(session_timeout_ms))
+        .max_wait(ms(max_wait_ms))
+        .assignor(&assignor);
+    if let Some(h) = heartbeat_interval_ms {
+        b = b.heartbeat_interval(ms(h));
+    }
+    for t in &topics {
+        b = b.topic(t);
+    }
+    let c = b.build().await.map_err(client_error)?;
+    Ok(GroupConsumer {
+        inner: Arc::new(AsyncMutex::new(Some(c))),
+    })
+}
+
+#[pymethods]
+impl GroupConsumer {
+    /// Connects to `address`, joins `group` subscribed to `topics` (a name or
+    /// a list) and waits for the first assignment. `start`: where to begin
+    /// where the group has no committed offset ("earliest" or "latest").
+    #[new]
+    #[pyo3(signature = (address, group, topics, *, auto_commit = true, start = None, session_timeout_ms = 10_000, heartbeat_interval_ms = None, max_wait_ms = 500, assignor = String::from("range")))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        address: String,
+        group: String,
+        topics: &Bound<'_, PyAny>,
+        auto_commit: bool,
+        start: Option<&Bound<'_, PyAny>>,
+        session_timeout_ms: u64,
+        heartbeat_interval_ms: Option<u64>,
+        max_wait_ms: u64,
+        assignor: String,
+    ) -> PyResult<Self> {
+        let topics = topics_arg(topics)?;
+        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
+        run(
+            py,
+            group_build(
+                address,
+                group,
+                topics,
+                auto_commit,
+                start,
+                session_timeout_ms,
+                heartbeat_interval_ms,
+                max_wait_ms,
+                assignor,
+            ),
+        )
+    }
+
+    /// `GroupConsumer(...)` for asyncio: resolves to a joined consumer.
+    #[staticmethod]
+    #[pyo3(signature = (address, group, topics, *, auto_commit = true, start = None, session_timeout_ms = 10_000, heartbeat_interval_ms = None, max_wait_ms = 500, assignor = String::from("range")))]
+    #[allow(clippy::too_many_arguments)]
+    fn connect_async<'py>(
+        py: Python<'py>,
+        address: String,
+        group: String,
+        topics: &Bound<'py, PyAny>,
+        auto_commit: bool,
+        start: Option<&Bound<'py, PyAny>>,
+        session_timeout_ms: u64,
+        heartbeat_interval_ms: Option<u64>,
+        max_wait_ms: u64,
+        assignor: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let topics = topics_arg(topics)?;
+        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
+        to_asyncio(
+            py,
+            group_build(
+                address,
+                group,
+                topics,
+                auto_commit,
+                start,
+                session_timeout_ms,
+                heartbeat_interval_ms,
+                max_wait_ms,
+                assignor,
+            ),
+        )
+    }
+
+    /// The next record, waiting up to `timeout` seconds (None: until one
+    /// arrives). None when the time ran out.
+    #[pyo3(signature = (timeout = None))]
+    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<Record>>> {
+        let got = wait(py, group_recv(Arc::clone(&self.inner)), seconds(timeout)?)?;
+        got.map(|r| Py::new(py, Record::from_raw(py, r)))
+            .transpose()
+    }
+
+    /// The next record, for asyncio.
+    fn poll_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(py, group_recv(Arc::clone(&self.inner)))
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<Record>>> {
+        match self.poll(py, None) {
+            Err(e) if e.is_instance_of::<crate::errors::Closed>(py) => Ok(None),
+            other => other,
+        }
+    }
+
+    /// Commits `record.offset + 1` for its partition (manual commits).
+    fn commit(&self, py: Python<'_>, record: PyRef<'_, Record>) -> PyResult<()> {
+        let rec = consumer_record(&record);
+        run(py, group_commit(Arc::clone(&self.inner), Some(rec)))
+    }
+
+    /// `commit` for asyncio.
+    fn commit_async<'py>(
+        &self,
+        py: Python<'py>,
+        record: PyRef<'py, Record>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let rec = consumer_record(&record);
+        to_asyncio(py, group_commit(Arc::clone(&self.inner), Some(rec)))
+    }
+
+    /// Commits every record handed out so far.
+    fn commit_processed(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, group_commit(Arc::clone(&self.inner), None))
+    }
+
+    /// The (topic, partition) pairs assigned to this member.
+    fn assignment(&self, py: Python<'_>) -> PyResult<Vec<(String, i32)>> {
+        let inner = Arc::clone(&self.inner);
+        run(py, async move {
+            let g = inner.lock().await;
+            match g.as_ref() {
+                Some(c) => Ok(c.assignment().await),
+                None => Err(closed("GroupConsumer")),
+            }
+        })
+    }
+
+    /// Commits (auto-commit mode) and leaves the group. Idempotent.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, group_close(Arc::clone(&self.inner)))
+    }
+
+    /// `close` for asyncio.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(py, group_close(Arc::clone(&self.inner)))
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+}
+
+// ------------------------------------------------------------------ PartitionConsumer
+
+type SharedPartition = Arc<AsyncMutex<Option<flume_client::PartitionConsumer>>>;
+
+/// Reads one partition from a start offset ("earliest", "latest" or a number).
+#[pyclass(module = "flume", frozen)]
+pub struct PartitionConsumer {
+    inner: SharedPartition,
+    topic: String,
+    partition: i32,
+}
+
+async fn partition_recv(
+    inner: SharedPartition,
+    topic: String,
+    partition: i32,
+) -> PyResult<RawRecord> {
+    let mut g = inner.lock().await;
+    let c = g.as_mut().ok_or_else(|| closed("PartitionConsumer"))?;
+    let r = c.recv().await.map_err(client_error)?;
+    Ok(raw(topic, partition, r))
+}
+
+#[pymethods]
+impl PartitionConsumer {
+    /// Connects to `address` to read `topic`/`partition` from `start`.
+    #[new]
+    #[pyo3(signature = (address, topic, partition, *, start = None))]
+    fn new(
+        py: Python<'_>,
+        address: &str,
+        topic: String,
+        partition: u32,
+        start: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
+        let p =
+            i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
+        let c = run(
+            py,
+            flume_client::PartitionConsumer::connect(address, &topic, p, start),
+        )
+        .map_err(client_error)?;
+        Ok(PartitionConsumer {
+            inner: Arc::new(AsyncMutex::new(Some(c))),
+            topic,
+            partition: p,
+        })
+    }
+
+    /// `PartitionConsumer(...)` for asyncio.
+    #[staticmethod]
+    #[pyo3(signature = (address, topic, partition, *, start = None))]
+    fn connect_async<'py>(
+        py: Python<'py>,
+        address: String,
+        topic: String,
+        partition: u32,
+        start: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
+        let p =
+            i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
+        to_asyncio(py, async move {
+            let c = flume_client::PartitionConsumer::connect(&address, &topic, p, start)
+                .await
+                .map_err(client_error)?;
+            Ok(PartitionConsumer {
+                inner: Arc::new(AsyncMutex::new(Some(c))),
+                topic,
+                partition: p,
+            })
+        })
+    }
+
+    /// The next record, waiting up to `timeout` seconds (None: until one arrives).
+    #[pyo3(signature = (timeout = None))]
+    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<Record>>> {
+        let fut = partition_recv(Arc::clone(&self.inner), self.topic.clone(), self.partition);
+        let got = wait(py, fut, seconds(timeout)?)?;
+        got.map(|r| Py::new(py, Record::from_raw(py, r)))
+            .transpose()
+    }
+
+    /// The next record, for asyncio.
+    fn poll_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(
+            py,
+            partition_recv(Arc::clone(&self.inner), self.topic.clone(), self.partition),
+        )
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<Record>>> {
+        match self.poll(py, None) {
+            Err(e) if e.is_instance_of::<crate::errors::Closed>(py) => Ok(None),
+            other => other,
+        }
+    }
+
+    /// The next offset this consumer reads, once known.
+    #[getter]
+    fn position(&self, py: Python<'_>) -> Option<u64> {
+        let inner = Arc::clone(&self.inner);
+        run(py, async move {
+            inner.lock().await.as_ref().and_then(|c| c.position())
+        })
+    }
+
+    /// Closes the connection. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        let inner = Arc::clone(&self.inner);
+        run(py, async move {
+            inner.lock().await.take();
+        });
+    }
+
+    /// `close` for asyncio.
+    fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = Arc::clone(&self.inner);
+        to_asyncio(py, async move {
+            inner.lock().await.take();
+            Ok(())
+        })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+// ------------------------------------------------------------------ Admin
+
+/// Topics, their offsets, committed offsets and lag, over the network.
+#[pyclass(module = "flume", frozen)]
+pub struct Admin {
+    inner: Arc<flume_client::Admin>,
+}
+
+type Described = BTreeMap<String, BTreeMap<u32, (u64, u64)>>;
+
+async fn describe(a: Arc<flume_client::Admin>, names: Vec<String>) -> PyResult<Described> {
+    let topics = a.topics(&names).await.map_err(client_error)?;
+    let mut out = BTreeMap::new();
+    for t in topics {
+        if !t.error.is_ok() {
+            return Err(code_error(
+                t.error,
+                format!("topic {:?}: {}", t.name, t.error),
+            ));
+        }
+        let parts = t
+            .partitions
+            .iter()
+            .map(|p| {
+                (
+                    u32::try_from(p.partition).unwrap_or(0),
+                    (
+                        u64::try_from(p.log_start).unwrap_or(0),
+                        u64::try_from(p.log_end).unwrap_or(0),
+                    ),
+                )
+            })
+            .collect();
+        out.insert(t.name, parts);
+    }
+    Ok(out)
+}
+
+async fn lag(
+    a: Arc<flume_client::Admin>,
+    group: String,
+    topic: String,
+) -> PyResult<BTreeMap<u32, u64>> {
+    let parts = a
+        .group_offsets(&group, std::slice::from_ref(&topic))
+        .await
+        .map_err(client_error)?;
+    let mut out = BTreeMap::new();
+    for p in parts {
+        if !p.error.is_ok() {
+            return Err(code_error(p.error, format!("topic {topic:?}: {}", p.error)));
+        }
+        let from = p.committed.max(p.log_start);
+        out.insert(
+            u32::try_from(p.partition).unwrap_or(0),
+            u64::try_from(p.log_end.saturating_sub(from)).unwrap_or(0),
+        );
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn create_request(
+    name: &str,
+    partitions: Option<u32>,
+    retention_bytes: Option<u64>,
+    retention_ms: Option<u64>,
+    segment_bytes: Option<u64>,
+    max_pending: Option<u32>,
+    backpressure: Option<&str>,
+) -> PyResult<CreateTopicRequest> {
+    let i64_of = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
+    let i32_of = |v: Option<u32>| v.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));
+    Ok(CreateTopicRequest {
+        name: name.to_owned(),
+        partitions: i32_of(partitions),
+        retention_bytes: i64_of(retention_bytes),
+        retention_ms: i64_of(retention_ms),
+        segment_bytes: i64_of(segment_bytes),
+        max_pending: i32_of(max_pending),
+        backpressure: match backpressure {
+            None => -1,
+            Some(b) => match crate::embedded::parse_backpressure(b)? {
+                flume_broker::Backpressure::Block => 0,
+                flume_broker::Backpressure::Reject => 1,
+            },
+        },
+    })
+}
+
+#[pymethods]
+impl Admin {
+    /// Connects to the broker at `address`.
+    #[new]
+    fn new(py: Python<'_>, address: &str) -> PyResult<Self> {
+        let a = run(py, flume_client::Admin::connect(address)).map_err(client_error)?;
+        Ok(Admin { inner: Arc::new(a) })
+    }
+
+    /// `Admin(address)` for asyncio.
+    #[staticmethod]
+    fn connect_async(py: Python<'_>, address: String) -> PyResult<Bound<'_, PyAny>> {
+        to_asyncio(py, async move {
+            let a = flume_client::Admin::connect(&address)
+                .await
+                .map_err(client_error)?;
+            Ok(Admin { inner: Arc::new(a) })
+        })
+    }
+
+    /// Creates a topic; unset settings take the broker's defaults.
+    /// Raises TopicAlreadyExists, InvalidName, InvalidRequest.
+    #[pyo3(signature = (name, partitions = None, *, retention_bytes = None, retention_ms = None, segment_bytes = None, max_pending = None, backpressure = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_topic(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        partitions: Option<u32>,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
+        segment_bytes: Option<u64>,
+        max_pending: Option<u32>,
+        backpressure: Option<&str>,
+    ) -> PyResult<()> {
+        let req = create_request(
+            name,
+            partitions,
+            retention_bytes,
+            retention_ms,
+            segment_bytes,
+            max_pending,
+            backpressure,
+        )?;
+        let a = Arc::clone(&self.inner);
+        run(py, async move { a.create_topic(req).await }).map_err(client_error)
+    }
+
+    /// `create_topic` for asyncio.
+    #[pyo3(signature = (name, partitions = None, *, retention_bytes = None, retention_ms = None, segment_bytes = None, max_pending = None, backpressure = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_topic_async<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        partitions: Option<u32>,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
+        segment_bytes: Option<u64>,
+        max_pending: Option<u32>,
+        backpressure: Option<&str>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let req = create_request(
+            name,
+            partitions,
+            retention_bytes,
+            retention_ms,
+            segment_bytes,
+            max_pending,
+            backpressure,
+        )?;
+        let a = Arc::clone(&self.inner);
+        to_asyncio(py, async move {
+            a.create_topic(req).await.map_err(client_error)
+        })
+    }
+
+    /// `{topic: {partition: (start_offset, end_offset)}}` for every topic, or those named.
+    #[pyo3(signature = (topics = None))]
+    fn describe(&self, py: Python<'_>, topics: Option<Vec<String>>) -> PyResult<Described> {
+        run(
+            py,
+            describe(Arc::clone(&self.inner), topics.unwrap_or_default()),
+        )
+    }
+
+    /// `describe` for asyncio.
+    #[pyo3(signature = (topics = None))]
+    fn describe_async<'py>(
+        &self,
+        py: Python<'py>,
+        topics: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(
+            py,
+            describe(Arc::clone(&self.inner), topics.unwrap_or_default()),
+        )
+    }
+
+    /// Topic names, sorted.
+    fn topics(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        Ok(self.describe(py, None)?.into_keys().collect())
+    }
+
+    /// `{partition: records not yet committed by group}` for `topic`.
+    fn lag(&self, py: Python<'_>, group: String, topic: String) -> PyResult<BTreeMap<u32, u64>> {
+        run(py, lag(Arc::clone(&self.inner), group, topic))
+    }
+
+    /// `lag` for asyncio.
+    fn lag_async<'py>(
+        &self,
+        py: Python<'py>,
+        group: String,
+        topic: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(py, lag(Arc::clone(&self.inner), group, topic))
+    }
+
+    /// `{partition: committed offset (the next one the group reads), or None}`.
+    fn committed(
+        &self,
+        py: Python<'_>,
+        group: String,
+        topic: String,
+    ) -> PyResult<BTreeMap<u32, Option<u64>>> {
+        let a = Arc::clone(&self.inner);
+        let parts = run(py, async move {
+            a.group_offsets(&group, std::slice::from_ref(&topic)).await
+        })
+        .map_err(client_error)?;
+        let mut out = BTreeMap::new();
+        for p in parts {
+            if !p.error.is_ok() {
+                return Err(code_error(p.error, format!("{}", p.error)));
+            }
+            out.insert(
+                u32::try_from(p.partition).unwrap_or(0),
+                u64::try_from(p.committed).ok(),
+            );
+        }
+        Ok(out)
+    }
+}
