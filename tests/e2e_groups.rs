@@ -13,12 +13,9 @@ async fn produce(addr: &str, topic: &str, n: usize) {
     let mut futs = Vec::new();
     for i in 0..n {
         futs.push(
-            p.send_nowait(flume_client::SendRecord {
-                topic: topic.into(),
-                key: Some(format!("k{i}").into()),
-                value: format!("{i}").into(),
-                ..Default::default()
-            })
+            p.enqueue(
+                flume_client::ProducerRecord::new(topic, format!("{i}")).key(format!("k{i}")),
+            )
             .await
             .unwrap(),
         );
@@ -77,8 +74,8 @@ async fn take(c: &mut GroupConsumer, n: usize) -> Vec<(i32, u64, String)> {
 /// rebalance events.
 struct Member {
     /// The consumer's events and member id, handed over once it has joined.
-    joined: async_channel::Receiver<(async_channel::Receiver<RebalanceEvent>, String)>,
-    events: Option<async_channel::Receiver<RebalanceEvent>>,
+    joined: async_channel::Receiver<(flume_client::RebalanceEvents, String)>,
+    events: Option<flume_client::RebalanceEvents>,
     id: Option<String>,
     stop: async_channel::Sender<bool>,
     task: flume_rt::Task<()>,
@@ -134,7 +131,7 @@ impl Member {
             self.id = Some(id);
         }
         let Some(events) = &self.events else { return };
-        while let Ok(ev) = events.try_recv() {
+        while let Some(ev) = events.try_recv() {
             match ev {
                 RebalanceEvent::Assigned {
                     generation,
@@ -289,7 +286,7 @@ fn group_consumes_everything_once_and_resumes_from_commits() {
         c.close().await.unwrap();
         assert!(matches!(
             events.try_recv(),
-            Ok(RebalanceEvent::Assigned { .. })
+            Some(RebalanceEvent::Assigned { .. })
         ));
         // Per partition, offsets come in order.
         let mut by_p: HashMap<i32, Vec<u64>> = HashMap::new();
@@ -412,7 +409,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
         });
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if std::iter::from_fn(|| events.try_recv().ok())
+            if std::iter::from_fn(|| events.try_recv())
                 .any(|e| matches!(e, RebalanceEvent::Revoked(_)))
             {
                 break;
@@ -528,12 +525,10 @@ fn small_fetch_budget_serves_every_partition_in_turn() {
         for partition in 0..4 {
             for i in 0..100 {
                 acks.push(
-                    p.send_nowait(flume_client::SendRecord {
-                        topic: "rot".into(),
-                        partition: Some(partition),
-                        value: vec![b'x'; 200 + i % 2].into(),
-                        ..Default::default()
-                    })
+                    p.enqueue(
+                        flume_client::ProducerRecord::new("rot", vec![b'x'; 200 + i % 2])
+                            .partition(partition),
+                    )
                     .await
                     .unwrap(),
                 );
@@ -545,11 +540,12 @@ fn small_fetch_budget_serves_every_partition_in_turn() {
         p.close().await;
         // Room for about two records per fetch.
         let mut c = consumer(&addr, "rot-g", "rot")
-            .fetch_config(flume_client::FetchConfig {
-                max_wait: Duration::from_millis(100),
-                partition_max_bytes: 1024 * 1024,
-                max_bytes: 500,
-            })
+            .fetch_config(
+                flume_client::FetchConfig::default()
+                    .max_wait(Duration::from_millis(100))
+                    .partition_max_bytes(1024 * 1024)
+                    .max_bytes(500),
+            )
             .build()
             .await
             .unwrap();

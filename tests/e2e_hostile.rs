@@ -5,15 +5,15 @@ mod common;
 use std::time::{Duration, Instant};
 
 use flume_broker::Broker;
-use flume_client::{
-    Client, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, StartOffset,
-};
+use flume_client::lowlevel::Client;
+use flume_client::{ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, StartOffset};
 use flume_protocol::{
     self as protocol, ErrorCode, HeartbeatRequest, JoinGroupRequest, OffsetCommitRequest,
     PartitionOffset,
 };
 use flume_rt::{self as rt, TcpStream};
 use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::StreamExt;
 
 /// A tiny deterministic generator (xorshift64*), so failures can be replayed from the seed.
 struct Rng(u64);
@@ -118,7 +118,7 @@ fn thousands_of_hostile_frames_then_normal_service() {
             .await
             .unwrap();
         assert_eq!(
-            &c.recv().await.unwrap().value[..],
+            &c.next().await.unwrap().unwrap().value[..],
             b"still here",
             "seed {seed}"
         );
@@ -434,10 +434,7 @@ fn a_silent_broker_times_requests_out_and_a_dead_one_fails_them() {
     rt::block_on(async {
         // Accepts and reads, never answers.
         let (addr, hole) = silent_broker().await;
-        let cfg = ConnectionConfig {
-            request_timeout: Duration::from_millis(200),
-            ..ConnectionConfig::default()
-        };
+        let cfg = ConnectionConfig::default().request_timeout(Duration::from_millis(200));
         let c = Client::connect(&addr, cfg).await.unwrap();
         let t = Instant::now();
         let err = c
@@ -550,20 +547,20 @@ fn the_producer_buffer_is_bounded_and_try_send_fails_fast_when_full() {
     rt::block_on(async {
         // A broker that never answers: nothing buffered is ever released.
         let (addr, hole) = silent_broker().await;
-        let cfg = flume_client::ProducerConfig {
-            buffer_max_bytes: 4096,
-            ..Default::default()
-        };
-        let p = Producer::with_config(&addr, cfg).await.unwrap();
-        let rec = |i: usize| flume_client::SendRecord {
-            topic: "t".into(),
-            value: vec![b'x'; 500 + i].into(),
-            ..Default::default()
-        };
+        let cfg = flume_client::ProducerConfig::default().buffer_max_bytes(4096);
+        let rec = |i: usize| flume_client::ProducerRecord::new("t", vec![b'x'; 500 + i]);
+        // Fail fast (what `try_send` was): a full buffer is an error at once.
+        let p = Producer::with_config(&addr, cfg.clone().fail_when_full(true))
+            .await
+            .unwrap();
+        let mut kept = Vec::new();
         let mut accepted = 0usize;
         let full = loop {
-            match p.try_send(rec(accepted)) {
-                Ok(_) => accepted += 1,
+            match p.enqueue(rec(accepted)).await {
+                Ok(d) => {
+                    kept.push(d);
+                    accepted += 1;
+                }
                 Err(e) => break e,
             }
             assert!(accepted < 100, "the buffer never filled");
@@ -577,6 +574,10 @@ fn the_producer_buffer_is_bounded_and_try_send_fails_fast_when_full() {
             "{accepted} records of ~550 bytes in 4096"
         );
         // A waiting send does not get through either: it waits for room.
+        let p = Producer::with_config(&addr, cfg).await.unwrap();
+        for i in 0..accepted {
+            kept.push(p.enqueue(rec(i)).await.unwrap());
+        }
         let waiting = rt::timeout(Duration::from_millis(200), p.send_record(rec(0))).await;
         assert!(waiting.is_none(), "send waits while the buffer is full");
         hole.cancel().await;
