@@ -13,7 +13,8 @@ use anyhow::{Context, Result};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use flume_broker::Broker;
-use flume_client::{Header, PartitionConsumer, Producer, SendRecord, StartOffset};
+use flume_client::{Header, PartitionConsumer, Producer, ProducerRecord, StartOffset};
+use futures::StreamExt;
 use kafka_protocol::messages::{ApiKey, MetadataRequest, RequestHeader};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
@@ -162,17 +163,13 @@ fn flume_sdk_and_kafka_read_each_others_records() -> Result<()> {
     // Flume SDK -> Kafka.
     let meta = flume_rt::block_on(async {
         let p = Producer::connect(&native).await?;
-        p.send_record(SendRecord {
-            topic: "both".into(),
-            key: Some(Bytes::from_static(b"fk")),
-            value: Bytes::from_static(b"from flume"),
-            headers: vec![Header {
-                key: "origin".into(),
-                value: Bytes::from_static(b"flume"),
-            }],
-            partition: Some(0),
-            timestamp: Some(1_600_000_000_123),
-        })
+        p.send_record(
+            ProducerRecord::new("both", Bytes::from_static(b"from flume"))
+                .key(Bytes::from_static(b"fk"))
+                .header("origin", Bytes::from_static(b"flume"))
+                .partition(0)
+                .timestamp(1_600_000_000_123),
+        )
         .await
     })?;
     assert_eq!(meta.offset, 0);
@@ -202,7 +199,10 @@ fn flume_sdk_and_kafka_read_each_others_records() -> Result<()> {
     })?;
     let got = flume_rt::block_on(async {
         let mut c = PartitionConsumer::connect(&native, "both", 0, StartOffset::At(1)).await?;
-        c.recv().await
+        c.next()
+            .await
+            .context("a record")?
+            .map_err(anyhow::Error::from)
     })?;
     assert_eq!(got.offset, 1);
     assert_eq!(got.key.as_deref(), Some(&b"kk"[..]));
