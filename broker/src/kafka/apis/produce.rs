@@ -17,7 +17,7 @@ pub(super) async fn handle(
     let acks = req.acks;
     let refuse = if req.transactional_id.is_some() {
         Some((errors::INVALID_REQUEST, "transactions are not supported"))
-    } else if !matches!(acks, 0 | 1 | -1) {
+    } else if !(-1..=1).contains(&acks) {
         Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1"))
     } else {
         None
