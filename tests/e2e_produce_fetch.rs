@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flume_broker::{Backpressure, Broker, TopicConfig};
+use flume_broker::{Backpressure, Broker, ProduceBatch, Route, TopicConfig};
 use flume_client::{
     Admin, Client, ConnectionConfig, PartitionConsumer, Producer, SendRecord, StartOffset,
 };
@@ -268,9 +268,9 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         let mut pendings = Vec::new();
         for _ in 0..200 {
             pendings.push(
-                e.admit_produce(ProduceEntry {
+                e.admit_produce(ProduceBatch {
                     topic: "rej".into(),
-                    partition: 0,
+                    route: Route::Partition(0),
                     records: big_batch_of(50),
                 })
                 .await,
@@ -308,9 +308,9 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         let mut pendings = Vec::new();
         for _ in 0..200 {
             pendings.push(
-                e.admit_produce(ProduceEntry {
+                e.admit_produce(ProduceBatch {
                     topic: "blk".into(),
-                    partition: 0,
+                    route: Route::Partition(0),
                     records: big_batch_of(50),
                 })
                 .await,
@@ -496,9 +496,9 @@ fn inline_fast_path_never_overtakes_queued_appends() {
                 batch_of(1)
             };
             pendings.push(
-                e.admit_produce(ProduceEntry {
+                e.admit_produce(ProduceBatch {
                     topic: "ord".into(),
-                    partition: 0,
+                    route: Route::Partition(0),
                     records,
                 })
                 .await,

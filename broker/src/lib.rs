@@ -6,15 +6,21 @@
 //! - [`group`]: the consumer-group coordinator state machine.
 //! - [`offsets`]: the committed-offset store.
 //! - [`config`]: broker and topic settings.
-//! - [`engine`]: topics, produce, fetch, groups and offsets, shared by both front ends.
-//! - [`server`]: the TCP server.
-//! - [`embedded`]: the in-process API, no network.
+//! - [`domain`]: the types the engine speaks (topics, batches, offsets, members).
+//! - [`engine`]: topics, produce, fetch, groups and offsets, shared by every front end.
+//! - [`flume`]: the Flume protocol front end (wire <-> domain).
+//! - [`conn`]: one connection as a state machine (admit, respond, wait, apply).
+//! - [`server`]: the TCP server (listener, connection limit, shutdown).
+//! - [`embedded`]: the in-process API, no network (the other front end).
 
 pub mod budget;
 pub mod config;
+pub mod conn;
+pub mod domain;
 pub mod embedded;
 pub mod engine;
 pub mod error;
+pub mod flume;
 pub mod group;
 pub mod offsets;
 pub mod partition;
@@ -24,6 +30,7 @@ pub mod storage;
 pub use server::Broker;
 
 pub use config::{Backpressure, BrokerConfig, TopicConfig};
+pub use domain::{ProduceBatch, Route};
 pub use embedded::EmbeddedBroker;
 pub use engine::Engine;
 pub use error::BrokerError;
