@@ -28,7 +28,7 @@ pub struct FetchMemory<'a> {
     /// The connection's share of the broker's budget: the response's records.
     pub response: &'a Arc<MemoryBudget>,
     /// A small broker-wide budget for the chunks waiting fetches read to count
-    /// the bytes that arrived (see [`Engine::fetch_within`]).
+    /// the bytes that arrived (see [`Engine::fetch`]).
     pub counting: &'a Arc<MemoryBudget>,
 }
 
