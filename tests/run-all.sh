@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The project's one test command: the Rust workspace's tests, then the Python
-# package (python/) built into a cached virtual environment and its pytest suite.
+# The project's one test command: the Rust workspace's tests, the observability
+# check with real components (promtool, a Prometheus server, headless Chromium:
+# tests/observability/run.sh), then the Python package (python/) built into a
+# cached virtual environment and its pytest suite.
 #
 # Cache: ${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache} keeps the venv and the
 # extension's cargo target directory between runs, so a re-run rebuilds only
@@ -11,6 +13,9 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo test --workspace --locked"
 cargo test --workspace --locked
+
+echo "== tests/observability/run.sh"
+bash tests/observability/run.sh
 
 cache="${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}"
 venv="$cache/python-venv"

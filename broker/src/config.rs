@@ -331,6 +331,9 @@ pub struct BrokerConfig {
     /// `__consumer_offsets`). Off by default: such a directory is refused, so
     /// a mistyped `--data` cannot scatter files among someone else's.
     pub allow_foreign_data_dir: bool,
+    /// Address of the HTTP server (`/metrics`, `/api/overview`, `/healthz`,
+    /// the dashboard at `/`); `None` (the default) serves no HTTP.
+    pub http_listen: Option<String>,
 }
 
 impl BrokerConfig {
@@ -362,6 +365,7 @@ impl BrokerConfig {
             shutdown_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
             allow_foreign_data_dir: false,
+            http_listen: None,
         }
     }
 

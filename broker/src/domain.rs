@@ -171,6 +171,8 @@ pub struct PartitionRecords {
 pub struct Fetched {
     /// Per partition, in request order.
     pub partitions: Vec<PartitionRecords>,
+    /// The first partition that failed (its index) and its error.
+    pub first_error: Option<(usize, ErrorCode)>,
     /// The memory budget's charge for the records, held until the front end
     /// has encoded them (then its own response charge takes over).
     pub charge: Option<Charge>,

@@ -178,6 +178,8 @@ struct Group<R> {
     assignor: Assignor,
     assignment: BTreeMap<String, BTreeMap<String, Vec<i32>>>,
     leader: String,
+    /// Rebalances started, for metrics.
+    rebalances: u64,
 }
 
 impl<R> Group<R> {
@@ -190,6 +192,7 @@ impl<R> Group<R> {
             assignor: Assignor::Range,
             assignment: BTreeMap::new(),
             leader: String::new(),
+            rebalances: 0,
         }
     }
 }
@@ -213,6 +216,27 @@ impl<R> Coordinator<R> {
             seq: 0,
             nonce,
         }
+    }
+
+    /// Every group's state, generation, members and rebalances, by group id.
+    pub fn summaries(&self) -> Vec<crate::metrics::GroupSummary> {
+        let mut v: Vec<_> = self
+            .groups
+            .iter()
+            .map(|(id, g)| crate::metrics::GroupSummary {
+                group: id.clone(),
+                state: match g.state {
+                    GroupState::Empty => "empty",
+                    GroupState::PreparingRebalance { .. } => "preparing_rebalance",
+                    GroupState::Stable => "stable",
+                },
+                generation: g.generation,
+                members: g.members.len(),
+                rebalances: g.rebalances,
+            })
+            .collect();
+        v.sort_by(|a, b| a.group.cmp(&b.group));
+        v
     }
 
     /// The state of a group, if it exists.
@@ -431,6 +455,7 @@ impl<R> Coordinator<R> {
 }
 
 fn start_rebalance<R>(g: &mut Group<R>, now: u64) {
+    g.rebalances += 1;
     let timeout = g
         .members
         .values()

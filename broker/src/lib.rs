@@ -12,6 +12,8 @@
 //! - [`conn`]: one connection as a state machine (admit, respond, wait, apply).
 //! - [`server`]: the TCP server (listener, connection limit, shutdown).
 //! - [`embedded`]: the in-process API, no network (the other front end).
+//! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
+//! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
 
 pub mod budget;
 pub mod config;
@@ -22,6 +24,8 @@ pub mod engine;
 pub mod error;
 pub mod flume;
 pub mod group;
+pub mod http;
+pub mod metrics;
 pub mod offsets;
 pub mod partition;
 pub mod server;

@@ -397,6 +397,16 @@ impl OffsetStore {
     }
 }
 
+/// Up to `limit` committed offsets, in no particular order.
+fn entries(map: &RwLock<Map>, limit: usize) -> Vec<(OffsetKey, i64)> {
+    map.read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .take(limit)
+        .map(|(k, o)| (k.clone(), *o))
+        .collect()
+}
+
 fn get(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<i64> {
     read_map(map)
         .get(&(group.to_owned(), topic.to_owned(), partition))
@@ -442,6 +452,11 @@ pub struct Offsets {
 }
 
 impl Offsets {
+    /// Up to `limit` committed offsets, in no particular order (metrics).
+    pub fn entries(&self, limit: usize) -> Vec<(OffsetKey, i64)> {
+        entries(&self.map, limit)
+    }
+
     /// Opens the store in `dir` and starts its writer task.
     ///
     /// # Errors

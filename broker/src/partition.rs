@@ -84,6 +84,8 @@ struct Shared {
     failed: AtomicBool,
     /// Requests queued or being written; the fast path needs 0.
     pending: AtomicUsize,
+    /// Records and bytes in and out, for metrics.
+    stats: crate::metrics::PartitionStats,
 }
 
 /// A partition of a topic.
@@ -114,8 +116,12 @@ impl Shared {
     /// Appends `batch` (already contiguous) under the lock; updates the
     /// cached end offset and wakes long polls.
     fn append(&self, log: &mut Log, batch: &mut [u8], count: u64, max_ts: i64) -> AppendResult {
-        match log.append_validated(batch, count, max_ts) {
+        let started = std::time::Instant::now();
+        let appended = log.append_validated(batch, count, max_ts);
+        crate::metrics::APPEND_LATENCY.observe(started.elapsed());
+        match appended {
             Ok(base) => {
+                self.stats.appended(count, batch.len());
                 self.end.store(log.end_offset(), Ordering::Release);
                 Ok(base)
             }
@@ -149,6 +155,7 @@ impl Partition {
             data: Event::new(),
             failed: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
+            stats: crate::metrics::PartitionStats::default(),
         });
         let writer = rt::spawn(writer_loop(rx, Arc::clone(&shared), batch_bytes));
         Partition {
@@ -179,6 +186,17 @@ impl Partition {
             log_start: i64::try_from(self.start_offset()).unwrap_or(i64::MAX),
             log_end: i64::try_from(self.end_offset()).unwrap_or(i64::MAX),
         }
+    }
+
+    /// Records and bytes in and out of the partition.
+    pub fn stats(&self) -> &crate::metrics::PartitionStats {
+        &self.shared.stats
+    }
+
+    /// Bytes of segment files and their number (takes the log's read lock).
+    pub fn disk_usage(&self) -> (u64, usize) {
+        let log = read_lock(&self.shared.log);
+        (log.size_bytes(), log.segment_count())
     }
 
     /// Requests waiting in the queue.

@@ -28,6 +28,7 @@ use crate::error::BrokerError;
 use crate::flume::COUNTING_BYTES;
 
 pub use crate::flume::{handle_request, MAX_FETCH_PARTITIONS};
+use crate::metrics::ServerStats;
 
 #[derive(Debug)]
 struct Connections {
@@ -68,6 +69,8 @@ pub struct Broker {
     addr: SocketAddr,
     conns: Arc<Connections>,
     accept: Mutex<Option<rt::Task<()>>>,
+    /// The HTTP server (metrics, dashboard), when configured.
+    http: Option<crate::http::HttpServer>,
 }
 
 impl Broker {
@@ -97,6 +100,17 @@ impl Broker {
             tasks: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
         });
+        let http = match engine.config().http_listen.clone() {
+            Some(http_addr) => {
+                let probe_conns = Arc::clone(&conns);
+                let probe = Arc::new(move || ServerStats {
+                    connections_open: probe_conns.open.load(Ordering::Acquire),
+                    memory: probe_conns.memory.usage(),
+                });
+                Some(crate::http::HttpServer::start(&http_addr, Arc::clone(&engine), probe).await?)
+            }
+            None => None,
+        };
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&engine),
@@ -107,12 +121,18 @@ impl Broker {
             addr,
             conns,
             accept: Mutex::new(Some(accept)),
+            http,
         })
     }
 
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address of the HTTP server, when `http_listen` is set.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(crate::http::HttpServer::local_addr)
     }
 
     /// The engine behind the server.
@@ -189,6 +209,7 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
         let max = engine.config().max_connections;
         if conns.open.load(Ordering::Acquire) >= max {
             tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
+            engine.metrics().connection_refused();
             let _ = stream.shutdown(std::net::Shutdown::Both);
             continue;
         }

@@ -136,6 +136,10 @@ pub struct BrokerArgs {
     /// for this many microseconds before parking (0: never; costs a busy core).
     #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
     busy_poll_us: u64,
+    /// Serve /metrics (Prometheus), /api/overview, /healthz and the dashboard
+    /// (/) over HTTP on this port of --host (0 picks a free one).
+    #[arg(long)]
+    http_port: Option<u16>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -247,6 +251,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.verify_on_open = a.verify;
     c.busy_poll = Duration::from_micros(a.busy_poll_us);
     c.allow_foreign_data_dir = a.allow_foreign_data_dir;
+    c.http_listen = a.http_port.map(|p| format!("{}:{p}", a.host));
     let stop = interrupt()?;
     let broker = Broker::start(c)
         .await
@@ -256,6 +261,9 @@ async fn broker(a: BrokerArgs) -> Result<()> {
         broker.local_addr(),
         a.data.display()
     );
+    if let Some(http) = broker.http_addr() {
+        println!("flume broker dashboard on http://{http}/ (metrics at /metrics)");
+    }
     std::io::stdout().flush().ok();
     let _ = stop.recv().await;
     eprintln!("shutting down: draining queues to disk");

@@ -13,6 +13,7 @@ use super::Engine;
 use crate::budget::{Charge, MemoryBudget};
 use crate::config::MAX_FETCH_WAIT_MS;
 use crate::domain::{FetchSpec, Fetched, PartitionRecords};
+use crate::metrics::FetchTally;
 use crate::partition::Partition;
 
 /// Most bytes a waiting FETCH reads at once to count what has arrived; the
@@ -170,11 +171,13 @@ impl Engine {
             }
             reserved = Some(m.charge(headers));
         }
+        let mut tally = FetchTally::default();
         let partitions = self
-            .read_fetched(req, &resolved, budget, reserved.as_mut())
+            .read_fetched(req, &resolved, budget, reserved.as_mut(), &mut tally)
             .await;
         Fetched {
             partitions,
+            first_error: tally.commit(),
             charge: reserved,
         }
     }
@@ -247,20 +250,23 @@ impl Engine {
         }
     }
 
-    /// Reads each partition once, within `budget` bytes in all.
+    /// Reads each partition once, within `budget` bytes in all; what it
+    /// served and the first failure go to `tally`.
     async fn read_fetched(
         &self,
         req: &FetchSpec,
         resolved: &[Result<Arc<Partition>, ErrorCode>],
         budget: usize,
         mut reserved: Option<&mut Charge>,
+        tally: &mut FetchTally,
     ) -> Vec<PartitionRecords> {
         let mut out = Vec::with_capacity(req.partitions.len());
         let mut total = 0usize;
-        for (fp, part) in req.partitions.iter().zip(resolved) {
+        for (i, (fp, part)) in req.partitions.iter().zip(resolved).enumerate() {
             let part = match part {
                 Ok(p) => p,
                 Err(code) => {
+                    tally.failed(i, *code);
                     out.push(PartitionRecords {
                         error: *code,
                         log_start: -1,
@@ -300,6 +306,7 @@ impl Engine {
                 // The offsets the read saw, so they agree with its records.
                 Ok(Some(r)) => {
                     total += r.records.len();
+                    tally.served(part, &r.records);
                     PartitionRecords {
                         error: ErrorCode::None,
                         log_start: to_i64(r.log_start),
@@ -308,7 +315,10 @@ impl Engine {
                     }
                 }
                 Ok(None) => nothing(ErrorCode::None),
-                Err(error) => nothing(error),
+                Err(error) => {
+                    tally.failed(i, error);
+                    nothing(error)
+                }
             });
         }
         out

@@ -23,6 +23,7 @@ use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::domain::Joined;
 use crate::error::BrokerError;
 use crate::group::Coordinator;
+use crate::metrics::{GroupSummary, Metrics};
 use crate::offsets::Offsets;
 use crate::storage::{DataDirLock, FsyncPolicy};
 
@@ -55,6 +56,8 @@ pub struct Engine {
     ticker: Mutex<Option<rt::Task<()>>>,
     /// The exclusive hold of the data directory, released at shutdown or drop.
     data_lock: Mutex<Option<DataDirLock>>,
+    /// Request counters and latencies (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -113,6 +116,7 @@ impl Engine {
             shutdown_rx,
             ticker: Mutex::new(None),
             data_lock: Mutex::new(Some(data_lock)),
+            metrics: Arc::new(Metrics::default()),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -200,5 +204,20 @@ impl Engine {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.config.data_dir.clone()
+    }
+
+    /// Request counters and latencies.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Every group's state, generation, members and rebalances.
+    pub fn group_summaries(&self) -> Vec<GroupSummary> {
+        lock(&self.groups).summaries()
+    }
+
+    /// Up to `limit` committed offsets: ((group, topic, partition), offset).
+    pub fn committed_offsets(&self, limit: usize) -> Vec<(crate::offsets::OffsetKey, i64)> {
+        self.offsets.entries(limit)
     }
 }

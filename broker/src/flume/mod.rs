@@ -25,6 +25,8 @@ use futures::FutureExt;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
 use crate::engine::{Engine, FetchMemory};
+use crate::metrics::Tracked;
+use tracing::Instrument;
 
 pub mod map;
 
@@ -89,6 +91,8 @@ fn decode<T: Decode>(id: i32, payload: &[u8]) -> Result<T, InFlight> {
 /// Admits one request: does what must happen in order now (queueing a
 /// produce) and returns the future of its response frame. `decoded` is set
 /// to the bytes the decoded request holds beyond its frame (an estimate).
+/// The request runs in its `tracing` span, and its latency and outcome go to
+/// the metrics when the response is ready (see [`crate::metrics::Tracked`]).
 pub async fn admit(
     engine: &Arc<Engine>,
     memory: FetchMemory<'_>,
@@ -97,15 +101,31 @@ pub async fn admit(
     shared: Bytes,
     decoded: &mut usize,
 ) -> InFlight {
+    let tracked = engine.metrics().begin(api_key, id);
+    let response = admit_request(engine, memory, api_key, id, shared, decoded, &tracked)
+        .instrument(tracked.span().clone())
+        .await;
+    tracked.finish(response)
+}
+
+async fn admit_request(
+    engine: &Arc<Engine>,
+    memory: FetchMemory<'_>,
+    api_key: i16,
+    id: i32,
+    shared: Bytes,
+    decoded: &mut usize,
+    tracked: &Tracked,
+) -> InFlight {
     let payload: &[u8] = &shared;
     let Some(api) = ApiKey::from_i16(api_key) else {
         tracing::debug!(api_key, "unknown api key");
         return error_frame(id, ErrorCode::UnsupportedApi);
     };
     match api {
-        ApiKey::Produce => produce(engine, id, &shared).await,
+        ApiKey::Produce => produce(engine, id, &shared, tracked).await,
         ApiKey::Fetch => match decode(id, payload) {
-            Ok(req) => fetch(engine, memory, id, req, decoded),
+            Ok(req) => fetch(engine, memory, id, req, decoded, tracked),
             Err(f) => f,
         },
         ApiKey::JoinGroup => join(engine, id, payload, decoded),
@@ -161,7 +181,7 @@ pub async fn admit(
 
 /// PRODUCE: every entry is queued on its partitions now, in order; the
 /// response waits for their acknowledgements.
-async fn produce(engine: &Arc<Engine>, id: i32, shared: &Bytes) -> InFlight {
+async fn produce(engine: &Arc<Engine>, id: i32, shared: &Bytes, tracked: &Tracked) -> InFlight {
     let req = match ProduceRequest::decode_shared(shared) {
         Ok(r) => r,
         Err(e) => {
@@ -169,14 +189,20 @@ async fn produce(engine: &Arc<Engine>, id: i32, shared: &Bytes) -> InFlight {
             return error_frame(id, ErrorCode::InvalidRequest);
         }
     };
+    if let Some(e) = req.entries.first() {
+        tracked.about(&e.topic, e.partition);
+    }
     let mut pending = Vec::with_capacity(req.entries.len());
     for entry in req.entries {
         pending.push(engine.admit_produce(map::produce_batch(entry)).await);
     }
+    let note = tracked.note();
     async move {
         let mut results = Vec::with_capacity(pending.len());
         for p in pending {
-            results.push(ProduceResult::from(p.finish().await));
+            let r = ProduceResult::from(p.finish().await);
+            note.failed(r.error, &r.topic, r.partition);
+            results.push(r);
         }
         respond(id, Ok(&ProduceResponse { results }))
     }
@@ -189,6 +215,7 @@ fn fetch(
     id: i32,
     req: FetchRequest,
     decoded: &mut usize,
+    tracked: &Tracked,
 ) -> InFlight {
     if req.partitions.len() > MAX_FETCH_PARTITIONS {
         tracing::debug!(
@@ -203,8 +230,12 @@ fn fetch(
         .iter()
         .map(|p| p.topic.len() + FETCH_DECODED_PER_PARTITION)
         .sum();
+    if let Some(p) = req.partitions.first() {
+        tracked.about(&p.topic, p.partition);
+    }
     let spec = map::fetch_spec(&req);
     drop(req);
+    let note = tracked.note();
     let engine = Arc::clone(engine);
     let response = Arc::clone(memory.response);
     let counting = Arc::clone(memory.counting);
@@ -214,6 +245,11 @@ fn fetch(
             counting: &counting,
         };
         let fetched = engine.fetch(&spec, Some(budgets)).await;
+        if let Some((i, code)) = fetched.first_error {
+            if let Some(p) = spec.partitions.get(i) {
+                note.failed(code, &p.at.topic, p.at.partition);
+            }
+        }
         let mut buf = Vec::new();
         let start = frame::begin_response(&mut buf, id);
         buf.extend_from_slice(&0i16.to_be_bytes());

@@ -354,7 +354,9 @@ impl Log {
 
     fn sync_active(&mut self) -> Result<(), StorageError> {
         if self.dirty {
+            let started = std::time::Instant::now();
             self.active().sync()?;
+            crate::metrics::FSYNC_LATENCY.observe(started.elapsed());
             self.dirty = false;
         }
         self.last_sync = Instant::now();

@@ -47,6 +47,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// The code on the wire.
+    #[inline]
     pub fn code(self) -> i16 {
         match self {
             ErrorCode::None => 0,
@@ -72,6 +73,7 @@ impl ErrorCode {
     }
 
     /// The code for a wire value.
+    #[inline]
     pub fn from_code(code: i16) -> Self {
         match code {
             0 => ErrorCode::None,

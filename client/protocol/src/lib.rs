@@ -12,12 +12,15 @@
 //! Layout:
 //! - [`frame`]: the framer (need more / malformed / frame) and frame builders.
 //! - [`wire`]: bounds-checked primitives.
+//! - [`codec`]: how each field type is encoded ([`codec::WireField`]) and the
+//!   `message!` macro that derives a message's encoding from its field list.
 //! - [`record`]: the record format, identical on disk and on the wire.
 //! - [`messages`]: request and response types; each request names its response.
 //! - [`error_code`]: the stable error-code table.
 //!
 //! `docs/protocol.md` describes every message byte by byte.
 
+pub mod codec;
 pub mod error_code;
 pub mod frame;
 pub mod messages;

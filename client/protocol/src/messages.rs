@@ -2,11 +2,17 @@
 //!
 //! Every response payload starts with a top-level `error_code i16`; when it is
 //! not 0 the body is omitted. Layouts are in `docs/protocol.md`.
+//!
+//! Each message is declared once with `message!` (in [`crate::codec`]): its
+//! fields, in wire order, are its encoding (see [`crate::codec`] for how each
+//! field type is written). Adding a field is adding a line; the `requests!`
+//! table at the end pairs each request with its API key and response.
 
 use bytes::{BufMut, Bytes};
 
-use super::error_code::ErrorCode;
-use super::wire::{Reader, WireError, WriteExt};
+use crate::codec::{message, requests};
+use crate::error_code::ErrorCode;
+use crate::wire::{Reader, WireError, WriteExt};
 
 /// The API keys. 0-6 are the original seven; 7 and up are Flume's extensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -135,77 +141,62 @@ fn decode_response_from<R: Decode>(mut r: Reader<'_>) -> Result<Result<R, ErrorC
     Ok(Ok(body))
 }
 
-fn put_code(buf: &mut Vec<u8>, c: ErrorCode) {
-    buf.put_i16(c.code());
-}
-fn get_code(r: &mut Reader<'_>) -> Result<ErrorCode, WireError> {
-    Ok(ErrorCode::from_code(r.i16()?))
-}
-fn put_strings(buf: &mut Vec<u8>, v: &[String]) {
-    buf.put_count(v.len());
-    for s in v {
-        buf.put_string(s);
-    }
-}
-fn get_strings(r: &mut Reader<'_>) -> Result<Vec<String>, WireError> {
-    r.array_of(2, Reader::string)
-}
-fn put_i32s(buf: &mut Vec<u8>, v: &[i32]) {
-    buf.put_count(v.len());
-    for x in v {
-        buf.put_i32(*x);
-    }
-}
-fn get_i32s(r: &mut Reader<'_>) -> Result<Vec<i32>, WireError> {
-    r.array_of(4, Reader::i32)
-}
-
 // ---------------------------------------------------------------- PRODUCE
 
-/// Records for one topic-partition (or for routing, partition -1).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProduceEntry {
-    /// Topic name.
-    pub topic: String,
-    /// Partition, or -1 to let the broker route each record by key.
-    pub partition: i32,
-    /// Records in the stored format (see [`super::record`]), offsets ignored.
-    pub records: Bytes,
-}
+message! {
+    /// Records for one topic-partition (or for routing, partition -1).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ProduceEntry {
+        /// Topic name.
+        pub topic: String,
+        /// Partition, or -1 to let the broker route each record by key.
+        pub partition: i32,
+        /// Records in the stored format (see [`super::record`]), offsets ignored.
+        pub records: Bytes,
+    }
 
-/// PRODUCE request: `[count i32] count * ([topic string][partition i32][records bytes])`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceRequest {
-    /// The batches.
-    pub entries: Vec<ProduceEntry>,
-}
+    /// PRODUCE request: `[count i32] count * ([topic string][partition i32][records bytes])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProduceRequest {
+        /// The batches.
+        pub entries: Vec<ProduceEntry>,
+    }
 
-/// Consecutive offsets given to records routed to one partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
-    /// Partition.
-    pub partition: i32,
-    /// Offset of the first record.
-    pub base_offset: i64,
-    /// Number of records.
-    pub count: i32,
-}
+    /// Consecutive offsets given to records routed to one partition.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Span {
+        /// Partition.
+        pub partition: i32,
+        /// Offset of the first record.
+        pub base_offset: i64,
+        /// Number of records.
+        pub count: i32,
+    }
 
-/// Result for one [`ProduceEntry`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProduceResult {
-    /// Topic name.
-    pub topic: String,
-    /// Partition as requested (-1 when routed).
-    pub partition: i32,
-    /// Error for the entry as a whole; no record of a failed entry was appended.
-    pub error: ErrorCode,
-    /// The offsets given, one span per partition written.
-    pub spans: Vec<Span>,
-    /// For a routed entry (partition -1): the partition of each record, in
-    /// request order. Empty otherwise. Record `i`'s offset is the base offset
-    /// of its partition's span plus the number of earlier records routed there.
-    pub record_partitions: Vec<i32>,
+    /// Result for one [`ProduceEntry`].
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ProduceResult {
+        /// Topic name.
+        pub topic: String,
+        /// Partition as requested (-1 when routed).
+        pub partition: i32,
+        /// Error for the entry as a whole; no record of a failed entry was appended.
+        pub error: ErrorCode,
+        /// The offsets given, one span per partition written.
+        pub spans: Vec<Span>,
+        /// For a routed entry (partition -1): the partition of each record, in
+        /// request order. Empty otherwise. Record `i`'s offset is the base offset
+        /// of its partition's span plus the number of earlier records routed there.
+        pub record_partitions: Vec<i32>,
+    }
+
+    /// PRODUCE response: `[count i32] count * ([topic][partition i32][error i16]
+    /// [spans: count * (partition i32, base_offset i64, count i32)][record_partitions: count * i32])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ProduceResponse {
+        /// One result per request entry, in request order.
+        pub results: Vec<ProduceResult>,
+    }
 }
 
 impl ProduceResult {
@@ -238,171 +229,69 @@ impl ProduceResult {
     }
 }
 
-/// PRODUCE response: `[count i32] count * ([topic][partition i32][error i16]
-/// [spans: count * (partition i32, base_offset i64, count i32)][record_partitions: count * i32])`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ProduceResponse {
-    /// One result per request entry, in request order.
-    pub results: Vec<ProduceResult>,
-}
-
-impl Encode for ProduceRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_count(self.entries.len());
-        for e in &self.entries {
-            buf.put_string(&e.topic);
-            buf.put_i32(e.partition);
-            buf.put_blob(&e.records);
-        }
-    }
-}
-impl Decode for ProduceRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        let entries = r.array_of(10, |r| {
-            Ok(ProduceEntry {
-                topic: r.string()?,
-                partition: r.i32()?,
-                records: r.blob()?,
-            })
-        })?;
-        Ok(ProduceRequest { entries })
-    }
-}
-impl Request for ProduceRequest {
-    const API_KEY: ApiKey = ApiKey::Produce;
-    type Response = ProduceResponse;
-}
-impl Encode for ProduceResponse {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_count(self.results.len());
-        for e in &self.results {
-            buf.put_string(&e.topic);
-            buf.put_i32(e.partition);
-            put_code(buf, e.error);
-            buf.put_count(e.spans.len());
-            for s in &e.spans {
-                buf.put_i32(s.partition);
-                buf.put_i64(s.base_offset);
-                buf.put_i32(s.count);
-            }
-            put_i32s(buf, &e.record_partitions);
-        }
-    }
-}
-impl Decode for ProduceResponse {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        let results = r.array_of(16, |r| {
-            Ok(ProduceResult {
-                topic: r.string()?,
-                partition: r.i32()?,
-                error: get_code(r)?,
-                spans: r.array_of(16, |r| {
-                    Ok(Span {
-                        partition: r.i32()?,
-                        base_offset: r.i64()?,
-                        count: r.i32()?,
-                    })
-                })?,
-                record_partitions: get_i32s(r)?,
-            })
-        })?;
-        Ok(ProduceResponse { results })
-    }
-}
-
 // ---------------------------------------------------------------- FETCH
 
-/// One partition to read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchPartition {
-    /// Topic name.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// First offset wanted.
-    pub offset: i64,
-    /// Most record bytes wanted from this partition (at least one record is
-    /// returned even if it is larger).
-    pub max_bytes: i32,
-}
-
-/// FETCH request: `[max_wait_ms i32][min_bytes i32][max_bytes i32]
-/// [count i32] count * ([topic][partition i32][offset i64][max_bytes i32])`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchRequest {
-    /// Longest the broker may wait for `min_bytes` to arrive.
-    pub max_wait_ms: i32,
-    /// Answer as soon as this many record bytes are available in total.
-    pub min_bytes: i32,
-    /// Most record bytes in the whole response (soft: the first record always fits).
-    pub max_bytes: i32,
-    /// Partitions to read.
-    pub partitions: Vec<FetchPartition>,
-}
-
-/// Records from one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FetchPartitionResponse {
-    /// Topic name.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Error for this partition.
-    pub error: ErrorCode,
-    /// Log end offset: the offset the next record will get.
-    pub high_watermark: i64,
-    /// Oldest offset still stored.
-    pub log_start: i64,
-    /// Whole records in the stored format.
-    pub records: Bytes,
-}
-
-/// FETCH response: `[count i32] count * ([topic][partition i32][error i16]
-/// [high_watermark i64][log_start i64][records bytes])`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct FetchResponse {
-    /// One entry per requested partition, in request order.
-    pub partitions: Vec<FetchPartitionResponse>,
-}
-
-impl Encode for FetchRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_i32(self.max_wait_ms);
-        buf.put_i32(self.min_bytes);
-        buf.put_i32(self.max_bytes);
-        buf.put_count(self.partitions.len());
-        for p in &self.partitions {
-            buf.put_string(&p.topic);
-            buf.put_i32(p.partition);
-            buf.put_i64(p.offset);
-            buf.put_i32(p.max_bytes);
-        }
+message! {
+    /// One partition to read.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct FetchPartition {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// First offset wanted.
+        pub offset: i64,
+        /// Most record bytes wanted from this partition (at least one record is
+        /// returned even if it is larger).
+        pub max_bytes: i32,
     }
-}
-impl Decode for FetchRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(FetchRequest {
-            max_wait_ms: r.i32()?,
-            min_bytes: r.i32()?,
-            max_bytes: r.i32()?,
-            partitions: r.array_of(18, |r| {
-                Ok(FetchPartition {
-                    topic: r.string()?,
-                    partition: r.i32()?,
-                    offset: r.i64()?,
-                    max_bytes: r.i32()?,
-                })
-            })?,
-        })
+
+    /// FETCH request: `[max_wait_ms i32][min_bytes i32][max_bytes i32]
+    /// [count i32] count * ([topic][partition i32][offset i64][max_bytes i32])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchRequest {
+        /// Longest the broker may wait for `min_bytes` to arrive.
+        pub max_wait_ms: i32,
+        /// Answer as soon as this many record bytes are available in total.
+        pub min_bytes: i32,
+        /// Most record bytes in the whole response (soft: the first record always fits).
+        pub max_bytes: i32,
+        /// Partitions to read.
+        pub partitions: Vec<FetchPartition>,
     }
-}
-impl Request for FetchRequest {
-    const API_KEY: ApiKey = ApiKey::Fetch;
-    type Response = FetchResponse;
+
+    /// Records from one partition. The broker writes the same bytes without
+    /// building one, with [`encode_fetch_partition`].
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct FetchPartitionResponse {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Error for this partition.
+        pub error: ErrorCode,
+        /// Log end offset: the offset the next record will get.
+        pub high_watermark: i64,
+        /// Oldest offset still stored.
+        pub log_start: i64,
+        /// Whole records in the stored format.
+        pub records: Bytes,
+    }
+
+    /// FETCH response: `[count i32] count * ([topic][partition i32][error i16]
+    /// [high_watermark i64][log_start i64][records bytes])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct FetchResponse {
+        /// One entry per requested partition, in request order.
+        pub partitions: Vec<FetchPartitionResponse>,
+    }
 }
 
 /// Writes one FETCH response partition header followed by its records,
-/// without building a [`FetchPartitionResponse`] (the broker's zero-copy path).
+/// without building a [`FetchPartitionResponse`] (the broker's zero-copy path:
+/// `records` is borrowed from the log). Must write exactly what
+/// [`FetchPartitionResponse`]'s derived encoding writes; the test
+/// `encode_fetch_partition_matches_the_message` holds the two together.
 pub fn encode_fetch_partition(
     buf: &mut Vec<u8>,
     topic: &str,
@@ -414,362 +303,178 @@ pub fn encode_fetch_partition(
 ) {
     buf.put_string(topic);
     buf.put_i32(partition);
-    put_code(buf, error);
+    buf.put_i16(error.code());
     buf.put_i64(high_watermark);
     buf.put_i64(log_start);
     buf.put_blob(records);
 }
 
-impl Encode for FetchResponse {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_count(self.partitions.len());
-        for p in &self.partitions {
-            encode_fetch_partition(
-                buf,
-                &p.topic,
-                p.partition,
-                p.error,
-                p.high_watermark,
-                p.log_start,
-                &p.records,
-            );
-        }
-    }
-}
-impl Decode for FetchResponse {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(FetchResponse {
-            partitions: r.array_of(28, |r| {
-                Ok(FetchPartitionResponse {
-                    topic: r.string()?,
-                    partition: r.i32()?,
-                    error: get_code(r)?,
-                    high_watermark: r.i64()?,
-                    log_start: r.i64()?,
-                    records: r.blob()?,
-                })
-            })?,
-        })
-    }
-}
-
 // ---------------------------------------------------------------- JOIN_GROUP
 
-/// JOIN_GROUP request: `[group][member_id][session_timeout_ms i32]
-/// [rebalance_timeout_ms i32][assignor string][topics: count * string]`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct JoinGroupRequest {
-    /// Group id.
-    pub group: String,
-    /// Empty on the first join; the id the broker gave afterwards.
-    pub member_id: String,
-    /// Heartbeats must arrive more often than this.
-    pub session_timeout_ms: i32,
-    /// How long a rebalance waits for known members to rejoin.
-    pub rebalance_timeout_ms: i32,
-    /// `"range"` (default when empty) or `"roundrobin"`.
-    pub assignor: String,
-    /// Subscribed topics.
-    pub topics: Vec<String>,
-}
-
-/// Partitions of one topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicPartitions {
-    /// Topic name.
-    pub topic: String,
-    /// Partitions.
-    pub partitions: Vec<i32>,
-}
-
-/// JOIN_GROUP response: `[generation i32][member_id][leader_id][members: count * string]
-/// [assignment: count * ([topic][partitions: count * i32])]`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct JoinGroupResponse {
-    /// The new generation.
-    pub generation: i32,
-    /// This member's id (assigned on first join).
-    pub member_id: String,
-    /// The leader (the longest-standing member); informational.
-    pub leader_id: String,
-    /// Every member of the generation.
-    pub members: Vec<String>,
-    /// This member's partitions.
-    pub assignment: Vec<TopicPartitions>,
-}
-
-fn put_assignment(buf: &mut Vec<u8>, a: &[TopicPartitions]) {
-    buf.put_count(a.len());
-    for t in a {
-        buf.put_string(&t.topic);
-        put_i32s(buf, &t.partitions);
+message! {
+    /// JOIN_GROUP request: `[group][member_id][session_timeout_ms i32]
+    /// [rebalance_timeout_ms i32][assignor string][topics: count * string]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct JoinGroupRequest {
+        /// Group id.
+        pub group: String,
+        /// Empty on the first join; the id the broker gave afterwards.
+        pub member_id: String,
+        /// Heartbeats must arrive more often than this.
+        pub session_timeout_ms: i32,
+        /// How long a rebalance waits for known members to rejoin.
+        pub rebalance_timeout_ms: i32,
+        /// `"range"` (default when empty) or `"roundrobin"`.
+        pub assignor: String,
+        /// Subscribed topics.
+        pub topics: Vec<String>,
     }
-}
-fn get_assignment(r: &mut Reader<'_>) -> Result<Vec<TopicPartitions>, WireError> {
-    r.array_of(6, |r| {
-        Ok(TopicPartitions {
-            topic: r.string()?,
-            partitions: get_i32s(r)?,
-        })
-    })
-}
 
-impl Encode for JoinGroupRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_string(&self.group);
-        buf.put_string(&self.member_id);
-        buf.put_i32(self.session_timeout_ms);
-        buf.put_i32(self.rebalance_timeout_ms);
-        buf.put_string(&self.assignor);
-        put_strings(buf, &self.topics);
+    /// Partitions of one topic.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct TopicPartitions {
+        /// Topic name.
+        pub topic: String,
+        /// Partitions.
+        pub partitions: Vec<i32>,
     }
-}
-impl Decode for JoinGroupRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(JoinGroupRequest {
-            group: r.string()?,
-            member_id: r.string()?,
-            session_timeout_ms: r.i32()?,
-            rebalance_timeout_ms: r.i32()?,
-            assignor: r.string()?,
-            topics: get_strings(r)?,
-        })
-    }
-}
-impl Request for JoinGroupRequest {
-    const API_KEY: ApiKey = ApiKey::JoinGroup;
-    type Response = JoinGroupResponse;
-}
-impl Encode for JoinGroupResponse {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_i32(self.generation);
-        buf.put_string(&self.member_id);
-        buf.put_string(&self.leader_id);
-        put_strings(buf, &self.members);
-        put_assignment(buf, &self.assignment);
-    }
-}
-impl Decode for JoinGroupResponse {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(JoinGroupResponse {
-            generation: r.i32()?,
-            member_id: r.string()?,
-            leader_id: r.string()?,
-            members: get_strings(r)?,
-            assignment: get_assignment(r)?,
-        })
+
+    /// JOIN_GROUP response: `[generation i32][member_id][leader_id][members: count * string]
+    /// [assignment: count * ([topic][partitions: count * i32])]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct JoinGroupResponse {
+        /// The new generation.
+        pub generation: i32,
+        /// This member's id (assigned on first join).
+        pub member_id: String,
+        /// The leader (the longest-standing member); informational.
+        pub leader_id: String,
+        /// Every member of the generation.
+        pub members: Vec<String>,
+        /// This member's partitions.
+        pub assignment: Vec<TopicPartitions>,
     }
 }
 
 // ---------------------------------------------------------------- LEAVE_GROUP, HEARTBEAT
 
-/// LEAVE_GROUP request: `[group][member_id]`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct LeaveGroupRequest {
-    /// Group id.
-    pub group: String,
-    /// Member leaving.
-    pub member_id: String,
+message! {
+    /// An empty response body (LEAVE_GROUP, HEARTBEAT, CREATE_TOPIC): only the top-level error code.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct Empty;
 }
 
-/// An empty response body (LEAVE_GROUP, HEARTBEAT, CREATE_TOPIC): only the top-level error code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Empty;
+message! {
+    /// LEAVE_GROUP request: `[group][member_id]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct LeaveGroupRequest {
+        /// Group id.
+        pub group: String,
+        /// Member leaving.
+        pub member_id: String,
+    }
 
-impl Encode for Empty {
-    fn encode(&self, _buf: &mut Vec<u8>) {}
-}
-impl Decode for Empty {
-    fn decode(_r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(Empty)
+    /// HEARTBEAT request: `[group][generation i32][member_id]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct HeartbeatRequest {
+        /// Group id.
+        pub group: String,
+        /// The member's generation.
+        pub generation: i32,
+        /// Member id.
+        pub member_id: String,
     }
-}
-
-impl Encode for LeaveGroupRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_string(&self.group);
-        buf.put_string(&self.member_id);
-    }
-}
-impl Decode for LeaveGroupRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(LeaveGroupRequest {
-            group: r.string()?,
-            member_id: r.string()?,
-        })
-    }
-}
-impl Request for LeaveGroupRequest {
-    const API_KEY: ApiKey = ApiKey::LeaveGroup;
-    type Response = Empty;
-}
-
-/// HEARTBEAT request: `[group][generation i32][member_id]`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct HeartbeatRequest {
-    /// Group id.
-    pub group: String,
-    /// The member's generation.
-    pub generation: i32,
-    /// Member id.
-    pub member_id: String,
-}
-
-impl Encode for HeartbeatRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_string(&self.group);
-        buf.put_i32(self.generation);
-        buf.put_string(&self.member_id);
-    }
-}
-impl Decode for HeartbeatRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(HeartbeatRequest {
-            group: r.string()?,
-            generation: r.i32()?,
-            member_id: r.string()?,
-        })
-    }
-}
-impl Request for HeartbeatRequest {
-    const API_KEY: ApiKey = ApiKey::Heartbeat;
-    type Response = Empty;
 }
 
 // ---------------------------------------------------------------- OFFSET_COMMIT
 
-/// An offset for one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionOffset {
-    /// Topic name.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// The next offset to read (last processed + 1).
-    pub offset: i64,
-}
-
-/// OFFSET_COMMIT request: `[group][generation i32][member_id]
-/// [count i32] count * ([topic][partition i32][offset i64])`.
-///
-/// Generation -1 with an empty member id commits outside group membership,
-/// allowed only while the group has no members (tools, standalone consumers).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OffsetCommitRequest {
-    /// Group id.
-    pub group: String,
-    /// The member's generation.
-    pub generation: i32,
-    /// Member id.
-    pub member_id: String,
-    /// Offsets to store.
-    pub offsets: Vec<PartitionOffset>,
-}
-
-/// Result for one committed partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionError {
-    /// Topic name.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Error for this partition.
-    pub error: ErrorCode,
-}
-
-/// OFFSET_COMMIT response: `[count i32] count * ([topic][partition i32][error i16])`.
-/// Fencing errors (UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS)
-/// come as the top-level code and nothing is stored.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OffsetCommitResponse {
-    /// One per committed partition, in request order.
-    pub results: Vec<PartitionError>,
-}
-
-impl Encode for OffsetCommitRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_string(&self.group);
-        buf.put_i32(self.generation);
-        buf.put_string(&self.member_id);
-        buf.put_count(self.offsets.len());
-        for o in &self.offsets {
-            buf.put_string(&o.topic);
-            buf.put_i32(o.partition);
-            buf.put_i64(o.offset);
-        }
+message! {
+    /// An offset for one partition.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct PartitionOffset {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// The next offset to read (last processed + 1).
+        pub offset: i64,
     }
-}
-impl Decode for OffsetCommitRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(OffsetCommitRequest {
-            group: r.string()?,
-            generation: r.i32()?,
-            member_id: r.string()?,
-            offsets: r.array_of(14, |r| {
-                Ok(PartitionOffset {
-                    topic: r.string()?,
-                    partition: r.i32()?,
-                    offset: r.i64()?,
-                })
-            })?,
-        })
+
+    /// OFFSET_COMMIT request: `[group][generation i32][member_id]
+    /// [count i32] count * ([topic][partition i32][offset i64])`.
+    ///
+    /// Generation -1 with an empty member id commits outside group membership,
+    /// allowed only while the group has no members (tools, standalone consumers).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct OffsetCommitRequest {
+        /// Group id.
+        pub group: String,
+        /// The member's generation.
+        pub generation: i32,
+        /// Member id.
+        pub member_id: String,
+        /// Offsets to store.
+        pub offsets: Vec<PartitionOffset>,
     }
-}
-impl Request for OffsetCommitRequest {
-    const API_KEY: ApiKey = ApiKey::OffsetCommit;
-    type Response = OffsetCommitResponse;
-}
-impl Encode for OffsetCommitResponse {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_count(self.results.len());
-        for p in &self.results {
-            buf.put_string(&p.topic);
-            buf.put_i32(p.partition);
-            put_code(buf, p.error);
-        }
+
+    /// Result for one committed partition.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct PartitionError {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Error for this partition.
+        pub error: ErrorCode,
     }
-}
-impl Decode for OffsetCommitResponse {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(OffsetCommitResponse {
-            results: r.array_of(8, |r| {
-                Ok(PartitionError {
-                    topic: r.string()?,
-                    partition: r.i32()?,
-                    error: get_code(r)?,
-                })
-            })?,
-        })
+
+    /// OFFSET_COMMIT response: `[count i32] count * ([topic][partition i32][error i16])`.
+    /// Fencing errors (UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS)
+    /// come as the top-level code and nothing is stored.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct OffsetCommitResponse {
+        /// One per committed partition, in request order.
+        pub results: Vec<PartitionError>,
     }
 }
 
 // ---------------------------------------------------------------- OFFSET_FETCH
 
-/// OFFSET_FETCH request: `[group][count i32] count * ([topic][partitions: count * i32])`;
-/// an empty partition list means every partition of the topic.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OffsetFetchRequest {
-    /// Group id.
-    pub group: String,
-    /// Topics and partitions to report.
-    pub topics: Vec<TopicPartitions>,
-}
+message! {
+    /// OFFSET_FETCH request: `[group][count i32] count * ([topic][partitions: count * i32])`;
+    /// an empty partition list means every partition of the topic.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct OffsetFetchRequest {
+        /// Group id.
+        pub group: String,
+        /// Topics and partitions to report.
+        pub topics: Vec<TopicPartitions>,
+    }
 
-/// Committed offset and log end of one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OffsetFetchPartition {
-    /// Topic name.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Error for this partition.
-    pub error: ErrorCode,
-    /// Committed next offset to read, -1 when none.
-    pub committed: i64,
-    /// Oldest offset still stored.
-    pub log_start: i64,
-    /// Log end offset.
-    pub log_end: i64,
+    /// Committed offset and log end of one partition.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct OffsetFetchPartition {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Error for this partition.
+        pub error: ErrorCode,
+        /// Committed next offset to read, -1 when none.
+        pub committed: i64,
+        /// Oldest offset still stored.
+        pub log_start: i64,
+        /// Log end offset.
+        pub log_end: i64,
+    }
+
+    /// OFFSET_FETCH response: `[count i32] count * ([topic][partition i32][error i16]
+    /// [committed i64][log_start i64][log_end i64])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct OffsetFetchResponse {
+        /// One per partition.
+        pub partitions: Vec<OffsetFetchPartition>,
+    }
 }
 
 impl OffsetFetchPartition {
@@ -785,83 +490,29 @@ impl OffsetFetchPartition {
     }
 }
 
-/// OFFSET_FETCH response: `[count i32] count * ([topic][partition i32][error i16]
-/// [committed i64][log_start i64][log_end i64])`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct OffsetFetchResponse {
-    /// One per partition.
-    pub partitions: Vec<OffsetFetchPartition>,
-}
-
-impl Encode for OffsetFetchRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_string(&self.group);
-        put_assignment(buf, &self.topics);
-    }
-}
-impl Decode for OffsetFetchRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(OffsetFetchRequest {
-            group: r.string()?,
-            topics: get_assignment(r)?,
-        })
-    }
-}
-impl Request for OffsetFetchRequest {
-    const API_KEY: ApiKey = ApiKey::OffsetFetch;
-    type Response = OffsetFetchResponse;
-}
-impl Encode for OffsetFetchResponse {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_count(self.partitions.len());
-        for p in &self.partitions {
-            buf.put_string(&p.topic);
-            buf.put_i32(p.partition);
-            put_code(buf, p.error);
-            buf.put_i64(p.committed);
-            buf.put_i64(p.log_start);
-            buf.put_i64(p.log_end);
-        }
-    }
-}
-impl Decode for OffsetFetchResponse {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(OffsetFetchResponse {
-            partitions: r.array_of(32, |r| {
-                Ok(OffsetFetchPartition {
-                    topic: r.string()?,
-                    partition: r.i32()?,
-                    error: get_code(r)?,
-                    committed: r.i64()?,
-                    log_start: r.i64()?,
-                    log_end: r.i64()?,
-                })
-            })?,
-        })
-    }
-}
-
 // ---------------------------------------------------------------- CREATE_TOPIC (extension, key 7)
 
-/// CREATE_TOPIC request (extension): `[name][partitions i32][retention_bytes i64]
-/// [retention_ms i64][segment_bytes i64][max_pending i32][backpressure i8]`;
-/// -1 in any setting means the broker's default; backpressure 0 = block, 1 = reject.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CreateTopicRequest {
-    /// Topic name.
-    pub name: String,
-    /// Partition count (-1: broker default).
-    pub partitions: i32,
-    /// Retention by size per partition (-1: default).
-    pub retention_bytes: i64,
-    /// Retention by age (-1: default).
-    pub retention_ms: i64,
-    /// Segment size (-1: default).
-    pub segment_bytes: i64,
-    /// Partition queue capacity (-1: default).
-    pub max_pending: i32,
-    /// -1 default, 0 block, 1 reject.
-    pub backpressure: i8,
+message! {
+    /// CREATE_TOPIC request (extension): `[name][partitions i32][retention_bytes i64]
+    /// [retention_ms i64][segment_bytes i64][max_pending i32][backpressure i8]`;
+    /// -1 in any setting means the broker's default; backpressure 0 = block, 1 = reject.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct CreateTopicRequest {
+        /// Topic name.
+        pub name: String,
+        /// Partition count (-1: broker default).
+        pub partitions: i32,
+        /// Retention by size per partition (-1: default).
+        pub retention_bytes: i64,
+        /// Retention by age (-1: default).
+        pub retention_ms: i64,
+        /// Segment size (-1: default).
+        pub segment_bytes: i64,
+        /// Partition queue capacity (-1: default).
+        pub max_pending: i32,
+        /// -1 default, 0 block, 1 reject.
+        pub backpressure: i8,
+    }
 }
 
 impl Default for CreateTopicRequest {
@@ -878,121 +529,57 @@ impl Default for CreateTopicRequest {
     }
 }
 
-impl Encode for CreateTopicRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_string(&self.name);
-        buf.put_i32(self.partitions);
-        buf.put_i64(self.retention_bytes);
-        buf.put_i64(self.retention_ms);
-        buf.put_i64(self.segment_bytes);
-        buf.put_i32(self.max_pending);
-        buf.put_i8(self.backpressure);
-    }
-}
-impl Decode for CreateTopicRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(CreateTopicRequest {
-            name: r.string()?,
-            partitions: r.i32()?,
-            retention_bytes: r.i64()?,
-            retention_ms: r.i64()?,
-            segment_bytes: r.i64()?,
-            max_pending: r.i32()?,
-            backpressure: r.u8()? as i8,
-        })
-    }
-}
-impl Request for CreateTopicRequest {
-    const API_KEY: ApiKey = ApiKey::CreateTopic;
-    type Response = Empty;
-}
-
 // ---------------------------------------------------------------- METADATA (extension, key 8)
 
-/// METADATA request (extension): `[topics: count * string]`, empty = every topic.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct MetadataRequest {
-    /// Topics to describe.
-    pub topics: Vec<String>,
-}
+message! {
+    /// METADATA request (extension): `[topics: count * string]`, empty = every topic.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct MetadataRequest {
+        /// Topics to describe.
+        pub topics: Vec<String>,
+    }
 
-/// Offsets of one partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionMetadata {
-    /// Partition.
-    pub partition: i32,
-    /// Oldest offset still stored.
-    pub log_start: i64,
-    /// Log end offset.
-    pub log_end: i64,
-}
+    /// Offsets of one partition.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct PartitionMetadata {
+        /// Partition.
+        pub partition: i32,
+        /// Oldest offset still stored.
+        pub log_start: i64,
+        /// Log end offset.
+        pub log_end: i64,
+    }
 
-/// One topic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TopicMetadata {
-    /// Topic name.
-    pub name: String,
-    /// UNKNOWN_TOPIC for a requested topic that does not exist.
-    pub error: ErrorCode,
-    /// Its partitions.
-    pub partitions: Vec<PartitionMetadata>,
-}
+    /// One topic.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct TopicMetadata {
+        /// Topic name.
+        pub name: String,
+        /// UNKNOWN_TOPIC for a requested topic that does not exist.
+        pub error: ErrorCode,
+        /// Its partitions.
+        pub partitions: Vec<PartitionMetadata>,
+    }
 
-/// METADATA response: `[count i32] count * ([name][error i16]
-/// [partitions: count * (partition i32, log_start i64, log_end i64)])`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct MetadataResponse {
-    /// Topics, sorted by name.
-    pub topics: Vec<TopicMetadata>,
-}
-
-impl Encode for MetadataRequest {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        put_strings(buf, &self.topics);
+    /// METADATA response: `[count i32] count * ([name][error i16]
+    /// [partitions: count * (partition i32, log_start i64, log_end i64)])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct MetadataResponse {
+        /// Topics, sorted by name.
+        pub topics: Vec<TopicMetadata>,
     }
 }
-impl Decode for MetadataRequest {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(MetadataRequest {
-            topics: get_strings(r)?,
-        })
-    }
-}
-impl Request for MetadataRequest {
-    const API_KEY: ApiKey = ApiKey::Metadata;
-    type Response = MetadataResponse;
-}
-impl Encode for MetadataResponse {
-    fn encode(&self, buf: &mut Vec<u8>) {
-        buf.put_count(self.topics.len());
-        for t in &self.topics {
-            buf.put_string(&t.name);
-            put_code(buf, t.error);
-            buf.put_count(t.partitions.len());
-            for p in &t.partitions {
-                buf.put_i32(p.partition);
-                buf.put_i64(p.log_start);
-                buf.put_i64(p.log_end);
-            }
-        }
-    }
-}
-impl Decode for MetadataResponse {
-    fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-        Ok(MetadataResponse {
-            topics: r.array_of(8, |r| {
-                Ok(TopicMetadata {
-                    name: r.string()?,
-                    error: get_code(r)?,
-                    partitions: r.array_of(20, |r| {
-                        Ok(PartitionMetadata {
-                            partition: r.i32()?,
-                            log_start: r.i64()?,
-                            log_end: r.i64()?,
-                        })
-                    })?,
-                })
-            })?,
-        })
-    }
+
+// ---------------------------------------------------------------- requests and their responses
+
+requests! {
+    ProduceRequest => ProduceResponse: Produce,
+    FetchRequest => FetchResponse: Fetch,
+    JoinGroupRequest => JoinGroupResponse: JoinGroup,
+    LeaveGroupRequest => Empty: LeaveGroup,
+    HeartbeatRequest => Empty: Heartbeat,
+    OffsetCommitRequest => OffsetCommitResponse: OffsetCommit,
+    OffsetFetchRequest => OffsetFetchResponse: OffsetFetch,
+    CreateTopicRequest => Empty: CreateTopic,
+    MetadataRequest => MetadataResponse: Metadata,
 }

@@ -52,6 +52,10 @@ pub enum WireError {
 }
 
 /// A cursor over a received payload.
+///
+/// Its methods are `#[inline]` (the ones that take bytes `always`): message
+/// decoders are generic over the field types and are instantiated in the
+/// calling crate, where these must inline to match a hand-written decoder.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {
     buf: &'a [u8],
@@ -61,6 +65,7 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// Starts reading `buf` at its first byte.
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         Reader {
             buf,
@@ -71,6 +76,7 @@ impl<'a> Reader<'a> {
 
     /// Reads a shared buffer: byte strings taken with [`Reader::blob`] are
     /// zero-copy slices of it instead of copies.
+    #[inline]
     pub fn shared(buf: &'a Bytes) -> Self {
         Reader {
             buf,
@@ -81,6 +87,7 @@ impl<'a> Reader<'a> {
 
     /// Reads `[len i32][bytes]` as an owned `Bytes`: a slice of the shared
     /// buffer when there is one, else a copy.
+    #[inline(always)]
     pub fn blob(&mut self) -> Result<Bytes, WireError> {
         let owner = self.owner;
         let b = self.bytes()?;
@@ -90,17 +97,30 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// Reads `[len i32][bytes]` where `-1` is null, as [`Reader::blob`] does.
+    #[inline]
+    pub fn nullable_blob(&mut self) -> Result<Option<Bytes>, WireError> {
+        let owner = self.owner;
+        Ok(self.nullable_bytes()?.map(|b| match owner {
+            Some(o) => o.slice_ref(b),
+            None => Bytes::copy_from_slice(b),
+        }))
+    }
+
     /// Bytes consumed so far.
+    #[inline]
     pub fn position(&self) -> usize {
         self.pos
     }
 
     /// Bytes not yet consumed.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
     /// Fails unless every byte was consumed.
+    #[inline]
     pub fn finish(&self) -> Result<(), WireError> {
         match self.remaining() {
             0 => Ok(()),
@@ -109,6 +129,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Takes the next `n` bytes.
+    #[inline(always)]
     pub fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
         if self.remaining() < n {
             return Err(WireError::Truncated {
@@ -122,6 +143,7 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
+    #[inline]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(N)?);
@@ -129,35 +151,43 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads a u8.
+    #[inline]
     pub fn u8(&mut self) -> Result<u8, WireError> {
         Ok(self.array::<1>()?[0])
     }
     /// Reads a big-endian i16.
+    #[inline]
     pub fn i16(&mut self) -> Result<i16, WireError> {
         Ok(i16::from_be_bytes(self.array()?))
     }
     /// Reads a big-endian u16.
+    #[inline]
     pub fn u16(&mut self) -> Result<u16, WireError> {
         Ok(u16::from_be_bytes(self.array()?))
     }
     /// Reads a big-endian i32.
+    #[inline]
     pub fn i32(&mut self) -> Result<i32, WireError> {
         Ok(i32::from_be_bytes(self.array()?))
     }
     /// Reads a big-endian u32.
+    #[inline]
     pub fn u32(&mut self) -> Result<u32, WireError> {
         Ok(u32::from_be_bytes(self.array()?))
     }
     /// Reads a big-endian i64.
+    #[inline]
     pub fn i64(&mut self) -> Result<i64, WireError> {
         Ok(i64::from_be_bytes(self.array()?))
     }
     /// Reads a big-endian u64.
+    #[inline]
     pub fn u64(&mut self) -> Result<u64, WireError> {
         Ok(u64::from_be_bytes(self.array()?))
     }
 
     /// Reads `[len i16][utf-8]`.
+    #[inline(always)]
     pub fn string(&mut self) -> Result<String, WireError> {
         let at = self.pos;
         let len = self.i16()?;
@@ -172,6 +202,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads `[len i32][bytes]` where `-1` is null.
+    #[inline(always)]
     pub fn nullable_bytes(&mut self) -> Result<Option<&'a [u8]>, WireError> {
         let at = self.pos;
         let len = self.i32()?;
@@ -186,6 +217,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads `[len i32][bytes]`, null not allowed.
+    #[inline(always)]
     pub fn bytes(&mut self) -> Result<&'a [u8], WireError> {
         let at = self.pos;
         self.nullable_bytes()?
@@ -194,6 +226,7 @@ impl<'a> Reader<'a> {
 
     /// Reads an array count and checks it against the bytes that remain,
     /// given the smallest encoded size of one item.
+    #[inline]
     pub fn count(&mut self, min_item_bytes: usize) -> Result<usize, WireError> {
         let at = self.pos;
         let n = self.i32()?;
@@ -205,6 +238,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads an array of items with `item`.
+    #[inline]
     pub fn array_of<T>(
         &mut self,
         min_item_bytes: usize,

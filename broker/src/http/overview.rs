@@ -1,0 +1,263 @@
+//! `/api/overview`: the broker at a glance, as JSON, with a short history
+//! (cumulative records in and out per topic and lag per group partition,
+//! sampled every [`HISTORY_INTERVAL`]) so the page draws its charts at once.
+//!
+//! Everything is bounded: [`HISTORY_SAMPLES`] samples of at most
+//! [`HISTORY_TOPICS`] topics and [`HISTORY_LAGS`] lag series; the partition
+//! list stops at [`OVERVIEW_PARTITIONS`] and the group offsets at
+//! [`OVERVIEW_OFFSETS`] (with `truncated: true`).
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::engine::Engine;
+use crate::metrics::{group_lags, process_stats, ServerStats};
+
+/// Time between history samples.
+pub const HISTORY_INTERVAL: Duration = Duration::from_secs(2);
+/// Samples kept (5 minutes at the interval).
+pub const HISTORY_SAMPLES: usize = 150;
+/// Topics with a history (the first by name).
+pub const HISTORY_TOPICS: usize = 64;
+/// (group, topic, partition) lag series with a history.
+pub const HISTORY_LAGS: usize = 256;
+/// Partitions listed in one overview.
+pub const OVERVIEW_PARTITIONS: usize = 2000;
+/// Committed offsets listed in one overview.
+pub const OVERVIEW_OFFSETS: usize = 2000;
+
+/// One history sample.
+#[derive(Debug, Clone, Default)]
+pub struct Sample {
+    time_ms: i64,
+    /// (topic, records in, records out), cumulative.
+    topics: Vec<(String, u64, u64)>,
+    /// ("group/topic/partition", lag).
+    lags: Vec<(String, i64)>,
+}
+
+/// The last [`HISTORY_SAMPLES`] samples.
+#[derive(Debug, Default)]
+pub struct History {
+    samples: VecDeque<Sample>,
+}
+
+impl History {
+    /// Adds a sample, dropping the oldest past [`HISTORY_SAMPLES`].
+    pub fn push(&mut self, s: Sample) {
+        if self.samples.len() >= HISTORY_SAMPLES {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(s);
+    }
+
+    /// Samples kept.
+    pub fn len(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// True when no sample was taken yet.
+    pub fn is_empty(&self) -> bool {
+        self.samples.is_empty()
+    }
+
+    /// `{interval_ms, time_ms: [..], topics: {name: {in: [..], out: [..]}}, lag: {key: [..]}}`;
+    /// a series missing from a sample has `null` there.
+    pub fn to_json(&self) -> Value {
+        let n = self.samples.len();
+        let mut topics = serde_json::Map::new();
+        let mut lags = serde_json::Map::new();
+        for (i, s) in self.samples.iter().enumerate() {
+            for (name, rin, rout) in &s.topics {
+                let e = topics.entry(name.clone()).or_insert_with(
+                    || json!({"in": vec![Value::Null; n], "out": vec![Value::Null; n]}),
+                );
+                e["in"][i] = json!(rin);
+                e["out"][i] = json!(rout);
+            }
+            for (key, lag) in &s.lags {
+                let e = lags
+                    .entry(key.clone())
+                    .or_insert_with(|| Value::Array(vec![Value::Null; n]));
+                e[i] = json!(lag);
+            }
+        }
+        json!({
+            "interval_ms": HISTORY_INTERVAL.as_millis() as u64,
+            "time_ms": self.samples.iter().map(|s| s.time_ms).collect::<Vec<_>>(),
+            "topics": topics,
+            "lag": lags,
+        })
+    }
+}
+
+/// Takes a history sample of `engine`.
+pub fn sample(engine: &Engine) -> Sample {
+    let topics = engine
+        .topics()
+        .iter()
+        .take(HISTORY_TOPICS)
+        .map(|t| {
+            let (rin, rout) = t.partitions.iter().fold((0u64, 0u64), |(a, b), p| {
+                let c = p.stats().counts();
+                (a + c.records_in, b + c.records_out)
+            });
+            (t.name.clone(), rin, rout)
+        })
+        .collect();
+    let lags = group_lags(engine)
+        .into_iter()
+        .take(HISTORY_LAGS)
+        .map(|l| (format!("{}/{}/{}", l.group, l.topic, l.partition), l.lag))
+        .collect();
+    Sample {
+        time_ms: crate::now_ms(),
+        topics,
+        lags,
+    }
+}
+
+fn ms(seconds: Option<f64>) -> Value {
+    seconds.map_or(Value::Null, |s| json!((s * 1e6).round() / 1e3))
+}
+
+/// The whole overview. Blocking (takes log locks, reads /proc).
+pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
+    let m = engine.metrics();
+    let mut listed = 0usize;
+    let mut truncated = false;
+    let topics: Vec<Value> = engine
+        .topics()
+        .iter()
+        .map(|t| {
+            let parts: Vec<Value> = t
+                .partitions
+                .iter()
+                .filter(|_| {
+                    listed += 1;
+                    truncated |= listed > OVERVIEW_PARTITIONS;
+                    listed <= OVERVIEW_PARTITIONS
+                })
+                .map(|p| {
+                    let c = p.stats().counts();
+                    let (size, segments) = p.disk_usage();
+                    json!({
+                        "partition": p.id,
+                        "end_offset": p.end_offset(),
+                        "log_start": p.start_offset(),
+                        "size_bytes": size,
+                        "segments": segments,
+                        "queue_depth": p.queued(),
+                        "records_in": c.records_in,
+                        "records_out": c.records_out,
+                        "bytes_in": c.bytes_in,
+                        "bytes_out": c.bytes_out,
+                        "failed": p.has_failed_write(),
+                    })
+                })
+                .collect();
+            json!({"name": t.name, "partition_count": t.partitions.len(), "partitions": parts})
+        })
+        .collect();
+    let lags = group_lags(engine);
+    let groups: Vec<Value> = engine
+        .group_summaries()
+        .into_iter()
+        .map(|g| {
+            json!({
+                "group": g.group, "state": g.state, "generation": g.generation,
+                "members": g.members, "rebalances": g.rebalances,
+            })
+        })
+        .collect();
+    let offsets: Vec<Value> = lags
+        .iter()
+        .take(OVERVIEW_OFFSETS)
+        .map(|l| {
+            json!({
+                "group": l.group, "topic": l.topic, "partition": l.partition,
+                "committed": l.committed, "end_offset": l.end, "lag": l.lag,
+            })
+        })
+        .collect();
+    let latency: Vec<Value> = m
+        .latencies()
+        .into_iter()
+        .filter(|(_, s)| s.count() > 0)
+        .map(|(api, s)| {
+            json!({
+                "api": api, "count": s.count(),
+                "p50_ms": ms(s.quantile(0.5)), "p90_ms": ms(s.quantile(0.9)),
+                "p99_ms": ms(s.quantile(0.99)),
+            })
+        })
+        .collect();
+    let requests: Vec<Value> = m
+        .request_counts()
+        .into_iter()
+        .map(|(api, error, count)| json!({"api": api, "error": error, "count": count}))
+        .collect();
+    let errors: Vec<Value> = m
+        .recent_errors()
+        .into_iter()
+        .rev()
+        .map(|e| {
+            let (topic, partition) = e.topic.map_or((Value::Null, Value::Null), |(t, p)| (json!(t), json!(p)));
+            json!({"time_ms": e.time_ms, "api": e.api, "error": e.error, "topic": topic, "partition": partition})
+        })
+        .collect();
+    let (rss, fds) = process_stats();
+    let (refused, http_refused) = m.connections_refused();
+    json!({
+        "broker": {
+            "version": env!("CARGO_PKG_VERSION"),
+            "time_ms": crate::now_ms(),
+            "uptime_s": m.uptime().as_secs(),
+            "connections_open": server.connections_open,
+            "connections_refused": refused,
+            "http_connections_refused": http_refused,
+            "request_memory_bytes": server.memory.used,
+            "request_memory_limit_bytes": server.memory.limit,
+            "rss_bytes": rss,
+            "open_fds": fds,
+        },
+        "topics": topics,
+        "partitions_truncated": truncated,
+        "groups": groups,
+        "offsets": offsets,
+        "offsets_truncated": lags.len() > OVERVIEW_OFFSETS,
+        "latency": latency,
+        "requests": requests,
+        "errors": errors,
+        "history": history,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_is_bounded_and_aligns_series() {
+        let mut h = History::default();
+        for i in 0..HISTORY_SAMPLES + 10 {
+            let mut s = Sample {
+                time_ms: i as i64,
+                topics: vec![("a".into(), i as u64, 0)],
+                lags: vec![],
+            };
+            if i == HISTORY_SAMPLES + 9 {
+                s.topics.push(("b".into(), 7, 1));
+            }
+            h.push(s);
+        }
+        assert_eq!(h.len(), HISTORY_SAMPLES);
+        let j = h.to_json();
+        assert_eq!(j["time_ms"].as_array().unwrap().len(), HISTORY_SAMPLES);
+        assert_eq!(j["topics"]["a"]["in"][0], json!(10));
+        assert_eq!(j["topics"]["b"]["in"][0], Value::Null);
+        assert_eq!(j["topics"]["b"]["in"][HISTORY_SAMPLES - 1], json!(7));
+    }
+}

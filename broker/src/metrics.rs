@@ -1,0 +1,1001 @@
+//! Metrics and request tracing: counters that the serving code bumps at the
+//! points where the work happens, read at scrape time by [`Scrape`] (for
+//! Prometheus, through the official `prometheus-client` encoders) and by
+//! [`crate::http`]'s `/api/overview` (for the dashboard).
+//!
+//! Layout:
+//! - [`Latency`]: a fixed-bucket histogram of atomics (no lock, no allocation
+//!   per observation) that encodes as a Prometheus histogram and gives
+//!   percentiles for the page.
+//! - [`PartitionStats`]: records and bytes in and out of one partition, held
+//!   by the partition itself and bumped by its writer and by fetch.
+//! - [`Metrics`]: the broker-wide counters (requests by API and error code,
+//!   request latency by API, refused connections) and the recent errors.
+//! - [`Tracked`]: one request's `tracing` span, clock and outcome; finishing
+//!   it updates the metrics, so tracing and metrics come from the same point.
+//! - [`APPEND_LATENCY`] and [`FSYNC_LATENCY`]: storage latencies, process-wide
+//!   (the log engine has no broker handle; one broker runs per process).
+//!
+//! Every label is bounded: API (9 and "unknown"), error code (18 names),
+//! topic and partition (bounded by `max_partitions`), group (bounded by the
+//! offset store and the coordinator), and at most [`MAX_GROUP_SERIES`]
+//! (group, topic, partition) series. No label carries a request id, a member
+//! id or a key.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use flume_protocol::record::RecordIter;
+use flume_protocol::{ApiKey, ErrorCode};
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::Registry;
+use tracing::Instrument;
+
+use crate::budget::MemoryUse;
+use crate::engine::Engine;
+
+/// Upper bounds of the latency buckets, in seconds (the last bucket is +Inf).
+pub const LATENCY_BUCKETS: [f64; 17] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+];
+const NBUCKETS: usize = LATENCY_BUCKETS.len() + 1;
+
+/// Most (group, topic, partition) series of committed offset and lag in one scrape.
+pub const MAX_GROUP_SERIES: usize = 10_000;
+/// Recent request errors kept for the dashboard.
+pub const RECENT_ERRORS: usize = 50;
+
+/// A latency histogram of atomics with fixed buckets ([`LATENCY_BUCKETS`]).
+#[derive(Debug)]
+pub struct Latency {
+    buckets: [AtomicU64; NBUCKETS],
+    sum_ns: AtomicU64,
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Latency {
+    /// An empty histogram.
+    pub const fn new() -> Self {
+        Latency {
+            buckets: [const { AtomicU64::new(0) }; NBUCKETS],
+            sum_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(NBUCKETS - 1);
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_ns.fetch_add(
+            u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Per-bucket counts (not cumulative), the count and the sum in seconds.
+    pub fn snapshot(&self) -> LatencySnapshot {
+        let mut counts = [0u64; NBUCKETS];
+        for (c, b) in counts.iter_mut().zip(&self.buckets) {
+            *c = b.load(Ordering::Relaxed);
+        }
+        LatencySnapshot {
+            counts,
+            sum_seconds: self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// A point-in-time copy of a [`Latency`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LatencySnapshot {
+    /// Observations per bucket (the last is above the largest bound).
+    pub counts: [u64; NBUCKETS],
+    /// Sum of the observations, in seconds.
+    pub sum_seconds: f64,
+}
+
+impl LatencySnapshot {
+    /// Number of observations.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The `q` quantile (0..=1) in seconds, interpolated linearly inside its
+    /// bucket (as Prometheus' `histogram_quantile` does); `None` when empty.
+    pub fn quantile(&self, q: f64) -> Option<f64> {
+        let total = self.count();
+        if total == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * total as f64;
+        let mut seen = 0u64;
+        for (i, c) in self.counts.iter().enumerate() {
+            if *c == 0 {
+                continue;
+            }
+            if (seen + c) as f64 >= rank {
+                let lo = if i == 0 { 0.0 } else { LATENCY_BUCKETS[i - 1] };
+                let Some(hi) = LATENCY_BUCKETS.get(i) else {
+                    return Some(lo);
+                };
+                let frac = ((rank - seen as f64) / *c as f64).clamp(0.0, 1.0);
+                return Some(lo + (hi - lo) * frac);
+            }
+            seen += c;
+        }
+        LATENCY_BUCKETS.last().copied()
+    }
+}
+
+impl TypedMetric for Latency {
+    const TYPE: MetricType = MetricType::Histogram;
+}
+
+impl EncodeMetric for Latency {
+    fn encode(&self, mut encoder: MetricEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let snap = self.snapshot();
+        let mut cumulative = 0u64;
+        let mut buckets = Vec::with_capacity(NBUCKETS);
+        for (i, c) in snap.counts.iter().enumerate() {
+            cumulative += c;
+            buckets.push((
+                LATENCY_BUCKETS.get(i).copied().unwrap_or(f64::MAX),
+                cumulative,
+            ));
+        }
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            snap.sum_seconds,
+            cumulative,
+            &buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+/// Time spent appending a group commit to a partition log (write, and fsync
+/// when the policy is `always`).
+pub static APPEND_LATENCY: Latency = Latency::new();
+/// Time spent in fdatasync of a segment.
+pub static FSYNC_LATENCY: Latency = Latency::new();
+
+/// Records and bytes in and out of one partition.
+#[derive(Debug, Default)]
+pub struct PartitionStats {
+    records_in: AtomicU64,
+    bytes_in: AtomicU64,
+    records_out: AtomicU64,
+    bytes_out: AtomicU64,
+}
+
+/// A copy of [`PartitionStats`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PartitionCounts {
+    /// Records appended.
+    pub records_in: u64,
+    /// Bytes appended (stored format).
+    pub bytes_in: u64,
+    /// Records served by fetches.
+    pub records_out: u64,
+    /// Bytes served by fetches (stored format).
+    pub bytes_out: u64,
+}
+
+impl PartitionStats {
+    /// An append of `records` records, `bytes` bytes, succeeded.
+    pub fn appended(&self, records: u64, bytes: usize) {
+        self.records_in.fetch_add(records, Ordering::Relaxed);
+        self.bytes_in.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// A fetch served `records` records, `bytes` bytes.
+    pub fn served(&self, records: u64, bytes: usize) {
+        self.records_out.fetch_add(records, Ordering::Relaxed);
+        self.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// The current values.
+    pub fn counts(&self) -> PartitionCounts {
+        PartitionCounts {
+            records_in: self.records_in.load(Ordering::Relaxed),
+            bytes_in: self.bytes_in.load(Ordering::Relaxed),
+            records_out: self.records_out.load(Ordering::Relaxed),
+            bytes_out: self.bytes_out.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What one FETCH served, counted once it answers (a long poll that reads
+/// again discards what it read before, and so does the tally).
+#[derive(Debug, Default)]
+pub struct FetchTally {
+    served: Vec<(Arc<crate::partition::Partition>, u64, usize)>,
+    first_error: Option<(usize, ErrorCode)>,
+}
+
+impl FetchTally {
+    /// Starts a new read of every partition.
+    pub fn clear(&mut self) {
+        self.served.clear();
+        self.first_error = None;
+    }
+
+    /// Partition `p` served `records` (stored format).
+    pub fn served(&mut self, p: &Arc<crate::partition::Partition>, records: &[u8]) {
+        if !records.is_empty() {
+            let n = RecordIter::new(records).count() as u64;
+            self.served.push((Arc::clone(p), n, records.len()));
+        }
+    }
+
+    /// The partition at `index` of the request failed with `code`.
+    pub fn failed(&mut self, index: usize, code: ErrorCode) {
+        if self.first_error.is_none() {
+            self.first_error = Some((index, code));
+        }
+    }
+
+    /// Adds what was served to the partitions' counters; returns the first
+    /// failed partition (its index in the request) and its error.
+    pub fn commit(&mut self) -> Option<(usize, ErrorCode)> {
+        for (p, n, bytes) in self.served.drain(..) {
+            p.stats().served(n, bytes);
+        }
+        self.first_error
+    }
+}
+
+const NAPIS: usize = 10;
+const NCODES: usize = 18;
+
+fn api_index(api_key: i16) -> usize {
+    match ApiKey::from_i16(api_key) {
+        Some(a) => a as usize,
+        None => NAPIS - 1,
+    }
+}
+
+/// The label value of an API.
+pub fn api_name(index: usize) -> &'static str {
+    const NAMES: [&str; NAPIS] = [
+        "produce",
+        "fetch",
+        "join_group",
+        "leave_group",
+        "heartbeat",
+        "offset_commit",
+        "offset_fetch",
+        "create_topic",
+        "metadata",
+        "unknown",
+    ];
+    NAMES.get(index).copied().unwrap_or("unknown")
+}
+
+fn code_index(code: ErrorCode) -> usize {
+    match code {
+        ErrorCode::Other(_) => NCODES - 1,
+        c => usize::try_from(c.code()).map_or(NCODES - 1, |i| i.min(NCODES - 1)),
+    }
+}
+
+fn code_name(index: usize) -> &'static str {
+    if index == NCODES - 1 {
+        return "UNRECOGNIZED";
+    }
+    ErrorCode::from_code(i16::try_from(index).unwrap_or(-1)).name()
+}
+
+/// One request that ended in an error, for the dashboard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecentError {
+    /// Wall-clock milliseconds since the Unix epoch.
+    pub time_ms: i64,
+    /// API label.
+    pub api: &'static str,
+    /// Error name.
+    pub error: &'static str,
+    /// Topic and partition the error is about, when it is about one.
+    pub topic: Option<(String, i32)>,
+}
+
+/// Broker-wide counters, bumped by the server as requests finish.
+#[derive(Debug)]
+pub struct Metrics {
+    requests: [[AtomicU64; NCODES]; NAPIS],
+    latency: [Latency; NAPIS],
+    connections_refused: AtomicU64,
+    http_connections_refused: AtomicU64,
+    recent: Mutex<VecDeque<RecentError>>,
+    started: Instant,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            requests: [const { [const { AtomicU64::new(0) }; NCODES] }; NAPIS],
+            latency: [const { Latency::new() }; NAPIS],
+            connections_refused: AtomicU64::new(0),
+            http_connections_refused: AtomicU64::new(0),
+            recent: Mutex::new(VecDeque::with_capacity(RECENT_ERRORS)),
+            started: Instant::now(),
+        }
+    }
+}
+
+impl Metrics {
+    /// Starts tracking a request: its span (API, request id; topic and
+    /// partition are recorded as they become known) and its clock.
+    pub fn begin(self: &Arc<Self>, api_key: i16, request_id: i32) -> Tracked {
+        let api = api_index(api_key);
+        let span = tracing::debug_span!(
+            "request",
+            api = api_name(api),
+            request_id,
+            topic = tracing::field::Empty,
+            partition = tracing::field::Empty,
+        );
+        Tracked {
+            metrics: Arc::clone(self),
+            api,
+            span,
+            start: Instant::now(),
+            note: Arc::new(Note::default()),
+        }
+    }
+
+    /// A connection was turned away by the connection limit.
+    pub fn connection_refused(&self) {
+        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An HTTP connection was turned away by its connection limit.
+    pub fn http_connection_refused(&self) {
+        self.http_connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections refused so far (broker protocol, HTTP).
+    pub fn connections_refused(&self) -> (u64, u64) {
+        (
+            self.connections_refused.load(Ordering::Relaxed),
+            self.http_connections_refused.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Requests finished, as (api, error, count) for every non-zero count.
+    pub fn request_counts(&self) -> Vec<(&'static str, &'static str, u64)> {
+        let mut v = Vec::new();
+        for (a, row) in self.requests.iter().enumerate() {
+            for (c, n) in row.iter().enumerate() {
+                let n = n.load(Ordering::Relaxed);
+                if n > 0 {
+                    v.push((api_name(a), code_name(c), n));
+                }
+            }
+        }
+        v
+    }
+
+    /// Request latency by API (every API, also those never called).
+    pub fn latencies(&self) -> Vec<(&'static str, LatencySnapshot)> {
+        self.latency
+            .iter()
+            .enumerate()
+            .map(|(a, l)| (api_name(a), l.snapshot()))
+            .collect()
+    }
+
+    /// The most recent request errors, oldest first.
+    pub fn recent_errors(&self) -> Vec<RecentError> {
+        self.recent
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
+    }
+
+    /// Time since the broker started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    fn finish(&self, api: usize, error: ErrorCode, topic: Option<(String, i32)>, took: Duration) {
+        if let Some(row) = self.requests.get(api) {
+            row[code_index(error)].fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(l) = self.latency.get(api) {
+            l.observe(took);
+        }
+        if !error.is_ok() {
+            let mut recent = self
+                .recent
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if recent.len() >= RECENT_ERRORS {
+                recent.pop_front();
+            }
+            recent.push_back(RecentError {
+                time_ms: crate::now_ms(),
+                api: api_name(api),
+                error: error.name(),
+                topic,
+            });
+        }
+    }
+}
+
+/// The outcome of a request beyond its top-level error code: the first
+/// per-entry or per-partition error, with the topic it concerns.
+#[derive(Debug, Default)]
+pub struct Note {
+    code: AtomicI16,
+    topic: Mutex<Option<(String, i32)>>,
+}
+
+impl Note {
+    /// The request failed for `topic`/`partition` with `code` (the first failure is kept).
+    pub fn failed(&self, code: ErrorCode, topic: &str, partition: i32) {
+        if code.is_ok() {
+            return;
+        }
+        if self
+            .code
+            .compare_exchange(0, code.code(), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            *self
+                .topic
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some((topic.to_owned(), partition));
+        }
+    }
+}
+
+/// A request being served: its span, clock and outcome.
+#[derive(Debug)]
+pub struct Tracked {
+    metrics: Arc<Metrics>,
+    api: usize,
+    span: tracing::Span,
+    start: Instant,
+    note: Arc<Note>,
+}
+
+impl Tracked {
+    /// The request's span.
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// Records the topic and partition the request is about (the first one,
+    /// for requests about several).
+    pub fn about(&self, topic: &str, partition: i32) {
+        self.span.record("topic", topic);
+        self.span.record("partition", partition);
+    }
+
+    /// Where the branches report per-entry or per-partition failures.
+    pub fn note(&self) -> Arc<Note> {
+        Arc::clone(&self.note)
+    }
+
+    /// Wraps the response future: when it completes, the request's latency
+    /// and outcome (the frame's top-level error code, else the first noted
+    /// failure) go to the metrics and to a debug event in the span.
+    pub fn finish(self, response: BoxFuture<'static, Vec<u8>>) -> BoxFuture<'static, Vec<u8>> {
+        let span = self.span.clone();
+        async move {
+            let resp = response.await;
+            // Response frame: size i32, request id i32, error code i16, body.
+            let top = resp.get(8..10).map_or(ErrorCode::None, |b| {
+                ErrorCode::from_code(i16::from_be_bytes([b[0], b[1]]))
+            });
+            let noted = ErrorCode::from_code(self.note.code.load(Ordering::Acquire));
+            let error = if top.is_ok() { noted } else { top };
+            let topic = if error.is_ok() || !top.is_ok() {
+                None
+            } else {
+                self.note
+                    .topic
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .take()
+            };
+            let took = self.start.elapsed();
+            tracing::debug!(
+                error = error.name(),
+                micros = took.as_micros() as u64,
+                "request done"
+            );
+            self.metrics.finish(self.api, error, topic, took);
+            resp
+        }
+        .instrument(span)
+        .boxed()
+    }
+}
+
+/// What the server knows that the engine does not, read at scrape time.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerStats {
+    /// Open broker-protocol connections.
+    pub connections_open: usize,
+    /// The request memory budget.
+    pub memory: MemoryUse,
+}
+
+/// Reads [`ServerStats`] from the running server.
+pub type Probe = Arc<dyn Fn() -> ServerStats + Send + Sync>;
+
+/// Resident memory and open file descriptors of this process, from /proc
+/// (`None` where /proc is not there).
+pub fn process_stats() -> (Option<u64>, Option<u64>) {
+    let rss = std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
+            Some(pages.saturating_mul(4096))
+        });
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count() as u64);
+    (rss, fds)
+}
+
+/// The metrics of one broker, encoded at scrape time.
+pub struct Scrape {
+    engine: Arc<Engine>,
+    probe: Probe,
+}
+
+impl std::fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scrape").finish_non_exhaustive()
+    }
+}
+
+impl Scrape {
+    /// A scrape of `engine`, with the server's numbers from `probe`.
+    pub fn new(engine: Arc<Engine>, probe: Probe) -> Self {
+        Scrape { engine, probe }
+    }
+
+    /// Encodes every metric: OpenMetrics text when `openmetrics`, else the
+    /// Prometheus text format 0.0.4. Blocking (reads /proc, takes log locks).
+    pub fn render(self, openmetrics: bool) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(self));
+        let mut out = String::new();
+        let r = if openmetrics {
+            prometheus_client::encoding::text::encode(&mut out, &registry)
+        } else {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        };
+        if let Err(e) = r {
+            // Writing to a String does not fail; a collector error would be ours.
+            tracing::error!(error = %e, "encoding metrics failed");
+            let _ = writeln!(out, "# encoding failed");
+        }
+        out
+    }
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: u64,
+) -> Result<(), std::fmt::Error> {
+    let c = ConstCounter::new(v);
+    c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    v: i64,
+) -> Result<(), std::fmt::Error> {
+    let g = ConstGauge::new(v);
+    g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
+}
+
+fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// One labelled family: every (labels, value) with the same descriptor.
+fn family<L: prometheus_client::encoding::EncodeLabelSet, M: EncodeMetric + TypedMetric>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    items: impl IntoIterator<Item = (L, M)>,
+) -> Result<(), std::fmt::Error> {
+    let mut me = enc.encode_descriptor(name, help, None, M::TYPE)?;
+    for (labels, m) in items {
+        m.encode(me.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let e = &self.engine;
+        let m = e.metrics();
+        let server = (self.probe)();
+
+        // Partitions.
+        let topics = e.topics();
+        let parts: Vec<_> = topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| (p, p.id.to_string(), p.stats().counts()))
+            .collect();
+        let labels = |p: &Arc<crate::partition::Partition>, id: &str| {
+            [("topic", p.topic.clone()), ("partition", id.to_owned())]
+        };
+        type CounterOf = fn(&PartitionCounts) -> u64;
+        let counters: [(&str, &str, CounterOf); 4] = [
+            (
+                "flume_partition_records_in",
+                "Records appended to the partition.",
+                |c| c.records_in,
+            ),
+            (
+                "flume_partition_bytes_in",
+                "Bytes appended to the partition (stored format).",
+                |c| c.bytes_in,
+            ),
+            (
+                "flume_partition_records_out",
+                "Records served by fetches from the partition.",
+                |c| c.records_out,
+            ),
+            (
+                "flume_partition_bytes_out",
+                "Bytes served by fetches from the partition (stored format).",
+                |c| c.bytes_out,
+            ),
+        ];
+        for (name, help, f) in counters {
+            family(
+                &mut enc,
+                name,
+                help,
+                parts
+                    .iter()
+                    .map(|(p, id, c)| (labels(p, id), ConstCounter::new(f(c)))),
+            )?;
+        }
+        family(
+            &mut enc,
+            "flume_partition_end_offset",
+            "Offset the next record of the partition gets.",
+            parts
+                .iter()
+                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.end_offset())))),
+        )?;
+        family(
+            &mut enc,
+            "flume_partition_log_start_offset",
+            "Oldest offset still stored in the partition.",
+            parts
+                .iter()
+                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.start_offset())))),
+        )?;
+        let disk: Vec<(u64, usize)> = parts.iter().map(|(p, _, _)| p.disk_usage()).collect();
+        family(
+            &mut enc,
+            "flume_partition_size_bytes",
+            "Bytes of the partition's segment files on disk.",
+            parts
+                .iter()
+                .zip(&disk)
+                .map(|((p, id, _), d)| (labels(p, id), ConstGauge::new(to_i64(d.0)))),
+        )?;
+        family(
+            &mut enc,
+            "flume_partition_segments",
+            "Segment files of the partition.",
+            parts
+                .iter()
+                .zip(&disk)
+                .map(|((p, id, _), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
+        )?;
+        family(
+            &mut enc,
+            "flume_partition_queue_depth",
+            "Append requests waiting in the partition's queue.",
+            parts
+                .iter()
+                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.queued() as u64)))),
+        )?;
+
+        // Groups.
+        let groups = e.group_summaries();
+        let states = ["empty", "preparing_rebalance", "stable"];
+        family(
+            &mut enc,
+            "flume_group_state",
+            "1 for the group's current state, 0 for the others.",
+            groups.iter().flat_map(|g| {
+                states.iter().map(move |s| {
+                    (
+                        [("group", g.group.clone()), ("state", (*s).to_owned())],
+                        ConstGauge::new(i64::from(g.state == *s)),
+                    )
+                })
+            }),
+        )?;
+        family(
+            &mut enc,
+            "flume_group_generation",
+            "The group's generation.",
+            groups.iter().map(|g| {
+                (
+                    [("group", g.group.clone())],
+                    ConstGauge::new(i64::from(g.generation)),
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "flume_group_members",
+            "Members of the group.",
+            groups.iter().map(|g| {
+                (
+                    [("group", g.group.clone())],
+                    ConstGauge::new(to_i64(g.members as u64)),
+                )
+            }),
+        )?;
+        family(
+            &mut enc,
+            "flume_group_rebalances",
+            "Rebalances the group has started.",
+            groups.iter().map(|g| {
+                (
+                    [("group", g.group.clone())],
+                    ConstCounter::new(g.rebalances),
+                )
+            }),
+        )?;
+        let lags = group_lags(e);
+        let lag_labels = |l: &GroupLag| {
+            [
+                ("group", l.group.clone()),
+                ("topic", l.topic.clone()),
+                ("partition", l.partition.to_string()),
+            ]
+        };
+        family(
+            &mut enc,
+            "flume_group_committed_offset",
+            "The group's committed offset (the next offset it reads).",
+            lags.iter()
+                .map(|l| (lag_labels(l), ConstGauge::new(l.committed))),
+        )?;
+        family(
+            &mut enc,
+            "flume_group_lag_records",
+            "Records between the group's committed offset and the partition's end.",
+            lags.iter().map(|l| (lag_labels(l), ConstGauge::new(l.lag))),
+        )?;
+
+        // Broker.
+        gauge(
+            &mut enc,
+            "flume_connections_open",
+            "Open broker-protocol connections.",
+            to_i64(server.connections_open as u64),
+        )?;
+        let (refused, http_refused) = m.connections_refused();
+        counter(
+            &mut enc,
+            "flume_connections_refused",
+            "Connections closed at once by the connection limit.",
+            refused,
+        )?;
+        counter(
+            &mut enc,
+            "flume_http_connections_refused",
+            "HTTP connections closed at once by the HTTP connection limit.",
+            http_refused,
+        )?;
+        family(
+            &mut enc,
+            "flume_requests",
+            "Requests answered, by API and error code (the request's, else its first entry's or partition's).",
+            m.request_counts().into_iter().map(|(api, error, n)| {
+                (
+                    [("api", api.to_owned()), ("error", error.to_owned())],
+                    ConstCounter::new(n),
+                )
+            }),
+        )?;
+        {
+            let mut me = enc.encode_descriptor(
+                "flume_request_duration_seconds",
+                "Time from a request's admission to its response, by API.",
+                None,
+                MetricType::Histogram,
+            )?;
+            for (a, l) in m.latency.iter().enumerate() {
+                l.encode(me.encode_family(&[("api", api_name(a))])?)?;
+            }
+        }
+        APPEND_LATENCY.encode(enc.encode_descriptor(
+            "flume_append_duration_seconds",
+            "Time to append one group commit to a partition log (process-wide).",
+            None,
+            MetricType::Histogram,
+        )?)?;
+        FSYNC_LATENCY.encode(enc.encode_descriptor(
+            "flume_fsync_duration_seconds",
+            "Time of one fdatasync of a segment (process-wide).",
+            None,
+            MetricType::Histogram,
+        )?)?;
+        gauge(
+            &mut enc,
+            "flume_request_memory_bytes",
+            "Bytes of produce requests being served (the request memory budget in use).",
+            to_i64(server.memory.used as u64),
+        )?;
+        gauge(
+            &mut enc,
+            "flume_request_memory_limit_bytes",
+            "The request memory budget.",
+            to_i64(server.memory.limit as u64),
+        )?;
+        gauge(
+            &mut enc,
+            "flume_uptime_seconds",
+            "Seconds since the broker started.",
+            to_i64(m.uptime().as_secs()),
+        )?;
+        let (rss, fds) = process_stats();
+        if let Some(rss) = rss {
+            gauge(
+                &mut enc,
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes.",
+                to_i64(rss),
+            )?;
+        }
+        if let Some(fds) = fds {
+            gauge(
+                &mut enc,
+                "process_open_fds",
+                "Number of open file descriptors.",
+                to_i64(fds),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// One group's summary (see [`crate::group::Coordinator::summaries`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    /// Group id.
+    pub group: String,
+    /// `empty`, `preparing_rebalance` or `stable`.
+    pub state: &'static str,
+    /// Generation.
+    pub generation: i32,
+    /// Members.
+    pub members: usize,
+    /// Rebalances started.
+    pub rebalances: u64,
+}
+
+/// The lag of one (group, topic, partition) with a committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupLag {
+    /// Group id.
+    pub group: String,
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Committed offset.
+    pub committed: i64,
+    /// End offset of the partition (-1 when the partition is gone).
+    pub end: i64,
+    /// `end - committed`, at least 0 (0 when the partition is gone).
+    pub lag: i64,
+}
+
+/// Every committed offset (at most [`MAX_GROUP_SERIES`]) with its lag, sorted.
+pub fn group_lags(e: &Engine) -> Vec<GroupLag> {
+    let mut v: Vec<GroupLag> = e
+        .committed_offsets(MAX_GROUP_SERIES)
+        .into_iter()
+        .map(|((group, topic, partition), committed)| {
+            let end = e
+                .topic(&topic)
+                .and_then(|t| t.partition(partition).map(|p| to_i64(p.end_offset())))
+                .unwrap_or(-1);
+            let lag = if end < 0 { 0 } else { (end - committed).max(0) };
+            GroupLag {
+                group,
+                topic,
+                partition,
+                committed,
+                end,
+                lag,
+            }
+        })
+        .collect();
+    v.sort_by(|a, b| (&a.group, &a.topic, a.partition).cmp(&(&b.group, &b.topic, b.partition)));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_inside_buckets() {
+        let l = Latency::new();
+        assert_eq!(l.snapshot().quantile(0.5), None);
+        for _ in 0..100 {
+            l.observe(Duration::from_micros(700)); // bucket (0.0005, 0.001]
+        }
+        let s = l.snapshot();
+        assert_eq!(s.count(), 100);
+        let p50 = s.quantile(0.5).unwrap();
+        assert!((0.0005..=0.001).contains(&p50), "{p50}");
+        l.observe(Duration::from_secs(100)); // past the last bound
+        assert_eq!(l.snapshot().quantile(1.0), Some(10.0));
+    }
+
+    #[test]
+    fn codes_and_apis_have_bounded_indices() {
+        assert_eq!(code_index(ErrorCode::Other(999)), NCODES - 1);
+        assert_eq!(code_index(ErrorCode::Other(-3)), NCODES - 1);
+        assert_eq!(code_name(code_index(ErrorCode::QueueFull)), "QUEUE_FULL");
+        assert_eq!(api_name(api_index(-1)), "unknown");
+        assert_eq!(api_name(api_index(0)), "produce");
+        assert_eq!(api_name(api_index(8)), "metadata");
+    }
+
+    #[test]
+    fn recent_errors_are_bounded() {
+        let m = Metrics::default();
+        for _ in 0..RECENT_ERRORS + 7 {
+            m.finish(0, ErrorCode::QueueFull, None, Duration::ZERO);
+        }
+        assert_eq!(m.recent_errors().len(), RECENT_ERRORS);
+        assert_eq!(
+            m.request_counts(),
+            vec![("produce", "QUEUE_FULL", (RECENT_ERRORS + 7) as u64)]
+        );
+    }
+}

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""confluent-kafka (librdkafka) against a Kafka-protocol broker.
+
+    python confluent_test.py BOOTSTRAP PREFIX LOGDIR     # every scenario
+    python confluent_test.py member BOOTSTRAP GROUP TOPIC  # one group member (used by the group scenarios)
+
+Client defaults kept as shipped (acks=all, enable.idempotence=false, classic group
+protocol); only timeouts are shortened so a broken broker fails in seconds.
+"""
+
+import os
+import sys
+import time
+import traceback
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+CLIENT = "confluent"
+CODECS = ["gzip", "snappy", "lz4", "zstd"]
+
+# Short timeouts: every wait below is bounded by seconds, not librdkafka's minutes.
+BASE = {
+    "socket.timeout.ms": 5000,
+    "socket.connection.setup.timeout.ms": 5000,
+    "metadata.max.age.ms": 10000,
+    "topic.metadata.refresh.interval.ms": 2000,
+    "reconnect.backoff.max.ms": 1000,
+}
+CONSUMER = {
+    "session.timeout.ms": 6000,  # Kafka's smallest default group.min.session.timeout.ms
+    "heartbeat.interval.ms": 500,
+    "max.poll.interval.ms": 10000,
+    "fetch.wait.max.ms": 100,
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "partition.assignment.strategy": "range",
+}
+
+
+def conf(bootstrap, **extra):
+    c = dict(BASE)
+    c["bootstrap.servers"] = bootstrap
+    c.update(extra)
+    return c
+
+
+def create_topic(bootstrap, topic, partitions=common.PARTITIONS):
+    admin = AdminClient(conf(bootstrap))
+    if common.AUTO_CREATE:
+        # A producer's metadata request asks the broker to create the topic.
+        Producer(conf(bootstrap)).list_topics(topic=topic, timeout=10)
+        common.wait_for(lambda: partitions_of(admin, topic), 10, f"metadata of {topic}")
+        return
+    fs = admin.create_topics(
+        [NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+        operation_timeout=5,
+        request_timeout=10,
+    )
+    for f in fs.values():
+        f.result(timeout=15)
+    # The topic is usable once its metadata lists every partition with a leader.
+    common.wait_for(lambda: len(partitions_of(admin, topic)) == partitions, 10, f"metadata of {topic}")
+
+
+def partitions_of(admin, topic):
+    md = admin.list_topics(topic=topic, timeout=10)
+    t = md.topics.get(topic)
+    if t is None or t.error is not None:
+        return {}
+    return {p: pm.leader for p, pm in t.partitions.items() if pm.error is None and pm.leader >= 0}
+
+
+def scenario_metadata(bootstrap, topic):
+    create_topic(bootstrap, topic)
+    admin = AdminClient(conf(bootstrap))
+    md = admin.list_topics(timeout=10)  # all topics, as `kcat -L` and admin tools ask
+    problems = []
+    t = md.topics.get(topic)
+    if t is None:
+        return [f"topic {topic} not listed in the metadata of all topics ({len(md.topics)} topics listed)"]
+    if t.error is not None:
+        problems.append(f"topic error {t.error}")
+    if sorted(t.partitions) != list(range(common.PARTITIONS)):
+        problems.append(f"partitions {sorted(t.partitions)}, expected 0..{common.PARTITIONS - 1}")
+    brokers = set(md.brokers)
+    for p, pm in t.partitions.items():
+        if pm.leader not in brokers:
+            problems.append(f"partition {p}: leader {pm.leader} is not among the listed brokers {sorted(brokers)}")
+    return problems
+
+
+def produce_plan_records(bootstrap, topic, plan, extra=None):
+    """Produce the plan; returns (delivered {value: (partition, offset)}, errors)."""
+    producer = Producer(conf(bootstrap, **{"linger.ms": 5, "message.timeout.ms": 15000, **(extra or {})}))
+    delivered, errors = {}, []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(f"delivery of {msg.value()!r} failed: {err}")
+        else:
+            delivered[msg.value()] = (msg.partition(), msg.offset())
+
+    for r in plan:
+        kwargs = {"value": r["value"], "on_delivery": on_delivery}
+        if r["key"] is not None:
+            kwargs["key"] = r["key"]
+        if r["headers"]:
+            kwargs["headers"] = r["headers"]
+        if r["timestamp"] is not None:
+            kwargs["timestamp"] = r["timestamp"]
+        if "partition" in r:
+            kwargs["partition"] = r["partition"]
+        producer.produce(topic, **kwargs)
+    left = producer.flush(20)
+    if left:
+        errors.append(f"{left} records still undelivered after 20 s")
+    return delivered, errors
+
+
+def consume_all(bootstrap, topic, n, partitions=common.PARTITIONS):
+    """Read every partition from the beginning (assign, no group join) until n records."""
+    consumer = Consumer(conf(bootstrap, **{"group.id": f"{topic}-reader", **CONSUMER}))
+    out = []
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        end = time.monotonic() + common.DEADLINE_S
+        while len(out) < n and time.monotonic() < end:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                continue
+            if msg.error():
+                raise KafkaException(msg.error())
+            ts_type, ts = msg.timestamp()
+            out.append(
+                {
+                    "key": msg.key(),
+                    "value": msg.value(),
+                    "headers": [(k, v) for k, v in (msg.headers() or [])],
+                    "timestamp": ts,
+                    "timestamp_type": ts_type,
+                    "partition": msg.partition(),
+                    "offset": msg.offset(),
+                }
+            )
+    finally:
+        consumer.close()
+    return out
+
+
+def scenario_produce(bootstrap, topic, state):
+    create_topic(bootstrap, topic)
+    plan = common.produce_plan(topic)
+    t0 = common.now_ms()
+    delivered, errors = produce_plan_records(bootstrap, topic, plan)
+    state.update(plan=plan, delivered=delivered, t0=t0, t1=common.now_ms())
+    return errors + common.check_delivered(plan, delivered)
+
+
+def scenario_consume(bootstrap, topic, state):
+    if "plan" not in state:
+        return ["not run: the produce scenario did not run"]
+    plan = state["plan"]
+    consumed = consume_all(bootstrap, topic, len(plan))
+    problems = []
+    if len(consumed) != len(plan):
+        problems.append(f"consumed {len(consumed)} of {len(plan)} records within {common.DEADLINE_S:.0f}s")
+    for c in consumed:
+        if c["timestamp_type"] != TIMESTAMP_CREATE_TIME:
+            problems.append(f"{c['value']!r}: timestamp type {c['timestamp_type']}, expected CreateTime")
+            break
+    return problems + common.check_consumed(plan, state["delivered"], consumed, state["t0"], state["t1"])
+
+
+def scenario_compression(bootstrap, topic, codec):
+    create_topic(bootstrap, topic, partitions=1)
+    # Compressible values, several per batch (linger) so a batch really holds many records.
+    plan = [
+        {"key": f"k{i}".encode(), "value": (f"{codec}-{i}-" + "flume " * 40).encode(), "headers": [("c", codec.encode())], "timestamp": None, "partition": 0}
+        for i in range(50)
+    ]
+    delivered, errors = produce_plan_records(bootstrap, topic, plan, {"compression.type": codec, "linger.ms": 50})
+    if errors:
+        return errors
+    consumed = consume_all(bootstrap, topic, len(plan), partitions=1)
+    problems = []
+    if [c["value"] for c in consumed] != [r["value"] for r in plan]:
+        problems.append(f"consumed {len(consumed)} records, expected the {len(plan)} produced, in order")
+    for c, r in zip(consumed, plan):
+        if c["key"] != r["key"] or c["headers"] != r["headers"]:
+            problems.append(f"record {r['value'][:12]!r}: key/headers {c['key']!r}/{c['headers']!r}")
+            break
+    return problems
+
+
+def produce_to_partitions(bootstrap):
+    def produce(topic, tag, per_partition):
+        plan = []
+        for p in range(common.PARTITIONS):
+            for i in range(per_partition):
+                v = common.group_values(topic, tag, p, i)
+                plan.append({"key": v.encode(), "value": v.encode(), "headers": [], "timestamp": None, "partition": p})
+        delivered, errors = produce_plan_records(bootstrap, topic, plan)
+        if errors:
+            raise RuntimeError("; ".join(errors[:3]))
+        return [r["value"].decode() for r in plan]
+
+    return produce
+
+
+def committed(bootstrap):
+    def get(group, topic, partitions):
+        c = Consumer(conf(bootstrap, **{"group.id": group, **CONSUMER}))
+        try:
+            tps = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        finally:
+            c.close()
+        return {tp.partition: tp.offset for tp in tps}
+
+    return get
+
+
+def member(bootstrap, group, topic):
+    io = common.MemberIO()
+    c = Consumer(conf(bootstrap, **{"group.id": group, **CONSUMER}))
+
+    def on_assign(consumer, partitions):
+        io.emit(ev="assigned", partitions=[tp.partition for tp in partitions])
+
+    def on_revoke(consumer, partitions):
+        io.emit(ev="assigned", partitions=[])
+
+    c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+    try:
+        while not io.stop.is_set():
+            msg = c.poll(0.1)
+            if msg is None:
+                continue
+            if msg.error():
+                io.emit(ev="error", msg=str(msg.error()))
+                continue
+            io.emit(ev="record", p=msg.partition(), o=msg.offset(), v=msg.value().decode())
+            try:
+                c.commit(message=msg, asynchronous=False)  # processed: commit offset + 1
+            except KafkaException as e:  # e.g. a rebalance under way: the record comes again
+                common.log(f"commit failed: {e}")
+                io.emit(ev="commit_failed", msg=str(e))
+    except Exception as e:
+        common.log(traceback.format_exc())
+        io.emit(ev="error", msg=f"{type(e).__name__}: {e}")
+    finally:
+        c.close()  # leaves the group
+
+
+def main():
+    if sys.argv[1] == "member":
+        member(*sys.argv[2:5])
+        return 0
+    bootstrap, prefix, logdir = sys.argv[1:4]
+    pre = f"{prefix}-cf"
+    rep = common.Reporter(CLIENT)
+    rep.run("metadata", scenario_metadata, bootstrap, f"{pre}-meta")
+    state = {}
+    rep.run("produce", scenario_produce, bootstrap, f"{pre}-rec", state)
+    rep.run("consume", scenario_consume, bootstrap, f"{pre}-rec", state)
+    group_result = {}
+
+    def group():
+        topic = f"{pre}-grp"
+        create_topic(bootstrap, topic)
+        me = os.path.abspath(__file__)
+        g, r = common.run_group(
+            CLIENT,
+            pre,
+            topic,
+            f"{pre}-group",
+            lambda grp, t: [sys.executable, me, "member", bootstrap, grp, t],
+            produce_to_partitions(bootstrap),
+            committed(bootstrap),
+            logdir,
+        )
+        group_result["restart"] = r
+        return g
+
+    rep.run("group", group, timeout=5 * common.DEADLINE_S + 30)
+    rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
+    for codec in CODECS:
+        rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
+    rep.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""kafka-python (pure Python) against a Kafka-protocol broker.
+
+    python kafka_python_test.py BOOTSTRAP PREFIX LOGDIR     # every scenario
+    python kafka_python_test.py member BOOTSTRAP GROUP TOPIC  # one group member
+
+Client defaults kept as shipped (api_version probed with ApiVersions, acks=all,
+enable_idempotence=True in kafka-python 3.x, range then round-robin assignors);
+only timeouts are shortened so a broken broker fails in seconds.
+"""
+
+import os
+import sys
+import time
+import traceback
+
+from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.admin import NewTopic
+from kafka.errors import CommitFailedError, RebalanceInProgressError
+from kafka.structs import OffsetAndMetadata, TopicPartition
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+CLIENT = "kafka-python"
+
+BASE = {
+    "request_timeout_ms": 10000,
+    # Diagnostics only: KAFKA_PYTHON_API_VERSION=2.8 skips probing with ApiVersions v4
+    # (librdkafka's mock cluster answers that probe in a form kafka-python cannot read).
+    "api_version": tuple(int(x) for x in os.environ["KAFKA_PYTHON_API_VERSION"].split(".")) if os.environ.get("KAFKA_PYTHON_API_VERSION") else None,
+    "bootstrap_timeout_ms": 10000,
+    "reconnect_backoff_max_ms": 1000,
+    "metadata_max_age_ms": 10000,
+}
+CONSUMER = {
+    "session_timeout_ms": 6000,
+    "heartbeat_interval_ms": 500,
+    "max_poll_interval_ms": 10000,
+    "fetch_max_wait_ms": 100,
+    "enable_auto_commit": False,
+    "auto_offset_reset": "earliest",
+}
+
+
+def create_topic(bootstrap, topic, partitions=common.PARTITIONS):
+    if not common.AUTO_CREATE:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, **BASE)
+        try:
+            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)], timeout_ms=10000)
+        finally:
+            admin.close()
+    else:
+        # A producer's metadata request for the topic asks the broker to create it.
+        p = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=10000, **BASE)
+        try:
+            p.partitions_for(topic)
+        finally:
+            p.close(timeout=5)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, **BASE)
+    try:
+        common.wait_for(lambda: c.partitions_for_topic(topic), 10, f"metadata of {topic}")
+        if not common.AUTO_CREATE:
+            common.wait_for(lambda: c.partitions_for_topic(topic) == set(range(partitions)), 10, f"metadata of {topic}")
+    finally:
+        c.close(autocommit=False)
+
+
+def scenario_metadata(bootstrap, topic):
+    create_topic(bootstrap, topic)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, **BASE)
+    problems = []
+    try:
+        topics = c.topics()  # metadata of all topics
+        if topic not in topics:
+            problems.append(f"topic {topic} not listed among {len(topics)} topics")
+        parts = c.partitions_for_topic(topic)
+        if parts != set(range(common.PARTITIONS)):
+            problems.append(f"partitions {parts}, expected 0..{common.PARTITIONS - 1}")
+    finally:
+        c.close(autocommit=False)
+    return problems
+
+
+def produce_records(bootstrap, topic, plan):
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap,
+        linger_ms=5,
+        max_block_ms=10000,
+        delivery_timeout_ms=15000,
+        **BASE,
+    )
+    delivered, errors = {}, []
+    try:
+        futures = []
+        for r in plan:
+            futures.append(
+                (
+                    r,
+                    producer.send(
+                        topic,
+                        value=r["value"],
+                        key=r["key"],
+                        headers=list(r["headers"]),
+                        partition=r.get("partition"),
+                        timestamp_ms=r["timestamp"],
+                    ),
+                )
+            )
+        producer.flush(timeout=20)
+        for r, f in futures:
+            try:
+                md = f.get(timeout=1)
+                delivered[r["value"]] = (md.partition, md.offset)
+            except Exception as e:
+                errors.append(f"delivery of {r['value']!r} failed: {type(e).__name__}: {e}")
+    finally:
+        producer.close(timeout=5)
+    return delivered, errors
+
+
+def consume_all(bootstrap, topic, n):
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **BASE, **CONSUMER)
+    out = []
+    try:
+        c.assign([TopicPartition(topic, p) for p in range(common.PARTITIONS)])
+        c.seek_to_beginning()
+        end = time.monotonic() + common.DEADLINE_S
+        while len(out) < n and time.monotonic() < end:
+            for recs in c.poll(timeout_ms=200).values():
+                for m in recs:
+                    out.append(
+                        {
+                            "key": m.key,
+                            "value": m.value,
+                            "headers": [(k, v) for k, v in (m.headers or [])],
+                            "timestamp": m.timestamp,
+                            "timestamp_type": m.timestamp_type,
+                            "partition": m.partition,
+                            "offset": m.offset,
+                        }
+                    )
+    finally:
+        c.close(autocommit=False)
+    return out
+
+
+def scenario_produce(bootstrap, topic, state):
+    create_topic(bootstrap, topic)
+    plan = common.produce_plan(topic)
+    t0 = common.now_ms()
+    delivered, errors = produce_records(bootstrap, topic, plan)
+    state.update(plan=plan, delivered=delivered, t0=t0, t1=common.now_ms())
+    return errors + common.check_delivered(plan, delivered)
+
+
+def scenario_consume(bootstrap, topic, state):
+    if "plan" not in state:
+        return ["not run: the produce scenario did not run"]
+    plan = state["plan"]
+    consumed = consume_all(bootstrap, topic, len(plan))
+    problems = []
+    if len(consumed) != len(plan):
+        problems.append(f"consumed {len(consumed)} of {len(plan)} records within {common.DEADLINE_S:.0f}s")
+    for c in consumed:
+        if c["timestamp_type"] != 0:
+            problems.append(f"{c['value']!r}: timestamp type {c['timestamp_type']}, expected 0 (CreateTime)")
+            break
+    return problems + common.check_consumed(plan, state["delivered"], consumed, state["t0"], state["t1"])
+
+
+def produce_to_partitions(bootstrap):
+    def produce(topic, tag, per_partition):
+        plan = []
+        for p in range(common.PARTITIONS):
+            for i in range(per_partition):
+                v = common.group_values(topic, tag, p, i)
+                plan.append({"key": v.encode(), "value": v.encode(), "headers": [], "timestamp": None, "partition": p})
+        delivered, errors = produce_records(bootstrap, topic, plan)
+        if errors:
+            raise RuntimeError("; ".join(errors[:3]))
+        return [r["value"].decode() for r in plan]
+
+    return produce
+
+
+def committed(bootstrap):
+    def get(group, topic, partitions):
+        c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **BASE, **CONSUMER)
+        try:
+            return {p: c.committed(TopicPartition(topic, p)) for p in range(partitions)}
+        finally:
+            c.close(autocommit=False)
+
+    return get
+
+
+class Listener(ConsumerRebalanceListener):
+    def __init__(self, io):
+        self.io = io
+
+    def on_partitions_revoked(self, revoked):
+        self.io.emit(ev="assigned", partitions=[])
+
+    def on_partitions_assigned(self, assigned):
+        self.io.emit(ev="assigned", partitions=[tp.partition for tp in assigned])
+
+
+def member(bootstrap, group, topic):
+    io = common.MemberIO()
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **BASE, **CONSUMER)
+    c.subscribe([topic], listener=Listener(io))
+    try:
+        while not io.stop.is_set():
+            for tp, recs in c.poll(timeout_ms=100).items():
+                for m in recs:
+                    io.emit(ev="record", p=m.partition, o=m.offset, v=m.value.decode())
+                    try:
+                        c.commit({tp: OffsetAndMetadata(m.offset + 1, "", -1)})  # processed: commit offset + 1
+                    except (CommitFailedError, RebalanceInProgressError) as e:  # the record comes again
+                        common.log(f"commit failed: {e}")
+                        io.emit(ev="commit_failed", msg=f"{type(e).__name__}: {e}")
+    except Exception as e:
+        common.log(traceback.format_exc())
+        io.emit(ev="error", msg=f"{type(e).__name__}: {e}")
+    finally:
+        c.close(autocommit=False)  # leaves the group
+
+
+def main():
+    if sys.argv[1] == "member":
+        member(*sys.argv[2:5])
+        return 0
+    bootstrap, prefix, logdir = sys.argv[1:4]
+    pre = f"{prefix}-kp"
+    rep = common.Reporter(CLIENT)
+    rep.run("metadata", scenario_metadata, bootstrap, f"{pre}-meta")
+    state = {}
+    rep.run("produce", scenario_produce, bootstrap, f"{pre}-rec", state)
+    rep.run("consume", scenario_consume, bootstrap, f"{pre}-rec", state)
+    group_result = {}
+
+    def group():
+        topic = f"{pre}-grp"
+        create_topic(bootstrap, topic)
+        me = os.path.abspath(__file__)
+        g, r = common.run_group(
+            CLIENT,
+            pre,
+            topic,
+            f"{pre}-group",
+            lambda grp, t: [sys.executable, me, "member", bootstrap, grp, t],
+            produce_to_partitions(bootstrap),
+            committed(bootstrap),
+            logdir,
+        )
+        group_result["restart"] = r
+        return g
+
+    rep.run("group", group, timeout=5 * common.DEADLINE_S + 30)
+    rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
+    rep.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,526 @@
+#!/usr/bin/env node
+// kafkajs against a Kafka-protocol broker.
+//
+//   node kafkajs_test.js BOOTSTRAP PREFIX LOGDIR        every scenario
+//   node kafkajs_test.js member BOOTSTRAP GROUP TOPIC   one group member (used by the group scenarios)
+//
+// Client defaults kept as shipped (idempotent: false, acks -1, Java-compatible murmur2
+// partitioner, round-robin assignor, classic group protocol); only timeouts and retries
+// are shortened so a broken broker fails in seconds. One PASS/FAIL line per scenario.
+'use strict'
+
+process.env.KAFKAJS_NO_PARTITIONER_WARNING = '1'
+const { Kafka, logLevel } = require('kafkajs')
+const { spawn } = require('child_process')
+const fs = require('fs')
+const path = require('path')
+
+const CLIENT = 'kafkajs'
+const PARTITIONS = 4
+const GROUP_PER_PARTITION = 10
+const RESTART_PER_PARTITION = 5
+const SLACK_MS = 5000
+const DEADLINE_MS = 1000 * Number(process.env.KAFKA_CLIENTS_DEADLINE_S || '25')
+
+const kafkaFor = (bootstrap, clientId) =>
+  new Kafka({
+    clientId,
+    brokers: [bootstrap],
+    connectionTimeout: 3000,
+    requestTimeout: 10000,
+    retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1000 },
+    logLevel: logLevel.WARN,
+    logCreator: () => ({ namespace, level, log }) => {
+      process.stderr.write(`[kafkajs ${namespace}] ${log.message} ${JSON.stringify(log)}\n`)
+    },
+  })
+
+const CONSUMER = {
+  sessionTimeout: 6000,
+  heartbeatInterval: 500,
+  rebalanceTimeout: 10000,
+  maxWaitTimeInMs: 100,
+  retry: { retries: 3, initialRetryTime: 100, maxRetryTime: 1000 },
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+
+async function waitFor(cond, ms, what) {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await cond()
+    if (v) return v
+    if (Date.now() > end) throw new Error(`timed out after ${ms / 1000}s waiting for ${what}`)
+    await sleep(50)
+  }
+}
+
+async function withTimeout(promise, ms, what) {
+  let timer
+  const t = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} did not finish within ${ms / 1000}s`)), ms)
+  })
+  try {
+    return await Promise.race([promise, t])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+let passed = 0
+let failed = 0
+async function scenario(name, fn) {
+  const started = Date.now()
+  let problems
+  try {
+    problems = (await withTimeout(fn(), 2 * DEADLINE_MS + 20000, name)) || []
+  } catch (e) {
+    process.stderr.write(`${e.stack}\n`)
+    problems = [`${e.name}: ${e.message}`]
+  }
+  const took = ((Date.now() - started) / 1000).toFixed(1)
+  if (problems.length) {
+    failed++
+    let text = problems.slice(0, 5).join('; ')
+    if (problems.length > 5) text += `; ... (${problems.length} problems)`
+    console.log(`FAIL ${CLIENT} ${name}: ${text} (${took}s)`)
+  } else {
+    passed++
+    console.log(`PASS ${CLIENT} ${name} (${took}s)`)
+  }
+}
+
+// KAFKA_CLIENTS_AUTO_CREATE=1 (see README): the broker creates topics on first use.
+const AUTO_CREATE = process.env.KAFKA_CLIENTS_AUTO_CREATE === '1'
+
+async function createTopic(kafka, topic) {
+  if (AUTO_CREATE) {
+    // A consumer's subscribe asks for the topic's metadata with auto-creation allowed.
+    const c = kafka.consumer({ groupId: `${topic}-creator`, ...CONSUMER })
+    await c.connect()
+    try {
+      await c.subscribe({ topics: [topic] })
+    } finally {
+      await c.disconnect()
+    }
+  }
+  const admin = kafka.admin()
+  await admin.connect()
+  try {
+    if (!AUTO_CREATE) await admin.createTopics({
+      topics: [{ topic, numPartitions: PARTITIONS, replicationFactor: 1 }],
+      waitForLeaders: true,
+      timeout: 5000,
+    })
+    await waitFor(async () => {
+      const md = await admin.fetchTopicMetadata({ topics: [topic] })
+      return md.topics.length === 1 && md.topics[0].partitions.length === PARTITIONS
+    }, 10000, `metadata of ${topic}`)
+  } finally {
+    await admin.disconnect()
+  }
+}
+
+async function metadata(kafka, topic) {
+  await createTopic(kafka, topic)
+  const admin = kafka.admin()
+  await admin.connect()
+  const problems = []
+  try {
+    const names = await admin.listTopics()
+    if (!names.includes(topic)) problems.push(`topic ${topic} not listed among ${names.length} topics`)
+    const md = await admin.fetchTopicMetadata({ topics: [topic] })
+    const t = md.topics.find((x) => x.name === topic)
+    if (!t) return problems.concat([`no metadata for ${topic}`])
+    const ids = t.partitions.map((p) => p.partitionId).sort((a, b) => a - b)
+    if (JSON.stringify(ids) !== JSON.stringify([...Array(PARTITIONS).keys()])) {
+      problems.push(`partitions ${JSON.stringify(ids)}, expected 0..${PARTITIONS - 1}`)
+    }
+    for (const p of t.partitions) {
+      if (p.partitionErrorCode !== 0) problems.push(`partition ${p.partitionId}: error code ${p.partitionErrorCode}`)
+      if (!(p.leader >= 0)) problems.push(`partition ${p.partitionId}: no leader (${p.leader})`)
+    }
+  } finally {
+    await admin.disconnect()
+  }
+  return problems
+}
+
+// The produce plan: keys k0..k4 three times each, two headers (one binary), one record
+// without a key, one with an explicit timestamp an hour ago (kept exactly).
+function producePlan(prefix) {
+  const plan = []
+  for (let i = 0; i < 15; i++) {
+    plan.push({
+      key: `${prefix}-k${i % 5}`,
+      value: `${prefix}-v${i}`,
+      headers: { h1: 'one', bin: Buffer.from([0, 255, 10, i]) },
+    })
+  }
+  plan.push({ key: null, value: `${prefix}-nokey`, headers: {} })
+  plan.push({ key: `${prefix}-kts`, value: `${prefix}-explicit-ts`, headers: { ts: 'explicit' }, timestamp: Date.now() - 3600000 })
+  return plan
+}
+
+async function produce(kafka, topic, plan) {
+  const producer = kafka.producer({ allowAutoTopicCreation: false })
+  await producer.connect()
+  const delivered = new Map()
+  try {
+    // One send per record: kafkajs answers per partition batch, so each record's own
+    // offset is known without counting within batches.
+    for (const r of plan) {
+      const msg = { key: r.key, value: r.value, headers: r.headers }
+      if (r.timestamp !== undefined) msg.timestamp = String(r.timestamp)
+      if (r.partition !== undefined) msg.partition = r.partition
+      const res = await producer.send({ topic, acks: -1, timeout: 5000, messages: [msg] })
+      if (res.length !== 1 || res[0].errorCode !== 0) throw new Error(`produce answered ${JSON.stringify(res)}`)
+      delivered.set(r.value, [res[0].partition, Number(res[0].baseOffset)])
+    }
+  } finally {
+    await producer.disconnect()
+  }
+  return delivered
+}
+
+function headersEqual(got, want) {
+  const g = got || {}
+  const gk = Object.keys(g).sort()
+  const wk = Object.keys(want).sort()
+  if (JSON.stringify(gk) !== JSON.stringify(wk)) return false
+  return wk.every((k) => Buffer.isBuffer(g[k]) && g[k].equals(Buffer.from(want[k])))
+}
+
+async function consumeAll(kafka, topic, group, n) {
+  const consumer = kafka.consumer({ groupId: group, ...CONSUMER })
+  const out = []
+  await consumer.connect()
+  try {
+    await consumer.subscribe({ topics: [topic], fromBeginning: true })
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ partition, message }) => {
+        out.push({ partition, message })
+      },
+    })
+    try {
+      await waitFor(() => out.length >= n, DEADLINE_MS, `${n} records`)
+    } catch (e) {
+      // reported by the caller through the count
+    }
+  } finally {
+    await consumer.disconnect()
+  }
+  return out
+}
+
+async function produceAndConsume(kafka, topic, state) {
+  await createTopic(kafka, topic)
+  const plan = producePlan(topic)
+  const t0 = Date.now()
+  const delivered = await produce(kafka, topic, plan)
+  Object.assign(state, { plan, delivered, t0, t1: Date.now() })
+  const problems = []
+  const keyPart = new Map()
+  for (const r of plan) {
+    const d = delivered.get(r.value)
+    if (!d) problems.push(`no acknowledgement for ${r.value}`)
+    else if (r.key !== null) {
+      if (!keyPart.has(r.key)) keyPart.set(r.key, d[0])
+      else if (keyPart.get(r.key) !== d[0]) problems.push(`key ${r.key} delivered to partitions ${keyPart.get(r.key)} and ${d[0]}`)
+    }
+  }
+  return problems
+}
+
+async function consumeBack(kafka, topic, state) {
+  if (!state.plan) return ['not run: the produce scenario did not run']
+  const { plan, delivered, t0, t1 } = state
+  const got = await consumeAll(kafka, topic, `${topic}-reader`, plan.length)
+  const problems = []
+  if (got.length !== plan.length) problems.push(`consumed ${got.length} of ${plan.length} records`)
+  const byValue = new Map()
+  for (const g of got) {
+    const v = g.message.value.toString()
+    if (byValue.has(v)) problems.push(`${v} consumed twice`)
+    byValue.set(v, g)
+  }
+  const keyPart = new Map()
+  for (const r of plan) {
+    const g = byValue.get(r.value)
+    if (!g) {
+      problems.push(`${r.value} not consumed`)
+      continue
+    }
+    const m = g.message
+    const key = m.key === null ? null : m.key.toString()
+    if (key !== r.key) problems.push(`${r.value}: key ${key}, expected ${r.key}`)
+    if (!headersEqual(m.headers, r.headers)) problems.push(`${r.value}: headers ${JSON.stringify(m.headers)}, expected ${JSON.stringify(r.headers)}`)
+    const ts = Number(m.timestamp)
+    if (r.timestamp !== undefined) {
+      if (ts !== r.timestamp) problems.push(`${r.value}: timestamp ${ts}, expected exactly ${r.timestamp}`)
+    } else if (!(ts >= t0 - SLACK_MS && ts <= t1 + SLACK_MS)) {
+      problems.push(`${r.value}: timestamp ${ts} outside [${t0}, ${t1}] +- ${SLACK_MS} ms`)
+    }
+    const d = delivered.get(r.value)
+    if (d && (d[0] !== g.partition || d[1] !== Number(m.offset))) {
+      problems.push(`${r.value}: consumed at ${g.partition}/${m.offset}, acknowledged at ${d[0]}/${d[1]}`)
+    }
+    if (r.key !== null) {
+      if (!keyPart.has(r.key)) keyPart.set(r.key, g.partition)
+      else if (keyPart.get(r.key) !== g.partition) problems.push(`key ${r.key} in partitions ${keyPart.get(r.key)} and ${g.partition}`)
+    }
+  }
+  return problems
+}
+
+// ---------------------------------------------------------------------------
+// Consumer group of two processes
+
+const MEMBERS = [] // every member process started; killed on exit if still running
+process.on('exit', () => MEMBERS.forEach((m) => m.kill()))
+
+class Member {
+  constructor(name, bootstrap, group, topic, logdir) {
+    MEMBERS.push(this)
+    this.name = name
+    this.assignment = null
+    this.records = []
+    this.errors = []
+    this.commitFailures = []
+    const err = fs.openSync(path.join(logdir, `${name}.log`), 'w')
+    this.proc = spawn(process.execPath, [__filename, 'member', bootstrap, group, topic], {
+      stdio: ['pipe', 'pipe', err],
+    })
+    this.exited = new Promise((resolve) => this.proc.on('exit', (code, sig) => resolve(code === null ? sig : code)))
+    this.code = undefined
+    this.exited.then((c) => { this.code = c })
+    let buf = ''
+    this.proc.stdout.on('data', (d) => {
+      buf += d.toString()
+      let i
+      while ((i = buf.indexOf('\n')) >= 0) {
+        const line = buf.slice(0, i)
+        buf = buf.slice(i + 1)
+        let ev
+        try { ev = JSON.parse(line) } catch (e) { process.stderr.write(`[${name}] ${line}\n`); continue }
+        if (ev.ev === 'assigned') this.assignment = ev.partitions.slice().sort((a, b) => a - b)
+        else if (ev.ev === 'record') this.records.push(ev)
+        else if (ev.ev === 'error') this.errors.push(ev.msg)
+        else if (ev.ev === 'commit_failed') this.commitFailures.push(ev.msg)
+      }
+    })
+  }
+
+  async stop(ms) {
+    try { this.proc.stdin.end('stop\n') } catch (e) { /* already gone */ }
+    const r = await Promise.race([this.exited, sleep(ms).then(() => 'timeout')])
+    if (r === 'timeout') {
+      this.proc.kill('SIGKILL')
+      return `${this.name} did not close within ${ms / 1000}s (killed)`
+    }
+    return r === 0 ? null : `${this.name} exited with ${r}`
+  }
+
+  kill() { if (this.code === undefined) this.proc.kill('SIGKILL') }
+  describe() { return `${this.name}: assignment ${JSON.stringify(this.assignment)}, ${this.records.length} records, errors ${JSON.stringify(this.errors.slice(0, 2))}` }
+}
+
+async function produceToPartitions(kafka, topic, tag, per) {
+  const producer = kafka.producer({ allowAutoTopicCreation: false })
+  await producer.connect()
+  const values = []
+  try {
+    const messages = []
+    for (let p = 0; p < PARTITIONS; p++) {
+      for (let i = 0; i < per; i++) {
+        const v = `${topic}-${tag}-p${p}-${i}`
+        values.push(v)
+        messages.push({ key: v, value: v, partition: p })
+      }
+    }
+    await producer.send({ topic, acks: -1, timeout: 5000, messages })
+  } finally {
+    await producer.disconnect()
+  }
+  return values
+}
+
+async function committed(kafka, group, topic) {
+  const admin = kafka.admin()
+  await admin.connect()
+  try {
+    const res = await admin.fetchOffsets({ groupId: group, topics: [topic] })
+    const out = {}
+    for (const p of res[0].partitions) out[p.partition] = Number(p.offset)
+    return out
+  } finally {
+    await admin.disconnect()
+  }
+}
+
+async function groupScenarios(kafka, bootstrap, pre, logdir, result) {
+  const topic = `${pre}-grp`
+  const group = `${pre}-group`
+  await createTopic(kafka, topic)
+  const start = (tag) => [0, 1].map((i) => new Member(`${CLIENT}-${tag}-${i}`, bootstrap, group, topic, logdir))
+  const describe = (ms) => ms.map((m) => m.describe()).join('; ')
+  const collect = async (ms, n, what) => {
+    try {
+      await waitFor(() => ms.reduce((s, m) => s + m.records.length, 0) >= n || ms.some((m) => m.code !== undefined), DEADLINE_MS, what)
+      return []
+    } catch (e) {
+      return [`${e.message} (${describe(ms)})`]
+    }
+  }
+  const stopAll = async (ms) => (await Promise.all(ms.map((m) => m.stop(15000)))).filter((x) => x)
+
+  // Phase 1: the two members split the partitions, then the records arrive.
+  const problems = []
+  let members = start('a')
+  let shares
+  let phase1
+  try {
+    try {
+      await waitFor(() => {
+        const a = members.map((m) => m.assignment)
+        if (a.some((x) => !x || x.length === 0)) return false
+        const all = a.flat()
+        return new Set(all).size === all.length && all.length === PARTITIONS
+      }, DEADLINE_MS, 'two members with disjoint non-empty assignments covering every partition')
+    } catch (e) {
+      result.restart = ['not run: the group did not form']
+      return [`${e.message} (${describe(members)})`]
+    }
+    shares = members.map((m) => m.assignment)
+    phase1 = await produceToPartitions(kafka, topic, 'old', GROUP_PER_PARTITION)
+    problems.push(...(await collect(members, phase1.length, `${phase1.length} records in the group`)))
+    problems.push(...(await stopAll(members)))
+  } finally {
+    members.forEach((m) => m.kill())
+  }
+  let seen = []
+  members.forEach((m, i) => {
+    problems.push(...m.errors.map((e) => `${m.name}: ${e}`))
+    // No rebalance is expected once the split is stable: every commit must succeed.
+    problems.push(...m.commitFailures.slice(0, 2).map((e) => `${m.name}: commit failed: ${e}`))
+    if (m.records.length === 0) problems.push(`${m.name} (partitions ${JSON.stringify(shares[i])}) got no record`)
+    for (const r of m.records) {
+      if (!shares[i].includes(r.p)) problems.push(`${m.name} got a record of partition ${r.p}, outside its share ${JSON.stringify(shares[i])}`)
+    }
+    seen = seen.concat(m.records.map((r) => r.v))
+  })
+  const want = new Set(phase1)
+  if (new Set(seen).size !== seen.length) problems.push(`${seen.length - new Set(seen).size} records seen twice`)
+  const missing = phase1.filter((v) => !seen.includes(v)).length
+  const extra = seen.filter((v) => !want.has(v)).length
+  if (missing || extra) problems.push(`missing ${missing}, unexpected ${extra}`)
+  try {
+    const got = await committed(kafka, group, topic)
+    for (let p = 0; p < PARTITIONS; p++) {
+      if (got[p] !== GROUP_PER_PARTITION) problems.push(`committed offsets ${JSON.stringify(got)}, expected ${GROUP_PER_PARTITION} on each partition`)
+      if (got[p] !== GROUP_PER_PARTITION) break
+    }
+  } catch (e) {
+    problems.push(`reading committed offsets: ${e.message}`)
+  }
+
+  // Phase 2: records arrive while the group is down; the restarted group resumes from
+  // its commits: nothing of phase 1 again, every new record seen. The members may join one
+  // after the other, so a rebalance can interrupt them: a failed commit and a new record
+  // seen twice are then normal (at-least-once), not failures.
+  const restart = []
+  const phase2 = await produceToPartitions(kafka, topic, 'new', RESTART_PER_PARTITION)
+  members = start('b')
+  try {
+    restart.push(...(await collect(members, phase2.length, `${phase2.length} new records after the restart`)))
+    restart.push(...(await stopAll(members)))
+  } finally {
+    members.forEach((m) => m.kill())
+  }
+  seen = []
+  for (const m of members) {
+    restart.push(...m.errors.map((e) => `${m.name}: ${e}`))
+    seen = seen.concat(m.records.map((r) => r.v))
+  }
+  const old = seen.filter((v) => want.has(v))
+  if (old.length) restart.push(`${old.length} records before the commit point re-read (e.g. ${old[0]})`)
+  const notSeen = phase2.filter((v) => !seen.includes(v)).length
+  if (notSeen) restart.push(`${notSeen} new records not seen`)
+  if (new Set(seen).size !== seen.length) {
+    process.stderr.write(`group-restart: ${seen.length - new Set(seen).size} new records seen twice (a rebalance during the restart)\n`)
+  }
+  result.restart = restart
+  return problems
+}
+
+async function member(bootstrap, group, topic) {
+  const emit = (ev) => process.stdout.write(JSON.stringify(ev) + '\n')
+  const kafka = kafkaFor(bootstrap, 'flume-kc-member')
+  const consumer = kafka.consumer({ groupId: group, ...CONSUMER })
+  let stopping = false
+  const stop = new Promise((resolve) => {
+    let buf = ''
+    process.stdin.on('data', (d) => {
+      buf += d.toString()
+      if (buf.includes('stop')) resolve()
+    })
+    process.stdin.on('end', resolve)
+  })
+  consumer.on(consumer.events.GROUP_JOIN, (e) => {
+    emit({ ev: 'assigned', partitions: (e.payload.memberAssignment[topic] || []) })
+  })
+  consumer.on(consumer.events.REBALANCING, () => emit({ ev: 'assigned', partitions: [] }))
+  consumer.on(consumer.events.CRASH, (e) => emit({ ev: 'error', msg: `crash: ${e.payload.error && e.payload.error.message}` }))
+  try {
+    await consumer.connect()
+    await consumer.subscribe({ topics: [topic], fromBeginning: true })
+    await consumer.run({
+      autoCommit: false,
+      eachMessage: async ({ topic: t, partition, message }) => {
+        if (stopping) return
+        emit({ ev: 'record', p: partition, o: Number(message.offset), v: message.value.toString() })
+        try {
+          // processed: commit offset + 1
+          await consumer.commitOffsets([{ topic: t, partition, offset: String(Number(message.offset) + 1) }])
+        } catch (e) {
+          // e.g. a rebalance under way: the record comes again
+          process.stderr.write(`commit failed: ${e.stack}\n`)
+          emit({ ev: 'commit_failed', msg: `${e.name}: ${e.message}` })
+        }
+      },
+    })
+    await stop
+  } catch (e) {
+    emit({ ev: 'error', msg: `${e.name}: ${e.message}` })
+  }
+  stopping = true
+  await consumer.disconnect() // leaves the group
+}
+
+async function main() {
+  const args = process.argv.slice(2)
+  if (args[0] === 'member') {
+    await member(args[1], args[2], args[3])
+    return 0
+  }
+  const [bootstrap, prefix, logdir] = args
+  const pre = `${prefix}-js`
+  const kafka = kafkaFor(bootstrap, 'flume-kc-kafkajs')
+  const state = {}
+  const group = {}
+  await scenario('metadata', () => metadata(kafka, `${pre}-meta`))
+  await scenario('produce', () => produceAndConsume(kafka, `${pre}-rec`, state))
+  await scenario('consume', () => consumeBack(kafka, `${pre}-rec`, state))
+  await scenario('group', () => groupScenarios(kafka, bootstrap, pre, logdir, group))
+  await scenario('group-restart', async () => group.restart || ['not run: the group scenario failed before it'])
+  return failed ? 1 : 0
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e) => {
+    console.log(`FAIL ${CLIENT} harness: ${e.message}`)
+    process.exit(1)
+  }
+)

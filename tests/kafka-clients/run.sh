@@ -1,0 +1,468 @@
+#!/usr/bin/env bash
+# Real Kafka clients against Flume's Kafka listener (issue #14): kcat, confluent-kafka,
+# kafka-python and kafkajs, none written here. See README.md beside this file.
+#
+#   tests/kafka-clients/run.sh                 install (cached), build, start a broker, run every client
+#   tests/kafka-clients/run.sh --install-only  only install the clients into the cache
+#
+# Environment:
+#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs   the clients to run (default: all)
+#   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
+#                                     one (the cross-protocol scenarios are skipped then)
+#   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
+#   CARGO_TARGET_DIR                  honoured when building flume-cli
+#   KAFKA_CLIENTS_DEADLINE_S=25       how long one wait inside a scenario may take
+#
+# Output: one `PASS|FAIL <client> <scenario>` line per scenario, then `N passed, N failed`;
+# the exit status is non-zero if anything failed.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CACHE=${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}
+ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs
+CLIENTS=${KAFKA_CLIENTS:-$ALL_CLIENTS}
+BOOTSTRAP=${FLUME_KAFKA_BOOTSTRAP:-}
+export KAFKA_CLIENTS_DEADLINE_S=${KAFKA_CLIENTS_DEADLINE_S:-25}
+export PYTHONDONTWRITEBYTECODE=1 # no __pycache__ beside the scenario files
+DEADLINE_S=$KAFKA_CLIENTS_DEADLINE_S
+
+# Pinned client versions (each installs as a wheel / plain npm package here).
+CONFLUENT_KAFKA_VERSION=2.16.1
+KAFKA_PYTHON_VERSION=3.0.12
+KAFKAJS_VERSION=2.2.4
+
+INSTALL_ONLY=0
+case "${1:-}" in
+  --install-only) INSTALL_ONLY=1 ;;
+  "") ;;
+  -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+  *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+esac
+
+PASSED=0
+FAILED=0
+say() { echo "[kafka-clients] $*" >&2; }
+pass() { echo "PASS $*"; PASSED=$((PASSED + 1)); }
+fail() { echo "FAIL $*"; FAILED=$((FAILED + 1)); }
+summary() {
+  echo "$PASSED passed, $FAILED failed"
+  [ "$FAILED" -eq 0 ]
+}
+# A failure before any scenario could run: one line saying why, the summary, exit 1.
+die() {
+  fail "setup: $*"
+  summary || exit 1
+}
+
+want() { [[ ",$CLIENTS," == *",$1,"* ]]; }
+IFS=, read -r -a requested <<<"$CLIENTS"
+for c in "${requested[@]}"; do
+  [[ ",$ALL_CLIENTS," == *",$c,"* ]] || { echo "error: unknown client '$c' in KAFKA_CLIENTS (known: $ALL_CLIENTS)" >&2; exit 2; }
+done
+
+# ---------------------------------------------------------------------------
+# Processes and temp dirs: every one is cleaned on exit.
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/flume-kafka-clients.XXXXXX")
+PIDS=()
+cleanup() {
+  local pid
+  for pid in "${PIDS[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${PIDS[@]}"; do
+    # Give each a moment to stop cleanly, then force it.
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ -n "${KEEP_WORK:-}" ]; then say "logs kept in $WORK"; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+# ---------------------------------------------------------------------------
+# Install (cached): kcat from Debian, one venv with both Python clients, kafkajs via npm.
+install_kcat() {
+  command -v kcat >/dev/null && return 0
+  say "installing kcat (apt)"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >"$WORK/apt.log" 2>&1 &&
+    $SUDO apt-get install -y -qq --no-install-recommends kcat >>"$WORK/apt.log" 2>&1 || {
+    tail -n 20 "$WORK/apt.log" >&2
+    return 1
+  }
+}
+
+VENV=$CACHE/kafka-clients-venv
+PY=$VENV/bin/python
+install_python() {
+  local pins="confluent-kafka==$CONFLUENT_KAFKA_VERSION kafka-python==$KAFKA_PYTHON_VERSION"
+  if [ -x "$PY" ] && [ "$(cat "$VENV/.flume-pins" 2>/dev/null)" = "$pins" ]; then return 0; fi
+  say "installing $pins into $VENV"
+  rm -rf "$VENV"
+  mkdir -p "$CACHE"
+  local -a reqs
+  read -r -a reqs <<<"$pins"
+  python3 -m venv "$VENV" >"$WORK/pip.log" 2>&1 &&
+    "$PY" -m pip install -q --disable-pip-version-check --only-binary=:all: "${reqs[@]}" >>"$WORK/pip.log" 2>&1 || {
+    tail -n 20 "$WORK/pip.log" >&2
+    return 1
+  }
+  echo "$pins" >"$VENV/.flume-pins"
+}
+
+NPM_PREFIX=$CACHE/kafka-clients-npm
+install_kafkajs() {
+  command -v node >/dev/null || { say "node is required for kafkajs"; return 1; }
+  local have
+  have=$(node -p "require('$NPM_PREFIX/node_modules/kafkajs/package.json').version" 2>/dev/null || true)
+  [ "$have" = "$KAFKAJS_VERSION" ] && return 0
+  say "installing kafkajs@$KAFKAJS_VERSION into $NPM_PREFIX"
+  mkdir -p "$NPM_PREFIX"
+  npm install --prefix "$NPM_PREFIX" --no-audit --no-fund --no-save --loglevel=error "kafkajs@$KAFKAJS_VERSION" >"$WORK/npm.log" 2>&1 || {
+    tail -n 20 "$WORK/npm.log" >&2
+    return 1
+  }
+}
+
+timed() { # name command...: runs it, appends "name Ns" to INSTALL_TIMES
+  local t0 t1
+  t0=$(date +%s.%N)
+  "${@:2}" || return 1
+  t1=$(date +%s.%N)
+  INSTALL_TIMES+=("$1 $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1fs", b - a }')")
+}
+
+install_all() {
+  INSTALL_TIMES=()
+  if want kcat; then timed kcat install_kcat || die "could not install kcat (apt-get install kcat)"; fi
+  # kcat has no OffsetFetch (nor CreateTopics): its scenarios use kafka_admin.py for those.
+  if want confluent || want kafka-python || want kcat; then
+    timed python install_python || die "could not install the Python clients (pip)"
+  fi
+  if want kafkajs; then timed kafkajs install_kafkajs || die "could not install kafkajs (npm)"; fi
+  say "install (cache $CACHE): ${INSTALL_TIMES[*]:-nothing to install}"
+}
+
+if [ "$INSTALL_ONLY" -eq 1 ]; then
+  install_all
+  exit 0
+fi
+
+# ---------------------------------------------------------------------------
+# The broker: flume-cli with its Kafka listener, on free ports, in a temp dir.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
+
+FLUME=
+NATIVE=
+if [ -z "$BOOTSTRAP" ]; then
+  say "building flume-cli"
+  if ! (cd "$ROOT" && cargo build -p flume-cli --locked) >"$WORK/build.log" 2>&1; then
+    tail -n 30 "$WORK/build.log" >&2
+    die "cargo build -p flume-cli --locked failed"
+  fi
+  FLUME=${CARGO_TARGET_DIR:-$ROOT/target}/debug/flume-cli
+  [[ "$FLUME" = /* ]] || FLUME=$ROOT/$FLUME
+  if ! "$FLUME" broker --help 2>/dev/null | grep -q -- '--kafka-port'; then
+    die "flume-cli broker does not accept --kafka-port yet (issue #14: the Kafka listener is not built)"
+  fi
+fi
+
+install_all
+
+if [ -z "$BOOTSTRAP" ]; then
+  PORT=$(free_port)
+  KPORT=$(free_port)
+  while [ "$KPORT" = "$PORT" ]; do KPORT=$(free_port); done
+  mkdir -p "$WORK/data"
+  "$FLUME" broker --host 127.0.0.1 --port "$PORT" --kafka-port "$KPORT" --data "$WORK/data" >"$WORK/broker.log" 2>&1 &
+  BROKER_PID=$!
+  PIDS+=("$BROKER_PID")
+  end=$((SECONDS + 20))
+  until port_open 127.0.0.1 "$KPORT" && port_open 127.0.0.1 "$PORT"; do
+    if ! kill -0 "$BROKER_PID" 2>/dev/null; then
+      tail -n 20 "$WORK/broker.log" >&2
+      die "the broker exited before its Kafka port $KPORT accepted connections"
+    fi
+    [ "$SECONDS" -lt "$end" ] || die "the broker's Kafka port $KPORT did not accept connections within 20s"
+    sleep 0.05
+  done
+  BOOTSTRAP=127.0.0.1:$KPORT
+  NATIVE=127.0.0.1:$PORT
+  say "broker: native $NATIVE, kafka $BOOTSTRAP, data $WORK/data"
+else
+  say "using the running broker at $BOOTSTRAP (cross-protocol scenarios skipped)"
+fi
+
+PREFIX=kc$(date +%s)$$
+mkdir -p "$WORK/logs"
+
+# Before any client: the port must answer ApiVersions v0 at all (else one line, in seconds).
+if ! probe_msg=$(python3 "$HERE/probe.py" "$BOOTSTRAP" 10 2>"$WORK/logs/probe.err"); then
+  die "$probe_msg"
+fi
+say "$(cat "$WORK/logs/probe.err")"
+
+# ---------------------------------------------------------------------------
+# Runs one client's scenario file; its PASS/FAIL lines are counted. A client that dies
+# or hangs without reporting every scenario is failed for the ones it did not report.
+run_client() { # name expected-scenarios command...
+  local name=$1 expected=$2 out code=0 p f
+  shift 2
+  out=$WORK/logs/$name.out
+  say "running $name"
+  timeout -k 5 180 "$@" >"$out" 2>"$WORK/logs/$name.err" || code=$?
+  cat "$out"
+  p=$(grep -c '^PASS ' "$out" || true)
+  f=$(grep -c '^FAIL ' "$out" || true)
+  PASSED=$((PASSED + p))
+  FAILED=$((FAILED + f))
+  if [ $((p + f)) -lt "$expected" ]; then
+    fail "$name harness: reported $((p + f)) of $expected scenarios (exit code $code; last stderr lines below)"
+    tail -n 15 "$WORK/logs/$name.err" >&2
+  elif [ "$code" -ne 0 ] && [ "$f" -eq 0 ]; then
+    fail "$name harness: exit code $code with no failed scenario"
+  elif [ "$f" -gt 0 ]; then
+    say "$name: stderr in $WORK/logs/$name.err (last lines):"
+    tail -n 15 "$WORK/logs/$name.err" >&2
+  fi
+}
+
+# ---------------------------------------------------------------------------
+# kcat. Every call gets short timeouts; -m bounds metadata waits.
+KCAT_X=(-m 10 -X socket.timeout.ms=5000 -X socket.connection.setup.timeout.ms=5000 -X topic.metadata.refresh.interval.ms=2000)
+
+kcat_create_topic() { # topic partitions
+  if [ "${KAFKA_CLIENTS_AUTO_CREATE:-}" = 1 ]; then
+    # The broker creates it on first use (see README): a metadata request for it.
+    kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -L -t "$1" >/dev/null
+  elif [ -n "$NATIVE" ]; then
+    timeout "$DEADLINE_S" "$FLUME" topics create "$1" --partitions "$2" --broker "$NATIVE" >/dev/null
+  else
+    "$PY" "$HERE/kafka_admin.py" create "$BOOTSTRAP" "$1" "$2"
+  fi
+}
+
+# Partitions (space separated) of the last assignment a `kcat -G` printed on stderr.
+kcat_assignment() {
+  local line
+  line=$(grep -E 'rebalanced.*(assigned|revoked):' "$1" 2>/dev/null | tail -n 1 || true)
+  case "$line" in
+    *assigned:*) echo "${line#*assigned:}" | grep -oE '\[[0-9]+\]' | tr -d '[]' | sort -n | tr '\n' ' ' ;;
+    *) echo "" ;;
+  esac
+}
+
+# Checks kcat's output (stdin) with kcat_check.py; prints the problems on one line.
+check() { python3 "$HERE/kcat_check.py" "$@"; }
+lines() { cat "$@" 2>/dev/null | grep -c . || true; } # non-empty lines of the files that exist
+
+# A scenario in the shell: PASS if the function returns 0, else FAIL with what it printed.
+kcat_scenario() { # name function args...
+  local name=$1 msg t0 took
+  t0=$(date +%s.%N)
+  # Not in a subshell: the group members it starts must be known to the cleanup trap.
+  if "${@:2}" >"$WORK/logs/kcat-$name.msg" 2>"$WORK/logs/kcat-$name.err"; then
+    took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+    pass "kcat $name (${took}s)"
+  else
+    msg=$(tr '\n' ' ' <"$WORK/logs/kcat-$name.msg")
+    # The last line the failing tool printed on stderr, if any, says why.
+    [ ! -s "$WORK/logs/kcat-$name.err" ] || msg="$msg($(tail -n 1 "$WORK/logs/kcat-$name.err"))"
+    msg=$(printf '%s' "$msg" | cut -c1-400)
+    fail "kcat $name: ${msg:-failed}"
+  fi
+}
+
+KT=$PREFIX-kc
+kcat_metadata() {
+  local topic=$KT-meta end=$((SECONDS + DEADLINE_S))
+  kcat_create_topic "$topic" 4 || { echo "could not create $topic"; return 1; }
+  while :; do
+    # All topics, as a bare `kcat -L` asks.
+    kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -L -J >"$WORK/kcat-md.json" || { echo "kcat -L failed"; return 1; }
+    check metadata "$topic" 4 <"$WORK/kcat-md.json" >"$WORK/kcat-md.problems" && return 0
+    [ "$SECONDS" -lt "$end" ] || { cat "$WORK/kcat-md.problems"; return 1; }
+    sleep 0.2
+  done
+}
+
+kcat_produce() {
+  local topic=$KT-rec i
+  kcat_create_topic "$topic" 4 || { echo "could not create $topic"; return 1; }
+  date +%s%3N >"$WORK/kcat-t0"
+  # Keys k0..k4 three times each; two headers on every record.
+  for i in $(seq 0 14); do printf '%s-k%d:%s-v%d\n' "$topic" $((i % 5)) "$topic" "$i"; done >"$WORK/kcat-in"
+  kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -X message.timeout.ms=15000 -P -t "$topic" -K: -H h1=one -H "h2=two words" -l "$WORK/kcat-in" ||
+    { echo "kcat -P failed (delivery reports in the log)"; return 1; }
+  date +%s%3N >"$WORK/kcat-t1"
+}
+
+kcat_consume() {
+  local topic=$KT-rec
+  [ -s "$WORK/kcat-t1" ] || { echo "not run: the produce scenario failed"; return 1; }
+  timeout "$DEADLINE_S" kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -C -t "$topic" -o beginning -e -J -q >"$WORK/kcat-rec.json" ||
+    { echo "kcat -C failed or timed out"; return 1; }
+  check consume "$topic" "$(cat "$WORK/kcat-t0")" "$(cat "$WORK/kcat-t1")" <"$WORK/kcat-rec.json"
+}
+
+kcat_compression() { # codec
+  local codec=$1 topic=$KT-z$1 filler i
+  kcat_create_topic "$topic" 1 || { echo "could not create $topic"; return 1; }
+  filler=$(printf 'flume %.0s' $(seq 1 40))
+  for i in $(seq 0 49); do printf 'k%d:%s-%d-%s\n' "$i" "$codec" "$i" "$filler"; done >"$WORK/kcat-z-in"
+  # linger.ms: many records per (compressed) batch.
+  kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -X message.timeout.ms=15000 -X linger.ms=50 -P -t "$topic" -p 0 -z "$codec" -K: -l "$WORK/kcat-z-in" ||
+    { echo "kcat -P -z $codec failed"; return 1; }
+  timeout "$DEADLINE_S" kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -C -t "$topic" -p 0 -o beginning -e -q -f '%k:%s\n' >"$WORK/kcat-z-out" ||
+    { echo "kcat -C failed or timed out"; return 1; }
+  cmp -s "$WORK/kcat-z-in" "$WORK/kcat-z-out" ||
+    { echo "consumed $(lines "$WORK/kcat-z-out") records, not the 50 produced (in order, with keys)"; return 1; }
+}
+
+# Group of two `kcat -G` processes. Offsets are committed by librdkafka's auto commit
+# (every 200 ms, and on close after SIGTERM).
+KCAT_GROUP=$KT-group
+KCAT_GTOPIC=$KT-grp
+kcat_member() { # name: one member; output in $WORK/<name>.out (and .err), pid in $WORK/<name>.pid
+  kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -G "$KCAT_GROUP" -X auto.offset.reset=earliest \
+    -X session.timeout.ms=6000 -X heartbeat.interval.ms=500 -X max.poll.interval.ms=10000 \
+    -X auto.commit.interval.ms=200 -X partition.assignment.strategy=range -X fetch.wait.max.ms=100 \
+    -u -f '%p %o %s\n' "$KCAT_GTOPIC" >"$WORK/$1.out" 2>"$WORK/$1.err" &
+  PIDS+=("$!")
+  echo "$!" >"$WORK/$1.pid"
+}
+
+kcat_stop() { # names...: SIGTERM to all, then wait for each to close cleanly (commit, leave) with a deadline
+  local name pid end ok=0
+  for name in "$@"; do kill -TERM "$(cat "$WORK/$name.pid")" 2>/dev/null || true; done
+  end=$((SECONDS + 15))
+  for name in "$@"; do
+    pid=$(cat "$WORK/$name.pid")
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$end" ]; do sleep 0.05; done
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      echo "$name did not close within 15s;"
+      ok=1
+    elif ! wait "$pid" 2>/dev/null; then
+      echo "$name exited non-zero: $(tail -n 2 "$WORK/$name.err" | tr '\n' ' ');"
+      ok=1
+    fi
+  done
+  return $ok
+}
+
+# Waits until the group committed OFFSET on every partition of the group's topic.
+kcat_wait_committed() { # offset
+  "$PY" "$HERE/kafka_admin.py" wait-committed "$BOOTSTRAP" "$KCAT_GROUP" "$KCAT_GTOPIC" 4 "$1" "$DEADLINE_S"
+}
+
+kcat_produce_partitions() { # tag per-partition: values <topic>-<tag>-p<P>-<i>, listed in $WORK/kcat-<tag>
+  local p i
+  : >"$WORK/kcat-$1"
+  for p in 0 1 2 3; do
+    for i in $(seq 0 $(($2 - 1))); do echo "$KCAT_GTOPIC-$1-p$p-$i"; done >"$WORK/kcat-$1-p$p"
+    kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -X message.timeout.ms=15000 -P -t "$KCAT_GTOPIC" -p "$p" -l "$WORK/kcat-$1-p$p" || return 1
+    cat "$WORK/kcat-$1-p$p" >>"$WORK/kcat-$1"
+  done
+}
+
+kcat_group() {
+  local a b end ok=0
+  kcat_create_topic "$KCAT_GTOPIC" 4 || { echo "could not create $KCAT_GTOPIC"; return 1; }
+  kcat_member ga0
+  kcat_member ga1
+  end=$((SECONDS + DEADLINE_S))
+  while :; do
+    a=$(kcat_assignment "$WORK/ga0.err")
+    b=$(kcat_assignment "$WORK/ga1.err")
+    if [ -n "$a" ] && [ -n "$b" ] && [ "$(echo "$a $b" | tr ' ' '\n' | grep . | sort -n | tr '\n' ' ')" = "0 1 2 3 " ]; then break; fi
+    if [ "$SECONDS" -ge "$end" ]; then
+      echo "no split of partitions 0..3 between the two members within ${DEADLINE_S}s (assignments '$a' and '$b'; $(tail -n 1 "$WORK/ga0.err"))"
+      kcat_stop ga0 ga1 >/dev/null || true
+      return 1
+    fi
+    sleep 0.05
+  done
+  kcat_produce_partitions old 10 || { echo "producing to the group's topic failed;"; kcat_stop ga0 ga1; return 1; }
+  end=$((SECONDS + DEADLINE_S))
+  until [ "$(lines "$WORK/ga0.out" "$WORK/ga1.out")" -ge 40 ] || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
+  # Auto commit (every 200 ms) must store every record's offset before the members stop.
+  kcat_wait_committed 10 || ok=1
+  kcat_stop ga0 ga1 || ok=1
+  check group "$WORK" "$a" "$b" "$WORK/kcat-old" || ok=1
+  return $ok
+}
+
+kcat_group_restart() {
+  local end ok=0
+  [ -s "$WORK/kcat-old" ] || { echo "not run: the group scenario did not produce"; return 1; }
+  kcat_produce_partitions new 5 || { echo "producing to the group's topic failed"; return 1; }
+  kcat_member gb0
+  kcat_member gb1
+  end=$((SECONDS + DEADLINE_S))
+  until [ "$(lines "$WORK/gb0.out" "$WORK/gb1.out")" -ge 20 ] || [ "$SECONDS" -ge "$end" ]; do sleep 0.05; done
+  kcat_wait_committed 15 || ok=1
+  kcat_stop gb0 gb1 || ok=1
+  check restart "$WORK" "$WORK/kcat-old" "$WORK/kcat-new" || ok=1
+  return $ok
+}
+
+# Cross-protocol: Flume's own CLI on the native port, kcat on the Kafka port.
+kcat_from_flume() {
+  local topic=$KT-x1 p o
+  kcat_create_topic "$topic" 4 || { echo "could not create $topic"; return 1; }
+  timeout "$DEADLINE_S" "$FLUME" produce --broker "$NATIVE" --topic "$topic" --key from-flume --message "flume says hi" -H origin=flume --format json >"$WORK/flume-ack.json" ||
+    { echo "flume-cli produce failed"; return 1; }
+  read -r p o < <(check flume-ack <"$WORK/flume-ack.json") || { echo "unreadable flume-cli produce output"; return 1; }
+  timeout "$DEADLINE_S" kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -C -t "$topic" -p "$p" -o "$o" -c 1 -e -J -q >"$WORK/x1.json" ||
+    { echo "kcat -C failed or timed out"; return 1; }
+  check from-flume "$p" "$o" <"$WORK/x1.json"
+}
+
+kcat_to_flume() {
+  local topic=$KT-x2
+  kcat_create_topic "$topic" 4 || { echo "could not create $topic"; return 1; }
+  printf 'from-kcat:kcat says hi\n' | kcat -b "$BOOTSTRAP" "${KCAT_X[@]}" -X message.timeout.ms=15000 -P -t "$topic" -p 2 -K: -H origin=kcat ||
+    { echo "kcat -P failed"; return 1; }
+  timeout "$DEADLINE_S" "$FLUME" consume --broker "$NATIVE" --topic "$topic" --partition 2 --offset 0 --max 1 --format json >"$WORK/x2.json" ||
+    { echo "flume-cli consume failed or timed out"; return 1; }
+  check to-flume <"$WORK/x2.json"
+}
+
+run_kcat() {
+  say "running kcat ($(kcat -V 2>&1 | grep -o 'Version [^ ]*' | head -n 1), $(kcat -V 2>&1 | grep -o 'librdkafka [^ ]*' | head -n 1))"
+  kcat_scenario metadata kcat_metadata
+  kcat_scenario produce kcat_produce
+  kcat_scenario consume kcat_consume
+  kcat_scenario group kcat_group
+  kcat_scenario group-restart kcat_group_restart
+  local codec
+  for codec in gzip snappy lz4 zstd; do kcat_scenario "compression-$codec" kcat_compression "$codec"; done
+  if [ -n "$NATIVE" ]; then
+    kcat_scenario flume-to-kcat kcat_from_flume
+    kcat_scenario kcat-to-flume kcat_to_flume
+  fi
+}
+
+# ---------------------------------------------------------------------------
+if want kcat; then run_kcat; fi
+if want confluent; then run_client confluent 9 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
+if want kafka-python; then run_client kafka-python 5 "$PY" "$HERE/kafka_python_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
+if want kafkajs; then
+  run_client kafkajs 5 env NODE_PATH="$NPM_PREFIX/node_modules" node "$HERE/kafkajs_test.js" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"
+fi
+
+if [ -n "${BROKER_PID:-}" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
+  fail "broker: exited during the run (log: $(tail -n 3 "$WORK/broker.log" | tr '\n' ' '))"
+fi
+summary
