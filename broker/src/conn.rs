@@ -240,15 +240,12 @@ impl ConnState {
             response: &self.memory,
             counting: &self.counting,
         };
-        let response = flume::admit(
-            &self.engine,
-            budgets,
+        let request = flume::Request {
             api_key,
-            request_id,
+            id: request_id,
             payload,
-            &mut decoded,
-        )
-        .await;
+        };
+        let response = flume::admit(&self.engine, budgets, request, &mut decoded).await;
         charge.add(decoded);
         self.inflight.push(Charged {
             response,

@@ -60,11 +60,12 @@ pub async fn handle_request(
         response: &memory,
         counting: &counting,
     };
-    let mut decoded = 0;
-    let shared = Bytes::copy_from_slice(payload);
-    admit(engine, budgets, api_key, request_id, shared, &mut decoded)
-        .await
-        .await
+    let request = Request {
+        api_key,
+        id: request_id,
+        payload: Bytes::copy_from_slice(payload),
+    };
+    admit(engine, budgets, request, &mut 0).await.await
 }
 
 fn respond<R: Encode>(id: i32, result: Result<&R, ErrorCode>) -> Vec<u8> {
@@ -88,6 +89,18 @@ fn decode<T: Decode>(id: i32, payload: &[u8]) -> Result<T, InFlight> {
     })
 }
 
+/// One request as a connection read it: the header's fields and the
+/// payload, a slice of the frame.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The API called.
+    pub api_key: i16,
+    /// The request id the response carries.
+    pub id: i32,
+    /// The payload.
+    pub payload: Bytes,
+}
+
 /// Admits one request: does what must happen in order now (queueing a
 /// produce) and returns the future of its response frame. `decoded` is set
 /// to the bytes the decoded request holds beyond its frame (an estimate).
@@ -96,13 +109,11 @@ fn decode<T: Decode>(id: i32, payload: &[u8]) -> Result<T, InFlight> {
 pub async fn admit(
     engine: &Arc<Engine>,
     memory: FetchMemory<'_>,
-    api_key: i16,
-    id: i32,
-    shared: Bytes,
+    request: Request,
     decoded: &mut usize,
 ) -> InFlight {
-    let tracked = engine.metrics().begin(api_key, id);
-    let response = admit_request(engine, memory, api_key, id, shared, decoded, &tracked)
+    let tracked = engine.metrics().begin(request.api_key, request.id);
+    let response = admit_request(engine, memory, request, decoded, &tracked)
         .instrument(tracked.span().clone())
         .await;
     tracked.finish(response)
@@ -111,9 +122,11 @@ pub async fn admit(
 async fn admit_request(
     engine: &Arc<Engine>,
     memory: FetchMemory<'_>,
-    api_key: i16,
-    id: i32,
-    shared: Bytes,
+    Request {
+        api_key,
+        id,
+        payload: shared,
+    }: Request,
     decoded: &mut usize,
     tracked: &Tracked,
 ) -> InFlight {
