@@ -6,6 +6,7 @@
 //! - [`group`]: the consumer-group coordinator state machine.
 //! - [`offsets`]: the committed-offset store.
 //! - [`config`]: broker and topic settings.
+//! - [`clock`]: the injected clock (system, or manual for tests).
 //! - [`domain`]: the types the engine speaks (topics, batches, offsets, members).
 //! - [`engine`]: topics, produce, fetch, groups and offsets, shared by every front end.
 //! - [`flume`]: the Flume protocol front end (wire <-> domain).
@@ -16,6 +17,7 @@
 //! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
 
 pub mod budget;
+pub mod clock;
 pub mod config;
 pub mod conn;
 pub mod domain;
@@ -33,6 +35,7 @@ pub mod storage;
 
 pub use server::Broker;
 
+pub use clock::Clock;
 pub use config::{Backpressure, BrokerConfig, TopicConfig};
 pub use domain::{ProduceBatch, Route};
 pub use embedded::EmbeddedBroker;

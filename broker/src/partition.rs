@@ -99,7 +99,7 @@ pub struct Partition {
     queue: async_channel::Sender<AppendRequest>,
     backpressure: Backpressure,
     inline_ok: bool,
-    writer: std::sync::Mutex<Option<rt::Task<()>>>,
+    writer: rt::sync::TaskSlot<()>,
 }
 
 pub(crate) fn read_lock(log: &RwLock<Log>) -> std::sync::RwLockReadGuard<'_, Log> {
@@ -165,7 +165,7 @@ impl Partition {
             queue: tx,
             backpressure,
             inline_ok,
-            writer: std::sync::Mutex::new(Some(writer)),
+            writer: rt::sync::TaskSlot::new(writer),
         }
     }
 
@@ -370,14 +370,7 @@ impl Partition {
     /// Closes the queue, lets the writer drain it, and fsyncs the log.
     pub async fn shutdown(&self) {
         self.queue.close();
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(w) = writer {
-            w.await;
-        }
+        self.writer.join().await;
         let shared = Arc::clone(&self.shared);
         let r = rt::unblock(move || {
             let mut log = write_lock(&shared.log);

@@ -94,6 +94,22 @@ impl Engine {
         Ok(())
     }
 
+    /// How many members a group has, counting those whose join is parked
+    /// waiting for a rebalance; `None` if the group does not exist.
+    pub fn group_members(&self, group: &str) -> Option<usize> {
+        lock(&self.groups)
+            .state(group)
+            .map(|(_, _, members)| members)
+    }
+
+    /// When the coordinator last heard from a member (join or heartbeat), in
+    /// the clock's [`crate::Clock::mono_ms`]; `None` if it is not a member.
+    /// Lets a test on a manual clock wait until a live member has heartbeated
+    /// before moving the clock again.
+    pub fn member_last_seen(&self, group: &str, member: &str) -> Option<u64> {
+        lock(&self.groups).last_seen(group, member)
+    }
+
     pub(super) fn tick_groups(&self) {
         let now = self.mono_ms();
         let ready = lock(&self.groups).tick(now, &|t| self.partitions_of(t));
