@@ -1048,9 +1048,13 @@ fn a_peer_that_never_reads_holds_at_most_its_connection_share() {
             .expect("served while a peer does not read");
             assert!(!served.partitions[0].records.is_empty());
         }
+        // The global figure also holds the other client's requests, and the deaf
+        // peer's last admitted fetch may run over its share by what one read is
+        // charged (up to its 1 MiB max_bytes, then the records it returned).
+        // Without the per-connection share the peer held the whole 64 MiB.
         let used = broker.request_memory();
         assert!(
-            used.used <= share + (2 << 20),
+            used.used <= share + (4 << 20),
             "one peer holds {used:?}, its share is {share}"
         );
         broker.shutdown().await;

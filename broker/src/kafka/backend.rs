@@ -9,11 +9,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flume_protocol::record::{self, Header};
-use flume_protocol::{ErrorCode, FetchPartition, FetchRequest, FetchResponse, ProduceEntry};
+use flume_protocol::ErrorCode;
 
 use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
+use crate::domain::{FetchFrom, FetchSpec, ProduceBatch, Route, TopicPartition};
 use crate::engine::{Engine, FetchMemory};
 
 /// One record as both protocols see it.
@@ -276,9 +277,9 @@ impl Backend {
         }
         let result = self
             .engine
-            .admit_produce(ProduceEntry {
+            .admit_produce(ProduceBatch {
                 topic: topic.to_owned(),
-                partition,
+                route: Route::Partition(partition),
                 records: Bytes::from(buf),
             })
             .await
@@ -307,46 +308,32 @@ impl Backend {
         response: &Arc<MemoryBudget>,
         counting: &Arc<MemoryBudget>,
     ) -> Vec<FetchGot> {
-        let req = FetchRequest {
-            max_wait_ms,
-            min_bytes,
-            max_bytes,
+        let size = |v: i32| usize::try_from(v.max(1)).unwrap_or(1);
+        let spec = FetchSpec {
+            max_wait: std::time::Duration::from_millis(
+                u64::try_from(max_wait_ms.max(0)).unwrap_or(0),
+            ),
+            min_bytes: size(min_bytes),
+            max_bytes: size(max_bytes),
             partitions: wants
                 .iter()
-                .map(|w| FetchPartition {
-                    topic: w.topic.clone(),
-                    partition: w.partition,
+                .map(|w| FetchFrom {
+                    at: TopicPartition {
+                        topic: w.topic.clone(),
+                        partition: w.partition,
+                    },
                     offset: w.offset,
-                    max_bytes: w.max_bytes,
+                    max_bytes: size(w.max_bytes),
                 })
                 .collect(),
         };
-        let mut out = Vec::new();
         let memory = FetchMemory { response, counting };
-        let _ = self.engine.fetch_within(&req, &mut out, Some(memory)).await;
-        let failed = |error| FetchGot {
-            error,
-            high_watermark: -1,
-            log_start: -1,
-            records: Vec::new(),
-        };
-        // The engine writes Flume's FETCH response body; read it back as records.
-        let decoded = match <FetchResponse as flume_protocol::messages::Decode>::decode_exact(&out)
-        {
-            Ok(d) => d,
-            Err(e) => {
-                tracing::warn!(error = %e, "kafka fetch: engine answer did not decode");
-                return wants
-                    .iter()
-                    .map(|_| failed(kerr::UNKNOWN_SERVER_ERROR))
-                    .collect();
-            }
-        };
-        decoded
+        let fetched = self.engine.fetch(&spec, Some(memory)).await;
+        fetched
             .partitions
             .into_iter()
             .map(|p| {
-                let records = match record::decode_all(&p.records) {
+                let records = match record::decode_all(&Bytes::from(p.records)) {
                     Ok(rs) => rs
                         .into_iter()
                         .map(|r| Rec {
@@ -357,11 +344,18 @@ impl Backend {
                             headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
                         })
                         .collect(),
-                    Err(_) => return failed(kerr::CORRUPT_MESSAGE),
+                    Err(_) => {
+                        return FetchGot {
+                            error: kerr::CORRUPT_MESSAGE,
+                            high_watermark: p.log_end,
+                            log_start: p.log_start,
+                            records: Vec::new(),
+                        }
+                    }
                 };
                 FetchGot {
                     error: kafka_code(p.error),
-                    high_watermark: p.high_watermark,
+                    high_watermark: p.log_end,
                     log_start: p.log_start,
                     records,
                 }
