@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use event_listener::Event;
+use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
 use futures::FutureExt;
 
@@ -68,7 +69,7 @@ pub struct Broker {
     engine: Arc<Engine>,
     addr: SocketAddr,
     conns: Arc<Connections>,
-    accept: Mutex<Option<rt::Task<()>>>,
+    accept: TaskSlot<()>,
     /// The HTTP server (metrics, dashboard), when configured.
     http: Option<crate::http::HttpServer>,
     /// The Kafka listener, when configured.
@@ -131,7 +132,7 @@ impl Broker {
             engine,
             addr,
             conns,
-            accept: Mutex::new(Some(accept)),
+            accept: TaskSlot::new(accept),
             http,
             kafka,
         })
@@ -175,14 +176,7 @@ impl Broker {
     /// close. Idempotent.
     pub async fn shutdown(&self) {
         self.engine.begin_shutdown();
-        let accept = self
-            .accept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(a) = accept {
-            a.await;
-        }
+        self.accept.join().await;
         if let Some(k) = &self.kafka {
             k.shutdown().await;
         }

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::deps::protocol::record;
 use crate::deps::protocol::{ErrorCode, ProduceResult};
 use crate::deps::rt;
+use crate::deps::rt::sync::lock;
 use bytes::Bytes;
 use flume_broker::{
     Backpressure, BrokerConfig, BrokerError, FsyncPolicy, ProduceBatch, Route, TopicConfig,
@@ -40,10 +41,6 @@ pub struct EmbeddedBroker {
     inner: RwLock<Option<Arc<flume_broker::EmbeddedBroker>>>,
     turn: Mutex<Turns>,
     path: PathBuf,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub fn parse_fsync(fsync: &Bound<'_, PyAny>) -> PyResult<FsyncPolicy> {

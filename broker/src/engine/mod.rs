@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use flume_protocol::ErrorCode;
 use flume_rt as rt;
+use flume_rt::sync::{lock, TaskSlot};
 use futures::channel::oneshot;
 use futures::FutureExt;
 
@@ -52,15 +53,11 @@ pub struct Engine {
     offsets: Offsets,
     shutdown_tx: async_channel::Sender<()>,
     shutdown_rx: async_channel::Receiver<()>,
-    ticker: Mutex<Option<rt::Task<()>>>,
+    ticker: TaskSlot<()>,
     /// The exclusive hold of the data directory, released at shutdown or drop.
     data_lock: Mutex<Option<DataDirLock>>,
     /// Request counters and latencies (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Engine {
@@ -112,7 +109,7 @@ impl Engine {
             offsets,
             shutdown_tx,
             shutdown_rx,
-            ticker: Mutex::new(None),
+            ticker: TaskSlot::default(),
             data_lock: Mutex::new(Some(data_lock)),
             metrics: Arc::new(Metrics::default()),
         });
@@ -138,7 +135,7 @@ impl Engine {
                 }
             }
         });
-        *lock(&engine.ticker) = Some(task);
+        engine.ticker.set(task);
         Ok(engine)
     }
 
@@ -196,10 +193,7 @@ impl Engine {
     /// partition queue to disk, fsyncs logs and offsets. Idempotent.
     pub async fn shutdown(&self) {
         self.begin_shutdown();
-        let ticker = lock(&self.ticker).take();
-        if let Some(t) = ticker {
-            t.await;
-        }
+        self.ticker.join().await;
         for t in self.topics() {
             for p in &t.partitions {
                 p.shutdown().await;

@@ -148,7 +148,8 @@ impl Engine {
         let owned = name.to_owned();
         let topic = rt::unblock(move || {
             #[cfg(test)]
-            super::lock(&FILE_WORK_THREADS).push((owned.clone(), std::thread::current().id()));
+            flume_rt::sync::lock(&FILE_WORK_THREADS)
+                .push((owned.clone(), std::thread::current().id()));
             let dir = config.data_dir.join(&owned);
             crate::storage::create_dir_durable(&dir)?;
             write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
