@@ -275,10 +275,12 @@ impl Segment {
                 reason: format!("bad magic/version {magic:02x?}, expected {LOG_MAGIC:02x?}"),
             });
         }
+        let mut index_missing = false;
         let (index, entries) = match Self::load_index(&index_path, &log, size, base) {
             Some(found) => found,
             None => {
                 tracing::info!(index = %index_path.display(), "index missing or invalid; rebuilding from the log");
+                index_missing = true;
                 (Self::fresh_index(&index_path)?, Vec::new())
             }
         };
@@ -297,7 +299,13 @@ impl Segment {
             index_interval,
             faults,
         };
-        let rebuilt_index = seg.entries.is_empty() && size > FILE_HEADER_LEN;
+        // An empty index is valid for a segment shorter than one index interval
+        // (its first entry comes after `index_interval` bytes): rebuilding it at
+        // every open cost a truncate (a synchronous discard on some filesystems)
+        // per partition, most of a restart's time with many small partitions.
+        let rebuilt_index = index_missing
+            || (seg.entries.is_empty()
+                && size > FILE_HEADER_LEN.saturating_add(seg.index_interval));
         if active || verify || rebuilt_index || next_base.is_none() {
             // Scan from the last index entry when trusted, from the start when verifying.
             let from = if verify || rebuilt_index {
