@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use flume_broker::{Broker, BrokerConfig, TopicConfig};
+use flume_client::lowlevel::Client;
 use flume_client::{
-    Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, ProducerConfig, SendRecord,
+    ConnectionConfig, FetchConfig, PartitionConsumer, Producer, ProducerConfig, ProducerRecord,
     StartOffset,
 };
 use flume_protocol::{OffsetCommitRequest, PartitionOffset};
@@ -57,11 +58,10 @@ async fn send(
     key: Option<bytes::Bytes>,
     value: &bytes::Bytes,
 ) -> flume_client::Result<flume_client::RecordMetadata> {
-    p.send_record(SendRecord {
-        topic: topic.to_owned(),
-        key,
-        value: value.clone(),
-        ..SendRecord::default()
+    let rec = ProducerRecord::new(topic, value.clone());
+    p.send_record(match key {
+        Some(k) => rec.key(k),
+        None => rec,
     })
     .await
 }
@@ -118,13 +118,7 @@ fn one_per_round_trip(c: &mut Criterion) {
     let spinning = Arc::new(
         block_on(Producer::with_config(
             &spinning_env.addr,
-            ProducerConfig {
-                connection: ConnectionConfig {
-                    busy_poll: spin,
-                    ..ConnectionConfig::default()
-                },
-                ..ProducerConfig::default()
-            },
+            ProducerConfig::default().connection(ConnectionConfig::default().busy_poll(spin)),
         ))
         .unwrap(),
     );
@@ -208,12 +202,8 @@ fn throughput(c: &mut Criterion) {
             block_on(async {
                 let mut pending = std::collections::VecDeque::new();
                 for _ in 0..n {
-                    let rec = SendRecord {
-                        topic: "four".into(),
-                        value: value.clone(),
-                        ..SendRecord::default()
-                    };
-                    pending.push_back(producer.send_nowait(rec).await.unwrap());
+                    let rec = ProducerRecord::new("four", value.clone());
+                    pending.push_back(producer.enqueue(rec).await.unwrap());
                     if pending.len() > 20_000 {
                         pending.pop_front().unwrap().await.unwrap();
                     }
@@ -228,12 +218,8 @@ fn throughput(c: &mut Criterion) {
     block_on(async {
         let mut pending = Vec::new();
         for _ in 0..n {
-            let rec = SendRecord {
-                topic: "one".into(),
-                value: value.clone(),
-                ..SendRecord::default()
-            };
-            pending.push(producer.send_nowait(rec).await.unwrap());
+            let rec = ProducerRecord::new("one", value.clone());
+            pending.push(producer.enqueue(rec).await.unwrap());
         }
         for p in pending {
             p.await.unwrap();
@@ -259,10 +245,7 @@ fn throughput(c: &mut Criterion) {
     g.bench_function("fetch_1MB_of_100B_records", |b| {
         b.iter(|| {
             block_on(async {
-                let mut c = from_start(FetchConfig {
-                    partition_max_bytes: 1 << 20,
-                    ..FetchConfig::default()
-                });
+                let mut c = from_start(FetchConfig::default().partition_max_bytes(1 << 20));
                 c.poll_batch().await.unwrap().len()
             })
         })

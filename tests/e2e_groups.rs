@@ -13,12 +13,9 @@ async fn produce(addr: &str, topic: &str, n: usize) {
     let mut futs = Vec::new();
     for i in 0..n {
         futs.push(
-            p.send_nowait(flume_client::SendRecord {
-                topic: topic.into(),
-                key: Some(format!("k{i}").into()),
-                value: format!("{i}").into(),
-                ..Default::default()
-            })
+            p.enqueue(
+                flume_client::ProducerRecord::new(topic, format!("{i}")).key(format!("k{i}")),
+            )
             .await
             .unwrap(),
         );
@@ -73,9 +70,13 @@ async fn take(c: &mut GroupConsumer, n: usize) -> Vec<(i32, u64, String)> {
     out
 }
 
-/// A consumer driven by its own task; the test watches its rebalance events.
+/// A consumer driven by its own task from its join on; the test watches its
+/// rebalance events.
 struct Member {
-    events: async_channel::Receiver<RebalanceEvent>,
+    /// The consumer's events and member id, handed over once it has joined.
+    joined: async_channel::Receiver<(flume_client::RebalanceEvents, String)>,
+    events: Option<flume_client::RebalanceEvents>,
+    id: Option<String>,
     stop: async_channel::Sender<bool>,
     task: flume_rt::Task<()>,
     assigned: Vec<(String, i32)>,
@@ -85,10 +86,15 @@ struct Member {
 /// Every delivery: (member, generation, partition, offset).
 type Seen = std::sync::Arc<std::sync::Mutex<Vec<(usize, i32, i32, u64)>>>;
 
-fn spawn_member(mut c: GroupConsumer, me: usize, seen: Seen) -> Member {
-    let events = c.events();
+/// Joins with `builder` in a task of its own that then keeps polling, so a
+/// member that joined first rejoins promptly when the next one joins (no
+/// member waits out the rebalance deadline).
+fn spawn_member(builder: flume_client::GroupConsumerBuilder, me: usize, seen: Seen) -> Member {
     let (stop, cmd) = async_channel::bounded::<bool>(1);
+    let (hand, joined) = async_channel::bounded(1);
     let task = flume_rt::spawn(async move {
+        let mut c = builder.build().await.unwrap();
+        hand.send((c.events(), c.member_id().await)).await.unwrap();
         loop {
             futures::select! {
                 r = futures::FutureExt::fuse(c.recv()) => {
@@ -108,7 +114,9 @@ fn spawn_member(mut c: GroupConsumer, me: usize, seen: Seen) -> Member {
         }
     });
     Member {
-        events,
+        joined,
+        events: None,
+        id: None,
         stop,
         task,
         assigned: Vec::new(),
@@ -118,7 +126,12 @@ fn spawn_member(mut c: GroupConsumer, me: usize, seen: Seen) -> Member {
 
 impl Member {
     fn update(&mut self) {
-        while let Ok(ev) = self.events.try_recv() {
+        if let Ok((events, id)) = self.joined.try_recv() {
+            self.events = Some(events);
+            self.id = Some(id);
+        }
+        let Some(events) = &self.events else { return };
+        while let Some(ev) = events.try_recv() {
             match ev {
                 RebalanceEvent::Assigned {
                     generation,
@@ -160,18 +173,14 @@ async fn wait_for(
 fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
     flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let (broker, addr) = common::with_topic(dir.path(), "t6", 6).await;
+        let (broker, addr, clock) = common::with_topic_manual(dir.path(), "t6", 6).await;
         produce(&addr, "t6", 600).await;
-        let (a, b, c) = futures::join!(
-            consumer(&addr, "g", "t6").build(),
-            consumer(&addr, "g", "t6").build(),
-            consumer(&addr, "g", "t6").build()
-        );
+        // Three concurrent joins.
         let seen: Seen = Default::default();
         let (mut a, mut b, mut c) = (
-            spawn_member(a.unwrap(), 0, seen.clone()),
-            spawn_member(b.unwrap(), 1, seen.clone()),
-            spawn_member(c.unwrap(), 2, seen.clone()),
+            spawn_member(consumer(&addr, "g", "t6"), 0, seen.clone()),
+            spawn_member(consumer(&addr, "g", "t6"), 1, seen.clone()),
+            spawn_member(consumer(&addr, "g", "t6"), 2, seen.clone()),
         );
         wait_for(
             "a 3-way split",
@@ -206,7 +215,18 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
         .await;
 
         // Kill b (dropped without close): a gets everything after the session timeout.
+        // The broker's clock moves 2 s (past b's 1.5 s session) while a keeps heartbeating.
+        let a_id = a.id.clone().expect("a joined");
         b.stop(false).await;
+        common::advance_keeping_alive(
+            broker.engine(),
+            &clock,
+            "g",
+            &[a_id],
+            Duration::from_secs(2),
+            Duration::from_millis(500),
+        )
+        .await;
         wait_for(
             "a owns all six after b expires",
             &mut [&mut a],
@@ -266,7 +286,7 @@ fn group_consumes_everything_once_and_resumes_from_commits() {
         c.close().await.unwrap();
         assert!(matches!(
             events.try_recv(),
-            Ok(RebalanceEvent::Assigned { .. })
+            Some(RebalanceEvent::Assigned { .. })
         ));
         // Per partition, offsets come in order.
         let mut by_p: HashMap<i32, Vec<u64>> = HashMap::new();
@@ -330,7 +350,8 @@ fn consumer_survives_a_broker_restart() {
 fn stale_member_commits_are_fenced() {
     flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let (broker, addr) = common::with_topic(dir.path(), "f", 1).await;
+        // A manual clock: no session lapses while a loaded machine delays heartbeats.
+        let (broker, addr, _clock) = common::with_topic_manual(dir.path(), "f", 1).await;
         produce(&addr, "f", 10).await;
         let mut old = consumer(&addr, "g4", "f").build().await.unwrap();
         let r = old.recv().await.unwrap().unwrap();
@@ -388,7 +409,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
         });
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            if std::iter::from_fn(|| events.try_recv().ok())
+            if std::iter::from_fn(|| events.try_recv())
                 .any(|e| matches!(e, RebalanceEvent::Revoked(_)))
             {
                 break;
@@ -414,7 +435,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
 fn slow_processing_during_a_rebalance_keeps_the_membership() {
     flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
-        let (broker, addr) = common::with_topic(dir.path(), "slow", 2).await;
+        let (broker, addr, clock) = common::with_topic_manual(dir.path(), "slow", 2).await;
         produce(&addr, "slow", 10).await;
         let mut a = GroupConsumer::builder(&addr, "gs")
             .topic("slow")
@@ -432,8 +453,21 @@ fn slow_processing_during_a_rebalance_keeps_the_membership() {
             let addr = addr.clone();
             async move { consumer(&addr, "gs", "slow").build().await.unwrap() }
         });
-        // Simulated processing time (not synchronization): 1.5 s, several session timeouts.
-        flume_rt::sleep(Duration::from_millis(1500)).await;
+        // Simulated processing: the broker's clock moves 1.5 s (several session
+        // timeouts) in 300 ms steps; only A's background heartbeats keep it a member.
+        common::wait_until("B's join is parked", Duration::from_secs(20), || async {
+            broker.engine().group_members("gs") == Some(2)
+        })
+        .await;
+        common::advance_keeping_alive(
+            broker.engine(),
+            &clock,
+            "gs",
+            std::slice::from_ref(&id),
+            Duration::from_millis(1500),
+            Duration::from_millis(300),
+        )
+        .await;
         // A comes back: it rejoins with the same membership, and both get a partition.
         let deadline = Instant::now() + Duration::from_secs(10);
         while a.assignment().await.len() != 1 {
@@ -491,12 +525,10 @@ fn small_fetch_budget_serves_every_partition_in_turn() {
         for partition in 0..4 {
             for i in 0..100 {
                 acks.push(
-                    p.send_nowait(flume_client::SendRecord {
-                        topic: "rot".into(),
-                        partition: Some(partition),
-                        value: vec![b'x'; 200 + i % 2].into(),
-                        ..Default::default()
-                    })
+                    p.enqueue(
+                        flume_client::ProducerRecord::new("rot", vec![b'x'; 200 + i % 2])
+                            .partition(partition),
+                    )
                     .await
                     .unwrap(),
                 );
@@ -508,11 +540,12 @@ fn small_fetch_budget_serves_every_partition_in_turn() {
         p.close().await;
         // Room for about two records per fetch.
         let mut c = consumer(&addr, "rot-g", "rot")
-            .fetch_config(flume_client::FetchConfig {
-                max_wait: Duration::from_millis(100),
-                partition_max_bytes: 1024 * 1024,
-                max_bytes: 500,
-            })
+            .fetch_config(
+                flume_client::FetchConfig::default()
+                    .max_wait(Duration::from_millis(100))
+                    .partition_max_bytes(1024 * 1024)
+                    .max_bytes(500),
+            )
             .build()
             .await
             .unwrap();

@@ -7,13 +7,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use flume_broker::{Backpressure, Broker, TopicConfig};
+use flume_client::lowlevel::Client;
 use flume_client::{
-    Admin, Client, ConnectionConfig, PartitionConsumer, Producer, SendRecord, StartOffset,
+    Admin, ConnectionConfig, PartitionConsumer, Producer, ProducerRecord, StartOffset,
 };
 use flume_protocol::{
     self as protocol, partition_for_key, record, ErrorCode, ProduceEntry, ProduceRequest,
 };
 use futures::io::{AsyncReadExt, AsyncWriteExt};
+use futures::StreamExt;
 
 #[test]
 fn send_then_consume_with_keys_and_headers() {
@@ -27,16 +29,14 @@ fn send_then_consume_with_keys_and_headers() {
             .await
             .unwrap();
         let m2 = producer
-            .send_record(SendRecord {
-                topic: "orders".into(),
-                key: Some("user-123".into()),
-                value: "gadget".into(),
-                headers: vec![protocol::Header {
-                    key: "trace".into(),
-                    value: "abc".into(),
-                }],
-                ..SendRecord::default()
-            })
+            .send_record(
+                ProducerRecord::new("orders", "gadget")
+                    .key("user-123")
+                    .headers(vec![protocol::Header {
+                        key: "trace".into(),
+                        value: "abc".into(),
+                    }]),
+            )
             .await
             .unwrap();
         assert_eq!(m1.partition, m2.partition, "same key, same partition");
@@ -50,8 +50,8 @@ fn send_then_consume_with_keys_and_headers() {
             PartitionConsumer::connect(&addr, "orders", m1.partition, StartOffset::Earliest)
                 .await
                 .unwrap();
-        let r1 = c.recv().await.unwrap();
-        let r2 = c.recv().await.unwrap();
+        let r1 = c.next().await.unwrap().unwrap();
+        let r2 = c.next().await.unwrap().unwrap();
         assert_eq!(
             (r1.offset, r1.key.as_deref().unwrap(), &r1.value[..]),
             (0, &b"user-123"[..], &br#"{"item":"widget"}"#[..])
@@ -109,13 +109,8 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
                 // Keep many sends in flight from one task.
                 let mut pending = std::collections::VecDeque::new();
                 for i in 0..per_task {
-                    let rec = SendRecord {
-                        topic: "b".into(),
-                        key: Some(key.clone().into()),
-                        value: format!("{t}:{i}").into(),
-                        ..SendRecord::default()
-                    };
-                    pending.push_back(producer.send_nowait(rec).await.unwrap());
+                    let rec = ProducerRecord::new("b", format!("{t}:{i}")).key(key.clone());
+                    pending.push_back(producer.enqueue(rec).await.unwrap());
                     if pending.len() > 512 {
                         acks.push(pending.pop_front().unwrap().await.unwrap());
                     }
@@ -163,13 +158,7 @@ fn long_poll_wakes_on_new_data_and_times_out_empty() {
 #[test]
 fn busy_polling_falls_back_to_waiting() {
     let spin = Duration::from_micros(200);
-    long_poll(
-        ConnectionConfig {
-            busy_poll: spin,
-            ..ConnectionConfig::default()
-        },
-        spin,
-    );
+    long_poll(ConnectionConfig::default().busy_poll(spin), spin);
 }
 
 fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
@@ -190,10 +179,7 @@ fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
             "lp",
             0,
             StartOffset::At(0),
-            flume_client::FetchConfig {
-                max_wait: Duration::from_millis(100),
-                ..Default::default()
-            },
+            flume_client::FetchConfig::default().max_wait(Duration::from_millis(100)),
         );
         assert!(c.poll_batch().await.unwrap().is_empty());
         // A long wait wakes as soon as a record arrives.
@@ -202,18 +188,12 @@ fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
             "lp",
             0,
             StartOffset::At(0),
-            flume_client::FetchConfig {
-                max_wait: Duration::from_secs(30),
-                ..Default::default()
-            },
+            flume_client::FetchConfig::default().max_wait(Duration::from_secs(30)),
         );
         let waiter = flume_rt::spawn(async move { c.poll_batch().await });
         let producer = Producer::with_config(
             &addr,
-            flume_client::ProducerConfig {
-                connection: conn,
-                ..Default::default()
-            },
+            flume_client::ProducerConfig::default().connection(conn),
         )
         .await
         .unwrap();
@@ -264,32 +244,34 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
             .unwrap();
         }
         // Reject: many concurrent admissions against a queue of 2 meet QUEUE_FULL,
-        // and every accepted record gets a distinct offset.
-        let mut pendings = Vec::new();
-        for _ in 0..200 {
-            pendings.push(
+        // and every accepted record gets a distinct offset. The writer drains the
+        // queue while admissions go on, so on a machine where it keeps up with one
+        // round the test runs further rounds until the queue overflows.
+        let batch = big_batch_of(50);
+        let mut full = 0;
+        let mut bases = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while full == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a queue of 2 must overflow with rounds of 200 immediate admissions"
+            );
+            let admissions = (0..200).map(|_| {
                 e.admit_produce(ProduceEntry {
                     topic: "rej".into(),
                     partition: 0,
-                    records: big_batch_of(50),
+                    records: batch.clone(),
                 })
-                .await,
-            );
-        }
-        let mut full = 0;
-        let mut bases = Vec::new();
-        for p in pendings {
-            let r = p.finish().await;
-            match r.error {
-                ErrorCode::None => bases.push(r.spans[0].base_offset),
-                ErrorCode::QueueFull => full += 1,
-                other => panic!("unexpected {other}"),
+            });
+            for p in futures::future::join_all(admissions).await {
+                let r = p.finish().await;
+                match r.error {
+                    ErrorCode::None => bases.push(r.spans[0].base_offset),
+                    ErrorCode::QueueFull => full += 1,
+                    other => panic!("unexpected {other}"),
+                }
             }
         }
-        assert!(
-            full > 0,
-            "a queue of 2 must overflow with 200 immediate admissions"
-        );
         bases.sort_unstable();
         assert!(bases.windows(2).all(|w| w[1] - w[0] == 50));
         // Block: the queue never holds more than max_pending, nothing is rejected.
@@ -541,27 +523,21 @@ fn produce_memory_in_flight_stays_within_its_budget() {
         for p in 0..producers {
             let producer = Producer::with_config(
                 &addr,
-                flume_client::ProducerConfig {
-                    batch_max_bytes: 3000,
-                    max_in_flight: 8,
-                    // One batch per request, under the broker's 4 KiB frames (a
-                    // larger request would cost the connection).
-                    request_max_bytes: 3500,
-                    ..Default::default()
-                },
+                // One batch per request, under the broker's 4 KiB frames (a
+                // larger request would cost the connection).
+                flume_client::ProducerConfig::default()
+                    .batch_max_bytes(3000)
+                    .max_in_flight(8)
+                    .request_max_bytes(3500),
             )
             .await
             .unwrap();
             tasks.push(flume_rt::spawn(async move {
                 let mut acks = Vec::new();
                 for i in 0..per_producer {
-                    let rec = SendRecord {
-                        topic: "mem".into(),
-                        key: Some(format!("p{p}").into()),
-                        value: format!("{p}-{i:04}-{}", "x".repeat(200)).into(),
-                        ..SendRecord::default()
-                    };
-                    acks.push(producer.send_nowait(rec).await.unwrap());
+                    let rec = ProducerRecord::new("mem", format!("{p}-{i:04}-{}", "x".repeat(200)))
+                        .key(format!("p{p}"));
+                    acks.push(producer.enqueue(rec).await.unwrap());
                 }
                 let mut offsets = Vec::new();
                 for a in acks {
@@ -608,7 +584,7 @@ fn produce_memory_in_flight_stays_within_its_budget() {
 /// complete, and the one left alone still gets its answer when polled again.
 #[test]
 fn abandoned_request_futures_do_not_stall_the_connection() {
-    use flume_client::Connection;
+    use flume_client::lowlevel::Connection;
     use flume_protocol::{FetchPartition, FetchRequest, MetadataRequest};
     use std::future::Future;
     use std::task::Context;
@@ -704,11 +680,9 @@ fn write_timed_out_part_way_fails_the_connection() {
     rt::block_on(async {
         let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
-        let config = ConnectionConfig {
-            request_timeout: Duration::from_millis(300),
-            backoff_initial: Duration::from_millis(1),
-            ..ConnectionConfig::default()
-        };
+        let config = ConnectionConfig::default()
+            .request_timeout(Duration::from_millis(300))
+            .backoff_initial(Duration::from_millis(1));
         let client = Client::connect(&addr, config).await.unwrap();
         let (mut first, _) = listener.accept().await.unwrap();
         let conn = client.connection().await.unwrap();
@@ -771,7 +745,7 @@ fn write_timed_out_part_way_fails_the_connection() {
 /// timeout around the call) leaves the stream torn: the connection fails.
 #[test]
 fn write_dropped_part_way_fails_the_connection() {
-    use flume_client::Connection;
+    use flume_client::lowlevel::Connection;
     use flume_rt as rt;
     rt::block_on(async {
         let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();

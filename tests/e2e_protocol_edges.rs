@@ -6,7 +6,8 @@ mod common;
 
 use std::time::Duration;
 
-use flume_client::{Admin, Client, ConnectionConfig, Producer};
+use flume_client::lowlevel::Client;
+use flume_client::{Admin, ConnectionConfig, Producer};
 use flume_protocol::{
     partition_for_key, record, CreateTopicRequest, ErrorCode, FetchPartition, FetchRequest,
     HeartbeatRequest, JoinGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,

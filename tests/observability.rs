@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use bytes::Bytes;
-use flume_client::{Admin, Client, ConnectionConfig};
+use flume_client::lowlevel::Client;
+use flume_client::{Admin, ConnectionConfig};
 use flume_protocol::record;
 use flume_protocol::{
     ErrorCode, FetchPartition, FetchRequest, PartitionOffset, ProduceEntry, ProduceRequest,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use flume_protocol::ErrorCode;
 
+use crate::clock::Clock;
 use crate::error::BrokerError;
 use crate::storage::{FileCache, FsyncPolicy, LogConfig};
 
@@ -321,8 +322,15 @@ pub struct BrokerConfig {
     pub read_timeout: Duration,
     /// A connection whose responses cannot be written for this long is closed.
     pub write_timeout: Duration,
-    /// How often retention, interval fsync and group expiry run.
+    /// How often group session expiry and rebalance deadlines are checked
+    /// (and, under an fsync policy other than `never`, the interval fsync).
     pub tick: Duration,
+    /// How often retention (and under `--fsync never` the offsets check) runs;
+    /// it runs on the first tick at least this long after the last run.
+    pub maintenance_interval: Duration,
+    /// The time source for the coordinator and retention. Tests pass
+    /// [`Clock::manual`] and advance it instead of sleeping.
+    pub clock: Clock,
     /// Time allowed for a graceful shutdown to drain.
     pub shutdown_timeout: Duration,
     /// After answering, a connection keeps trying to read its next request
@@ -370,6 +378,8 @@ impl BrokerConfig {
             read_timeout: Duration::from_secs(30),
             write_timeout: Duration::from_secs(30),
             tick: Duration::from_millis(100),
+            maintenance_interval: Duration::from_secs(1),
+            clock: Clock::system(),
             shutdown_timeout: Duration::from_secs(10),
             busy_poll: Duration::ZERO,
             allow_foreign_data_dir: false,

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use flume_protocol::record::{self, Header, Record};
 use flume_protocol::{ErrorCode, ProduceEntry};
 use flume_rt as rt;
+use flume_rt::sync::lock;
 
 use crate::config::{BrokerConfig, TopicConfig};
 use crate::engine::Engine;
@@ -40,10 +41,6 @@ pub struct EmbeddedBroker {
     engine: Arc<Engine>,
     members: Mutex<Members>,
     turn: Mutex<HashMap<(String, String, String), usize>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl EmbeddedBroker {

@@ -79,7 +79,6 @@ pub struct Engine {
     create_lock: futures::lock::Mutex<()>,
     groups: Mutex<Coordinator<JoinReply>>,
     offsets: Offsets,
-    started: Instant,
     shutdown_tx: async_channel::Sender<()>,
     shutdown_rx: async_channel::Receiver<()>,
     ticker: Mutex<Option<rt::Task<()>>>,
@@ -188,7 +187,6 @@ impl Engine {
             create_lock: futures::lock::Mutex::new(()),
             groups: Mutex::new(Coordinator::new(nonce)),
             offsets,
-            started: Instant::now(),
             shutdown_tx,
             shutdown_rx,
             ticker: Mutex::new(None),
@@ -198,8 +196,9 @@ impl Engine {
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
         let stop = engine.shutdown_rx.clone();
+        let every = engine.config.maintenance_interval;
         let task = rt::spawn(async move {
-            let mut n: u64 = 0;
+            let mut last_maintained = Instant::now();
             loop {
                 let stopped = futures::select! {
                     _ = rt::sleep(tick).fuse() => false,
@@ -210,8 +209,8 @@ impl Engine {
                     break;
                 }
                 engine.tick_groups();
-                n += 1;
-                if n.is_multiple_of(10) || engine.config.fsync != FsyncPolicy::Never {
+                if last_maintained.elapsed() >= every || engine.config.fsync != FsyncPolicy::Never {
+                    last_maintained = Instant::now();
                     engine.maintain().await;
                 }
             }
@@ -251,9 +250,35 @@ impl Engine {
         &self.config
     }
 
-    /// Milliseconds since the engine started (the coordinator's clock).
+    /// The coordinator's time, from the configured [`crate::Clock`].
     fn mono_ms(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+        self.config.clock.mono_ms()
+    }
+
+    /// Runs one maintenance pass now, as the ticker does: expires silent
+    /// group members and completes rebalances past their deadline by the
+    /// configured clock, then retention and the interval fsync. With a
+    /// [`crate::Clock::manual`] clock a test advances the clock and calls
+    /// this instead of waiting for the ticker.
+    pub async fn tick_now(&self) {
+        self.tick_groups();
+        self.maintain().await;
+    }
+
+    /// How many members a group has, counting those whose join is parked
+    /// waiting for a rebalance; `None` if the group does not exist.
+    pub fn group_members(&self, group: &str) -> Option<usize> {
+        lock(&self.groups)
+            .state(group)
+            .map(|(_, _, members)| members)
+    }
+
+    /// When the coordinator last heard from a member (join or heartbeat), in
+    /// the clock's [`crate::Clock::mono_ms`]; `None` if it is not a member.
+    /// Lets a test on a manual clock wait until a live member has heartbeated
+    /// before moving the clock again.
+    pub fn member_last_seen(&self, group: &str, member: &str) -> Option<u64> {
+        lock(&self.groups).last_seen(group, member)
     }
 
     /// A receiver that fails (wakes) when shutdown begins.
@@ -876,7 +901,7 @@ impl Engine {
     }
 
     async fn maintain(&self) {
-        let now = crate::now_ms();
+        let now = self.config.clock.wall_ms();
         for t in self.topics() {
             for p in &t.partitions {
                 p.maintain(now).await;

@@ -331,6 +331,14 @@ impl<R> Coordinator<R> {
         ready
     }
 
+    /// When a member was last heard from (join or heartbeat), if it is one.
+    pub fn last_seen(&self, group: &str, member: &str) -> Option<u64> {
+        self.groups
+            .get(group)
+            .and_then(|g| g.members.get(member))
+            .map(|m| m.last_seen)
+    }
+
     /// Handles HEARTBEAT.
     ///
     /// # Errors

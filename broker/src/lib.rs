@@ -6,6 +6,7 @@
 //! - [`group`]: the consumer-group coordinator state machine.
 //! - [`offsets`]: the committed-offset store.
 //! - [`config`]: broker and topic settings.
+//! - [`clock`]: the injected clock (system, or manual for tests).
 //! - [`engine`]: topics, produce, fetch, groups and offsets, shared by both front ends.
 //! - [`server`]: the TCP server.
 //! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
@@ -13,6 +14,7 @@
 //! - [`embedded`]: the in-process API, no network.
 
 pub mod budget;
+pub mod clock;
 pub mod config;
 pub mod embedded;
 pub mod engine;
@@ -27,6 +29,7 @@ pub mod storage;
 
 pub use server::Broker;
 
+pub use clock::Clock;
 pub use config::{Backpressure, BrokerConfig, TopicConfig};
 pub use embedded::EmbeddedBroker;
 pub use engine::Engine;

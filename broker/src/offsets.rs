@@ -38,6 +38,7 @@ use flume_protocol::record::{self, RecordIter};
 use flume_protocol::wire::{Reader, WriteExt};
 use flume_protocol::ErrorCode;
 use flume_rt as rt;
+use flume_rt::sync::lock;
 use futures::channel::oneshot;
 
 use crate::error::BrokerError;
@@ -66,10 +67,6 @@ fn read_map(m: &RwLock<Map>) -> std::sync::RwLockReadGuard<'_, Map> {
 
 fn write_map(m: &RwLock<Map>) -> std::sync::RwLockWriteGuard<'_, Map> {
     m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Test-only: called just before the offsets file is fsynced; an error is
@@ -448,7 +445,7 @@ pub struct Offsets {
     syncs: Arc<AtomicU64>,
     queue: async_channel::Sender<CommitJob>,
     room: Arc<Event>,
-    writer: Mutex<Option<rt::Task<()>>>,
+    writer: rt::sync::TaskSlot<()>,
 }
 
 impl Offsets {
@@ -478,7 +475,7 @@ impl Offsets {
             syncs,
             queue: tx,
             room,
-            writer: Mutex::new(Some(writer)),
+            writer: rt::sync::TaskSlot::new(writer),
         }
     }
 
@@ -572,10 +569,7 @@ impl Offsets {
     /// Stops taking commits, lets the writer finish the queued ones and fsyncs the file.
     pub async fn shutdown(&self) {
         self.queue.close();
-        let writer = lock(&self.writer).take();
-        if let Some(w) = writer {
-            w.await;
-        }
+        self.writer.join().await;
         let store = Arc::clone(&self.store);
         if let Err(e) = rt::unblock(move || lock(&store).sync()).await {
             tracing::error!(error = %e, "fsync of committed offsets failed at shutdown");

@@ -153,13 +153,25 @@ pub struct BrokerArgs {
     http_port: Option<u16>,
 }
 
+/// `--broker`, the address every client command (topics, groups, produce,
+/// consume, perf) connects to: one definition flattened into each.
+#[derive(Debug, Clone, Args)]
+pub struct BrokerAddr {
+    /// Broker address.
+    #[arg(
+        long = "broker",
+        value_name = "BROKER",
+        default_value = "localhost:9092"
+    )]
+    pub addr: String,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
     /// List topics with their partition counts.
     List {
-        /// Broker address.
-        #[arg(long, default_value = "localhost:9092")]
-        broker: String,
+        #[command(flatten)]
+        broker: BrokerAddr,
     },
     /// Create a topic.
     #[command(allow_negative_numbers = true)]
@@ -178,17 +190,15 @@ pub enum TopicsCommand {
         /// When a partition queue is full: block or reject.
         #[arg(long)]
         backpressure: Option<Backpressure>,
-        /// Broker address.
-        #[arg(long, default_value = "localhost:9092")]
-        broker: String,
+        #[command(flatten)]
+        broker: BrokerAddr,
     },
     /// Start and end offsets of every partition of a topic.
     Describe {
         /// Topic name.
         name: String,
-        /// Broker address.
-        #[arg(long, default_value = "localhost:9092")]
-        broker: String,
+        #[command(flatten)]
+        broker: BrokerAddr,
     },
 }
 
@@ -202,9 +212,8 @@ pub enum GroupsCommand {
         /// Topic (default: every topic).
         #[arg(long)]
         topic: Option<String>,
-        /// Broker address.
-        #[arg(long, default_value = "localhost:9092")]
-        broker: String,
+        #[command(flatten)]
+        broker: BrokerAddr,
     },
 }
 
@@ -328,7 +337,7 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
 async fn topics(cmd: TopicsCommand) -> Result<()> {
     match cmd {
         TopicsCommand::List { broker } => {
-            let admin = Admin::connect(&broker)
+            let admin = Admin::connect(&broker.addr)
                 .await
                 .context("cannot reach the broker")?;
             let topics = admin.topics(&[]).await?;
@@ -352,7 +361,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             backpressure,
             broker,
         } => {
-            let admin = Admin::connect(&broker)
+            let admin = Admin::connect(&broker.addr)
                 .await
                 .context("cannot reach the broker")?;
             admin
@@ -373,7 +382,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             println!("created topic {name} with {partitions} partitions");
         }
         TopicsCommand::Describe { name, broker } => {
-            let admin = Admin::connect(&broker)
+            let admin = Admin::connect(&broker.addr)
                 .await
                 .context("cannot reach the broker")?;
             let t = admin
@@ -400,7 +409,7 @@ async fn groups(cmd: GroupsCommand) -> Result<()> {
         topic,
         broker,
     } = cmd;
-    let admin = Admin::connect(&broker)
+    let admin = Admin::connect(&broker.addr)
         .await
         .context("cannot reach the broker")?;
     let topics: Vec<String> = match &topic {

@@ -8,13 +8,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flume_client::{
-    Admin, Client, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer, Record,
-    StartOffset,
+    lowlevel::Client, Admin, ConnectionConfig, FetchConfig, GroupConsumer, PartitionConsumer,
+    Record, StartOffset,
 };
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
+use crate::commands::BrokerAddr;
 use crate::commands::{describe, interrupt, non_neg_i32};
 use crate::output::{record_line, Format};
 
@@ -24,9 +25,8 @@ const RECONNECT_WITHOUT_FOLLOW: Duration = Duration::from_secs(10);
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ConsumeArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -103,7 +103,7 @@ fn idle_timer(timeout: Option<u64>) -> futures::future::Fuse<BoxFuture<'static, 
 
 async fn partitions(a: ConsumeArgs) -> Result<()> {
     let stop = interrupt()?;
-    let admin = Admin::connect(&a.broker)
+    let admin = Admin::connect(&a.broker.addr)
         .await
         .context("cannot reach the broker")?;
     let meta = admin
@@ -126,7 +126,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
         }
     }
     let client = Arc::new(
-        Client::connect(&a.broker, ConnectionConfig::default())
+        Client::connect(&a.broker.addr, ConnectionConfig::default())
             .await
             .context("cannot reach the broker")?,
     );
@@ -173,7 +173,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
         let batch = match r {
             Ok(b) => {
                 if down_since.take().is_some() {
-                    eprintln!("reconnected to the broker at {}", a.broker);
+                    eprintln!("reconnected to the broker at {}", a.broker.addr);
                 }
                 b
             }
@@ -181,7 +181,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
                 // The broker went away (restart, crash): the client reconnects with backoff
                 // on the next fetch. Without --follow, give up after a while.
                 let since = *down_since.get_or_insert_with(|| {
-                    eprintln!("lost the broker at {} ({e}); reconnecting", a.broker);
+                    eprintln!("lost the broker at {} ({e}); reconnecting", a.broker.addr);
                     Instant::now()
                 });
                 if !follow && a.timeout.is_none() && since.elapsed() > RECONNECT_WITHOUT_FOLLOW {
@@ -244,7 +244,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
     };
     // Committed on an interval and on exit, always after the printed records are flushed:
     // at-least-once, without a round trip per record.
-    let mut c = GroupConsumer::builder(&a.broker, &group)
+    let mut c = GroupConsumer::builder(&a.broker.addr, &group)
         .topic(&a.topic)
         .start(start)
         .session_timeout(Duration::from_millis(a.session_timeout_ms))
@@ -253,7 +253,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
         .await
         .map_err(describe)
         .context("cannot join the group")?;
-    let admin = Admin::connect(&a.broker)
+    let admin = Admin::connect(&a.broker.addr)
         .await
         .context("cannot reach the broker")?;
     let max = a.max.unwrap_or(u64::MAX);

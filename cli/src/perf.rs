@@ -9,12 +9,13 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use flume_client::{
-    Admin, Client, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer, ProducerConfig,
-    SendRecord, StartOffset,
+    lowlevel::Client, Admin, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer,
+    ProducerConfig, ProducerRecord, StartOffset,
 };
 use serde_json::json;
 
 use crate::commands::range_u64;
+use crate::commands::BrokerAddr;
 
 #[derive(Debug, Subcommand)]
 pub enum PerfCommand {
@@ -26,12 +27,19 @@ pub enum PerfCommand {
     E2e(E2eArgs),
 }
 
+/// How every perf run prints its summary: one definition flattened into each.
+#[derive(Debug, Args)]
+pub struct Summary {
+    /// Print the summary as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct E2eArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic (use a fresh one: the consumer starts at the end).
     #[arg(long)]
     topic: String,
@@ -45,17 +53,15 @@ pub struct E2eArgs {
     /// the send time travel in the value.
     #[arg(long, default_value_t = 100, value_parser = range_u64(E2E_MIN_SIZE as i64, 64 * 1024 * 1024))]
     record_size: u64,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    summary: Summary,
 }
 
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -97,17 +103,15 @@ pub struct ProduceArgs {
     /// thread (the client's `ConnectionConfig::busy_poll`; 0: never spin).
     #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
     busy_poll_us: u64,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    summary: Summary,
 }
 
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ConsumeArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -117,9 +121,8 @@ pub struct ConsumeArgs {
     /// Read as a member of this group (default: every partition from the start).
     #[arg(long)]
     group: Option<String>,
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    summary: Summary,
 }
 
 pub async fn run(cmd: PerfCommand) -> Result<()> {
@@ -207,24 +210,35 @@ impl Spread {
     }
 }
 
+/// `rec` with `key`, when there is one.
+fn with_key(rec: ProducerRecord, key: Option<Bytes>) -> ProducerRecord {
+    match key {
+        Some(k) => rec.key(k),
+        None => rec,
+    }
+}
+
+/// `rec` sent to `partition`, when one is given.
+fn with_partition(rec: ProducerRecord, partition: Option<i32>) -> ProducerRecord {
+    match partition {
+        Some(p) => rec.partition(p),
+        None => rec,
+    }
+}
+
 async fn produce(a: ProduceArgs) -> Result<()> {
     if a.records == 0 {
         bail!("--records must be at least 1");
     }
     let value = Bytes::from(vec![b'x'; usize::try_from(a.record_size)?]);
-    let config = ProducerConfig {
-        linger: Duration::from_millis(a.linger_ms),
-        batch_max_bytes: usize::try_from(a.batch_bytes)?,
-        connection: ConnectionConfig {
-            busy_poll: Duration::from_micros(a.busy_poll_us),
-            ..ConnectionConfig::default()
-        },
-        ..ProducerConfig::default()
-    };
+    let config = ProducerConfig::default()
+        .linger(Duration::from_millis(a.linger_ms))
+        .batch_max_bytes(usize::try_from(a.batch_bytes)?)
+        .connection(ConnectionConfig::default().busy_poll(Duration::from_micros(a.busy_poll_us)));
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
-            Producer::with_config(&a.broker, config.clone())
+            Producer::with_config(&a.broker.addr, config.clone())
                 .await
                 .context("cannot reach the broker")?,
         ));
@@ -239,13 +253,13 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     };
     let (topic0, partition0) = spread.target(0);
     producers[0]
-        .send_record(SendRecord {
-            topic: topic0,
-            key: (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
-            value: value.clone(),
-            partition: partition0,
-            ..SendRecord::default()
-        })
+        .send_record(with_partition(
+            with_key(
+                ProducerRecord::new(topic0, value.clone()),
+                (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
+            ),
+            partition0,
+        ))
         .await
         .map_err(crate::commands::describe)?;
     let timed = a.records - 1;
@@ -269,13 +283,13 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             let run = async {
                 for j in 0..n {
                     let (topic, partition) = spread.target(j * producers_n + i + 1);
-                    let rec = SendRecord {
-                        topic,
-                        key: (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
-                        value: value.clone(),
+                    let rec = with_partition(
+                        with_key(
+                            ProducerRecord::new(topic, value.clone()),
+                            (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
+                        ),
                         partition,
-                        ..SendRecord::default()
-                    };
+                    );
                     if sync {
                         let t0 = Instant::now();
                         producer.send_record(rec).await?;
@@ -286,7 +300,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                     // Latency is sampled (one record in SAMPLE_EVERY) so the clock reads do
                     // not slow down what is being measured.
                     let t0 = (j % SAMPLE_EVERY == 0).then(Instant::now);
-                    let fut = producer.send_nowait(rec).await?;
+                    let fut = producer.enqueue(rec).await?;
                     inflight.push_back((t0, fut));
                     while inflight.len() >= window {
                         if let Some((t, f)) = inflight.pop_front() {
@@ -366,7 +380,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         "sync": a.sync,
         "busy_poll_us": a.busy_poll_us,
     });
-    if a.json {
+    if a.summary.json {
         println!("{summary}");
     } else {
         println!(
@@ -398,7 +412,7 @@ const GROUP_IDLE: Duration = Duration::from_secs(10);
 async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
-    let admin = Admin::connect(&a.broker)
+    let admin = Admin::connect(&a.broker.addr)
         .await
         .context("cannot reach the broker")?;
     let t = admin
@@ -436,7 +450,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let start;
     let mut failure: Option<anyhow::Error> = None;
     if let Some(group) = &a.group {
-        let mut c = GroupConsumer::builder(&a.broker, group)
+        let mut c = GroupConsumer::builder(&a.broker.addr, group)
             .topic(&a.topic)
             .build()
             .await
@@ -481,7 +495,8 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         // run stops at exactly --records however the partitions' batches fall.
         let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
-            let client = Arc::new(Client::connect(&a.broker, ConnectionConfig::default()).await?);
+            let client =
+                Arc::new(Client::connect(&a.broker.addr, ConnectionConfig::default()).await?);
             let mut c = PartitionConsumer::with_client(
                 client,
                 &a.topic,
@@ -529,7 +544,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let secs = start.elapsed().as_secs_f64();
     let n = done.load(Ordering::Relaxed) as f64;
     let mb = bytes.load(Ordering::Relaxed) as f64 / 1e6;
-    if a.json {
+    if a.summary.json {
         println!(
             "{}",
             json!({"records": n as u64, "complete": failure.is_none(), "seconds": secs, "records_per_s": n / secs, "mb_per_s": mb / secs, "mb": mb})
@@ -581,7 +596,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .map_or(0, |d| d.as_nanos() as u64)
         ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
-    let mut consumer = GroupConsumer::builder(&a.broker, &group)
+    let mut consumer = GroupConsumer::builder(&a.broker.addr, &group)
         .topic(&a.topic)
         .start(StartOffset::Latest)
         .auto_commit(false)
@@ -590,7 +605,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .await
         .map_err(crate::commands::describe)
         .context("cannot join the group")?;
-    let producer = Producer::connect(&a.broker)
+    let producer = Producer::connect(&a.broker.addr)
         .await
         .context("cannot reach the broker")?;
     let epoch = Instant::now();
@@ -656,12 +671,8 @@ async fn e2e(a: E2eArgs) -> Result<()> {
                 value[..8].copy_from_slice(E2E_TAG);
                 value[8..16].copy_from_slice(&run.to_be_bytes());
                 value[16..24].copy_from_slice(&(epoch.elapsed().as_micros() as u64).to_be_bytes());
-                let rec = SendRecord {
-                    topic: topic.clone(),
-                    value: value.into(),
-                    ..SendRecord::default()
-                };
-                pending.push_back(producer.send_nowait(rec).await?);
+                let rec = ProducerRecord::new(topic.clone(), value);
+                pending.push_back(producer.enqueue(rec).await?);
                 while pending.len() > 10_000 {
                     if let Some(f) = pending.pop_front() {
                         f.await?;
@@ -723,7 +734,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
             "max": percentile(&lat, 1.0),
         },
     });
-    if a.json {
+    if a.summary.json {
         println!("{summary}");
     } else {
         println!(

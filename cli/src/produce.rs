@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::Args;
-use flume_client::{Header, Producer, ProducerConfig, RecordMetadata, SendRecord};
+use flume_client::{Header, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::json;
 
+use crate::commands::BrokerAddr;
 use crate::commands::{describe, non_neg_i32};
 use crate::output::{json_bytes, ranges, Format, InputFormat};
 
@@ -23,9 +24,8 @@ const READ_AHEAD: usize = 1024;
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
-    /// Broker address.
-    #[arg(long, default_value = "localhost:9092")]
-    broker: String,
+    #[command(flatten)]
+    broker: BrokerAddr,
     /// Topic.
     #[arg(long)]
     topic: String,
@@ -114,11 +114,8 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     // Each record is its own batch, so the broker accepts or refuses each line on its own
     // (a refused batch takes every record in it down); requests still carry many batches,
     // and whatever has arrived is sent at once, without a linger.
-    let config = ProducerConfig {
-        batch_max_bytes: 1,
-        ..ProducerConfig::default()
-    };
-    let producer = Producer::with_config(&a.broker, config)
+    let config = ProducerConfig::default().batch_max_bytes(1);
+    let producer = Producer::with_config(&a.broker.addr, config)
         .await
         .context("cannot reach the broker")?;
     let headers: Vec<Header> = a
@@ -129,13 +126,16 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
             value: Bytes::copy_from_slice(v.as_bytes()),
         })
         .collect();
-    let build = |input: &Input| SendRecord {
-        topic: a.topic.clone(),
-        key: input.key.clone().map(Bytes::from),
-        value: Bytes::copy_from_slice(&input.value),
-        headers: headers.clone(),
-        partition: a.partition,
-        ..SendRecord::default()
+    let build = |input: &Input| {
+        let mut rec = ProducerRecord::new(a.topic.clone(), Bytes::copy_from_slice(&input.value))
+            .headers(headers.iter().cloned());
+        if let Some(k) = &input.key {
+            rec = rec.key(k.clone());
+        }
+        if let Some(p) = a.partition {
+            rec = rec.partition(p);
+        }
+        rec
     };
     if let Some(value) = single {
         let input = Input {
@@ -195,7 +195,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
             // A line was read (or failed to decode): send it, or record its failure.
             Some(Err(Ok(input))) => {
                 read = read.max(input.line);
-                match producer.send_nowait(build(&input)).await {
+                match producer.enqueue(build(&input)).await {
                     Ok(ack) => {
                         inflight.push(async move {
                             let outcome = match ack.await {

@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{ok, BrokerProc};
+use flume_client::lowlevel::Client;
 use flume_client::{
-    Admin, Client, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, SendRecord,
-    StartOffset,
+    Admin, ConnectionConfig, FetchConfig, PartitionConsumer, Producer, ProducerRecord, StartOffset,
 };
 use flume_protocol::{CreateTopicRequest, PartitionOffset};
 use flume_rt::block_on;
@@ -58,10 +58,7 @@ fn read_all(addr: &str, topic: &str) -> HashMap<i32, Vec<(u64, String, String)>>
                 topic,
                 p.partition,
                 StartOffset::At(0),
-                FetchConfig {
-                    max_wait: Duration::from_millis(10),
-                    ..FetchConfig::default()
-                },
+                FetchConfig::default().max_wait(Duration::from_millis(10)),
             );
             let mut recs = Vec::new();
             while (recs.len() as i64) < p.log_end {
@@ -101,13 +98,8 @@ fn kill_during_produce(fsync: &str, seed: u64) {
                     let key = format!("p{t}-k{}", seq % 5);
                     let value = format!("{t}:{seq}");
                     seq += 1;
-                    let rec = SendRecord {
-                        topic: "crash".into(),
-                        key: Some(key.clone().into()),
-                        value: value.clone().into(),
-                        ..SendRecord::default()
-                    };
-                    let Ok(f) = p.send_nowait(rec).await else {
+                    let rec = ProducerRecord::new("crash", value.clone()).key(key.clone());
+                    let Ok(f) = p.enqueue(rec).await else {
                         break;
                     };
                     window.push_back((f, key, value));
@@ -421,12 +413,7 @@ fn a_full_disk_fails_produce_cleanly_and_reads_keep_working() {
         let mut acked = Vec::new();
         let (acked, err) = loop {
             match p
-                .send_record(SendRecord {
-                    topic: "full".into(),
-                    partition: Some(0),
-                    value: value.clone().into(),
-                    ..SendRecord::default()
-                })
+                .send_record(ProducerRecord::new("full", value.clone()).partition(0))
                 .await
             {
                 Ok(m) => acked.push(m.offset),
@@ -436,12 +423,7 @@ fn a_full_disk_fails_produce_cleanly_and_reads_keep_working() {
         };
         // Fail-stop: the partition takes nothing more, not even a record that would fit.
         let later = p
-            .send_record(SendRecord {
-                topic: "full".into(),
-                partition: Some(0),
-                value: b"x".to_vec().into(),
-                ..SendRecord::default()
-            })
+            .send_record(ProducerRecord::new("full", b"x".to_vec()).partition(0))
             .await;
         (acked, err, later)
     });

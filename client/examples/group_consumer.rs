@@ -27,7 +27,7 @@ fn main() {
         let events = consumer.events();
         let mut seen = 0;
         while let Some(record) = consumer.next().await {
-            while let Ok(ev) = events.try_recv() {
+            while let Some(ev) = events.try_recv() {
                 match ev {
                     RebalanceEvent::Assigned {
                         generation,

@@ -7,7 +7,32 @@ use crate::protocol::{
     OffsetFetchRequest, PartitionOffset, TopicMetadata, TopicPartitions,
 };
 
-/// Admin client.
+/// Administrative calls: create and describe topics, read and set a group's
+/// committed offsets.
+///
+/// ```
+/// # flume_rt::block_on(async {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let mut cfg = flume_broker::BrokerConfig::new(dir.path());
+/// # cfg.listen = "127.0.0.1:0".into();
+/// # let broker = flume_broker::Broker::start(cfg).await.unwrap();
+/// # let addr = broker.local_addr().to_string();
+/// use flume_client::{Admin, CreateTopicRequest};
+///
+/// let admin = Admin::connect(&addr).await?;
+/// admin
+///     .create_topic(CreateTopicRequest {
+///         name: "orders".into(),
+///         partitions: 2,
+///         ..CreateTopicRequest::default()
+///     })
+///     .await?;
+/// let topics = admin.topics(&["orders".to_string()]).await?;
+/// assert_eq!(topics[0].partitions.len(), 2);
+/// # broker.shutdown().await;
+/// # Ok::<(), flume_client::Error>(())
+/// # }).unwrap();
+/// ```
 #[derive(Debug)]
 pub struct Admin {
     client: Client,
@@ -92,11 +117,6 @@ impl Admin {
             )),
             None => Ok(()),
         }
-    }
-
-    /// The underlying client.
-    pub fn client(&self) -> &Client {
-        &self.client
     }
 }
 

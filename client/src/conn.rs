@@ -39,8 +39,16 @@ use crate::protocol::frame::{self, Decoded};
 use crate::protocol::{self, messages::decode_response_shared, Request};
 use crate::rt;
 
-/// Connection settings.
+/// Connection settings, shared by every client type: start from
+/// [`ConnectionConfig::default`] and change fields with the builder methods.
+///
+/// ```
+/// use std::time::Duration;
+/// let c = flume_client::ConnectionConfig::default().request_timeout(Duration::from_secs(5));
+/// assert_eq!(c.request_timeout, Duration::from_secs(5));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConnectionConfig {
     /// Time allowed for one request (long-poll fetches add their wait to it).
     pub request_timeout: Duration,
@@ -74,6 +82,51 @@ impl Default for ConnectionConfig {
             backoff_max: Duration::from_secs(2),
             busy_poll: Duration::ZERO,
         }
+    }
+}
+
+impl ConnectionConfig {
+    /// Sets [`ConnectionConfig::request_timeout`].
+    #[must_use]
+    pub fn request_timeout(mut self, v: Duration) -> Self {
+        self.request_timeout = v;
+        self
+    }
+    /// Sets [`ConnectionConfig::connect_timeout`].
+    #[must_use]
+    pub fn connect_timeout(mut self, v: Duration) -> Self {
+        self.connect_timeout = v;
+        self
+    }
+    /// Sets [`ConnectionConfig::max_in_flight`].
+    #[must_use]
+    pub fn max_in_flight(mut self, v: usize) -> Self {
+        self.max_in_flight = v;
+        self
+    }
+    /// Sets [`ConnectionConfig::max_frame_bytes`].
+    #[must_use]
+    pub fn max_frame_bytes(mut self, v: usize) -> Self {
+        self.max_frame_bytes = v;
+        self
+    }
+    /// Sets [`ConnectionConfig::backoff_initial`].
+    #[must_use]
+    pub fn backoff_initial(mut self, v: Duration) -> Self {
+        self.backoff_initial = v;
+        self
+    }
+    /// Sets [`ConnectionConfig::backoff_max`].
+    #[must_use]
+    pub fn backoff_max(mut self, v: Duration) -> Self {
+        self.backoff_max = v;
+        self
+    }
+    /// Sets [`ConnectionConfig::busy_poll`].
+    #[must_use]
+    pub fn busy_poll(mut self, v: Duration) -> Self {
+        self.busy_poll = v;
+        self
     }
 }
 
@@ -124,9 +177,7 @@ impl std::fmt::Debug for Connection {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use flume_rt::sync::lock;
 
 impl Connection {
     /// Opens a connection to `addr`.

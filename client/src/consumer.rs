@@ -4,7 +4,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::stream::{self, Stream};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, Stream};
 
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
@@ -36,8 +40,16 @@ impl std::str::FromStr for StartOffset {
     }
 }
 
-/// Fetch settings shared by the consumers.
+/// Fetch settings shared by the consumers: start from [`FetchConfig::default`]
+/// and change fields with the builder methods.
+///
+/// ```
+/// use std::time::Duration;
+/// let f = flume_client::FetchConfig::default().max_wait(Duration::from_millis(100));
+/// assert_eq!(f.max_wait, Duration::from_millis(100));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct FetchConfig {
     /// Longest a fetch waits on the broker for new records.
     pub max_wait: Duration,
@@ -57,15 +69,80 @@ impl Default for FetchConfig {
     }
 }
 
-/// Reads one partition from a start offset.
-#[derive(Debug)]
+impl FetchConfig {
+    /// Sets [`FetchConfig::max_wait`].
+    #[must_use]
+    pub fn max_wait(mut self, v: Duration) -> Self {
+        self.max_wait = v;
+        self
+    }
+    /// Sets [`FetchConfig::partition_max_bytes`].
+    #[must_use]
+    pub fn partition_max_bytes(mut self, v: i32) -> Self {
+        self.partition_max_bytes = v;
+        self
+    }
+    /// Sets [`FetchConfig::max_bytes`].
+    #[must_use]
+    pub fn max_bytes(mut self, v: i32) -> Self {
+        self.max_bytes = v;
+        self
+    }
+}
+
+/// Reads one partition from a start offset, as a [`Stream`] of records (or
+/// one fetch at a time with [`PartitionConsumer::poll_batch`]).
+///
+/// The stream never ends: an error (a lost connection, an unknown topic) is
+/// one item, and the next poll fetches again from the same position, as
+/// [`GroupConsumer`](crate::GroupConsumer) does.
+///
+/// ```
+/// # flume_rt::block_on(async {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let mut cfg = flume_broker::BrokerConfig::new(dir.path());
+/// # cfg.listen = "127.0.0.1:0".into();
+/// # let broker = flume_broker::Broker::start(cfg).await.unwrap();
+/// # let addr = broker.local_addr().to_string();
+/// use futures::StreamExt;
+/// use flume_client::{PartitionConsumer, Producer, StartOffset};
+///
+/// let producer = Producer::connect(&addr).await?;
+/// let sent = producer.send("orders", Some(b"user-1"), b"widget").await?;
+///
+/// let mut consumer =
+///     PartitionConsumer::connect(&addr, "orders", sent.partition, StartOffset::Earliest).await?;
+/// let record = consumer.next().await.expect("the stream is open")?;
+/// assert_eq!(&record.value[..], b"widget");
+/// # broker.shutdown().await;
+/// # Ok::<(), flume_client::Error>(())
+/// # }).unwrap();
+/// ```
 pub struct PartitionConsumer {
+    /// `None` while a fetch is in flight in `pending` (it owns the fetcher).
+    fetcher: Option<Fetcher>,
+    pending: Option<BoxFuture<'static, (Fetcher, Result<Vec<Record>>)>>,
+    buffer: VecDeque<Record>,
+    next: Option<u64>,
+    high_watermark: i64,
+}
+
+impl std::fmt::Debug for PartitionConsumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionConsumer")
+            .field("next", &self.next)
+            .field("buffered", &self.buffer.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one fetch needs; moved into the fetch future while it runs.
+struct Fetcher {
     client: Arc<Client>,
     topic: String,
     partition: i32,
     start: StartOffset,
     next: Option<u64>,
-    buffer: VecDeque<Record>,
     fetch: FetchConfig,
     high_watermark: i64,
 }
@@ -91,7 +168,8 @@ impl PartitionConsumer {
         ))
     }
 
-    /// Uses an existing client.
+    /// Reads over an existing [`crate::lowlevel::Client`], so consumers of
+    /// several partitions can share one connection.
     pub fn with_client(
         client: Arc<Client>,
         topic: &str,
@@ -99,22 +177,28 @@ impl PartitionConsumer {
         start: StartOffset,
         fetch: FetchConfig,
     ) -> Self {
+        let next = match start {
+            StartOffset::At(o) => Some(o),
+            _ => None,
+        };
         PartitionConsumer {
-            client,
-            topic: topic.to_owned(),
-            partition,
-            start,
-            next: match start {
-                StartOffset::At(o) => Some(o),
-                _ => None,
-            },
+            fetcher: Some(Fetcher {
+                client,
+                topic: topic.to_owned(),
+                partition,
+                start,
+                next,
+                fetch,
+                high_watermark: -1,
+            }),
+            pending: None,
             buffer: VecDeque::new(),
-            fetch,
+            next,
             high_watermark: -1,
         }
     }
 
-    /// The next offset this consumer will read, once known.
+    /// The next offset this consumer will fetch, once known.
     pub fn position(&self) -> Option<u64> {
         self.next
     }
@@ -128,10 +212,59 @@ impl PartitionConsumer {
     ///
     /// # Errors
     /// Connection failures and broker errors (UNKNOWN_TOPIC, OFFSET_OUT_OF_RANGE, ...).
+    ///
+    /// # Cancel safety
+    /// Dropping the future half-way loses nothing: the fetch it started is
+    /// finished by the next call (or the stream).
     pub async fn poll_batch(&mut self) -> Result<Vec<Record>> {
         if !self.buffer.is_empty() {
             return Ok(self.buffer.drain(..).collect());
         }
+        futures::future::poll_fn(|cx| self.poll_fetch(cx)).await
+    }
+
+    fn poll_fetch(&mut self, cx: &mut Context<'_>) -> Poll<Result<Vec<Record>>> {
+        let pending = match self.pending.take() {
+            Some(p) => p,
+            None => {
+                let Some(mut f) = self.fetcher.take() else {
+                    return Poll::Ready(Err(Error::Closed));
+                };
+                async move {
+                    let r = f.fetch().await;
+                    (f, r)
+                }
+                .boxed()
+            }
+        };
+        let pending = self.pending.insert(pending);
+        let (f, r) = futures::ready!(pending.as_mut().poll(cx));
+        self.pending = None;
+        self.next = f.next;
+        self.high_watermark = f.high_watermark;
+        self.fetcher = Some(f);
+        Poll::Ready(r)
+    }
+}
+
+impl Stream for PartitionConsumer {
+    type Item = Result<Record>;
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(r) = this.buffer.pop_front() {
+                return Poll::Ready(Some(Ok(r)));
+            }
+            match futures::ready!(this.poll_fetch(cx)) {
+                Ok(batch) => this.buffer.extend(batch),
+                Err(e) => return Poll::Ready(Some(Err(e))),
+            }
+        }
+    }
+}
+
+impl Fetcher {
+    async fn fetch(&mut self) -> Result<Vec<Record>> {
         let offset = match self.next {
             Some(o) => o,
             None => self.resolve_start().await?,
@@ -204,30 +337,5 @@ impl PartitionConsumer {
         let o = u64::try_from(o).unwrap_or(0);
         self.next = Some(o);
         Ok(o)
-    }
-
-    /// The next record, waiting for one to arrive.
-    ///
-    /// # Errors
-    /// As [`PartitionConsumer::poll_batch`].
-    pub async fn recv(&mut self) -> Result<Record> {
-        loop {
-            if let Some(r) = self.buffer.pop_front() {
-                return Ok(r);
-            }
-            let batch = self.poll_batch().await?;
-            self.buffer.extend(batch);
-        }
-    }
-
-    /// The records as a `futures::Stream`; it ends after the first error.
-    pub fn into_stream(self) -> impl Stream<Item = Result<Record>> {
-        stream::unfold(Some(self), |state| async move {
-            let mut c = state?;
-            match c.recv().await {
-                Ok(r) => Some((Ok(r), Some(c))),
-                Err(e) => Some((Err(e), None)),
-            }
-        })
     }
 }

@@ -46,12 +46,21 @@ pub enum Error {
         /// What it was about (topic-partition, group).
         context: Option<String>,
     },
-    /// The broker's bytes did not decode.
-    #[error("malformed response from broker: {0}")]
-    Protocol(#[from] WireError),
-    /// A fetched record failed its CRC or structure check.
-    #[error("corrupt record in fetch response: {0}")]
-    Record(#[from] RecordError),
+    /// The broker broke the protocol: a response that does not decode, or
+    /// an answer that does not match its request (fewer acknowledgements than records
+    /// sent, say). Not retriable: the same broker would answer the same way.
+    #[error("protocol violation by the broker: {detail}")]
+    Protocol {
+        /// What was wrong, with the numbers.
+        detail: String,
+    },
+    /// A fetched record failed its CRC or structure check (corruption on the
+    /// broker's disk or on the way).
+    #[error("corrupt record in fetch response: {detail}")]
+    CorruptRecord {
+        /// Which check failed, with the numbers.
+        detail: String,
+    },
     /// The producer's buffer is full and the call asked not to wait.
     #[error("producer buffer is full ({limit} bytes buffered)")]
     BufferFull {
@@ -61,7 +70,7 @@ pub enum Error {
     /// The producer or consumer was closed.
     #[error("client is closed")]
     Closed,
-    /// A bad argument (empty topic, record above the frame limit, ...).
+    /// A bad argument from the caller (an empty topic, a group consumer with no topic).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 }
@@ -83,10 +92,46 @@ impl Error {
         ) || matches!(self.code(), Some(ErrorCode::ShuttingDown))
     }
 
+    pub(crate) fn protocol(detail: impl Into<String>) -> Self {
+        Error::Protocol {
+            detail: detail.into(),
+        }
+    }
+
     pub(crate) fn broker(code: ErrorCode, context: impl Into<String>) -> Self {
         Error::Broker {
             code,
             context: Some(context.into()),
         }
+    }
+}
+
+impl From<WireError> for Error {
+    fn from(e: WireError) -> Self {
+        Error::protocol(format!("malformed response: {e}"))
+    }
+}
+
+impl From<RecordError> for Error {
+    fn from(e: RecordError) -> Self {
+        Error::CorruptRecord {
+            detail: e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_violations_have_their_own_variant() {
+        let e = Error::from(WireError::Truncated {
+            at: 0,
+            needed: 4,
+            remaining: 1,
+        });
+        assert!(matches!(e, Error::Protocol { .. }), "{e}");
+        assert!(!e.is_retriable());
     }
 }

@@ -38,6 +38,7 @@ use crate::protocol::{
     OffsetCommitRequest, OffsetFetchRequest, PartitionOffset, TopicPartitions,
 };
 use crate::rt;
+use crate::rt::sync::lock;
 
 /// A (topic, partition).
 pub type TopicPartition = (String, i32);
@@ -72,6 +73,33 @@ pub enum RebalanceEvent {
         /// The partitions.
         partitions: Vec<TopicPartition>,
     },
+}
+
+/// The [`RebalanceEvent`]s of a [`GroupConsumer`], from
+/// [`GroupConsumer::events`]: a [`Stream`] that ends when the consumer is
+/// dropped or closed, or polled without waiting with
+/// [`RebalanceEvents::try_recv`].
+#[derive(Debug)]
+pub struct RebalanceEvents(Pin<Box<async_channel::Receiver<RebalanceEvent>>>);
+
+impl Clone for RebalanceEvents {
+    fn clone(&self) -> Self {
+        RebalanceEvents(Box::pin((*self.0).clone()))
+    }
+}
+
+impl RebalanceEvents {
+    /// The next event if one is waiting, without waiting.
+    pub fn try_recv(&self) -> Option<RebalanceEvent> {
+        self.0.try_recv().ok()
+    }
+}
+
+impl Stream for RebalanceEvents {
+    type Item = RebalanceEvent;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RebalanceEvent>> {
+        self.0.as_mut().poll_next(cx)
+    }
 }
 
 /// Builder for [`GroupConsumer`].
@@ -231,6 +259,32 @@ struct State {
 }
 
 /// A group member. Use it as a `futures::Stream` of records, or with [`GroupConsumer::recv`].
+///
+/// ```
+/// # flume_rt::block_on(async {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let mut cfg = flume_broker::BrokerConfig::new(dir.path());
+/// # cfg.listen = "127.0.0.1:0".into();
+/// # let broker = flume_broker::Broker::start(cfg).await.unwrap();
+/// # let addr = broker.local_addr().to_string();
+/// use futures::StreamExt;
+/// use flume_client::{GroupConsumer, Producer};
+///
+/// Producer::connect(&addr).await?.send("orders", None, b"widget").await?;
+///
+/// let mut consumer = GroupConsumer::builder(&addr, "billing")
+///     .topic("orders")
+///     .auto_commit(false)
+///     .build()
+///     .await?;
+/// let record = consumer.next().await.expect("open while not closed")?;
+/// assert_eq!(&record.value[..], b"widget");
+/// consumer.commit(&record).await?; // stores record.offset + 1 for its partition
+/// consumer.close().await?;
+/// # broker.shutdown().await;
+/// # Ok::<(), flume_client::Error>(())
+/// # }).unwrap();
+/// ```
 pub struct GroupConsumer {
     state: Arc<AsyncMutex<State>>,
     events: async_channel::Receiver<RebalanceEvent>,
@@ -246,9 +300,7 @@ impl std::fmt::Debug for GroupConsumer {
 }
 
 fn lock_str(m: &Mutex<String>) -> String {
-    m.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone()
+    lock(m).clone()
 }
 
 fn is_fencing(code: Option<ErrorCode>) -> bool {
@@ -301,10 +353,7 @@ fn on_heartbeat_error(shared: &Shared, sent: &HeartbeatRequest, e: &Error) {
     if !is_fencing(e.code()) {
         return;
     }
-    let mut member = shared
-        .member
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut member = lock(&shared.member);
     if *member != sent.member_id || shared.generation.load(Ordering::Acquire) != sent.generation {
         tracing::debug!(error = %e, "heartbeat answer is about a membership already replaced");
         return;
@@ -335,9 +384,10 @@ impl GroupConsumer {
         }
     }
 
-    /// Assigned and revoked partitions, as they happen (the last 64 are kept if nobody reads).
-    pub fn events(&self) -> async_channel::Receiver<RebalanceEvent> {
-        self.events.clone()
+    /// Assigned and revoked partitions, as they happen (the last 64 are kept
+    /// if nobody reads; handles share one queue, so each event goes to one of them).
+    pub fn events(&self) -> RebalanceEvents {
+        RebalanceEvents(Box::pin(self.events.clone()))
     }
 
     /// The state, after abandoning a `next()` that was left half-way (a `Stream`
@@ -345,11 +395,7 @@ impl GroupConsumer {
     /// and would otherwise never give it back. Abandoning it is safe: what it
     /// was fetching is fetched again, a join it sent is sent again.
     async fn locked(&self) -> futures::lock::MutexGuard<'_, State> {
-        let abandoned = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
+        let abandoned = lock(&self.pending).take();
         drop(abandoned);
         self.state.lock().await
     }
@@ -540,11 +586,7 @@ impl State {
             {
                 Ok(r) => r,
                 Err(e) if e.code() == Some(ErrorCode::UnknownMember) => {
-                    self.shared
-                        .member
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clear();
+                    lock(&self.shared.member).clear();
                     continue;
                 }
                 Err(e) if e.is_retriable() || e.code() == Some(ErrorCode::RebalanceInProgress) => {
@@ -555,11 +597,7 @@ impl State {
             };
             {
                 // Both under the member lock, so a heartbeat answer sees them change together.
-                let mut member = self
-                    .shared
-                    .member
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut member = lock(&self.shared.member);
                 resp.member_id.clone_into(&mut member);
                 self.shared
                     .generation

@@ -1,40 +1,100 @@
-//! Flume's client: the wire protocol (no I/O) and the async SDK.
+//! Flume's async client SDK.
 //!
-//! ```no_run
-//! # async fn run() -> flume_client::Result<()> {
+//! ```
+//! # flume_rt::block_on(async {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let mut cfg = flume_broker::BrokerConfig::new(dir.path());
+//! # cfg.listen = "127.0.0.1:0".into();
+//! # let broker = flume_broker::Broker::start(cfg).await.unwrap();
+//! # let addr = broker.local_addr().to_string();
 //! use flume_client::Producer;
-//! let producer = Producer::connect("127.0.0.1:9092").await?;
+//! let producer = Producer::connect(&addr).await?;
 //! let meta = producer.send("orders", Some(b"user-123"), br#"{"item":"widget"}"#).await?;
 //! println!("partition {} offset {}", meta.partition, meta.offset);
-//! # Ok(()) }
+//! # broker.shutdown().await;
+//! # Ok::<(), flume_client::Error>(())
+//! # }).unwrap();
 //! ```
 //!
-//! Layout:
-//! - [`conn`]: one multiplexed connection, and [`Client`], which reconnects.
-//! - [`producer`]: [`Producer`], batching sends per partition.
-//! - [`consumer`]: [`PartitionConsumer`], a stream over one partition.
-//! - [`group`]: [`GroupConsumer`], group membership with heartbeats and rebalances.
-//! - [`admin`]: topics, metadata, committed offsets and lag.
+//! What you use:
+//! - [`Producer`] sends records ([`Producer::send`], or [`Producer::send_record`]
+//!   with a [`ProducerRecord`] for headers, partition and timestamp), batching
+//!   them per partition; settings in [`ProducerConfig`].
+//! - [`GroupConsumer`] (built with [`GroupConsumerBuilder`]) is a
+//!   [`Stream`](futures::Stream) of [`ConsumerRecord`]s for a consumer group,
+//!   with heartbeats, rebalances ([`RebalanceEvents`]) and commits.
+//! - [`PartitionConsumer`] is a [`Stream`](futures::Stream) of [`Record`]s of
+//!   one partition from a [`StartOffset`].
+//! - [`Admin`] creates topics, reads metadata, committed offsets and lag.
+//! - Every call fails with an [`Error`]; [`Error::code`] gives the broker's
+//!   [`ErrorCode`] when the broker refused.
 //!
-//! The wire format lives in the `flume-protocol` crate (no I/O) and the
-//! runtime seam in `flume-rt` (the only crate that names async-std).
+//! [`lowlevel`] is the request-level client under all of these, for tools
+//! that speak the wire protocol (`flume-protocol`) themselves.
+//!
+//! Layout (private modules): `conn` (one multiplexed connection, and the
+//! reconnecting client), `producer`, `consumer` (the partition consumer),
+//! `group` (the group consumer), `admin`. The wire format lives in the
+//! `flume-protocol` crate (no I/O) and the runtime seam in `flume-rt` (the
+//! only crate that names async-std).
 //!
 //! Delivery is at-least-once, in order per partition.
 
-pub mod admin;
-pub mod conn;
-pub mod consumer;
-pub mod error;
-pub mod group;
-pub mod producer;
+#![warn(missing_docs)]
+
+mod admin;
+mod conn;
+mod consumer;
+mod error;
+mod group;
+mod producer;
 
 use flume_protocol as protocol;
 use flume_rt as rt;
 
 pub use admin::Admin;
-pub use conn::{Client, Connection, ConnectionConfig};
+pub use conn::ConnectionConfig;
 pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
-pub use group::{ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent};
-pub use producer::{Producer, ProducerConfig, RecordMetadata, SendRecord};
-pub use protocol::{ErrorCode, Header, Record};
+pub use group::{
+    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent, RebalanceEvents,
+    TopicPartition,
+};
+pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+/// Value types of the wire protocol that the SDK's signatures use, re-exported
+/// so an SDK user needs no other crate.
+pub use protocol::{
+    CreateTopicRequest, ErrorCode, Header, OffsetFetchPartition, PartitionMetadata,
+    PartitionOffset, Record, TopicMetadata,
+};
+
+/// The request-level client the SDK types are built on.
+///
+/// [`Client`](lowlevel::Client) sends any request type of the `flume-protocol`
+/// crate and returns its typed response, reconnecting with backoff after a
+/// failure; [`Connection`](lowlevel::Connection) is one multiplexed TCP
+/// connection. Applications should not need them: they are public for tools
+/// that measure or test the protocol itself (the CLI's `perf`, the end-to-end
+/// tests, the benchmarks) and for sharing one connection between
+/// [`PartitionConsumer`]s ([`PartitionConsumer::with_client`]).
+///
+/// ```
+/// # flume_rt::block_on(async {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let mut cfg = flume_broker::BrokerConfig::new(dir.path());
+/// # cfg.listen = "127.0.0.1:0".into();
+/// # let broker = flume_broker::Broker::start(cfg).await.unwrap();
+/// # let addr = broker.local_addr().to_string();
+/// use flume_client::{lowlevel::Client, ConnectionConfig};
+/// use flume_protocol::MetadataRequest;
+///
+/// let client = Client::connect(addr.clone(), ConnectionConfig::default()).await?;
+/// let meta = client.call(&MetadataRequest { topics: vec![] }).await?;
+/// assert!(meta.topics.is_empty());
+/// # broker.shutdown().await;
+/// # Ok::<(), flume_client::Error>(())
+/// # }).unwrap();
+/// ```
+pub mod lowlevel {
+    pub use crate::conn::{Client, Connection};
+}

@@ -12,11 +12,11 @@
 //!   in order, and the producer never retries (a failed send fails; the
 //!   caller decides whether to send again).
 //! - Memory: at most `buffer_max_bytes` of records wait in the client.
-//!   `send` waits for room (default); `try_send` fails fast with
-//!   [`Error::BufferFull`].
+//!   Sends wait for room (default), or fail fast with [`Error::BufferFull`]
+//!   when [`ProducerConfig::fail_when_full`] is set.
 //! - Routing: with no explicit partition the broker routes by key (FNV-1a of
-//!   the key modulo the partition count, see
-//!   [`crate::protocol::partition_for_key`]); null keys go to one partition per batch.
+//!   the key modulo the partition count, `flume_protocol::partition_for_key`);
+//!   null keys go to one partition per batch.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -34,8 +34,20 @@ use crate::protocol::record::{self, Header};
 use crate::protocol::{ErrorCode, ProduceEntry, ProduceRequest, ProduceResponse};
 use crate::rt;
 
-/// Producer settings.
+/// Producer settings: start from [`ProducerConfig::default`] and change what
+/// you need with the builder methods.
+///
+/// ```
+/// use std::time::Duration;
+/// use flume_client::ProducerConfig;
+///
+/// let config = ProducerConfig::default()
+///     .linger(Duration::from_millis(5))
+///     .buffer_max_bytes(64 << 20);
+/// assert_eq!(config.linger, Duration::from_millis(5));
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProducerConfig {
     /// Extra wait to fill batches before sending (0: send what is there now).
     pub linger: Duration,
@@ -43,6 +55,9 @@ pub struct ProducerConfig {
     pub batch_max_bytes: usize,
     /// Most bytes of records waiting in the client.
     pub buffer_max_bytes: usize,
+    /// When the buffer is full, fail a send at once with [`Error::BufferFull`]
+    /// instead of waiting for room (the default is to wait).
+    pub fail_when_full: bool,
     /// Most PRODUCE requests in flight.
     pub max_in_flight: usize,
     /// Largest record, counting its 16-byte header: larger ones fail at once
@@ -63,11 +78,63 @@ impl Default for ProducerConfig {
             linger: Duration::ZERO,
             batch_max_bytes: 1024 * 1024,
             buffer_max_bytes: 32 * 1024 * 1024,
+            fail_when_full: false,
             max_in_flight: 8,
             max_record_bytes: record::DEFAULT_MAX_RECORD_BYTES,
             request_max_bytes: 4 * 1024 * 1024,
             connection: ConnectionConfig::default(),
         }
+    }
+}
+
+impl ProducerConfig {
+    /// Sets [`ProducerConfig::linger`].
+    #[must_use]
+    pub fn linger(mut self, d: Duration) -> Self {
+        self.linger = d;
+        self
+    }
+    /// Sets [`ProducerConfig::batch_max_bytes`].
+    #[must_use]
+    pub fn batch_max_bytes(mut self, n: usize) -> Self {
+        self.batch_max_bytes = n;
+        self
+    }
+    /// Sets [`ProducerConfig::buffer_max_bytes`].
+    #[must_use]
+    pub fn buffer_max_bytes(mut self, n: usize) -> Self {
+        self.buffer_max_bytes = n;
+        self
+    }
+    /// Sets [`ProducerConfig::fail_when_full`].
+    #[must_use]
+    pub fn fail_when_full(mut self, on: bool) -> Self {
+        self.fail_when_full = on;
+        self
+    }
+    /// Sets [`ProducerConfig::max_in_flight`].
+    #[must_use]
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+    /// Sets [`ProducerConfig::max_record_bytes`].
+    #[must_use]
+    pub fn max_record_bytes(mut self, n: usize) -> Self {
+        self.max_record_bytes = n;
+        self
+    }
+    /// Sets [`ProducerConfig::request_max_bytes`].
+    #[must_use]
+    pub fn request_max_bytes(mut self, n: usize) -> Self {
+        self.request_max_bytes = n;
+        self
+    }
+    /// Sets [`ProducerConfig::connection`].
+    #[must_use]
+    pub fn connection(mut self, c: ConnectionConfig) -> Self {
+        self.connection = c;
+        self
     }
 }
 
@@ -80,21 +147,99 @@ pub struct RecordMetadata {
     pub offset: i64,
 }
 
-/// A record to send, with every optional field.
+/// A record to send with [`Producer::send_record`] or [`Producer::enqueue`]:
+/// a topic and a value, plus whichever of key, headers, partition and
+/// timestamp you set.
+///
+/// ```
+/// use flume_client::ProducerRecord;
+///
+/// let rec = ProducerRecord::new("orders", "widget")
+///     .key("user-123")
+///     .header("trace", "abc")
+///     .partition(2)
+///     .timestamp(1_700_000_000_000);
+/// assert_eq!(rec.topic(), "orders");
+/// ```
 #[derive(Debug, Clone, Default)]
-pub struct SendRecord {
-    /// Topic.
-    pub topic: String,
-    /// Key (routes the record when no partition is given).
-    pub key: Option<Bytes>,
-    /// Value.
-    pub value: Bytes,
-    /// Headers.
-    pub headers: Vec<Header>,
-    /// Explicit partition.
-    pub partition: Option<i32>,
-    /// Timestamp in ms; now when `None`.
-    pub timestamp: Option<i64>,
+pub struct ProducerRecord {
+    topic: String,
+    key: Option<Bytes>,
+    value: Bytes,
+    headers: Vec<Header>,
+    partition: Option<i32>,
+    timestamp: Option<i64>,
+}
+
+impl ProducerRecord {
+    /// A record of `value` for `topic`, with no key (the broker picks the partition).
+    pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            value: value.into(),
+            ..ProducerRecord::default()
+        }
+    }
+    /// Sets the key, which routes the record when no partition is given.
+    #[must_use]
+    pub fn key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+    /// Adds a header (headers keep their order; names may repeat).
+    #[must_use]
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push(Header {
+            key: key.into(),
+            value: value.into(),
+        });
+        self
+    }
+    /// Adds these headers after any already set.
+    #[must_use]
+    pub fn headers(mut self, headers: impl IntoIterator<Item = Header>) -> Self {
+        self.headers.extend(headers);
+        self
+    }
+    /// Sends to this partition instead of routing by key.
+    #[must_use]
+    pub fn partition(mut self, partition: i32) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+    /// Sets the timestamp (ms since the Unix epoch); the default is the send time.
+    #[must_use]
+    pub fn timestamp(mut self, ms: i64) -> Self {
+        self.timestamp = Some(ms);
+        self
+    }
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+/// The acknowledgement of a record handed over by [`Producer::enqueue`]:
+/// resolves to where the record landed, or why it failed.
+#[must_use = "a Delivery does nothing unless awaited; dropping it does not cancel the send"]
+pub struct Delivery(oneshot::Receiver<Result<RecordMetadata>>);
+
+impl std::fmt::Debug for Delivery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Delivery").finish_non_exhaustive()
+    }
+}
+
+impl std::future::Future for Delivery {
+    type Output = Result<RecordMetadata>;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Closed)))
+    }
 }
 
 type Ack = oneshot::Sender<Result<RecordMetadata>>;
@@ -127,14 +272,12 @@ struct State {
     closed: bool,
 }
 
-fn lock(m: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use crate::rt::sync::lock;
 
 /// A batching producer. Cheap to share behind an `Arc`; `send` takes `&self`.
 pub struct Producer {
     shared: Arc<Shared>,
-    sender: Mutex<Option<rt::Task<()>>>,
+    sender: rt::sync::TaskSlot<()>,
 }
 
 impl std::fmt::Debug for Producer {
@@ -179,7 +322,7 @@ impl Producer {
         let sender = rt::spawn(sender_loop(Arc::clone(&shared)));
         Ok(Producer {
             shared,
-            sender: Mutex::new(Some(sender)),
+            sender: rt::sync::TaskSlot::new(sender),
         })
     }
 
@@ -193,11 +336,11 @@ impl Producer {
         key: Option<&[u8]>,
         value: &[u8],
     ) -> Result<RecordMetadata> {
-        self.send_record(SendRecord {
+        self.send_record(ProducerRecord {
             topic: topic.to_owned(),
             key: key.map(Bytes::copy_from_slice),
             value: Bytes::copy_from_slice(value),
-            ..SendRecord::default()
+            ..ProducerRecord::default()
         })
         .await
     }
@@ -206,13 +349,16 @@ impl Producer {
     ///
     /// # Errors
     /// As [`Producer::send`].
-    pub async fn send_record(&self, rec: SendRecord) -> Result<RecordMetadata> {
+    pub async fn send_record(&self, rec: ProducerRecord) -> Result<RecordMetadata> {
         let rec = match self.try_direct(rec).await {
             Ok(result) => return result,
             Err(rec) => rec,
         };
-        let rx = self.enqueue(rec, true).await?;
-        rx.await.unwrap_or(Err(Error::Closed))
+        Delivery(
+            self.enqueue_inner(rec, !self.shared.config.fail_when_full)
+                .await?,
+        )
+        .await
     }
 
     /// One record at a time on an idle producer: the caller writes its own
@@ -221,8 +367,8 @@ impl Producer {
     /// producer is busy (batches waiting, or the sender writing), so order holds.
     async fn try_direct(
         &self,
-        rec: SendRecord,
-    ) -> std::result::Result<Result<RecordMetadata>, SendRecord> {
+        rec: ProducerRecord,
+    ) -> std::result::Result<Result<RecordMetadata>, ProducerRecord> {
         let sh = &self.shared;
         if !sh.config.linger.is_zero() || rec.topic.is_empty() {
             return Err(rec);
@@ -272,40 +418,36 @@ impl Producer {
         Ok(rx.await.unwrap_or(Err(Error::Closed)))
     }
 
-    /// Buffers a record without waiting for room or for the acknowledgement;
-    /// the returned future resolves to its metadata.
+    /// Hands a record to the producer and returns once it is buffered
+    /// (waiting for room, unless [`ProducerConfig::fail_when_full`]); the
+    /// returned [`Delivery`] resolves to its acknowledgement. This is how one
+    /// task keeps many records in flight: records enqueued one after another
+    /// keep their order per partition.
+    ///
+    /// ```no_run
+    /// # async fn run(producer: &flume_client::Producer) -> flume_client::Result<()> {
+    /// use flume_client::ProducerRecord;
+    /// let mut deliveries = Vec::new();
+    /// for i in 0..1000 {
+    ///     deliveries.push(producer.enqueue(ProducerRecord::new("events", format!("{i}"))).await?);
+    /// }
+    /// for d in deliveries {
+    ///     d.await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
-    /// [`Error::BufferFull`] when the buffer is full, [`Error::Closed`].
-    pub fn try_send(
-        &self,
-        rec: SendRecord,
-    ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>>> {
-        let rx = self
-            .enqueue(rec, false)
-            .now_or_never()
-            .unwrap_or(Err(Error::BufferFull {
-                limit: self.shared.config.buffer_max_bytes,
-            }))?;
-        Ok(async move { rx.await.unwrap_or(Err(Error::Closed)) })
+    /// [`Error::Closed`], [`Error::BufferFull`] (with `fail_when_full`), an
+    /// empty topic, a record above `max_record_bytes` (RECORD_TOO_LARGE).
+    pub async fn enqueue(&self, rec: ProducerRecord) -> Result<Delivery> {
+        let wait = !self.shared.config.fail_when_full;
+        Ok(Delivery(self.enqueue_inner(rec, wait).await?))
     }
 
-    /// Buffers a record, waiting for room in the buffer; the returned future
-    /// resolves to its metadata. Lets one task keep many sends in flight.
-    ///
-    /// # Errors
-    /// [`Error::Closed`], or an invalid record.
-    pub async fn send_nowait(
+    async fn enqueue_inner(
         &self,
-        rec: SendRecord,
-    ) -> Result<impl std::future::Future<Output = Result<RecordMetadata>>> {
-        let rx = self.enqueue(rec, true).await?;
-        Ok(async move { rx.await.unwrap_or(Err(Error::Closed)) })
-    }
-
-    async fn enqueue(
-        &self,
-        rec: SendRecord,
+        rec: ProducerRecord,
         wait: bool,
     ) -> Result<oneshot::Receiver<Result<RecordMetadata>>> {
         let sh = &self.shared;
@@ -403,14 +545,7 @@ impl Producer {
         self.flush().await;
         lock(&self.shared.state).closed = true;
         self.shared.added.notify(usize::MAX);
-        let task = self
-            .sender
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(t) = task {
-            t.await;
-        }
+        self.sender.join().await;
         self.shared.client.close().await;
     }
 }
@@ -546,19 +681,30 @@ fn complete(sh: &Shared, (acks, result): Sent) {
                     continue;
                 }
                 let offsets = r.record_offsets();
+                let n = waiters.len();
                 for (i, w) in waiters.into_iter().enumerate() {
                     let meta = offsets.get(i).map(|(p, o)| RecordMetadata {
                         partition: *p,
                         offset: *o,
                     });
                     let _ = w.send(meta.ok_or_else(|| {
-                        Error::InvalidArgument("broker acknowledged fewer records than sent".into())
+                        Error::protocol(format!(
+                            "{}/{}: the broker acknowledged {} records of {} sent",
+                            r.topic,
+                            r.partition,
+                            offsets.len(),
+                            n
+                        ))
                     }));
                 }
             }
         }
-        Ok(_) => {
-            let err = Error::InvalidArgument("PRODUCE response does not match the request".into());
+        Ok(resp) => {
+            let err = Error::protocol(format!(
+                "PRODUCE response has {} results for {} entries sent",
+                resp.results.len(),
+                acks.len()
+            ));
             for (_, waiters) in acks {
                 for w in waiters {
                     let _ = w.send(Err(err.clone()));

@@ -155,7 +155,7 @@ pub fn client_error(e: flume_client::Error) -> PyErr {
         }
         E::BufferFull { .. } => exc::<BufferFull>(msg),
         E::Closed => exc::<Closed>(msg),
-        E::Record(_) => exc::<CorruptRecord>(msg),
+        E::CorruptRecord { .. } => exc::<CorruptRecord>(msg),
         E::InvalidArgument(_) => pyo3::exceptions::PyValueError::new_err(msg),
         _ => exc::<FlumeError>(msg),
     }

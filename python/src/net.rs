@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use crate::deps::protocol::CreateTopicRequest;
 use bytes::Bytes;
-use flume_client::{ConsumerRecord, ProducerConfig, SendRecord, StartOffset};
+use flume_client::{ConsumerRecord, ProducerConfig, ProducerRecord, StartOffset};
 use futures::lock::Mutex as AsyncMutex;
+use futures::StreamExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -145,15 +146,19 @@ fn send_record(
     hdrs: Option<&Bound<'_, PyAny>>,
     partition: Option<u32>,
     timestamp: Option<i64>,
-) -> PyResult<SendRecord> {
-    Ok(SendRecord {
-        topic: topic.to_owned(),
-        key: opt_bytes(key, "key")?,
-        value: Bytes::from(as_bytes(value, "value")?.into_owned()),
-        headers: headers(hdrs)?,
-        partition: partition.map(|p| i32::try_from(p).unwrap_or(i32::MAX)),
-        timestamp,
-    })
+) -> PyResult<ProducerRecord> {
+    let mut rec = ProducerRecord::new(topic, Bytes::from(as_bytes(value, "value")?.into_owned()))
+        .headers(headers(hdrs)?);
+    if let Some(k) = opt_bytes(key, "key")? {
+        rec = rec.key(k);
+    }
+    if let Some(p) = partition {
+        rec = rec.partition(i32::try_from(p).unwrap_or(i32::MAX));
+    }
+    if let Some(ts) = timestamp {
+        rec = rec.timestamp(ts);
+    }
+    Ok(rec)
 }
 
 fn send_records(
@@ -161,7 +166,7 @@ fn send_records(
     values: &Bound<'_, PyAny>,
     keys: Option<&Bound<'_, PyAny>>,
     partition: Option<u32>,
-) -> PyResult<Vec<SendRecord>> {
+) -> PyResult<Vec<ProducerRecord>> {
     let mut keys_iter = match keys {
         Some(k) if !k.is_none() => Some(k.try_iter()?),
         _ => None,
@@ -183,12 +188,12 @@ fn send_records(
 
 async fn send_all(
     p: Arc<flume_client::Producer>,
-    recs: Vec<SendRecord>,
+    recs: Vec<ProducerRecord>,
 ) -> PyResult<Vec<RecordMetadata>> {
     // Buffer all (waiting for room as needed), then collect the acknowledgements.
     let mut acks = Vec::with_capacity(recs.len());
     for r in recs {
-        acks.push(p.send_nowait(r).await.map_err(client_error)?);
+        acks.push(p.enqueue(r).await.map_err(client_error)?);
     }
     let mut out = Vec::with_capacity(acks.len());
     for a in acks {
@@ -213,13 +218,11 @@ impl Producer {
         max_in_flight: usize,
         request_timeout_ms: u64,
     ) -> PyResult<Self> {
-        let mut config = ProducerConfig {
-            linger: ms(linger_ms),
-            batch_max_bytes,
-            buffer_max_bytes,
-            max_in_flight,
-            ..ProducerConfig::default()
-        };
+        let mut config = ProducerConfig::default()
+            .linger(ms(linger_ms))
+            .batch_max_bytes(batch_max_bytes)
+            .buffer_max_bytes(buffer_max_bytes)
+            .max_in_flight(max_in_flight);
         config.connection.request_timeout = ms(request_timeout_ms);
         let p =
             run(py, flume_client::Producer::with_config(address, config)).map_err(client_error)?;
@@ -235,10 +238,7 @@ impl Producer {
         linger_ms: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         to_asyncio(py, async move {
-            let config = ProducerConfig {
-                linger: ms(linger_ms),
-                ..ProducerConfig::default()
-            };
+            let config = ProducerConfig::default().linger(ms(linger_ms));
             let p = flume_client::Producer::with_config(&address, config)
                 .await
                 .map_err(client_error)?;
@@ -628,7 +628,12 @@ async fn partition_recv(
 ) -> PyResult<RawRecord> {
     let mut g = inner.lock().await;
     let c = g.as_mut().ok_or_else(|| closed("PartitionConsumer"))?;
-    let r = c.recv().await.map_err(client_error)?;
+    // The stream never ends; an error is one item and the next poll fetches again.
+    let r = c
+        .next()
+        .await
+        .ok_or_else(|| closed("PartitionConsumer"))?
+        .map_err(client_error)?;
     Ok(raw(topic, partition, r))
 }
 

@@ -452,3 +452,95 @@ mod tests {
         });
     }
 }
+
+/// Small synchronisation helpers shared by the broker and the client.
+///
+/// They live in the runtime seam because both sides already depend on it and
+/// because [`TaskSlot`] holds this crate's [`Task`]; neither helper names
+/// async-std.
+pub mod sync {
+    use std::sync::{Mutex, MutexGuard, PoisonError};
+
+    use super::Task;
+
+    /// Locks `m`, ignoring poisoning: every critical section in Flume leaves
+    /// its data consistent before anything that can panic, so a panic in
+    /// another thread is no reason to fail this one.
+    pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+        m.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A background task that is joined at most once: `join` takes it out
+    /// and awaits it, so a second `join` (or one racing a `close`) returns
+    /// `None` at once instead of awaiting a task twice.
+    #[derive(Debug)]
+    pub struct TaskSlot<T>(Mutex<Option<Task<T>>>);
+
+    impl<T> Default for TaskSlot<T> {
+        fn default() -> Self {
+            TaskSlot(Mutex::new(None))
+        }
+    }
+
+    impl<T> TaskSlot<T> {
+        /// A slot holding `task`.
+        pub fn new(task: Task<T>) -> Self {
+            TaskSlot(Mutex::new(Some(task)))
+        }
+
+        /// Puts `task` in the slot; a task already there is detached.
+        pub fn set(&self, task: Task<T>) {
+            *lock(&self.0) = Some(task);
+        }
+
+        /// Takes the task out (the slot is empty afterwards) and waits for it
+        /// to finish; `None` when the slot was empty.
+        pub async fn join(&self) -> Option<T> {
+            let task = lock(&self.0).take();
+            match task {
+                Some(t) => Some(t.await),
+                None => None,
+            }
+        }
+
+        /// Takes the task out and stops it; `None` when the slot was empty or
+        /// the task was stopped before it finished.
+        pub async fn cancel(&self) -> Option<T> {
+            let task = lock(&self.0).take();
+            match task {
+                Some(t) => t.cancel().await,
+                None => None,
+            }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn a_task_slot_joins_its_task_once() {
+            crate::block_on(async {
+                let slot = TaskSlot::new(crate::spawn(async { 7 }));
+                assert_eq!(slot.join().await, Some(7));
+                assert_eq!(slot.join().await, None);
+                slot.set(crate::spawn(async { 8 }));
+                assert_eq!(slot.join().await, Some(8));
+            });
+        }
+
+        #[test]
+        fn lock_ignores_poisoning() {
+            let m = std::sync::Arc::new(Mutex::new(1));
+            let m2 = std::sync::Arc::clone(&m);
+            let _ = std::thread::spawn(move || {
+                let _g = m2.lock();
+                panic!("poison it");
+            })
+            .join();
+            assert!(m.is_poisoned());
+            *lock(&m) += 1;
+            assert_eq!(*lock(&m), 2);
+        }
+    }
+}
