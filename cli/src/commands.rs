@@ -265,13 +265,8 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.max_connections = usize::try_from(a.max_connections)?;
     c.max_partitions = a.max_partitions;
     c.max_open_files = usize::try_from(a.max_open_files)?;
+    // Raised before the broker opens its topics; reported once it has started.
     let fds = c.ensure_fd_limit();
-    if !fds.is_enough() {
-        eprintln!(
-            "warning: {fds}: raise it (ulimit -n {}) or lower --max-open-files/--max-connections, or opens and accepts will fail with EMFILE under load",
-            fds.needed
-        );
-    }
     c.max_request_memory = match a.max_request_memory {
         Some(n) => usize::try_from(n)?,
         None => c.max_request_memory.max(c.max_frame_bytes),
@@ -292,6 +287,12 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     );
     if let Some(http) = broker.http_addr() {
         println!("flume broker dashboard on http://{http}/ (metrics at /metrics)");
+    }
+    if !fds.is_enough() {
+        eprintln!(
+            "warning: {fds}: raise it (ulimit -n {}) or lower --max-open-files/--max-connections, or opens and accepts will fail with EMFILE under load",
+            fds.needed
+        );
     }
     std::io::stdout().flush().ok();
     let _ = stop.recv().await;
