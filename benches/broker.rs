@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use flume_broker::domain::{Member, TopicPartition};
 use flume_broker::{Broker, BrokerConfig, TopicConfig};
 use flume_client::lowlevel::Client;
 use flume_client::{
@@ -273,7 +274,14 @@ fn commits(c: &mut Criterion) {
         let mut i = 0u64;
         b.iter(|| {
             i += 1;
-            block_on(e.broker.engine().commit_offsets(&req(i))).unwrap()
+            let group = format!("g{}", i % 16);
+            let member = Member {
+                group: &group,
+                member_id: "",
+                generation: -1,
+            };
+            let at = TopicPartition::new("four", (i % 4) as i32);
+            block_on(e.broker.engine().commit_offsets(member, &[(at, i as i64)])).unwrap()
         })
     });
     g.bench_function("commit_over_tcp_64_in_flight", |b| {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flume_broker::{Backpressure, Broker, TopicConfig};
+use flume_broker::{Backpressure, Broker, ProduceBatch, Route, TopicConfig};
 use flume_client::lowlevel::Client;
 use flume_client::{
     Admin, ConnectionConfig, PartitionConsumer, Producer, ProducerRecord, StartOffset,
@@ -257,9 +257,9 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
                 "a queue of 2 must overflow with rounds of 200 immediate admissions"
             );
             let admissions = (0..200).map(|_| {
-                e.admit_produce(ProduceEntry {
+                e.admit_produce(ProduceBatch {
                     topic: "rej".into(),
-                    partition: 0,
+                    route: Route::Partition(0),
                     records: batch.clone(),
                 })
             });
@@ -290,9 +290,9 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         let mut pendings = Vec::new();
         for _ in 0..200 {
             pendings.push(
-                e.admit_produce(ProduceEntry {
+                e.admit_produce(ProduceBatch {
                     topic: "blk".into(),
-                    partition: 0,
+                    route: Route::Partition(0),
                     records: big_batch_of(50),
                 })
                 .await,
@@ -478,9 +478,9 @@ fn inline_fast_path_never_overtakes_queued_appends() {
                 batch_of(1)
             };
             pendings.push(
-                e.admit_produce(ProduceEntry {
+                e.admit_produce(ProduceBatch {
                     topic: "ord".into(),
-                    partition: 0,
+                    route: Route::Partition(0),
                     records,
                 })
                 .await,

@@ -6,7 +6,7 @@
 //! its response bytes. A PRODUCE keeps its frame (the batches are slices of
 //! it) until its records are written; a FETCH parks holding only its decoded
 //! request and reserves room for its records only when it completes (see
-//! [`crate::engine::Engine::fetch_within`]). While the budget is spent,
+//! [`crate::engine::Engine::fetch`]). While the budget is spent,
 //! connections admit and read nothing more, so TCP pushes back on the clients
 //! and the memory of requests in flight is bounded by this setting (plus at
 //! most one frame per connection, admitted while there was room) rather than

@@ -20,11 +20,12 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use flume_protocol::record::{self, Header, Record};
-use flume_protocol::{ErrorCode, ProduceEntry};
+use flume_protocol::ErrorCode;
 use flume_rt as rt;
 use flume_rt::sync::lock;
 
 use crate::config::{BrokerConfig, TopicConfig};
+use crate::domain::{ProduceBatch, Route};
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::group::{assign, Assignor, Subscription};
@@ -117,12 +118,12 @@ impl EmbeddedBroker {
     ) -> Result<(u32, u64), BrokerError> {
         let mut buf = Vec::with_capacity(record::encoded_len(key, value, headers));
         record::encode(&mut buf, 0, crate::now_ms(), key, value, headers);
-        let entry = ProduceEntry {
+        let batch = ProduceBatch {
             topic: topic.to_owned(),
-            partition: partition.map_or(-1, |p| i32::try_from(p).unwrap_or(i32::MAX)),
+            route: Route::to(partition),
             records: Bytes::from(buf),
         };
-        let result = self.engine.admit_produce(entry).await.finish().await;
+        let result = self.engine.admit_produce(batch).await.finish().await;
         if !result.error.is_ok() {
             return Err(BrokerError::code_for(
                 result.error,

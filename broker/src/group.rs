@@ -9,7 +9,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use flume_protocol::{ErrorCode, JoinGroupResponse, TopicPartitions};
+use flume_protocol::ErrorCode;
+
+use crate::domain::{Joined, TopicAssignment};
 
 /// How partitions are spread over members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -196,7 +198,7 @@ impl<R> Group<R> {
 }
 
 /// A response that became ready: send `result` to `responder`.
-pub type Ready<R> = (R, Result<JoinGroupResponse, ErrorCode>);
+pub type Ready<R> = (R, Result<Joined, ErrorCode>);
 
 /// Every group, keyed by group id.
 #[derive(Debug)]
@@ -545,8 +547,8 @@ fn try_complete<R>(
         .collect()
 }
 
-fn response<R>(g: &Group<R>, id: &str) -> JoinGroupResponse {
-    JoinGroupResponse {
+fn response<R>(g: &Group<R>, id: &str) -> Joined {
+    Joined {
         generation: g.generation,
         member_id: id.to_owned(),
         leader_id: g.leader.clone(),
@@ -556,7 +558,7 @@ fn response<R>(g: &Group<R>, id: &str) -> JoinGroupResponse {
             .get(id)
             .map(|a| {
                 a.iter()
-                    .map(|(t, p)| TopicPartitions {
+                    .map(|(t, p)| TopicAssignment {
                         topic: t.clone(),
                         partitions: p.clone(),
                     })

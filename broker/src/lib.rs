@@ -7,18 +7,24 @@
 //! - [`offsets`]: the committed-offset store.
 //! - [`config`]: broker and topic settings.
 //! - [`clock`]: the injected clock (system, or manual for tests).
-//! - [`engine`]: topics, produce, fetch, groups and offsets, shared by both front ends.
-//! - [`server`]: the TCP server.
+//! - [`domain`]: the types the engine speaks (topics, batches, offsets, members).
+//! - [`engine`]: topics, produce, fetch, groups and offsets, shared by every front end.
+//! - [`flume`]: the Flume protocol front end (wire <-> domain).
+//! - [`conn`]: one connection as a state machine (admit, respond, wait, apply).
+//! - [`server`]: the TCP server (listener, connection limit, shutdown).
+//! - [`embedded`]: the in-process API, no network (the other front end).
 //! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
 //! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
-//! - [`embedded`]: the in-process API, no network.
 
 pub mod budget;
 pub mod clock;
 pub mod config;
+pub mod conn;
+pub mod domain;
 pub mod embedded;
 pub mod engine;
 pub mod error;
+pub mod flume;
 pub mod group;
 pub mod http;
 pub mod metrics;
@@ -31,6 +37,7 @@ pub use server::Broker;
 
 pub use clock::Clock;
 pub use config::{Backpressure, BrokerConfig, TopicConfig};
+pub use domain::{ProduceBatch, Route};
 pub use embedded::EmbeddedBroker;
 pub use engine::Engine;
 pub use error::BrokerError;

@@ -743,7 +743,8 @@ mod engine_tests {
     use std::sync::mpsc;
     use std::time::Duration;
 
-    use flume_protocol::{JoinGroupRequest, OffsetCommitRequest, PartitionOffset};
+    use crate::domain::{JoinSpec, Member, TopicPartition};
+    use crate::group::Assignor;
 
     use super::*;
     use crate::config::{BrokerConfig, TopicConfig};
@@ -765,27 +766,25 @@ mod engine_tests {
         e
     }
 
-    fn commit(group: &str, offset: i64) -> OffsetCommitRequest {
-        OffsetCommitRequest {
-            group: group.into(),
+    /// Commits `offset` for partition 0 of "t" outside group membership.
+    async fn commit_at(e: &Engine, group: &str, offset: i64) -> Result<Vec<ErrorCode>, ErrorCode> {
+        let member = Member {
+            group,
+            member_id: "",
             generation: -1,
-            member_id: String::new(),
-            offsets: vec![PartitionOffset {
-                topic: "t".into(),
-                partition: 0,
-                offset,
-            }],
-        }
+        };
+        e.commit_offsets(member, &[(TopicPartition::new("t", 0), offset)])
+            .await
     }
 
-    fn join(group: &str) -> JoinGroupRequest {
-        JoinGroupRequest {
+    fn join(group: &str) -> JoinSpec {
+        JoinSpec {
             group: group.into(),
             member_id: String::new(),
-            session_timeout_ms: 10_000,
-            rebalance_timeout_ms: 0,
-            assignor: String::new(),
             topics: vec!["t".into()],
+            session_timeout: Duration::from_secs(10),
+            rebalance_timeout: Duration::ZERO,
+            assignor: Assignor::Range,
         }
     }
 
@@ -829,7 +828,7 @@ mod engine_tests {
         .unwrap();
         let (entered, release) = gate(&e);
         let ec = Arc::clone(&e);
-        let stuck = rt::spawn(async move { ec.commit_offsets(&commit("tools", 5)).await });
+        let stuck = rt::spawn(async move { commit_at(&ec, "tools", 5).await });
         entered
             .recv_timeout(Duration::from_secs(5))
             .expect("the commit reaches its fsync");
@@ -859,7 +858,7 @@ mod engine_tests {
         );
         assert_eq!(visible_early, None);
         let r = rt::block_on(stuck).unwrap();
-        assert!(r.results.iter().all(|p| p.error.is_ok()));
+        assert!(r.iter().all(|p| p.is_ok()));
         assert_eq!(e.committed("tools", "t", 0), Some(5));
         rt::block_on(e.shutdown());
     }
@@ -870,13 +869,13 @@ mod engine_tests {
         let e = engine(dir.path(), FsyncPolicy::Always);
         let (entered, release) = gate(&e);
         let ec = Arc::clone(&e);
-        let first = rt::spawn(async move { ec.commit_offsets(&commit("g0", 1)).await });
+        let first = rt::spawn(async move { commit_at(&ec, "g0", 1).await });
         entered.recv_timeout(Duration::from_secs(5)).unwrap();
         let before = e.offsets().fsync_count();
         let rest: Vec<_> = (1..=10)
             .map(|i| {
                 let ec = Arc::clone(&e);
-                rt::spawn(async move { ec.commit_offsets(&commit(&format!("g{i}"), i)).await })
+                rt::spawn(async move { commit_at(&ec, &format!("g{i}"), i).await })
             })
             .collect();
         // Wait until all ten are queued behind the stuck writer.
@@ -910,13 +909,13 @@ mod engine_tests {
         let e = engine(dir.path(), FsyncPolicy::Always);
         let (entered, release) = gate(&e);
         let ec = Arc::clone(&e);
-        let first = rt::spawn(async move { ec.commit_offsets(&commit("g", 0)).await });
+        let first = rt::spawn(async move { commit_at(&ec, "g", 0).await });
         entered.recv_timeout(Duration::from_secs(5)).unwrap();
         let n = i64::try_from(COMMIT_QUEUE_CAPACITY).unwrap() + 1;
         let waiting: Vec<_> = (1..=n)
             .map(|i| {
                 let ec = Arc::clone(&e);
-                rt::spawn(async move { ec.commit_offsets(&commit("g", i)).await })
+                rt::spawn(async move { commit_at(&ec, "g", i).await })
             })
             .collect();
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -939,7 +938,7 @@ mod engine_tests {
     fn interval_policy_fsyncs_committed_offsets() {
         let dir = tempfile::tempdir().unwrap();
         let e = engine(dir.path(), FsyncPolicy::Interval(Duration::from_millis(20)));
-        rt::block_on(e.commit_offsets(&commit("g", 3))).unwrap();
+        rt::block_on(commit_at(&e, "g", 3)).unwrap();
         // The ticker (every 10 ms) fsyncs what is older than the interval.
         let deadline = Instant::now() + Duration::from_secs(5);
         while e.offsets().fsync_count() == 0 {
@@ -974,7 +973,7 @@ mod engine_tests {
     fn a_failed_fsync_stores_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let e = engine(dir.path(), FsyncPolicy::Always);
-        rt::block_on(e.commit_offsets(&commit("g", 1))).unwrap();
+        rt::block_on(commit_at(&e, "g", 1)).unwrap();
         let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let f = Arc::clone(&fail);
         e.offsets().set_fsync_hook(Arc::new(move || {
@@ -984,7 +983,7 @@ mod engine_tests {
                 Ok(())
             }
         }));
-        let err = rt::block_on(e.commit_offsets(&commit("g", 2))).unwrap_err();
+        let err = rt::block_on(commit_at(&e, "g", 2)).unwrap_err();
         assert_eq!(err, ErrorCode::StorageError);
         assert_eq!(e.committed("g", "t", 0), Some(1));
         rt::block_on(e.shutdown());
@@ -1002,7 +1001,7 @@ mod engine_tests {
     fn never_policy_leaves_commits_to_the_os() {
         let dir = tempfile::tempdir().unwrap();
         let e = engine(dir.path(), FsyncPolicy::Never);
-        rt::block_on(e.commit_offsets(&commit("g", 3))).unwrap();
+        rt::block_on(commit_at(&e, "g", 3)).unwrap();
         assert_eq!(e.offsets().fsync_count(), 0);
         assert_eq!(e.committed("g", "t", 0), Some(3));
     }

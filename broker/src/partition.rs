@@ -320,6 +320,15 @@ impl Partition {
         self.shared.start.load(Ordering::Acquire)
     }
 
+    /// Its number and offsets, in the domain's widths.
+    pub fn offsets(&self) -> crate::domain::PartitionOffsets {
+        crate::domain::PartitionOffsets {
+            partition: i32::try_from(self.id).unwrap_or(i32::MAX),
+            log_start: i64::try_from(self.start_offset()).unwrap_or(i64::MAX),
+            log_end: i64::try_from(self.end_offset()).unwrap_or(i64::MAX),
+        }
+    }
+
     /// Records and bytes in and out of the partition.
     pub fn stats(&self) -> &crate::metrics::PartitionStats {
         &self.shared.stats

@@ -12,10 +12,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::deps::protocol::record;
-use crate::deps::protocol::{ErrorCode, ProduceEntry, ProduceResult};
+use crate::deps::protocol::{ErrorCode, ProduceResult};
 use crate::deps::rt;
+use crate::deps::rt::sync::lock;
 use bytes::Bytes;
-use flume_broker::{Backpressure, BrokerConfig, BrokerError, FsyncPolicy, TopicConfig};
+use flume_broker::{
+    Backpressure, BrokerConfig, BrokerError, FsyncPolicy, ProduceBatch, Route, TopicConfig,
+};
 use futures::FutureExt;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -38,10 +41,6 @@ pub struct EmbeddedBroker {
     inner: RwLock<Option<Arc<flume_broker::EmbeddedBroker>>>,
     turn: Mutex<Turns>,
     path: PathBuf,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 pub fn parse_fsync(fsync: &Bound<'_, PyAny>) -> PyResult<FsyncPolicy> {
@@ -416,14 +415,14 @@ impl EmbeddedBroker {
             &value,
             &headers,
         );
-        let entry = ProduceEntry {
+        let batch = ProduceBatch {
             topic: topic.to_owned(),
-            partition: partition.map_or(-1, |p| i32::try_from(p).unwrap_or(i32::MAX)),
+            route: Route::to(partition),
             records: Bytes::from(buf),
         };
         let engine = Arc::clone(b.engine());
         let result = crate::bridge::run(py, async move {
-            engine.admit_produce(entry).await.finish().await
+            ProduceResult::from(engine.admit_produce(batch).await.finish().await)
         });
         metadata(std::slice::from_ref(&result), topic)?
             .into_iter()
@@ -447,7 +446,7 @@ impl EmbeddedBroker {
     ) -> PyResult<Vec<RecordMetadata>> {
         let b = self.get()?;
         let now = flume_broker::now_ms();
-        let part = partition.map_or(-1, |p| i32::try_from(p).unwrap_or(i32::MAX));
+        let part = Route::to(partition);
         let mut keys_iter = match keys {
             Some(k) if !k.is_none() => Some(k.try_iter()?),
             _ => None,
@@ -480,16 +479,16 @@ impl EmbeddedBroker {
             // appends one while the next is being queued.
             let mut pending = Vec::with_capacity(entries.len());
             for e in entries {
-                let entry = ProduceEntry {
+                let batch = ProduceBatch {
                     topic: topic_owned.clone(),
-                    partition: part,
+                    route: part,
                     records: Bytes::from(e),
                 };
-                pending.push(engine.admit_produce(entry).await);
+                pending.push(engine.admit_produce(batch).await);
             }
             let mut results = Vec::with_capacity(pending.len());
             for p in pending {
-                results.push(p.finish().await);
+                results.push(ProduceResult::from(p.finish().await));
             }
             results
         });

@@ -16,14 +16,14 @@ fn params(id: &str) -> JoinParams {
     }
 }
 
-fn ok(ready: Vec<Ready<u32>>) -> Vec<(u32, JoinGroupResponse)> {
+fn ok(ready: Vec<Ready<u32>>) -> Vec<(u32, Joined)> {
     ready
         .into_iter()
         .map(|(r, res)| (r, res.expect("join succeeds")))
         .collect()
 }
 
-fn parts(r: &JoinGroupResponse) -> Vec<i32> {
+fn parts(r: &Joined) -> Vec<i32> {
     r.assignment
         .iter()
         .flat_map(|t| t.partitions.clone())

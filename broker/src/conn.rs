@@ -1,0 +1,430 @@
+//! One connection as a state machine: [`serve`] is the whole life of a
+//! connection, and reads as what it does.
+//!
+//! ```text
+//! loop {
+//!     admit      every whole frame read so far, in order, while the in-flight
+//!                limit and the memory budget allow; dispatch each to the front end
+//!     respond    gather every response that is ready, write them in one call
+//!     close      once no more is read and nothing is in flight
+//!     wait       for the next event: bytes, a response, room, shutdown, the idle timer
+//!     apply      that event
+//! }
+//! ```
+//!
+//! Requests are admitted in order (a PRODUCE is queued on its partitions right
+//! away, so per-connection order holds; in block mode a full queue stops the
+//! admitting, and TCP pushes back on the producer) and served together, at
+//! most `max_in_flight_per_connection` at once. Every request is charged to
+//! the connection's share of the memory budget ([`crate::budget`]) from
+//! admission until its response has been written; past the budget nothing
+//! more is admitted or read. A peer that sends part of a frame and goes quiet
+//! for `read_timeout` is cut off; one that does not read its responses for
+//! `write_timeout` too. Shutdown stops the reading; the requests in flight
+//! are still answered.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use flume_protocol::frame::{self, Decoded};
+use flume_rt::{self as rt, TcpStream};
+use futures::io::AsyncReadExt;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+
+use crate::budget::{Charge, MemoryBudget};
+use crate::config::BrokerConfig;
+use crate::engine::{Engine, FetchMemory};
+use crate::flume::{self, InFlight};
+
+/// Serves one connection until EOF, a bad frame, a timeout or shutdown.
+pub async fn serve(
+    engine: Arc<Engine>,
+    memory: Arc<MemoryBudget>,
+    counting: Arc<MemoryBudget>,
+    stream: TcpStream,
+) -> std::io::Result<()> {
+    let mut conn = ConnState::new(engine, memory, counting, stream)?;
+    loop {
+        conn.admit().await;
+        conn.respond().await?;
+        if conn.is_finished() {
+            return conn.close();
+        }
+        let event = conn.wait().await;
+        conn.apply(event)?;
+    }
+}
+
+/// What a connection waits for.
+#[derive(Debug)]
+pub enum Event {
+    /// Bytes from the peer (0: it closed its side).
+    Read(std::io::Result<usize>),
+    /// A response became ready (None: nothing was in flight).
+    Done(Option<(Vec<u8>, Option<Charge>)>),
+    /// The broker is shutting down.
+    Stop,
+    /// The memory budget has room again.
+    Room,
+    /// The peer sent part of a frame and went quiet for `read_timeout`.
+    Idle,
+}
+
+/// Whether the connection still reads requests.
+#[derive(Debug)]
+enum Phase {
+    Reading,
+    /// No more requests: the peer closed, sent a bad frame (`failure`) or
+    /// the broker is shutting down. What is in flight is still answered.
+    Draining {
+        failure: Option<std::io::Error>,
+    },
+}
+
+/// A request being served and its charge to the memory budget (its frame and
+/// decoded form), handed over with the response, which keeps it until written.
+struct Charged {
+    response: InFlight,
+    charge: Option<Charge>,
+}
+
+impl std::future::Future for Charged {
+    type Output = (Vec<u8>, Option<Charge>);
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        match self.response.as_mut().poll(cx) {
+            std::task::Poll::Ready(r) => std::task::Poll::Ready((r, self.charge.take())),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+/// Most room reserved for a frame beyond twice what has arrived of it.
+const FRAME_RESERVE_STEP: usize = 1 << 20;
+
+/// Makes room in `rbuf` for a frame of `total` bytes, so a large frame lands
+/// in one allocation instead of being copied at every doubling. The room grows
+/// with the bytes that actually arrive (at most twice them plus 1 MiB), never
+/// with the size a peer merely claims.
+fn reserve_for_frame(rbuf: &mut BytesMut, total: usize) {
+    let len = rbuf.len();
+    if rbuf.capacity() >= total || len >= total {
+        return;
+    }
+    let target = total.min(len.saturating_mul(2).max(len + FRAME_RESERVE_STEP));
+    rbuf.reserve(target - len);
+}
+
+/// The state of one connection.
+pub struct ConnState {
+    engine: Arc<Engine>,
+    cfg: BrokerConfig,
+    /// The connection's share of the request memory budget.
+    memory: Arc<MemoryBudget>,
+    /// The broker-wide budget of waiting fetches' counting reads.
+    counting: Arc<MemoryBudget>,
+    reader: TcpStream,
+    writer: TcpStream,
+    stop: async_channel::Receiver<()>,
+    phase: Phase,
+    /// Frames are split off this buffer as shared `Bytes`, so record batches
+    /// reach the partition writers without being copied.
+    rbuf: BytesMut,
+    /// Reads land here first: zeroed once, so no read pays for clearing fresh memory.
+    chunk: Vec<u8>,
+    /// The last read came back short of `chunk`, so the socket was empty: the
+    /// next read waits for readiness before reading (no failed read per request).
+    drained: bool,
+    /// Responses ready to be written, with one call.
+    wbuf: Vec<u8>,
+    /// Charges of the responses in `wbuf`, released once it is written.
+    unwritten: Vec<Charge>,
+    inflight: FuturesUnordered<Charged>,
+    /// The last admission pass stopped at a spent memory budget.
+    held_back: bool,
+    /// The last time the peer's bytes arrived (or we were not reading).
+    last_progress: Instant,
+}
+
+impl ConnState {
+    /// A connection on `stream`, before its first read.
+    ///
+    /// # Errors
+    /// The socket refuses `TCP_NODELAY`.
+    pub fn new(
+        engine: Arc<Engine>,
+        memory: Arc<MemoryBudget>,
+        counting: Arc<MemoryBudget>,
+        stream: TcpStream,
+    ) -> std::io::Result<Self> {
+        stream.set_nodelay(true)?;
+        let cfg = engine.config().clone();
+        let stop = engine.shutdown_signal();
+        Ok(ConnState {
+            engine,
+            cfg,
+            memory,
+            counting,
+            writer: stream.clone(),
+            reader: stream,
+            stop,
+            phase: Phase::Reading,
+            rbuf: BytesMut::with_capacity(64 * 1024),
+            chunk: vec![0u8; 64 * 1024],
+            drained: true,
+            wbuf: Vec::with_capacity(64 * 1024),
+            unwritten: Vec::new(),
+            inflight: FuturesUnordered::new(),
+            held_back: false,
+            last_progress: Instant::now(),
+        })
+    }
+
+    fn reading(&self) -> bool {
+        matches!(self.phase, Phase::Reading)
+    }
+
+    fn has_slot(&self) -> bool {
+        self.inflight.len() < self.cfg.max_in_flight_per_connection
+    }
+
+    /// Admits every whole frame read so far, in order, while a slot is free
+    /// and the memory budget has room. A malformed frame stops the reading;
+    /// the responses already in flight are still written.
+    pub async fn admit(&mut self) {
+        self.held_back = false;
+        while self.reading() && self.has_slot() {
+            if self.memory.is_spent() {
+                self.held_back = true;
+                return;
+            }
+            let (api_key, request_id, used) = match frame::decode_request(
+                &self.rbuf,
+                self.cfg.max_frame_bytes,
+            ) {
+                Ok(Decoded::Frame(f, used)) => (f.api_key, f.request_id, used),
+                Ok(Decoded::NeedMore(total)) => {
+                    if let Some(total) = total {
+                        reserve_for_frame(&mut self.rbuf, total);
+                    }
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "malformed frame; closing the connection after pending responses");
+                    let failure =
+                        std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string());
+                    self.phase = Phase::Draining {
+                        failure: Some(failure),
+                    };
+                    return;
+                }
+            };
+            self.dispatch(api_key, request_id, used).await;
+        }
+    }
+
+    /// Hands the next frame (`used` bytes of the read buffer) to the front end
+    /// and puts its response in flight. The request is charged from now until
+    /// its response is written: the frame (a PRODUCE keeps it, its batches are
+    /// slices of it), then the decoded request.
+    async fn dispatch(&mut self, api_key: i16, request_id: i32, used: usize) {
+        let frame = self.rbuf.split_to(used).freeze();
+        let mut charge = self.memory.charge(frame.len());
+        let payload = frame.slice(4 + frame::REQUEST_HEADER_LEN..);
+        let mut decoded = 0;
+        let budgets = FetchMemory {
+            response: &self.memory,
+            counting: &self.counting,
+        };
+        let request = flume::Request {
+            api_key,
+            id: request_id,
+            payload,
+        };
+        let response = flume::admit(&self.engine, budgets, request, &mut decoded).await;
+        charge.add(decoded);
+        self.inflight.push(Charged {
+            response,
+            charge: Some(charge),
+        });
+    }
+
+    /// Moves a response into the write buffer; its charge grows by the
+    /// response and lasts until the buffer is written.
+    fn take(&mut self, (resp, charge): (Vec<u8>, Option<Charge>)) {
+        if let Some(mut c) = charge {
+            c.add(resp.len());
+            self.unwritten.push(c);
+        }
+        self.wbuf.extend_from_slice(&resp);
+    }
+
+    /// Gathers every response that is ready and writes them with one call.
+    ///
+    /// # Errors
+    /// The write fails, or the peer does not read for `write_timeout`.
+    pub async fn respond(&mut self) -> std::io::Result<()> {
+        while let Some(Some(resp)) = self.inflight.next().now_or_never() {
+            self.take(resp);
+        }
+        if self.wbuf.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) =
+            rt::write_all_timeout(&mut self.writer, &self.wbuf, self.cfg.write_timeout).await
+        {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    "peer does not read its responses",
+                ));
+            }
+            return Err(e);
+        }
+        self.wbuf.clear();
+        self.unwritten.clear();
+        if self.wbuf.capacity() > 1 << 20 {
+            self.wbuf.shrink_to(64 * 1024);
+        }
+        Ok(())
+    }
+
+    /// True once nothing more is read and every response is written.
+    pub fn is_finished(&self) -> bool {
+        !self.reading() && self.inflight.is_empty() && self.wbuf.is_empty()
+    }
+
+    /// Ends the connection: Ok after a clean close, the malformed frame's
+    /// error otherwise.
+    ///
+    /// # Errors
+    /// The peer sent a malformed frame.
+    pub fn close(self) -> std::io::Result<()> {
+        match self.phase {
+            Phase::Draining {
+                failure: Some(e), ..
+            } => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    /// Waits for the next event. Past the memory budget nothing more is read
+    /// until requests complete (they do on their own: see `crate::budget`);
+    /// frames held back wait for room, not for bytes, since their peer may be
+    /// waiting for their responses and send nothing more.
+    pub async fn wait(&mut self) -> Event {
+        let reading = self.reading();
+        let spent = self.held_back || self.memory.is_spent();
+        let can_read = reading && self.has_slot() && !spent;
+        let partial = !self.rbuf.is_empty();
+        // The idle timer is armed only for a partial frame: one per request
+        // would wake the reactor thread on every request. Time we spend not
+        // reading is not the peer's.
+        if !can_read {
+            self.last_progress = Instant::now();
+        }
+        let idle_left = self
+            .cfg
+            .read_timeout
+            .saturating_sub(self.last_progress.elapsed());
+        let (reader, chunk, drained, busy_poll) = (
+            &self.reader,
+            &mut self.chunk,
+            self.drained,
+            self.cfg.busy_poll,
+        );
+        let read = async {
+            if !can_read {
+                futures::future::pending().await
+            } else if drained {
+                if !busy_poll.is_zero() {
+                    if let Some(r) = reader.read_spinning(chunk, busy_poll).await {
+                        return r;
+                    }
+                }
+                reader.read_ready(chunk).await
+            } else {
+                (&*reader).read(chunk).await
+            }
+        };
+        let memory = &self.memory;
+        let room = async {
+            if reading && spent {
+                memory.wait_for_room().await;
+            } else {
+                futures::future::pending::<()>().await;
+            }
+        };
+        let inflight = &mut self.inflight;
+        let next = async {
+            if inflight.is_empty() {
+                futures::future::pending().await
+            } else {
+                inflight.next().await
+            }
+        };
+        // Once seen, the shutdown signal is not polled again: a closed channel
+        // is always ready, and the loop would spin without yielding while it
+        // waits for its requests (and could not be cancelled).
+        let stop = &self.stop;
+        let stopped = async {
+            if reading {
+                let _ = stop.recv().await;
+            } else {
+                futures::future::pending::<()>().await;
+            }
+        };
+        let idle = async {
+            if partial && can_read {
+                rt::sleep(idle_left).await;
+            } else {
+                futures::future::pending::<()>().await;
+            }
+        };
+        futures::select! {
+            r = read.fuse() => Event::Read(r),
+            d = next.fuse() => Event::Done(d),
+            _ = stopped.fuse() => Event::Stop,
+            () = room.fuse() => Event::Room,
+            _ = idle.fuse() => Event::Idle,
+        }
+    }
+
+    /// Applies an event to the state.
+    ///
+    /// # Errors
+    /// A failed read, or a partial frame left for `read_timeout`.
+    pub fn apply(&mut self, event: Event) -> std::io::Result<()> {
+        match event {
+            Event::Read(Ok(0)) => {
+                if !self.rbuf.is_empty() {
+                    tracing::debug!(bytes = self.rbuf.len(), "peer closed mid-frame");
+                }
+                self.drained = true;
+                self.phase = Phase::Draining { failure: None };
+            }
+            Event::Read(Ok(n)) => {
+                self.rbuf.extend_from_slice(&self.chunk[..n]);
+                self.drained = n < self.chunk.len();
+                self.last_progress = Instant::now();
+            }
+            Event::Read(Err(e)) => return Err(e),
+            Event::Done(Some(resp)) => self.take(resp),
+            Event::Done(None) | Event::Room => {}
+            Event::Stop => self.phase = Phase::Draining { failure: None },
+            Event::Idle => {
+                if !self.rbuf.is_empty() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "incomplete frame, peer went quiet",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

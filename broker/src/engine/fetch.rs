@@ -1,0 +1,326 @@
+//! The long-poll fetch: wait (holding no records) until enough bytes have
+//! arrived, then read each partition once.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use flume_protocol::record;
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
+use futures::FutureExt;
+
+use super::Engine;
+use crate::budget::{Charge, MemoryBudget};
+use crate::config::MAX_FETCH_WAIT_MS;
+use crate::domain::{FetchSpec, Fetched, PartitionRecords};
+use crate::metrics::FetchTally;
+use crate::partition::Partition;
+
+/// Most bytes a waiting FETCH reads at once to count what has arrived; the
+/// chunk is dropped as soon as it is counted.
+pub const COUNT_CHUNK_BYTES: usize = 1 << 20;
+
+/// The fewest bytes a stored record takes (header and empty payload).
+const MIN_STORED_RECORD: usize = record::RECORD_HEADER_LEN + record::MIN_PAYLOAD_LEN;
+
+/// The budgets a FETCH served over the network is charged to.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchMemory<'a> {
+    /// The connection's share of the broker's budget: the response's records.
+    pub response: &'a Arc<MemoryBudget>,
+    /// A small broker-wide budget for the chunks waiting fetches read to count
+    /// the bytes that arrived (see [`Engine::fetch`]).
+    pub counting: &'a Arc<MemoryBudget>,
+}
+
+impl Engine {
+    /// Serves a fetch: per requested partition, its records from the offset
+    /// asked for and its offsets.
+    ///
+    /// While it waits, a fetch holds no records: it counts the bytes that
+    /// arrive past each partition's offset (only what lies between the bytes
+    /// already counted and the end offset, read in chunks of at most
+    /// [`COUNT_CHUNK_BYTES`] that are dropped at once) until `min_bytes` are
+    /// there, `max_wait_ms` (capped at [`crate::config::MAX_FETCH_WAIT_MS`]) passes, or the
+    /// broker shuts down. `min_bytes` is at least 1 and at most what the
+    /// request can ever receive (its `max_bytes` and the partitions' own,
+    /// within one frame), so an unreachable `min_bytes` waits no longer than
+    /// a reachable one. Only then are the records read, each partition's once.
+    ///
+    /// With [`FetchMemory`], counting chunks wait for room in its small
+    /// `counting` budget (so waiting fetches never read more than that at once,
+    /// and never hold the budget that lets connections read), and the final
+    /// read first waits for room in `response` (until the deadline) and charges
+    /// each partition's read while the response is built; if no room comes in
+    /// time the answer carries one record (the first always goes out whole),
+    /// so a spent budget neither keeps a fetch from answering nor a consumer
+    /// from moving on.
+    ///
+    /// The records are charged to `response` until the front end has encoded
+    /// them and drops [`Fetched::charge`].
+    pub async fn fetch(&self, req: &FetchSpec, memory: Option<FetchMemory<'_>>) -> Fetched {
+        let counting = memory.map(|m| m.counting);
+        let memory = memory.map(|m| m.response);
+        let cap = std::time::Duration::from_millis(MAX_FETCH_WAIT_MS.unsigned_abs().into());
+        let deadline = Instant::now() + req.max_wait.min(cap);
+        // The whole response must fit a frame: records, each partition's header, and
+        // the one whole record that may go past the budget.
+        let headers: usize = req.partitions.iter().map(|p| p.at.topic.len() + 40).sum();
+        let budget = req.max_bytes.max(1).min(
+            self.config
+                .max_frame_bytes
+                .saturating_sub(64 * 1024 + headers + self.config.max_record_bytes)
+                .max(4096),
+        );
+        let resolved: Vec<Result<Arc<Partition>, ErrorCode>> = req
+            .partitions
+            .iter()
+            .map(|fp| match self.topic(&fp.at.topic) {
+                None => Err(ErrorCode::UnknownTopic),
+                Some(t) => t
+                    .partition(fp.at.partition)
+                    .cloned()
+                    .ok_or(ErrorCode::UnknownPartition),
+            })
+            .collect();
+        let wants: Vec<usize> = req
+            .partitions
+            .iter()
+            .map(|fp| fp.max_bytes.max(1).min(budget))
+            .collect();
+        // What the request can ever receive, so an unreachable min_bytes cannot
+        // make it wait for more than it could be given.
+        let reachable = wants.iter().fold(0usize, |a, w| a.saturating_add(*w));
+        let min_bytes = req.min_bytes.max(1).min(reachable.min(budget)).max(1);
+        // Per partition: the next offset not yet counted and the bytes counted.
+        let mut next: Vec<Option<u64>> = req
+            .partitions
+            .iter()
+            .map(|fp| u64::try_from(fp.offset).ok())
+            .collect();
+        let mut counted_in = vec![0usize; req.partitions.len()];
+        let mut counted = 0usize;
+        let mut errors = false;
+        loop {
+            let listeners: Vec<_> = resolved.iter().flatten().map(|p| p.listen()).collect();
+            // Bounds from the end offsets alone: a stored record takes at least
+            // MIN_STORED_RECORD bytes and at most max_record_bytes, so the record
+            // counts often decide without reading anything.
+            let (mut lower, mut upper) = (counted, counted);
+            for (i, part) in resolved.iter().enumerate() {
+                let (Ok(part), Some(at)) = (part, next[i]) else {
+                    errors = true;
+                    continue;
+                };
+                let end = part.end_offset();
+                if at < part.start_offset() || at > end {
+                    errors = true;
+                    continue;
+                }
+                let records = usize::try_from(end - at).unwrap_or(usize::MAX);
+                let room = wants[i].saturating_sub(counted_in[i]);
+                lower = lower.saturating_add(records.saturating_mul(MIN_STORED_RECORD).min(room));
+                upper = upper.saturating_add(
+                    records
+                        .saturating_mul(self.config.max_record_bytes)
+                        .min(room),
+                );
+            }
+            if !errors && lower < min_bytes && upper >= min_bytes {
+                self.count_arrived(
+                    &resolved,
+                    &wants,
+                    min_bytes,
+                    deadline,
+                    counting,
+                    &mut next,
+                    &mut counted_in,
+                    &mut counted,
+                    &mut errors,
+                )
+                .await;
+            }
+            let now = Instant::now();
+            if counted.max(lower) >= min_bytes
+                || errors
+                || now >= deadline
+                || listeners.is_empty()
+                || self.is_shutting_down()
+            {
+                break;
+            }
+            let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
+            futures::select! {
+                _ = any_data.fuse() => {}
+                _ = rt::sleep(deadline - now).fuse() => {}
+                _ = self.shutdown_rx.recv().fuse() => {}
+            }
+        }
+        // Room for the records: the response is charged while it is built. With
+        // no room by the deadline, the answer carries one record (the first one
+        // always goes out whole), so a consumer still moves on.
+        let mut reserved = None;
+        let mut budget = budget;
+        if let Some(m) = memory {
+            if m.is_spent() && !self.is_shutting_down() {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let _ = rt::timeout(left, m.wait_for_room()).await;
+            }
+            if m.is_spent() {
+                budget = 1;
+            }
+            reserved = Some(m.charge(headers));
+        }
+        let mut tally = FetchTally::default();
+        let partitions = self
+            .read_fetched(req, &resolved, budget, reserved.as_mut(), &mut tally)
+            .await;
+        Fetched {
+            partitions,
+            first_error: tally.commit(),
+            charge: reserved,
+        }
+    }
+
+    /// Counts, by reading, the bytes that arrived past `next` on each partition
+    /// until `min_bytes` are counted or every partition is caught up. Each chunk
+    /// is dropped once counted; chunks wait for room in `counting`.
+    #[allow(clippy::too_many_arguments)]
+    async fn count_arrived(
+        &self,
+        resolved: &[Result<Arc<Partition>, ErrorCode>],
+        wants: &[usize],
+        min_bytes: usize,
+        deadline: Instant,
+        counting: Option<&Arc<MemoryBudget>>,
+        next: &mut [Option<u64>],
+        counted_in: &mut [usize],
+        counted: &mut usize,
+        errors: &mut bool,
+    ) {
+        for (i, part) in resolved.iter().enumerate() {
+            let (Ok(part), Some(mut at)) = (part, next[i]) else {
+                continue;
+            };
+            while *counted < min_bytes && counted_in[i] < wants[i] && at < part.end_offset() {
+                if let Some(c) = counting {
+                    if c.is_spent() {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let room = futures::select! {
+                            r = rt::timeout(left, c.wait_for_room()).fuse() => r.is_some(),
+                            _ = self.shutdown_rx.recv().fuse() => false,
+                        };
+                        if !room {
+                            return;
+                        }
+                    }
+                }
+                let chunk = (min_bytes - *counted)
+                    .min(wants[i] - counted_in[i])
+                    .min(COUNT_CHUNK_BYTES);
+                // One record may go past the chunk.
+                let _held = counting.map(|c| c.charge(chunk.max(self.config.max_record_bytes)));
+                let records = match part.read(at, chunk).await {
+                    Ok(r) => r.records,
+                    Err(_) => {
+                        // The final read reports it.
+                        *errors = true;
+                        return;
+                    }
+                };
+                // The log checked these records; only their sizes are needed here.
+                let (mut n, mut pos) = (0u64, 0usize);
+                while let Some((_, size)) = record::peek_header(&records, pos) {
+                    pos = pos
+                        .saturating_add(record::RECORD_HEADER_LEN)
+                        .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
+                    n += 1;
+                }
+                if n == 0 {
+                    break;
+                }
+                at += n;
+                next[i] = Some(at);
+                counted_in[i] += records.len();
+                *counted += records.len();
+            }
+            if *counted >= min_bytes {
+                return;
+            }
+        }
+    }
+
+    /// Reads each partition once, within `budget` bytes in all; what it
+    /// served and the first failure go to `tally`.
+    async fn read_fetched(
+        &self,
+        req: &FetchSpec,
+        resolved: &[Result<Arc<Partition>, ErrorCode>],
+        budget: usize,
+        mut reserved: Option<&mut Charge>,
+        tally: &mut FetchTally,
+    ) -> Vec<PartitionRecords> {
+        let mut out = Vec::with_capacity(req.partitions.len());
+        let mut total = 0usize;
+        for (i, (fp, part)) in req.partitions.iter().zip(resolved).enumerate() {
+            let part = match part {
+                Ok(p) => p,
+                Err(code) => {
+                    tally.failed(i, *code);
+                    out.push(PartitionRecords {
+                        error: *code,
+                        log_start: -1,
+                        log_end: -1,
+                        records: Vec::new(),
+                    });
+                    continue;
+                }
+            };
+            let want = fp.max_bytes.max(1).min(budget.saturating_sub(total));
+            let to_i64 = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            let read = match u64::try_from(fp.offset) {
+                Err(_) => Err(ErrorCode::OffsetOutOfRange),
+                Ok(_) if want == 0 => Ok(None),
+                Ok(o) => {
+                    // Each read is charged for what it may return while it runs, then
+                    // for what it did (one record may go past `want`).
+                    if let Some(c) = reserved.as_deref_mut() {
+                        c.add(want);
+                    }
+                    let r = part.read(o, want).await;
+                    if let Some(c) = reserved.as_deref_mut() {
+                        c.shrink_to(c.bytes().saturating_sub(want));
+                        c.add(r.as_ref().map_or(0, |r| r.records.len()));
+                    }
+                    r.map(Some).map_err(|e| e.code())
+                }
+            };
+            let now = part.offsets();
+            let nothing = |error| PartitionRecords {
+                error,
+                log_start: now.log_start,
+                log_end: now.log_end,
+                records: Vec::new(),
+            };
+            out.push(match read {
+                // The offsets the read saw, so they agree with its records.
+                Ok(Some(r)) => {
+                    total += r.records.len();
+                    tally.served(part, &r.records);
+                    PartitionRecords {
+                        error: ErrorCode::None,
+                        log_start: to_i64(r.log_start),
+                        log_end: to_i64(r.log_end),
+                        records: r.records,
+                    }
+                }
+                Ok(None) => nothing(ErrorCode::None),
+                Err(error) => {
+                    tally.failed(i, error);
+                    nothing(error)
+                }
+            });
+        }
+        out
+    }
+}

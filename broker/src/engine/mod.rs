@@ -1,0 +1,233 @@
+//! The engine every front end shares: topics and partitions, produce with
+//! routing, long-poll fetch, the group coordinator and committed offsets. It
+//! speaks the domain ([`crate::domain`]), never a wire protocol.
+//!
+//! Layout, one concern a file:
+//! - `mod.rs`: opening the data directory, the maintenance ticker, shutdown.
+//! - `topics.rs`: topics, their creation (explicit and automatic), describe.
+//! - `produce.rs`: checking a batch, routing its records, queueing them.
+//! - `fetch.rs`: the long-poll fetch and its memory budgets.
+//! - `groups.rs`: joins, heartbeats, leaves, commits and committed offsets.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
+use flume_rt::sync::{lock, TaskSlot};
+use futures::channel::oneshot;
+use futures::FutureExt;
+
+use crate::config::{valid_name, BrokerConfig, TopicConfig};
+use crate::domain::Joined;
+use crate::error::BrokerError;
+use crate::group::Coordinator;
+use crate::metrics::{GroupSummary, Metrics};
+use crate::offsets::Offsets;
+use crate::storage::{DataDirLock, FsyncPolicy};
+
+mod fetch;
+mod groups;
+mod produce;
+mod topics;
+
+pub use fetch::{FetchMemory, COUNT_CHUNK_BYTES};
+pub use produce::PendingProduce;
+pub use topics::Topic;
+#[cfg(test)]
+pub(crate) use topics::FILE_WORK_THREADS;
+
+type JoinReply = oneshot::Sender<Result<Joined, ErrorCode>>;
+
+/// The engine: every topic, partition, group and committed offset of one
+/// data directory, behind an API in the domain's terms ([`crate::domain`]).
+#[derive(Debug)]
+pub struct Engine {
+    config: BrokerConfig,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    /// Held across a topic's creation, including its file work on the blocking pool.
+    create_lock: futures::lock::Mutex<()>,
+    groups: Mutex<Coordinator<JoinReply>>,
+    offsets: Offsets,
+    shutdown_tx: async_channel::Sender<()>,
+    shutdown_rx: async_channel::Receiver<()>,
+    ticker: TaskSlot<()>,
+    /// The exclusive hold of the data directory, released at shutdown or drop.
+    data_lock: Mutex<Option<DataDirLock>>,
+    /// Request counters and latencies (see [`crate::metrics`]).
+    metrics: Arc<Metrics>,
+}
+
+impl Engine {
+    /// Opens the data directory: locks it (see [`crate::storage::dirs`]),
+    /// loads every topic (recovering its logs) and the committed offsets, and
+    /// starts the maintenance ticker.
+    ///
+    /// # Errors
+    /// Invalid settings, a directory another broker holds
+    /// ([`crate::storage::StorageError::DataDirLocked`]) or that is not a
+    /// Flume data directory ([`crate::storage::StorageError::ForeignDataDir`]),
+    /// or storage that cannot be opened.
+    pub fn open(config: BrokerConfig) -> Result<Arc<Self>, BrokerError> {
+        config.validate()?;
+        let dir = &config.data_dir;
+        let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
+        let mut topics = BTreeMap::new();
+        let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
+            what: format!("list {}", dir.display()),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !path.is_dir() || !valid_name(&name) {
+                continue;
+            }
+            let conf_path = TopicConfig::path(&path);
+            let text = match std::fs::read_to_string(&conf_path) {
+                Ok(t) => t,
+                Err(_) => {
+                    tracing::warn!(dir = %path.display(), "directory without topic.conf; not a topic, skipped");
+                    continue;
+                }
+            };
+            let tc = TopicConfig::from_text(&text)
+                .map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))?;
+            let topic = Self::open_topic(&config, &name, tc)?;
+            topics.insert(name, Arc::new(topic));
+        }
+        let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
+        let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
+        let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
+        let engine = Arc::new(Engine {
+            config,
+            topics: RwLock::new(topics),
+            create_lock: futures::lock::Mutex::new(()),
+            groups: Mutex::new(Coordinator::new(nonce)),
+            offsets,
+            shutdown_tx,
+            shutdown_rx,
+            ticker: TaskSlot::default(),
+            data_lock: Mutex::new(Some(data_lock)),
+            metrics: Arc::new(Metrics::default()),
+        });
+        let weak = Arc::downgrade(&engine);
+        let tick = engine.config.tick;
+        let stop = engine.shutdown_rx.clone();
+        let every = engine.config.maintenance_interval;
+        let task = rt::spawn(async move {
+            let mut last_maintained = Instant::now();
+            loop {
+                let stopped = futures::select! {
+                    _ = rt::sleep(tick).fuse() => false,
+                    _ = stop.recv().fuse() => true,
+                };
+                let Some(engine) = weak.upgrade() else { break };
+                if stopped {
+                    break;
+                }
+                engine.tick_groups();
+                if last_maintained.elapsed() >= every || engine.config.fsync != FsyncPolicy::Never {
+                    last_maintained = Instant::now();
+                    engine.maintain().await;
+                }
+            }
+        });
+        engine.ticker.set(task);
+        Ok(engine)
+    }
+
+    async fn maintain(&self) {
+        let now = self.config.clock.wall_ms();
+        for t in self.topics() {
+            for p in &t.partitions {
+                p.maintain(now).await;
+            }
+        }
+        self.offsets.maintain().await;
+    }
+
+    /// The settings.
+    pub fn config(&self) -> &BrokerConfig {
+        &self.config
+    }
+
+    /// The coordinator's time, from the configured [`crate::Clock`].
+    fn mono_ms(&self) -> u64 {
+        self.config.clock.mono_ms()
+    }
+
+    /// Runs one maintenance pass now, as the ticker does: expires silent
+    /// group members and completes rebalances past their deadline by the
+    /// configured clock, then retention and the interval fsync. With a
+    /// [`crate::Clock::manual`] clock a test advances the clock and calls
+    /// this instead of waiting for the ticker.
+    pub async fn tick_now(&self) {
+        self.tick_groups();
+        self.maintain().await;
+    }
+
+    /// A receiver that fails (wakes) when shutdown begins.
+    pub fn shutdown_signal(&self) -> async_channel::Receiver<()> {
+        self.shutdown_rx.clone()
+    }
+
+    /// True once shutdown has begun.
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutdown_tx.is_closed()
+    }
+
+    // ------------------------------------------------------------ shutdown
+
+    /// Signals shutdown: long polls return, parked joins get SHUTTING_DOWN,
+    /// new produce requests are refused. Queues keep draining. Idempotent.
+    pub fn begin_shutdown(&self) {
+        self.shutdown_tx.close();
+        let ready = lock(&self.groups).drain(ErrorCode::ShuttingDown);
+        Self::deliver(ready);
+    }
+
+    /// Stops the engine: wakes long polls and parked joins, drains every
+    /// partition queue to disk, fsyncs logs and offsets. Idempotent.
+    pub async fn shutdown(&self) {
+        self.begin_shutdown();
+        self.ticker.join().await;
+        for t in self.topics() {
+            for p in &t.partitions {
+                p.shutdown().await;
+            }
+        }
+        if self.config.fsync == crate::storage::FsyncPolicy::Never {
+            // The partitions skipped their own fsync under `never`: one syncfs for all.
+            let dir = self.config.data_dir.clone();
+            if let Err(e) = rt::unblock(move || crate::storage::dirs::sync_filesystem(&dir)).await {
+                tracing::error!(error = %e, "flushing the data directory at shutdown failed");
+            }
+        }
+        self.offsets.shutdown().await;
+        // Everything is on disk: another broker (or a reopen in this process) may take over.
+        drop(lock(&self.data_lock).take());
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.config.data_dir.clone()
+    }
+
+    /// Request counters and latencies.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Every group's state, generation, members and rebalances.
+    pub fn group_summaries(&self) -> Vec<GroupSummary> {
+        lock(&self.groups).summaries()
+    }
+
+    /// Up to `limit` committed offsets: ((group, topic, partition), offset).
+    pub fn committed_offsets(&self, limit: usize) -> Vec<(crate::offsets::OffsetKey, i64)> {
+        self.offsets.entries(limit)
+    }
+}

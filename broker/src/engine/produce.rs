@@ -1,0 +1,130 @@
+//! Produce: check a batch, route its records, queue them on their partitions.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use flume_protocol::partition_for_key;
+use flume_protocol::record::{self, RecordError, RecordIter};
+use flume_protocol::ErrorCode;
+
+use super::Engine;
+use crate::domain::{Appended, AppendedSpan, ProduceBatch, Route};
+use crate::partition::Admission;
+
+/// A batch admitted to its partition queues, waiting for acknowledgements.
+#[derive(Debug)]
+pub struct PendingProduce {
+    topic: String,
+    route: Route,
+    error: ErrorCode,
+    waits: Vec<(u32, u32, Admission)>,
+    record_partitions: Vec<i32>,
+}
+
+impl PendingProduce {
+    fn failed(topic: &str, route: Route, error: ErrorCode) -> Self {
+        PendingProduce {
+            topic: topic.to_owned(),
+            route,
+            error,
+            waits: Vec::new(),
+            record_partitions: Vec::new(),
+        }
+    }
+
+    /// Waits for every partition writer and builds the result. A routed batch
+    /// is appended partition by partition: when one partition fails the others
+    /// may still be stored, so `spans` lists exactly the partitions appended and
+    /// `record_partitions` is kept, telling which records those are.
+    pub async fn finish(self) -> Appended {
+        let mut error = self.error;
+        let mut spans = Vec::with_capacity(self.waits.len());
+        for (p, count, rx) in self.waits {
+            match rx.wait().await {
+                Ok(base) => spans.push(AppendedSpan {
+                    partition: i32::try_from(p).unwrap_or(i32::MAX),
+                    base_offset: i64::try_from(base).unwrap_or(i64::MAX),
+                    count: i32::try_from(count).unwrap_or(i32::MAX),
+                }),
+                Err(e) => error = e,
+            }
+        }
+        Appended {
+            topic: self.topic,
+            route: self.route,
+            error,
+            spans,
+            record_partitions: self.record_partitions,
+        }
+    }
+}
+
+impl Engine {
+    /// Checks a batch (every record's length and CRC, the size limit), routes
+    /// its records and queues them on their partitions (waiting for room in
+    /// block mode). Call [`PendingProduce::finish`] for the offsets. Queueing
+    /// happens in call order, so batches admitted one after another keep
+    /// their order. A batch for one partition is queued as it is: its bytes
+    /// (a slice of the request's frame, say) are not copied.
+    pub async fn admit_produce(&self, batch: ProduceBatch) -> PendingProduce {
+        let ProduceBatch {
+            topic,
+            route,
+            records,
+        } = batch;
+        let fail = |code| PendingProduce::failed(&topic, route, code);
+        if self.is_shutting_down() {
+            return fail(ErrorCode::ShuttingDown);
+        }
+        let t = match self.auto_create(&topic).await {
+            Ok(t) => t,
+            Err(e) => return fail(e.code()),
+        };
+        let info = match record::validate_batch(&records, self.config.max_record_bytes as u64) {
+            Ok(i) => i,
+            Err(RecordError::TooLarge { size, limit, .. }) => {
+                tracing::debug!(topic = %topic, size, limit, "RECORD_TOO_LARGE: a record of {size} bytes (16-byte header included) is above max_record_bytes ({limit})");
+                return fail(ErrorCode::RecordTooLarge);
+            }
+            Err(_) => return fail(ErrorCode::CorruptRecord),
+        };
+        let mut pending = PendingProduce::failed(&topic, route, ErrorCode::None);
+        if let Route::Partition(partition) = route {
+            let Some(p) = t.partition(partition) else {
+                return fail(ErrorCode::UnknownPartition);
+            };
+            match p.enqueue(records, info.count, info.max_timestamp).await {
+                Ok(rx) => pending.waits.push((p.id, info.count, rx)),
+                Err(code) => pending.error = code,
+            }
+            return pending;
+        }
+        // Route: keyed records by FNV-1a, null keys to one partition per batch (sticky).
+        let n = u32::try_from(t.partitions.len()).unwrap_or(1);
+        let sticky = t.next_sticky() % n;
+        let mut subs: BTreeMap<u32, (Vec<u8>, u32, i64)> = BTreeMap::new();
+        for raw in RecordIter::new(&records).flatten() {
+            let p = match raw.key_value() {
+                Some((Some(key), _)) => partition_for_key(key, n),
+                _ => sticky,
+            };
+            pending
+                .record_partitions
+                .push(i32::try_from(p).unwrap_or(i32::MAX));
+            let e = subs.entry(p).or_insert_with(|| (Vec::new(), 0, i64::MIN));
+            e.0.extend_from_slice(&records[raw.pos..raw.pos + raw.encoded_len()]);
+            e.1 += 1;
+            e.2 = e.2.max(raw.timestamp());
+        }
+        for (p, (batch, count, max_ts)) in subs {
+            let Some(part) = t.partitions.get(p as usize) else {
+                continue; // ok: partition_for_key and sticky are below n
+            };
+            match part.enqueue(Bytes::from(batch), count, max_ts).await {
+                Ok(rx) => pending.waits.push((p, count, rx)),
+                Err(code) => pending.error = code,
+            }
+        }
+        pending
+    }
+}

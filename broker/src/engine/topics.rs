@@ -1,0 +1,244 @@
+//! Topics: opening, creating (explicitly or on first use), looking up and
+//! describing them.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::Arc;
+#[cfg(test)]
+use std::sync::Mutex;
+
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
+
+use super::Engine;
+use crate::config::{valid_name, BrokerConfig, TopicConfig};
+use crate::domain::{PartitionOffsets, TopicDescription};
+use crate::error::BrokerError;
+use crate::partition::Partition;
+use crate::storage::Log;
+
+/// A topic and its partitions.
+#[derive(Debug)]
+pub struct Topic {
+    /// Name.
+    pub name: String,
+    /// Settings.
+    pub config: TopicConfig,
+    /// Partitions, by number.
+    pub partitions: Vec<Arc<Partition>>,
+    sticky: AtomicU32,
+}
+
+impl Topic {
+    /// A partition by its wire number.
+    pub fn partition(&self, p: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(p).ok().and_then(|p| self.partitions.get(p))
+    }
+}
+
+impl Topic {
+    pub(super) fn next_sticky(&self) -> u32 {
+        self.sticky
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The offsets of every partition, in order.
+    pub fn offsets(&self) -> Vec<PartitionOffsets> {
+        self.partitions.iter().map(|p| p.offsets()).collect()
+    }
+}
+
+impl Engine {
+    pub(super) fn open_topic(
+        config: &BrokerConfig,
+        name: &str,
+        tc: TopicConfig,
+    ) -> Result<Topic, BrokerError> {
+        let dir = config.data_dir.join(name);
+        let mut partitions = Vec::with_capacity(tc.partitions as usize);
+        for p in 0..tc.partitions {
+            let log = Log::open(&dir.join(format!("partition-{p}")), tc.log_config(config))?;
+            partitions.push(Arc::new(Partition::start(
+                name,
+                p,
+                log,
+                tc.max_pending,
+                tc.backpressure,
+                config.writer_batch_bytes,
+            )));
+        }
+        Ok(Topic {
+            name: name.to_owned(),
+            config: tc,
+            partitions,
+            sticky: AtomicU32::new(0),
+        })
+    }
+
+    /// A topic, if it exists.
+    pub fn topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// Every topic, sorted by name.
+    pub fn topics(&self) -> Vec<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// Creates a topic with the given settings (blocking; see [`Engine::create_topic_async`]).
+    ///
+    /// # Errors
+    /// INVALID_NAME, INVALID_REQUEST, LIMIT_REACHED, TOPIC_ALREADY_EXISTS, or storage errors.
+    pub fn create_topic(&self, name: &str, tc: TopicConfig) -> Result<Arc<Topic>, BrokerError> {
+        rt::block_on(self.create_topic_async(name, tc))
+    }
+
+    /// Creates a topic with the given settings. The file work (directory,
+    /// `topic.conf`, partition logs) runs on the blocking pool.
+    ///
+    /// # Errors
+    /// INVALID_NAME, INVALID_REQUEST (a setting out of range), LIMIT_REACHED
+    /// (`max_partitions`), TOPIC_ALREADY_EXISTS, or storage errors.
+    pub async fn create_topic_async(
+        &self,
+        name: &str,
+        tc: TopicConfig,
+    ) -> Result<Arc<Topic>, BrokerError> {
+        if !valid_name(name) {
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidName,
+                format!("topic name {name:?}"),
+            ));
+        }
+        if let Err(e) = tc.check() {
+            return Err(BrokerError::code_for(ErrorCode::InvalidRequest, e));
+        }
+        let _guard = self.create_lock.lock().await;
+        if self.topic(name).is_some() {
+            return Err(BrokerError::code_for(ErrorCode::TopicAlreadyExists, name));
+        }
+        // A broker-wide limit, so a peer cannot create its way to exhaustion.
+        let existing: u64 = self
+            .topics()
+            .iter()
+            .map(|t| t.partitions.len() as u64)
+            .sum();
+        self.config
+            .check_partition_limit(name, existing, tc.partitions)?;
+        let config = self.config.clone();
+        let owned = name.to_owned();
+        let topic = rt::unblock(move || {
+            #[cfg(test)]
+            flume_rt::sync::lock(&FILE_WORK_THREADS)
+                .push((owned.clone(), std::thread::current().id()));
+            let dir = config.data_dir.join(&owned);
+            crate::storage::create_dir_durable(&dir)?;
+            write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
+            Self::open_topic(&config, &owned, tc)
+        })
+        .await?;
+        let topic = Arc::new(topic);
+        tracing::info!(
+            topic = name,
+            partitions = topic.partitions.len(),
+            "topic created"
+        );
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), Arc::clone(&topic));
+        Ok(topic)
+    }
+
+    /// The topic, created with the defaults if auto-create is on (blocking:
+    /// for callers off the executor; async paths use [`Engine::auto_create`]).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME, storage errors.
+    pub fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        rt::block_on(self.auto_create(name))
+    }
+
+    /// The topic, created with the defaults (file work on the blocking pool)
+    /// if auto-create is on.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME, storage errors.
+    pub async fn auto_create(&self, name: &str) -> Result<Arc<Topic>, BrokerError> {
+        if let Some(t) = self.topic(name) {
+            return Ok(t);
+        }
+        if !self.config.auto_create_topics {
+            return Err(BrokerError::code_for(ErrorCode::UnknownTopic, name));
+        }
+        match self
+            .create_topic_async(name, self.config.default_topic.clone())
+            .await
+        {
+            Err(BrokerError::Code {
+                code: ErrorCode::TopicAlreadyExists,
+                ..
+            }) => self
+                .topic(name)
+                .ok_or_else(|| ErrorCode::UnknownTopic.into()),
+            other => other,
+        }
+    }
+
+    pub(super) fn partitions_of(&self, topic: &str) -> u32 {
+        self.topic(topic)
+            .map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0))
+    }
+
+    /// Describes every topic (`names` empty) or the topics named, in that
+    /// order; a name that is not a topic is described as UNKNOWN_TOPIC.
+    pub fn describe(&self, names: &[String]) -> Vec<TopicDescription> {
+        let describe = |t: &Topic| TopicDescription {
+            name: t.name.clone(),
+            partitions: Ok(t.offsets()),
+        };
+        if names.is_empty() {
+            return self.topics().iter().map(|t| describe(t)).collect();
+        }
+        names
+            .iter()
+            .map(|n| match self.topic(n) {
+                Some(t) => describe(&t),
+                None => TopicDescription {
+                    name: n.clone(),
+                    partitions: Err(ErrorCode::UnknownTopic),
+                },
+            })
+            .collect()
+    }
+}
+
+/// Test-only: the thread each topic's creation did its file work on.
+#[cfg(test)]
+pub(crate) static FILE_WORK_THREADS: Mutex<Vec<(String, std::thread::ThreadId)>> =
+    Mutex::new(Vec::new());
+
+/// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
+pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), BrokerError> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let io = |what: String| move |source| BrokerError::Io { what, source };
+    let mut f = std::fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
+    f.write_all(data)
+        .map_err(io(format!("write {}", tmp.display())))?;
+    f.sync_all()
+        .map_err(io(format!("fsync {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
+    if let Some(dir) = path.parent() {
+        crate::storage::fsync_dir(dir)?;
+    }
+    Ok(())
+}

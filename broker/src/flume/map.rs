@@ -1,0 +1,295 @@
+//! Flume wire types to domain types and back: every translation the Flume
+//! protocol front end makes, and nothing else.
+
+use std::time::Duration;
+
+use flume_protocol::messages::encode_fetch_partition;
+use flume_protocol::wire::{Reader, WriteExt};
+use flume_protocol::{
+    ErrorCode, FetchRequest, JoinGroupRequest, JoinGroupResponse, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchPartition, OffsetFetchRequest,
+    OffsetFetchResponse, PartitionError, PartitionMetadata, ProduceEntry, ProduceResult, Span,
+    TopicMetadata, TopicPartitions,
+};
+
+use crate::config::{fetch_wait, valid_name};
+use crate::domain::{
+    Appended, FetchFrom, FetchSpec, Fetched, GroupPosition, JoinSpec, Joined, Member, ProduceBatch,
+    Route, TopicDescription, TopicPartition,
+};
+use crate::group::Assignor;
+
+/// A PRODUCE entry as a batch: partition -1 routes by key. The records stay
+/// the slice of the frame they arrived in.
+pub fn produce_batch(entry: ProduceEntry) -> ProduceBatch {
+    ProduceBatch {
+        topic: entry.topic,
+        route: match entry.partition {
+            -1 => Route::ByKey,
+            p => Route::Partition(p),
+        },
+        records: entry.records,
+    }
+}
+
+impl From<Appended> for ProduceResult {
+    fn from(a: Appended) -> Self {
+        ProduceResult {
+            topic: a.topic,
+            partition: match a.route {
+                Route::ByKey => -1,
+                Route::Partition(p) => p,
+            },
+            error: a.error,
+            spans: a
+                .spans
+                .into_iter()
+                .map(|s| Span {
+                    partition: s.partition,
+                    base_offset: s.base_offset,
+                    count: s.count,
+                })
+                .collect(),
+            record_partitions: a.record_partitions,
+        }
+    }
+}
+
+/// A wire byte count as a size: 0 and negative count as 1.
+fn at_least_one(v: i32) -> usize {
+    usize::try_from(v.max(1)).unwrap_or(1)
+}
+
+/// A FETCH as a fetch: `max_wait_ms` capped (see [`fetch_wait`]), byte
+/// counts of 0 or less as 1.
+pub fn fetch_spec(req: &FetchRequest) -> FetchSpec {
+    FetchSpec {
+        max_wait: fetch_wait(req.max_wait_ms),
+        min_bytes: at_least_one(req.min_bytes),
+        max_bytes: at_least_one(req.max_bytes),
+        partitions: req
+            .partitions
+            .iter()
+            .map(|p| FetchFrom {
+                at: TopicPartition::new(p.topic.clone(), p.partition),
+                offset: p.offset,
+                max_bytes: at_least_one(p.max_bytes),
+            })
+            .collect(),
+    }
+}
+
+/// Encodes the FETCH response body: each partition's records are copied once,
+/// from the read into the response, and dropped as soon as they are.
+pub fn encode_fetched(out: &mut Vec<u8>, spec: &FetchSpec, fetched: Fetched) {
+    out.put_count(fetched.partitions.len());
+    for (from, p) in spec.partitions.iter().zip(fetched.partitions) {
+        encode_fetch_partition(
+            out,
+            &from.at.topic,
+            from.at.partition,
+            p.error,
+            p.log_end,
+            p.log_start,
+            &p.records,
+        );
+    }
+}
+
+/// A JOIN_GROUP as a join.
+///
+/// # Errors
+/// INVALID_REQUEST for an assignor Flume does not know (INVALID_NAME first
+/// for a bad group name, as the engine checks).
+pub fn join_spec(req: JoinGroupRequest) -> Result<JoinSpec, ErrorCode> {
+    let Some(assignor) = Assignor::parse(&req.assignor) else {
+        if !valid_name(&req.group) {
+            return Err(ErrorCode::InvalidName);
+        }
+        return Err(ErrorCode::InvalidRequest);
+    };
+    let ms = |v: i32| Duration::from_millis(u64::try_from(v).unwrap_or(0));
+    Ok(JoinSpec {
+        group: req.group,
+        member_id: req.member_id,
+        topics: req.topics,
+        session_timeout: ms(req.session_timeout_ms),
+        rebalance_timeout: ms(req.rebalance_timeout_ms),
+        assignor,
+    })
+}
+
+impl From<Joined> for JoinGroupResponse {
+    fn from(j: Joined) -> Self {
+        JoinGroupResponse {
+            generation: j.generation,
+            member_id: j.member_id,
+            leader_id: j.leader_id,
+            members: j.members,
+            assignment: j
+                .assignment
+                .into_iter()
+                .map(|a| TopicPartitions {
+                    topic: a.topic,
+                    partitions: a.partitions,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Decodes a JOIN_GROUP, refusing a topic list longer than `max_topics`
+/// before any of its names is decoded, and deduplicates the list.
+pub fn decode_join(payload: &[u8], max_topics: usize) -> Result<JoinGroupRequest, String> {
+    let mut r = Reader::new(payload);
+    let mut req = JoinGroupRequest {
+        group: r.string().map_err(|e| e.to_string())?,
+        member_id: r.string().map_err(|e| e.to_string())?,
+        session_timeout_ms: r.i32().map_err(|e| e.to_string())?,
+        rebalance_timeout_ms: r.i32().map_err(|e| e.to_string())?,
+        assignor: r.string().map_err(|e| e.to_string())?,
+        topics: Vec::new(),
+    };
+    let n = r.count(2).map_err(|e| e.to_string())?;
+    if n > max_topics {
+        return Err(format!(
+            "the topic list has {n} entries, max_topics_per_join is {max_topics}"
+        ));
+    }
+    req.topics.reserve_exact(n);
+    for _ in 0..n {
+        req.topics.push(r.string().map_err(|e| e.to_string())?);
+    }
+    r.finish().map_err(|e| e.to_string())?;
+    // A subscription is a set: duplicates would only cost memory and work.
+    req.topics.sort_unstable();
+    req.topics.dedup();
+    Ok(req)
+}
+
+/// The member an OFFSET_COMMIT comes from, and its offsets.
+pub fn commit_parts(req: &OffsetCommitRequest) -> (Member<'_>, Vec<(TopicPartition, i64)>) {
+    let member = Member {
+        group: &req.group,
+        member_id: &req.member_id,
+        generation: req.generation,
+    };
+    let offsets = req
+        .offsets
+        .iter()
+        .map(|o| (TopicPartition::new(o.topic.clone(), o.partition), o.offset))
+        .collect();
+    (member, offsets)
+}
+
+/// The OFFSET_COMMIT response: one outcome per committed partition.
+pub fn commit_response(
+    req: &OffsetCommitRequest,
+    outcomes: Vec<ErrorCode>,
+) -> OffsetCommitResponse {
+    OffsetCommitResponse {
+        results: req
+            .offsets
+            .iter()
+            .zip(outcomes)
+            .map(|(o, error)| PartitionError {
+                topic: o.topic.clone(),
+                partition: o.partition,
+                error,
+            })
+            .collect(),
+    }
+}
+
+/// The topics an OFFSET_FETCH names, as the engine takes them.
+pub fn position_query(req: &OffsetFetchRequest) -> impl Iterator<Item = (&str, &[i32])> {
+    req.topics
+        .iter()
+        .map(|t| (t.topic.as_str(), t.partitions.as_slice()))
+}
+
+/// The OFFSET_FETCH response.
+pub fn offset_fetch_response(positions: Vec<GroupPosition>) -> OffsetFetchResponse {
+    OffsetFetchResponse {
+        partitions: positions
+            .into_iter()
+            .map(|p| OffsetFetchPartition {
+                topic: p.at.topic,
+                partition: p.at.partition,
+                error: p.error,
+                committed: p.committed,
+                log_start: p.log_start,
+                log_end: p.log_end,
+            })
+            .collect(),
+    }
+}
+
+/// The METADATA response.
+pub fn metadata_response(topics: Vec<TopicDescription>) -> MetadataResponse {
+    MetadataResponse {
+        topics: topics
+            .into_iter()
+            .map(|t| {
+                let (error, partitions) = match t.partitions {
+                    Ok(ps) => (ErrorCode::None, ps),
+                    Err(code) => (code, Vec::new()),
+                };
+                TopicMetadata {
+                    name: t.name,
+                    error,
+                    partitions: partitions
+                        .into_iter()
+                        .map(|p| PartitionMetadata {
+                            partition: p.partition,
+                            log_start: p.log_start,
+                            log_end: p.log_end,
+                        })
+                        .collect(),
+                }
+            })
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flume_protocol::messages::Encode;
+
+    fn join(topics: &[&str]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        JoinGroupRequest {
+            group: "g".into(),
+            member_id: String::new(),
+            session_timeout_ms: 1000,
+            rebalance_timeout_ms: 1000,
+            assignor: String::new(),
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+        }
+        .encode(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn join_topic_lists_are_deduplicated_and_capped_before_decoding() {
+        let req = decode_join(&join(&["b", "a", "b", "a", "b"]), 5).unwrap();
+        assert_eq!(req.topics, vec!["a".to_owned(), "b".to_owned()]);
+        let err = decode_join(&join(&["a"; 6]), 5).unwrap_err();
+        assert!(
+            err.contains("6 entries") && err.contains("max_topics_per_join is 5"),
+            "{err}"
+        );
+        // The count is checked before the names: a list that claims more names
+        // than the cap is refused even if its bytes are cut short.
+        let mut cut = join(&["a"; 6]);
+        cut.truncate(cut.len() - 4);
+        assert!(decode_join(&cut, 5)
+            .unwrap_err()
+            .contains("max_topics_per_join"));
+        assert!(decode_join(&join(&["a"]), 5).is_ok());
+        let mut trailing = join(&["a"]);
+        trailing.push(0);
+        assert!(decode_join(&trailing, 5).is_err());
+    }
+}

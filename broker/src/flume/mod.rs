@@ -1,0 +1,321 @@
+//! The Flume protocol front end: decode a request, call the engine in the
+//! domain's terms, encode the response. A connection ([`crate::conn`]) hands
+//! each frame here and writes back what comes out; the wire <-> domain
+//! translations themselves are in [`map`].
+//!
+//! A PRODUCE is decoded from the shared frame, so its record batches reach
+//! the partition writers as slices of the bytes the connection read (no
+//! copy). A FETCH's records are read once from the log and copied once, into
+//! the response.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flume_protocol::frame;
+use flume_protocol::messages::{Decode, Empty, Encode};
+use flume_protocol::{
+    encode_response_frame, ApiKey, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest,
+    JoinGroupResponse, LeaveGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    ProduceRequest, ProduceResponse, ProduceResult,
+};
+use flume_rt as rt;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+
+use crate::budget::MemoryBudget;
+use crate::config::TopicConfig;
+use crate::engine::{Engine, FetchMemory};
+use crate::metrics::Tracked;
+use tracing::Instrument;
+
+pub mod map;
+
+/// A response being prepared: resolves to its whole frame.
+pub type InFlight = BoxFuture<'static, Vec<u8>>;
+
+/// Most bytes all waiting fetches read at once to count what has arrived (a
+/// few chunks; see [`Engine::fetch`]).
+pub const COUNTING_BYTES: usize = 4 << 20;
+
+/// Most partitions one FETCH may name (each costs a lookup, a listener and a read).
+pub const MAX_FETCH_PARTITIONS: usize = 10_000;
+
+/// Bytes a decoded FETCH holds per partition beyond its topic name: the
+/// decoded entry, its resolved partition and its counting state (an estimate).
+const FETCH_DECODED_PER_PARTITION: usize = 160;
+/// Bytes a decoded JOIN_GROUP holds per topic beyond the name (an estimate).
+const JOIN_DECODED_PER_TOPIC: usize = 48;
+
+/// Handles one request end to end and returns its response frame: what a
+/// connection does for each frame it reads (used by the fuzz target).
+pub async fn handle_request(
+    engine: &Arc<Engine>,
+    api_key: i16,
+    request_id: i32,
+    payload: &[u8],
+) -> Vec<u8> {
+    let memory = MemoryBudget::new(usize::MAX);
+    let counting = MemoryBudget::new(COUNTING_BYTES);
+    let budgets = FetchMemory {
+        response: &memory,
+        counting: &counting,
+    };
+    let request = Request {
+        api_key,
+        id: request_id,
+        payload: Bytes::copy_from_slice(payload),
+    };
+    admit(engine, budgets, request, &mut 0).await.await
+}
+
+fn respond<R: Encode>(id: i32, result: Result<&R, ErrorCode>) -> Vec<u8> {
+    let mut buf = Vec::new();
+    encode_response_frame(&mut buf, id, result);
+    buf
+}
+
+fn ready<R: Encode>(id: i32, result: Result<R, ErrorCode>) -> InFlight {
+    futures::future::ready(respond(id, result.as_ref().map_err(|e| *e))).boxed()
+}
+
+fn error_frame(id: i32, code: ErrorCode) -> InFlight {
+    ready::<Empty>(id, Err(code))
+}
+
+fn decode<T: Decode>(id: i32, payload: &[u8]) -> Result<T, InFlight> {
+    T::decode_exact(payload).map_err(|e| {
+        tracing::debug!(request_id = id, error = %e, "request payload does not decode");
+        error_frame(id, ErrorCode::InvalidRequest)
+    })
+}
+
+/// One request as a connection read it: the header's fields and the
+/// payload, a slice of the frame.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The API called.
+    pub api_key: i16,
+    /// The request id the response carries.
+    pub id: i32,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+/// Admits one request: does what must happen in order now (queueing a
+/// produce) and returns the future of its response frame. `decoded` is set
+/// to the bytes the decoded request holds beyond its frame (an estimate).
+/// The request runs in its `tracing` span, and its latency and outcome go to
+/// the metrics when the response is ready (see [`crate::metrics::Tracked`]).
+pub async fn admit(
+    engine: &Arc<Engine>,
+    memory: FetchMemory<'_>,
+    request: Request,
+    decoded: &mut usize,
+) -> InFlight {
+    let tracked = engine.metrics().begin(request.api_key, request.id);
+    let response = admit_request(engine, memory, request, decoded, &tracked)
+        .instrument(tracked.span().clone())
+        .await;
+    tracked.finish(response)
+}
+
+async fn admit_request(
+    engine: &Arc<Engine>,
+    memory: FetchMemory<'_>,
+    Request {
+        api_key,
+        id,
+        payload: shared,
+    }: Request,
+    decoded: &mut usize,
+    tracked: &Tracked,
+) -> InFlight {
+    let payload: &[u8] = &shared;
+    let Some(api) = ApiKey::from_i16(api_key) else {
+        tracing::debug!(api_key, "unknown api key");
+        return error_frame(id, ErrorCode::UnsupportedApi);
+    };
+    match api {
+        ApiKey::Produce => produce(engine, id, &shared, tracked).await,
+        ApiKey::Fetch => match decode(id, payload) {
+            Ok(req) => fetch(engine, memory, id, req, decoded, tracked),
+            Err(f) => f,
+        },
+        ApiKey::JoinGroup => join(engine, id, payload, decoded),
+        ApiKey::LeaveGroup => match decode::<LeaveGroupRequest>(id, payload) {
+            Ok(req) => ready(
+                id,
+                engine
+                    .leave_group(&req.group, &req.member_id)
+                    .map(|()| Empty),
+            ),
+            Err(f) => f,
+        },
+        ApiKey::Heartbeat => match decode::<HeartbeatRequest>(id, payload) {
+            Ok(req) => ready(
+                id,
+                engine
+                    .heartbeat(&req.group, &req.member_id, req.generation)
+                    .map(|()| Empty),
+            ),
+            Err(f) => f,
+        },
+        ApiKey::OffsetCommit => match decode::<OffsetCommitRequest>(id, payload) {
+            // The engine hands the write to the offsets writer (off the executor).
+            Ok(req) => {
+                let engine = Arc::clone(engine);
+                async move {
+                    let (member, offsets) = map::commit_parts(&req);
+                    let r = engine.commit_offsets(member, &offsets).await;
+                    let r = r.map(|outcomes| map::commit_response(&req, outcomes));
+                    respond(id, r.as_ref().map_err(|e| *e))
+                }
+                .boxed()
+            }
+            Err(f) => f,
+        },
+        ApiKey::OffsetFetch => match decode::<OffsetFetchRequest>(id, payload) {
+            Ok(req) => {
+                let positions = engine.positions(&req.group, map::position_query(&req));
+                ready(id, Ok(map::offset_fetch_response(positions)))
+            }
+            Err(f) => f,
+        },
+        ApiKey::CreateTopic => match decode(id, payload) {
+            Ok(req) => create_topic(engine, id, req),
+            Err(f) => f,
+        },
+        ApiKey::Metadata => match decode::<MetadataRequest>(id, payload) {
+            Ok(req) => ready(id, Ok(map::metadata_response(engine.describe(&req.topics)))),
+            Err(f) => f,
+        },
+    }
+}
+
+/// PRODUCE: every entry is queued on its partitions now, in order; the
+/// response waits for their acknowledgements.
+async fn produce(engine: &Arc<Engine>, id: i32, shared: &Bytes, tracked: &Tracked) -> InFlight {
+    let req = match ProduceRequest::decode_shared(shared) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(request_id = id, error = %e, "request payload does not decode");
+            return error_frame(id, ErrorCode::InvalidRequest);
+        }
+    };
+    if let Some(e) = req.entries.first() {
+        tracked.about(&e.topic, e.partition);
+    }
+    let mut pending = Vec::with_capacity(req.entries.len());
+    for entry in req.entries {
+        pending.push(engine.admit_produce(map::produce_batch(entry)).await);
+    }
+    let note = tracked.note();
+    async move {
+        let mut results = Vec::with_capacity(pending.len());
+        for p in pending {
+            let r = ProduceResult::from(p.finish().await);
+            note.failed(r.error, &r.topic, r.partition);
+            results.push(r);
+        }
+        respond(id, Ok(&ProduceResponse { results }))
+    }
+    .boxed()
+}
+
+fn fetch(
+    engine: &Arc<Engine>,
+    memory: FetchMemory<'_>,
+    id: i32,
+    req: FetchRequest,
+    decoded: &mut usize,
+    tracked: &Tracked,
+) -> InFlight {
+    if req.partitions.len() > MAX_FETCH_PARTITIONS {
+        tracing::debug!(
+            request_id = id,
+            partitions = req.partitions.len(),
+            "fetch of too many partitions"
+        );
+        return error_frame(id, ErrorCode::InvalidRequest);
+    }
+    *decoded = req
+        .partitions
+        .iter()
+        .map(|p| p.topic.len() + FETCH_DECODED_PER_PARTITION)
+        .sum();
+    if let Some(p) = req.partitions.first() {
+        tracked.about(&p.topic, p.partition);
+    }
+    let spec = map::fetch_spec(&req);
+    drop(req);
+    let note = tracked.note();
+    let engine = Arc::clone(engine);
+    let response = Arc::clone(memory.response);
+    let counting = Arc::clone(memory.counting);
+    async move {
+        let budgets = FetchMemory {
+            response: &response,
+            counting: &counting,
+        };
+        let fetched = engine.fetch(&spec, Some(budgets)).await;
+        if let Some((i, code)) = fetched.first_error {
+            if let Some(p) = spec.partitions.get(i) {
+                note.failed(code, &p.at.topic, p.at.partition);
+            }
+        }
+        let mut buf = Vec::new();
+        let start = frame::begin_response(&mut buf, id);
+        buf.extend_from_slice(&0i16.to_be_bytes());
+        map::encode_fetched(&mut buf, &spec, fetched);
+        frame::finish_frame(&mut buf, start);
+        buf
+    }
+    .boxed()
+}
+
+fn join(engine: &Arc<Engine>, id: i32, payload: &[u8], decoded: &mut usize) -> InFlight {
+    let req = match map::decode_join(payload, engine.config().max_topics_per_join) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(request_id = id, error = %e, "JOIN_GROUP refused");
+            return error_frame(id, ErrorCode::InvalidRequest);
+        }
+    };
+    *decoded = req
+        .topics
+        .iter()
+        .map(|t| t.len() + JOIN_DECODED_PER_TOPIC)
+        .sum();
+    let spec = match map::join_spec(req) {
+        Ok(s) => s,
+        Err(code) => return error_frame(id, code),
+    };
+    let engine = Arc::clone(engine);
+    async move {
+        let r = engine.join_group(spec).await;
+        respond(id, r.map(JoinGroupResponse::from).as_ref().map_err(|e| *e))
+    }
+    .boxed()
+}
+
+/// CREATE_TOPIC: -1 in a field takes the broker default, any other value must
+/// be in the field's documented range (INVALID_REQUEST naming it otherwise).
+fn create_topic(engine: &Arc<Engine>, id: i32, req: CreateTopicRequest) -> InFlight {
+    let engine = Arc::clone(engine);
+    async move {
+        let r = match TopicConfig::from_request(&engine.config().default_topic, &req) {
+            Ok(tc) => {
+                let name = req.name;
+                rt::unblock(move || engine.create_topic(&name, tc).map(|_| Empty))
+                    .await
+                    .map_err(|e| e.code())
+            }
+            Err(e) => {
+                tracing::debug!(topic = %req.name, error = %e, "CREATE_TOPIC refused");
+                Err(ErrorCode::InvalidRequest)
+            }
+        };
+        respond(id, r.as_ref().map_err(|e| *e))
+    }
+    .boxed()
+}
