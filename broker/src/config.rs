@@ -2,11 +2,14 @@
 //! (`topic.conf`, `key=value` lines) and reloaded on restart.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use flume_protocol::ErrorCode;
 
 use crate::clock::Clock;
 use crate::error::BrokerError;
-use crate::storage::{FsyncPolicy, LogConfig};
+use crate::storage::{FileCache, FsyncPolicy, LogConfig};
 
 /// What a producer meets when a partition queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +44,7 @@ impl std::fmt::Display for Backpressure {
 
 /// Most partitions one topic may have.
 pub const MAX_PARTITIONS_PER_TOPIC: u32 = 10_000;
-/// Largest partition queue capacity: queues preallocate their slots.
+/// Largest partition queue capacity (queues allocate their slots as requests arrive).
 pub const MAX_PENDING_LIMIT: usize = 100_000;
 /// Smallest `segment_bytes` a CREATE_TOPIC request may ask for (as `--segment-bytes`).
 pub const MIN_REQUEST_SEGMENT_BYTES: u64 = 1024;
@@ -239,11 +242,6 @@ impl TopicConfig {
         })
     }
 
-    /// Queue slots the topic's partitions reserve (each queue preallocates its capacity).
-    pub fn queue_slots(&self) -> u64 {
-        u64::from(self.partitions) * self.max_pending as u64
-    }
-
     /// Log settings for one partition of the topic.
     pub fn log_config(&self, broker: &BrokerConfig) -> LogConfig {
         LogConfig {
@@ -253,6 +251,7 @@ impl TopicConfig {
             retention_bytes: self.retention_bytes,
             retention_ms: self.retention_ms,
             verify_sealed: broker.verify_on_open,
+            files: broker.file_cache(),
         }
     }
 }
@@ -283,11 +282,17 @@ pub struct BrokerConfig {
     pub max_record_bytes: usize,
     /// Most concurrent connections; more are closed at once.
     pub max_connections: usize,
-    /// Most partitions over all topics (each holds two open files and a writer task).
+    /// Most partitions over all topics (default 100 000). An idle partition
+    /// costs a few KB of memory and no file descriptor or task (see the
+    /// README's Scale section); a topic that would go past it gets LIMIT_REACHED.
     pub max_partitions: u64,
-    /// Most partition-queue slots over all topics (partitions x max_pending); queues
-    /// preallocate their slots, so this bounds their memory (about 80 bytes a slot).
-    pub max_queue_slots: u64,
+    /// Most segment files kept open at once over all partitions (default
+    /// 16 384, [`crate::storage::files::DEFAULT_MAX_OPEN_FILES`]): an LRU,
+    /// files are opened again on demand. Logs with an fsync policy other
+    /// than `never` keep their active segment's two files open besides.
+    /// The broker needs about `max_open_files + max_connections + 64`
+    /// descriptors ([`BrokerConfig::fd_needed`]).
+    pub max_open_files: usize,
     /// Most requests being served at once per connection; further requests
     /// are not read until one completes.
     pub max_in_flight_per_connection: usize,
@@ -346,6 +351,9 @@ pub struct BrokerConfig {
     pub kafka_listen: Option<String>,
     /// `host:port` the Kafka listener's Metadata advertises; by default the bound address.
     pub kafka_advertised: Option<String>,
+    /// The broker's file cache, made on first use with `max_open_files` and
+    /// shared by the clones of this config (the engine's own).
+    file_cache: Arc<OnceLock<Arc<FileCache>>>,
 }
 
 impl BrokerConfig {
@@ -361,9 +369,9 @@ impl BrokerConfig {
             verify_on_open: false,
             max_frame_bytes: flume_protocol::frame::DEFAULT_MAX_FRAME_BYTES,
             max_record_bytes: flume_protocol::record::DEFAULT_MAX_RECORD_BYTES,
-            max_connections: 4096,
-            max_partitions: 10_000,
-            max_queue_slots: 4 << 20,
+            max_connections: 10_000,
+            max_partitions: 100_000,
+            max_open_files: crate::storage::files::DEFAULT_MAX_OPEN_FILES,
             max_in_flight_per_connection: 256,
             max_request_memory: 64 * 1024 * 1024,
             max_connection_memory: 32 * 1024 * 1024,
@@ -382,6 +390,74 @@ impl BrokerConfig {
             http_listen: None,
             kafka_listen: None,
             kafka_advertised: None,
+            file_cache: Arc::default(),
+        }
+    }
+
+    /// The broker-wide cache of open segment files (made on first use).
+    pub fn file_cache(&self) -> Arc<FileCache> {
+        Arc::clone(
+            self.file_cache
+                .get_or_init(|| FileCache::new(self.max_open_files)),
+        )
+    }
+
+    /// File descriptors the broker may need: the file cache, the
+    /// connections, and a margin for listeners, directories and the lock.
+    pub fn fd_needed(&self) -> u64 {
+        (self.max_open_files as u64)
+            .saturating_add(self.max_connections as u64)
+            .saturating_add(FD_MARGIN)
+    }
+
+    /// Checks that a topic of `adding` partitions fits `max_partitions`
+    /// with `existing` partitions already there.
+    ///
+    /// # Errors
+    /// LIMIT_REACHED naming the limit and its value.
+    pub fn check_partition_limit(
+        &self,
+        topic: &str,
+        existing: u64,
+        adding: u32,
+    ) -> Result<(), BrokerError> {
+        let total = existing.saturating_add(u64::from(adding));
+        if total > self.max_partitions {
+            let detail = format!(
+                "max_partitions is {}: the broker has {existing} partitions and topic {topic} would add {adding}",
+                self.max_partitions
+            );
+            tracing::warn!("{detail}; topic refused with LIMIT_REACHED");
+            return Err(BrokerError::code_for(ErrorCode::LimitReached, detail));
+        }
+        Ok(())
+    }
+
+    /// Raises the soft RLIMIT_NOFILE towards [`BrokerConfig::fd_needed`]
+    /// (as far as the hard limit allows) and reports what there is.
+    pub fn ensure_fd_limit(&self) -> FdLimit {
+        let needed = self.fd_needed();
+        let current = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+        let soft = current.current.unwrap_or(u64::MAX);
+        let hard = current.maximum.unwrap_or(u64::MAX);
+        let mut now = soft;
+        if soft < needed {
+            let want = needed.min(hard);
+            let raised = rustix::process::setrlimit(
+                rustix::process::Resource::Nofile,
+                rustix::process::Rlimit {
+                    current: Some(want),
+                    maximum: current.maximum,
+                },
+            );
+            if raised.is_ok() {
+                now = want;
+            }
+        }
+        FdLimit {
+            needed,
+            soft: now,
+            hard,
         }
     }
 
@@ -421,12 +497,48 @@ impl BrokerConfig {
                 return bad(format!("{name} is 0, it must be at least 1"));
             }
         }
+        if self.max_open_files == 0 {
+            return bad("max_open_files is 0, it must be at least 1".into());
+        }
         if self.max_connections == 0 || self.max_in_flight_per_connection == 0 {
             return bad(
                 "max_connections and max_in_flight_per_connection must be at least 1".into(),
             );
         }
         Ok(())
+    }
+}
+
+/// Descriptors besides the file cache and connections: listeners, the
+/// HTTP server, directory handles while listing or fsyncing, the data
+/// directory's lock, the poller.
+pub const FD_MARGIN: u64 = 64;
+
+/// The file-descriptor limit at start, from [`BrokerConfig::ensure_fd_limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimit {
+    /// What the settings may use (`max_open_files + max_connections + 64`).
+    pub needed: u64,
+    /// The soft limit now (raised towards `needed` if the hard limit allowed).
+    pub soft: u64,
+    /// The hard limit.
+    pub hard: u64,
+}
+
+impl FdLimit {
+    /// True when the soft limit covers what the settings may use.
+    pub fn is_enough(&self) -> bool {
+        self.soft >= self.needed
+    }
+}
+
+impl std::fmt::Display for FdLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the settings need {} file descriptors (max_open_files + max_connections + {FD_MARGIN}); the limit is {} (hard {})",
+            self.needed, self.soft, self.hard
+        )
     }
 }
 

@@ -1,4 +1,12 @@
-//! A partition: a [`Log`] plus a bounded queue drained by one writer task.
+//! A partition: a [`Log`] plus a bounded queue drained by a writer task.
+//!
+//! Idle cost: a partition holds no writer task, no queue storage and no write
+//! buffer while nothing is queued. The queue ([`AppendQueue`]) is bounded by
+//! `max_pending` (a producer waits for room, or gets QUEUE_FULL in reject
+//! mode, exactly as a preallocated channel would) but allocates its slots as
+//! requests arrive and lets them go when it drains. The writer task is spawned
+//! by the append that finds no writer running, and ends when the queue is
+//! empty, dropping its buffer.
 //!
 //! The writer takes everything waiting (up to `writer_batch_bytes`), copies it
 //! into one reused buffer, appends it with one write (group commit), applies
@@ -18,8 +26,9 @@
 //! partition answers every later append with STORAGE_ERROR at once, keeps
 //! serving what was acknowledged, and recovers only at the broker's restart.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use event_listener::{Event, EventListener};
@@ -72,6 +81,139 @@ impl Admission {
     }
 }
 
+/// What an [`AppendQueue`] holds.
+#[derive(Debug, Default)]
+struct QueueState {
+    items: VecDeque<AppendRequest>,
+    closed: bool,
+    /// A writer task is running (it ends when it finds the queue empty).
+    writer_running: bool,
+}
+
+/// A FIFO of append requests bounded by `capacity` whose storage grows on
+/// demand and is released when it drains (a preallocated channel of 1 024
+/// slots held about 64 KiB per partition before a record arrived).
+#[derive(Debug)]
+struct AppendQueue {
+    state: Mutex<QueueState>,
+    capacity: usize,
+    /// Notified when requests are taken out or the queue closes.
+    room: Event,
+    /// Notified when the writer task ends.
+    writer_done: Event,
+}
+
+/// Why a request was not queued.
+enum Refused {
+    Full(AppendRequest),
+    Closed,
+}
+
+impl AppendQueue {
+    fn new(capacity: usize) -> Self {
+        AppendQueue {
+            state: Mutex::new(QueueState::default()),
+            capacity: capacity.max(1),
+            room: Event::new(),
+            writer_done: Event::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queues `req` if there is room; `Ok(true)` when the caller must start a writer.
+    fn try_push(&self, req: AppendRequest) -> Result<bool, Refused> {
+        let mut s = self.lock();
+        if s.closed {
+            return Err(Refused::Closed);
+        }
+        if s.items.len() >= self.capacity {
+            return Err(Refused::Full(req));
+        }
+        s.items.push_back(req);
+        let start = !s.writer_running;
+        s.writer_running = true;
+        Ok(start)
+    }
+
+    /// Queues `req`, waiting for room.
+    ///
+    /// # Cancel safety
+    /// Nothing is queued until this returns.
+    async fn push(&self, mut req: AppendRequest) -> Result<bool, Refused> {
+        loop {
+            match self.try_push(req) {
+                Err(Refused::Full(back)) => req = back,
+                other => return other,
+            }
+            let listener = self.room.listen();
+            match self.try_push(req) {
+                Err(Refused::Full(back)) => req = back,
+                other => return other,
+            }
+            listener.await;
+        }
+    }
+
+    /// Takes queued requests up to `max_bytes` (at least one). With nothing
+    /// queued the writer is marked as ended and the storage released.
+    fn take(&self, max_bytes: usize) -> Vec<AppendRequest> {
+        let mut s = self.lock();
+        let mut out = Vec::new();
+        let mut bytes = 0usize;
+        while bytes < max_bytes {
+            match s.items.pop_front() {
+                Some(r) => {
+                    bytes += r.batch.len();
+                    out.push(r);
+                }
+                None => break,
+            }
+        }
+        if s.items.is_empty() {
+            // An idle partition keeps no slots.
+            s.items = VecDeque::new();
+            if out.is_empty() {
+                s.writer_running = false;
+                drop(s);
+                self.writer_done.notify(usize::MAX);
+                return out;
+            }
+        }
+        drop(s);
+        if !out.is_empty() {
+            self.room.notify(usize::MAX);
+        }
+        out
+    }
+
+    fn len(&self) -> usize {
+        self.lock().items.len()
+    }
+
+    fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Closes the queue (waiting producers get SHUTTING_DOWN) and waits
+    /// until the writer has written what was queued and ended.
+    async fn close_and_drain(&self) {
+        self.lock().closed = true;
+        self.room.notify(usize::MAX);
+        loop {
+            let listener = self.writer_done.listen();
+            if !self.lock().writer_running {
+                return;
+            }
+            listener.await;
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Shared {
     topic: String,
@@ -86,6 +228,8 @@ struct Shared {
     pending: AtomicUsize,
     /// Records and bytes in and out, for metrics.
     stats: crate::metrics::PartitionStats,
+    queue: AppendQueue,
+    batch_bytes: usize,
 }
 
 /// A partition of a topic.
@@ -96,10 +240,8 @@ pub struct Partition {
     /// Partition number.
     pub id: u32,
     shared: Arc<Shared>,
-    queue: async_channel::Sender<AppendRequest>,
     backpressure: Backpressure,
     inline_ok: bool,
-    writer: rt::sync::TaskSlot<()>,
 }
 
 pub(crate) fn read_lock(log: &RwLock<Log>) -> std::sync::RwLockReadGuard<'_, Log> {
@@ -135,7 +277,8 @@ impl Shared {
 }
 
 impl Partition {
-    /// Wraps an opened log and starts its writer task.
+    /// Wraps an opened log. No task or queue storage is created until an
+    /// append is queued.
     pub fn start(
         topic: &str,
         id: u32,
@@ -144,7 +287,6 @@ impl Partition {
         backpressure: Backpressure,
         batch_bytes: usize,
     ) -> Self {
-        let (tx, rx) = async_channel::bounded(max_pending.max(1));
         let inline_ok = log.config().fsync == FsyncPolicy::Never;
         let shared = Arc::new(Shared {
             topic: topic.to_owned(),
@@ -156,16 +298,15 @@ impl Partition {
             failed: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             stats: crate::metrics::PartitionStats::default(),
+            queue: AppendQueue::new(max_pending),
+            batch_bytes,
         });
-        let writer = rt::spawn(writer_loop(rx, Arc::clone(&shared), batch_bytes));
         Partition {
             topic: topic.to_owned(),
             id,
             shared,
-            queue: tx,
             backpressure,
             inline_ok,
-            writer: rt::sync::TaskSlot::new(writer),
         }
     }
 
@@ -201,12 +342,17 @@ impl Partition {
 
     /// Requests waiting in the queue.
     pub fn queued(&self) -> usize {
-        self.queue.len()
+        self.shared.queue.len()
     }
 
-    /// Capacity of the queue.
+    /// Capacity of the queue (`max_pending`).
     pub fn capacity(&self) -> usize {
-        self.queue.capacity().unwrap_or(usize::MAX)
+        self.shared.queue.capacity
+    }
+
+    /// True while a writer task runs (it ends when the queue drains).
+    pub fn writer_running(&self) -> bool {
+        self.shared.queue.lock().writer_running
     }
 
     /// A listener notified at the next append. Create it before checking
@@ -228,7 +374,7 @@ impl Partition {
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
         // Checked again under the lock: no earlier request may still be waiting.
-        if self.shared.pending.load(Ordering::Acquire) != 0 || self.queue.is_closed() {
+        if self.shared.pending.load(Ordering::Acquire) != 0 || self.shared.queue.is_closed() {
             return None;
         }
         let mut buf = batch.to_vec();
@@ -271,21 +417,25 @@ impl Partition {
         };
         self.shared.pending.fetch_add(1, Ordering::AcqRel);
         let sent = match self.backpressure {
-            Backpressure::Block => self
-                .queue
-                .send(req)
-                .await
-                .map_err(|_| ErrorCode::ShuttingDown),
-            Backpressure::Reject => self.queue.try_send(req).map_err(|e| match e {
-                async_channel::TrySendError::Full(_) => ErrorCode::QueueFull,
-                async_channel::TrySendError::Closed(_) => ErrorCode::ShuttingDown,
-            }),
+            Backpressure::Block => self.shared.queue.push(req).await,
+            Backpressure::Reject => self.shared.queue.try_push(req),
         };
-        if let Err(code) = sent {
-            self.shared.pending.fetch_sub(1, Ordering::AcqRel);
-            return Err(code);
+        match sent {
+            Ok(start_writer) => {
+                if start_writer {
+                    // Detached: it ends by itself when the queue is empty.
+                    drop(rt::spawn(writer_loop(Arc::clone(&self.shared))));
+                }
+                Ok(Admission::Queued(rx))
+            }
+            Err(refused) => {
+                self.shared.pending.fetch_sub(1, Ordering::AcqRel);
+                Err(match refused {
+                    Refused::Full(_) => ErrorCode::QueueFull,
+                    Refused::Closed => ErrorCode::ShuttingDown,
+                })
+            }
         }
-        Ok(Admission::Queued(rx))
     }
 
     /// Admits an append and waits for its base offset.
@@ -367,10 +517,18 @@ impl Partition {
         Arc::clone(read_lock(&self.shared.log).faults())
     }
 
-    /// Closes the queue, lets the writer drain it, and fsyncs the log.
+    /// Closes the queue, lets the writer drain it, and fsyncs the log, unless
+    /// the fsync policy is `never`: then the broker flushes the whole data
+    /// directory's filesystem once after every partition has drained
+    /// ([`crate::storage::dirs::sync_filesystem`]), instead of one fdatasync
+    /// (and one file reopen) per partition.
     pub async fn shutdown(&self) {
-        self.queue.close();
-        self.writer.join().await;
+        self.shared.queue.close_and_drain().await;
+        if self.inline_ok {
+            // inline_ok is exactly "fsync policy is never".
+            self.shared.data.notify(usize::MAX);
+            return;
+        }
         let shared = Arc::clone(&self.shared);
         let r = rt::unblock(move || {
             let mut log = write_lock(&shared.log);
@@ -391,24 +549,14 @@ impl Partition {
 /// Largest buffer a partition writer keeps when its queue is empty.
 const IDLE_WRITER_BUFFER: usize = 256 * 1024;
 
-async fn writer_loop(
-    rx: async_channel::Receiver<AppendRequest>,
-    shared: Arc<Shared>,
-    batch_bytes: usize,
-) {
-    // One buffer, reused for every group commit: no allocation or page faults per batch.
+async fn writer_loop(shared: Arc<Shared>) {
+    // One buffer, reused for every group commit while appends keep coming: no
+    // allocation or page faults per batch. It goes with the task when the queue drains.
     let mut buf: Vec<u8> = Vec::new();
-    while let Ok(first) = rx.recv().await {
-        let mut reqs = vec![first];
-        let mut bytes = reqs[0].batch.len();
-        while bytes < batch_bytes {
-            match rx.try_recv() {
-                Ok(r) => {
-                    bytes += r.batch.len();
-                    reqs.push(r);
-                }
-                Err(_) => break,
-            }
+    loop {
+        let reqs = shared.queue.take(shared.batch_bytes);
+        if reqs.is_empty() {
+            return;
         }
         buf.clear();
         for r in &reqs {
@@ -431,7 +579,7 @@ async fn writer_loop(
         // The buffer is kept while appends keep coming; an idle writer lets a large
         // one go, so the memory held by idle partitions does not grow with the
         // largest group commit each ever made.
-        if buf.capacity() > IDLE_WRITER_BUFFER && rx.is_empty() {
+        if buf.capacity() > IDLE_WRITER_BUFFER && shared.queue.len() == 0 {
             buf = Vec::new();
         }
         let (result, reqs) = result;
@@ -441,5 +589,143 @@ async fn writer_loop(
             let _ = r.ack.send(next);
             next = next.map(|b| b + u64::from(r.count));
         }
+    }
+}
+
+// The tests hold the log's lock on purpose while they queue appends, to keep
+// the writer parked; those awaits never wait for the lock.
+#[cfg(test)]
+#[allow(clippy::await_holding_lock)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+    use std::time::{Duration, Instant};
+
+    fn record(v: &[u8]) -> Bytes {
+        let mut out = Vec::new();
+        flume_protocol::record::encode(&mut out, 0, 1, None, v, &[]);
+        Bytes::from(out)
+    }
+
+    fn partition(dir: &std::path::Path, max_pending: usize, bp: Backpressure) -> Partition {
+        let log = Log::open(dir, crate::storage::LogConfig::default()).unwrap();
+        Partition::start("t", 0, log, max_pending, bp, 1 << 20)
+    }
+
+    /// Waits for `cond` with a deadline (no fixed sleeps).
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    /// Queues one append and waits until the writer has taken it and is
+    /// blocked on the log lock the caller holds, so the queue is empty.
+    fn park_writer(p: &Partition) -> Admission {
+        let first = p
+            .enqueue(record(b"first"), 1, 1)
+            .now_or_never()
+            .unwrap()
+            .unwrap();
+        assert!(
+            matches!(first, Admission::Queued(_)),
+            "the log is locked: no fast path"
+        );
+        wait_for("the writer to take the first request", || p.queued() == 0);
+        first
+    }
+
+    fn shared_log(p: &Partition) -> Arc<Shared> {
+        Arc::clone(&p.shared)
+    }
+
+    #[test]
+    fn an_idle_partition_holds_no_writer_and_no_queue_storage() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        assert!(!p.writer_running());
+        assert_eq!(p.shared.queue.lock().items.capacity(), 0);
+        rt::block_on(async {
+            let sh = shared_log(&p);
+            let guard = write_lock(&sh.log);
+            let first = park_writer(&p);
+            let second = p.enqueue(record(b"b"), 1, 1).await.unwrap();
+            assert!(p.writer_running());
+            assert!(p.shared.queue.lock().items.capacity() > 0);
+            drop(guard);
+            assert_eq!(first.wait().await, Ok(0));
+            assert_eq!(second.wait().await, Ok(1));
+        });
+        wait_for("the writer to end", || !p.writer_running());
+        assert_eq!(p.shared.queue.lock().items.capacity(), 0, "slots released");
+        rt::block_on(p.shutdown());
+    }
+
+    #[test]
+    fn reject_mode_refuses_at_max_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), 2, Backpressure::Reject);
+        rt::block_on(async {
+            let sh = shared_log(&p);
+            let guard = write_lock(&sh.log);
+            let first = park_writer(&p);
+            let a = p.enqueue(record(b"a"), 1, 1).await.unwrap();
+            let b = p.enqueue(record(b"b"), 1, 1).await.unwrap();
+            assert_eq!(p.queued(), 2);
+            assert_eq!(
+                p.enqueue(record(b"c"), 1, 1).await.unwrap_err(),
+                ErrorCode::QueueFull
+            );
+            drop(guard);
+            assert_eq!(first.wait().await, Ok(0));
+            assert_eq!(a.wait().await, Ok(1));
+            assert_eq!(b.wait().await, Ok(2));
+            p.shutdown().await;
+        });
+    }
+
+    #[test]
+    fn block_mode_waits_at_max_pending_and_shutdown_wakes_waiters() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), 2, Backpressure::Block);
+        rt::block_on(async {
+            let sh = shared_log(&p);
+            let guard = write_lock(&sh.log);
+            let first = park_writer(&p);
+            let a = p.enqueue(record(b"a"), 1, 1).await.unwrap();
+            let b = p.enqueue(record(b"b"), 1, 1).await.unwrap();
+            let mut third = Box::pin(p.enqueue(record(b"c"), 1, 1));
+            assert!(third.as_mut().now_or_never().is_none(), "waits for room");
+            // Cancelled while waiting: nothing was queued.
+            drop(third);
+            assert_eq!(p.queued(), 2);
+            let mut fourth = Box::pin(p.enqueue(record(b"d"), 1, 1));
+            assert!(fourth.as_mut().now_or_never().is_none());
+            drop(guard);
+            assert_eq!(first.wait().await, Ok(0));
+            assert_eq!(a.wait().await, Ok(1));
+            assert_eq!(b.wait().await, Ok(2));
+            assert_eq!(
+                fourth.await.unwrap().wait().await,
+                Ok(3),
+                "room made, queued"
+            );
+            // A producer waiting at shutdown gets SHUTTING_DOWN.
+            let guard = write_lock(&sh.log);
+            let first = park_writer(&p);
+            let _a = p.enqueue(record(b"e"), 1, 1).await.unwrap();
+            let _b = p.enqueue(record(b"f"), 1, 1).await.unwrap();
+            let mut blocked = Box::pin(p.enqueue(record(b"g"), 1, 1));
+            assert!(blocked.as_mut().now_or_never().is_none());
+            p.shared.queue.lock().closed = true;
+            p.shared.queue.room.notify(usize::MAX);
+            assert_eq!(blocked.await.unwrap_err(), ErrorCode::ShuttingDown);
+            drop(guard);
+            assert_eq!(first.wait().await, Ok(4));
+            p.shutdown().await;
+            assert!(!p.writer_running());
+        });
     }
 }

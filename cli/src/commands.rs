@@ -119,9 +119,20 @@ pub struct BrokerArgs {
     /// (1 MiB), the producer's default too]. Larger records get RECORD_TOO_LARGE.
     #[arg(long, value_parser = range_u64(64, 1 << 30))]
     max_record_bytes: Option<u64>,
-    /// Most concurrent connections.
-    #[arg(long, default_value_t = 4096, value_parser = range_u64(1, 1_000_000))]
+    /// Most concurrent connections; each holds a file descriptor, a task and
+    /// its read/write buffers (a few KB idle, more while it has requests in flight).
+    #[arg(long, default_value_t = 10_000, value_parser = range_u64(1, 1_000_000))]
     max_connections: u64,
+    /// Most partitions over all topics; an idle partition costs a few KB of
+    /// memory, no file descriptor and no task. A topic past it gets LIMIT_REACHED.
+    #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, 10_000_000))]
+    max_partitions: u64,
+    /// Most segment files open at once over all partitions (an LRU; sealed and
+    /// idle segments are opened again on demand). The broker needs about
+    /// max-open-files + max-connections + 64 file descriptors and raises its
+    /// soft RLIMIT_NOFILE towards that at start (warning if the hard limit is lower).
+    #[arg(long, default_value_t = 16_384, value_parser = range_u64(1, 10_000_000))]
+    max_open_files: u64,
     /// Most bytes of requests being served at once; past it the broker stops
     /// reading until requests complete [default: 64 MiB, or max-frame-bytes if larger].
     #[arg(long, value_parser = range_u64(4096, 1 << 40))]
@@ -260,6 +271,10 @@ async fn broker(a: BrokerArgs) -> Result<()> {
         None => c.max_record_bytes.min(c.max_frame_bytes - 1024),
     };
     c.max_connections = usize::try_from(a.max_connections)?;
+    c.max_partitions = a.max_partitions;
+    c.max_open_files = usize::try_from(a.max_open_files)?;
+    // Raised before the broker opens its topics; reported once it has started.
+    let fds = c.ensure_fd_limit();
     c.max_request_memory = match a.max_request_memory {
         Some(n) => usize::try_from(n)?,
         None => c.max_request_memory.max(c.max_frame_bytes),
@@ -285,6 +300,12 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     }
     if let Some(kafka) = broker.kafka_addr() {
         println!("flume broker serving Kafka clients on {kafka}");
+    }
+    if !fds.is_enough() {
+        eprintln!(
+            "warning: {fds}: raise it (ulimit -n {}) or lower --max-open-files/--max-connections, or opens and accepts will fail with EMFILE under load",
+            fds.needed
+        );
     }
     std::io::stdout().flush().ok();
     let _ = stop.recv().await;

@@ -74,6 +74,16 @@ pub struct ProduceArgs {
     /// Distinct keys (0: no keys).
     #[arg(long, default_value_t = 0, value_parser = range_u64(0, i64::MAX))]
     key_cardinality: u64,
+    /// Spread records over partitions 0..N of each topic in turn (explicit
+    /// partitions, so every one of them gets records; 0: the producer's
+    /// partitioner decides). The topic must have at least N partitions.
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 100_000))]
+    partitions_spread: u64,
+    /// Spread records over T topics named `<topic>-0` .. `<topic>-<T-1>`
+    /// (auto-created with the broker's default partitions if missing); with
+    /// --partitions-spread N, record j goes to topic j % T, partition (j / T) % N.
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
+    topics_spread: u64,
     /// Producer connections, each driven by its own task.
     #[arg(long, default_value_t = 1, value_parser = range_u64(1, 1024))]
     producers: u64,
@@ -177,10 +187,41 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 /// One in this many records is timed when sends are pipelined.
 const SAMPLE_EVERY: u64 = 8;
 
+/// Where `perf produce --topics-spread/--partitions-spread` sends record `j`.
+#[derive(Debug, Clone)]
+struct Spread {
+    topic: String,
+    topics: u64,
+    partitions: u64,
+}
+
+impl Spread {
+    fn target(&self, j: u64) -> (String, Option<i32>) {
+        let topic = if self.topics > 0 {
+            format!("{}-{}", self.topic, j % self.topics)
+        } else {
+            self.topic.clone()
+        };
+        let partition = (self.partitions > 0).then(|| {
+            let p = (j / self.topics.max(1)) % self.partitions;
+            i32::try_from(p).unwrap_or(i32::MAX)
+        });
+        (topic, partition)
+    }
+}
+
 /// `rec` with `key`, when there is one.
 fn with_key(rec: ProducerRecord, key: Option<Bytes>) -> ProducerRecord {
     match key {
         Some(k) => rec.key(k),
+        None => rec,
+    }
+}
+
+/// `rec` sent to `partition`, when one is given.
+fn with_partition(rec: ProducerRecord, partition: Option<i32>) -> ProducerRecord {
+    match partition {
+        Some(p) => rec.partition(p),
         None => rec,
     }
 }
@@ -205,10 +246,19 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     // The first of the N records goes alone, before the clock starts: it creates the
     // topic if needed and warms the connection. It counts as one of the N (no extra
     // record lands in the topic) but not in the timing.
+    let spread = Spread {
+        topic: a.topic.clone(),
+        topics: a.topics_spread,
+        partitions: a.partitions_spread,
+    };
+    let (topic0, partition0) = spread.target(0);
     producers[0]
-        .send_record(with_key(
-            ProducerRecord::new(a.topic.clone(), value.clone()),
-            (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
+        .send_record(with_partition(
+            with_key(
+                ProducerRecord::new(topic0, value.clone()),
+                (a.key_cardinality > 0).then(|| Bytes::from("key-0")),
+            ),
+            partition0,
         ))
         .await
         .map_err(crate::commands::describe)?;
@@ -222,19 +272,23 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         let i = i as u64;
         let n = timed / a.producers + u64::from(i < timed % a.producers);
         let producer = Arc::clone(producer);
-        let topic = a.topic.clone();
+        let spread = spread.clone();
         let value = value.clone();
         let done = Arc::clone(&done);
-        let (sync, keys) = (a.sync, a.key_cardinality);
+        let (sync, keys, producers_n) = (a.sync, a.key_cardinality, a.producers);
         let work = async move {
             let mut lat = Vec::with_capacity(usize::try_from(n / SAMPLE_EVERY + 1).unwrap_or(0));
             let mut inflight = std::collections::VecDeque::with_capacity(window);
             // Latencies measured so far are kept when the run fails half-way.
             let run = async {
                 for j in 0..n {
-                    let rec = with_key(
-                        ProducerRecord::new(topic.clone(), value.clone()),
-                        (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
+                    let (topic, partition) = spread.target(j * producers_n + i + 1);
+                    let rec = with_partition(
+                        with_key(
+                            ProducerRecord::new(topic, value.clone()),
+                            (keys > 0).then(|| Bytes::from(format!("key-{}", (j + 1 + i) % keys))),
+                        ),
+                        partition,
                     );
                     if sync {
                         let t0 = Instant::now();
@@ -321,6 +375,8 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             "max": percentile(&lat, 1.0),
         },
         "producers": a.producers,
+        "topics_spread": a.topics_spread,
+        "partitions_spread": a.partitions_spread,
         "sync": a.sync,
         "busy_poll_us": a.busy_poll_us,
     });
@@ -704,6 +760,26 @@ async fn e2e(a: E2eArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_reaches_every_partition_of_every_topic_once_per_round() {
+        let s = Spread {
+            topic: "t".into(),
+            topics: 3,
+            partitions: 4,
+        };
+        let mut seen: Vec<(String, Option<i32>)> = (0..12).map(|j| s.target(j)).collect();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 12, "{seen:?}");
+        assert_eq!(s.target(12), s.target(0));
+        let one = Spread {
+            topic: "t".into(),
+            topics: 0,
+            partitions: 0,
+        };
+        assert_eq!(one.target(5), ("t".to_owned(), None));
+    }
 
     #[test]
     fn e2e_takes_only_its_own_records() {

@@ -199,6 +199,13 @@ impl Engine {
                 p.shutdown().await;
             }
         }
+        if self.config.fsync == crate::storage::FsyncPolicy::Never {
+            // The partitions skipped their own fsync under `never`: one syncfs for all.
+            let dir = self.config.data_dir.clone();
+            if let Err(e) = rt::unblock(move || crate::storage::dirs::sync_filesystem(&dir)).await {
+                tracing::error!(error = %e, "flushing the data directory at shutdown failed");
+            }
+        }
         self.offsets.shutdown().await;
         // Everything is on disk: another broker (or a reopen in this process) may take over.
         drop(lock(&self.data_lock).take());

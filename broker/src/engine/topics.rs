@@ -96,7 +96,7 @@ impl Engine {
     /// Creates a topic with the given settings (blocking; see [`Engine::create_topic_async`]).
     ///
     /// # Errors
-    /// INVALID_NAME, INVALID_REQUEST, TOPIC_ALREADY_EXISTS, or storage errors.
+    /// INVALID_NAME, INVALID_REQUEST, LIMIT_REACHED, TOPIC_ALREADY_EXISTS, or storage errors.
     pub fn create_topic(&self, name: &str, tc: TopicConfig) -> Result<Arc<Topic>, BrokerError> {
         rt::block_on(self.create_topic_async(name, tc))
     }
@@ -105,8 +105,8 @@ impl Engine {
     /// `topic.conf`, partition logs) runs on the blocking pool.
     ///
     /// # Errors
-    /// INVALID_NAME, INVALID_REQUEST (a setting out of range, or a broker-wide
-    /// budget), TOPIC_ALREADY_EXISTS, or storage errors.
+    /// INVALID_NAME, INVALID_REQUEST (a setting out of range), LIMIT_REACHED
+    /// (`max_partitions`), TOPIC_ALREADY_EXISTS, or storage errors.
     pub async fn create_topic_async(
         &self,
         name: &str,
@@ -125,25 +125,14 @@ impl Engine {
         if self.topic(name).is_some() {
             return Err(BrokerError::code_for(ErrorCode::TopicAlreadyExists, name));
         }
-        // Broker-wide budgets: every partition holds files and a task, every queue
-        // slot is preallocated memory, so a peer cannot create its way to exhaustion.
-        let topics = self.topics();
-        let partitions: u64 = topics
+        // A broker-wide limit, so a peer cannot create its way to exhaustion.
+        let existing: u64 = self
+            .topics()
             .iter()
             .map(|t| t.partitions.len() as u64)
-            .sum::<u64>()
-            + u64::from(tc.partitions);
-        let slots: u64 =
-            topics.iter().map(|t| t.config.queue_slots()).sum::<u64>() + tc.queue_slots();
-        if partitions > self.config.max_partitions || slots > self.config.max_queue_slots {
-            return Err(BrokerError::code_for(
-                ErrorCode::InvalidRequest,
-                format!(
-                    "topic {name} would bring the broker to {partitions} partitions (limit {}) and {slots} queue slots (limit {})",
-                    self.config.max_partitions, self.config.max_queue_slots
-                ),
-            ));
-        }
+            .sum();
+        self.config
+            .check_partition_limit(name, existing, tc.partitions)?;
         let config = self.config.clone();
         let owned = name.to_owned();
         let topic = rt::unblock(move || {

@@ -61,6 +61,18 @@ pub fn create_dir_durable(dir: &Path) -> Result<(), StorageError> {
     fsync_dir(parent.unwrap_or_else(|| Path::new(".")))
 }
 
+/// Flushes every file of the filesystem holding `dir` with one `syncfs(2)`.
+/// A clean shutdown under fsync `never` uses it instead of one fdatasync per
+/// partition (50 000 of those took 25 s, and reopened every file the cache
+/// had closed); it also flushes other programs' data on that filesystem.
+///
+/// # Errors
+/// When `dir` cannot be opened or the OS reports a writeback failure.
+pub fn sync_filesystem(dir: &Path) -> Result<(), StorageError> {
+    let f = File::open(dir).map_err(io_err("open", dir))?;
+    rustix::fs::syncfs(&f).map_err(|e| io_err("syncfs", dir)(e.into()))
+}
+
 /// The exclusive hold of a data directory; dropping it releases the lock.
 #[derive(Debug)]
 pub struct DataDirLock {

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use flume_protocol::record;
 
 use super::fault::FaultInjector;
+use super::files::FileCache;
 use super::segment::{self, Segment};
 use super::{dirs, io_err, StorageError};
 
@@ -45,6 +46,9 @@ pub struct LogConfig {
     pub retention_ms: Option<u64>,
     /// On open, check every record of every sealed segment (slower start).
     pub verify_sealed: bool,
+    /// The open files of segments, shared by all the logs of a broker
+    /// (bounded by `max_open_files`).
+    pub files: Arc<FileCache>,
 }
 
 impl Default for LogConfig {
@@ -56,7 +60,17 @@ impl Default for LogConfig {
             retention_bytes: None,
             retention_ms: None,
             verify_sealed: false,
+            files: Arc::new(FileCache::default()),
         }
+    }
+}
+
+impl LogConfig {
+    /// Whether the active segment keeps its files open outside the file
+    /// cache: when an fsync is promised, the descriptor that wrote the data
+    /// must be the one that fsyncs it (see [`super::files`]).
+    pub fn pins_active(&self) -> bool {
+        self.fsync != FsyncPolicy::Never
     }
 }
 
@@ -138,6 +152,8 @@ impl Log {
                 config.verify_sealed && !active,
                 next_base,
                 Arc::clone(&faults),
+                &config.files,
+                config.pins_active(),
             )?;
             if let Some(nb) = next_base {
                 if seg.next_offset != nb {
@@ -155,8 +171,14 @@ impl Log {
         let active = match segments.pop() {
             Some(a) => a,
             None => {
-                let seg =
-                    Segment::create(dir, 0, config.index_interval_bytes, Arc::clone(&faults))?;
+                let seg = Segment::create(
+                    dir,
+                    0,
+                    config.index_interval_bytes,
+                    Arc::clone(&faults),
+                    &config.files,
+                    config.pins_active(),
+                )?;
                 if config.fsync != FsyncPolicy::Never {
                     dirs::fsync_dir(dir)?;
                 }
@@ -330,6 +352,8 @@ impl Log {
             next,
             self.config.index_interval_bytes,
             Arc::clone(&self.faults),
+            &self.config.files,
+            self.config.pins_active(),
         )?;
         if self.config.fsync != FsyncPolicy::Never {
             // The new segment's name must outlive a power loss, or so would its records.
@@ -338,7 +362,8 @@ impl Log {
                 return Err(e);
             }
         }
-        let old = std::mem::replace(&mut self.active, seg);
+        let mut old = std::mem::replace(&mut self.active, seg);
+        old.seal();
         self.sealed.push(old);
         Ok(())
     }

@@ -17,14 +17,19 @@
 //! - [`dirs`]: directory fsync ([`fsync_dir`]), durable directory creation,
 //!   the data directory's lock and marker.
 //! - [`fault`]: the fault hook tests use to make writes and fsyncs fail.
+//! - [`files`]: the broker-wide LRU of open segment files (`max_open_files`):
+//!   sealed segments are opened on demand, so descriptors do not grow with
+//!   partitions.
 
 pub mod dirs;
 pub mod fault;
+pub mod files;
 pub mod log;
 pub mod segment;
 
 pub use dirs::{create_dir_durable, fsync_dir, DataDirLock};
 pub use fault::FaultInjector;
+pub use files::FileCache;
 pub use log::{FsyncPolicy, Log, LogConfig, ReadResult};
 
 use std::path::PathBuf;

@@ -9,7 +9,68 @@ use std::sync::Arc;
 use flume_protocol::record::{self, RECORD_HEADER_LEN};
 
 use super::fault::{self, FaultInjector};
+use super::files::{CachedFile, FileCache};
 use super::{io_err, StorageError};
+
+/// How a segment reaches one of its files: kept open by the segment
+/// (the active segment of a log that fsyncs), or through the broker's
+/// [`FileCache`] (opened on demand, closed when least recently used).
+#[derive(Debug)]
+enum SegFile {
+    Pinned(File),
+    Cached(CachedFile),
+}
+
+/// An open file for one call.
+enum FileRef<'a> {
+    Pinned(&'a File),
+    Cached(Arc<File>),
+}
+
+impl std::ops::Deref for FileRef<'_> {
+    type Target = File;
+    fn deref(&self) -> &File {
+        match self {
+            FileRef::Pinned(f) => f,
+            FileRef::Cached(f) => f,
+        }
+    }
+}
+
+impl SegFile {
+    fn new(files: &Arc<FileCache>, path: &Path, file: File, pin: bool) -> Self {
+        if pin {
+            SegFile::Pinned(file)
+        } else {
+            SegFile::Cached(files.adopt(path.to_path_buf(), file))
+        }
+    }
+
+    fn get(&self) -> Result<FileRef<'_>, StorageError> {
+        Ok(match self {
+            SegFile::Pinned(f) => FileRef::Pinned(f),
+            SegFile::Cached(c) => FileRef::Cached(c.get()?),
+        })
+    }
+
+    /// Hands a pinned file to the cache; closes a cached one (reopened on use).
+    fn release(self, files: &Arc<FileCache>, path: &Path) -> Self {
+        match self {
+            SegFile::Pinned(f) => SegFile::Cached(files.adopt(path.to_path_buf(), f)),
+            SegFile::Cached(c) => {
+                c.close();
+                SegFile::Cached(c)
+            }
+        }
+    }
+
+    /// Closes a cached file now (no-op for a pinned one).
+    fn close(&self) {
+        if let SegFile::Cached(c) = self {
+            c.close();
+        }
+    }
+}
 
 /// Magic and version at the start of every `.log` file.
 pub const LOG_MAGIC: [u8; 8] = *b"FLMLOG\x00\x01";
@@ -70,8 +131,9 @@ pub struct Segment {
     pub max_timestamp: Option<i64>,
     log_path: PathBuf,
     index_path: PathBuf,
-    log: File,
-    index: File,
+    log: SegFile,
+    index: SegFile,
+    files: Arc<FileCache>,
     entries: Vec<IndexEntry>,
     bytes_since_entry: u64,
     index_interval: u64,
@@ -96,15 +158,19 @@ impl Segment {
     ///
     /// # Errors
     /// When the files cannot be created (what was created is removed again).
+    ///
+    /// `pin`: keep both files open outside the cache (see [`super::files`]).
     pub fn create(
         dir: &Path,
         base: u64,
         index_interval: u64,
         faults: Arc<FaultInjector>,
+        files: &Arc<FileCache>,
+        pin: bool,
     ) -> Result<Self, StorageError> {
         let log_path = dir.join(file_name(base, "log"));
         let index_path = dir.join(file_name(base, "index"));
-        let files = OpenOptions::new()
+        let created = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
@@ -116,7 +182,7 @@ impl Segment {
                     .map_err(io_err("write", &log_path))?;
                 Ok((log, Self::fresh_index(&index_path)?))
             });
-        let (log, index) = match files {
+        let (log, index) = match created {
             Ok(f) => f,
             Err(e) => {
                 let _ = std::fs::remove_file(&log_path);
@@ -129,10 +195,11 @@ impl Segment {
             next_offset: base,
             size: FILE_HEADER_LEN,
             max_timestamp: None,
+            log: SegFile::new(files, &log_path, log, pin),
+            index: SegFile::new(files, &index_path, index, pin),
+            files: Arc::clone(files),
             log_path,
             index_path,
-            log,
-            index,
             entries: Vec::new(),
             bytes_since_entry: 0,
             index_interval,
@@ -163,6 +230,11 @@ impl Segment {
     ///
     /// # Errors
     /// I/O errors, a bad magic, or (with `verify`) a damaged sealed segment.
+    ///
+    /// `pin` (active segments only): keep both files open outside the cache.
+    /// A sealed segment's files are closed when this returns and opened on
+    /// demand through `files`.
+    #[allow(clippy::too_many_arguments)]
     pub fn open(
         dir: &Path,
         base: u64,
@@ -171,7 +243,10 @@ impl Segment {
         verify: bool,
         next_base: Option<u64>,
         faults: Arc<FaultInjector>,
+        files: &Arc<FileCache>,
+        pin: bool,
     ) -> Result<Self, StorageError> {
+        let pin = pin && active;
         let log_path = dir.join(file_name(base, "log"));
         let index_path = dir.join(file_name(base, "index"));
         let log = OpenOptions::new()
@@ -190,7 +265,7 @@ impl Segment {
             // A segment created just before a crash: start it again.
             tracing::warn!(segment = %log_path.display(), size, "active segment shorter than its header; recreating it empty");
             drop(log);
-            return Self::create(dir, base, index_interval, faults);
+            return Self::create(dir, base, index_interval, faults, files, pin);
         }
         let mut magic = [0u8; 8];
         read_exact_at(&log, &log_path, &mut magic, 0)?;
@@ -200,10 +275,12 @@ impl Segment {
                 reason: format!("bad magic/version {magic:02x?}, expected {LOG_MAGIC:02x?}"),
             });
         }
+        let mut index_missing = false;
         let (index, entries) = match Self::load_index(&index_path, &log, size, base) {
             Some(found) => found,
             None => {
                 tracing::info!(index = %index_path.display(), "index missing or invalid; rebuilding from the log");
+                index_missing = true;
                 (Self::fresh_index(&index_path)?, Vec::new())
             }
         };
@@ -212,16 +289,23 @@ impl Segment {
             next_offset: next_base.unwrap_or(base),
             size,
             max_timestamp: None,
+            log: SegFile::new(files, &log_path, log, pin),
+            index: SegFile::new(files, &index_path, index, pin),
+            files: Arc::clone(files),
             log_path,
             index_path,
-            log,
-            index,
             entries,
             bytes_since_entry: 0,
             index_interval,
             faults,
         };
-        let rebuilt_index = seg.entries.is_empty() && size > FILE_HEADER_LEN;
+        // An empty index is valid for a segment shorter than one index interval
+        // (its first entry comes after `index_interval` bytes): rebuilding it at
+        // every open cost a truncate (a synchronous discard on some filesystems)
+        // per partition, most of a restart's time with many small partitions.
+        let rebuilt_index = index_missing
+            || (seg.entries.is_empty()
+                && size > FILE_HEADER_LEN.saturating_add(seg.index_interval));
         if active || verify || rebuilt_index || next_base.is_none() {
             // Scan from the last index entry when trusted, from the start when verifying.
             let from = if verify || rebuilt_index {
@@ -247,10 +331,11 @@ impl Segment {
                     reason = %damage,
                     "truncated torn or corrupt tail of the active segment"
                 );
-                seg.log
-                    .set_len(out.valid_end)
+                let log = seg.log.get()?;
+                log.set_len(out.valid_end)
                     .map_err(io_err("truncate", &seg.log_path))?;
-                seg.log.sync_all().map_err(io_err("fsync", &seg.log_path))?;
+                log.sync_all().map_err(io_err("fsync", &seg.log_path))?;
+                drop(log);
                 seg.size = out.valid_end;
                 seg.entries.retain(|e| u64::from(e.pos) < out.valid_end);
                 seg.rewrite_index()?;
@@ -268,6 +353,11 @@ impl Segment {
                 .last()
                 .map_or(FILE_HEADER_LEN, |e| u64::from(e.pos)),
         );
+        if !active {
+            // Sealed: opened again only when read.
+            seg.log.close();
+            seg.index.close();
+        }
         Ok(seg)
     }
 
@@ -313,8 +403,8 @@ impl Segment {
         }
         if entries.len() * INDEX_ENTRY_LEN + 8 != raw.len() {
             // Some entries were dropped: the caller rewrites the file when it scans.
-            let mut this = (index, entries);
-            let _ = rewrite_index_file(path, &mut this.0, &this.1);
+            let this = (index, entries);
+            let _ = rewrite_index_file(path, &this.0, &this.1);
             return Some(this);
         }
         Some((index, entries))
@@ -341,7 +431,7 @@ impl Segment {
         while pos < self.size {
             let want = chunk_len.min(self.size - pos);
             let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
-            read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+            read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
             let mut at = 0usize;
             let mut progressed = false;
             loop {
@@ -382,7 +472,7 @@ impl Segment {
                     {
                         // A single record larger than the chunk: read it whole.
                         let mut big = vec![0u8; usize::try_from(needed).unwrap_or(usize::MAX)];
-                        read_exact_at(&self.log, &self.log_path, &mut big, pos)?;
+                        read_exact_at(&*self.log.get()?, &self.log_path, &mut big, pos)?;
                         buf = big;
                         continue;
                     }
@@ -414,7 +504,7 @@ impl Segment {
     }
 
     fn rewrite_index(&mut self) -> Result<(), StorageError> {
-        rewrite_index_file(&self.index_path, &mut self.index, &self.entries)
+        rewrite_index_file(&self.index_path, &*self.index.get()?, &self.entries)
     }
 
     /// Appends a validated batch whose offsets are already assigned, with one
@@ -424,17 +514,17 @@ impl Segment {
     /// When the write fails; the file is cut back to its previous size.
     pub fn append(&mut self, batch: &[u8], count: u64, max_ts: i64) -> Result<(), StorageError> {
         let start = self.size;
+        let log = self.log.get()?;
         let written = if self.faults.write_fault() {
             // A short write, then the error: what a full or failing disk gives.
             let half = batch.get(..batch.len() / 2).unwrap_or_default();
-            self.log
-                .write_all_at(half, start)
+            log.write_all_at(half, start)
                 .and(Err(fault::injected("write")))
         } else {
-            self.log.write_all_at(batch, start)
+            log.write_all_at(batch, start)
         };
         if let Err(e) = written {
-            if let Err(t) = self.log.set_len(start) {
+            if let Err(t) = log.set_len(start) {
                 tracing::error!(segment = %self.log_path.display(), error = %t, "could not cut a failed write back; recovery will at restart");
             }
             return Err(StorageError::Io {
@@ -464,7 +554,11 @@ impl Segment {
             }
             // The index is derived data: a failed index write is repaired on open.
             let at = FILE_HEADER_LEN + (first_new * INDEX_ENTRY_LEN) as u64;
-            if let Err(e) = self.index.write_all_at(&raw, at) {
+            let index = self.index.get();
+            if let Err(e) = index.and_then(|f| {
+                f.write_all_at(&raw, at)
+                    .map_err(io_err("write", &self.index_path))
+            }) {
                 tracing::warn!(index = %self.index_path.display(), error = %e, "index write failed; it will be rebuilt on open");
             }
         }
@@ -499,12 +593,14 @@ impl Segment {
         self.bytes_since_entry = mark.bytes_since_entry;
         self.max_timestamp = mark.max_timestamp;
         let index_len = FILE_HEADER_LEN + (self.entries.len() * INDEX_ENTRY_LEN) as u64;
-        let _ = self.index.set_len(index_len);
-        self.log
-            .set_len(mark.size)
+        if let Ok(index) = self.index.get() {
+            let _ = index.set_len(index_len);
+        }
+        let log = self.log.get()?;
+        log.set_len(mark.size)
             .map_err(io_err("truncate", &self.log_path))?;
         // Best effort: the disk has just failed, and restart recovery checks again.
-        let _ = self.log.sync_all();
+        let _ = log.sync_all();
         Ok(())
     }
 
@@ -517,6 +613,7 @@ impl Segment {
             return Err(io_err("fsync", &self.log_path)(fault::injected("fsync")));
         }
         self.log
+            .get()?
             .sync_data()
             .map_err(io_err("fsync", &self.log_path))
     }
@@ -528,6 +625,7 @@ impl Segment {
     pub fn sync_all(&self) -> Result<(), StorageError> {
         self.sync()?;
         self.index
+            .get()?
             .sync_data()
             .map_err(io_err("fsync", &self.index_path))
     }
@@ -562,7 +660,7 @@ impl Segment {
                         ));
                     }
                     buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
-                    read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+                    read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
                     buf_start = pos;
                     match record::peek_header(&buf, 0) {
                         Some(h) => h,
@@ -631,7 +729,7 @@ impl Segment {
             want = avail.min(RECORD_HEADER_LEN as u64);
         }
         let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
-        read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+        read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
         // The first record always goes out whole, even above max_bytes.
         if let Some((_, size)) = record::peek_header(&buf, 0) {
             let first = RECORD_HEADER_LEN as u64 + u64::from(size);
@@ -644,7 +742,7 @@ impl Segment {
             }
             if first > buf.len() as u64 {
                 buf = vec![0u8; usize::try_from(first).unwrap_or(usize::MAX)];
-                read_exact_at(&self.log, &self.log_path, &mut buf, pos)?;
+                read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
             }
         }
         let mut end = 0usize;
@@ -691,11 +789,31 @@ impl Segment {
             index,
             ..
         } = self;
+        // Out of the cache first: a later open of the same name is a new file.
         drop(log);
         drop(index);
         std::fs::remove_file(&log_path).map_err(io_err("delete", &log_path))?;
         let _ = std::fs::remove_file(&index_path);
         Ok(())
+    }
+
+    /// Makes this (former active) segment a sealed one: its files go
+    /// through the cache, and the index, no longer written, is closed.
+    pub fn seal(&mut self) {
+        let placeholder = || SegFile::Cached(self.files.file(PathBuf::new()));
+        let log = std::mem::replace(&mut self.log, placeholder());
+        self.log = match log {
+            SegFile::Pinned(f) => SegFile::Cached(self.files.adopt(self.log_path.clone(), f)),
+            cached => cached,
+        };
+        let index = std::mem::replace(&mut self.index, placeholder());
+        self.index = index.release(&self.files, &self.index_path);
+        self.index.close();
+    }
+
+    /// True while this segment keeps its files open outside the cache.
+    pub fn is_pinned(&self) -> bool {
+        matches!(self.log, SegFile::Pinned(_))
     }
 
     /// Path of the `.log` file.
@@ -711,7 +829,7 @@ impl Segment {
 
 fn rewrite_index_file(
     path: &Path,
-    file: &mut File,
+    file: &File,
     entries: &[IndexEntry],
 ) -> Result<(), StorageError> {
     let mut raw = Vec::with_capacity(8 + entries.len() * INDEX_ENTRY_LEN);

@@ -328,3 +328,32 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn reopening_a_segment_shorter_than_one_index_interval_leaves_its_index_alone() {
+    // An empty index is valid below one interval; it used to be rebuilt (a
+    // truncate and a write) at every open, most of a restart with many partitions.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        index_interval_bytes: 4096,
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(dir.path(), cfg.clone()).unwrap();
+    log.append(&mut batch(&[value(1)], 1)).unwrap();
+    drop(log);
+    let index = dir.path().join(segment::file_name(0, "index"));
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&index)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let log = Log::open(dir.path(), cfg).unwrap();
+    assert_eq!(log.end_offset(), 1);
+    assert_eq!(
+        std::fs::metadata(&index).unwrap().modified().unwrap(),
+        old,
+        "the index was rewritten"
+    );
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env bash
+# Scale figures for the README (issue 17), in one run with the release build, default broker
+# settings (except --partitions 4 for auto-created topics):
+#   - 12,500 topics of 4 partitions (50,000) created, each partition receiving records;
+#   - idle RSS and KB per partition, open file descriptors;
+#   - shutdown time, restart time until serving METADATA again;
+#   - METADATA of all topics (time of one request, measured by the client in this script);
+#   - produce spread over 10,000 partitions vs one partition (flume-cli perf produce);
+#   - 10,000 connections held at once, each answered.
+# Not run by CI; takes a few minutes. The soft RLIMIT_NOFILE is raised to the hard limit
+# (the broker needs max_open_files + max_connections + 64 = 26,448 descriptors by default,
+# this script's client 10,000 more for the connection test).
+# Not measured here yet: 1,000 groups x 10 members (a later session).
+#
+# usage: benches/scale.sh            env: TOPICS (12500) SPREAD (10000) CONNS (10000) RECORDS (2000000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+topics=${TOPICS:-12500}
+spread=${SPREAD:-10000}
+conns=${CONNS:-10000}
+records=${RECORDS:-2000000}
+partitions=$((topics * 4))
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+cargo build --release -q -p flume-cli
+bin=target/release/flume-cli
+data=$(mktemp -d)
+log=$(mktemp)
+port=$((20000 + RANDOM % 20000))
+addr=127.0.0.1:$port
+pid=
+# The broker needs max_open_files + max_connections + 64 descriptors (26,448 by default); on a
+# machine whose hard limit is lower, the file cache is made smaller to fit, and the run says so.
+hard=$(ulimit -Hn)
+extra=()
+if [ "$hard" != unlimited ] && [ "$hard" -lt 26448 ]; then
+  mof=$((hard - 10000 - 64 - 500))
+  extra=(--max-open-files "$mof")
+  echo "note: hard RLIMIT_NOFILE is $hard < 26448 needed by the defaults: running with --max-open-files $mof"
+fi
+start_broker() {
+  "$bin" broker --port "$port" --data "$data" --partitions 4 "${extra[@]}" >>"$log" 2>&1 &
+  pid=$!
+}
+wait_port() {
+  for _ in $(seq 1 2000); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && return; sleep 0.005; done
+  echo "broker did not start; log:" >&2; tail "$log" >&2; exit 1
+}
+stop_broker() { kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
+trap 'stop_broker; rm -rf "$data" "$log"' EXIT
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
+fds() { ls "/proc/$pid/fd" | wc -l; }
+now() { date +%s.%N; }
+secs() { echo "$2 - $1" | bc -l | xargs printf '%.3f'; }
+
+# A raw-protocol client (docs/protocol.md): METADATA timing and check, and many connections.
+py=$(mktemp --suffix .py)
+trap 'stop_broker; rm -rf "$data" "$log" "$py"' EXIT
+cat >"$py" <<'EOF'
+import socket, struct, sys, time, resource
+host, port = sys.argv[2].rsplit(":", 1); port = int(port)
+def frame(api, rid, payload): return struct.pack(">ihi", 6 + len(payload), api, rid) + payload
+def recv_exact(s, n):
+    b = bytearray()
+    while len(b) < n:
+        c = s.recv(n - len(b))
+        if not c: raise EOFError("closed")
+        b += c
+    return bytes(b)
+def response(s):
+    size, = struct.unpack(">i", recv_exact(s, 4)); return recv_exact(s, size)
+def metadata_all():
+    s = socket.create_connection((host, port)); s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    best = None
+    for _ in range(5):
+        t = time.perf_counter(); s.sendall(frame(8, 1, struct.pack(">i", 0))); r = response(s)
+        d = time.perf_counter() - t; best = d if best is None or d < best else best
+    first = d
+    pos = 4; err, n = struct.unpack_from(">hi", r, pos); pos += 6
+    assert err == 0, err
+    parts = empty = 0
+    for _ in range(n):
+        l, = struct.unpack_from(">h", r, pos); pos += 2 + l
+        terr, np_ = struct.unpack_from(">hi", r, pos); pos += 6
+        for _ in range(np_):
+            p, start, end = struct.unpack_from(">iqq", r, pos); pos += 20
+            parts += 1; empty += (end == 0)
+    print(f"metadata_topics={n} metadata_partitions={parts} partitions_without_records={empty} "
+          f"metadata_ms_best_of_5={best*1e3:.1f} metadata_response_bytes={len(r)+4}")
+def connections(count):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    socks = []; t = time.perf_counter()
+    req = frame(8, 7, struct.pack(">ih", 1, 5) + b"scale")  # METADATA of one missing topic
+    for _ in range(count):
+        s = socket.create_connection((host, port)); socks.append(s)
+    for s in socks: s.sendall(req)
+    ok = 0
+    for s in socks:
+        r = response(s); ok += struct.unpack_from(">i", r, 0)[0] == 7
+    d = time.perf_counter() - t
+    print(f"connections_open={len(socks)} answered={ok} seconds={d:.2f}", flush=True)
+    sys.stdout.flush()
+    input()  # held open until the script says go
+    for s in socks: s.close()
+{"metadata": metadata_all, "connections": lambda: connections(int(sys.argv[3]))}[sys.argv[1]]()
+EOF
+
+echo "== scale benchmark: $(nproc) cores, $(date -u +%FT%TZ); fd limit $(ulimit -Sn)/$(ulimit -Hn). The machine is shared: figures are indicative."
+start_broker
+wait_port
+sleep 0.5
+base_rss=$(rss_kb); base_fds=$(fds)
+echo "empty broker: RSS $((base_rss / 1024)) MB, $base_fds fds"
+
+echo "== $topics topics x 4 partitions, every partition gets 1 record (auto-create on produce)"
+# In chunks of 1,250 topics, so that no PRODUCE request (at most --window records, each
+# possibly creating a topic) runs into the client's 30 s request timeout.
+t0=$(now)
+chunk=1250
+for ((c = 0; c * chunk < topics; c++)); do
+  n=$((topics - c * chunk < chunk ? topics - c * chunk : chunk))
+  "$bin" perf produce --broker "$addr" --topic "scale$c" --topics-spread "$n" --partitions-spread 4 \
+    --records $((n * 4)) --record-size 100 --window 400 --json >/dev/null
+done
+t1=$(now)
+echo "created and filled $partitions partitions in $(secs "$t0" "$t1") s"
+# Idle: let the writers end and the broker settle.
+sleep 3
+rss=$(rss_kb); nfds=$(fds)
+echo "idle with $partitions partitions: RSS $((rss / 1024)) MB ($(( (rss - base_rss) * 1000 / partitions / 1000 )).$(( (rss - base_rss) * 1000 / partitions % 1000 )) KB per partition over the empty broker), $nfds fds"
+grep -E '^(VmHWM|RssAnon|RssFile)' "/proc/$pid/status" | tr -s ' \t' ' ' | paste -sd, | sed 's/^/  /'
+python3 "$py" metadata "$addr"
+
+echo "== restart"
+t0=$(now); stop_broker; t1=$(now)
+echo "shutdown: $(secs "$t0" "$t1") s"
+t0=$(now)
+start_broker
+until python3 "$py" metadata "$addr" >/dev/null 2>&1; do sleep 0.01; done
+t1=$(now)
+echo "restart until METADATA of all topics answered: $(secs "$t0" "$t1") s (includes the client's own start, ~30 ms)"
+sleep 1
+echo "after restart: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
+
+echo "== produce: one partition vs spread over $spread partitions ($records records of 100 bytes, 1 producer)"
+"$bin" topics create single --partitions 1 --broker "$addr" >/dev/null
+"$bin" topics create spread --partitions "$spread" --broker "$addr" >/dev/null
+single=$("$bin" perf produce --broker "$addr" --topic single --records "$records" --json)
+echo "single: $single"
+spreadr=$("$bin" perf produce --broker "$addr" --topic spread --partitions-spread "$spread" --records "$records" --json)
+echo "spread: $spreadr"
+python3 - "$single" "$spreadr" <<'EOF'
+import json, sys
+a, b = (json.loads(x)["records_per_s"] for x in sys.argv[1:3])
+print(f"spread / single = {b / a:.2f} ({b:,.0f} vs {a:,.0f} records/s)")
+EOF
+echo "RSS after produce: $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
+
+echo "== $conns connections"
+fifo=$(mktemp -u); mkfifo "$fifo"
+python3 "$py" connections "$addr" "$conns" <"$fifo" &
+cpid=$!
+exec 4>"$fifo"
+for _ in $(seq 1 600); do
+  [ "$(fds)" -ge "$conns" ] && break; sleep 0.1
+done
+sleep 2
+echo "broker with $conns connections: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
+echo >&4; exec 4>&-
+wait "$cpid"; rm -f "$fifo"
