@@ -347,6 +347,10 @@ pub struct BrokerConfig {
     /// Address of the HTTP server (`/metrics`, `/api/overview`, `/healthz`,
     /// the dashboard at `/`); `None` (the default) serves no HTTP.
     pub http_listen: Option<String>,
+    /// Address of the Kafka wire-protocol listener (`host:port`), if any (see [`crate::kafka`]).
+    pub kafka_listen: Option<String>,
+    /// `host:port` the Kafka listener's Metadata advertises; by default the bound address.
+    pub kafka_advertised: Option<String>,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
@@ -384,6 +388,8 @@ impl BrokerConfig {
             busy_poll: Duration::ZERO,
             allow_foreign_data_dir: false,
             http_listen: None,
+            kafka_listen: None,
+            kafka_advertised: None,
             file_cache: Arc::default(),
         }
     }

@@ -15,6 +15,7 @@
 //! - [`embedded`]: the in-process API, no network (the other front end).
 //! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
 //! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
+//! - [`kafka`]: the Kafka wire-protocol listener (second front end).
 
 pub mod budget;
 pub mod clock;
@@ -27,6 +28,7 @@ pub mod error;
 pub mod flume;
 pub mod group;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod offsets;
 pub mod partition;

@@ -72,6 +72,8 @@ pub struct Broker {
     accept: TaskSlot<()>,
     /// The HTTP server (metrics, dashboard), when configured.
     http: Option<crate::http::HttpServer>,
+    /// The Kafka listener, when configured.
+    kafka: Option<crate::kafka::KafkaListener>,
 }
 
 impl Broker {
@@ -112,6 +114,15 @@ impl Broker {
             }
             None => None,
         };
+        let kafka = match engine.config().kafka_listen.clone() {
+            Some(k) => {
+                let adv = engine.config().kafka_advertised.clone();
+                let started =
+                    crate::kafka::KafkaListener::start(&k, adv.as_deref(), Arc::clone(&engine));
+                Some(started.await?)
+            }
+            None => None,
+        };
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&engine),
@@ -123,6 +134,7 @@ impl Broker {
             conns,
             accept: TaskSlot::new(accept),
             http,
+            kafka,
         })
     }
 
@@ -134,6 +146,13 @@ impl Broker {
     /// The address of the HTTP server, when `http_listen` is set.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().map(crate::http::HttpServer::local_addr)
+    }
+
+    /// The address of the Kafka listener, when `kafka_listen` is set.
+    pub fn kafka_addr(&self) -> Option<SocketAddr> {
+        self.kafka
+            .as_ref()
+            .map(crate::kafka::KafkaListener::local_addr)
     }
 
     /// The engine behind the server.
@@ -158,6 +177,9 @@ impl Broker {
     pub async fn shutdown(&self) {
         self.engine.begin_shutdown();
         self.accept.join().await;
+        if let Some(k) = &self.kafka {
+            k.shutdown().await;
+        }
         let deadline = Instant::now() + self.engine.config().shutdown_timeout;
         loop {
             let listener = self.conns.closed.listen();

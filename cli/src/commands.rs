@@ -151,6 +151,14 @@ pub struct BrokerArgs {
     /// (/) over HTTP on this port of --host (0 picks a free one).
     #[arg(long)]
     http_port: Option<u16>,
+    /// Also serve Kafka clients (the Kafka wire protocol, see docs/kafka.md)
+    /// on this port of --host (0 picks a free one).
+    #[arg(long)]
+    kafka_port: Option<u16>,
+    /// HOST:PORT that Kafka clients are told to connect to (Metadata), when
+    /// --host:--kafka-port is not what they can reach [default: the bound address].
+    #[arg(long, requires = "kafka_port")]
+    kafka_advertised: Option<String>,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -276,6 +284,8 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.busy_poll = Duration::from_micros(a.busy_poll_us);
     c.allow_foreign_data_dir = a.allow_foreign_data_dir;
     c.http_listen = a.http_port.map(|p| format!("{}:{p}", a.host));
+    c.kafka_listen = a.kafka_port.map(|p| format!("{}:{p}", a.host));
+    c.kafka_advertised = a.kafka_advertised.clone();
     let stop = interrupt()?;
     let broker = Broker::start(c)
         .await
@@ -287,6 +297,9 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     );
     if let Some(http) = broker.http_addr() {
         println!("flume broker dashboard on http://{http}/ (metrics at /metrics)");
+    }
+    if let Some(kafka) = broker.kafka_addr() {
+        println!("flume broker serving Kafka clients on {kafka}");
     }
     if !fds.is_enough() {
         eprintln!(

@@ -1,0 +1,76 @@
+//! Fetch: a long poll through the engine's fetch (max_wait_ms, min_bytes,
+//! total and per-partition max bytes), answered with one uncompressed
+//! magic-2 batch per partition. No fetch sessions: every fetch is a full
+//! one (session id 0), which Kafka's clients accept.
+
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{FetchRequest, FetchResponse};
+
+use super::super::backend::FetchWant;
+use super::super::{errors, records, Ctx};
+
+pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse {
+    let mut wants = Vec::new();
+    let mut shape: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> = Vec::new();
+    for t in &req.topics {
+        let name = t.topic.0.as_str().to_owned();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in &t.partitions {
+            wants.push(FetchWant {
+                topic: name.clone(),
+                partition: p.partition,
+                offset: p.fetch_offset,
+                max_bytes: p.partition_max_bytes,
+            });
+            parts.push(p.partition);
+        }
+        shape.push((t.topic.clone(), parts));
+    }
+    let max_bytes = if version >= 3 {
+        req.max_bytes
+    } else {
+        i32::MAX
+    };
+    let got = ctx
+        .backend
+        .fetch(
+            req.max_wait_ms,
+            req.min_bytes,
+            max_bytes,
+            &wants,
+            &ctx.memory,
+            &ctx.counting,
+        )
+        .await;
+    let mut got = got.into_iter();
+    let mut resp = FetchResponse::default();
+    for (topic, parts) in shape {
+        let mut tr = FetchableTopicResponse::default();
+        tr.topic = topic;
+        for partition in parts {
+            let mut pd = PartitionData::default();
+            pd.partition_index = partition;
+            match got.next() {
+                Some(g) => {
+                    pd.error_code = g.error;
+                    pd.high_watermark = g.high_watermark;
+                    pd.last_stable_offset = g.high_watermark;
+                    if version >= 5 {
+                        pd.log_start_offset = g.log_start;
+                    }
+                    pd.records = Some(records::encode(&g.records));
+                }
+                None => {
+                    pd.error_code = errors::UNKNOWN_SERVER_ERROR;
+                    pd.records = Some(Default::default());
+                }
+            }
+            if version >= 4 {
+                pd.aborted_transactions = Some(Vec::new());
+            }
+            tr.partitions.push(pd);
+        }
+        resp.responses.push(tr);
+    }
+    resp
+}

@@ -1,0 +1,96 @@
+//! Metadata: this one broker leads every partition; topics asked for by
+//! name are created when the broker auto-creates and the client allows it.
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::super::backend::TopicInfo;
+use super::super::{errors, Ctx};
+
+fn topic(ctx: &Ctx, t: Result<TopicInfo, (String, i16)>, version: i16) -> MetadataResponseTopic {
+    let mut out = MetadataResponseTopic::default();
+    match t {
+        Ok(t) => {
+            out.name = Some(TopicName(StrBytes::from_string(t.name)));
+            out.partitions = (0..t.partitions)
+                .map(|p| {
+                    let mut mp = MetadataResponsePartition::default();
+                    mp.partition_index = p;
+                    mp.leader_id = BrokerId(ctx.node_id);
+                    if version >= 7 {
+                        mp.leader_epoch = 0;
+                    }
+                    mp.replica_nodes = vec![BrokerId(ctx.node_id)];
+                    mp.isr_nodes = vec![BrokerId(ctx.node_id)];
+                    mp
+                })
+                .collect();
+        }
+        Err((name, code)) => {
+            out.name = Some(TopicName(StrBytes::from_string(name)));
+            out.error_code = code;
+        }
+    }
+    out
+}
+
+pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> MetadataResponse {
+    let mut resp = MetadataResponse::default();
+    let mut b = MetadataResponseBroker::default();
+    b.node_id = BrokerId(ctx.node_id);
+    b.host = StrBytes::from_string(ctx.advertised_host.clone());
+    b.port = i32::from(ctx.advertised_port);
+    resp.brokers = vec![b];
+    if version >= 1 {
+        resp.controller_id = BrokerId(ctx.node_id);
+    }
+    if version >= 2 {
+        resp.cluster_id = Some(StrBytes::from_static_str("flume"));
+    }
+    // v0: an empty list means every topic; v1+: null means every topic.
+    let names: Option<Vec<Option<String>>> = match req.topics {
+        None => None,
+        Some(ts) if ts.is_empty() && version == 0 => None,
+        Some(ts) => Some(
+            ts.into_iter()
+                .map(|t| t.name.map(|n| n.0.as_str().to_owned()))
+                .collect(),
+        ),
+    };
+    let allow_create = version < 4 || req.allow_auto_topic_creation;
+    resp.topics = match names {
+        None => ctx
+            .backend
+            .topics()
+            .into_iter()
+            .map(|t| topic(ctx, Ok(t), version))
+            .collect(),
+        Some(names) => {
+            let mut out = Vec::with_capacity(names.len().min(1024));
+            for name in names {
+                let Some(name) = name else {
+                    // Asked by topic id: Flume topics have none (all-zero ids).
+                    let mut t = MetadataResponseTopic::default();
+                    t.error_code = errors::UNKNOWN_TOPIC_ID;
+                    out.push(t);
+                    continue;
+                };
+                let found = match ctx.backend.topic(&name) {
+                    Some(t) => Ok(t),
+                    None if allow_create && ctx.backend.auto_create() => ctx
+                        .backend
+                        .topic_or_create(&name)
+                        .await
+                        .map_err(|c| (name.clone(), c)),
+                    None => Err((name.clone(), errors::UNKNOWN_TOPIC_OR_PARTITION)),
+                };
+                out.push(topic(ctx, found, version));
+            }
+            out
+        }
+    };
+    resp
+}

@@ -1,0 +1,231 @@
+//! Request dispatch: the header, the version check, one module per API.
+//!
+//! Every request that names an API and version this listener serves is
+//! decoded with `kafka-protocol` and answered; an unknown API key or an
+//! unserved version is answered with UNSUPPORTED_VERSION (for ApiVersions in
+//! its v0 format with the list of what is served, as Kafka does, so clients
+//! retry lower), never by closing the connection or by silence. A body that
+//! does not decode closes the connection, as Kafka does.
+
+mod api_versions;
+mod create_topics;
+mod describe_configs;
+mod fetch;
+mod find_coordinator;
+mod list_offsets;
+mod metadata;
+mod produce;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use super::errors;
+use super::Ctx;
+
+/// The APIs this listener serves and their version ranges (what ApiVersions
+/// advertises, and nothing else).
+pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 7),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DescribeConfigs, 1, 4),
+];
+
+/// The served version range of an API key, if served.
+pub fn served(key: i16) -> Option<(ApiKey, i16, i16)> {
+    SUPPORTED.iter().copied().find(|(k, _, _)| *k as i16 == key)
+}
+
+/// Why a request could not be answered (the connection is closed).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    /// Shorter than the fixed header fields.
+    #[error("request of {0} bytes is shorter than a request header (8)")]
+    Short(usize),
+    /// The header or body does not decode at the version given.
+    #[error("{api:?} v{version}: malformed request: {detail}")]
+    Malformed {
+        /// API.
+        api: ApiKey,
+        /// Version.
+        version: i16,
+        /// What the decoder said.
+        detail: String,
+    },
+    /// The response could not be encoded (a bug, logged).
+    #[error("{api:?} v{version}: response does not encode: {detail}")]
+    Encode {
+        /// API.
+        api: ApiKey,
+        /// Version.
+        version: i16,
+        /// What the encoder said.
+        detail: String,
+    },
+}
+
+/// Answers one request frame (without its length prefix). `Ok(None)`: no
+/// response is due (Produce with acks 0).
+///
+/// # Errors
+/// [`RequestError`]: the connection is to be closed.
+pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestError> {
+    if frame.len() < 8 {
+        return Err(RequestError::Short(frame.len()));
+    }
+    let mut fixed = &frame[..8];
+    let key = fixed.get_i16();
+    let version = fixed.get_i16();
+    let correlation = fixed.get_i32();
+    let Some((api, min, max)) = served(key) else {
+        tracing::debug!(key, version, "kafka: unknown API key; UNSUPPORTED_VERSION");
+        return Ok(Some(unsupported(correlation, None)));
+    };
+    if version < min || version > max {
+        tracing::debug!(
+            ?api,
+            version,
+            "kafka: version not served; UNSUPPORTED_VERSION"
+        );
+        return Ok(Some(unsupported(correlation, Some(api))));
+    }
+    let mut buf = frame;
+    let malformed = |e: anyhow_like::E| RequestError::Malformed {
+        api,
+        version,
+        detail: e.0,
+    };
+    let _header = RequestHeader::decode(&mut buf, api.request_header_version(version))
+        .map_err(|e| malformed(e.into()))?;
+    let mut out = BytesMut::new();
+    out.put_i32(0); // size, patched below
+    ResponseHeader::default()
+        .with_correlation_id(correlation)
+        .encode(&mut out, api.response_header_version(version))
+        .map_err(|e| RequestError::Encode {
+            api,
+            version,
+            detail: format!("{e:#}"),
+        })?;
+    let encoded = match api {
+        ApiKey::ApiVersions => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&api_versions::handle(&req), &mut out, version)
+        }
+        ApiKey::Metadata => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &metadata::handle(ctx, req, version).await,
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::Produce => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            match produce::handle(ctx, req, version).await {
+                Some(resp) => encode(&resp, &mut out, version),
+                None => return Ok(None),
+            }
+        }
+        ApiKey::Fetch => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&fetch::handle(ctx, req, version).await, &mut out, version)
+        }
+        ApiKey::ListOffsets => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&list_offsets::handle(ctx, req, version), &mut out, version)
+        }
+        ApiKey::FindCoordinator => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &find_coordinator::handle(ctx, req, version),
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::CreateTopics => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &create_topics::handle(ctx, req, version).await,
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::DescribeConfigs => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &describe_configs::handle(ctx, req, version),
+                &mut out,
+                version,
+            )
+        }
+        _ => return Ok(Some(unsupported(correlation, Some(api)))),
+    };
+    encoded.map_err(|detail| RequestError::Encode {
+        api,
+        version,
+        detail,
+    })?;
+    let size = i32::try_from(out.len() - 4).unwrap_or(i32::MAX);
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(Some(out.to_vec()))
+}
+
+/// Error text from the decoder, kept as a string.
+mod anyhow_like {
+    pub struct E(pub String);
+    impl<T: std::fmt::Display> From<T> for E {
+        fn from(e: T) -> Self {
+            E(format!("{e:#}"))
+        }
+    }
+}
+
+fn decode<T: Decodable>(buf: &mut Bytes, version: i16) -> Result<T, anyhow_like::E> {
+    T::decode(buf, version).map_err(|e| anyhow_like::E(format!("{e:#}")))
+}
+
+fn encode<T: Encodable>(msg: &T, out: &mut BytesMut, version: i16) -> Result<(), String> {
+    msg.encode(out, version).map_err(|e| format!("{e:#}"))
+}
+
+/// UNSUPPORTED_VERSION for an unknown API or version, as a whole frame: the
+/// correlation id (response header v0) and, for ApiVersions, its v0 body
+/// with the served ranges; for any other API just the error code.
+pub fn unsupported(correlation: i32, api: Option<ApiKey>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16 + SUPPORTED.len() * 6);
+    out.put_i32(0);
+    out.put_i32(correlation);
+    out.put_i16(errors::UNSUPPORTED_VERSION);
+    if api == Some(ApiKey::ApiVersions) {
+        out.put_i32(i32::try_from(SUPPORTED.len()).unwrap_or(0)); // ok: a short constant list
+        for (k, min, max) in SUPPORTED {
+            out.put_i16(*k as i16);
+            out.put_i16(*min);
+            out.put_i16(*max);
+        }
+    }
+    let size = i32::try_from(out.len() - 4).unwrap_or(i32::MAX);
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn served_ranges_are_within_the_codec_and_never_api_71() {
+        for (k, min, max) in SUPPORTED {
+            let v = k.valid_versions();
+            assert!(v.min <= *min && *max <= v.max, "{k:?} {min}..{max} vs {v}");
+            assert_ne!(*k as i16, 71);
+        }
+        assert!(served(ApiKey::Fetch as i16).is_some_and(|(_, _, max)| max <= 12));
+    }
+}

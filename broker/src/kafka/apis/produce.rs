@@ -1,0 +1,77 @@
+//! Produce: each partition's record set is decompressed and decoded here
+//! and stored as Flume records (so every fetch, Kafka's or Flume's, reads
+//! plain records and no fetch ever decompresses). acks 0 gets no response.
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::super::records::{self, RecordsError};
+use super::super::{errors, Ctx};
+
+pub(super) async fn handle(
+    ctx: &Ctx,
+    req: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let refuse = if req.transactional_id.is_some() {
+        Some((errors::INVALID_REQUEST, "transactions are not supported"))
+    } else if !(-1..=1).contains(&acks) {
+        Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1"))
+    } else {
+        None
+    };
+    let mut resp = ProduceResponse::default();
+    for t in req.topic_data {
+        let name = t.name.0.as_str().to_owned();
+        let mut tr = TopicProduceResponse::default();
+        for p in t.partition_data {
+            let mut pr = PartitionProduceResponse::default();
+            pr.index = p.index;
+            pr.base_offset = -1;
+            let result: Result<i64, (i16, String)> = if let Some((code, why)) = refuse {
+                Err((code, why.to_owned()))
+            } else {
+                match records::decode(&p.records.unwrap_or_default(), ctx.max_decoded_bytes) {
+                    Err(RecordsError::TooLarge { limit }) => Err((
+                        errors::MESSAGE_TOO_LARGE,
+                        format!("records decompress to more than {limit} bytes"),
+                    )),
+                    Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
+                    Ok(rs) if rs.is_empty() => {
+                        Err((errors::CORRUPT_MESSAGE, "no records".to_owned()))
+                    }
+                    Ok(rs) => ctx
+                        .backend
+                        .produce(&name, p.index, &rs)
+                        .await
+                        .map_err(|c| (c, format!("error {c}"))),
+                }
+            };
+            match result {
+                Ok(base) => {
+                    pr.base_offset = base;
+                    if version >= 5 {
+                        pr.log_start_offset =
+                            ctx.backend.offsets(&name, p.index).map_or(-1, |o| o.0);
+                    }
+                }
+                Err((code, message)) => {
+                    tracing::debug!(topic = %name, partition = p.index, code, %message, "kafka produce refused");
+                    pr.error_code = code;
+                    if version >= 8 {
+                        pr.error_message = Some(StrBytes::from_string(message));
+                    }
+                }
+            }
+            tr.partition_responses.push(pr);
+        }
+        tr.name = t.name;
+        resp.responses.push(tr);
+    }
+    if acks == 0 {
+        return None;
+    }
+    Some(resp)
+}

@@ -1,0 +1,365 @@
+//! The one place the Kafka front end calls the broker's engine.
+//!
+//! Everything else under [`crate::kafka`] speaks the types below (topics,
+//! partitions, records with key, value, headers and timestamp, Kafka error
+//! codes) and never names the engine, so when the engine's API changes only
+//! this file follows it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use flume_protocol::record::{self, Header};
+use flume_protocol::ErrorCode;
+
+use super::errors as kerr;
+use crate::budget::MemoryBudget;
+use crate::config::TopicConfig;
+use crate::domain::{FetchFrom, FetchSpec, ProduceBatch, Route, TopicPartition};
+use crate::engine::{Engine, FetchMemory};
+
+/// One record as both protocols see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rec {
+    /// Offset in its partition (ignored on produce).
+    pub offset: i64,
+    /// Milliseconds since the Unix epoch, as the producer set it.
+    pub timestamp: i64,
+    /// Key, if any.
+    pub key: Option<Bytes>,
+    /// Value (a Kafka null value is stored empty).
+    pub value: Bytes,
+    /// Headers in order (a Kafka null header value is stored empty).
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// A topic: its name and partition count.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Name.
+    pub name: String,
+    /// Number of partitions (numbered from 0).
+    pub partitions: i32,
+    /// Settings as `(Kafka config name, value)`, for DescribeConfigs.
+    pub configs: Vec<(String, String)>,
+}
+
+/// One partition to read.
+#[derive(Debug, Clone)]
+pub struct FetchWant {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// First offset wanted.
+    pub offset: i64,
+    /// Most bytes from this partition (the first record always comes whole).
+    pub max_bytes: i32,
+}
+
+/// What one partition gave.
+#[derive(Debug, Clone)]
+pub struct FetchGot {
+    /// Kafka error code (0 on success).
+    pub error: i16,
+    /// Log end offset.
+    pub high_watermark: i64,
+    /// Oldest offset stored.
+    pub log_start: i64,
+    /// The records read.
+    pub records: Vec<Rec>,
+}
+
+/// The engine as the Kafka front end needs it.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    engine: Arc<Engine>,
+}
+
+/// Kafka's code for a Flume engine error.
+pub fn kafka_code(code: ErrorCode) -> i16 {
+    match code {
+        ErrorCode::None => kerr::NONE,
+        ErrorCode::UnknownTopic | ErrorCode::UnknownPartition => kerr::UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode::OffsetOutOfRange => kerr::OFFSET_OUT_OF_RANGE,
+        ErrorCode::RecordTooLarge => kerr::MESSAGE_TOO_LARGE,
+        ErrorCode::CorruptRecord => kerr::CORRUPT_MESSAGE,
+        ErrorCode::TopicAlreadyExists => kerr::TOPIC_ALREADY_EXISTS,
+        ErrorCode::InvalidName => kerr::INVALID_TOPIC_EXCEPTION,
+        ErrorCode::InvalidRequest => kerr::INVALID_REQUEST,
+        ErrorCode::StorageError => kerr::KAFKA_STORAGE_ERROR,
+        ErrorCode::QueueFull | ErrorCode::LimitReached => kerr::THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode::ShuttingDown => kerr::LEADER_NOT_AVAILABLE,
+        ErrorCode::UnknownMember => kerr::UNKNOWN_MEMBER_ID,
+        ErrorCode::IllegalGeneration => kerr::ILLEGAL_GENERATION,
+        ErrorCode::RebalanceInProgress => kerr::REBALANCE_IN_PROGRESS,
+        ErrorCode::UnsupportedApi => kerr::UNSUPPORTED_VERSION,
+        _ => kerr::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+impl Backend {
+    /// Wraps the engine.
+    pub fn new(engine: Arc<Engine>) -> Self {
+        Backend { engine }
+    }
+
+    /// Whether the broker is stopping (connections finish and close).
+    pub fn is_shutting_down(&self) -> bool {
+        self.engine.is_shutting_down()
+    }
+
+    /// Resolves when the broker begins to shut down.
+    pub fn shutdown_signal(&self) -> async_channel::Receiver<()> {
+        self.engine.shutdown_signal()
+    }
+
+    /// The largest record the broker stores (key, value and headers).
+    pub fn max_record_bytes(&self) -> usize {
+        self.engine.config().max_record_bytes
+    }
+
+    /// Whether unknown topics are created on first produce or metadata request.
+    pub fn auto_create(&self) -> bool {
+        self.engine.config().auto_create_topics
+    }
+
+    fn info(t: &crate::engine::Topic) -> TopicInfo {
+        let c = &t.config;
+        let mut configs = vec![
+            ("cleanup.policy".to_owned(), "delete".to_owned()),
+            (
+                "retention.ms".to_owned(),
+                c.retention_ms.map_or("-1".to_owned(), |v| v.to_string()),
+            ),
+            (
+                "retention.bytes".to_owned(),
+                c.retention_bytes.map_or("-1".to_owned(), |v| v.to_string()),
+            ),
+            ("segment.bytes".to_owned(), c.segment_bytes.to_string()),
+        ];
+        configs.push(("compression.type".to_owned(), "producer".to_owned()));
+        TopicInfo {
+            name: t.name.clone(),
+            partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+            configs,
+        }
+    }
+
+    /// Every topic, by name.
+    pub fn topics(&self) -> Vec<TopicInfo> {
+        self.engine.topics().iter().map(|t| Self::info(t)).collect()
+    }
+
+    /// One topic.
+    pub fn topic(&self, name: &str) -> Option<TopicInfo> {
+        self.engine.topic(name).map(|t| Self::info(&t))
+    }
+
+    /// The topic, created with the broker's defaults when auto-create is on.
+    ///
+    /// # Errors
+    /// A Kafka error code (unknown topic, invalid name, storage).
+    pub async fn topic_or_create(&self, name: &str) -> Result<TopicInfo, i16> {
+        self.engine
+            .auto_create(name)
+            .await
+            .map(|t| Self::info(&t))
+            .map_err(|e| kafka_code(e.code()))
+    }
+
+    /// Creates a topic; `partitions` -1 takes the broker default.
+    ///
+    /// # Errors
+    /// A Kafka error code and a message.
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        validate_only: bool,
+    ) -> Result<TopicInfo, (i16, String)> {
+        let mut tc: TopicConfig = self.engine.config().default_topic.clone();
+        if partitions != -1 {
+            match u32::try_from(partitions) {
+                Ok(p) if p >= 1 => tc.partitions = p,
+                _ => {
+                    return Err((
+                        kerr::INVALID_PARTITIONS,
+                        format!("{partitions} partitions: at least 1"),
+                    ))
+                }
+            }
+        }
+        if let Err(e) = tc.check() {
+            return Err((kerr::INVALID_PARTITIONS, e));
+        }
+        if validate_only {
+            if !crate::config::valid_name(name) {
+                return Err((
+                    kerr::INVALID_TOPIC_EXCEPTION,
+                    format!("topic name {name:?}"),
+                ));
+            }
+            if self.engine.topic(name).is_some() {
+                return Err((kerr::TOPIC_ALREADY_EXISTS, name.to_owned()));
+            }
+            return Ok(TopicInfo {
+                name: name.to_owned(),
+                partitions: i32::try_from(tc.partitions).unwrap_or(i32::MAX),
+                configs: Vec::new(),
+            });
+        }
+        match self.engine.create_topic_async(name, tc).await {
+            Ok(t) => Ok(Self::info(&t)),
+            Err(e) => Err((kafka_code(e.code()), e.to_string())),
+        }
+    }
+
+    /// `(log start, log end)` of a partition.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn offsets(&self, topic: &str, partition: i32) -> Result<(i64, i64), i16> {
+        let t = self
+            .engine
+            .topic(topic)
+            .ok_or(kerr::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let p = t
+            .partition(partition)
+            .ok_or(kerr::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let to = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Ok((to(p.start_offset()), to(p.end_offset())))
+    }
+
+    /// Appends records to one partition and waits until they are stored.
+    /// Returns the offset of the first record.
+    ///
+    /// # Errors
+    /// A Kafka error code (unknown topic or partition, record too large, ...).
+    pub async fn produce(&self, topic: &str, partition: i32, records: &[Rec]) -> Result<i64, i16> {
+        if partition < 0 {
+            return Err(kerr::UNKNOWN_TOPIC_OR_PARTITION);
+        }
+        let size: usize = records
+            .iter()
+            .map(|r| {
+                record::encoded_len(r.key.as_deref(), &r.value, &[])
+                    + r.headers
+                        .iter()
+                        .map(|(k, v)| 6 + k.len() + v.len())
+                        .sum::<usize>()
+            })
+            .sum();
+        let mut buf = Vec::with_capacity(size);
+        for r in records {
+            if r.headers.len() > usize::from(u16::MAX)
+                || r.headers
+                    .iter()
+                    .any(|(k, _)| k.len() > usize::from(u16::MAX))
+            {
+                return Err(kerr::INVALID_RECORD);
+            }
+            let headers: Vec<Header> = r
+                .headers
+                .iter()
+                .map(|(k, v)| Header {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect();
+            record::encode(
+                &mut buf,
+                0,
+                r.timestamp,
+                r.key.as_deref(),
+                &r.value,
+                &headers,
+            );
+        }
+        let result = self
+            .engine
+            .admit_produce(ProduceBatch {
+                topic: topic.to_owned(),
+                route: Route::Partition(partition),
+                records: Bytes::from(buf),
+            })
+            .await
+            .finish()
+            .await;
+        if result.error != ErrorCode::None {
+            return Err(kafka_code(result.error));
+        }
+        result
+            .spans
+            .first()
+            .map(|s| s.base_offset)
+            .ok_or(kerr::UNKNOWN_SERVER_ERROR)
+    }
+
+    /// Reads partitions through the engine's long-poll fetch: waits until
+    /// `min_bytes` (counted in Flume's stored format) are there or
+    /// `max_wait_ms` passes, then reads at most `max_bytes` in all.
+    /// One answer per wanted partition, in order.
+    pub async fn fetch(
+        &self,
+        max_wait_ms: i32,
+        min_bytes: i32,
+        max_bytes: i32,
+        wants: &[FetchWant],
+        response: &Arc<MemoryBudget>,
+        counting: &Arc<MemoryBudget>,
+    ) -> Vec<FetchGot> {
+        let size = |v: i32| usize::try_from(v.max(1)).unwrap_or(1);
+        let spec = FetchSpec {
+            max_wait: std::time::Duration::from_millis(
+                u64::try_from(max_wait_ms.max(0)).unwrap_or(0),
+            ),
+            min_bytes: size(min_bytes),
+            max_bytes: size(max_bytes),
+            partitions: wants
+                .iter()
+                .map(|w| FetchFrom {
+                    at: TopicPartition {
+                        topic: w.topic.clone(),
+                        partition: w.partition,
+                    },
+                    offset: w.offset,
+                    max_bytes: size(w.max_bytes),
+                })
+                .collect(),
+        };
+        let memory = FetchMemory { response, counting };
+        let fetched = self.engine.fetch(&spec, Some(memory)).await;
+        fetched
+            .partitions
+            .into_iter()
+            .map(|p| {
+                let records = match record::decode_all(&Bytes::from(p.records)) {
+                    Ok(rs) => rs
+                        .into_iter()
+                        .map(|r| Rec {
+                            offset: i64::try_from(r.offset).unwrap_or(i64::MAX),
+                            timestamp: r.timestamp,
+                            key: r.key,
+                            value: r.value,
+                            headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+                        })
+                        .collect(),
+                    Err(_) => {
+                        return FetchGot {
+                            error: kerr::CORRUPT_MESSAGE,
+                            high_watermark: p.log_end,
+                            log_start: p.log_start,
+                            records: Vec::new(),
+                        }
+                    }
+                };
+                FetchGot {
+                    error: kafka_code(p.error),
+                    high_watermark: p.log_end,
+                    log_start: p.log_start,
+                    records,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,24 @@
+//! Kafka's error codes used by the listener (numbers from Kafka's `Errors.java`).
+#![allow(missing_docs)]
+
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
+pub const NONE: i16 = 0;
+pub const OFFSET_OUT_OF_RANGE: i16 = 1;
+pub const CORRUPT_MESSAGE: i16 = 2;
+pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+pub const LEADER_NOT_AVAILABLE: i16 = 5;
+pub const MESSAGE_TOO_LARGE: i16 = 10;
+pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
+pub const INVALID_REQUIRED_ACKS: i16 = 21;
+pub const ILLEGAL_GENERATION: i16 = 22;
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
+pub const UNSUPPORTED_VERSION: i16 = 35;
+pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub const INVALID_PARTITIONS: i16 = 37;
+pub const INVALID_REPLICATION_FACTOR: i16 = 38;
+pub const INVALID_REQUEST: i16 = 42;
+pub const KAFKA_STORAGE_ERROR: i16 = 56;
+pub const INVALID_RECORD: i16 = 87;
+pub const THROTTLING_QUOTA_EXCEEDED: i16 = 89;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;

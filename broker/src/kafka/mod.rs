@@ -1,0 +1,364 @@
+//! The Kafka wire-protocol listener (issue #14, phase 1).
+//!
+//! A second TCP listener on the broker's host that speaks Kafka's protocol
+//! to the same engine, so Kafka clients (librdkafka and kcat, the Java
+//! client, kafka-python, kafkajs, ...) produce to and consume from Flume's
+//! topics. See `docs/kafka.md` for the APIs and versions served.
+//!
+//! Layout:
+//! - this file: the listener (accept loop, connection limit, shutdown) and
+//!   the connection loop (frame size checked before allocating, memory
+//!   budget, read/idle and write timeouts; one request at a time per
+//!   connection, as Kafka serves them);
+//! - [`apis`]: the header, the version check and one module per API;
+//! - [`records`]: Kafka record batches <-> Flume records;
+//! - [`backend`]: every call into the engine, and nothing else does.
+//!
+//! Messages and record batches are encoded and decoded with the
+//! `kafka-protocol` crate, generated from Kafka's own JSON schemas.
+
+pub mod apis;
+pub mod backend;
+pub mod errors;
+pub mod records;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use event_listener::Event;
+use flume_rt::{self as rt, TcpListener, TcpStream};
+use futures::io::AsyncReadExt;
+use futures::FutureExt;
+
+use crate::budget::MemoryBudget;
+use crate::engine::Engine;
+use crate::error::BrokerError;
+use backend::Backend;
+
+/// The node id this broker gives itself in Kafka's metadata (it is also the
+/// controller and every partition's leader).
+pub const NODE_ID: i32 = 0;
+
+/// Bytes waiting fetches may read at once to count what arrived (over all
+/// Kafka connections).
+const COUNTING_BYTES: usize = 4 << 20;
+
+/// What a request handler needs: the engine (through [`Backend`]), what
+/// Metadata advertises, and the budgets a request is charged to.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The engine.
+    pub backend: Backend,
+    /// This broker's node id.
+    pub node_id: i32,
+    /// Host clients are told to connect to.
+    pub advertised_host: String,
+    /// Port clients are told to connect to.
+    pub advertised_port: u16,
+    /// Most bytes a produced record set may decompress to.
+    pub max_decoded_bytes: usize,
+    /// The connection's memory budget (fetch responses are charged to it).
+    pub memory: Arc<MemoryBudget>,
+    /// The small budget waiting fetches count arrivals with.
+    pub counting: Arc<MemoryBudget>,
+}
+
+/// Answers one Kafka request frame (without its 4-byte length) against
+/// `engine`, as a connection would: `Some(response frame)`, or `None` when
+/// no response is due (acks 0) or the connection would be closed. For fuzzing
+/// and tests.
+pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8>> {
+    let ctx = Ctx {
+        backend: Backend::new(Arc::clone(engine)),
+        node_id: NODE_ID,
+        advertised_host: "127.0.0.1".into(),
+        advertised_port: 9092,
+        max_decoded_bytes: engine.config().max_frame_bytes,
+        memory: MemoryBudget::new(usize::MAX),
+        counting: MemoryBudget::new(COUNTING_BYTES),
+    };
+    apis::handle(&ctx, Bytes::copy_from_slice(frame))
+        .await
+        .ok()
+        .flatten()
+}
+
+#[derive(Debug)]
+struct Conns {
+    open: AtomicUsize,
+    closed: Event,
+    memory: Arc<MemoryBudget>,
+    counting: Arc<MemoryBudget>,
+    tasks: Mutex<HashMap<u64, rt::Task<()>>>,
+    next_id: AtomicU64,
+}
+
+impl Conns {
+    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<u64, rt::Task<()>>> {
+        self.tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+struct ConnGuard(Arc<Conns>, u64);
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        drop(self.0.tasks().remove(&self.1));
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.closed.notify(usize::MAX);
+    }
+}
+
+/// The running Kafka listener.
+#[derive(Debug)]
+pub struct KafkaListener {
+    addr: SocketAddr,
+    conns: Arc<Conns>,
+    accept: Mutex<Option<rt::Task<()>>>,
+    shutdown_timeout: Duration,
+}
+
+impl KafkaListener {
+    /// Binds `listen` and serves Kafka clients until the engine shuts down.
+    /// `advertised` ("host:port") is what Metadata tells clients to connect
+    /// to; by default the bound address.
+    ///
+    /// # Errors
+    /// An address that cannot be bound, or an advertised address without a port.
+    pub async fn start(
+        listen: &str,
+        advertised: Option<&str>,
+        engine: Arc<Engine>,
+    ) -> Result<KafkaListener, BrokerError> {
+        let listener = TcpListener::bind(listen)
+            .await
+            .map_err(|source| BrokerError::Io {
+                what: format!("kafka listener on {listen}"),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| BrokerError::Io {
+            what: "read the kafka listener's address".into(),
+            source,
+        })?;
+        let (host, port) = match advertised {
+            Some(a) => split_host_port(a).ok_or_else(|| {
+                BrokerError::Config(format!("kafka advertised address {a:?}: want HOST:PORT"))
+            })?,
+            None => (addr.ip().to_string(), addr.port()),
+        };
+        tracing::info!(%addr, advertised = %format!("{host}:{port}"), "kafka listener listening");
+        let cfg = engine.config();
+        let conns = Arc::new(Conns {
+            open: AtomicUsize::new(0),
+            closed: Event::new(),
+            memory: MemoryBudget::new(cfg.max_request_memory),
+            counting: MemoryBudget::new(COUNTING_BYTES),
+            tasks: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        });
+        let shutdown_timeout = cfg.shutdown_timeout;
+        let proto = Proto {
+            backend: Backend::new(Arc::clone(&engine)),
+            host,
+            port,
+            max_frame: cfg.max_frame_bytes,
+            max_connections: cfg.max_connections,
+            connection_memory: cfg.max_connection_memory.max(cfg.max_frame_bytes),
+            read_timeout: cfg.read_timeout,
+            write_timeout: cfg.write_timeout,
+        };
+        let accept = rt::spawn(accept_loop(listener, proto, Arc::clone(&conns)));
+        Ok(KafkaListener {
+            addr,
+            conns,
+            accept: Mutex::new(Some(accept)),
+            shutdown_timeout,
+        })
+    }
+
+    /// The bound address (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Open Kafka connections.
+    pub fn connection_count(&self) -> usize {
+        self.conns.open.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting (the engine's shutdown signal already did, this waits
+    /// for it), lets connections finish the request they serve until the
+    /// shutdown timeout, then cancels the rest. Call after the engine began
+    /// shutting down. Idempotent.
+    pub async fn shutdown(&self) {
+        let accept = self
+            .accept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(a) = accept {
+            a.await;
+        }
+        let deadline = Instant::now() + self.shutdown_timeout;
+        loop {
+            let listener = self.conns.closed.listen();
+            if self.conns.open.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let tasks: Vec<rt::Task<()>> = self.conns.tasks().drain().map(|(_, t)| t).collect();
+                for t in tasks {
+                    t.cancel().await;
+                }
+                break;
+            }
+            rt::timeout(deadline - now, listener).await;
+        }
+    }
+}
+
+fn split_host_port(a: &str) -> Option<(String, u16)> {
+    let (host, port) = a.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_owned(), port.parse().ok()?))
+}
+
+#[derive(Debug, Clone)]
+struct Proto {
+    backend: Backend,
+    host: String,
+    port: u16,
+    max_frame: usize,
+    max_connections: usize,
+    connection_memory: usize,
+    read_timeout: Duration,
+    write_timeout: Duration,
+}
+
+async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Conns>) {
+    let stop = proto.backend.shutdown_signal();
+    loop {
+        let accepted = futures::select! {
+            r = listener.accept().fuse() => r,
+            _ = stop.recv().fuse() => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "kafka accept failed");
+                rt::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if conns.open.load(Ordering::Acquire) >= proto.max_connections {
+            tracing::warn!(%peer, max = proto.max_connections, "kafka connection limit reached; closing the new connection");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        conns.open.fetch_add(1, Ordering::AcqRel);
+        let id = conns.next_id.fetch_add(1, Ordering::Relaxed);
+        let guard = ConnGuard(Arc::clone(&conns), id);
+        let ctx = Ctx {
+            backend: proto.backend.clone(),
+            node_id: NODE_ID,
+            advertised_host: proto.host.clone(),
+            advertised_port: proto.port,
+            max_decoded_bytes: proto.max_frame,
+            memory: MemoryBudget::within(&conns.memory, proto.connection_memory),
+            counting: Arc::clone(&conns.counting),
+        };
+        let limits = proto.clone();
+        let mut tasks = conns.tasks();
+        let task = rt::spawn(async move {
+            let _guard = guard;
+            match serve(&ctx, &limits, stream).await {
+                Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
+                Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
+            }
+        });
+        tasks.insert(id, task);
+    }
+}
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame size {size} is outside 8..={limit}")]
+    FrameSize { size: i64, limit: usize },
+    #[error("no request for {0:?}")]
+    Idle(Duration),
+    #[error("request not complete within {0:?}")]
+    Slow(Duration),
+    #[error(transparent)]
+    Request(#[from] apis::RequestError),
+}
+
+/// One connection: read a frame, answer it, repeat. Between requests the
+/// connection may stay idle up to the read timeout; a started frame must be
+/// complete within it too.
+async fn serve(ctx: &Ctx, limits: &Proto, mut stream: TcpStream) -> Result<(), ConnError> {
+    let stop = ctx.backend.shutdown_signal();
+    loop {
+        let mut len = [0u8; 4];
+        let read = futures::select! {
+            r = rt::timeout(limits.read_timeout, stream.read_exact(&mut len)).fuse() => r,
+            _ = stop.recv().fuse() => return Ok(()),
+        };
+        match read {
+            None => return Err(ConnError::Idle(limits.read_timeout)),
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Some(r) => r?,
+        }
+        let size = i32::from_be_bytes(len);
+        let size = match usize::try_from(size) {
+            Ok(s) if (8..=limits.max_frame).contains(&s) => s,
+            _ => {
+                return Err(ConnError::FrameSize {
+                    size: i64::from(size),
+                    limit: limits.max_frame,
+                })
+            }
+        };
+        // Room in the budget before the frame is read into memory.
+        if ctx.memory.is_spent() {
+            ctx.memory.wait_for_room().await;
+        }
+        let mut charge = ctx.memory.charge(size);
+        let mut frame = vec![0u8; size];
+        rt::timeout(limits.read_timeout, stream.read_exact(&mut frame))
+            .await
+            .ok_or(ConnError::Slow(limits.read_timeout))??;
+        let response = apis::handle(ctx, Bytes::from(frame)).await?;
+        if let Some(resp) = response {
+            charge.add(resp.len());
+            rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;
+        }
+        drop(charge);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_addresses_parse() {
+        assert_eq!(split_host_port("h:9092"), Some(("h".into(), 9092)));
+        assert_eq!(split_host_port("[::1]:1"), Some(("::1".into(), 1)));
+        assert_eq!(split_host_port("h"), None);
+        assert_eq!(split_host_port(":1"), None);
+        assert_eq!(split_host_port("h:x"), None);
+    }
+}
