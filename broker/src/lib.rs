@@ -29,6 +29,7 @@ pub mod flume;
 pub mod group;
 pub mod http;
 pub mod kafka;
+mod listener;
 pub mod metrics;
 pub mod offsets;
 pub mod partition;

@@ -10,13 +10,10 @@
 //! `shutdown_timeout`, and then cancels the connection tasks still running
 //! (a peer that does not read its responses, say), so it returns on time.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use event_listener::Event;
 use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
 use futures::FutureExt;
@@ -27,41 +24,10 @@ use crate::conn::serve;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::flume::COUNTING_BYTES;
+use crate::listener::Connections;
 
 pub use crate::flume::{handle_request, MAX_FETCH_PARTITIONS};
 use crate::metrics::ServerStats;
-
-#[derive(Debug)]
-struct Connections {
-    open: AtomicUsize,
-    closed: Event,
-    /// Requests being served, over all connections.
-    memory: Arc<MemoryBudget>,
-    /// Chunks that waiting fetches read to count what arrived, over all connections.
-    counting: Arc<MemoryBudget>,
-    /// The task of every open connection, by a sequence number, so shutdown
-    /// can cancel those that outlive its deadline.
-    tasks: Mutex<HashMap<u64, rt::Task<()>>>,
-    next_id: AtomicU64,
-}
-
-impl Connections {
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<u64, rt::Task<()>>> {
-        self.tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-struct ConnGuard(Arc<Connections>, u64);
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        // Dropping the handle of the task that is ending detaches it; nothing is lost.
-        drop(self.0.tasks().remove(&self.1));
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-        self.0.closed.notify(usize::MAX);
-    }
-}
 
 /// A running broker.
 #[derive(Debug)]
@@ -95,19 +61,12 @@ impl Broker {
             source,
         })?;
         tracing::info!(%addr, data = %engine.data_dir().display(), "broker listening");
-        let conns = Arc::new(Connections {
-            open: AtomicUsize::new(0),
-            closed: Event::new(),
-            memory: MemoryBudget::new(engine.config().max_request_memory),
-            counting: MemoryBudget::new(COUNTING_BYTES),
-            tasks: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-        });
+        let conns = Connections::new(engine.config().max_request_memory, COUNTING_BYTES);
         let http = match engine.config().http_listen.clone() {
             Some(http_addr) => {
                 let probe_conns = Arc::clone(&conns);
                 let probe = Arc::new(move || ServerStats {
-                    connections_open: probe_conns.open.load(Ordering::Acquire),
+                    connections_open: probe_conns.open(),
                     memory: probe_conns.memory.usage(),
                 });
                 Some(crate::http::HttpServer::start(&http_addr, Arc::clone(&engine), probe).await?)
@@ -162,7 +121,7 @@ impl Broker {
 
     /// Open connections.
     pub fn connection_count(&self) -> usize {
-        self.conns.open.load(Ordering::Acquire)
+        self.conns.open()
     }
 
     /// Memory of the requests being served (see [`BrokerConfig::max_request_memory`]).
@@ -181,25 +140,12 @@ impl Broker {
             k.shutdown().await;
         }
         let deadline = Instant::now() + self.engine.config().shutdown_timeout;
-        loop {
-            let listener = self.conns.closed.listen();
-            let open = self.conns.open.load(Ordering::Acquire);
-            if open == 0 {
-                break;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                tracing::warn!(
-                    open,
-                    "shutdown timeout: closing connections with requests still in flight"
-                );
-                let tasks: Vec<rt::Task<()>> = self.conns.tasks().drain().map(|(_, t)| t).collect();
-                for t in tasks {
-                    t.cancel().await;
-                }
-                break;
-            }
-            rt::timeout(deadline - now, listener).await;
+        let cancelled = self.conns.drain(deadline).await;
+        if cancelled > 0 {
+            tracing::warn!(
+                open = cancelled,
+                "shutdown timeout: closed connections with requests still in flight"
+            );
         }
         self.engine.shutdown().await;
         tracing::info!("broker stopped");
@@ -223,31 +169,18 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
             }
         };
         let max = engine.config().max_connections;
-        if conns.open.load(Ordering::Acquire) >= max {
-            tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
-            engine.metrics().connection_refused();
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            continue;
-        }
-        conns.open.fetch_add(1, Ordering::AcqRel);
-        let id = conns.next_id.fetch_add(1, Ordering::Relaxed);
-        let guard = ConnGuard(Arc::clone(&conns), id);
-        let engine = Arc::clone(&engine);
-        // The map is locked across the spawn, so a task that ends at once removes
-        // its handle only after it was inserted.
-        let mut tasks = conns.tasks();
-        let task = rt::spawn(async move {
-            let _guard = guard;
+        let memory = MemoryBudget::within(
+            &conns.memory,
+            engine
+                .config()
+                .max_connection_memory
+                .max(engine.config().max_frame_bytes),
+        );
+        let counting = Arc::clone(&conns.counting);
+        let served = Arc::clone(&engine);
+        let admitted = conns.spawn(max, async move {
             tracing::debug!(%peer, "connection open");
-            let memory = MemoryBudget::within(
-                &_guard.0.memory,
-                engine
-                    .config()
-                    .max_connection_memory
-                    .max(engine.config().max_frame_bytes),
-            );
-            let counting = Arc::clone(&_guard.0.counting);
-            match serve(engine, memory, counting, stream).await {
+            match serve(served, memory, counting, stream).await {
                 Ok(()) => tracing::debug!(%peer, "connection closed"),
                 Err(e) if is_disconnect(&e) => {
                     tracing::debug!(%peer, error = %e, "connection closed by peer")
@@ -255,7 +188,11 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
                 Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
             }
         });
-        tasks.insert(id, task);
+        if !admitted {
+            tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
+            // The refused socket was moved into the unspawned task and closed with it.
+            engine.metrics().connection_refused();
+        }
     }
 }
 

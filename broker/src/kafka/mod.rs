@@ -22,14 +22,11 @@ pub mod backend;
 pub mod errors;
 pub mod records;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use event_listener::Event;
 use flume_rt::{self as rt, TcpListener, TcpStream};
 use futures::io::AsyncReadExt;
 use futures::FutureExt;
@@ -37,6 +34,7 @@ use futures::FutureExt;
 use crate::budget::MemoryBudget;
 use crate::engine::Engine;
 use crate::error::BrokerError;
+use crate::listener::Connections;
 use backend::Backend;
 
 /// The node id this broker gives itself in Kafka's metadata (it is also the
@@ -87,38 +85,11 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         .flatten()
 }
 
-#[derive(Debug)]
-struct Conns {
-    open: AtomicUsize,
-    closed: Event,
-    memory: Arc<MemoryBudget>,
-    counting: Arc<MemoryBudget>,
-    tasks: Mutex<HashMap<u64, rt::Task<()>>>,
-    next_id: AtomicU64,
-}
-
-impl Conns {
-    fn tasks(&self) -> std::sync::MutexGuard<'_, HashMap<u64, rt::Task<()>>> {
-        self.tasks
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-struct ConnGuard(Arc<Conns>, u64);
-impl Drop for ConnGuard {
-    fn drop(&mut self) {
-        drop(self.0.tasks().remove(&self.1));
-        self.0.open.fetch_sub(1, Ordering::AcqRel);
-        self.0.closed.notify(usize::MAX);
-    }
-}
-
 /// The running Kafka listener.
 #[derive(Debug)]
 pub struct KafkaListener {
     addr: SocketAddr,
-    conns: Arc<Conns>,
+    conns: Arc<Connections>,
     accept: Mutex<Option<rt::Task<()>>>,
     shutdown_timeout: Duration,
 }
@@ -153,14 +124,7 @@ impl KafkaListener {
         };
         tracing::info!(%addr, advertised = %format!("{host}:{port}"), "kafka listener listening");
         let cfg = engine.config();
-        let conns = Arc::new(Conns {
-            open: AtomicUsize::new(0),
-            closed: Event::new(),
-            memory: MemoryBudget::new(cfg.max_request_memory),
-            counting: MemoryBudget::new(COUNTING_BYTES),
-            tasks: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-        });
+        let conns = Connections::new(cfg.max_request_memory, COUNTING_BYTES);
         let shutdown_timeout = cfg.shutdown_timeout;
         let proto = Proto {
             backend: Backend::new(Arc::clone(&engine)),
@@ -188,7 +152,7 @@ impl KafkaListener {
 
     /// Open Kafka connections.
     pub fn connection_count(&self) -> usize {
-        self.conns.open.load(Ordering::Acquire)
+        self.conns.open()
     }
 
     /// Stops accepting (the engine's shutdown signal already did, this waits
@@ -205,21 +169,7 @@ impl KafkaListener {
             a.await;
         }
         let deadline = Instant::now() + self.shutdown_timeout;
-        loop {
-            let listener = self.conns.closed.listen();
-            if self.conns.open.load(Ordering::Acquire) == 0 {
-                break;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                let tasks: Vec<rt::Task<()>> = self.conns.tasks().drain().map(|(_, t)| t).collect();
-                for t in tasks {
-                    t.cancel().await;
-                }
-                break;
-            }
-            rt::timeout(deadline - now, listener).await;
-        }
+        self.conns.drain(deadline).await;
     }
 }
 
@@ -244,7 +194,7 @@ struct Proto {
     write_timeout: Duration,
 }
 
-async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Conns>) {
+async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
     let stop = proto.backend.shutdown_signal();
     loop {
         let accepted = futures::select! {
@@ -259,15 +209,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Conns>) {
                 continue;
             }
         };
-        if conns.open.load(Ordering::Acquire) >= proto.max_connections {
-            tracing::warn!(%peer, max = proto.max_connections, "kafka connection limit reached; closing the new connection");
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            continue;
-        }
         let _ = stream.set_nodelay(true);
-        conns.open.fetch_add(1, Ordering::AcqRel);
-        let id = conns.next_id.fetch_add(1, Ordering::Relaxed);
-        let guard = ConnGuard(Arc::clone(&conns), id);
         let ctx = Ctx {
             backend: proto.backend.clone(),
             node_id: NODE_ID,
@@ -278,15 +220,16 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Conns>) {
             counting: Arc::clone(&conns.counting),
         };
         let limits = proto.clone();
-        let mut tasks = conns.tasks();
-        let task = rt::spawn(async move {
-            let _guard = guard;
+        let admitted = conns.spawn(proto.max_connections, async move {
             match serve(&ctx, &limits, stream).await {
                 Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
             }
         });
-        tasks.insert(id, task);
+        if !admitted {
+            // The refused socket was moved into the unspawned task and closed with it.
+            tracing::warn!(%peer, max = proto.max_connections, "kafka connection limit reached; closing the new connection");
+        }
     }
 }
 

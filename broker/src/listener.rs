@@ -1,0 +1,106 @@
+//! What every TCP listener of the broker (the Flume protocol, the Kafka
+//! protocol) shares: the count of open connections with its limit, the
+//! request-memory budgets, and the connection tasks that shutdown drains and,
+//! past its deadline, cancels.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use event_listener::Event;
+use flume_rt::{self as rt, sync::lock};
+
+use crate::budget::MemoryBudget;
+
+/// The connections of one listener.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    open: AtomicUsize,
+    closed: Event,
+    /// Requests being served, over all connections.
+    pub(crate) memory: Arc<MemoryBudget>,
+    /// Chunks that waiting fetches read to count what arrived, over all connections.
+    pub(crate) counting: Arc<MemoryBudget>,
+    /// The task of every open connection, by a sequence number, so shutdown
+    /// can cancel those that outlive its deadline.
+    tasks: Mutex<HashMap<u64, rt::Task<()>>>,
+    next_id: AtomicU64,
+}
+
+/// Held by a connection's task: counts it as open until the task ends.
+struct ConnGuard(Arc<Connections>, u64);
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        // Dropping the handle of the task that is ending detaches it; nothing is lost.
+        drop(lock(&self.0.tasks).remove(&self.1));
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.closed.notify(usize::MAX);
+    }
+}
+
+impl Connections {
+    /// No connections yet; `max_request_memory` bounds the requests they serve,
+    /// `counting_bytes` what waiting fetches read to count.
+    pub(crate) fn new(max_request_memory: usize, counting_bytes: usize) -> Arc<Self> {
+        Arc::new(Connections {
+            open: AtomicUsize::new(0),
+            closed: Event::new(),
+            memory: MemoryBudget::new(max_request_memory),
+            counting: MemoryBudget::new(counting_bytes),
+            tasks: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    /// Open connections.
+    pub(crate) fn open(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    /// Serves a new connection with `serve` as its own task, unless `max` are
+    /// open already; `false` when refused (the caller closes the socket).
+    pub(crate) fn spawn<F>(self: &Arc<Self>, max: usize, serve: F) -> bool
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if self.open() >= max {
+            return false;
+        }
+        self.open.fetch_add(1, Ordering::AcqRel);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let guard = ConnGuard(Arc::clone(self), id);
+        // The map is locked across the spawn, so a task that ends at once removes
+        // its handle only after it was inserted.
+        let mut tasks = lock(&self.tasks);
+        let task = rt::spawn(async move {
+            let _guard = guard;
+            serve.await;
+        });
+        tasks.insert(id, task);
+        true
+    }
+
+    /// Waits until every connection has ended or `deadline` passes, then
+    /// cancels the connection tasks still running; returns how many that was.
+    pub(crate) async fn drain(&self, deadline: Instant) -> usize {
+        loop {
+            let listener = self.closed.listen();
+            let open = self.open();
+            if open == 0 {
+                return 0;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let tasks: Vec<rt::Task<()>> = lock(&self.tasks).drain().map(|(_, t)| t).collect();
+                for t in tasks {
+                    t.cancel().await;
+                }
+                return open;
+            }
+            rt::timeout(deadline - now, listener).await;
+        }
+    }
+}
