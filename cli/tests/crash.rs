@@ -259,7 +259,7 @@ fn sigkill_during_a_commit_storm_keeps_the_last_acknowledged_commit() {
                 })
             }));
         }
-        let kill_at = 200 + rng.below(5000) as usize;
+        let kill_at = 50 + rng.below(1500) as usize;
         let deadline = Instant::now() + Duration::from_secs(60);
         while count.load(Ordering::Relaxed) < kill_at {
             assert!(Instant::now() < deadline, "seed {seed}: commits stalled");
@@ -534,7 +534,7 @@ fn a_stopped_consumer_process_loses_its_partitions_and_is_fenced_when_it_continu
         })
     };
     produce(0, 20);
-    // Consumer A: the real CLI in group mode, 1 s session.
+    // Consumer A: the real CLI in group mode, 400 ms session (what B waits out).
     let mut a = KillOnDrop(
         common::bin()
             .args([
@@ -546,7 +546,7 @@ fn a_stopped_consumer_process_loses_its_partitions_and_is_fenced_when_it_continu
                 "--group",
                 "gst",
                 "--session-timeout-ms",
-                "1000",
+                "400",
                 "--format",
                 "json",
             ])

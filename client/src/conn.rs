@@ -668,10 +668,10 @@ async fn wait_response(
             }
             continue;
         }
-        if !busy_poll.is_zero() {
-            if let Some(r) = spin(inner, id, &mut rx, busy_poll).await {
-                return r;
-            }
+        if !busy_poll.is_zero()
+            && let Some(r) = spin(inner, id, &mut rx, busy_poll).await
+        {
+            return r;
         }
         let seen = lock(&inner.read).reads;
         let readable = inner.stream.readable();
@@ -794,10 +794,10 @@ impl Client {
     /// [`Error::Connect`] when the broker cannot be reached.
     pub async fn connection(&self) -> Result<Connection> {
         let mut st = self.state.lock().await;
-        if let Some(c) = &st.conn {
-            if !c.is_broken() {
-                return Ok(c.clone());
-            }
+        if let Some(c) = &st.conn
+            && !c.is_broken()
+        {
+            return Ok(c.clone());
         }
         st.conn = None;
         if st.failures > 0 {

@@ -511,10 +511,10 @@ async fn next_record(state: Arc<AsyncMutex<State>>) -> Option<Result<ConsumerRec
         if let Err(e) = st.ensure_joined().await {
             return Some(Err(e));
         }
-        if let Err(e) = st.maybe_auto_commit().await {
-            if !is_fencing(e.code()) {
-                return Some(Err(e));
-            }
+        if let Err(e) = st.maybe_auto_commit().await
+            && !is_fencing(e.code())
+        {
+            return Some(Err(e));
         }
         if let Some(r) = st.buffer.pop_front() {
             st.last_delivered = Some((
@@ -537,10 +537,10 @@ async fn next_record(state: Arc<AsyncMutex<State>>) -> Option<Result<ConsumerRec
 
 impl State {
     fn mark_last_processed(&mut self) {
-        if let Some((tp, off)) = self.last_delivered.take() {
-            if self.assignment.contains(&tp) {
-                self.processed.insert(tp, off + 1);
-            }
+        if let Some((tp, off)) = self.last_delivered.take()
+            && self.assignment.contains(&tp)
+        {
+            self.processed.insert(tp, off + 1);
         }
     }
 
@@ -557,10 +557,10 @@ impl State {
         while self.shared.rejoin.load(Ordering::Acquire) {
             // Revoke: commit what was processed, drop what was fetched.
             if !self.assignment.is_empty() {
-                if self.cfg.auto_commit.is_some() || self.cfg.commit_on_revoke {
-                    if let Err(e) = self.commit_pending().await {
-                        tracing::debug!(error = %e, "commit before rejoin failed");
-                    }
+                if (self.cfg.auto_commit.is_some() || self.cfg.commit_on_revoke)
+                    && let Err(e) = self.commit_pending().await
+                {
+                    tracing::debug!(error = %e, "commit before rejoin failed");
                 }
                 let revoked = std::mem::take(&mut self.assignment);
                 self.emit(RebalanceEvent::Revoked(revoked));
