@@ -41,6 +41,101 @@ pub(crate) use topics::FILE_WORK_THREADS;
 
 type JoinReply = oneshot::Sender<Result<Joined, ErrorCode>>;
 
+/// Threads that open topics and partitions at start. The work is mostly
+/// waiting for the disk (a cold cache: directory listings, index reads, the
+/// active segment's tail), so more threads than cores keep more requests in
+/// the disk's queue: 10,000 partitions opened in 11.8 s with one thread and a
+/// cold cache.
+const OPEN_THREADS: usize = 16;
+
+/// Loads every topic of the data directory: each topic's `topic.conf`, then
+/// every partition's log (recovering it), spread over [`OPEN_THREADS`].
+fn open_topics(config: &BrokerConfig) -> Result<BTreeMap<String, Arc<Topic>>, BrokerError> {
+    let dir = &config.data_dir;
+    let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
+        what: format!("list {}", dir.display()),
+        source,
+    })?;
+    let mut candidates = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if valid_name(&name) && path.is_dir() {
+            candidates.push((name, path));
+        }
+    }
+    candidates.sort_unstable();
+    let configs = parallel_map(&candidates, |(name, path)| {
+        let conf_path = TopicConfig::path(path);
+        let Ok(text) = std::fs::read_to_string(&conf_path) else {
+            tracing::warn!(dir = %path.display(), "directory without topic.conf; not a topic, skipped");
+            return Ok(None);
+        };
+        TopicConfig::from_text(&text)
+            .map(|tc| Some((name.clone(), tc)))
+            .map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))
+    });
+    let mut found = Vec::new();
+    for c in configs {
+        if let Some(t) = c? {
+            found.push(t);
+        }
+    }
+    let work: Vec<(usize, u32)> = found
+        .iter()
+        .enumerate()
+        .flat_map(|(t, (_, tc))| (0..tc.partitions).map(move |p| (t, p)))
+        .collect();
+    let mut opened = parallel_map(&work, |&(t, p)| {
+        let (name, tc) = &found[t];
+        Topic::open_partition(config, name, tc, p)
+    })
+    .into_iter();
+    let mut topics = BTreeMap::new();
+    for (name, tc) in found {
+        let partitions = opened
+            .by_ref()
+            .take(tc.partitions as usize)
+            .collect::<Result<Vec<_>, _>>()?;
+        topics.insert(
+            name.clone(),
+            Arc::new(Topic::from_parts(name, tc, partitions)),
+        );
+    }
+    Ok(topics)
+}
+
+/// `f` over `items` on up to [`OPEN_THREADS`] threads; results in order.
+fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = OPEN_THREADS.min(items.len());
+    let mut parts: Vec<Vec<(usize, R)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut out = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = items.get(i) else { break };
+                        out.push((i, f(item)));
+                    }
+                    out
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut all: Vec<(usize, R)> = parts.iter_mut().flat_map(std::mem::take).collect();
+    all.sort_unstable_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
 /// The engine: every topic, partition, group and committed offset of one
 /// data directory, behind an API in the domain's terms ([`crate::domain`]).
 #[derive(Debug)]
@@ -74,30 +169,7 @@ impl Engine {
         config.validate()?;
         let dir = &config.data_dir;
         let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
-        let mut topics = BTreeMap::new();
-        let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
-            what: format!("list {}", dir.display()),
-            source,
-        })?;
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !path.is_dir() || !valid_name(&name) {
-                continue;
-            }
-            let conf_path = TopicConfig::path(&path);
-            let text = match std::fs::read_to_string(&conf_path) {
-                Ok(t) => t,
-                Err(_) => {
-                    tracing::warn!(dir = %path.display(), "directory without topic.conf; not a topic, skipped");
-                    continue;
-                }
-            };
-            let tc = TopicConfig::from_text(&text)
-                .map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))?;
-            let topic = Self::open_topic(&config, &name, tc)?;
-            topics.insert(name, Arc::new(topic));
-        }
+        let topics = open_topics(&config)?;
         let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);

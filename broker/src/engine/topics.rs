@@ -36,6 +36,39 @@ impl Topic {
 }
 
 impl Topic {
+    /// Opens (recovering) partition `p` of topic `name`.
+    pub(super) fn open_partition(
+        config: &BrokerConfig,
+        name: &str,
+        tc: &TopicConfig,
+        p: u32,
+    ) -> Result<Arc<Partition>, BrokerError> {
+        let dir = config.data_dir.join(name).join(format!("partition-{p}"));
+        let log = Log::open(&dir, tc.log_config(config))?;
+        Ok(Arc::new(Partition::start(
+            name,
+            p,
+            log,
+            tc.max_pending,
+            tc.backpressure,
+            config.writer_batch_bytes,
+        )))
+    }
+
+    /// A topic from its opened partitions.
+    pub(super) fn from_parts(
+        name: String,
+        config: TopicConfig,
+        partitions: Vec<Arc<Partition>>,
+    ) -> Topic {
+        Topic {
+            name,
+            config,
+            partitions,
+            sticky: AtomicU32::new(0),
+        }
+    }
+
     pub(super) fn next_sticky(&self) -> u32 {
         self.sticky
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
@@ -53,25 +86,10 @@ impl Engine {
         name: &str,
         tc: TopicConfig,
     ) -> Result<Topic, BrokerError> {
-        let dir = config.data_dir.join(name);
-        let mut partitions = Vec::with_capacity(tc.partitions as usize);
-        for p in 0..tc.partitions {
-            let log = Log::open(&dir.join(format!("partition-{p}")), tc.log_config(config))?;
-            partitions.push(Arc::new(Partition::start(
-                name,
-                p,
-                log,
-                tc.max_pending,
-                tc.backpressure,
-                config.writer_batch_bytes,
-            )));
-        }
-        Ok(Topic {
-            name: name.to_owned(),
-            config: tc,
-            partitions,
-            sticky: AtomicU32::new(0),
-        })
+        let partitions = (0..tc.partitions)
+            .map(|p| Topic::open_partition(config, name, &tc, p))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Topic::from_parts(name.to_owned(), tc, partitions))
     }
 
     /// A topic, if it exists.
