@@ -154,3 +154,49 @@ fn a_failed_fsync_under_fsync_always_stops_the_partition_with_storage_error() {
     config.fsync = flume_broker::storage::FsyncPolicy::Always;
     partition_fails_stop(config, |f| f.fail_fsyncs(1));
 }
+
+#[test]
+fn a_restart_opens_every_topic_and_partition_and_refuses_a_damaged_topic_conf() {
+    // Topics and partitions are opened on several threads at start: every record comes back in
+    // its own partition, a directory without topic.conf is skipped, a damaged topic.conf fails
+    // the start naming the file.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = EmbeddedBroker::open(&data).unwrap();
+    for t in 0..12u32 {
+        b.blocking()
+            .create_topic(&format!("t{t}"), topic(1 + t % 5))
+            .unwrap();
+        for p in 0..=(t % 5) {
+            for n in 0..=p {
+                let value = format!("t{t}p{p}n{n}");
+                rt::block_on(b.produce_with(
+                    &format!("t{t}"),
+                    None,
+                    value.as_bytes(),
+                    &[],
+                    Some(p),
+                ))
+                .unwrap();
+            }
+        }
+    }
+    b.blocking().close();
+    drop(b);
+    std::fs::create_dir(data.join("not-a-topic")).unwrap();
+    let b = EmbeddedBroker::open(&data).unwrap();
+    let topics = b.engine().topics();
+    assert_eq!(topics.len(), 12);
+    for t in 0..12u32 {
+        let topic = b.engine().topic(&format!("t{t}")).unwrap();
+        assert_eq!(topic.partitions.len() as u32, 1 + t % 5);
+        for (p, part) in topic.partitions.iter().enumerate() {
+            assert_eq!(part.end_offset(), p as u64 + 1, "t{t} partition {p}");
+        }
+    }
+    b.blocking().close();
+    drop(b);
+    std::fs::write(data.join("t7").join("topic.conf"), b"partitions=banana\n").unwrap();
+    let err = EmbeddedBroker::open(&data).unwrap_err().to_string();
+    assert!(err.contains("topic.conf"), "{err}");
+}
