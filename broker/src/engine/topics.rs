@@ -64,6 +64,7 @@ impl Engine {
                 tc.max_pending,
                 tc.backpressure,
                 config.writer_batch_bytes,
+                config.producer_limits(),
             )));
         }
         Ok(Topic {
