@@ -351,9 +351,22 @@ pub struct BrokerConfig {
     pub kafka_listen: Option<String>,
     /// `host:port` the Kafka listener's Metadata advertises; by default the bound address.
     pub kafka_advertised: Option<String>,
+    /// Most idempotent producers whose sequences one partition tracks
+    /// (default 1 000); a new one evicts the least recently used (see
+    /// [`crate::producers`]).
+    pub max_producers_per_partition: usize,
+    /// Most idempotent producer entries over all partitions (default 100 000,
+    /// a few hundred bytes each).
+    pub max_producer_states: usize,
+    /// A producer that has not produced to a partition for this long is
+    /// forgotten there (default 1 day, Kafka's `producer.id.expiration.ms`),
+    /// by [`BrokerConfig::clock`].
+    pub producer_expiry: Duration,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
+    /// The producer-state limits every partition shares, made on first use.
+    producer_limits: Arc<OnceLock<Arc<crate::producers::ProducerLimits>>>,
 }
 
 impl BrokerConfig {
@@ -390,8 +403,25 @@ impl BrokerConfig {
             http_listen: None,
             kafka_listen: None,
             kafka_advertised: None,
+            max_producers_per_partition: 1_000,
+            max_producer_states: 100_000,
+            producer_expiry: Duration::from_secs(24 * 3600),
             file_cache: Arc::default(),
+            producer_limits: Arc::default(),
         }
+    }
+
+    /// The producer-state limits and count every partition shares (made on
+    /// first use from the settings above).
+    pub fn producer_limits(&self) -> Arc<crate::producers::ProducerLimits> {
+        Arc::clone(self.producer_limits.get_or_init(|| {
+            Arc::new(crate::producers::ProducerLimits::new(
+                self.max_producers_per_partition,
+                self.max_producer_states,
+                u64::try_from(self.producer_expiry.as_millis()).unwrap_or(u64::MAX),
+                self.clock.clone(),
+            ))
+        }))
     }
 
     /// The broker-wide cache of open segment files (made on first use).

@@ -97,6 +97,29 @@ pub struct ProduceBatch {
     pub records: Bytes,
 }
 
+/// An idempotent producer's stamp on a batch for one partition (Kafka's
+/// producer id, epoch and the sequence number of the batch's first record).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    /// Producer id, as issued by the broker.
+    pub id: i64,
+    /// Producer epoch.
+    pub epoch: i16,
+    /// Sequence number of the batch's first record (per producer and partition).
+    pub base_sequence: i32,
+}
+
+/// Why a batch of an idempotent producer was refused (nothing of it appended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProducerError {
+    /// The sequence does not follow the producer's last one on the partition.
+    OutOfOrderSequence,
+    /// The epoch is older than one already seen from this producer.
+    InvalidEpoch,
+    /// The producer id was not issued since the broker started.
+    UnknownProducerId,
+}
+
 /// Records appended to one partition: `count` offsets from `base_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendedSpan {
@@ -125,6 +148,12 @@ pub struct Appended {
     /// (record `i`'s offset is its partition's base offset plus the records
     /// routed there before it). Empty for [`Route::Partition`].
     pub record_partitions: Vec<i32>,
+    /// For an idempotent batch: why it was refused (then `error` is
+    /// [`ErrorCode::InvalidRequest`] and `spans` is empty).
+    pub producer_error: Option<ProducerError>,
+    /// For an idempotent batch: true when it was a retry of a batch already
+    /// stored, answered with that batch's offsets and not appended again.
+    pub duplicate: bool,
 }
 
 // ------------------------------------------------------------ fetch

@@ -21,6 +21,16 @@
 //! hand-offs that dominate one-record-at-a-time latency. Order is kept: the
 //! fast path is taken only while no earlier request is pending.
 //!
+//! Idempotent producers: an append may carry a [`ProducerBatch`]; its
+//! sequence is checked against the partition's [`ProducerTable`] under the
+//! log's write lock, by whichever path appends (the writer for a group
+//! commit, request by request in queue order, or the fast path), so the
+//! check and the append are one step with respect to every other append of
+//! the partition. A retry of a stored batch is answered with its original
+//! base offset and not written; a refused one is answered at once. Producer
+//! entries are recorded before the group commit is written: if that write
+//! fails the partition stops taking appends anyway (fail-stop, below).
+//!
 //! Fail-stop: once a write or fsync has failed, the log has cut off what was
 //! not acknowledged and refuses appends (see [`crate::storage::log`]); the
 //! partition answers every later append with STORAGE_ERROR at once, keeps
@@ -37,11 +47,41 @@ use flume_rt as rt;
 use futures::channel::oneshot;
 
 use crate::config::Backpressure;
+use crate::domain::{ProducerBatch, ProducerError};
 use crate::error::BrokerError;
+use crate::producers::{ProducerLimits, ProducerTable, Verdict};
 use crate::storage::{FsyncPolicy, Log, ReadResult, StorageError};
 
 /// The outcome of an append: the base offset, or an error code.
 pub type AppendResult = Result<u64, ErrorCode>;
+
+/// Where an append ended up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stored {
+    /// Offset of the first record.
+    pub base: u64,
+    /// A retry of an idempotent batch already stored at `base`: nothing was written.
+    pub duplicate: bool,
+}
+
+/// Why an append was not stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// A broker error (queue full, storage, shutting down, ...).
+    Code(ErrorCode),
+    /// The idempotent producer's batch was refused.
+    Producer(ProducerError),
+}
+
+/// An append's outcome in full.
+pub type Acked = Result<Stored, Refusal>;
+
+fn appended(base: u64) -> Acked {
+    Ok(Stored {
+        base,
+        duplicate: false,
+    })
+}
 
 /// Largest append taken by the inline fast path.
 pub const INLINE_MAX_BYTES: usize = 64 * 1024;
@@ -55,28 +95,45 @@ pub struct AppendRequest {
     pub count: u32,
     /// Largest timestamp.
     pub max_timestamp: i64,
+    /// The idempotent producer's stamp, if any.
+    pub producer: Option<ProducerBatch>,
     /// Where the result goes.
-    pub ack: oneshot::Sender<AppendResult>,
+    pub ack: oneshot::Sender<Acked>,
 }
 
 /// An admitted append: done already (fast path) or queued.
 #[derive(Debug)]
 pub enum Admission {
     /// Appended inline.
-    Done(AppendResult),
+    Done(Acked),
     /// Queued; the writer will answer.
-    Queued(oneshot::Receiver<AppendResult>),
+    Queued(oneshot::Receiver<Acked>),
 }
 
 impl Admission {
-    /// The base offset once the append is done.
+    /// The base offset once the append is done (a duplicate's original one).
     ///
     /// # Errors
-    /// The append's failure, or SHUTTING_DOWN if the writer went away.
+    /// The append's failure, or SHUTTING_DOWN if the writer went away; a
+    /// refused idempotent batch is INVALID_REQUEST here (see [`Admission::outcome`]).
     pub async fn wait(self) -> AppendResult {
+        match self.outcome().await {
+            Ok(s) => Ok(s.base),
+            Err(Refusal::Code(c)) => Err(c),
+            Err(Refusal::Producer(_)) => Err(ErrorCode::InvalidRequest),
+        }
+    }
+
+    /// The append's outcome in full, once it is done.
+    ///
+    /// # Errors
+    /// As [`Admission::wait`], with a refused idempotent batch's reason.
+    pub async fn outcome(self) -> Acked {
         match self {
             Admission::Done(r) => r,
-            Admission::Queued(rx) => rx.await.unwrap_or(Err(ErrorCode::ShuttingDown)),
+            Admission::Queued(rx) => rx
+                .await
+                .unwrap_or(Err(Refusal::Code(ErrorCode::ShuttingDown))),
         }
     }
 }
@@ -230,6 +287,8 @@ struct Shared {
     stats: crate::metrics::PartitionStats,
     queue: AppendQueue,
     batch_bytes: usize,
+    /// Idempotent producers' sequences; locked only under the log's write lock.
+    producers: Mutex<ProducerTable>,
 }
 
 /// A partition of a topic.
@@ -274,6 +333,46 @@ impl Shared {
             }
         }
     }
+
+    /// Decides on the requests of a group commit in order, checking the
+    /// sequences of idempotent ones against the producer table. Returns each
+    /// request's outcome (`None`: to be appended at the offset given) with
+    /// what is to be appended; the caller holds the log's write lock.
+    fn decide<'a>(
+        &self,
+        log: &Log,
+        items: impl Iterator<Item = (Option<&'a ProducerBatch>, u32)>,
+    ) -> Vec<Result<u64, Acked>> {
+        let mut table = self
+            .producers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = log.end_offset();
+        items
+            .map(|(producer, count)| {
+                let Some(p) = producer else {
+                    let at = next;
+                    next += u64::from(count);
+                    return Ok(at);
+                };
+                match table.check(p, count) {
+                    Verdict::Append => {
+                        if !table.record(p, count, next) {
+                            tracing::debug!(topic = %self.topic, partition = self.id, producer = p.id, "producer state limit reached; batch appended untracked");
+                        }
+                        let at = next;
+                        next += u64::from(count);
+                        Ok(at)
+                    }
+                    Verdict::Duplicate(base) => Err(Ok(Stored {
+                        base,
+                        duplicate: true,
+                    })),
+                    Verdict::Refuse(e) => Err(Err(Refusal::Producer(e))),
+                }
+            })
+            .collect()
+    }
 }
 
 impl Partition {
@@ -286,6 +385,7 @@ impl Partition {
         max_pending: usize,
         backpressure: Backpressure,
         batch_bytes: usize,
+        producer_limits: Arc<ProducerLimits>,
     ) -> Self {
         let inline_ok = log.config().fsync == FsyncPolicy::Never;
         let shared = Arc::new(Shared {
@@ -300,6 +400,7 @@ impl Partition {
             stats: crate::metrics::PartitionStats::default(),
             queue: AppendQueue::new(max_pending),
             batch_bytes,
+            producers: Mutex::new(ProducerTable::new(producer_limits)),
         });
         Partition {
             topic: topic.to_owned(),
@@ -361,7 +462,13 @@ impl Partition {
         self.shared.data.listen()
     }
 
-    fn try_inline(&self, batch: &Bytes, count: u32, max_timestamp: i64) -> Option<AppendResult> {
+    fn try_inline(
+        &self,
+        batch: &Bytes,
+        count: u32,
+        max_timestamp: i64,
+        producer: Option<&ProducerBatch>,
+    ) -> Option<Acked> {
         if !self.inline_ok
             || batch.len() > INLINE_MAX_BYTES
             || self.shared.pending.load(Ordering::Acquire) != 0
@@ -377,13 +484,19 @@ impl Partition {
         if self.shared.pending.load(Ordering::Acquire) != 0 || self.shared.queue.is_closed() {
             return None;
         }
+        if producer.is_some() {
+            let decided = self.shared.decide(&log, std::iter::once((producer, count)));
+            if let Some(Err(done)) = decided.into_iter().next() {
+                return Some(done);
+            }
+        }
         let mut buf = batch.to_vec();
         let r = self
             .shared
             .append(&mut log, &mut buf, u64::from(count), max_timestamp);
         drop(log);
         self.shared.data.notify(usize::MAX);
-        Some(r)
+        Some(r.map_or_else(|c| Err(Refusal::Code(c)), appended))
     }
 
     /// Admits an append: inline when the partition is idle (fast path),
@@ -402,10 +515,29 @@ impl Partition {
         count: u32,
         max_timestamp: i64,
     ) -> Result<Admission, ErrorCode> {
+        self.enqueue_as(batch, count, max_timestamp, None).await
+    }
+
+    /// As [`Partition::enqueue`], for a batch an idempotent producer stamped
+    /// (`producer`): its sequence is checked as it is appended, and a retry of
+    /// a stored batch is answered with that batch's base offset.
+    ///
+    /// # Errors
+    /// As [`Partition::enqueue`].
+    ///
+    /// # Cancel safety
+    /// As [`Partition::enqueue`].
+    pub async fn enqueue_as(
+        &self,
+        batch: Bytes,
+        count: u32,
+        max_timestamp: i64,
+        producer: Option<ProducerBatch>,
+    ) -> Result<Admission, ErrorCode> {
         if self.has_failed_write() {
             return Err(ErrorCode::StorageError);
         }
-        if let Some(r) = self.try_inline(&batch, count, max_timestamp) {
+        if let Some(r) = self.try_inline(&batch, count, max_timestamp, producer.as_ref()) {
             return Ok(Admission::Done(r));
         }
         let (ack, rx) = oneshot::channel();
@@ -413,6 +545,7 @@ impl Partition {
             batch,
             count,
             max_timestamp,
+            producer,
             ack,
         };
         self.shared.pending.fetch_add(1, Ordering::AcqRel);
@@ -495,7 +628,17 @@ impl Partition {
             }
             synced?;
             l.enforce_retention(now_ms)?;
-            Ok::<u64, StorageError>(l.start_offset())
+            let start = l.start_offset();
+            drop(l);
+            let expired = shared
+                .producers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .expire();
+            if expired > 0 {
+                tracing::debug!(topic = %shared.topic, partition = shared.id, expired, "idle producers' state dropped");
+            }
+            Ok::<u64, StorageError>(start)
         })
         .await;
         match r {
@@ -568,11 +711,23 @@ async fn writer_loop(shared: Arc<Shared>) {
         let mut taken = std::mem::take(&mut buf);
         let (result, back) = rt::unblock(move || {
             let mut log = write_lock(&sh.log);
-            let r = sh.append(&mut log, &mut taken, count, max_ts);
+            let acks = if reqs.iter().any(|r| r.producer.is_some()) {
+                append_checked(&sh, &mut log, &reqs, &mut taken)
+            } else {
+                let r = sh.append(&mut log, &mut taken, count, max_ts);
+                let mut next = r;
+                reqs.iter()
+                    .map(|q| {
+                        let this = next.map_or_else(|c| Err(Refusal::Code(c)), appended);
+                        next = next.map(|b| b + u64::from(q.count));
+                        this
+                    })
+                    .collect()
+            };
             // Counted down under the lock, so the fast path never overtakes a queued request.
             sh.pending.fetch_sub(reqs.len(), Ordering::AcqRel);
             drop(log);
-            ((r, reqs), taken)
+            ((acks, reqs), taken)
         })
         .await;
         buf = back;
@@ -582,14 +737,52 @@ async fn writer_loop(shared: Arc<Shared>) {
         if buf.capacity() > IDLE_WRITER_BUFFER && shared.queue.len() == 0 {
             buf = Vec::new();
         }
-        let (result, reqs) = result;
+        let (acks, reqs): (Vec<Acked>, Vec<AppendRequest>) = result;
         shared.data.notify(usize::MAX);
-        let mut next = result;
-        for r in reqs {
-            let _ = r.ack.send(next);
-            next = next.map(|b| b + u64::from(r.count));
+        for (r, a) in reqs.into_iter().zip(acks) {
+            let _ = r.ack.send(a);
         }
     }
+}
+
+/// A group commit with idempotent requests among its requests: each is
+/// checked in queue order; duplicates and refused ones are answered without
+/// being written, the rest appended with one write. `buf` holds every
+/// request's records on entry and what is written on return.
+fn append_checked(
+    shared: &Shared,
+    log: &mut Log,
+    reqs: &[AppendRequest],
+    buf: &mut Vec<u8>,
+) -> Vec<Acked> {
+    let decided = shared.decide(log, reqs.iter().map(|r| (r.producer.as_ref(), r.count)));
+    let mut count = 0u64;
+    let mut max_ts = i64::MIN;
+    let skipped = decided.iter().any(Result::is_err);
+    if skipped {
+        buf.clear();
+    }
+    for (r, d) in reqs.iter().zip(&decided) {
+        if d.is_ok() {
+            if skipped {
+                buf.extend_from_slice(&r.batch);
+            }
+            count += u64::from(r.count);
+            max_ts = max_ts.max(r.max_timestamp);
+        }
+    }
+    let written = if count == 0 {
+        Ok(0)
+    } else {
+        shared.append(log, buf, count, max_ts)
+    };
+    decided
+        .into_iter()
+        .map(|d| match d {
+            Ok(at) => written.map_or_else(|c| Err(Refusal::Code(c)), |_| appended(at)),
+            Err(done) => done,
+        })
+        .collect()
 }
 
 // The tests hold the log's lock on purpose while they queue appends, to keep
@@ -609,7 +802,13 @@ mod tests {
 
     fn partition(dir: &std::path::Path, max_pending: usize, bp: Backpressure) -> Partition {
         let log = Log::open(dir, crate::storage::LogConfig::default()).unwrap();
-        Partition::start("t", 0, log, max_pending, bp, 1 << 20)
+        let limits = Arc::new(ProducerLimits::new(
+            10,
+            100,
+            60_000,
+            crate::clock::Clock::manual(),
+        ));
+        Partition::start("t", 0, log, max_pending, bp, 1 << 20, limits)
     }
 
     /// Waits for `cond` with a deadline (no fixed sleeps).
@@ -661,6 +860,55 @@ mod tests {
         wait_for("the writer to end", || !p.writer_running());
         assert_eq!(p.shared.queue.lock().items.capacity(), 0, "slots released");
         rt::block_on(p.shutdown());
+    }
+
+    #[test]
+    fn the_writer_checks_idempotent_requests_in_queue_order_within_a_group_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        let pb = |seq| {
+            Some(ProducerBatch {
+                id: 7,
+                epoch: 0,
+                base_sequence: seq,
+            })
+        };
+        rt::block_on(async {
+            let sh = shared_log(&p);
+            let guard = write_lock(&sh.log);
+            let first = park_writer(&p); // offset 0, no producer
+                                         // One group commit: seq 0, its retry, a gap, seq 1, a plain record.
+            let a = p.enqueue_as(record(b"a"), 1, 1, pb(0)).await.unwrap();
+            let retry = p.enqueue_as(record(b"a"), 1, 1, pb(0)).await.unwrap();
+            let gap = p.enqueue_as(record(b"z"), 1, 1, pb(5)).await.unwrap();
+            let b = p.enqueue_as(record(b"b"), 1, 1, pb(1)).await.unwrap();
+            let plain = p.enqueue(record(b"c"), 1, 1).await.unwrap();
+            drop(guard);
+            assert_eq!(first.wait().await, Ok(0));
+            let stored = |base, duplicate| Ok(Stored { base, duplicate });
+            assert_eq!(a.outcome().await, stored(1, false));
+            assert_eq!(retry.outcome().await, stored(1, true));
+            assert_eq!(
+                gap.outcome().await,
+                Err(Refusal::Producer(ProducerError::OutOfOrderSequence))
+            );
+            assert_eq!(b.outcome().await, stored(2, false));
+            assert_eq!(plain.outcome().await, stored(3, false));
+            assert_eq!(p.end_offset(), 4, "the retry and the gap were not written");
+            // The fast path (idle partition) checks too.
+            let again = p.enqueue_as(record(b"b"), 1, 1, pb(1)).await.unwrap();
+            assert!(matches!(again, Admission::Done(_)));
+            assert_eq!(again.outcome().await, stored(2, true));
+            let read = p.read(0, 1 << 20).await.unwrap();
+            let values: Vec<Vec<u8>> =
+                flume_protocol::record::decode_all(&Bytes::from(read.records))
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| r.value.to_vec())
+                    .collect();
+            assert_eq!(values, [&b"first"[..], b"a", b"b", b"c"]);
+            p.shutdown().await;
+        });
     }
 
     #[test]

@@ -153,6 +153,8 @@ pub struct Engine {
     data_lock: Mutex<Option<DataDirLock>>,
     /// Request counters and latencies (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
+    /// Idempotent producers' ids (see [`crate::producers`]).
+    producer_ids: Arc<crate::producers::ProducerIds>,
 }
 
 impl Engine {
@@ -171,6 +173,11 @@ impl Engine {
         let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
         let topics = open_topics(&config)?;
         let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
+        let producer_ids =
+            crate::producers::ProducerIds::open(dir).map_err(|e| BrokerError::Io {
+                what: "producer ids".into(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })?;
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
@@ -184,6 +191,7 @@ impl Engine {
             ticker: TaskSlot::default(),
             data_lock: Mutex::new(Some(data_lock)),
             metrics: Arc::new(Metrics::default()),
+            producer_ids: Arc::new(producer_ids),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;

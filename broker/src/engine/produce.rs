@@ -1,4 +1,5 @@
-//! Produce: check a batch, route its records, queue them on their partitions.
+//! Produce: check a batch, route its records, queue them on their partitions;
+//! producer ids for idempotent producers.
 
 use std::collections::BTreeMap;
 
@@ -8,8 +9,9 @@ use flume_protocol::record::{self, RecordError, RecordIter};
 use flume_protocol::ErrorCode;
 
 use super::Engine;
-use crate::domain::{Appended, AppendedSpan, ProduceBatch, Route};
-use crate::partition::Admission;
+use crate::domain::{Appended, AppendedSpan, ProduceBatch, ProducerBatch, ProducerError, Route};
+use crate::partition::{Admission, Refusal};
+use crate::producers::ProducerIdError;
 
 /// A batch admitted to its partition queues, waiting for acknowledgements.
 #[derive(Debug)]
@@ -19,6 +21,7 @@ pub struct PendingProduce {
     error: ErrorCode,
     waits: Vec<(u32, u32, Admission)>,
     record_partitions: Vec<i32>,
+    producer_error: Option<ProducerError>,
 }
 
 impl PendingProduce {
@@ -29,6 +32,7 @@ impl PendingProduce {
             error,
             waits: Vec::new(),
             record_partitions: Vec::new(),
+            producer_error: None,
         }
     }
 
@@ -38,15 +42,24 @@ impl PendingProduce {
     /// `record_partitions` is kept, telling which records those are.
     pub async fn finish(self) -> Appended {
         let mut error = self.error;
+        let mut producer_error = self.producer_error;
+        let mut duplicate = false;
         let mut spans = Vec::with_capacity(self.waits.len());
         for (p, count, rx) in self.waits {
-            match rx.wait().await {
-                Ok(base) => spans.push(AppendedSpan {
-                    partition: i32::try_from(p).unwrap_or(i32::MAX),
-                    base_offset: i64::try_from(base).unwrap_or(i64::MAX),
-                    count: i32::try_from(count).unwrap_or(i32::MAX),
-                }),
-                Err(e) => error = e,
+            match rx.outcome().await {
+                Ok(stored) => {
+                    duplicate |= stored.duplicate;
+                    spans.push(AppendedSpan {
+                        partition: i32::try_from(p).unwrap_or(i32::MAX),
+                        base_offset: i64::try_from(stored.base).unwrap_or(i64::MAX),
+                        count: i32::try_from(count).unwrap_or(i32::MAX),
+                    });
+                }
+                Err(Refusal::Code(e)) => error = e,
+                Err(Refusal::Producer(e)) => {
+                    error = ErrorCode::InvalidRequest;
+                    producer_error = Some(e);
+                }
             }
         }
         Appended {
@@ -55,6 +68,8 @@ impl PendingProduce {
             error,
             spans,
             record_partitions: self.record_partitions,
+            producer_error,
+            duplicate,
         }
     }
 }
@@ -67,6 +82,22 @@ impl Engine {
     /// their order. A batch for one partition is queued as it is: its bytes
     /// (a slice of the request's frame, say) are not copied.
     pub async fn admit_produce(&self, batch: ProduceBatch) -> PendingProduce {
+        self.admit_produce_as(batch, None).await
+    }
+
+    /// As [`Engine::admit_produce`], for a batch an idempotent producer
+    /// stamped (`producer`, one partition only): its sequence is checked
+    /// when it is appended, atomically with the partition's other appends
+    /// (see [`crate::partition`]); a retry of one of the producer's last five
+    /// batches there is answered with that batch's offsets
+    /// ([`Appended::duplicate`]) and not appended again; a gap, an old epoch
+    /// or an id not issued since the broker started is refused
+    /// ([`Appended::producer_error`]).
+    pub async fn admit_produce_as(
+        &self,
+        batch: ProduceBatch,
+        producer: Option<ProducerBatch>,
+    ) -> PendingProduce {
         let ProduceBatch {
             topic,
             route,
@@ -89,11 +120,24 @@ impl Engine {
             Err(_) => return fail(ErrorCode::CorruptRecord),
         };
         let mut pending = PendingProduce::failed(&topic, route, ErrorCode::None);
+        if let Some(pb) = &producer {
+            if !matches!(route, Route::Partition(_)) {
+                return fail(ErrorCode::InvalidRequest);
+            }
+            if !self.producer_ids.issued(pb.id) {
+                let mut p = fail(ErrorCode::InvalidRequest);
+                p.producer_error = Some(ProducerError::UnknownProducerId);
+                return p;
+            }
+        }
         if let Route::Partition(partition) = route {
             let Some(p) = t.partition(partition) else {
                 return fail(ErrorCode::UnknownPartition);
             };
-            match p.enqueue(records, info.count, info.max_timestamp).await {
+            match p
+                .enqueue_as(records, info.count, info.max_timestamp, producer)
+                .await
+            {
                 Ok(rx) => pending.waits.push((p.id, info.count, rx)),
                 Err(code) => pending.error = code,
             }
@@ -126,5 +170,22 @@ impl Engine {
             }
         }
         pending
+    }
+}
+
+impl Engine {
+    /// Issues a new producer id (epoch 0) for an idempotent producer. Ids
+    /// never repeat, across restarts too (see [`crate::producers`]).
+    ///
+    /// # Errors
+    /// The id block could not be persisted (STORAGE_ERROR; no id is issued).
+    pub async fn init_producer_id(&self) -> Result<i64, ErrorCode> {
+        let ids = std::sync::Arc::clone(&self.producer_ids);
+        flume_rt::unblock(move || ids.issue())
+            .await
+            .map_err(|e: ProducerIdError| {
+                tracing::error!(error = %e, "issuing a producer id failed");
+                ErrorCode::StorageError
+            })
     }
 }

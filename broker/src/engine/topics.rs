@@ -52,6 +52,7 @@ impl Topic {
             tc.max_pending,
             tc.backpressure,
             config.writer_batch_bytes,
+            config.producer_limits(),
         )))
     }
 

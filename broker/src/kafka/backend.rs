@@ -14,7 +14,9 @@ use flume_protocol::ErrorCode;
 use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
-use crate::domain::{FetchFrom, FetchSpec, ProduceBatch, Route, TopicPartition};
+use crate::domain::{
+    FetchFrom, FetchSpec, ProduceBatch, ProducerBatch, ProducerError, Route, TopicPartition,
+};
 use crate::engine::{Engine, FetchMemory};
 
 /// One record as both protocols see it.
@@ -230,12 +232,28 @@ impl Backend {
         Ok((to(p.start_offset()), to(p.end_offset())))
     }
 
-    /// Appends records to one partition and waits until they are stored.
-    /// Returns the offset of the first record.
+    /// Issues a producer id (epoch 0) to an idempotent producer.
     ///
     /// # Errors
-    /// A Kafka error code (unknown topic or partition, record too large, ...).
-    pub async fn produce(&self, topic: &str, partition: i32, records: &[Rec]) -> Result<i64, i16> {
+    /// KAFKA_STORAGE_ERROR when the id block could not be persisted.
+    pub async fn init_producer_id(&self) -> Result<i64, i16> {
+        self.engine.init_producer_id().await.map_err(kafka_code)
+    }
+
+    /// Appends records to one partition and waits until they are stored.
+    /// Returns the offset of the first record (for an idempotent producer's
+    /// retry of a stored batch: that batch's, nothing appended).
+    ///
+    /// # Errors
+    /// A Kafka error code (unknown topic or partition, record too large,
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID, ...).
+    pub async fn produce(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: &[Rec],
+        producer: Option<ProducerBatch>,
+    ) -> Result<i64, i16> {
         if partition < 0 {
             return Err(kerr::UNKNOWN_TOPIC_OR_PARTITION);
         }
@@ -277,14 +295,24 @@ impl Backend {
         }
         let result = self
             .engine
-            .admit_produce(ProduceBatch {
-                topic: topic.to_owned(),
-                route: Route::Partition(partition),
-                records: Bytes::from(buf),
-            })
+            .admit_produce_as(
+                ProduceBatch {
+                    topic: topic.to_owned(),
+                    route: Route::Partition(partition),
+                    records: Bytes::from(buf),
+                },
+                producer,
+            )
             .await
             .finish()
             .await;
+        if let Some(e) = result.producer_error {
+            return Err(match e {
+                ProducerError::OutOfOrderSequence => kerr::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                ProducerError::InvalidEpoch => kerr::INVALID_PRODUCER_EPOCH,
+                ProducerError::UnknownProducerId => kerr::UNKNOWN_PRODUCER_ID,
+            });
+        }
         if result.error != ErrorCode::None {
             return Err(kafka_code(result.error));
         }

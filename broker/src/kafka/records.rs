@@ -1,9 +1,18 @@
 //! Kafka record batches (magic 2) <-> Flume records.
 //!
 //! Produce: each batch of a partition's record set is checked (length,
-//! magic, CRC-32C), its records decompressed (gzip, snappy, lz4, zstd, with
-//! `kafka-protocol`'s codecs) and parsed into [`Rec`]s, which the engine
-//! stores in Flume's own record format. Fetch: stored records go out as one
+//! magic, CRC-32C), its records decompressed (gzip, snappy, lz4, zstd) and
+//! parsed into [`Rec`]s, which the engine stores in Flume's own record format.
+//!
+//! Decompression is bounded: the codecs run as streams into a buffer that
+//! stops growing at the record set's limit (`max_decoded_bytes`, counted over
+//! all its batches), so a small batch that would inflate to gigabytes is
+//! refused (MESSAGE_TOO_LARGE) after at most that many bytes were produced,
+//! never allocated whole. The output buffer grows by doubling, so it holds
+//! at most twice the limit; snappy blocks declare their length first and are
+//! checked before they are allocated; zstd frames may use a window of at
+//! most 2^[`ZSTD_WINDOW_LOG_MAX`] bytes (what Kafka clients' default levels
+//! use is far below; a frame asking for more is CORRUPT_MESSAGE). Fetch: stored records go out as one
 //! uncompressed magic-2 batch, which every client decodes.
 //!
 //! The batch and record layout is parsed here rather than with
@@ -14,8 +23,10 @@
 //! Mapping: key, value, timestamp and headers carry over (a batch with
 //! LogAppendTime gives its records the batch's max timestamp); a Kafka null
 //! value is stored as an empty value and a null header value as an empty
-//! one; control batches are skipped; producer id, epoch and sequence are not
-//! kept (phase 2).
+//! one; control batches are skipped. The producer id, epoch and base
+//! sequence of an idempotent producer's batch come out beside the records
+//! ([`Decoded::producer`]) for the partition's sequence check; they are not
+//! stored with the records.
 //!
 //! ```text
 //! batch: baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 (2)
@@ -27,10 +38,27 @@
 //!         | headerCount varint | (keyLength varint | key | valueLength varint | value)*
 //! ```
 
+use std::io::Read;
+
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Decompressor, Gzip, Lz4, Snappy, Zstd};
 
 use super::backend::Rec;
+use crate::domain::ProducerBatch;
+
+/// Largest zstd window accepted (2^23 = 8 MiB), bounding the decoder's memory.
+pub const ZSTD_WINDOW_LOG_MAX: u32 = 23;
+
+/// The start of a snappy stream in the xerial framing (Java clients' snappy).
+const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+
+/// A produced record set, decoded.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    /// The records, in order.
+    pub records: Vec<Rec>,
+    /// The idempotent producer's stamp (of the one batch), if any.
+    pub producer: Option<ProducerBatch>,
+}
 
 /// Bytes of a batch header, from baseOffset to count.
 pub const BATCH_HEADER_LEN: usize = 61;
@@ -96,17 +124,94 @@ fn nullable(buf: &mut Bytes, what: &str) -> Result<Option<Bytes>, RecordsError> 
     }
 }
 
-fn decompress(codec: i16, mut data: Bytes) -> Result<Bytes, RecordsError> {
-    let take = |b: &mut Bytes| Ok(std::mem::take(b));
+/// Reads `r` to its end, refusing as soon as the output passes `limit`.
+fn read_capped(mut r: impl Read, limit: usize, codec: &str) -> Result<Vec<u8>, RecordsError> {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => return Ok(out),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(corrupt(format!("{codec}: {e}"))),
+        };
+        if n > limit.saturating_sub(out.len()) {
+            return Err(RecordsError::TooLarge { limit });
+        }
+        out.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// One raw snappy block appended to `out`, its declared length checked
+/// against the room left before anything is allocated.
+fn snappy_block(block: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), RecordsError> {
+    let len = snap::raw::decompress_len(block).map_err(|e| corrupt(format!("snappy: {e}")))?;
+    if len > limit.saturating_sub(out.len()) {
+        return Err(RecordsError::TooLarge { limit });
+    }
+    let at = out.len();
+    out.resize(at + len, 0);
+    let n = snap::raw::Decoder::new()
+        .decompress(block, &mut out[at..])
+        .map_err(|e| corrupt(format!("snappy: {e}")))?;
+    out.truncate(at + n);
+    Ok(())
+}
+
+/// Snappy as Kafka clients send it: the xerial framing (a 16-byte header,
+/// then blocks of a 4-byte length and raw snappy) or one raw snappy block.
+fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, RecordsError> {
+    let mut out = Vec::new();
+    if !data.starts_with(&XERIAL_MAGIC) {
+        snappy_block(data, &mut out, limit)?;
+        return Ok(out);
+    }
+    let mut rest = data
+        .get(16..)
+        .ok_or_else(|| corrupt("snappy: short xerial header"))?;
+    while !rest.is_empty() {
+        let (len, tail) = rest
+            .split_first_chunk::<4>()
+            .ok_or_else(|| corrupt("snappy: block length cut short"))?;
+        let len = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX);
+        if len > tail.len() {
+            return Err(corrupt(format!(
+                "snappy: block of {len} bytes, {} left",
+                tail.len()
+            )));
+        }
+        let (block, tail) = tail.split_at(len);
+        snappy_block(block, &mut out, limit)?;
+        rest = tail;
+    }
+    Ok(out)
+}
+
+/// Decompresses a batch's records, producing at most `limit` bytes.
+fn decompress(codec: i16, data: Bytes, limit: usize) -> Result<Bytes, RecordsError> {
     let out = match codec {
-        0 => return Ok(data),
-        1 => <Gzip as Decompressor<Bytes>>::decompress(&mut data, take),
-        2 => <Snappy as Decompressor<Bytes>>::decompress(&mut data, take),
-        3 => <Lz4 as Decompressor<Bytes>>::decompress(&mut data, take),
-        4 => <Zstd as Decompressor<Bytes>>::decompress(&mut data, take),
+        0 => {
+            if data.len() > limit {
+                return Err(RecordsError::TooLarge { limit });
+            }
+            return Ok(data);
+        }
+        1 => read_capped(flate2::read::MultiGzDecoder::new(&data[..]), limit, "gzip")?,
+        2 => snappy(&data, limit)?,
+        3 => {
+            let d = lz4::Decoder::new(&data[..]).map_err(|e| corrupt(format!("lz4: {e}")))?;
+            read_capped(d, limit, "lz4")?
+        }
+        4 => {
+            let mut d = zstd::stream::read::Decoder::new(&data[..])
+                .map_err(|e| corrupt(format!("zstd: {e}")))?;
+            d.window_log_max(ZSTD_WINDOW_LOG_MAX)
+                .map_err(|e| corrupt(format!("zstd: {e}")))?;
+            read_capped(d, limit, "zstd")?
+        }
         c => return Err(corrupt(format!("compression codec {c}"))),
     };
-    out.map_err(|e| corrupt(format!("{e:#}")))
+    Ok(Bytes::from(out))
 }
 
 /// Decodes a produced record set (one or more batches) into records.
@@ -115,9 +220,24 @@ fn decompress(codec: i16, mut data: Bytes) -> Result<Bytes, RecordsError> {
 /// # Errors
 /// [`RecordsError`].
 pub fn decode(records: &Bytes, limit: usize) -> Result<Vec<Rec>, RecordsError> {
+    decode_set(records, limit).map(|d| d.records)
+}
+
+/// Decodes a produced record set into records and the idempotent
+/// producer's stamp. `limit` bounds the sum of keys, values and headers and,
+/// over all batches, the bytes decompression may produce. A stamped batch
+/// (producer id 0 or more) must be the set's only batch, with an epoch and a
+/// base sequence of 0 or more and one record per offset delta.
+///
+/// # Errors
+/// [`RecordsError`].
+pub fn decode_set(records: &Bytes, limit: usize) -> Result<Decoded, RecordsError> {
     let mut buf = records.clone();
     let mut out = Vec::new();
     let mut total = 0usize;
+    let mut inflated = 0usize;
+    let mut producer = None;
+    let mut batches = 0usize;
     while buf.has_remaining() {
         if buf.remaining() < BATCH_HEADER_LEN {
             return Err(corrupt(format!(
@@ -150,16 +270,42 @@ pub fn decode(records: &Bytes, limit: usize) -> Result<Vec<Rec>, RecordsError> {
         }
         batch.advance(CRC_START);
         let attributes = batch.get_i16();
-        let _last_offset_delta = batch.get_i32();
+        let last_offset_delta = batch.get_i32();
         let base_ts = batch.get_i64();
         let max_ts = batch.get_i64();
-        batch.advance(8 + 2 + 4); // producer id, epoch, base sequence
+        let producer_id = batch.get_i64();
+        let producer_epoch = batch.get_i16();
+        let base_sequence = batch.get_i32();
         let count = batch.get_i32();
+        batches += 1;
+        if producer_id >= 0 {
+            if producer_epoch < 0 || base_sequence < 0 {
+                return Err(corrupt(format!(
+                    "producer {producer_id} with epoch {producer_epoch} and base sequence {base_sequence}"
+                )));
+            }
+            if i64::from(last_offset_delta) + 1 != i64::from(count) {
+                return Err(corrupt(format!(
+                    "idempotent batch of {count} records with last offset delta {last_offset_delta}"
+                )));
+            }
+            producer = Some(ProducerBatch {
+                id: producer_id,
+                epoch: producer_epoch,
+                base_sequence,
+            });
+        }
+        if producer.is_some() && batches > 1 {
+            return Err(corrupt(
+                "an idempotent producer's record set must hold exactly one batch",
+            ));
+        }
         if attributes & 0x20 != 0 {
             continue; // control batch (transaction markers)
         }
         let log_append_time = attributes & 0x08 != 0;
-        let mut data = decompress(attributes & 0x07, batch)?;
+        let mut data = decompress(attributes & 0x07, batch, limit.saturating_sub(inflated))?;
+        inflated += data.len();
         let count = usize::try_from(count).map_err(|_| corrupt(format!("record count {count}")))?;
         for i in 0..count {
             let rlen = varint(&mut data)?;
@@ -219,7 +365,10 @@ pub fn decode(records: &Bytes, limit: usize) -> Result<Vec<Rec>, RecordsError> {
             )));
         }
     }
-    Ok(out)
+    Ok(Decoded {
+        records: out,
+        producer,
+    })
 }
 
 fn put_varlong(out: &mut BytesMut, v: i64) {

@@ -12,6 +12,7 @@ mod create_topics;
 mod describe_configs;
 mod fetch;
 mod find_coordinator;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -34,6 +35,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::InitProducerId, 0, 5),
 ];
 
 /// The served version range of an API key, if served.
@@ -163,6 +165,10 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
                 &mut out,
                 version,
             )
+        }
+        ApiKey::InitProducerId => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&init_producer_id::handle(ctx, req).await, &mut out, version)
         }
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };

@@ -1,6 +1,14 @@
 //! Produce: each partition's record set is decompressed and decoded here
 //! and stored as Flume records (so every fetch, Kafka's or Flume's, reads
 //! plain records and no fetch ever decompresses). acks 0 gets no response.
+//!
+//! An idempotent producer's batch carries its producer id, epoch and base
+//! sequence to the partition, which checks the sequence as it appends (see
+//! [`crate::producers`]): a retry of a stored batch is answered with its
+//! original base offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old
+//! epoch with INVALID_PRODUCER_EPOCH (as Kafka 2.7+ answers every produce
+//! version), an id this broker did not issue since it started with
+//! UNKNOWN_PRODUCER_ID.
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -33,18 +41,18 @@ pub(super) async fn handle(
             let result: Result<i64, (i16, String)> = if let Some((code, why)) = refuse {
                 Err((code, why.to_owned()))
             } else {
-                match records::decode(&p.records.unwrap_or_default(), ctx.max_decoded_bytes) {
+                match records::decode_set(&p.records.unwrap_or_default(), ctx.max_decoded_bytes) {
                     Err(RecordsError::TooLarge { limit }) => Err((
                         errors::MESSAGE_TOO_LARGE,
                         format!("records decompress to more than {limit} bytes"),
                     )),
                     Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
-                    Ok(rs) if rs.is_empty() => {
+                    Ok(d) if d.records.is_empty() => {
                         Err((errors::CORRUPT_MESSAGE, "no records".to_owned()))
                     }
-                    Ok(rs) => ctx
+                    Ok(d) => ctx
                         .backend
-                        .produce(&name, p.index, &rs)
+                        .produce(&name, p.index, &d.records, d.producer)
                         .await
                         .map_err(|c| (c, format!("error {c}"))),
                 }

@@ -1,0 +1,637 @@
+//! Idempotent producers: producer ids and per-partition sequence state.
+//!
+//! Kafka's idempotent producer stamps every batch with a producer id, an
+//! epoch and the sequence number of its first record (counted per producer
+//! and partition). The broker appends a batch whose sequence follows the last
+//! one it appended for that producer, answers a retry of one of the last
+//! [`CACHED_BATCHES`] batches with the offsets it got the first time (and does
+//! not append it again), and refuses a gap.
+//!
+//! - [`ProducerIds`]: issues producer ids. The ids are reserved in blocks of
+//!   [`ID_BLOCK`]; the end of the reserved block is written durably to
+//!   `producer-ids` in the data directory (written to a temporary file,
+//!   fsynced, renamed, directory fsynced) before any id of the block is
+//!   given out, so an id is never issued twice, whatever the broker's exit.
+//!   An id not issued since this broker started is unknown (a producer from
+//!   before a restart, or one made up): its batches get UNKNOWN_PRODUCER_ID.
+//! - [`ProducerTable`]: one per partition, kept under the partition's log
+//!   lock, so the check and the append are one step for every append of the
+//!   partition (see [`crate::partition`]). Per producer: its epoch and its
+//!   last [`CACHED_BATCHES`] batches (first and last sequence, base offset).
+//!
+//! Bounds ([`ProducerLimits`]): at most `per_partition` producers per
+//! partition and `total` over the broker; an entry idle for `expiry_ms` (by
+//! the broker's [`Clock`]) is dropped at the next maintenance pass. When a
+//! new producer arrives at a full partition, the partition's least recently
+//! used producer is evicted; when the broker-wide total is reached, the new
+//! producer takes the place of the partition's least recently used one, or,
+//! at a partition that tracks none, is appended untracked (no duplicate
+//! check for it there until room is made). A producer whose entry is gone is
+//! treated as Kafka treats one whose state has expired: its next batch is
+//! accepted whatever its sequence, and tracked from there. A retry of a batch
+//! appended before the eviction is then appended again: that is the one
+//! place, besides a restart, where a duplicate can appear.
+//!
+//! Nothing of this survives a restart (Flume's records do not carry producer
+//! ids, so the state cannot be rebuilt from the log): after a restart every
+//! earlier producer id is unknown, the client asks for a new id and
+//! sequences start over.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::clock::Clock;
+use crate::domain::{ProducerBatch, ProducerError};
+
+/// Batches remembered per producer and partition (as Kafka: 5, the most a
+/// client may have in flight with idempotence on).
+pub const CACHED_BATCHES: usize = 5;
+
+/// Producer ids reserved (and persisted) at a time.
+pub const ID_BLOCK: i64 = 1000;
+
+/// File in the data directory holding the end of the last reserved id block.
+pub const IDS_FILE: &str = "producer-ids";
+
+/// Why producer ids could not be issued or loaded.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProducerIdError {
+    /// The file could not be read or written.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The file does not hold a valid high-water mark.
+    #[error("{path}: {why}")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+    /// Every id up to `i64::MAX` is used.
+    #[error("producer ids exhausted")]
+    Exhausted,
+}
+
+#[derive(Debug)]
+struct IdState {
+    next: i64,
+    reserved_end: i64,
+}
+
+/// Issues producer ids that never repeat across restarts.
+#[derive(Debug)]
+pub struct ProducerIds {
+    path: PathBuf,
+    /// The first id issued since this broker started.
+    first: i64,
+    state: Mutex<IdState>,
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ProducerIdError {
+    let path = path.to_owned();
+    move |source| ProducerIdError::Io { what, path, source }
+}
+
+impl ProducerIds {
+    /// Loads the high-water mark from `dir` (none yet: ids start at 0). No
+    /// block is reserved until the first id is asked for.
+    ///
+    /// # Errors
+    /// An unreadable or corrupt file.
+    pub fn open(dir: &Path) -> Result<Self, ProducerIdError> {
+        let path = dir.join(IDS_FILE);
+        let first = match std::fs::read_to_string(&path) {
+            Ok(text) => parse_mark(&text).map_err(|why| ProducerIdError::Corrupt {
+                path: path.clone(),
+                why,
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(io_err("read", &path)(e)),
+        };
+        Ok(ProducerIds {
+            path,
+            first,
+            state: Mutex::new(IdState {
+                next: first,
+                reserved_end: first,
+            }),
+        })
+    }
+
+    /// Issues a new id, reserving (and persisting) a new block when the
+    /// current one is used up. Blocking file work: call off the executor.
+    ///
+    /// # Errors
+    /// The block could not be persisted (no id is issued), or ids are exhausted.
+    pub fn issue(&self) -> Result<i64, ProducerIdError> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.next >= s.reserved_end {
+            let end = s
+                .reserved_end
+                .checked_add(ID_BLOCK)
+                .ok_or(ProducerIdError::Exhausted)?;
+            persist_mark(&self.path, end)?;
+            s.reserved_end = end;
+        }
+        let id = s.next;
+        s.next += 1;
+        Ok(id)
+    }
+
+    /// True for an id issued since this broker started.
+    pub fn issued(&self, id: i64) -> bool {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        (self.first..s.next).contains(&id)
+    }
+}
+
+/// The file's text: `flume-producer-ids v1 <mark> <mark again>`, the mark
+/// written twice so a damaged file is noticed rather than misread.
+fn parse_mark(text: &str) -> Result<i64, String> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    match parts.as_slice() {
+        ["flume-producer-ids", "v1", a, b] if a == b => a
+            .parse::<i64>()
+            .ok()
+            .filter(|v| *v >= 0)
+            .ok_or_else(|| format!("high-water mark {a:?} is not a non-negative integer")),
+        _ => Err(format!(
+            "expected \"flume-producer-ids v1 N N\", found {:?}",
+            text.chars().take(80).collect::<String>()
+        )),
+    }
+}
+
+fn persist_mark(path: &Path, mark: i64) -> Result<(), ProducerIdError> {
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+    f.write_all(format!("flume-producer-ids v1 {mark} {mark}\n").as_bytes())
+        .map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("fsync", &tmp))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io_err("rename", path))?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err("fsync directory of", path))?;
+    }
+    Ok(())
+}
+
+/// Limits on producer state, shared by every partition of a broker.
+#[derive(Debug)]
+pub struct ProducerLimits {
+    /// Most producers tracked by one partition.
+    pub per_partition: usize,
+    /// Most producer entries over all partitions.
+    pub total: usize,
+    /// An entry idle this long (milliseconds, [`Clock::mono_ms`]) is dropped.
+    pub expiry_ms: u64,
+    /// The clock entries are stamped with.
+    pub clock: Clock,
+    tracked: AtomicUsize,
+}
+
+impl ProducerLimits {
+    /// Limits with the given bounds.
+    pub fn new(per_partition: usize, total: usize, expiry_ms: u64, clock: Clock) -> Self {
+        ProducerLimits {
+            per_partition: per_partition.max(1),
+            total: total.max(1),
+            expiry_ms,
+            clock,
+            tracked: AtomicUsize::new(0),
+        }
+    }
+
+    /// Producer entries tracked over all partitions.
+    pub fn tracked(&self) -> usize {
+        self.tracked.load(Ordering::Acquire)
+    }
+
+    /// Takes a slot of the total, if one is free.
+    fn take_slot(&self) -> bool {
+        self.tracked
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.total).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, n: usize) {
+        self.tracked.fetch_sub(n, Ordering::AcqRel);
+    }
+}
+
+/// What to do with an idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Append it (then [`ProducerTable::record`] its offset).
+    Append,
+    /// A retry of a batch already appended at this base offset: answer that,
+    /// append nothing.
+    Duplicate(u64),
+    /// Refuse it.
+    Refuse(ProducerError),
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BatchMeta {
+    first_seq: i32,
+    last_seq: i32,
+    base_offset: u64,
+}
+
+#[derive(Debug)]
+struct Entry {
+    epoch: i16,
+    batches: VecDeque<BatchMeta>,
+    last_used_ms: u64,
+    /// Order of last use, for LRU eviction.
+    touch: u64,
+}
+
+/// The last sequence of a batch of `count` records from `first` (sequences
+/// wrap from `i32::MAX` to 0, as Kafka's do).
+pub fn last_sequence(first: i32, count: u32) -> i32 {
+    let span = i64::from(count.max(1)) - 1;
+    let last = (i64::from(first) + span) % (i64::from(i32::MAX) + 1);
+    i32::try_from(last).unwrap_or(0) // ok: below i32::MAX + 1 by the modulo
+}
+
+fn follows(last: i32, first: i32) -> bool {
+    if last == i32::MAX {
+        first == 0
+    } else {
+        first == last + 1
+    }
+}
+
+/// The producers of one partition.
+#[derive(Debug)]
+pub struct ProducerTable {
+    entries: HashMap<i64, Entry>,
+    touches: u64,
+    limits: std::sync::Arc<ProducerLimits>,
+}
+
+impl Drop for ProducerTable {
+    fn drop(&mut self) {
+        self.limits.release(self.entries.len());
+    }
+}
+
+impl ProducerTable {
+    /// An empty table under `limits`.
+    pub fn new(limits: std::sync::Arc<ProducerLimits>) -> Self {
+        ProducerTable {
+            entries: HashMap::new(),
+            touches: 0,
+            limits,
+        }
+    }
+
+    /// Producers tracked.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when no producer is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Decides on a batch of `count` records from `p`, in Kafka's order:
+    /// a duplicate of a cached batch first, then the epoch, then the sequence.
+    pub fn check(&self, p: &ProducerBatch, count: u32) -> Verdict {
+        let Some(e) = self.entries.get(&p.id) else {
+            // Unknown here (new, or its state expired): accepted whatever the sequence.
+            return Verdict::Append;
+        };
+        let last = last_sequence(p.base_sequence, count);
+        if p.epoch == e.epoch {
+            if let Some(b) = e
+                .batches
+                .iter()
+                .find(|b| b.first_seq == p.base_sequence && b.last_seq == last)
+            {
+                return Verdict::Duplicate(b.base_offset);
+            }
+        }
+        if p.epoch < e.epoch {
+            return Verdict::Refuse(ProducerError::InvalidEpoch);
+        }
+        if p.epoch > e.epoch {
+            // A new epoch starts its sequences at 0.
+            return if p.base_sequence == 0 {
+                Verdict::Append
+            } else {
+                Verdict::Refuse(ProducerError::OutOfOrderSequence)
+            };
+        }
+        match e.batches.back() {
+            Some(b) if !follows(b.last_seq, p.base_sequence) => {
+                Verdict::Refuse(ProducerError::OutOfOrderSequence)
+            }
+            _ => Verdict::Append,
+        }
+    }
+
+    /// Records an appended batch of `count` records from `p` at `base_offset`.
+    /// Returns false when the producer could not be tracked (the broker-wide
+    /// limit is reached and this partition tracks no one to evict).
+    pub fn record(&mut self, p: &ProducerBatch, count: u32, base_offset: u64) -> bool {
+        let now = self.limits.clock.mono_ms();
+        self.touches += 1;
+        let touch = self.touches;
+        if !self.entries.contains_key(&p.id) && !self.make_room() {
+            return false;
+        }
+        let e = self.entries.entry(p.id).or_insert_with(|| Entry {
+            epoch: p.epoch,
+            batches: VecDeque::with_capacity(CACHED_BATCHES),
+            last_used_ms: now,
+            touch,
+        });
+        if p.epoch != e.epoch {
+            e.epoch = p.epoch;
+            e.batches.clear();
+        }
+        if e.batches.len() >= CACHED_BATCHES {
+            e.batches.pop_front();
+        }
+        e.batches.push_back(BatchMeta {
+            first_seq: p.base_sequence,
+            last_seq: last_sequence(p.base_sequence, count),
+            base_offset,
+        });
+        e.last_used_ms = now;
+        e.touch = touch;
+        true
+    }
+
+    /// Makes room for one new entry: a slot of the total, evicting this
+    /// partition's least recently used producer when the partition is full or
+    /// the total is reached. False when there is neither.
+    fn make_room(&mut self) -> bool {
+        if self.entries.len() < self.limits.per_partition && self.limits.take_slot() {
+            return true;
+        }
+        // Full here or broker-wide: the new producer takes the LRU one's place
+        // (its slot of the total stays taken).
+        let Some(lru) = self
+            .entries
+            .iter()
+            .min_by_key(|(_, e)| e.touch)
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        self.entries.remove(&lru);
+        tracing::debug!(
+            producer = lru,
+            "producer state evicted (least recently used)"
+        );
+        true
+    }
+
+    /// Drops the producers idle for longer than the expiry. Returns how many.
+    pub fn expire(&mut self) -> usize {
+        let now = self.limits.clock.mono_ms();
+        let expiry = self.limits.expiry_ms;
+        let before = self.entries.len();
+        self.entries
+            .retain(|_, e| now.saturating_sub(e.last_used_ms) <= expiry);
+        let gone = before - self.entries.len();
+        self.limits.release(gone);
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn limits(per: usize, total: usize) -> (Arc<ProducerLimits>, Clock) {
+        let clock = Clock::manual();
+        (
+            Arc::new(ProducerLimits::new(per, total, 1000, clock.clone())),
+            clock,
+        )
+    }
+
+    fn pb(id: i64, epoch: i16, seq: i32) -> ProducerBatch {
+        ProducerBatch {
+            id,
+            epoch,
+            base_sequence: seq,
+        }
+    }
+
+    /// Checks and, when appended, records at `*end`; returns the verdict.
+    fn offer(t: &mut ProducerTable, p: ProducerBatch, count: u32, end: &mut u64) -> Verdict {
+        let v = t.check(&p, count);
+        if v == Verdict::Append {
+            t.record(&p, count, *end);
+            *end += u64::from(count);
+        }
+        v
+    }
+
+    #[test]
+    fn in_order_batches_append_and_retries_get_their_original_offsets() {
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(l);
+        let mut end = 100;
+        assert_eq!(offer(&mut t, pb(1, 0, 0), 3, &mut end), Verdict::Append);
+        assert_eq!(offer(&mut t, pb(1, 0, 3), 2, &mut end), Verdict::Append);
+        assert_eq!(end, 105);
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 0), 3, &mut end),
+            Verdict::Duplicate(100)
+        );
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 3), 2, &mut end),
+            Verdict::Duplicate(103)
+        );
+        assert_eq!(end, 105, "nothing appended for a retry");
+        assert_eq!(offer(&mut t, pb(1, 0, 5), 1, &mut end), Verdict::Append);
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_remembered() {
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(l);
+        let mut end = 0;
+        for seq in 0..7 {
+            assert_eq!(offer(&mut t, pb(1, 0, seq), 1, &mut end), Verdict::Append);
+        }
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 2), 1, &mut end),
+            Verdict::Duplicate(2)
+        );
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 1), 1, &mut end),
+            Verdict::Refuse(ProducerError::OutOfOrderSequence),
+            "older than the cache: refused, not appended again"
+        );
+    }
+
+    #[test]
+    fn a_gap_or_a_partial_overlap_is_out_of_order() {
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(l);
+        let mut end = 0;
+        offer(&mut t, pb(1, 0, 0), 2, &mut end);
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 3), 1, &mut end),
+            Verdict::Refuse(ProducerError::OutOfOrderSequence)
+        );
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 0), 3, &mut end),
+            Verdict::Refuse(ProducerError::OutOfOrderSequence),
+            "same first sequence, different length: not a duplicate"
+        );
+        assert_eq!(offer(&mut t, pb(1, 0, 2), 1, &mut end), Verdict::Append);
+    }
+
+    #[test]
+    fn epochs_fence_older_ones_and_a_new_epoch_starts_at_zero() {
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(l);
+        let mut end = 0;
+        offer(&mut t, pb(1, 1, 0), 1, &mut end);
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 1), 1, &mut end),
+            Verdict::Refuse(ProducerError::InvalidEpoch)
+        );
+        assert_eq!(
+            offer(&mut t, pb(1, 2, 5), 1, &mut end),
+            Verdict::Refuse(ProducerError::OutOfOrderSequence)
+        );
+        assert_eq!(offer(&mut t, pb(1, 2, 0), 1, &mut end), Verdict::Append);
+        assert_eq!(
+            offer(&mut t, pb(1, 1, 1), 1, &mut end),
+            Verdict::Refuse(ProducerError::InvalidEpoch)
+        );
+    }
+
+    #[test]
+    fn sequences_wrap_at_i32_max() {
+        assert_eq!(last_sequence(i32::MAX - 1, 3), 0);
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(l);
+        let mut end = 0;
+        offer(&mut t, pb(1, 0, i32::MAX - 1), 2, &mut end);
+        assert_eq!(offer(&mut t, pb(1, 0, 0), 1, &mut end), Verdict::Append);
+    }
+
+    #[test]
+    fn producers_interleave_independently() {
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(l);
+        let mut end = 0;
+        assert_eq!(offer(&mut t, pb(1, 0, 0), 1, &mut end), Verdict::Append);
+        assert_eq!(offer(&mut t, pb(2, 0, 0), 1, &mut end), Verdict::Append);
+        assert_eq!(offer(&mut t, pb(1, 0, 1), 1, &mut end), Verdict::Append);
+        assert_eq!(
+            offer(&mut t, pb(2, 0, 0), 1, &mut end),
+            Verdict::Duplicate(1)
+        );
+        assert_eq!(
+            offer(&mut t, pb(1, 0, 0), 1, &mut end),
+            Verdict::Duplicate(0)
+        );
+    }
+
+    #[test]
+    fn a_full_partition_evicts_its_least_recently_used_producer() {
+        let (l, _) = limits(2, 100);
+        let mut t = ProducerTable::new(Arc::clone(&l));
+        let mut end = 0;
+        offer(&mut t, pb(1, 0, 0), 1, &mut end);
+        offer(&mut t, pb(2, 0, 0), 1, &mut end);
+        offer(&mut t, pb(1, 0, 1), 1, &mut end); // 1 used last: 2 is the LRU
+        offer(&mut t, pb(3, 0, 0), 1, &mut end);
+        assert_eq!(t.len(), 2);
+        assert_eq!(l.tracked(), 2);
+        // 2 was evicted: its retry is accepted again (the documented duplicate window).
+        assert_eq!(offer(&mut t, pb(2, 0, 0), 1, &mut end), Verdict::Append);
+        // ... and 1 (the LRU by then) made room for it; 3 is still tracked.
+        assert_eq!(
+            offer(&mut t, pb(3, 0, 0), 1, &mut end),
+            Verdict::Duplicate(3)
+        );
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn the_broker_wide_limit_bounds_every_partition_together() {
+        let (l, _) = limits(10, 2);
+        let mut a = ProducerTable::new(Arc::clone(&l));
+        let mut b = ProducerTable::new(Arc::clone(&l));
+        let mut end = 0;
+        offer(&mut a, pb(1, 0, 0), 1, &mut end);
+        offer(&mut a, pb(2, 0, 0), 1, &mut end);
+        assert_eq!(l.tracked(), 2);
+        // b tracks no one to evict: appended untracked.
+        assert!(!b.record(&pb(3, 0, 0), 1, 9));
+        assert_eq!(b.len(), 0);
+        // a evicts its own LRU for a new producer.
+        assert!(a.record(&pb(4, 0, 0), 1, 10));
+        assert_eq!((a.len(), l.tracked()), (2, 2));
+        drop(a);
+        assert_eq!(l.tracked(), 0, "a dropped table gives its slots back");
+        assert!(b.record(&pb(3, 0, 1), 1, 11));
+        assert_eq!(l.tracked(), 1);
+    }
+
+    #[test]
+    fn idle_producers_expire_by_the_injected_clock() {
+        let (l, clock) = limits(10, 100);
+        let mut t = ProducerTable::new(Arc::clone(&l));
+        let mut end = 0;
+        offer(&mut t, pb(1, 0, 0), 1, &mut end);
+        clock.advance(Duration::from_millis(600));
+        offer(&mut t, pb(2, 0, 0), 1, &mut end);
+        assert_eq!(t.expire(), 0);
+        clock.advance(Duration::from_millis(600));
+        assert_eq!(t.expire(), 1, "1 was idle 1200 ms > 1000");
+        assert_eq!((t.len(), l.tracked()), (1, 1));
+        assert_eq!(offer(&mut t, pb(1, 0, 7), 1, &mut end), Verdict::Append);
+    }
+
+    #[test]
+    fn ids_are_unique_across_reopen_and_only_issued_ones_are_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        assert!(!ids.issued(0));
+        let a = ids.issue().unwrap();
+        let b = ids.issue().unwrap();
+        assert_eq!((a, b), (0, 1));
+        assert!(ids.issued(a) && ids.issued(b) && !ids.issued(2) && !ids.issued(-1));
+        drop(ids);
+        let ids = ProducerIds::open(dir.path()).unwrap();
+        let c = ids.issue().unwrap();
+        assert_eq!(c, ID_BLOCK, "the next block after the persisted mark");
+        assert!(!ids.issued(a), "ids from before the restart are unknown");
+        std::fs::write(dir.path().join(IDS_FILE), "flume-producer-ids v1 5 6").unwrap();
+        assert!(matches!(
+            ProducerIds::open(dir.path()),
+            Err(ProducerIdError::Corrupt { .. })
+        ));
+    }
+}
