@@ -177,6 +177,9 @@ pub struct GroupLimits {
     pub max_groups: usize,
     /// Most members of one group.
     pub max_members: usize,
+    /// Most bytes of protocol metadata and assignments that client-assigned
+    /// members hold, over all groups (the peers choose those sizes).
+    pub max_client_bytes: usize,
 }
 
 impl Default for GroupLimits {
@@ -184,6 +187,7 @@ impl Default for GroupLimits {
         GroupLimits {
             max_groups: usize::MAX,
             max_members: usize::MAX,
+            max_client_bytes: usize::MAX,
         }
     }
 }
@@ -197,6 +201,25 @@ struct ClientMember {
     protocols: Vec<(String, Bytes)>,
     assignment: Bytes,
     partitions: Vec<TopicAssignment>,
+}
+
+impl ClientMember {
+    /// What the member's peer-chosen data costs (its budget share).
+    fn bytes(&self) -> usize {
+        self.client_id.len()
+            + self.client_host.len()
+            + self
+                .protocols
+                .iter()
+                .map(|(n, md)| n.len() + md.len())
+                .sum::<usize>()
+            + self.assignment.len()
+            + self
+                .partitions
+                .iter()
+                .map(|t| t.topic.len() + 4 * t.partitions.len())
+                .sum::<usize>()
+    }
 }
 
 #[derive(Debug)]
@@ -284,6 +307,9 @@ struct Group<R> {
     /// Member ids handed out with MEMBER_ID_REQUIRED, not joined yet, and
     /// when they lapse (ms).
     new_ids: BTreeMap<String, u64>,
+    /// Bytes its client-assigned members hold (see [`ClientMember::bytes`]);
+    /// recounted after every change of this group's members or assignments.
+    held: usize,
 }
 
 impl<R> Group<R> {
@@ -302,7 +328,17 @@ impl<R> Group<R> {
             syncs: BTreeMap::new(),
             unsynced: BTreeSet::new(),
             new_ids: BTreeMap::new(),
+            held: 0,
         }
+    }
+
+    fn recount(&mut self) {
+        self.held = self
+            .members
+            .values()
+            .filter_map(|m| m.client.as_ref())
+            .map(ClientMember::bytes)
+            .sum();
     }
 
     /// No members, nothing parked, no member id handed out: nothing to keep.
@@ -468,6 +504,11 @@ impl<R> Coordinator<R> {
         v
     }
 
+    /// Bytes client-assigned members hold over all groups.
+    fn held(&self) -> usize {
+        self.groups.values().map(|g| g.held).sum()
+    }
+
     fn live_groups(&self) -> usize {
         self.groups.values().filter(|g| !g.is_idle()).count()
     }
@@ -610,6 +651,7 @@ impl<R> Coordinator<R> {
                 return vec![fail(responder, ErrorCode::LimitReached)];
             }
         }
+        let held = self.held();
         let fresh = if p.member_id.is_empty() {
             Some(self.new_member_id(&p.client_id))
         } else {
@@ -695,6 +737,28 @@ impl<R> Coordinator<R> {
                 return vec![(responder, Ok(Answer::ClientJoined(client_response(g, &id))))];
             }
         }
+        let client = ClientMember {
+            client_id: p.client_id,
+            client_host: p.client_host,
+            protocols: p.protocols,
+            assignment: Bytes::new(),
+            partitions: Vec::new(),
+        };
+        let before = g
+            .members
+            .get(&id)
+            .and_then(|m| m.client.as_ref())
+            .map_or(0, ClientMember::bytes);
+        if held.saturating_sub(before).saturating_add(client.bytes()) > p.limits.max_client_bytes {
+            tracing::warn!(
+                group,
+                bytes = client.bytes(),
+                held,
+                "join refused: client-assigned members would hold more than {} bytes of metadata and assignments",
+                p.limits.max_client_bytes
+            );
+            return vec![fail(responder, ErrorCode::LimitReached)];
+        }
         let old = g.members.remove(&id);
         g.members.insert(
             id.clone(),
@@ -705,13 +769,7 @@ impl<R> Coordinator<R> {
                 last_seen: now,
                 joined_at: old.as_ref().map_or(now, |m| m.joined_at),
                 seq: order,
-                client: Some(ClientMember {
-                    client_id: p.client_id,
-                    client_host: p.client_host,
-                    protocols: p.protocols,
-                    assignment: Bytes::new(),
-                    partitions: Vec::new(),
-                }),
+                client: Some(client),
             },
         );
         if let Some(old) = g.pending.insert(id, Parked { responder }) {
@@ -721,6 +779,7 @@ impl<R> Coordinator<R> {
             ready.extend(start_rebalance(g, now));
         }
         ready.extend(try_complete(g, now, false, &|_| 0));
+        g.recount();
         ready
     }
 
@@ -736,9 +795,11 @@ impl<R> Coordinator<R> {
         protocol_type: Option<&str>,
         protocol: Option<&str>,
         assignments: Vec<MemberAssignment>,
+        max_client_bytes: usize,
         now: u64,
         responder: R,
     ) -> Vec<Ready<R>> {
+        let held = self.held();
         let Some(g) = self.groups.get_mut(group) else {
             return vec![fail(responder, ErrorCode::UnknownMember)];
         };
@@ -764,6 +825,28 @@ impl<R> Coordinator<R> {
             }
             GroupState::Stable => vec![(responder, Ok(Answer::Synced(synced(g, member))))],
             GroupState::CompletingRebalance { .. } => {
+                if member == g.leader {
+                    let adding: usize = assignments
+                        .iter()
+                        .filter(|a| g.members.contains_key(&a.member_id))
+                        .map(|a| {
+                            a.assignment.len()
+                                + a.partitions
+                                    .iter()
+                                    .map(|t| t.topic.len() + 4 * t.partitions.len())
+                                    .sum::<usize>()
+                        })
+                        .sum();
+                    if held.saturating_add(adding) > max_client_bytes {
+                        tracing::warn!(
+                            group,
+                            bytes = adding,
+                            held,
+                            "leader's assignment refused: client-assigned members would hold more than {max_client_bytes} bytes"
+                        );
+                        return vec![fail(responder, ErrorCode::LimitReached)];
+                    }
+                }
                 let mut ready = Vec::new();
                 g.unsynced.remove(member);
                 if let Some(old) = g.syncs.insert(member.to_owned(), Parked { responder }) {
@@ -791,6 +874,7 @@ impl<R> Coordinator<R> {
                     for (id, p) in parked {
                         ready.push((p.responder, Ok(Answer::Synced(synced(g, &id)))));
                     }
+                    g.recount();
                 }
                 ready
             }
@@ -869,6 +953,7 @@ impl<R> Coordinator<R> {
         }
         g.unsynced.remove(member);
         ready.extend(after_removal(g, now, partitions_of));
+        g.recount();
         Ok(ready)
     }
 
@@ -956,6 +1041,10 @@ impl<R> Coordinator<R> {
         // Empty groups hold no state worth keeping (their offsets live in the offset
         // store), so memory follows the live groups, not every name ever used.
         self.groups.retain(|_, g| !g.is_idle());
+        // Members that left or expired since the last tick free their share.
+        for g in self.groups.values_mut() {
+            g.recount();
+        }
         ready
     }
 

@@ -18,6 +18,12 @@ use crate::error::BrokerError;
 use crate::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
 use crate::offsets::{NotQueued, Offsets};
 
+/// Most bytes of protocol metadata and assignments (chosen by the peers)
+/// that the members of client-assigned (Kafka) groups hold, over all groups.
+/// A join or a leader's assignment past it is refused (LIMIT_REACHED; Kafka's
+/// GROUP_MAX_SIZE_REACHED) and logged.
+pub const CLIENT_GROUP_BYTES: usize = 64 << 20;
+
 impl Engine {
     pub(super) fn deliver(ready: Vec<Ready<JoinReply>>) {
         for (tx, result) in ready {
@@ -61,10 +67,7 @@ impl Engine {
             session_timeout_ms: ms(req.session_timeout, 100, 300_000),
             rebalance_timeout_ms: ms(req.rebalance_timeout, 0, 300_000),
             assignor: req.assignor,
-            limits: GroupLimits {
-                max_groups: self.config.max_groups,
-                max_members: self.config.max_members_per_group,
-            },
+            limits: self.limits(),
         };
         let (tx, rx) = oneshot::channel();
         if self.is_shutting_down() {
@@ -88,6 +91,7 @@ impl Engine {
         GroupLimits {
             max_groups: self.config.max_groups,
             max_members: self.config.max_members_per_group,
+            max_client_bytes: CLIENT_GROUP_BYTES,
         }
     }
 
@@ -163,6 +167,7 @@ impl Engine {
                 req.protocol_type.as_deref(),
                 req.protocol.as_deref(),
                 req.assignments,
+                CLIENT_GROUP_BYTES,
                 now,
                 tx,
             )

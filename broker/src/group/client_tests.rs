@@ -66,6 +66,7 @@ fn first(c: &mut Coordinator<u32>) -> String {
         Some("consumer"),
         Some("range"),
         vec![assignment(&j.member_id, "all")],
+        usize::MAX,
         1,
         2,
     );
@@ -154,7 +155,9 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
         Err(ErrorCode::RebalanceInProgress)
     );
     // The follower's sync parks until the leader's.
-    assert!(c.sync("g", &b, 2, None, None, Vec::new(), 14, 5).is_empty());
+    assert!(c
+        .sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 14, 5)
+        .is_empty());
     let r = c.sync(
         "g",
         &a,
@@ -162,6 +165,7 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
         None,
         None,
         vec![assignment(&a, "for-a"), assignment(&b, "for-b")],
+        usize::MAX,
         15,
         6,
     );
@@ -172,7 +176,7 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
     }
     assert_eq!(c.check_commit("g", &b, 2), Ok(()));
     // Stable: a late sync gets the stored assignment at once.
-    let r = c.sync("g", &b, 2, None, None, Vec::new(), 16, 7);
+    let r = c.sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 16, 7);
     assert_eq!(synced(&r[0]), Bytes::from("for-b"));
     let d = c.describe("g").unwrap();
     assert_eq!(d.phase, GroupPhase::Stable);
@@ -204,12 +208,12 @@ fn a_stale_generation_is_illegal_even_during_a_rebalance() {
         c.heartbeat("g", "nobody", 1, 11),
         Err(ErrorCode::UnknownMember)
     );
-    let r = c.sync("g", &a, 1, None, None, Vec::new(), 12, 9);
+    let r = c.sync("g", &a, 1, None, None, Vec::new(), usize::MAX, 12, 9);
     assert_eq!(
         r[0].1,
         Err(GroupError::Code(ErrorCode::RebalanceInProgress))
     );
-    let r = c.sync("g", &a, 0, None, None, Vec::new(), 12, 9);
+    let r = c.sync("g", &a, 0, None, None, Vec::new(), usize::MAX, 12, 9);
     assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::IllegalGeneration)));
 }
 
@@ -226,7 +230,9 @@ fn a_leader_that_never_syncs_is_removed_and_the_waiting_follower_rejoins() {
         .unwrap()
         .1
         .member_id;
-    assert!(c.sync("g", &b, 2, None, None, Vec::new(), 13, 5).is_empty());
+    assert!(c
+        .sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 13, 5)
+        .is_empty());
     // Both keep heartbeating; a (the leader) never syncs. The deadline is the rebalance timeout.
     assert_eq!(c.heartbeat("g", &b, 2, 5_000), Ok(()));
     assert_eq!(c.heartbeat("g", &a, 2, 5_000), Ok(()));
@@ -290,7 +296,17 @@ fn the_protocol_most_members_prefer_among_those_all_support_wins() {
             .remove(0),
     );
     assert_eq!(a.protocol, "sticky");
-    let _ = c.sync("g", &a.member_id, 1, None, None, Vec::new(), 0, 2);
+    let _ = c.sync(
+        "g",
+        &a.member_id,
+        1,
+        None,
+        None,
+        Vec::new(),
+        usize::MAX,
+        0,
+        2,
+    );
     assert!(c
         .join_client("g", kjoin("", &["range", "roundrobin"]), 1, 3)
         .is_empty());
@@ -313,8 +329,8 @@ fn a_silent_member_expires_and_the_others_rebalance_and_a_leave_rebalances_too()
         .unwrap()
         .1
         .member_id;
-    let _ = c.sync("g", &b, 2, None, None, Vec::new(), 13, 5);
-    let _ = c.sync("g", &a, 2, None, None, Vec::new(), 13, 6);
+    let _ = c.sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 13, 5);
+    let _ = c.sync("g", &a, 2, None, None, Vec::new(), usize::MAX, 13, 6);
     // b heartbeats, a goes silent past its session timeout (6 s).
     for t in [3_000, 6_000, 6_014] {
         assert_eq!(c.heartbeat("g", &b, 2, t), Ok(()));
@@ -351,7 +367,9 @@ fn a_leave_answers_the_parked_sync_of_the_member_and_rebalances_the_rest() {
         .unwrap()
         .1
         .member_id;
-    assert!(c.sync("g", &b, 2, None, None, Vec::new(), 13, 5).is_empty());
+    assert!(c
+        .sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 13, 5)
+        .is_empty());
     let r = c.leave("g", &b, 14, &none).unwrap();
     assert_eq!(r.len(), 1);
     assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::UnknownMember)));
@@ -363,4 +381,43 @@ fn a_leave_answers_the_parked_sync_of_the_member_and_rebalances_the_rest() {
         c.leave("g", &b, 15, &none).unwrap_err(),
         ErrorCode::UnknownMember
     );
+}
+
+#[test]
+fn the_bytes_client_members_hold_are_capped_and_freed_when_they_go() {
+    let mut c = Coordinator::new(7);
+    let big = |id: &str, size: usize| {
+        let mut p = kjoin(id, &["range"]);
+        p.protocols[0].1 = Bytes::from(vec![0u8; size]);
+        p.limits.max_client_bytes = 10_000;
+        p
+    };
+    let (_, a) = joined(c.join_client("g", big("", 6_000), 0, 1).remove(0));
+    // A second member whose metadata does not fit is refused; the group is untouched.
+    let r = c.join_client("h", big("", 6_000), 1, 2);
+    assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::LimitReached)));
+    // The leader's assignment must fit too.
+    let huge = MemberAssignment {
+        member_id: a.member_id.clone(),
+        assignment: Bytes::from(vec![0u8; 5_000]),
+        partitions: Vec::new(),
+    };
+    let r = c.sync("g", &a.member_id, 1, None, None, vec![huge], 10_000, 2, 3);
+    assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::LimitReached)));
+    let r = c.sync(
+        "g",
+        &a.member_id,
+        1,
+        None,
+        None,
+        vec![assignment(&a.member_id, "x")],
+        10_000,
+        2,
+        4,
+    );
+    assert_eq!(synced(&r[0]), Bytes::from("x"));
+    // Once the member leaves, its share is free again.
+    assert!(c.leave("g", &a.member_id, 3, &none).unwrap().is_empty());
+    let r = c.join_client("h", big("", 6_000), 4, 5);
+    assert!(matches!(r[0].1, Ok(Answer::ClientJoined(_))), "{r:?}");
 }

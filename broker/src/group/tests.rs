@@ -232,6 +232,7 @@ fn groups_and_members_per_group_are_capped() {
         limits: GroupLimits {
             max_groups: 2,
             max_members: 2,
+            ..GroupLimits::default()
         },
         ..params(id)
     };

@@ -52,7 +52,13 @@ pub(super) async fn handle(
     let protocols: Vec<(String, Bytes)> = req
         .protocols
         .iter()
-        .map(|p| (p.name.as_str().to_owned(), p.metadata.clone()))
+        // Copied: a slice would keep the whole request frame alive while the member lives.
+        .map(|p| {
+            (
+                p.name.as_str().to_owned(),
+                Bytes::copy_from_slice(&p.metadata),
+            )
+        })
         .collect();
     let topics = match protocols.first() {
         Some((_, md)) if protocol_type == CONSUMER => subscription_topics(md),

@@ -51,7 +51,8 @@ pub(super) async fn handle(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> Sy
             } else {
                 Vec::new()
             },
-            assignment: a.assignment,
+            // Copied: a slice would keep the whole request frame alive.
+            assignment: Bytes::copy_from_slice(&a.assignment),
         })
         .collect();
     let spec = SyncSpec {
