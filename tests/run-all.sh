@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The project's one test command: the Rust workspace's tests, the observability
 # check with real components (promtool, a Prometheus server, headless Chromium:
-# tests/observability/run.sh), then the Python package (python/) built into a
-# cached virtual environment and its pytest suite.
+# tests/observability/run.sh), real Kafka clients against the Kafka listener
+# (kcat, confluent-kafka, kafka-python, kafkajs: tests/kafka-clients/run.sh; a
+# failing scenario fails the run; FLUME_SKIP_KAFKA_CLIENTS=1 skips it), then the
+# Python package (python/) built into a cached virtual environment and its
+# pytest suite.
 #
 # Cache: ${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache} keeps the venv and the
 # extension's cargo target directory between runs, so a re-run rebuilds only
@@ -16,6 +19,16 @@ cargo test --workspace --locked
 
 echo "== tests/observability/run.sh"
 bash tests/observability/run.sh
+
+if [ "${FLUME_SKIP_KAFKA_CLIENTS:-}" = 1 ]; then
+    echo "== tests/kafka-clients/run.sh: SKIPPED (FLUME_SKIP_KAFKA_CLIENTS=1)"
+else
+    echo "== tests/kafka-clients/run.sh (real Kafka clients; FLUME_SKIP_KAFKA_CLIENTS=1 skips)"
+    kstart=$(date +%s)
+    # Installs kcat, the Python clients and kafkajs into the cache on the first run.
+    bash tests/kafka-clients/run.sh
+    echo "kafka clients took $(( $(date +%s) - kstart )) s"
+fi
 
 cache="${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}"
 venv="$cache/python-venv"

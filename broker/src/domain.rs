@@ -281,3 +281,227 @@ pub struct GroupPosition {
     /// The partition's high watermark (as `log_start` when unknown).
     pub log_end: i64,
 }
+
+// ------------------------------------------------------------ client-assigned groups
+
+/// Why a group operation failed.
+///
+/// Flume's protocol answers with [`GroupError::code`]; Kafka's front end maps
+/// each variant to its own code (the protocol mismatch and the member id
+/// round trip have no Flume code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// One of Flume's codes: UNKNOWN_MEMBER, ILLEGAL_GENERATION,
+    /// REBALANCE_IN_PROGRESS, LIMIT_REACHED, SHUTTING_DOWN, INVALID_NAME,
+    /// INVALID_REQUEST.
+    #[error("{0:?}")]
+    Code(ErrorCode),
+    /// The member's protocol type or protocols do not fit the group's: no
+    /// protocol every member supports, or a member of the other assignment
+    /// mode (broker-assigned vs client-assigned) while the group has members.
+    #[error("the member's protocols do not match the group's")]
+    InconsistentProtocol,
+    /// A first join without a member id (Kafka's KIP-394): the member must
+    /// join again with this id.
+    #[error("join again with member id {0:?}")]
+    MemberIdRequired(String),
+    /// The session timeout is outside what the coordinator accepts.
+    #[error("session timeout {0} ms is outside {min}..={max} ms", min = CLIENT_SESSION_TIMEOUT_MS.0, max = CLIENT_SESSION_TIMEOUT_MS.1)]
+    InvalidSessionTimeout(u64),
+}
+
+impl GroupError {
+    /// The nearest code of Flume's vocabulary (a protocol mismatch and a
+    /// session timeout out of range are INVALID_REQUEST; a member id to
+    /// rejoin with is UNKNOWN_MEMBER).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            GroupError::Code(c) => *c,
+            GroupError::InconsistentProtocol | GroupError::InvalidSessionTimeout(_) => {
+                ErrorCode::InvalidRequest
+            }
+            GroupError::MemberIdRequired(_) => ErrorCode::UnknownMember,
+        }
+    }
+}
+
+impl From<ErrorCode> for GroupError {
+    fn from(c: ErrorCode) -> Self {
+        GroupError::Code(c)
+    }
+}
+
+/// The session timeouts a client-assigned member may ask for, in ms (Kafka's
+/// default `group.min.session.timeout.ms` and `group.max.session.timeout.ms`).
+pub const CLIENT_SESSION_TIMEOUT_MS: (u64, u64) = (6_000, 1_800_000);
+
+/// A member's request to join a group whose leader assigns the partitions
+/// (Kafka's JoinGroup): the coordinator picks a protocol every member
+/// supports and hands the leader every member's metadata; the leader's
+/// [`SyncSpec`] then brings everyone's assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientJoinSpec {
+    /// Group name.
+    pub group: String,
+    /// The member's id; empty on its first join.
+    pub member_id: String,
+    /// When `member_id` is empty: answer [`GroupError::MemberIdRequired`]
+    /// with a new id instead of joining (KIP-394, Kafka's JoinGroup v4+).
+    pub require_member_id: bool,
+    /// The client's id (a prefix of new member ids, and shown by describe).
+    pub client_id: String,
+    /// Where the member connects from (shown by describe).
+    pub client_host: String,
+    /// The kind of protocols ("consumer" for Kafka consumers); every member
+    /// of a group has the same.
+    pub protocol_type: String,
+    /// Protocols the member supports, preferred first: (name, metadata).
+    pub protocols: Vec<(String, Bytes)>,
+    /// The topics the member subscribes to, when the front end can read them
+    /// from the metadata (shown by describe; the coordinator does not assign).
+    pub topics: Vec<String>,
+    /// Heartbeats must come at least this often ([`CLIENT_SESSION_TIMEOUT_MS`]).
+    pub session_timeout: Duration,
+    /// How long a rebalance waits for known members to rejoin, and then for
+    /// the leader's assignment (at most 5 min).
+    pub rebalance_timeout: Duration,
+}
+
+/// A member's place in a completed join of a client-assigned group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientJoined {
+    /// The generation, which fences heartbeats, syncs and commits.
+    pub generation: i32,
+    /// The group's protocol type.
+    pub protocol_type: String,
+    /// The protocol chosen for this generation.
+    pub protocol: String,
+    /// The member that assigns.
+    pub leader_id: String,
+    /// The member's id.
+    pub member_id: String,
+    /// For the leader: every member and its metadata for `protocol`, in
+    /// join order; empty for the others.
+    pub members: Vec<(String, Bytes)>,
+}
+
+/// One member's assignment, as the leader sends it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberAssignment {
+    /// The member.
+    pub member_id: String,
+    /// The assignment as the protocol encodes it (opaque to the coordinator).
+    pub assignment: Bytes,
+    /// The partitions in it, when the front end can read them (describe, lag).
+    pub partitions: Vec<TopicAssignment>,
+}
+
+/// A member's SyncGroup: the leader's carries every member's assignment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncSpec {
+    /// Group name.
+    pub group: String,
+    /// The member's id.
+    pub member_id: String,
+    /// The member's generation.
+    pub generation: i32,
+    /// If given, must be the group's protocol type.
+    pub protocol_type: Option<String>,
+    /// If given, must be the generation's protocol.
+    pub protocol: Option<String>,
+    /// The leader's assignments (ignored from the others).
+    pub assignments: Vec<MemberAssignment>,
+}
+
+/// What a member gets from SyncGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Synced {
+    /// The group's protocol type.
+    pub protocol_type: String,
+    /// The generation's protocol.
+    pub protocol: String,
+    /// The member's assignment as the leader encoded it (empty if the leader
+    /// sent none for it).
+    pub assignment: Bytes,
+}
+
+/// Where a group is in its life (Kafka's names for the same states).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupPhase {
+    /// No members (its committed offsets may remain).
+    Empty,
+    /// Waiting for the members to (re)join.
+    PreparingRebalance,
+    /// Client-assigned groups: joined, waiting for the leader's assignment.
+    CompletingRebalance,
+    /// A generation with its assignment is in force.
+    Stable,
+}
+
+impl GroupPhase {
+    /// The state's name as Kafka spells it ("Empty", "PreparingRebalance", ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupPhase::Empty => "Empty",
+            GroupPhase::PreparingRebalance => "PreparingRebalance",
+            GroupPhase::CompletingRebalance => "CompletingRebalance",
+            GroupPhase::Stable => "Stable",
+        }
+    }
+}
+
+/// The protocol type of groups whose partitions the broker assigns (Flume's
+/// own clients), as describe and list report it.
+pub const BROKER_ASSIGNED_PROTOCOL_TYPE: &str = "flume";
+
+/// One member of a described group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberDescription {
+    /// Member id.
+    pub member_id: String,
+    /// Client id (empty for broker-assigned members).
+    pub client_id: String,
+    /// Where the member connects from (empty for broker-assigned members).
+    pub client_host: String,
+    /// Subscribed topics (for client-assigned members: as read from the
+    /// metadata, possibly empty).
+    pub topics: Vec<String>,
+    /// The member's metadata for the group's protocol (client-assigned only).
+    pub metadata: Bytes,
+    /// The assignment as the leader encoded it (client-assigned only).
+    pub assignment_bytes: Bytes,
+    /// The member's partitions in the current generation.
+    pub assignment: Vec<TopicAssignment>,
+}
+
+/// A group as describe reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    /// Group name.
+    pub group: String,
+    /// Its state.
+    pub phase: GroupPhase,
+    /// "consumer" (or another Kafka protocol type) for client-assigned
+    /// groups, [`BROKER_ASSIGNED_PROTOCOL_TYPE`] for broker-assigned ones,
+    /// empty for a group known only by its committed offsets.
+    pub protocol_type: String,
+    /// The generation's protocol (client-assigned) or assignor (broker-assigned).
+    pub protocol: String,
+    /// The generation (0 before the first).
+    pub generation: i32,
+    /// The leader's member id (empty without members).
+    pub leader_id: String,
+    /// Members, sorted by id.
+    pub members: Vec<MemberDescription>,
+}
+
+/// A group as list reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupListing {
+    /// Group name.
+    pub group: String,
+    /// Its state.
+    pub phase: GroupPhase,
+    /// As in [`GroupDescription::protocol_type`].
+    pub protocol_type: String,
+}

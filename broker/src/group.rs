@@ -2,16 +2,33 @@
 //! passed in (`now_ms`) so rebalances and session expiry are tested without
 //! sleeping.
 //!
+//! Two modes, chosen by a group's first member and kept while it has
+//! members (a member of the other mode is refused with
+//! [`GroupError::InconsistentProtocol`]):
+//! - broker-assigned (Flume's protocol): the coordinator spreads the
+//!   partitions with an [`Assignor`] when the rebalance completes;
+//! - client-assigned (Kafka's protocol): the coordinator picks a protocol
+//!   every member supports, hands the leader every member's metadata, and the
+//!   leader's SyncGroup brings everyone's assignment.
+//!
+//! Both share generations, fencing, session expiry and rebalance timeouts.
+//!
 //! States: `Empty` (no members), `PreparingRebalance` (waiting for the known
-//! members to rejoin, until a deadline), `Stable` (a generation with an
-//! assignment). A JOIN_GROUP parks its responder `R` until the rebalance
+//! members to rejoin, until a deadline), `CompletingRebalance` (client-
+//! assigned only: waiting for the leader's SyncGroup, until a deadline),
+//! `Stable` (a generation with an assignment). A JOIN_GROUP (and a SyncGroup
+//! waiting for the leader's) parks its responder `R` until the step
 //! completes; every operation returns the responses that became ready.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use bytes::Bytes;
 use flume_protocol::ErrorCode;
 
-use crate::domain::{Joined, TopicAssignment};
+use crate::domain::{
+    ClientJoined, GroupDescription, GroupError, GroupListing, GroupPhase, Joined, MemberAssignment,
+    MemberDescription, Synced, TopicAssignment, BROKER_ASSIGNED_PROTOCOL_TYPE,
+};
 
 /// How partitions are spread over members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,6 +144,31 @@ pub struct JoinParams {
     pub limits: GroupLimits,
 }
 
+/// A join to a client-assigned group (Kafka's JoinGroup).
+#[derive(Debug, Clone)]
+pub struct ClientJoinParams {
+    /// Member id, empty on first join.
+    pub member_id: String,
+    /// Answer a first join with a member id to rejoin with (KIP-394).
+    pub require_member_id: bool,
+    /// Client id (prefix of a new member id).
+    pub client_id: String,
+    /// Client host.
+    pub client_host: String,
+    /// Protocol type ("consumer").
+    pub protocol_type: String,
+    /// (protocol name, metadata), preferred first.
+    pub protocols: Vec<(String, Bytes)>,
+    /// Subscribed topics as read from the metadata (describe only).
+    pub topics: Vec<String>,
+    /// Session timeout.
+    pub session_timeout_ms: u64,
+    /// Rebalance timeout.
+    pub rebalance_timeout_ms: u64,
+    /// Caps on groups and members the join must fit in.
+    pub limits: GroupLimits,
+}
+
 /// Caps on the coordinator's state, so its memory follows the configuration,
 /// not the peers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +177,9 @@ pub struct GroupLimits {
     pub max_groups: usize,
     /// Most members of one group.
     pub max_members: usize,
+    /// Most bytes of protocol metadata and assignments that client-assigned
+    /// members hold, over all groups (the peers choose those sizes).
+    pub max_client_bytes: usize,
 }
 
 impl Default for GroupLimits {
@@ -142,7 +187,38 @@ impl Default for GroupLimits {
         GroupLimits {
             max_groups: usize::MAX,
             max_members: usize::MAX,
+            max_client_bytes: usize::MAX,
         }
+    }
+}
+
+/// What a client-assigned member brings: who it is, what it supports, what
+/// the leader gave it.
+#[derive(Debug, Clone, Default)]
+struct ClientMember {
+    client_id: String,
+    client_host: String,
+    protocols: Vec<(String, Bytes)>,
+    assignment: Bytes,
+    partitions: Vec<TopicAssignment>,
+}
+
+impl ClientMember {
+    /// What the member's peer-chosen data costs (its budget share).
+    fn bytes(&self) -> usize {
+        self.client_id.len()
+            + self.client_host.len()
+            + self
+                .protocols
+                .iter()
+                .map(|(n, md)| n.len() + md.len())
+                .sum::<usize>()
+            + self.assignment.len()
+            + self
+                .partitions
+                .iter()
+                .map(|t| t.topic.len() + 4 * t.partitions.len())
+                .sum::<usize>()
     }
 }
 
@@ -153,6 +229,10 @@ struct Member {
     rebalance_timeout_ms: u64,
     last_seen: u64,
     joined_at: u64,
+    /// Join order (the leader of a client-assigned group is the earliest).
+    seq: u64,
+    /// Client-assigned groups only.
+    client: Option<ClientMember>,
 }
 
 /// The state of one group.
@@ -165,8 +245,45 @@ pub enum GroupState {
         /// When the rebalance completes regardless.
         deadline: u64,
     },
+    /// Client-assigned groups: the generation is formed, waiting for the
+    /// leader's SyncGroup until `deadline` (ms); members that have not sent
+    /// their SyncGroup by then are removed and the group rebalances.
+    CompletingRebalance {
+        /// When the members that have not synced are removed.
+        deadline: u64,
+    },
     /// A generation is in force.
     Stable,
+}
+
+impl GroupState {
+    fn phase(self) -> GroupPhase {
+        match self {
+            GroupState::Empty => GroupPhase::Empty,
+            GroupState::PreparingRebalance { .. } => GroupPhase::PreparingRebalance,
+            GroupState::CompletingRebalance { .. } => GroupPhase::CompletingRebalance,
+            GroupState::Stable => GroupPhase::Stable,
+        }
+    }
+}
+
+/// Who assigns a group's partitions. A group takes the mode of its first
+/// member and keeps it while it has members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Mode {
+    /// The coordinator, with an [`Assignor`] (Flume's protocol).
+    Broker,
+    /// The leader, through SyncGroup (Kafka's protocol).
+    Client {
+        /// Every member's protocol type.
+        protocol_type: String,
+    },
+}
+
+/// A parked request: a join or (client-assigned groups) a sync.
+#[derive(Debug)]
+struct Parked<R> {
+    responder: R,
 }
 
 #[derive(Debug)]
@@ -174,12 +291,25 @@ struct Group<R> {
     state: GroupState,
     generation: i32,
     members: BTreeMap<String, Member>,
-    pending: BTreeMap<String, R>,
+    pending: BTreeMap<String, Parked<R>>,
     assignor: Assignor,
     assignment: BTreeMap<String, BTreeMap<String, Vec<i32>>>,
     leader: String,
     /// Rebalances started, for metrics.
     rebalances: u64,
+    mode: Mode,
+    /// Client-assigned: the generation's protocol.
+    protocol: String,
+    /// Client-assigned: parked SyncGroups (CompletingRebalance only).
+    syncs: BTreeMap<String, Parked<R>>,
+    /// Client-assigned: members that have not sent SyncGroup this generation.
+    unsynced: BTreeSet<String>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, not joined yet, and
+    /// when they lapse (ms).
+    new_ids: BTreeMap<String, u64>,
+    /// Bytes its client-assigned members hold (see [`ClientMember::bytes`]);
+    /// recounted after every change of this group's members or assignments.
+    held: usize,
 }
 
 impl<R> Group<R> {
@@ -193,12 +323,61 @@ impl<R> Group<R> {
             assignment: BTreeMap::new(),
             leader: String::new(),
             rebalances: 0,
+            mode: Mode::Broker,
+            protocol: String::new(),
+            syncs: BTreeMap::new(),
+            unsynced: BTreeSet::new(),
+            new_ids: BTreeMap::new(),
+            held: 0,
+        }
+    }
+
+    fn recount(&mut self) {
+        self.held = self
+            .members
+            .values()
+            .filter_map(|m| m.client.as_ref())
+            .map(ClientMember::bytes)
+            .sum();
+    }
+
+    /// No members, nothing parked, no member id handed out: nothing to keep.
+    fn is_idle(&self) -> bool {
+        self.members.is_empty()
+            && self.pending.is_empty()
+            && self.syncs.is_empty()
+            && self.new_ids.is_empty()
+    }
+
+    fn is_client(&self) -> bool {
+        matches!(self.mode, Mode::Client { .. })
+    }
+
+    fn protocol_type(&self) -> String {
+        match &self.mode {
+            Mode::Broker => BROKER_ASSIGNED_PROTOCOL_TYPE.to_owned(),
+            Mode::Client { protocol_type } => protocol_type.clone(),
         }
     }
 }
 
+/// What a parked or immediate request gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A broker-assigned join completed.
+    Joined(Joined),
+    /// A client-assigned join completed.
+    ClientJoined(ClientJoined),
+    /// A SyncGroup completed.
+    Synced(Synced),
+}
+
 /// A response that became ready: send `result` to `responder`.
-pub type Ready<R> = (R, Result<Joined, ErrorCode>);
+pub type Ready<R> = (R, Result<Answer, GroupError>);
+
+fn fail<R>(r: R, code: ErrorCode) -> Ready<R> {
+    (r, Err(GroupError::Code(code)))
+}
 
 /// Every group, keyed by group id.
 #[derive(Debug)]
@@ -228,6 +407,7 @@ impl<R> Coordinator<R> {
                 state: match g.state {
                     GroupState::Empty => "empty",
                     GroupState::PreparingRebalance { .. } => "preparing_rebalance",
+                    GroupState::CompletingRebalance { .. } => "completing_rebalance",
                     GroupState::Stable => "stable",
                 },
                 generation: g.generation,
@@ -246,6 +426,108 @@ impl<R> Coordinator<R> {
             .map(|g| (g.state, g.generation, g.members.len()))
     }
 
+    /// A group's state, protocol, generation and members with their
+    /// assignments; `None` if the coordinator does not know it.
+    pub fn describe(&self, group: &str) -> Option<GroupDescription> {
+        let g = self.groups.get(group)?;
+        let members = g
+            .members
+            .iter()
+            .map(|(id, m)| match &m.client {
+                Some(c) => MemberDescription {
+                    member_id: id.clone(),
+                    client_id: c.client_id.clone(),
+                    client_host: c.client_host.clone(),
+                    topics: m.topics.clone(),
+                    metadata: c
+                        .protocols
+                        .iter()
+                        .find(|(p, _)| *p == g.protocol)
+                        .map(|(_, md)| md.clone())
+                        .unwrap_or_default(),
+                    assignment_bytes: c.assignment.clone(),
+                    assignment: c.partitions.clone(),
+                },
+                None => MemberDescription {
+                    member_id: id.clone(),
+                    client_id: String::new(),
+                    client_host: String::new(),
+                    topics: m.topics.clone(),
+                    metadata: Bytes::new(),
+                    assignment_bytes: Bytes::new(),
+                    assignment: broker_assignment(g, id),
+                },
+            })
+            .collect();
+        Some(GroupDescription {
+            group: group.to_owned(),
+            phase: g.state.phase(),
+            protocol_type: if g.members.is_empty() {
+                String::new()
+            } else {
+                g.protocol_type()
+            },
+            protocol: if g.members.is_empty() {
+                String::new()
+            } else if g.is_client() {
+                g.protocol.clone()
+            } else {
+                format!("{:?}", g.assignor).to_lowercase()
+            },
+            generation: g.generation,
+            leader_id: if g.members.is_empty() {
+                String::new()
+            } else {
+                g.leader.clone()
+            },
+            members,
+        })
+    }
+
+    /// Every group the coordinator knows (with members, parked requests or
+    /// member ids handed out), sorted by name.
+    pub fn list(&self) -> Vec<GroupListing> {
+        let mut v: Vec<GroupListing> = self
+            .groups
+            .iter()
+            .map(|(id, g)| GroupListing {
+                group: id.clone(),
+                phase: g.state.phase(),
+                protocol_type: if g.members.is_empty() {
+                    String::new()
+                } else {
+                    g.protocol_type()
+                },
+            })
+            .collect();
+        v.sort_by(|a, b| a.group.cmp(&b.group));
+        v
+    }
+
+    /// Bytes client-assigned members hold over all groups.
+    fn held(&self) -> usize {
+        self.groups.values().map(|g| g.held).sum()
+    }
+
+    fn live_groups(&self) -> usize {
+        self.groups.values().filter(|g| !g.is_idle()).count()
+    }
+
+    fn new_member_id(&mut self, prefix: &str) -> (String, u64) {
+        self.seq += 1;
+        let id = if prefix.is_empty() {
+            format!("member-{:x}-{}", self.nonce, self.seq)
+        } else {
+            // Kafka's ids are "<client id>-<uuid>"; a long client id is cut.
+            let mut end = prefix.len().min(64);
+            while !prefix.is_char_boundary(end) {
+                end -= 1;
+            }
+            format!("{}-{:x}-{}", &prefix[..end], self.nonce, self.seq)
+        };
+        (id, self.seq)
+    }
+
     /// Handles JOIN_GROUP. The responder parks until the rebalance completes.
     pub fn join(
         &mut self,
@@ -257,30 +539,36 @@ impl<R> Coordinator<R> {
     ) -> Vec<Ready<R>> {
         if !self.groups.contains_key(group) {
             if !p.member_id.is_empty() {
-                return vec![(responder, Err(ErrorCode::UnknownMember))];
+                return vec![fail(responder, ErrorCode::UnknownMember)];
             }
             // Groups without members are dropped at the next tick; only live ones count.
-            let live = self
-                .groups
-                .values()
-                .filter(|g| !(g.members.is_empty() && g.pending.is_empty()))
-                .count();
-            if live >= p.limits.max_groups {
+            if self.live_groups() >= p.limits.max_groups {
                 tracing::warn!(
                     group,
                     max_groups = p.limits.max_groups,
                     "join refused: the broker has max_groups ({}) groups",
                     p.limits.max_groups
                 );
-                return vec![(responder, Err(ErrorCode::LimitReached))];
+                return vec![fail(responder, ErrorCode::LimitReached)];
             }
         }
+        let seq = if p.member_id.is_empty() {
+            Some(self.new_member_id(""))
+        } else {
+            None
+        };
         let g = self
             .groups
             .entry(group.to_owned())
             .or_insert_with(Group::new);
+        if g.is_client() {
+            if !g.is_idle() {
+                return vec![(responder, Err(GroupError::InconsistentProtocol))];
+            }
+            g.mode = Mode::Broker;
+        }
         if !p.member_id.is_empty() && !g.members.contains_key(&p.member_id) {
-            return vec![(responder, Err(ErrorCode::UnknownMember))];
+            return vec![fail(responder, ErrorCode::UnknownMember)];
         }
         if p.member_id.is_empty() && g.members.len() >= p.limits.max_members {
             tracing::warn!(
@@ -289,26 +577,27 @@ impl<R> Coordinator<R> {
                 "join refused: the group has max_members_per_group ({}) members",
                 p.limits.max_members
             );
-            return vec![(responder, Err(ErrorCode::LimitReached))];
+            return vec![fail(responder, ErrorCode::LimitReached)];
         }
-        let id = if p.member_id.is_empty() {
-            self.seq += 1;
-            format!("member-{:x}-{}", self.nonce, self.seq)
-        } else {
-            p.member_id.clone()
+        let (id, order) = match seq {
+            Some(s) => s,
+            None => (p.member_id.clone(), 0),
         };
         let mut ready = Vec::new();
-        let known = g.members.get(&id).map(|m| (m.topics.clone(), m.joined_at));
+        let known = g
+            .members
+            .get(&id)
+            .map(|m| (m.topics.clone(), m.joined_at, m.seq));
         // A member that rejoins with the same subscription while the group is
         // stable just gets its current assignment back.
         if g.state == GroupState::Stable {
-            if let Some((topics, _)) = &known {
+            if let Some((topics, _, _)) = &known {
                 if *topics == p.topics {
                     if let Some(m) = g.members.get_mut(&id) {
                         m.last_seen = now;
                     }
                     let resp = response(g, &id);
-                    return vec![(responder, Ok(resp))];
+                    return vec![(responder, Ok(Answer::Joined(resp)))];
                 }
             }
         }
@@ -319,18 +608,277 @@ impl<R> Coordinator<R> {
                 session_timeout_ms: p.session_timeout_ms,
                 rebalance_timeout_ms: p.rebalance_timeout_ms,
                 last_seen: now,
-                joined_at: known.map_or(now, |k| k.1),
+                joined_at: known.as_ref().map_or(now, |k| k.1),
+                seq: known.as_ref().map_or(order, |k| k.2),
+                client: None,
             },
         );
         g.assignor = p.assignor;
-        if let Some(old) = g.pending.insert(id, responder) {
-            ready.push((old, Err(ErrorCode::RebalanceInProgress)));
+        if let Some(old) = g.pending.insert(id, Parked { responder }) {
+            ready.push(fail(old.responder, ErrorCode::RebalanceInProgress));
         }
         if !matches!(g.state, GroupState::PreparingRebalance { .. }) {
-            start_rebalance(g, now);
+            ready.extend(start_rebalance(g, now));
         }
         ready.extend(try_complete(g, now, false, partitions_of));
         ready
+    }
+
+    /// Handles a client-assigned JOIN_GROUP (Kafka's). The responder parks
+    /// until the rebalance completes; a first join without a member id may
+    /// be answered at once with [`GroupError::MemberIdRequired`].
+    pub fn join_client(
+        &mut self,
+        group: &str,
+        p: ClientJoinParams,
+        now: u64,
+        responder: R,
+    ) -> Vec<Ready<R>> {
+        if p.protocol_type.is_empty() || p.protocols.is_empty() {
+            return vec![(responder, Err(GroupError::InconsistentProtocol))];
+        }
+        if !self.groups.contains_key(group) {
+            if !p.member_id.is_empty() {
+                return vec![fail(responder, ErrorCode::UnknownMember)];
+            }
+            if self.live_groups() >= p.limits.max_groups {
+                tracing::warn!(
+                    group,
+                    max_groups = p.limits.max_groups,
+                    "join refused: the broker has max_groups ({}) groups",
+                    p.limits.max_groups
+                );
+                return vec![fail(responder, ErrorCode::LimitReached)];
+            }
+        }
+        let held = self.held();
+        let fresh = if p.member_id.is_empty() {
+            Some(self.new_member_id(&p.client_id))
+        } else {
+            None
+        };
+        let g = self
+            .groups
+            .entry(group.to_owned())
+            .or_insert_with(Group::new);
+        // The mode and protocols must fit the group's while it has members.
+        if !g.members.is_empty() || !g.pending.is_empty() {
+            let fits = match &g.mode {
+                Mode::Broker => false,
+                Mode::Client { protocol_type } => {
+                    *protocol_type == p.protocol_type
+                        && candidates(g, Some(&p.member_id))
+                            .is_none_or(|c| p.protocols.iter().any(|(n, _)| c.contains(n)))
+                }
+            };
+            if !fits {
+                return vec![(responder, Err(GroupError::InconsistentProtocol))];
+            }
+        } else if !g.is_client() || g.protocol_type() != p.protocol_type {
+            g.mode = Mode::Client {
+                protocol_type: p.protocol_type.clone(),
+            };
+        }
+        let (id, fresh) = match fresh {
+            Some((id, order)) => {
+                if g.members.len() + g.new_ids.len() >= p.limits.max_members {
+                    tracing::warn!(
+                        group,
+                        max_members_per_group = p.limits.max_members,
+                        "join refused: the group has max_members_per_group ({}) members",
+                        p.limits.max_members
+                    );
+                    return vec![fail(responder, ErrorCode::LimitReached)];
+                }
+                if p.require_member_id {
+                    g.new_ids
+                        .insert(id.clone(), now.saturating_add(p.session_timeout_ms));
+                    return vec![(responder, Err(GroupError::MemberIdRequired(id)))];
+                }
+                (id, Some(order))
+            }
+            None => (p.member_id.clone(), None),
+        };
+        let handed_out = fresh.is_none() && g.new_ids.remove(&id).is_some();
+        if fresh.is_none() && !handed_out && !g.members.contains_key(&id) {
+            return vec![fail(responder, ErrorCode::UnknownMember)];
+        }
+        let same = g.members.get(&id).is_some_and(|m| {
+            m.client
+                .as_ref()
+                .is_some_and(|c| c.protocols == p.protocols)
+        });
+        // Join order: a member keeps its place; a handed-out id takes its place now.
+        let order = match (g.members.get(&id), fresh) {
+            (Some(m), _) => m.seq,
+            (None, Some(o)) => o,
+            (None, None) => {
+                self.seq += 1;
+                self.seq
+            }
+        };
+        let mut ready = Vec::new();
+        // A known member with the same metadata, while no rebalance is
+        // needed, gets the current generation back (the leader re-forms the
+        // generation instead: its rejoin is how it asks for a rebalance).
+        if same && id != g.leader {
+            if let GroupState::Stable | GroupState::CompletingRebalance { .. } = g.state {
+                if let Some(m) = g.members.get_mut(&id) {
+                    m.last_seen = now;
+                }
+                return vec![(responder, Ok(Answer::ClientJoined(client_response(g, &id))))];
+            }
+        }
+        if same && id == g.leader {
+            if let GroupState::CompletingRebalance { .. } = g.state {
+                if let Some(m) = g.members.get_mut(&id) {
+                    m.last_seen = now;
+                }
+                return vec![(responder, Ok(Answer::ClientJoined(client_response(g, &id))))];
+            }
+        }
+        let client = ClientMember {
+            client_id: p.client_id,
+            client_host: p.client_host,
+            protocols: p.protocols,
+            assignment: Bytes::new(),
+            partitions: Vec::new(),
+        };
+        let before = g
+            .members
+            .get(&id)
+            .and_then(|m| m.client.as_ref())
+            .map_or(0, ClientMember::bytes);
+        if held.saturating_sub(before).saturating_add(client.bytes()) > p.limits.max_client_bytes {
+            tracing::warn!(
+                group,
+                bytes = client.bytes(),
+                held,
+                "join refused: client-assigned members would hold more than {} bytes of metadata and assignments",
+                p.limits.max_client_bytes
+            );
+            return vec![fail(responder, ErrorCode::LimitReached)];
+        }
+        let old = g.members.remove(&id);
+        g.members.insert(
+            id.clone(),
+            Member {
+                topics: p.topics,
+                session_timeout_ms: p.session_timeout_ms,
+                rebalance_timeout_ms: p.rebalance_timeout_ms,
+                last_seen: now,
+                joined_at: old.as_ref().map_or(now, |m| m.joined_at),
+                seq: order,
+                client: Some(client),
+            },
+        );
+        if let Some(old) = g.pending.insert(id, Parked { responder }) {
+            ready.push(fail(old.responder, ErrorCode::RebalanceInProgress));
+        }
+        if !matches!(g.state, GroupState::PreparingRebalance { .. }) {
+            ready.extend(start_rebalance(g, now));
+        }
+        ready.extend(try_complete(g, now, false, &|_| 0));
+        g.recount();
+        ready
+    }
+
+    /// Handles a SyncGroup of a client-assigned group: the leader's brings
+    /// every member's assignment and completes the generation; the others
+    /// park until it does (or get their assignment at once when stable).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sync(
+        &mut self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        protocol_type: Option<&str>,
+        protocol: Option<&str>,
+        assignments: Vec<MemberAssignment>,
+        max_client_bytes: usize,
+        now: u64,
+        responder: R,
+    ) -> Vec<Ready<R>> {
+        let held = self.held();
+        let Some(g) = self.groups.get_mut(group) else {
+            return vec![fail(responder, ErrorCode::UnknownMember)];
+        };
+        let Some(m) = g.members.get_mut(member) else {
+            return vec![fail(responder, ErrorCode::UnknownMember)];
+        };
+        m.last_seen = now;
+        if !g.is_client() {
+            return vec![(responder, Err(GroupError::InconsistentProtocol))];
+        }
+        if generation != g.generation {
+            return vec![fail(responder, ErrorCode::IllegalGeneration)];
+        }
+        if protocol_type.is_some_and(|t| t != g.protocol_type())
+            || protocol.is_some_and(|p| p != g.protocol)
+        {
+            return vec![(responder, Err(GroupError::InconsistentProtocol))];
+        }
+        match g.state {
+            GroupState::Empty => vec![fail(responder, ErrorCode::UnknownMember)],
+            GroupState::PreparingRebalance { .. } => {
+                vec![fail(responder, ErrorCode::RebalanceInProgress)]
+            }
+            GroupState::Stable => vec![(responder, Ok(Answer::Synced(synced(g, member))))],
+            GroupState::CompletingRebalance { .. } => {
+                if member == g.leader {
+                    let adding: usize = assignments
+                        .iter()
+                        .filter(|a| g.members.contains_key(&a.member_id))
+                        .map(|a| {
+                            a.assignment.len()
+                                + a.partitions
+                                    .iter()
+                                    .map(|t| t.topic.len() + 4 * t.partitions.len())
+                                    .sum::<usize>()
+                        })
+                        .sum();
+                    if held.saturating_add(adding) > max_client_bytes {
+                        tracing::warn!(
+                            group,
+                            bytes = adding,
+                            held,
+                            "leader's assignment refused: client-assigned members would hold more than {max_client_bytes} bytes"
+                        );
+                        return vec![fail(responder, ErrorCode::LimitReached)];
+                    }
+                }
+                let mut ready = Vec::new();
+                g.unsynced.remove(member);
+                if let Some(old) = g.syncs.insert(member.to_owned(), Parked { responder }) {
+                    ready.push(fail(old.responder, ErrorCode::RebalanceInProgress));
+                }
+                if member == g.leader {
+                    for a in assignments {
+                        if let Some(c) = g
+                            .members
+                            .get_mut(&a.member_id)
+                            .and_then(|m| m.client.as_mut())
+                        {
+                            c.assignment = a.assignment;
+                            c.partitions = a.partitions;
+                        }
+                    }
+                    g.state = GroupState::Stable;
+                    tracing::info!(
+                        group,
+                        generation = g.generation,
+                        members = g.members.len(),
+                        "leader's assignment received; group stable"
+                    );
+                    let parked = std::mem::take(&mut g.syncs);
+                    for (id, p) in parked {
+                        ready.push((p.responder, Ok(Answer::Synced(synced(g, &id)))));
+                    }
+                    g.recount();
+                }
+                ready
+            }
+        }
     }
 
     /// When a member was last heard from (join or heartbeat), if it is one.
@@ -344,7 +892,10 @@ impl<R> Coordinator<R> {
     /// Handles HEARTBEAT.
     ///
     /// # Errors
-    /// UNKNOWN_MEMBER, REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION.
+    /// UNKNOWN_MEMBER, REBALANCE_IN_PROGRESS (rejoin), ILLEGAL_GENERATION. A
+    /// client-assigned group checks the generation first (a stale member is
+    /// told ILLEGAL_GENERATION even during a rebalance, as Kafka does) and
+    /// accepts heartbeats while it waits for the leader's assignment.
     pub fn heartbeat(
         &mut self,
         group: &str,
@@ -355,6 +906,16 @@ impl<R> Coordinator<R> {
         let g = self.groups.get_mut(group).ok_or(ErrorCode::UnknownMember)?;
         let m = g.members.get_mut(member).ok_or(ErrorCode::UnknownMember)?;
         m.last_seen = now;
+        if g.is_client() {
+            if generation != g.generation {
+                return Err(ErrorCode::IllegalGeneration);
+            }
+            return match g.state {
+                GroupState::PreparingRebalance { .. } => Err(ErrorCode::RebalanceInProgress),
+                GroupState::Empty => Err(ErrorCode::UnknownMember),
+                GroupState::CompletingRebalance { .. } | GroupState::Stable => Ok(()),
+            };
+        }
         if matches!(g.state, GroupState::PreparingRebalance { .. }) {
             return Err(ErrorCode::RebalanceInProgress);
         }
@@ -376,15 +937,23 @@ impl<R> Coordinator<R> {
         partitions_of: &dyn Fn(&str) -> u32,
     ) -> Result<Vec<Ready<R>>, ErrorCode> {
         let g = self.groups.get_mut(group).ok_or(ErrorCode::UnknownMember)?;
+        if g.new_ids.remove(member).is_some() {
+            return Ok(Vec::new());
+        }
         if g.members.remove(member).is_none() {
             return Err(ErrorCode::UnknownMember);
         }
         tracing::info!(group, member, "member left");
         let mut ready = Vec::new();
-        if let Some(r) = g.pending.remove(member) {
-            ready.push((r, Err(ErrorCode::UnknownMember)));
+        if let Some(p) = g.pending.remove(member) {
+            ready.push(fail(p.responder, ErrorCode::UnknownMember));
         }
+        if let Some(p) = g.syncs.remove(member) {
+            ready.push(fail(p.responder, ErrorCode::UnknownMember));
+        }
+        g.unsynced.remove(member);
         ready.extend(after_removal(g, now, partitions_of));
+        g.recount();
         Ok(ready)
     }
 
@@ -392,7 +961,9 @@ impl<R> Coordinator<R> {
     /// member id is allowed only while the group has no members.
     ///
     /// # Errors
-    /// UNKNOWN_MEMBER, ILLEGAL_GENERATION.
+    /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS (a broker-
+    /// assigned group with members, for a commit from outside it; a
+    /// client-assigned group waiting for its leader's assignment).
     pub fn check_commit(
         &self,
         group: &str,
@@ -402,7 +973,11 @@ impl<R> Coordinator<R> {
         let g = self.groups.get(group);
         if generation == -1 && member.is_empty() {
             return match g {
-                Some(g) if !g.members.is_empty() => Err(ErrorCode::RebalanceInProgress),
+                Some(g) if !g.members.is_empty() => Err(if g.is_client() {
+                    ErrorCode::UnknownMember
+                } else {
+                    ErrorCode::RebalanceInProgress
+                }),
                 _ => Ok(()),
             };
         }
@@ -413,25 +988,46 @@ impl<R> Coordinator<R> {
         if generation != g.generation {
             return Err(ErrorCode::IllegalGeneration);
         }
+        if let GroupState::CompletingRebalance { .. } = g.state {
+            return Err(ErrorCode::RebalanceInProgress);
+        }
         Ok(())
     }
 
-    /// Expires silent members and completes rebalances past their deadline.
+    /// Expires silent members and member ids handed out but never used,
+    /// completes rebalances past their deadline, and removes the members of
+    /// a client-assigned group that did not send SyncGroup in time.
     pub fn tick(&mut self, now: u64, partitions_of: &dyn Fn(&str) -> u32) -> Vec<Ready<R>> {
         let mut ready = Vec::new();
         for (name, g) in &mut self.groups {
+            g.new_ids.retain(|_, lapse| *lapse >= now);
             let expired: Vec<String> = g
                 .members
                 .iter()
                 .filter(|(id, m)| {
                     !g.pending.contains_key(*id)
+                        && !g.syncs.contains_key(*id)
                         && now.saturating_sub(m.last_seen) > m.session_timeout_ms
                 })
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in &expired {
                 g.members.remove(id);
+                g.unsynced.remove(id);
                 tracing::info!(group = %name, member = %id, "session expired; member removed");
+            }
+            if let GroupState::CompletingRebalance { deadline } = g.state {
+                if now >= deadline {
+                    let late: Vec<String> = std::mem::take(&mut g.unsynced).into_iter().collect();
+                    for id in &late {
+                        if g.members.remove(id).is_some() {
+                            tracing::info!(group = %name, member = %id, "no SyncGroup before the rebalance timeout; member removed");
+                        }
+                    }
+                    if !late.is_empty() && expired.is_empty() {
+                        ready.extend(after_removal(g, now, partitions_of));
+                    }
+                }
             }
             if !expired.is_empty() {
                 ready.extend(after_removal(g, now, partitions_of));
@@ -444,25 +1040,71 @@ impl<R> Coordinator<R> {
         }
         // Empty groups hold no state worth keeping (their offsets live in the offset
         // store), so memory follows the live groups, not every name ever used.
-        self.groups
-            .retain(|_, g| !(g.members.is_empty() && g.pending.is_empty()));
+        self.groups.retain(|_, g| !g.is_idle());
+        // Members that left or expired since the last tick free their share.
+        for g in self.groups.values_mut() {
+            g.recount();
+        }
         ready
     }
 
-    /// Answers every parked join with `code` (shutdown).
+    /// Answers every parked join and sync with `code` (shutdown).
     pub fn drain(&mut self, code: ErrorCode) -> Vec<Ready<R>> {
-        self.groups
-            .values_mut()
-            .flat_map(|g| {
-                std::mem::take(&mut g.pending)
-                    .into_values()
-                    .map(|r| (r, Err(code)))
-            })
-            .collect()
+        let mut out = Vec::new();
+        for g in self.groups.values_mut() {
+            for p in std::mem::take(&mut g.pending).into_values() {
+                out.push(fail(p.responder, code));
+            }
+            for p in std::mem::take(&mut g.syncs).into_values() {
+                out.push(fail(p.responder, code));
+            }
+        }
+        out
     }
 }
 
-fn start_rebalance<R>(g: &mut Group<R>, now: u64) {
+/// The protocols every member (but `except`) supports; `None` without such members.
+fn candidates<R>(g: &Group<R>, except: Option<&str>) -> Option<BTreeSet<String>> {
+    let mut set: Option<BTreeSet<String>> = None;
+    for (id, m) in &g.members {
+        if Some(id.as_str()) == except {
+            continue;
+        }
+        let Some(c) = &m.client else { continue };
+        let mine: BTreeSet<String> = c.protocols.iter().map(|(n, _)| n.clone()).collect();
+        set = Some(match set {
+            None => mine,
+            Some(s) => s.intersection(&mine).cloned().collect(),
+        });
+    }
+    set
+}
+
+/// The protocol of a new generation: among those every member supports, the
+/// one most members prefer (each votes for its first supported one); ties go
+/// to the name first in order.
+fn choose_protocol<R>(g: &Group<R>) -> String {
+    let Some(cands) = candidates(g, None) else {
+        return String::new();
+    };
+    let mut votes: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in g.members.values() {
+        if let Some(c) = &m.client {
+            if let Some((n, _)) = c.protocols.iter().find(|(n, _)| cands.contains(n)) {
+                *votes.entry(n.as_str()).or_default() += 1;
+            }
+        }
+    }
+    let best = votes.values().copied().max().unwrap_or(0);
+    votes
+        .into_iter()
+        .find(|(_, v)| *v == best)
+        .map(|(n, _)| n.to_owned())
+        .or_else(|| cands.into_iter().next())
+        .unwrap_or_default()
+}
+
+fn start_rebalance<R>(g: &mut Group<R>, now: u64) -> Vec<Ready<R>> {
     g.rebalances += 1;
     let timeout = g
         .members
@@ -473,6 +1115,12 @@ fn start_rebalance<R>(g: &mut Group<R>, now: u64) {
     g.state = GroupState::PreparingRebalance {
         deadline: now.saturating_add(timeout),
     };
+    // Syncs waiting for a generation that will not complete: rejoin.
+    g.unsynced.clear();
+    std::mem::take(&mut g.syncs)
+        .into_values()
+        .map(|p| fail(p.responder, ErrorCode::RebalanceInProgress))
+        .collect()
 }
 
 fn after_removal<R>(
@@ -483,19 +1131,25 @@ fn after_removal<R>(
     if g.members.is_empty() {
         g.state = GroupState::Empty;
         g.assignment.clear();
-        return Vec::new();
+        g.unsynced.clear();
+        return std::mem::take(&mut g.syncs)
+            .into_values()
+            .map(|p| fail(p.responder, ErrorCode::UnknownMember))
+            .collect();
     }
+    let mut ready = Vec::new();
     if !matches!(g.state, GroupState::PreparingRebalance { .. }) {
-        start_rebalance(g, now);
+        ready.extend(start_rebalance(g, now));
     }
-    try_complete(g, now, false, partitions_of)
+    ready.extend(try_complete(g, now, false, partitions_of));
+    ready
 }
 
 /// Completes the rebalance when every known member has rejoined, or when
 /// `force` (deadline passed): members that did not rejoin are dropped.
 fn try_complete<R>(
     g: &mut Group<R>,
-    _now: u64,
+    now: u64,
     force: bool,
     partitions_of: &dyn Fn(&str) -> u32,
 ) -> Vec<Ready<R>> {
@@ -519,6 +1173,51 @@ fn try_complete<R>(
         return Vec::new();
     }
     g.generation = g.generation.wrapping_add(1).max(1);
+    if g.is_client() {
+        g.protocol = choose_protocol(g);
+        // The leader stays while it is a member; otherwise the earliest joined.
+        if !g.members.contains_key(&g.leader) {
+            g.leader = g
+                .members
+                .iter()
+                .min_by_key(|(id, m)| (m.seq, (*id).clone()))
+                .map(|(id, _)| id.clone())
+                .unwrap_or_default();
+        }
+        for m in g.members.values_mut() {
+            if let Some(c) = m.client.as_mut() {
+                c.assignment = Bytes::new();
+                c.partitions.clear();
+            }
+        }
+        let timeout = g
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0);
+        g.state = GroupState::CompletingRebalance {
+            deadline: now.saturating_add(timeout),
+        };
+        g.unsynced = g.members.keys().cloned().collect();
+        tracing::info!(
+            generation = g.generation,
+            members = g.members.len(),
+            protocol = %g.protocol,
+            leader = %g.leader,
+            "members joined; waiting for the leader's assignment"
+        );
+        let pending = std::mem::take(&mut g.pending);
+        return pending
+            .into_iter()
+            .map(|(id, p)| {
+                (
+                    p.responder,
+                    Ok(Answer::ClientJoined(client_response(g, &id))),
+                )
+            })
+            .collect();
+    }
     let subs: Vec<Subscription> = g
         .members
         .iter()
@@ -543,8 +1242,22 @@ fn try_complete<R>(
     let pending = std::mem::take(&mut g.pending);
     pending
         .into_iter()
-        .map(|(id, r)| (r, Ok(response(g, &id))))
+        .map(|(id, p)| (p.responder, Ok(Answer::Joined(response(g, &id)))))
         .collect()
+}
+
+fn broker_assignment<R>(g: &Group<R>, id: &str) -> Vec<TopicAssignment> {
+    g.assignment
+        .get(id)
+        .map(|a| {
+            a.iter()
+                .map(|(t, p)| TopicAssignment {
+                    topic: t.clone(),
+                    partitions: p.clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn response<R>(g: &Group<R>, id: &str) -> Joined {
@@ -553,20 +1266,53 @@ fn response<R>(g: &Group<R>, id: &str) -> Joined {
         member_id: id.to_owned(),
         leader_id: g.leader.clone(),
         members: g.members.keys().cloned().collect(),
-        assignment: g
-            .assignment
-            .get(id)
-            .map(|a| {
-                a.iter()
-                    .map(|(t, p)| TopicAssignment {
-                        topic: t.clone(),
-                        partitions: p.clone(),
-                    })
-                    .collect()
+        assignment: broker_assignment(g, id),
+    }
+}
+
+fn client_response<R>(g: &Group<R>, id: &str) -> ClientJoined {
+    let members = if id == g.leader {
+        let mut ms: Vec<(&String, &Member)> = g.members.iter().collect();
+        ms.sort_by_key(|(mid, m)| (m.seq, (*mid).clone()));
+        ms.into_iter()
+            .map(|(mid, m)| {
+                let md = m
+                    .client
+                    .as_ref()
+                    .and_then(|c| c.protocols.iter().find(|(n, _)| *n == g.protocol))
+                    .map(|(_, md)| md.clone())
+                    .unwrap_or_default();
+                (mid.clone(), md)
             })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    ClientJoined {
+        generation: g.generation,
+        protocol_type: g.protocol_type(),
+        protocol: g.protocol.clone(),
+        leader_id: g.leader.clone(),
+        member_id: id.to_owned(),
+        members,
+    }
+}
+
+fn synced<R>(g: &Group<R>, id: &str) -> Synced {
+    Synced {
+        protocol_type: g.protocol_type(),
+        protocol: g.protocol.clone(),
+        assignment: g
+            .members
+            .get(id)
+            .and_then(|m| m.client.as_ref())
+            .map(|c| c.assignment.clone())
             .unwrap_or_default(),
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod client_tests;

@@ -738,7 +738,12 @@ impl Collector for Scrape {
 
         // Groups.
         let groups = e.group_summaries();
-        let states = ["empty", "preparing_rebalance", "stable"];
+        let states = [
+            "empty",
+            "preparing_rebalance",
+            "completing_rebalance",
+            "stable",
+        ];
         family(
             &mut enc,
             "flume_group_state",
@@ -905,7 +910,8 @@ impl Collector for Scrape {
 pub struct GroupSummary {
     /// Group id.
     pub group: String,
-    /// `empty`, `preparing_rebalance` or `stable`.
+    /// `empty`, `preparing_rebalance`, `completing_rebalance` (Kafka groups
+    /// waiting for the leader's assignment) or `stable`.
     pub state: &'static str,
     /// Generation.
     pub generation: i32,

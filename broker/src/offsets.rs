@@ -489,6 +489,30 @@ impl Offsets {
         for_topic(&self.map, group, topic)
     }
 
+    /// Every committed offset of a group: (topic, partition, offset), sorted.
+    /// Scans every entry (admin requests, not the commit path).
+    pub fn for_group(&self, group: &str) -> Vec<(String, i32, i64)> {
+        let mut v: Vec<(String, i32, i64)> = read_map(&self.map)
+            .iter()
+            .filter(|((g, _, _), _)| g == group)
+            .map(|((_, t, p), o)| (t.clone(), *p, *o))
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Whether a group has any committed offset.
+    pub fn has_group(&self, group: &str) -> bool {
+        read_map(&self.map).keys().any(|(g, _, _)| g == group)
+    }
+
+    /// The groups with committed offsets, sorted. Scans every entry.
+    pub fn groups(&self) -> Vec<String> {
+        let map = read_map(&self.map);
+        let set: std::collections::BTreeSet<&String> = map.keys().map(|(g, _, _)| g).collect();
+        set.into_iter().cloned().collect()
+    }
+
     /// Queues a commit without waiting; the receiver gets its result once it
     /// is written (and fsynced if the policy is `always`). Commits are written
     /// in the order they are queued.

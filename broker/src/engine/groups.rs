@@ -1,5 +1,6 @@
 //! Groups and offsets: joins (parked until their rebalance completes),
-//! heartbeats, leaves, fenced commits and committed positions.
+//! syncs of client-assigned groups (parked until the leader's assignment),
+//! heartbeats, leaves, fenced commits, committed positions, describe and list.
 
 use std::time::Duration;
 
@@ -8,10 +9,20 @@ use futures::channel::oneshot;
 
 use super::{lock, Engine, JoinReply};
 use crate::config::valid_name;
-use crate::domain::{GroupPosition, JoinSpec, Joined, Member, TopicPartition};
+use crate::domain::{
+    ClientJoinSpec, ClientJoined, GroupDescription, GroupError, GroupListing, GroupPhase,
+    GroupPosition, JoinSpec, Joined, Member, SyncSpec, Synced, TopicPartition,
+    CLIENT_SESSION_TIMEOUT_MS,
+};
 use crate::error::BrokerError;
-use crate::group::{GroupLimits, JoinParams, Ready};
+use crate::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
 use crate::offsets::{NotQueued, Offsets};
+
+/// Most bytes of protocol metadata and assignments (chosen by the peers)
+/// that the members of client-assigned (Kafka) groups hold, over all groups.
+/// A join or a leader's assignment past it is refused (LIMIT_REACHED; Kafka's
+/// GROUP_MAX_SIZE_REACHED) and logged.
+pub const CLIENT_GROUP_BYTES: usize = 64 << 20;
 
 impl Engine {
     pub(super) fn deliver(ready: Vec<Ready<JoinReply>>) {
@@ -56,10 +67,7 @@ impl Engine {
             session_timeout_ms: ms(req.session_timeout, 100, 300_000),
             rebalance_timeout_ms: ms(req.rebalance_timeout, 0, 300_000),
             assignor: req.assignor,
-            limits: GroupLimits {
-                max_groups: self.config.max_groups,
-                max_members: self.config.max_members_per_group,
-            },
+            limits: self.limits(),
         };
         let (tx, rx) = oneshot::channel();
         if self.is_shutting_down() {
@@ -71,7 +79,147 @@ impl Engine {
             g.join(&req.group, params, now, tx, &|t| self.partitions_of(t))
         };
         Self::deliver(ready);
-        rx.await.unwrap_or(Err(ErrorCode::ShuttingDown))
+        match rx.await {
+            Ok(Ok(Answer::Joined(j))) => Ok(j),
+            Ok(Ok(_)) => Err(ErrorCode::Unknown),
+            Ok(Err(e)) => Err(e.code()),
+            Err(_) => Err(ErrorCode::ShuttingDown),
+        }
+    }
+
+    fn limits(&self) -> GroupLimits {
+        GroupLimits {
+            max_groups: self.config.max_groups,
+            max_members: self.config.max_members_per_group,
+            max_client_bytes: CLIENT_GROUP_BYTES,
+        }
+    }
+
+    /// Joins a member to a group whose leader assigns the partitions
+    /// (Kafka's JoinGroup) and waits until every known member has joined (or
+    /// the rebalance timeout passed): the answer names the generation, the
+    /// protocol chosen and the leader, and gives the leader every member's
+    /// metadata.
+    ///
+    /// # Errors
+    /// [`GroupError::MemberIdRequired`] (join again with that id),
+    /// [`GroupError::InconsistentProtocol`], [`GroupError::InvalidSessionTimeout`],
+    /// and the codes INVALID_NAME, UNKNOWN_MEMBER, LIMIT_REACHED, SHUTTING_DOWN.
+    pub async fn join_client_group(&self, req: ClientJoinSpec) -> Result<ClientJoined, GroupError> {
+        if !valid_name(&req.group) {
+            return Err(ErrorCode::InvalidName.into());
+        }
+        let session = u64::try_from(req.session_timeout.as_millis()).unwrap_or(u64::MAX);
+        let (lo, hi) = CLIENT_SESSION_TIMEOUT_MS;
+        if !(lo..=hi).contains(&session) {
+            return Err(GroupError::InvalidSessionTimeout(session));
+        }
+        let rebalance = u64::try_from(req.rebalance_timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(300_000);
+        let params = ClientJoinParams {
+            member_id: req.member_id,
+            require_member_id: req.require_member_id,
+            client_id: req.client_id,
+            client_host: req.client_host,
+            protocol_type: req.protocol_type,
+            protocols: req.protocols,
+            topics: req.topics,
+            session_timeout_ms: session,
+            rebalance_timeout_ms: rebalance,
+            limits: self.limits(),
+        };
+        let (tx, rx) = oneshot::channel();
+        if self.is_shutting_down() {
+            return Err(ErrorCode::ShuttingDown.into());
+        }
+        let ready = {
+            let now = self.mono_ms();
+            lock(&self.groups).join_client(&req.group, params, now, tx)
+        };
+        Self::deliver(ready);
+        match rx.await {
+            Ok(Ok(Answer::ClientJoined(j))) => Ok(j),
+            Ok(Ok(_)) => Err(ErrorCode::Unknown.into()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ErrorCode::ShuttingDown.into()),
+        }
+    }
+
+    /// A client-assigned group's SyncGroup: the leader's brings every
+    /// member's assignment; every member waits (at most until the rebalance
+    /// timeout) for the leader's and gets its own assignment.
+    ///
+    /// # Errors
+    /// [`GroupError::InconsistentProtocol`], and the codes UNKNOWN_MEMBER,
+    /// ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, SHUTTING_DOWN.
+    pub async fn sync_group(&self, req: SyncSpec) -> Result<Synced, GroupError> {
+        let (tx, rx) = oneshot::channel();
+        if self.is_shutting_down() {
+            return Err(ErrorCode::ShuttingDown.into());
+        }
+        let ready = {
+            let now = self.mono_ms();
+            lock(&self.groups).sync(
+                &req.group,
+                &req.member_id,
+                req.generation,
+                req.protocol_type.as_deref(),
+                req.protocol.as_deref(),
+                req.assignments,
+                CLIENT_GROUP_BYTES,
+                now,
+                tx,
+            )
+        };
+        Self::deliver(ready);
+        match rx.await {
+            Ok(Ok(Answer::Synced(s))) => Ok(s),
+            Ok(Ok(_)) => Err(ErrorCode::Unknown.into()),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ErrorCode::ShuttingDown.into()),
+        }
+    }
+
+    /// A group's state, protocol, generation and members with their
+    /// assignments. A group the coordinator does not know but with committed
+    /// offsets is described as empty; `None` if neither.
+    pub fn describe_group(&self, group: &str) -> Option<GroupDescription> {
+        if let Some(d) = lock(&self.groups).describe(group) {
+            return Some(d);
+        }
+        self.offsets.has_group(group).then(|| GroupDescription {
+            group: group.to_owned(),
+            phase: GroupPhase::Empty,
+            protocol_type: String::new(),
+            protocol: String::new(),
+            generation: 0,
+            leader_id: String::new(),
+            members: Vec::new(),
+        })
+    }
+
+    /// Every group: those the coordinator knows and those with committed
+    /// offsets only (listed as empty), sorted by name.
+    pub fn list_groups(&self) -> Vec<GroupListing> {
+        let mut v = lock(&self.groups).list();
+        let known: std::collections::BTreeSet<String> = v.iter().map(|l| l.group.clone()).collect();
+        for g in self.offsets.groups() {
+            if !known.contains(&g) {
+                v.push(GroupListing {
+                    group: g,
+                    phase: GroupPhase::Empty,
+                    protocol_type: String::new(),
+                });
+            }
+        }
+        v.sort_by(|a, b| a.group.cmp(&b.group));
+        v
+    }
+
+    /// Every committed offset of a group: (topic, partition, offset), sorted.
+    pub fn committed_for_group(&self, group: &str) -> Vec<(String, i32, i64)> {
+        self.offsets.for_group(group)
     }
 
     /// A member's heartbeat.

@@ -7,7 +7,8 @@
 //! - `topics.rs`: topics, their creation (explicit and automatic), describe.
 //! - `produce.rs`: checking a batch, routing its records, queueing them.
 //! - `fetch.rs`: the long-poll fetch and its memory budgets.
-//! - `groups.rs`: joins, heartbeats, leaves, commits and committed offsets.
+//! - `groups.rs`: joins (broker- and client-assigned), syncs, heartbeats,
+//!   leaves, commits and committed offsets, describe and list.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -21,9 +22,9 @@ use futures::channel::oneshot;
 use futures::FutureExt;
 
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
-use crate::domain::Joined;
+use crate::domain::GroupError;
 use crate::error::BrokerError;
-use crate::group::Coordinator;
+use crate::group::{Answer, Coordinator};
 use crate::metrics::{GroupSummary, Metrics};
 use crate::offsets::Offsets;
 use crate::storage::{DataDirLock, FsyncPolicy};
@@ -39,7 +40,7 @@ pub use topics::Topic;
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;
 
-type JoinReply = oneshot::Sender<Result<Joined, ErrorCode>>;
+type JoinReply = oneshot::Sender<Result<Answer, GroupError>>;
 
 /// Threads that open topics and partitions at start. The work is mostly
 /// waiting for the disk (a cold cache: directory listings, index reads, the

@@ -19,7 +19,10 @@ fn params(id: &str) -> JoinParams {
 fn ok(ready: Vec<Ready<u32>>) -> Vec<(u32, Joined)> {
     ready
         .into_iter()
-        .map(|(r, res)| (r, res.expect("join succeeds")))
+        .map(|(r, res)| match res.expect("join succeeds") {
+            Answer::Joined(j) => (r, j),
+            other => panic!("not a broker-assigned join: {other:?}"),
+        })
         .collect()
 }
 
@@ -198,7 +201,7 @@ fn fencing_and_tool_commits() {
     assert_eq!(c.check_commit("g", "", -1), Ok(()));
     // A stale member id must rejoin from scratch.
     let r = c.join("g", params(&ids[0]), 0, 9, &six);
-    assert_eq!(r[0].1, Err(ErrorCode::UnknownMember));
+    assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::UnknownMember)));
 }
 
 #[test]
@@ -229,6 +232,7 @@ fn groups_and_members_per_group_are_capped() {
         limits: GroupLimits {
             max_groups: 2,
             max_members: 2,
+            ..GroupLimits::default()
         },
         ..params(id)
     };
@@ -243,14 +247,14 @@ fn groups_and_members_per_group_are_capped() {
     // A third member of g1 is refused; the parked join and the members stay.
     let r = c.join("g1", capped(""), 2, 3, &six);
     assert_eq!(r.len(), 1);
-    assert_eq!(r[0].1, Err(ErrorCode::LimitReached));
+    assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::LimitReached)));
     assert_eq!(c.state("g1").map(|s| s.2), Some(2));
     // A known member rejoining is not a new member.
     assert_eq!(ok(c.join("g1", capped(&a), 3, 1, &six)).len(), 2);
     // A second group fits, a third does not.
     assert_eq!(ok(c.join("g2", capped(""), 4, 4, &six)).len(), 1);
     let r = c.join("g3", capped(""), 5, 5, &six);
-    assert_eq!(r[0].1, Err(ErrorCode::LimitReached));
+    assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::LimitReached)));
     assert!(c.state("g3").is_none(), "a refused group holds no state");
     // Once a group empties and is dropped, there is room again.
     let g2 = c.state("g2").map(|s| s.2);

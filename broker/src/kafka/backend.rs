@@ -15,7 +15,8 @@ use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
 use crate::domain::{
-    FetchFrom, FetchSpec, ProduceBatch, ProducerBatch, ProducerError, Route, TopicPartition,
+    ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
+    Member, ProduceBatch, ProducerBatch, ProducerError, Route, SyncSpec, Synced, TopicPartition,
 };
 use crate::engine::{Engine, FetchMemory};
 
@@ -389,5 +390,98 @@ impl Backend {
                 }
             })
             .collect()
+    }
+
+    // ------------------------------------------------------------ groups
+
+    /// Joins a member to a client-assigned group (parks until the rebalance
+    /// completes).
+    ///
+    /// # Errors
+    /// As [`Engine::join_client_group`]; map with [`group_code`].
+    pub async fn join_group(&self, spec: ClientJoinSpec) -> Result<ClientJoined, GroupError> {
+        self.engine.join_client_group(spec).await
+    }
+
+    /// A member's SyncGroup (parks until the leader's assignment).
+    ///
+    /// # Errors
+    /// As [`Engine::sync_group`]; map with [`group_code`].
+    pub async fn sync_group(&self, spec: SyncSpec) -> Result<Synced, GroupError> {
+        self.engine.sync_group(spec).await
+    }
+
+    /// A member's heartbeat; the Kafka error code (0 when fine).
+    pub fn heartbeat(&self, group: &str, member: &str, generation: i32) -> i16 {
+        match self.engine.heartbeat(group, member, generation) {
+            Ok(()) => kerr::NONE,
+            Err(c) => group_code(&GroupError::Code(c)),
+        }
+    }
+
+    /// A member leaves; the Kafka error code (0 when fine).
+    pub fn leave_group(&self, group: &str, member: &str) -> i16 {
+        match self.engine.leave_group(group, member) {
+            Ok(()) => kerr::NONE,
+            Err(c) => group_code(&GroupError::Code(c)),
+        }
+    }
+
+    /// Commits offsets, fenced by member and generation: one Kafka error
+    /// code per offset, in order.
+    ///
+    /// # Errors
+    /// One Kafka error code for the whole commit (fencing, storage).
+    pub async fn commit_offsets(
+        &self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<Vec<i16>, i16> {
+        let m = Member {
+            group,
+            member_id: member,
+            generation,
+        };
+        match self.engine.commit_offsets(m, offsets).await {
+            Ok(codes) => Ok(codes.into_iter().map(kafka_code).collect()),
+            Err(c) => Err(group_code(&GroupError::Code(c))),
+        }
+    }
+
+    /// A group's committed offset of one partition (-1 if none).
+    pub fn committed(&self, group: &str, topic: &str, partition: i32) -> i64 {
+        self.engine.committed(group, topic, partition).unwrap_or(-1)
+    }
+
+    /// Every committed offset of a group: (topic, partition, offset), sorted.
+    pub fn committed_for_group(&self, group: &str) -> Vec<(String, i32, i64)> {
+        self.engine.committed_for_group(group)
+    }
+
+    /// A group's description; `None` if the broker knows nothing of it.
+    pub fn describe_group(&self, group: &str) -> Option<GroupDescription> {
+        self.engine.describe_group(group)
+    }
+
+    /// Every group, sorted by name.
+    pub fn list_groups(&self) -> Vec<GroupListing> {
+        self.engine.list_groups()
+    }
+}
+
+/// Kafka's code for a group operation's error.
+pub fn group_code(e: &GroupError) -> i16 {
+    match e {
+        GroupError::InconsistentProtocol => kerr::INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::MemberIdRequired(_) => kerr::MEMBER_ID_REQUIRED,
+        GroupError::InvalidSessionTimeout(_) => kerr::INVALID_SESSION_TIMEOUT,
+        GroupError::Code(c) => match c {
+            ErrorCode::InvalidName => kerr::INVALID_GROUP_ID,
+            ErrorCode::LimitReached => kerr::GROUP_MAX_SIZE_REACHED,
+            ErrorCode::ShuttingDown => kerr::COORDINATOR_NOT_AVAILABLE,
+            other => kafka_code(*other),
+        },
     }
 }

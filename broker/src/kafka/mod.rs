@@ -63,6 +63,8 @@ pub struct Ctx {
     pub memory: Arc<MemoryBudget>,
     /// The small budget waiting fetches count arrivals with.
     pub counting: Arc<MemoryBudget>,
+    /// The peer's address as Kafka shows a member's host ("/127.0.0.1").
+    pub client_host: String,
 }
 
 /// Answers one Kafka request frame (without its 4-byte length) against
@@ -78,6 +80,7 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         max_decoded_bytes: engine.config().max_frame_bytes,
         memory: MemoryBudget::new(usize::MAX),
         counting: MemoryBudget::new(COUNTING_BYTES),
+        client_host: "/127.0.0.1".into(),
     };
     apis::handle(&ctx, Bytes::copy_from_slice(frame))
         .await
@@ -218,6 +221,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             max_decoded_bytes: proto.max_frame,
             memory: MemoryBudget::within(&conns.memory, proto.connection_memory),
             counting: Arc::clone(&conns.counting),
+            client_host: format!("/{}", peer.ip()),
         };
         let limits = proto.clone();
         let admitted = conns.spawn(proto.max_connections, async move {

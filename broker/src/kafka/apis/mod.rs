@@ -10,12 +10,20 @@
 mod api_versions;
 mod create_topics;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
 mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
@@ -36,6 +44,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::InitProducerId, 0, 5),
+    // Consumer groups (client-assigned, Kafka's classic protocol).
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::JoinGroup, 0, 4),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 6),
+    (ApiKey::ListGroups, 0, 5),
 ];
 
 /// The served version range of an API key, if served.
@@ -102,8 +119,9 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         version,
         detail: e.0,
     };
-    let _header = RequestHeader::decode(&mut buf, api.request_header_version(version))
+    let header = RequestHeader::decode(&mut buf, api.request_header_version(version))
         .map_err(|e| malformed(e.into()))?;
+    let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
     let mut out = BytesMut::new();
     out.put_i32(0); // size, patched below
     ResponseHeader::default()
@@ -169,6 +187,54 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::InitProducerId => {
             let req = decode(&mut buf, version).map_err(malformed)?;
             encode(&init_producer_id::handle(ctx, req).await, &mut out, version)
+        }
+        ApiKey::JoinGroup => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &join_group::handle(ctx, client_id, req, version).await,
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::SyncGroup => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &sync_group::handle(ctx, req, version).await,
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::Heartbeat => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&heartbeat::handle(ctx, req, version), &mut out, version)
+        }
+        ApiKey::LeaveGroup => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&leave_group::handle(ctx, req, version), &mut out, version)
+        }
+        ApiKey::OffsetCommit => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &offset_commit::handle(ctx, req, version).await,
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::OffsetFetch => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&offset_fetch::handle(ctx, req, version), &mut out, version)
+        }
+        ApiKey::DescribeGroups => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &describe_groups::handle(ctx, req, version),
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::ListGroups => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&list_groups::handle(ctx, req, version), &mut out, version)
         }
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };

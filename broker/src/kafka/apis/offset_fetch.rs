@@ -1,0 +1,145 @@
+//! OffsetFetch: a group's committed offsets from Flume's committed-offset
+//! store (-1 where none), for the partitions named or (topics null) every
+//! partition the group committed. v8+ asks for several groups at once. The
+//! metadata string is always empty and the leader epoch -1 (not kept); v9's
+//! member id and epoch are not checked (classic groups), and
+//! `require_stable` needs nothing: a commit is visible once acknowledged.
+
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::super::{errors, Ctx};
+
+/// One group's answer: per topic, (partition, offset, error).
+type Answer = Vec<(TopicName, Vec<(i32, i64, i16)>)>;
+
+fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>>) -> Answer {
+    match topics {
+        Some(ts) => ts
+            .into_iter()
+            .map(|(name, parts)| {
+                let topic = name.0.as_str().to_owned();
+                let known = ctx.backend.topic(&topic).map(|t| t.partitions);
+                let rows = parts
+                    .into_iter()
+                    .map(|p| match known {
+                        Some(n) if (0..n).contains(&p) => {
+                            (p, ctx.backend.committed(group, &topic, p), errors::NONE)
+                        }
+                        // Kafka answers -1 without an error for a partition it has no commit of.
+                        _ => (p, -1, errors::NONE),
+                    })
+                    .collect();
+                (name, rows)
+            })
+            .collect(),
+        None => {
+            let mut out: Answer = Vec::new();
+            for (topic, p, o) in ctx.backend.committed_for_group(group) {
+                match out.last_mut() {
+                    Some((name, rows)) if name.0.as_str() == topic => {
+                        rows.push((p, o, errors::NONE))
+                    }
+                    _ => out.push((
+                        TopicName(StrBytes::from_string(topic)),
+                        vec![(p, o, errors::NONE)],
+                    )),
+                }
+            }
+            out
+        }
+    }
+}
+
+fn group_error(group: &str) -> i16 {
+    if crate::config::valid_name(group) {
+        errors::NONE
+    } else {
+        errors::INVALID_GROUP_ID
+    }
+}
+
+pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> OffsetFetchResponse {
+    let mut resp = OffsetFetchResponse::default();
+    if version >= 8 {
+        resp.groups = req
+            .groups
+            .into_iter()
+            .map(|g| {
+                let name = g.group_id.0.as_str().to_owned();
+                let topics = g.topics.map(|ts| {
+                    ts.into_iter()
+                        .map(|t| (t.name, t.partition_indexes))
+                        .collect()
+                });
+                let mut gr = OffsetFetchResponseGroup::default();
+                gr.error_code = group_error(&name);
+                if gr.error_code == errors::NONE {
+                    gr.topics = fetch_group(ctx, &name, topics)
+                        .into_iter()
+                        .map(|(tname, rows)| {
+                            let mut tr = OffsetFetchResponseTopics::default();
+                            tr.name = tname;
+                            tr.partitions = rows
+                                .into_iter()
+                                .map(|(p, o, e)| {
+                                    let mut pr = OffsetFetchResponsePartitions::default();
+                                    pr.partition_index = p;
+                                    pr.committed_offset = o;
+                                    pr.committed_leader_epoch = -1;
+                                    pr.metadata = Some(StrBytes::default());
+                                    pr.error_code = e;
+                                    pr
+                                })
+                                .collect();
+                            tr
+                        })
+                        .collect();
+                }
+                gr.group_id = g.group_id;
+                gr
+            })
+            .collect();
+        return resp;
+    }
+    let group = req.group_id.0.as_str().to_owned();
+    let topics = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name, t.partition_indexes))
+            .collect()
+    });
+    let error = group_error(&group);
+    if version >= 2 {
+        resp.error_code = error;
+    }
+    if error != errors::NONE {
+        return resp;
+    }
+    resp.topics = fetch_group(ctx, &group, topics)
+        .into_iter()
+        .map(|(tname, rows)| {
+            let mut tr = OffsetFetchResponseTopic::default();
+            tr.name = tname;
+            tr.partitions = rows
+                .into_iter()
+                .map(|(p, o, e)| {
+                    let mut pr = OffsetFetchResponsePartition::default();
+                    pr.partition_index = p;
+                    pr.committed_offset = o;
+                    if version >= 5 {
+                        pr.committed_leader_epoch = -1;
+                    }
+                    pr.metadata = Some(StrBytes::default());
+                    pr.error_code = e;
+                    pr
+                })
+                .collect();
+            tr
+        })
+        .collect();
+    resp
+}
