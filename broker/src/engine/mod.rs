@@ -8,6 +8,8 @@
 //! - `produce.rs`: checking a batch, routing its records, queueing them.
 //! - `fetch.rs`: the long-poll fetch and its memory budgets.
 //! - `groups.rs`: joins, heartbeats, leaves, commits and committed offsets.
+//! - `admin.rs`: deleting and altering topics, offsets by timestamp,
+//!   deleting groups.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,11 +30,13 @@ use crate::metrics::{GroupSummary, Metrics};
 use crate::offsets::Offsets;
 use crate::storage::{DataDirLock, FsyncPolicy};
 
+mod admin;
 mod fetch;
 mod groups;
 mod produce;
 mod topics;
 
+pub use admin::TOMBSTONE_PREFIX;
 pub use fetch::{FetchMemory, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
 pub use topics::Topic;
@@ -75,6 +79,7 @@ impl Engine {
         let dir = &config.data_dir;
         let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
         let mut topics = BTreeMap::new();
+        let mut tombstones = Vec::new();
         let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
             what: format!("list {}", dir.display()),
             source,
@@ -82,6 +87,10 @@ impl Engine {
         for entry in entries.flatten() {
             let path = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
+            if path.is_dir() && admin::tombstone_topic(&name).is_some() {
+                tombstones.push((path, name));
+                continue;
+            }
             if !path.is_dir() || !valid_name(&name) {
                 continue;
             }
@@ -99,6 +108,15 @@ impl Engine {
             topics.insert(name, Arc::new(topic));
         }
         let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
+        // Deletes a crash interrupted: finish them (docs/storage.md, "Deleting a topic").
+        for (path, name) in tombstones {
+            let topic = admin::tombstone_topic(&name).unwrap_or_default().to_owned();
+            if !topics.contains_key(&topic) {
+                offsets.remove_where_now(&|k| k.1 == topic)?;
+            }
+            tracing::warn!(dir = %path.display(), topic, "finishing the delete of a topic interrupted by a crash");
+            admin::remove_tombstone(dir, &path)?;
+        }
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {

@@ -9,6 +9,7 @@
 
 mod api_versions;
 mod create_topics;
+mod delete_topics;
 mod describe_configs;
 mod fetch;
 mod find_coordinator;
@@ -34,6 +35,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DeleteTopics, 1, 6),
 ];
 
 /// The served version range of an API key, if served.
@@ -138,7 +140,11 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         }
         ApiKey::ListOffsets => {
             let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&list_offsets::handle(ctx, req, version), &mut out, version)
+            encode(
+                &list_offsets::handle(ctx, req, version).await,
+                &mut out,
+                version,
+            )
         }
         ApiKey::FindCoordinator => {
             let req = decode(&mut buf, version).map_err(malformed)?;
@@ -160,6 +166,14 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
             let req = decode(&mut buf, version).map_err(malformed)?;
             encode(
                 &describe_configs::handle(ctx, req, version),
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::DeleteTopics => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &delete_topics::handle(ctx, req, version).await,
                 &mut out,
                 version,
             )
