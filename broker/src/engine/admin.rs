@@ -225,7 +225,7 @@ impl Engine {
     ///
     /// # Errors
     /// INVALID_NAME, GROUP_NOT_EMPTY, UNKNOWN_GROUP (no members and no
-    /// committed offsets), STORAGE_ERROR.
+    /// committed offsets: nothing to delete), STORAGE_ERROR.
     pub async fn delete_group(&self, group: &str) -> Result<usize, ErrorCode> {
         if !valid_name(group) {
             return Err(ErrorCode::InvalidName);
@@ -243,7 +243,8 @@ impl Engine {
                 tracing::error!(group, error = %e, "deleting the group's offsets failed");
                 e.code()
             })?;
-        if n == 0 && members.is_none() {
+        if n == 0 {
+            // Nothing to delete: a group without members is known by its commits alone.
             return Err(ErrorCode::UnknownGroup);
         }
         tracing::info!(group, committed_offsets_dropped = n, "group deleted");
