@@ -505,3 +505,44 @@ pub struct GroupListing {
     /// As in [`GroupDescription::protocol_type`].
     pub protocol_type: String,
 }
+
+// ------------------------------------------------------------ admin
+
+/// Which offset of a partition a lookup asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The oldest stored offset (the log start).
+    Earliest,
+    /// The offset the next record will get (the log end).
+    Latest,
+    /// The first offset whose record timestamp (ms since the epoch) is at
+    /// least this; the log end when no stored record is that recent.
+    Time(i64),
+}
+
+/// The answer to one offset lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundOffset {
+    /// The partition.
+    pub at: TopicPartition,
+    /// [`ErrorCode::None`], UNKNOWN_TOPIC, UNKNOWN_PARTITION, STORAGE_ERROR,
+    /// CORRUPT_RECORD.
+    pub error: ErrorCode,
+    /// The offset (-1 with an error).
+    pub offset: i64,
+    /// For [`OffsetSpec::Time`], the timestamp of the record at `offset`;
+    /// -1 otherwise, and when no record was that recent.
+    pub timestamp: i64,
+}
+
+/// Changes to a topic's settings (those that can change while it runs);
+/// `None` leaves a setting as it is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicChanges {
+    /// Retention by size per partition: `Some(None)` removes the limit.
+    pub retention_bytes: Option<Option<u64>>,
+    /// Retention by age: `Some(None)` removes the limit.
+    pub retention_ms: Option<Option<u64>>,
+    /// Segment size (taken at the next roll).
+    pub segment_bytes: Option<u64>,
+}

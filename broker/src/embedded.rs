@@ -25,7 +25,7 @@ use flume_rt as rt;
 use flume_rt::sync::lock;
 
 use crate::config::{BrokerConfig, TopicConfig};
-use crate::domain::{ProduceBatch, Route};
+use crate::domain::{ProduceBatch, Route, TopicChanges};
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::group::{assign, Assignor, Subscription};
@@ -313,6 +313,55 @@ impl EmbeddedBroker {
             .collect())
     }
 
+    /// Deletes a topic, its records and its committed offsets (see
+    /// [`Engine::delete_topic`]); the in-process members of its groups are
+    /// forgotten. Polls and produces on it get UNKNOWN_TOPIC afterwards.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_NAME, storage errors.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {
+        self.engine.delete_topic(name).await?;
+        lock(&self.members).retain(|(topic, _), _| topic != name);
+        lock(&self.turn).retain(|(topic, _, _), _| topic != name);
+        Ok(())
+    }
+
+    /// Changes a topic's retention or segment size, durably (see
+    /// [`Engine::alter_topic`]); returns its settings after the change.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_REQUEST, storage errors.
+    pub async fn alter_topic(
+        &self,
+        name: &str,
+        changes: &TopicChanges,
+    ) -> Result<TopicConfig, BrokerError> {
+        self.engine.alter_topic(name, changes).await
+    }
+
+    /// The first record of a partition whose timestamp is at least
+    /// `timestamp_ms`: `Some((offset, its timestamp))`, or `None` when no
+    /// stored record is that recent.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, UNKNOWN_PARTITION, storage errors.
+    pub async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, i64)>, BrokerError> {
+        let t = self
+            .engine
+            .topic(topic)
+            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
+        let p = i32::try_from(partition)
+            .ok()
+            .and_then(|p| t.partition(p))
+            .ok_or(BrokerError::from(ErrorCode::UnknownPartition))?;
+        p.offset_for_time(timestamp_ms).await
+    }
+
     /// Drains every queue to disk and fsyncs.
     pub async fn close(&self) {
         self.engine.shutdown().await;
@@ -381,6 +430,36 @@ impl Blocking<'_> {
     /// As there.
     pub fn lag(&self, topic: &str, group: &str) -> Result<BTreeMap<u32, u64>, BrokerError> {
         self.0.lag(topic, group)
+    }
+    /// See [`EmbeddedBroker::delete_topic`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {
+        rt::block_on(self.0.delete_topic(name))
+    }
+    /// See [`EmbeddedBroker::alter_topic`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn alter_topic(
+        &self,
+        name: &str,
+        changes: &TopicChanges,
+    ) -> Result<TopicConfig, BrokerError> {
+        rt::block_on(self.0.alter_topic(name, changes))
+    }
+    /// See [`EmbeddedBroker::offset_for_time`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: u32,
+        timestamp_ms: i64,
+    ) -> Result<Option<(u64, i64)>, BrokerError> {
+        rt::block_on(self.0.offset_for_time(topic, partition, timestamp_ms))
     }
     /// See [`EmbeddedBroker::close`].
     pub fn close(&self) {

@@ -267,8 +267,8 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 10;
-const NCODES: usize = 18;
+const NAPIS: usize = 15;
+const NCODES: usize = 21;
 
 fn api_index(api_key: i16) -> usize {
     match ApiKey::from_i16(api_key) {
@@ -289,6 +289,11 @@ pub fn api_name(index: usize) -> &'static str {
         "offset_fetch",
         "create_topic",
         "metadata",
+        "delete_topic",
+        "alter_topic",
+        "describe_topic_config",
+        "list_offsets",
+        "delete_group",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")
@@ -990,6 +995,12 @@ mod tests {
         assert_eq!(api_name(api_index(-1)), "unknown");
         assert_eq!(api_name(api_index(0)), "produce");
         assert_eq!(api_name(api_index(8)), "metadata");
+        assert_eq!(api_name(api_index(13)), "delete_group");
+        assert_eq!(api_name(api_index(14)), "unknown");
+        assert_eq!(
+            code_name(code_index(ErrorCode::UnknownGroup)),
+            "UNKNOWN_GROUP"
+        );
     }
 
     #[test]

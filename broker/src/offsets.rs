@@ -314,11 +314,42 @@ impl OffsetStore {
     /// # Errors
     /// I/O errors; the old file stays in place then.
     pub fn compact(&mut self) -> Result<(), BrokerError> {
+        self.compact_keeping(&|_| true)
+    }
+
+    /// Drops every committed offset `drop` selects, durably: the file is
+    /// compacted without them (temp file, fsync, rename, directory fsync)
+    /// before they leave the map. Returns how many went.
+    ///
+    /// # Errors
+    /// I/O errors; nothing is dropped then.
+    pub fn remove_where(
+        &mut self,
+        drop: &dyn Fn(&OffsetKey) -> bool,
+    ) -> Result<usize, BrokerError> {
+        let gone: Vec<OffsetKey> = read_map(&self.map)
+            .keys()
+            .filter(|k| drop(k))
+            .cloned()
+            .collect();
+        if gone.is_empty() {
+            return Ok(0);
+        }
+        self.compact_keeping(&|k| !drop(k))?;
+        let mut map = write_map(&self.map);
+        for k in &gone {
+            map.remove(k);
+        }
+        Ok(gone.len())
+    }
+
+    fn compact_keeping(&mut self, keep: &dyn Fn(&OffsetKey) -> bool) -> Result<(), BrokerError> {
         let tmp = self.path.with_extension("log.tmp");
         let mut buf = Vec::with_capacity(8);
         buf.extend_from_slice(&LOG_MAGIC);
         let ts = crate::now_ms();
-        for ((group, topic, partition), offset) in read_map(&self.map).iter() {
+        for (key, offset) in read_map(&self.map).iter().filter(|(k, _)| keep(k)) {
+            let (group, topic, partition) = key;
             let mut value = Vec::new();
             value.put_string(topic);
             value.put_i32(*partition);
@@ -590,6 +621,31 @@ impl Offsets {
         self.syncs.load(Ordering::Relaxed)
     }
 
+    /// [`Offsets::remove_where`] on the calling thread (at open).
+    ///
+    /// # Errors
+    /// I/O errors; nothing is dropped then.
+    pub fn remove_where_now(
+        &self,
+        drop: &dyn Fn(&OffsetKey) -> bool,
+    ) -> Result<usize, BrokerError> {
+        lock(&self.store).remove_where(drop)
+    }
+
+    /// Drops every committed offset `drop` selects, durably (see
+    /// [`OffsetStore::remove_where`]), off the executor; commits queued
+    /// meanwhile are written after it. Returns how many went.
+    ///
+    /// # Errors
+    /// I/O errors; nothing is dropped then.
+    pub async fn remove_where(
+        &self,
+        drop: impl Fn(&OffsetKey) -> bool + Send + 'static,
+    ) -> Result<usize, BrokerError> {
+        let store = Arc::clone(&self.store);
+        rt::unblock(move || lock(&store).remove_where(&drop)).await
+    }
+
     /// Stops taking commits, lets the writer finish the queued ones and fsyncs the file.
     pub async fn shutdown(&self) {
         self.queue.close();
@@ -695,6 +751,28 @@ mod tests {
                 .get("g", "t", 0),
             Some(9)
         );
+    }
+
+    #[test]
+    fn removed_offsets_stay_removed_after_reopen_and_later_commits_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        s.commit("g", &[("t".into(), 0, 5), ("u".into(), 0, 7)])
+            .unwrap();
+        s.commit("h", &[("t".into(), 1, 3)]).unwrap();
+        assert_eq!(s.remove_where(&|k| k.1 == "t").unwrap(), 2);
+        assert_eq!(s.remove_where(&|k| k.1 == "t").unwrap(), 0);
+        s.commit("g", &[("v".into(), 0, 1)]).unwrap();
+        drop(s);
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        assert_eq!(s.get("g", "t", 0), None);
+        assert_eq!(s.get("h", "t", 1), None);
+        assert_eq!(s.get("g", "u", 0), Some(7));
+        assert_eq!(s.get("g", "v", 0), Some(1));
+        assert_eq!(s.remove_where(&|k| k.0 == "g").unwrap(), 2);
+        drop(s);
+        let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        assert!(s.for_topic("g", "u").is_empty() && s.for_topic("g", "v").is_empty());
     }
 
     #[test]

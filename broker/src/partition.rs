@@ -281,6 +281,9 @@ struct Shared {
     end: AtomicU64,
     start: AtomicU64,
     failed: AtomicBool,
+    /// Set when the topic is deleted: reads answer UNKNOWN_TOPIC from then
+    /// on (checked under the log's lock, see [`Partition::close_for_delete`]).
+    deleted: AtomicBool,
     /// Requests queued or being written; the fast path needs 0.
     pending: AtomicUsize,
     /// Records and bytes in and out, for metrics.
@@ -396,6 +399,7 @@ impl Partition {
             log: RwLock::new(log),
             data: Event::new(),
             failed: AtomicBool::new(false),
+            deleted: AtomicBool::new(false),
             pending: AtomicUsize::new(0),
             stats: crate::metrics::PartitionStats::default(),
             queue: AppendQueue::new(max_pending),
@@ -565,6 +569,7 @@ impl Partition {
                 self.shared.pending.fetch_sub(1, Ordering::AcqRel);
                 Err(match refused {
                     Refused::Full(_) => ErrorCode::QueueFull,
+                    Refused::Closed if self.is_deleted() => ErrorCode::UnknownTopic,
                     Refused::Closed => ErrorCode::ShuttingDown,
                 })
             }
@@ -592,6 +597,9 @@ impl Partition {
     /// # Errors
     /// Out of range, or a corrupt record.
     pub async fn read(&self, offset: u64, max_bytes: usize) -> Result<ReadResult, BrokerError> {
+        if self.is_deleted() {
+            return Err(ErrorCode::UnknownTopic.into());
+        }
         if offset == self.end_offset() && offset >= self.start_offset() {
             return Ok(ReadResult {
                 records: Vec::new(),
@@ -600,7 +608,19 @@ impl Partition {
             });
         }
         let shared = Arc::clone(&self.shared);
-        let r = rt::unblock(move || read_lock(&shared.log).read(offset, max_bytes)).await;
+        let r = rt::unblock(move || {
+            let log = read_lock(&shared.log);
+            if shared.deleted.load(Ordering::Acquire) {
+                return Ok(Err(ErrorCode::UnknownTopic));
+            }
+            log.read(offset, max_bytes).map(Ok)
+        })
+        .await;
+        let r = match r {
+            Ok(Err(code)) => return Err(code.into()),
+            Ok(Ok(read)) => Ok(read),
+            Err(e) => Err(e),
+        };
         r.map_err(|e| {
             if let StorageError::Corrupt { .. } = e {
                 tracing::error!(topic = %self.topic, partition = self.id, error = %e, "corrupt record; not served");
@@ -614,7 +634,62 @@ impl Partition {
     /// # Errors
     /// As [`Partition::read`].
     pub fn read_now(&self, offset: u64, max_bytes: usize) -> Result<ReadResult, BrokerError> {
-        Ok(read_lock(&self.shared.log).read(offset, max_bytes)?)
+        let log = read_lock(&self.shared.log);
+        if self.is_deleted() {
+            return Err(ErrorCode::UnknownTopic.into());
+        }
+        Ok(log.read(offset, max_bytes)?)
+    }
+
+    /// True once the partition's topic has been deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.shared.deleted.load(Ordering::Acquire)
+    }
+
+    /// The first record whose timestamp is at least `ts` (its offset and
+    /// timestamp), or `None` if no stored record is that recent; off the
+    /// executor (see [`Log::find_time`]).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC once the topic is deleted; I/O errors or a corrupt record.
+    pub async fn offset_for_time(&self, ts: i64) -> Result<Option<(u64, i64)>, BrokerError> {
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || {
+            let log = read_lock(&shared.log);
+            if shared.deleted.load(Ordering::Acquire) {
+                return Err(ErrorCode::UnknownTopic.into());
+            }
+            Ok(log.find_time(ts)?)
+        })
+        .await
+    }
+
+    /// Applies changed settings to the running log (see [`Log::set_limits`]).
+    pub async fn set_limits(
+        &self,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
+        segment_bytes: u64,
+    ) {
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || {
+            write_lock(&shared.log).set_limits(retention_bytes, retention_ms, segment_bytes);
+        })
+        .await;
+    }
+
+    /// Stops the partition before its files are deleted: appends are
+    /// refused from now on (what was queued is written first), reads started
+    /// before this finish on intact files (the log's write lock is taken
+    /// once, after the flag is set), every later read and time lookup
+    /// answers UNKNOWN_TOPIC, waiting long polls are woken, and the cached
+    /// segment files are closed. Idempotent.
+    pub async fn close_for_delete(&self) {
+        self.shared.deleted.store(true, Ordering::Release);
+        self.shared.queue.close_and_drain().await;
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || write_lock(&shared.log).close_files()).await;
+        self.shared.data.notify(usize::MAX);
     }
 
     /// Runs retention and the interval fsync; called by the broker's ticker.

@@ -30,7 +30,7 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Read records from a topic (every partition, or one), or as a member of a group.
     Consume(ConsumeArgs),
-    /// List, create and describe topics.
+    /// List, create, describe, alter and delete topics.
     Topics {
         #[command(subcommand)]
         command: TopicsCommand,
@@ -201,16 +201,46 @@ pub enum TopicsCommand {
         #[command(flatten)]
         broker: BrokerAddr,
     },
-    /// Start and end offsets of every partition of a topic.
+    /// Settings, and start and end offsets of every partition of a topic.
     Describe {
         /// Topic name.
         name: String,
         #[command(flatten)]
         broker: BrokerAddr,
     },
+    /// Delete a topic: its records, its files and every group's committed
+    /// offsets on it (readers get UNKNOWN_TOPIC afterwards).
+    Delete {
+        /// Topic name.
+        name: String,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
+    /// Change a topic's retention or segment size while it runs (kept across
+    /// restarts); prints the settings after the change.
+    #[command(allow_negative_numbers = true)]
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
+        .args(["retention_ms", "retention_bytes", "segment_bytes"])))]
+    Alter {
+        /// Topic name.
+        name: String,
+        /// Retention by age in milliseconds, or `none` for no limit (applied
+        /// at the next maintenance pass, in whole segments).
+        #[arg(long)]
+        retention_ms: Option<crate::admin::Limit>,
+        /// Retention by size per partition in bytes, or `none` for no limit.
+        #[arg(long)]
+        retention_bytes: Option<crate::admin::Limit>,
+        /// Segment size in bytes (taken at the next roll).
+        #[arg(long, value_parser = range_u64(1024, 1 << 31))]
+        segment_bytes: Option<u64>,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum GroupsCommand {
     /// Committed offset, end offset and lag per partition.
     Lag {
@@ -220,6 +250,33 @@ pub enum GroupsCommand {
         /// Topic (default: every topic).
         #[arg(long)]
         topic: Option<String>,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
+    /// Move a group's committed offsets on a topic (only while the group has
+    /// no members, as Kafka requires): prints the plan, then commits it.
+    ResetOffsets {
+        /// Group.
+        group: String,
+        /// Topic (every partition of it).
+        #[arg(long)]
+        topic: String,
+        /// earliest, latest, an offset (a number; brought into each
+        /// partition's stored range), or a time: RFC 3339
+        /// (2026-11-30T12:00:00Z) or @<ms since the epoch>, for the first
+        /// offset at or after it (the log end where none is).
+        #[arg(long)]
+        to: crate::admin::ResetTo,
+        /// Show the plan (and whether the group is empty) without committing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
+    /// Delete a group with no members: drops its committed offsets on every topic.
+    Delete {
+        /// Group.
+        group: String,
         #[command(flatten)]
         broker: BrokerAddr,
     },
@@ -408,21 +465,53 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
                 bail!("topic {name} does not exist");
             };
             println!("topic {name}: {} partitions", t.partitions.len());
+            println!("{}", crate::admin::settings(&admin, &name).await?);
             println!("{:>9} {:>12} {:>12}", "PARTITION", "START", "END");
             for p in t.partitions {
                 println!("{:>9} {:>12} {:>12}", p.partition, p.log_start, p.log_end);
             }
+        }
+        TopicsCommand::Delete { name, broker } => {
+            crate::admin::delete_topic(&broker.addr, &name).await?;
+        }
+        TopicsCommand::Alter {
+            name,
+            retention_ms,
+            retention_bytes,
+            segment_bytes,
+            broker,
+        } => {
+            crate::admin::alter_topic(
+                &broker.addr,
+                &name,
+                retention_ms,
+                retention_bytes,
+                segment_bytes,
+            )
+            .await?;
         }
     }
     Ok(())
 }
 
 async fn groups(cmd: GroupsCommand) -> Result<()> {
-    let GroupsCommand::Lag {
-        group,
-        topic,
-        broker,
-    } = cmd;
+    let (group, topic, broker) = match cmd {
+        GroupsCommand::Lag {
+            group,
+            topic,
+            broker,
+        } => (group, topic, broker),
+        GroupsCommand::ResetOffsets {
+            group,
+            topic,
+            to,
+            dry_run,
+            broker,
+        } => return crate::admin::reset_offsets(&broker.addr, &group, &topic, to, dry_run).await,
+        GroupsCommand::Delete { group, broker } => {
+            return crate::admin::delete_group(&broker.addr, &group).await
+        }
+    };
     let admin = Admin::connect(&broker.addr)
         .await
         .context("cannot reach the broker")?;

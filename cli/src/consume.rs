@@ -36,6 +36,11 @@ pub struct ConsumeArgs {
     /// Start: earliest, latest or an offset (partition mode; for a new group, earliest or latest).
     #[arg(long, default_value = "earliest")]
     offset: StartOffset,
+    /// Partition mode: start each partition at its first record whose timestamp is at or
+    /// after this time: RFC 3339 (2026-11-30T12:00:00Z) or milliseconds since the epoch
+    /// (bare or @<ms>). A partition with no such record starts at its end.
+    #[arg(long, conflicts_with_all = ["group", "offset"])]
+    from_time: Option<crate::admin::TimeArg>,
     /// Join this consumer group instead of reading partitions directly.
     #[arg(long)]
     group: Option<String>,
@@ -130,12 +135,44 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
             .await
             .context("cannot reach the broker")?,
     );
+    // --from-time: each partition's first offset at or after the time.
+    let mut by_time: HashMap<i32, i64> = HashMap::new();
+    if let Some(t) = a.from_time {
+        let found = admin
+            .list_offsets(
+                chosen
+                    .iter()
+                    .map(|m| flume_client::ListOffsetsPartition {
+                        topic: a.topic.clone(),
+                        partition: m.partition,
+                        timestamp: t.0,
+                    })
+                    .collect(),
+            )
+            .await
+            .map_err(describe)?;
+        for f in found {
+            if !f.error.is_ok() {
+                bail!(
+                    "looking up partition {} of {} by time failed: {}",
+                    f.partition,
+                    a.topic,
+                    f.error
+                );
+            }
+            by_time.insert(f.partition, f.offset);
+        }
+    }
     drop(admin);
     let follow = a.follow;
     let fetch = FetchConfig::default();
     let mut polls: FuturesUnordered<Poll> = FuturesUnordered::new();
     for m in &chosen {
-        let start = match a.offset {
+        let from = match by_time.get(&m.partition) {
+            Some(&o) => StartOffset::At(u64::try_from(o).unwrap_or(0)),
+            None => a.offset,
+        };
+        let start = match from {
             StartOffset::Earliest => m.log_start,
             StartOffset::Latest => m.log_end,
             StartOffset::At(o) => i64::try_from(o).unwrap_or(i64::MAX),
@@ -150,7 +187,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
                 Arc::clone(&client),
                 &a.topic,
                 m.partition,
-                a.offset,
+                from,
                 fetch.clone(),
             ),
         ));

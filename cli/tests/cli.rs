@@ -119,7 +119,15 @@ fn stdin_lines_topics_groups_and_lag() {
     let list = ok(&["topics", "list", "--broker", a]);
     assert!(list.contains("ev\tpartitions=2\trecords=50"), "{list}");
     let desc = ok(&["topics", "describe", "ev", "--broker", a]);
-    assert_eq!(desc.lines().count(), 4, "{desc}");
+    // The topic line, its settings, the header and one line per partition.
+    assert_eq!(desc.lines().count(), 5, "{desc}");
+    assert!(
+        desc.lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("partitions=2 retention.ms=none"),
+        "{desc}"
+    );
     // A group reads 30, commits them, leaves; lag shows 20 left.
     let got = ok(&[
         "consume", "--broker", a, "--topic", "ev", "--group", "g1", "--max", "30", "--format",

@@ -1,14 +1,18 @@
-//! Administrative calls: topics, metadata, committed offsets and lag.
+//! Administrative calls: topics (create, describe, alter, delete), offsets
+//! by timestamp, committed offsets and lag, groups.
 
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::{
-    CreateTopicRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition,
-    OffsetFetchRequest, PartitionOffset, TopicMetadata, TopicPartitions,
+    AlterTopicRequest, CreateTopicRequest, DeleteGroupRequest, DeleteTopicRequest,
+    DescribeTopicConfigRequest, ListOffsetsPartition, ListOffsetsRequest, ListedOffset,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
+    PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings,
 };
 
-/// Administrative calls: create and describe topics, read and set a group's
-/// committed offsets.
+/// Administrative calls: create, describe, alter and delete topics, look up
+/// offsets by timestamp, read and set a group's committed offsets, delete a
+/// group.
 ///
 /// ```
 /// # flume_rt::block_on(async {
@@ -117,6 +121,96 @@ impl Admin {
             )),
             None => Ok(()),
         }
+    }
+}
+
+impl Admin {
+    /// Deletes a topic: its records, its files and every group's committed
+    /// offsets on it. Requests on it get UNKNOWN_TOPIC afterwards; a topic of
+    /// the same name can be created again.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_NAME, STORAGE_ERROR, connection failures.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        self.client
+            .call(&DeleteTopicRequest {
+                name: name.to_owned(),
+            })
+            .await
+            .map(|_| ())
+            .map_err(|e| with_context(e, name))
+    }
+
+    /// Changes a topic's retention or segment size (fields left at -1 stay
+    /// as they are; a retention of 0 removes the limit), durably. Returns
+    /// the topic's settings after the change.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_REQUEST (a value out of range), STORAGE_ERROR.
+    pub async fn alter_topic(&self, req: AlterTopicRequest) -> Result<TopicSettings> {
+        let name = req.name.clone();
+        self.client
+            .call(&req)
+            .await
+            .map_err(|e| with_context(e, &name))
+    }
+
+    /// A topic's settings.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, connection failures.
+    pub async fn topic_settings(&self, name: &str) -> Result<TopicSettings> {
+        self.client
+            .call(&DescribeTopicConfigRequest {
+                name: name.to_owned(),
+            })
+            .await
+            .map_err(|e| with_context(e, name))
+    }
+
+    /// Looks up offsets: per partition, the first offset whose record
+    /// timestamp is at least `timestamp` (ms since the epoch; the log end when
+    /// no record is that recent, with timestamp -1), or with
+    /// [`crate::LATEST_TIMESTAMP`] / [`crate::EARLIEST_TIMESTAMP`]
+    /// the log end or start. Per-partition errors are in each answer's `error`.
+    ///
+    /// # Errors
+    /// Connection failures.
+    pub async fn list_offsets(
+        &self,
+        partitions: Vec<ListOffsetsPartition>,
+    ) -> Result<Vec<ListedOffset>> {
+        Ok(self
+            .client
+            .call(&ListOffsetsRequest { partitions })
+            .await?
+            .partitions)
+    }
+
+    /// Ok when the group has no members (its offsets may be reset then).
+    ///
+    /// # Errors
+    /// REBALANCE_IN_PROGRESS when the group has members; connection failures.
+    pub async fn check_group_empty(&self, group: &str) -> Result<()> {
+        self.commit(group, Vec::new())
+            .await
+            .map_err(|e| with_context(e, group))
+    }
+
+    /// Deletes a group with no members: drops its committed offsets on every
+    /// topic. Returns how many (topic, partition) offsets went.
+    ///
+    /// # Errors
+    /// GROUP_NOT_EMPTY (members are still in it), UNKNOWN_GROUP (no members
+    /// and no committed offsets), INVALID_NAME, STORAGE_ERROR.
+    pub async fn delete_group(&self, group: &str) -> Result<i32> {
+        self.client
+            .call(&DeleteGroupRequest {
+                group: group.to_owned(),
+            })
+            .await
+            .map(|r| r.offsets_dropped)
+            .map_err(|e| with_context(e, group))
     }
 }
 

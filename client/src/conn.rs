@@ -740,6 +740,11 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         OffsetFetch => "OFFSET_FETCH",
         CreateTopic => "CREATE_TOPIC",
         Metadata => "METADATA",
+        DeleteTopic => "DELETE_TOPIC",
+        AlterTopic => "ALTER_TOPIC",
+        DescribeTopicConfig => "DESCRIBE_TOPIC_CONFIG",
+        ListOffsets => "LIST_OFFSETS",
+        DeleteGroup => "DELETE_GROUP",
     }
 }
 

@@ -112,6 +112,11 @@ impl Engine {
                     errors = true;
                     continue;
                 };
+                if part.is_deleted() {
+                    // Its topic was deleted while the fetch waited: answer now.
+                    errors = true;
+                    continue;
+                }
                 let end = part.end_offset();
                 if at < part.start_offset() || at > end {
                     errors = true;

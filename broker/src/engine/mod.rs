@@ -9,6 +9,8 @@
 //! - `fetch.rs`: the long-poll fetch and its memory budgets.
 //! - `groups.rs`: joins (broker- and client-assigned), syncs, heartbeats,
 //!   leaves, commits and committed offsets, describe and list.
+//! - `admin.rs`: deleting and altering topics, offsets by timestamp,
+//!   deleting groups.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -29,11 +31,13 @@ use crate::metrics::{GroupSummary, Metrics};
 use crate::offsets::Offsets;
 use crate::storage::{DataDirLock, FsyncPolicy};
 
+mod admin;
 mod fetch;
 mod groups;
 mod produce;
 mod topics;
 
+pub use admin::TOMBSTONE_PREFIX;
 pub use fetch::{FetchMemory, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
 pub use topics::Topic;
@@ -51,17 +55,25 @@ const OPEN_THREADS: usize = 16;
 
 /// Loads every topic of the data directory: each topic's `topic.conf`, then
 /// every partition's log (recovering it), spread over [`OPEN_THREADS`].
-fn open_topics(config: &BrokerConfig) -> Result<BTreeMap<String, Arc<Topic>>, BrokerError> {
+/// Also returns the directories of topic deletes a crash interrupted
+/// (tombstones, see `admin.rs`), for the caller to finish.
+#[allow(clippy::type_complexity)]
+fn open_topics(
+    config: &BrokerConfig,
+) -> Result<(BTreeMap<String, Arc<Topic>>, Vec<(PathBuf, String)>), BrokerError> {
     let dir = &config.data_dir;
     let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
         what: format!("list {}", dir.display()),
         source,
     })?;
     let mut candidates = Vec::new();
+    let mut tombstones = Vec::new();
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if valid_name(&name) && path.is_dir() {
+        if admin::tombstone_topic(&name).is_some() && path.is_dir() {
+            tombstones.push((path, name));
+        } else if valid_name(&name) && path.is_dir() {
             candidates.push((name, path));
         }
     }
@@ -103,7 +115,7 @@ fn open_topics(config: &BrokerConfig) -> Result<BTreeMap<String, Arc<Topic>>, Br
             Arc::new(Topic::from_parts(name, tc, partitions)),
         );
     }
-    Ok(topics)
+    Ok((topics, tombstones))
 }
 
 /// `f` over `items` on up to [`OPEN_THREADS`] threads; results in order.
@@ -172,8 +184,17 @@ impl Engine {
         config.validate()?;
         let dir = &config.data_dir;
         let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
-        let topics = open_topics(&config)?;
+        let (topics, tombstones) = open_topics(&config)?;
         let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
+        // Deletes a crash interrupted: finish them (docs/storage.md, "Deleting a topic").
+        for (path, name) in tombstones {
+            let topic = admin::tombstone_topic(&name).unwrap_or_default().to_owned();
+            if !topics.contains_key(&topic) {
+                offsets.remove_where_now(&|k| k.1 == topic)?;
+            }
+            tracing::warn!(dir = %path.display(), topic, "finishing the delete of a topic interrupted by a crash");
+            admin::remove_tombstone(dir, &path)?;
+        }
         let producer_ids =
             crate::producers::ProducerIds::open(dir).map_err(|e| BrokerError::Io {
                 what: "producer ids".into(),

@@ -70,6 +70,16 @@ impl Topic {
         }
     }
 
+    /// The same topic (the same partitions) with other settings.
+    pub(super) fn with_config(&self, config: TopicConfig) -> Topic {
+        Topic {
+            name: self.name.clone(),
+            config,
+            partitions: self.partitions.clone(),
+            sticky: AtomicU32::new(self.next_sticky()),
+        }
+    }
+
     pub(super) fn next_sticky(&self) -> u32 {
         self.sticky
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)

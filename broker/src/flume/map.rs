@@ -6,6 +6,10 @@ use std::time::Duration;
 use flume_protocol::messages::encode_fetch_partition;
 use flume_protocol::wire::{Reader, WriteExt};
 use flume_protocol::{
+    AlterTopicRequest, ListOffsetsRequest, ListOffsetsResponse, ListedOffset, TopicSettings,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+};
+use flume_protocol::{
     ErrorCode, FetchRequest, JoinGroupRequest, JoinGroupResponse, MetadataResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchPartition, OffsetFetchRequest,
     OffsetFetchResponse, PartitionError, PartitionMetadata, ProduceEntry, ProduceResult, Span,
@@ -14,8 +18,8 @@ use flume_protocol::{
 
 use crate::config::{fetch_wait, valid_name};
 use crate::domain::{
-    Appended, FetchFrom, FetchSpec, Fetched, GroupPosition, JoinSpec, Joined, Member, ProduceBatch,
-    Route, TopicDescription, TopicPartition,
+    Appended, FetchFrom, FetchSpec, Fetched, FoundOffset, GroupPosition, JoinSpec, Joined, Member,
+    OffsetSpec, ProduceBatch, Route, TopicChanges, TopicDescription, TopicPartition,
 };
 use crate::group::Assignor;
 
@@ -250,6 +254,97 @@ pub fn metadata_response(topics: Vec<TopicDescription>) -> MetadataResponse {
             })
             .collect(),
     }
+}
+
+// ------------------------------------------------------------ admin (keys 9-13)
+
+/// A topic's settings on the wire (a retention of -1: no limit).
+pub fn topic_settings(tc: &crate::config::TopicConfig) -> TopicSettings {
+    let wide = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    TopicSettings {
+        partitions: i32::try_from(tc.partitions).unwrap_or(i32::MAX),
+        retention_bytes: tc.retention_bytes.map_or(-1, wide),
+        retention_ms: tc.retention_ms.map_or(-1, wide),
+        segment_bytes: wide(tc.segment_bytes),
+        max_pending: i32::try_from(tc.max_pending).unwrap_or(i32::MAX),
+        backpressure: match tc.backpressure {
+            crate::config::Backpressure::Block => 0,
+            crate::config::Backpressure::Reject => 1,
+        },
+    }
+}
+
+/// An ALTER_TOPIC's changes: -1 leaves a setting, 0 removes a retention
+/// limit; anything else below -1 is INVALID_REQUEST (the segment size's range
+/// is the engine's check).
+pub fn topic_changes(req: &AlterTopicRequest) -> Result<TopicChanges, ErrorCode> {
+    let retention = |v: i64| match v {
+        -1 => Ok(None),
+        0 => Ok(Some(None)),
+        v => u64::try_from(v)
+            .map(|v| Some(Some(v)))
+            .map_err(|_| ErrorCode::InvalidRequest),
+    };
+    Ok(TopicChanges {
+        retention_bytes: retention(req.retention_bytes)?,
+        retention_ms: retention(req.retention_ms)?,
+        segment_bytes: match req.segment_bytes {
+            -1 => None,
+            v => Some(u64::try_from(v).map_err(|_| ErrorCode::InvalidRequest)?),
+        },
+    })
+}
+
+/// A LIST_OFFSETS request as lookups: -1 latest, -2 earliest, 0 or more a
+/// time; `Err` at the index of a timestamp below -2 (answered INVALID_REQUEST).
+pub fn offset_queries(
+    req: &ListOffsetsRequest,
+) -> Vec<Result<(TopicPartition, OffsetSpec), usize>> {
+    req.partitions
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let spec = match p.timestamp {
+                LATEST_TIMESTAMP => OffsetSpec::Latest,
+                EARLIEST_TIMESTAMP => OffsetSpec::Earliest,
+                t if t >= 0 => OffsetSpec::Time(t),
+                _ => return Err(i),
+            };
+            Ok((TopicPartition::new(p.topic.clone(), p.partition), spec))
+        })
+        .collect()
+}
+
+/// The LIST_OFFSETS response: the engine's answers, with INVALID_REQUEST
+/// for the queries it was not asked.
+pub fn list_offsets_response(
+    req: &ListOffsetsRequest,
+    queries: &[Result<(TopicPartition, OffsetSpec), usize>],
+    found: Vec<FoundOffset>,
+) -> ListOffsetsResponse {
+    let mut found = found.into_iter();
+    let partitions = req
+        .partitions
+        .iter()
+        .zip(queries)
+        .map(|(p, q)| match (q, found.next()) {
+            (Ok(_), Some(f)) => ListedOffset {
+                topic: f.at.topic,
+                partition: f.at.partition,
+                error: f.error,
+                offset: f.offset,
+                timestamp: f.timestamp,
+            },
+            _ => ListedOffset {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                error: ErrorCode::InvalidRequest,
+                offset: -1,
+                timestamp: -1,
+            },
+        })
+        .collect();
+    ListOffsetsResponse { partitions }
 }
 
 #[cfg(test)]

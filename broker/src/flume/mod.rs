@@ -14,9 +14,10 @@ use bytes::Bytes;
 use flume_protocol::frame;
 use flume_protocol::messages::{Decode, Empty, Encode};
 use flume_protocol::{
-    encode_response_frame, ApiKey, CreateTopicRequest, ErrorCode, FetchRequest, HeartbeatRequest,
-    JoinGroupResponse, LeaveGroupRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
-    ProduceRequest, ProduceResponse, ProduceResult,
+    encode_response_frame, AlterTopicRequest, ApiKey, CreateTopicRequest, DeleteGroupRequest,
+    DeleteGroupResponse, DeleteTopicRequest, DescribeTopicConfigRequest, ErrorCode, FetchRequest,
+    HeartbeatRequest, JoinGroupResponse, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, ProduceResponse, ProduceResult,
 };
 use flume_rt as rt;
 use futures::future::BoxFuture;
@@ -187,6 +188,77 @@ async fn admit_request(
         },
         ApiKey::Metadata => match decode::<MetadataRequest>(id, payload) {
             Ok(req) => ready(id, Ok(map::metadata_response(engine.describe(&req.topics)))),
+            Err(f) => f,
+        },
+        ApiKey::DeleteTopic => match decode::<DeleteTopicRequest>(id, payload) {
+            Ok(req) => {
+                let engine = Arc::clone(engine);
+                async move {
+                    let r = engine.delete_topic(&req.name).await;
+                    respond(id, r.map(|()| Empty).as_ref().map_err(|e| e.code()))
+                }
+                .boxed()
+            }
+            Err(f) => f,
+        },
+        ApiKey::AlterTopic => match decode::<AlterTopicRequest>(id, payload) {
+            Ok(req) => match map::topic_changes(&req) {
+                Ok(changes) => {
+                    let engine = Arc::clone(engine);
+                    async move {
+                        let r = engine.alter_topic(&req.name, &changes).await;
+                        let r = r.map(|tc| map::topic_settings(&tc));
+                        respond(id, r.as_ref().map_err(|e| e.code()))
+                    }
+                    .boxed()
+                }
+                Err(code) => error_frame(id, code),
+            },
+            Err(f) => f,
+        },
+        ApiKey::DescribeTopicConfig => match decode::<DescribeTopicConfigRequest>(id, payload) {
+            Ok(req) => ready(
+                id,
+                engine
+                    .topic_config(&req.name)
+                    .map(|tc| map::topic_settings(&tc))
+                    .ok_or(ErrorCode::UnknownTopic),
+            ),
+            Err(f) => f,
+        },
+        ApiKey::ListOffsets => match decode::<ListOffsetsRequest>(id, payload) {
+            Ok(req) if req.partitions.len() > MAX_FETCH_PARTITIONS => {
+                error_frame(id, ErrorCode::InvalidRequest)
+            }
+            Ok(req) => {
+                *decoded = req
+                    .partitions
+                    .iter()
+                    .map(|p| p.topic.len() + FETCH_DECODED_PER_PARTITION)
+                    .sum();
+                let engine = Arc::clone(engine);
+                async move {
+                    let queries = map::offset_queries(&req);
+                    let asked: Vec<_> = queries.iter().filter_map(|q| q.clone().ok()).collect();
+                    let found = engine.list_offsets(&asked).await;
+                    respond(id, Ok(&map::list_offsets_response(&req, &queries, found)))
+                }
+                .boxed()
+            }
+            Err(f) => f,
+        },
+        ApiKey::DeleteGroup => match decode::<DeleteGroupRequest>(id, payload) {
+            Ok(req) => {
+                let engine = Arc::clone(engine);
+                async move {
+                    let r = engine.delete_group(&req.group).await;
+                    let r = r.map(|n| DeleteGroupResponse {
+                        offsets_dropped: i32::try_from(n).unwrap_or(i32::MAX),
+                    });
+                    respond(id, r.as_ref().map_err(|e| *e))
+                }
+                .boxed()
+            }
             Err(f) => f,
         },
     }

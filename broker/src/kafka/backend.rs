@@ -233,6 +233,44 @@ impl Backend {
         Ok((to(p.start_offset()), to(p.end_offset())))
     }
 
+    // ------------------------------------------------------------ admin: delete, offsets by time
+
+    /// Deletes a topic (see [`Engine::delete_topic`]).
+    ///
+    /// # Errors
+    /// A Kafka error code and a message.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), (i16, String)> {
+        self.engine
+            .delete_topic(name)
+            .await
+            .map_err(|e| (kafka_code(e.code()), e.to_string()))
+    }
+
+    /// The first offset of a partition whose record timestamp is at least
+    /// `timestamp` (ms) and that record's timestamp; `(-1, -1)` when no stored
+    /// record is that recent, as Kafka answers.
+    ///
+    /// # Errors
+    /// A Kafka error code.
+    pub async fn offset_for_time(
+        &self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(i64, i64), i16> {
+        let query = [(
+            TopicPartition::new(topic, partition),
+            crate::domain::OffsetSpec::Time(timestamp),
+        )];
+        let found = self.engine.list_offsets(&query).await;
+        match found.first() {
+            Some(f) if f.error.is_ok() && f.timestamp >= 0 => Ok((f.offset, f.timestamp)),
+            Some(f) if f.error.is_ok() => Ok((-1, -1)),
+            Some(f) => Err(kafka_code(f.error)),
+            None => Err(kerr::UNKNOWN_SERVER_ERROR),
+        }
+    }
+
     /// Issues a producer id (epoch 0) to an idempotent producer.
     ///
     /// # Errors

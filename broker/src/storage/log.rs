@@ -458,6 +458,48 @@ impl Log {
         Ok(result)
     }
 
+    /// The first record whose timestamp is at least `ts`: its offset and
+    /// timestamp, or `None` when no stored record is that recent. Timestamps
+    /// are the producers' and need not grow with offsets: the answer is the
+    /// lowest offset with a timestamp at or after `ts`. Segments whose
+    /// newest record is older are skipped when that is known; within a
+    /// segment the index's timestamps skip to the last entry before the
+    /// answer (see [`Segment::find_time`]).
+    ///
+    /// # Errors
+    /// I/O errors, or a damaged record on the way.
+    pub fn find_time(&self, ts: i64) -> Result<Option<(u64, i64)>, StorageError> {
+        for seg in self.sealed.iter().chain(std::iter::once(&self.active)) {
+            if let Some(hit) = seg.find_time(ts)? {
+                return Ok(Some(hit));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Changes the settings that can change while the log is open: retention
+    /// (applied at the next maintenance pass) and the segment size (applied
+    /// at the next roll).
+    pub fn set_limits(
+        &mut self,
+        retention_bytes: Option<u64>,
+        retention_ms: Option<u64>,
+        segment_bytes: u64,
+    ) {
+        self.config.retention_bytes = retention_bytes;
+        self.config.retention_ms = retention_ms;
+        self.config.segment_bytes = segment_bytes.clamp(1, MAX_SEGMENT_BYTES);
+    }
+
+    /// Closes every cached segment file (before the log's directory is
+    /// deleted: the descriptors would otherwise hold the space until the
+    /// cache evicted them).
+    pub fn close_files(&self) {
+        for seg in self.sealed.iter().chain(std::iter::once(&self.active)) {
+            seg.close_files();
+        }
+    }
+
     /// Applies retention by size and age; returns how many segments went.
     /// The active segment is never deleted.
     ///

@@ -74,25 +74,52 @@ impl SegFile {
 
 /// Magic and version at the start of every `.log` file.
 pub const LOG_MAGIC: [u8; 8] = *b"FLMLOG\x00\x01";
-/// Magic and version at the start of every `.index` file.
-pub const INDEX_MAGIC: [u8; 8] = *b"FLMIDX\x00\x01";
+/// Magic and version at the start of every `.index` file. Version 2 entries
+/// carry a timestamp; a version 1 index (no timestamps) is rebuilt from its
+/// segment on open, as a missing one is.
+pub const INDEX_MAGIC: [u8; 8] = *b"FLMIDX\x00\x02";
 /// Bytes of the file header.
 pub const FILE_HEADER_LEN: u64 = 8;
-/// Bytes of one index entry.
-pub const INDEX_ENTRY_LEN: usize = 8;
+/// Bytes of one index entry: `[rel u32][pos u32][max_ts_before i64]`.
+pub const INDEX_ENTRY_LEN: usize = 16;
+
+/// "No timestamp yet" in an index entry (no record before it in the segment).
+pub const NO_TIMESTAMP: i64 = i64::MIN;
 
 /// File name of a segment with this base offset and extension.
 pub fn file_name(base: u64, ext: &str) -> String {
     format!("{base:020}.{ext}")
 }
 
-/// An index entry: the record with offset `base + rel` starts at byte `pos`.
+/// An index entry: the record with offset `base + rel` starts at byte `pos`,
+/// and every record of the segment before it has a timestamp of at most
+/// `max_ts_before` (so the values never decrease along the index, and a
+/// lookup by time skips every entry whose `max_ts_before` is below the time
+/// wanted: see [`Segment::find_time`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
     /// Offset relative to the segment base.
     pub rel: u32,
     /// Byte position in the `.log` file.
     pub pos: u32,
+    /// Largest timestamp of the records before this one in the segment
+    /// ([`NO_TIMESTAMP`] if none).
+    pub max_ts_before: i64,
+}
+
+impl IndexEntry {
+    fn encode(&self, raw: &mut Vec<u8>) {
+        raw.extend_from_slice(&self.rel.to_be_bytes());
+        raw.extend_from_slice(&self.pos.to_be_bytes());
+        raw.extend_from_slice(&self.max_ts_before.to_be_bytes());
+    }
+}
+
+/// The timestamp of a checked record whose bytes start at `at` in `buf`.
+fn timestamp_at(buf: &[u8], at: usize) -> Option<i64> {
+    let start = at.checked_add(RECORD_HEADER_LEN + 1)?;
+    let raw: [u8; 8] = buf.get(start..start.checked_add(8)?)?.try_into().ok()?;
+    Some(i64::from_be_bytes(raw))
 }
 
 /// What a recovery scan found.
@@ -341,9 +368,8 @@ impl Segment {
                 seg.rewrite_index()?;
             }
             seg.next_offset = out.next_offset;
-            if from.is_none() {
-                seg.max_timestamp = out.max_timestamp;
-            }
+            // Scanned from an entry, the scan started from what the entry knows.
+            seg.max_timestamp = out.max_timestamp;
             if rebuilt_index {
                 seg.rewrite_index()?;
             }
@@ -380,15 +406,22 @@ impl Segment {
         for chunk in raw[8..].chunks_exact(INDEX_ENTRY_LEN) {
             let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
             let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
+            let mut ts = [0u8; 8];
+            ts.copy_from_slice(&chunk[8..16]);
+            let max_ts_before = i64::from_be_bytes(ts);
             if let Some(last) = entries.last() {
-                if rel <= last.rel || pos <= last.pos {
+                if rel <= last.rel || pos <= last.pos || max_ts_before < last.max_ts_before {
                     return None;
                 }
             }
             if u64::from(pos) < FILE_HEADER_LEN || u64::from(pos) >= log_size {
                 break;
             }
-            entries.push(IndexEntry { rel, pos });
+            entries.push(IndexEntry {
+                rel,
+                pos,
+                max_ts_before,
+            });
         }
         // Check the entries from the end: each must point at a record header
         // with its offset. Entries past real data (lost before a crash) go.
@@ -428,6 +461,12 @@ impl Segment {
         };
         let chunk_len: u64 = 1 << 20;
         let mut since_entry = 0u64;
+        // The largest timestamp so far: the index entry scanned from knows
+        // the records before it.
+        let mut max_ts = from.map_or(NO_TIMESTAMP, |e| e.max_ts_before);
+        if max_ts != NO_TIMESTAMP {
+            out.max_timestamp = Some(max_ts);
+        }
         while pos < self.size {
             let want = chunk_len.min(self.size - pos);
             let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
@@ -446,15 +485,13 @@ impl Segment {
                             return Ok(out);
                         }
                         if build_index && since_entry >= self.index_interval {
-                            self.push_entry(next, pos + at as u64);
+                            self.push_entry(next, pos + at as u64, max_ts);
                             since_entry = 0;
                         }
                         let len = raw.encoded_len();
                         since_entry += len as u64;
-                        out.max_timestamp = Some(
-                            out.max_timestamp
-                                .map_or(raw.timestamp(), |m: i64| m.max(raw.timestamp())),
-                        );
+                        max_ts = max_ts.max(raw.timestamp());
+                        out.max_timestamp = Some(max_ts);
                         at += len;
                         next += 1;
                         out.valid_end = pos + at as u64;
@@ -496,11 +533,15 @@ impl Segment {
         Ok(out)
     }
 
-    fn push_entry(&mut self, offset: u64, pos: u64) {
+    fn push_entry(&mut self, offset: u64, pos: u64, max_ts_before: i64) {
         // Segments are capped below 4 GiB and 2^32 records by the log, so both fit.
         let rel = u32::try_from(offset.saturating_sub(self.base)).unwrap_or(u32::MAX);
         let pos = u32::try_from(pos).unwrap_or(u32::MAX);
-        self.entries.push(IndexEntry { rel, pos });
+        self.entries.push(IndexEntry {
+            rel,
+            pos,
+            max_ts_before,
+        });
     }
 
     fn rewrite_index(&mut self) -> Result<(), StorageError> {
@@ -536,10 +577,14 @@ impl Segment {
         let first_new = self.entries.len();
         let mut pos = 0usize;
         let mut offset = self.next_offset;
+        let mut seen_ts = self.max_timestamp.unwrap_or(NO_TIMESTAMP);
         while let Some((_, size)) = record::peek_header(batch, pos) {
             if self.bytes_since_entry >= self.index_interval {
-                self.push_entry(offset, start + pos as u64);
+                self.push_entry(offset, start + pos as u64, seen_ts);
                 self.bytes_since_entry = 0;
+            }
+            if let Some(ts) = timestamp_at(batch, pos) {
+                seen_ts = seen_ts.max(ts);
             }
             let len = RECORD_HEADER_LEN + size as usize;
             self.bytes_since_entry += len as u64;
@@ -549,8 +594,7 @@ impl Segment {
         if self.entries.len() > first_new {
             let mut raw = Vec::with_capacity((self.entries.len() - first_new) * INDEX_ENTRY_LEN);
             for e in &self.entries[first_new..] {
-                raw.extend_from_slice(&e.rel.to_be_bytes());
-                raw.extend_from_slice(&e.pos.to_be_bytes());
+                e.encode(&mut raw);
             }
             // The index is derived data: a failed index write is repaired on open.
             let at = FILE_HEADER_LEN + (first_new * INDEX_ENTRY_LEN) as u64;
@@ -564,6 +608,7 @@ impl Segment {
         }
         self.size += batch.len() as u64;
         self.next_offset += count;
+        let max_ts = max_ts.max(seen_ts);
         self.max_timestamp = Some(self.max_timestamp.map_or(max_ts, |m| m.max(max_ts)));
         Ok(())
     }
@@ -774,10 +819,81 @@ impl Segment {
     /// I/O errors.
     pub fn max_timestamp(&mut self) -> Result<Option<i64>, StorageError> {
         if self.max_timestamp.is_none() && self.size > FILE_HEADER_LEN {
-            let out = self.scan(None, false)?;
+            // The last index entry knows the records before it: scan the rest.
+            let out = self.scan(self.entries.last().copied(), false)?;
             self.max_timestamp = out.max_timestamp;
         }
         Ok(self.max_timestamp)
+    }
+
+    /// The first record of the segment whose timestamp is at least `ts`:
+    /// its offset and timestamp, or `None` if it has no such record. The
+    /// index skips every entry whose records before it are all older
+    /// (`max_ts_before < ts`); the rest, at most one index interval plus a
+    /// record when the answer is not in the segment, is read and checked.
+    ///
+    /// # Errors
+    /// I/O errors, or [`StorageError::Corrupt`] for a damaged record.
+    pub fn find_time(&self, ts: i64) -> Result<Option<(u64, i64)>, StorageError> {
+        if self.max_timestamp.is_some_and(|m| m < ts) {
+            return Ok(None);
+        }
+        let skip = self.entries.partition_point(|e| e.max_ts_before < ts);
+        let (mut pos, mut next) = match skip.checked_sub(1).and_then(|i| self.entries.get(i)) {
+            Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
+            None => (FILE_HEADER_LEN, self.base),
+        };
+        let chunk = self
+            .index_interval
+            .saturating_mul(2)
+            .clamp(64 * 1024, 1 << 20);
+        while pos < self.size {
+            let want = chunk.min(self.size - pos);
+            let mut buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
+            read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
+            let mut at = 0usize;
+            loop {
+                match record::check_record(&buf, at, u64::MAX) {
+                    Ok(raw) => {
+                        if raw.offset != next {
+                            return Err(self.corrupt(
+                                next,
+                                pos + at as u64,
+                                &format!("record has offset {}", raw.offset),
+                            ));
+                        }
+                        if raw.timestamp() >= ts {
+                            return Ok(Some((raw.offset, raw.timestamp())));
+                        }
+                        at += raw.encoded_len();
+                        next += 1;
+                        if at >= buf.len() {
+                            break;
+                        }
+                    }
+                    Err(record::RecordError::Torn { needed, .. })
+                        if fits(pos, at, needed, self.size) =>
+                    {
+                        if at == 0 {
+                            // One record larger than the chunk: read it whole.
+                            buf = vec![0u8; usize::try_from(needed).unwrap_or(usize::MAX)];
+                            read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
+                            continue;
+                        }
+                        break;
+                    }
+                    Err(e) => return Err(self.corrupt(next, pos + at as u64, &e.to_string())),
+                }
+            }
+            pos += at as u64;
+        }
+        Ok(None)
+    }
+
+    /// Closes the segment's cached files now (reopened on the next use).
+    pub fn close_files(&self) {
+        self.log.close();
+        self.index.close();
     }
 
     /// Deletes both files.
@@ -835,8 +951,7 @@ fn rewrite_index_file(
     let mut raw = Vec::with_capacity(8 + entries.len() * INDEX_ENTRY_LEN);
     raw.extend_from_slice(&INDEX_MAGIC);
     for e in entries {
-        raw.extend_from_slice(&e.rel.to_be_bytes());
-        raw.extend_from_slice(&e.pos.to_be_bytes());
+        e.encode(&mut raw);
     }
     file.set_len(0).map_err(io_err("truncate", path))?;
     file.write_all_at(&raw, 0).map_err(io_err("write", path))?;

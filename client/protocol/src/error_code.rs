@@ -41,6 +41,11 @@ pub enum ErrorCode {
     /// 17: a broker limit is reached (groups, members of one group); the broker's log
     /// names the limit and its value. Retrying later may succeed.
     LimitReached,
+    /// 18: the group has members: resetting its offsets or deleting it waits
+    /// until every member has left (as Kafka's NON_EMPTY_GROUP).
+    GroupNotEmpty,
+    /// 19: no group of that name: no members and no committed offsets.
+    UnknownGroup,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
@@ -68,6 +73,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => 15,
             ErrorCode::InvalidName => 16,
             ErrorCode::LimitReached => 17,
+            ErrorCode::GroupNotEmpty => 18,
+            ErrorCode::UnknownGroup => 19,
             ErrorCode::Other(c) => c,
         }
     }
@@ -94,6 +101,8 @@ impl ErrorCode {
             15 => ErrorCode::ShuttingDown,
             16 => ErrorCode::InvalidName,
             17 => ErrorCode::LimitReached,
+            18 => ErrorCode::GroupNotEmpty,
+            19 => ErrorCode::UnknownGroup,
             c => ErrorCode::Other(c),
         }
     }
@@ -124,6 +133,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::InvalidName => "INVALID_NAME",
             ErrorCode::LimitReached => "LIMIT_REACHED",
+            ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
+            ErrorCode::UnknownGroup => "UNKNOWN_GROUP",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -141,7 +152,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in 0..=17 {
+        for c in 0..=19 {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -36,6 +36,16 @@ pub enum ApiKey {
     CreateTopic = 7,
     /// Extension: list topics with partitions and offsets.
     Metadata = 8,
+    /// Extension: delete a topic, its records and its committed offsets.
+    DeleteTopic = 9,
+    /// Extension: change a topic's settings that can change at run time.
+    AlterTopic = 10,
+    /// Extension: a topic's settings.
+    DescribeTopicConfig = 11,
+    /// Extension: offsets by timestamp (and the earliest and latest offsets).
+    ListOffsets = 12,
+    /// Extension: delete an empty group's committed offsets.
+    DeleteGroup = 13,
 }
 
 impl ApiKey {
@@ -51,6 +61,11 @@ impl ApiKey {
             6 => ApiKey::OffsetFetch,
             7 => ApiKey::CreateTopic,
             8 => ApiKey::Metadata,
+            9 => ApiKey::DeleteTopic,
+            10 => ApiKey::AlterTopic,
+            11 => ApiKey::DescribeTopicConfig,
+            12 => ApiKey::ListOffsets,
+            13 => ApiKey::DeleteGroup,
             _ => return None,
         })
     }
@@ -570,6 +585,148 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- DELETE_TOPIC (extension, key 9)
+
+message! {
+    /// DELETE_TOPIC request (extension): `[name]`. The answer is the top-level
+    /// error code alone (UNKNOWN_TOPIC, INVALID_NAME, STORAGE_ERROR).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DeleteTopicRequest {
+        /// Topic name.
+        pub name: String,
+    }
+}
+
+// ---------------------------------------------------------------- ALTER_TOPIC, DESCRIBE_TOPIC_CONFIG (keys 10, 11)
+
+message! {
+    /// ALTER_TOPIC request (extension): `[name][retention_bytes i64]
+    /// [retention_ms i64][segment_bytes i64]`: -1 leaves a setting as it is;
+    /// 0 removes a retention limit; any other value is the new setting.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AlterTopicRequest {
+        /// Topic name.
+        pub name: String,
+        /// Retention by size per partition (-1 unchanged, 0 none).
+        pub retention_bytes: i64,
+        /// Retention by age (-1 unchanged, 0 none).
+        pub retention_ms: i64,
+        /// Segment size, 1024..=2^31 (-1 unchanged).
+        pub segment_bytes: i64,
+    }
+
+    /// DESCRIBE_TOPIC_CONFIG request (extension): `[name]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DescribeTopicConfigRequest {
+        /// Topic name.
+        pub name: String,
+    }
+
+    /// A topic's settings (the answer to ALTER_TOPIC, after the change, and to
+    /// DESCRIBE_TOPIC_CONFIG): `[partitions i32][retention_bytes i64]
+    /// [retention_ms i64][segment_bytes i64][max_pending i32][backpressure i8]`;
+    /// a retention of -1 is no limit; backpressure 0 = block, 1 = reject.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct TopicSettings {
+        /// Partition count.
+        pub partitions: i32,
+        /// Retention by size per partition, -1 for none.
+        pub retention_bytes: i64,
+        /// Retention by age, -1 for none.
+        pub retention_ms: i64,
+        /// Segment size.
+        pub segment_bytes: i64,
+        /// Partition queue capacity.
+        pub max_pending: i32,
+        /// 0 block, 1 reject.
+        pub backpressure: i8,
+    }
+}
+
+impl Default for AlterTopicRequest {
+    fn default() -> Self {
+        AlterTopicRequest {
+            name: String::new(),
+            retention_bytes: -1,
+            retention_ms: -1,
+            segment_bytes: -1,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- LIST_OFFSETS (extension, key 12)
+
+/// [`ListOffsetsPartition::timestamp`]: the log end (the next offset).
+pub const LATEST_TIMESTAMP: i64 = -1;
+/// [`ListOffsetsPartition::timestamp`]: the log start (the oldest stored offset).
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+
+message! {
+    /// One partition to look up.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ListOffsetsPartition {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Milliseconds since the epoch (0 or more): the first offset whose
+        /// record timestamp is at least this; or [`LATEST_TIMESTAMP`] (-1),
+        /// [`EARLIEST_TIMESTAMP`] (-2).
+        pub timestamp: i64,
+    }
+
+    /// LIST_OFFSETS request (extension): `[count i32] count * ([topic][partition i32][timestamp i64])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ListOffsetsRequest {
+        /// Partitions to look up.
+        pub partitions: Vec<ListOffsetsPartition>,
+    }
+
+    /// The offset found for one partition.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ListedOffset {
+        /// Topic name.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// UNKNOWN_TOPIC, UNKNOWN_PARTITION, INVALID_REQUEST (a timestamp below -2), ...
+        pub error: ErrorCode,
+        /// The offset: for a time, the first whose timestamp is at least it, or
+        /// the log end when no record is that recent (then `timestamp` is -1).
+        pub offset: i64,
+        /// The timestamp of the record at `offset`, -1 for earliest/latest or none found.
+        pub timestamp: i64,
+    }
+
+    /// LIST_OFFSETS response: `[count i32] count * ([topic][partition i32][error i16]
+    /// [offset i64][timestamp i64])`, in request order.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ListOffsetsResponse {
+        /// One per requested partition, in order.
+        pub partitions: Vec<ListedOffset>,
+    }
+}
+
+// ---------------------------------------------------------------- DELETE_GROUP (extension, key 13)
+
+message! {
+    /// DELETE_GROUP request (extension): `[group]`. Refused with GROUP_NOT_EMPTY
+    /// while the group has members; UNKNOWN_GROUP when it has neither members
+    /// nor committed offsets.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DeleteGroupRequest {
+        /// Group id.
+        pub group: String,
+    }
+
+    /// DELETE_GROUP response: `[offsets_dropped i32]`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct DeleteGroupResponse {
+        /// How many committed (topic, partition) offsets went.
+        pub offsets_dropped: i32,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -582,4 +739,9 @@ requests! {
     OffsetFetchRequest => OffsetFetchResponse: OffsetFetch,
     CreateTopicRequest => Empty: CreateTopic,
     MetadataRequest => MetadataResponse: Metadata,
+    DeleteTopicRequest => Empty: DeleteTopic,
+    AlterTopicRequest => TopicSettings: AlterTopic,
+    DescribeTopicConfigRequest => TopicSettings: DescribeTopicConfig,
+    ListOffsetsRequest => ListOffsetsResponse: ListOffsets,
+    DeleteGroupRequest => DeleteGroupResponse: DeleteGroup,
 }

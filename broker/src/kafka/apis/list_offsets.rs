@@ -1,5 +1,8 @@
-//! ListOffsets: earliest (-2) and latest (-1). Flume has no timestamp
-//! index, so any other timestamp is answered INVALID_REQUEST.
+//! ListOffsets: earliest (-2), latest (-1), and a timestamp (0 or more): the
+//! first offset whose record timestamp is at least it, with that timestamp,
+//! or offset -1 and timestamp -1 when no record is that recent (as Kafka).
+//! Other negative values (-3 max timestamp, -4 local log start, -5 tiered)
+//! are answered INVALID_REQUEST.
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -8,41 +11,45 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::super::{errors, Ctx};
 
-pub(super) fn handle(ctx: &Ctx, req: ListOffsetsRequest, _version: i16) -> ListOffsetsResponse {
+pub(super) async fn handle(
+    ctx: &Ctx,
+    req: ListOffsetsRequest,
+    _version: i16,
+) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
-    resp.topics = req
-        .topics
-        .into_iter()
-        .map(|t| {
-            let mut tr = ListOffsetsTopicResponse::default();
-            let name = t.name.0.as_str().to_owned();
-            tr.partitions = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let mut pr = ListOffsetsPartitionResponse::default();
-                    pr.partition_index = p.partition_index;
-                    pr.timestamp = -1;
-                    match ctx.backend.offsets(&name, p.partition_index) {
-                        Err(code) => {
-                            pr.error_code = code;
-                            pr.offset = -1;
-                        }
-                        Ok((start, end)) => match p.timestamp {
-                            -2 => pr.offset = start,
-                            -1 => pr.offset = end,
-                            _ => {
-                                pr.error_code = errors::INVALID_REQUEST;
-                                pr.offset = -1;
+    for t in req.topics {
+        let mut tr = ListOffsetsTopicResponse::default();
+        let name = t.name.0.as_str().to_owned();
+        for p in t.partitions {
+            let mut pr = ListOffsetsPartitionResponse::default();
+            pr.partition_index = p.partition_index;
+            pr.timestamp = -1;
+            pr.offset = -1;
+            match ctx.backend.offsets(&name, p.partition_index) {
+                Err(code) => pr.error_code = code,
+                Ok((start, end)) => match p.timestamp {
+                    -2 => pr.offset = start,
+                    -1 => pr.offset = end,
+                    ts if ts >= 0 => {
+                        match ctx
+                            .backend
+                            .offset_for_time(&name, p.partition_index, ts)
+                            .await
+                        {
+                            Ok((offset, found)) => {
+                                pr.offset = offset;
+                                pr.timestamp = found;
                             }
-                        },
+                            Err(code) => pr.error_code = code,
+                        }
                     }
-                    pr
-                })
-                .collect();
-            tr.name = t.name;
-            tr
-        })
-        .collect();
+                    _ => pr.error_code = errors::INVALID_REQUEST,
+                },
+            }
+            tr.partitions.push(pr);
+        }
+        tr.name = t.name;
+        resp.topics.push(tr);
+    }
     resp
 }

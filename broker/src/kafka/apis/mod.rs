@@ -9,6 +9,7 @@
 
 mod api_versions;
 mod create_topics;
+mod delete_topics;
 mod describe_configs;
 mod describe_groups;
 mod fetch;
@@ -53,6 +54,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SyncGroup, 0, 5),
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
+    (ApiKey::DeleteTopics, 1, 6),
 ];
 
 /// The served version range of an API key, if served.
@@ -158,7 +160,11 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         }
         ApiKey::ListOffsets => {
             let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&list_offsets::handle(ctx, req, version), &mut out, version)
+            encode(
+                &list_offsets::handle(ctx, req, version).await,
+                &mut out,
+                version,
+            )
         }
         ApiKey::FindCoordinator => {
             let req = decode(&mut buf, version).map_err(malformed)?;
@@ -180,6 +186,14 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
             let req = decode(&mut buf, version).map_err(malformed)?;
             encode(
                 &describe_configs::handle(ctx, req, version),
+                &mut out,
+                version,
+            )
+        }
+        ApiKey::DeleteTopics => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &delete_topics::handle(ctx, req, version).await,
                 &mut out,
                 version,
             )

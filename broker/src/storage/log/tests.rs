@@ -357,3 +357,108 @@ fn reopening_a_segment_shorter_than_one_index_interval_leaves_its_index_alone() 
         "the index was rewritten"
     );
 }
+
+/// Timestamps that go back and forth, as several producers' clocks give.
+fn wobbly_ts(i: u64) -> i64 {
+    let i = i as i64;
+    1_000 + i * 10 + if i % 7 == 3 { -45 } else { 0 } + if i % 11 == 5 { 60 } else { 0 }
+}
+
+fn append_wobbly(log: &mut Log, n: u64) -> Vec<i64> {
+    (0..n)
+        .map(|i| {
+            let ts = wobbly_ts(i);
+            log.append(&mut batch(&[value(i)], ts)).unwrap();
+            ts
+        })
+        .collect()
+}
+
+/// The first offset whose timestamp is at least `t`, by brute force.
+fn model_find(ts: &[i64], t: i64) -> Option<(u64, i64)> {
+    ts.iter().position(|&x| x >= t).map(|i| (i as u64, ts[i]))
+}
+
+fn check_every_time(log: &Log, ts: &[i64]) {
+    for t in 900..2_200 {
+        assert_eq!(log.find_time(t).unwrap(), model_find(ts, t), "time {t}");
+    }
+}
+
+#[test]
+fn find_time_gives_the_first_offset_at_or_after_a_time_across_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    let ts = append_wobbly(&mut log, 120);
+    assert!(log.segment_count() > 3, "{}", log.segment_count());
+    check_every_time(&log, &ts);
+    assert_eq!(log.find_time(i64::MAX).unwrap(), None);
+    assert_eq!(log.find_time(i64::MIN).unwrap(), Some((0, ts[0])));
+    // The index's timestamps survive a reopen (and are not rebuilt).
+    drop(log);
+    let log = Log::open(dir.path(), small()).unwrap();
+    check_every_time(&log, &ts);
+}
+
+#[test]
+fn index_entries_carry_the_largest_earlier_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    let ts = append_wobbly(&mut log, 40);
+    drop(log);
+    let raw = std::fs::read(dir.path().join(segment::file_name(0, "index"))).unwrap();
+    assert_eq!(&raw[..8], b"FLMIDX\x00\x02");
+    let entries: Vec<&[u8]> = raw[8..].chunks_exact(16).collect();
+    assert!(!entries.is_empty());
+    for e in entries {
+        let rel = u32::from_be_bytes(e[0..4].try_into().unwrap()) as usize;
+        let max_before = i64::from_be_bytes(e[8..16].try_into().unwrap());
+        assert_eq!(
+            max_before,
+            *ts[..rel].iter().max().unwrap(),
+            "entry at {rel}"
+        );
+    }
+}
+
+#[test]
+fn a_version_1_index_of_an_old_data_directory_opens_and_is_rebuilt_with_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    let ts = append_wobbly(&mut log, 120);
+    drop(log);
+    // Turn every index into what a version 1 broker wrote: 8-byte entries, no timestamps.
+    let mut converted = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "index") {
+            let raw = std::fs::read(&path).unwrap();
+            let mut old = b"FLMIDX\x00\x01".to_vec();
+            for e in raw[8..].chunks_exact(16) {
+                old.extend_from_slice(&e[..8]);
+            }
+            std::fs::write(&path, old).unwrap();
+            converted += 1;
+        }
+    }
+    assert!(converted > 3);
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(read_all(&log).len(), 120);
+    check_every_time(&log, &ts);
+    let raw = std::fs::read(dir.path().join(segment::file_name(0, "index"))).unwrap();
+    assert_eq!(&raw[..8], b"FLMIDX\x00\x02", "rebuilt in the new version");
+}
+
+#[test]
+fn find_time_reads_records_larger_than_its_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+    let big = vec![7u8; 300 * 1024];
+    for (i, t) in [10i64, 20, 30].iter().enumerate() {
+        let mut b = Vec::new();
+        encode(&mut b, 0, *t, None, &big, &[]);
+        assert_eq!(log.append(&mut b).unwrap(), i as u64);
+    }
+    assert_eq!(log.find_time(25).unwrap(), Some((2, 30)));
+    assert_eq!(log.find_time(31).unwrap(), None);
+}

@@ -1,0 +1,651 @@
+//! Topic and group administration: deleting a topic (its files removed
+//! safely while readers and the writer may be active), changing a topic's
+//! settings at run time, offsets by timestamp, deleting a group's committed
+//! offsets. `docs/storage.md` ("Deleting a topic") describes the steps of a
+//! delete and what a crash in the middle leaves.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use flume_protocol::ErrorCode;
+use flume_rt as rt;
+
+use super::topics::write_atomic;
+use super::Engine;
+use crate::config::{valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES};
+use crate::domain::{FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
+use crate::error::BrokerError;
+
+/// Prefix of a deleted topic's directory until it is removed:
+/// `__deleted-<ms>-<topic>`. Never a topic name (`__` is reserved), so a
+/// broker that finds one at start never loads it; it finishes the delete.
+pub const TOMBSTONE_PREFIX: &str = "__deleted-";
+
+/// The topic a tombstone directory name belongs to.
+pub(super) fn tombstone_topic(dir_name: &str) -> Option<&str> {
+    let rest = dir_name.strip_prefix(TOMBSTONE_PREFIX)?;
+    let (_, topic) = rest.split_once('-')?;
+    Some(topic)
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> BrokerError {
+    move |source| BrokerError::Io { what, source }
+}
+
+/// Removes a tombstone directory, then makes its removal durable.
+pub(super) fn remove_tombstone(data_dir: &Path, tomb: &Path) -> Result<(), BrokerError> {
+    std::fs::remove_dir_all(tomb).map_err(io(format!("remove {}", tomb.display())))?;
+    crate::storage::fsync_dir(data_dir)?;
+    Ok(())
+}
+
+impl Engine {
+    /// Deletes a topic: its partitions, their files and every group's
+    /// committed offsets on it. Reads that had started finish on intact
+    /// files; later requests get UNKNOWN_TOPIC. A crash in the middle leaves
+    /// the whole topic or a tombstone that the next start removes.
+    ///
+    /// # Errors
+    /// INVALID_NAME, UNKNOWN_TOPIC, or storage errors (the topic stays then,
+    /// unless the rename to the tombstone was done: then it is gone, and the
+    /// next start finishes the cleanup).
+    pub async fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {
+        if !valid_name(name) {
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidName,
+                format!("topic name {name:?}"),
+            ));
+        }
+        // No create (nor an auto-create) of the name while its files go.
+        let _guard = self.create_lock.lock().await;
+        let topic = self
+            .topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name)
+            .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
+        for p in &topic.partitions {
+            p.close_for_delete().await;
+        }
+        let data = self.config.data_dir.clone();
+        let dir = data.join(name);
+        let tomb = data.join(format!("{TOMBSTONE_PREFIX}{}-{name}", crate::now_ms()));
+        let renamed = {
+            let (data, tomb) = (data.clone(), tomb.clone());
+            rt::unblock(move || {
+                std::fs::rename(&dir, &tomb).map_err(io(format!(
+                    "rename {} to {}",
+                    dir.display(),
+                    tomb.display()
+                )))?;
+                Ok::<(), BrokerError>(crate::storage::fsync_dir(&data)?)
+            })
+            .await
+        };
+        if let Err(e) = renamed {
+            tracing::error!(topic = name, error = %e, "deleting the topic failed; it is opened again");
+            if tomb.exists() {
+                // Renamed but not known durable: it is gone now, the next start cleans up.
+                return Err(e);
+            }
+            let config = self.config.clone();
+            let (owned, tc) = (name.to_owned(), topic.config.clone());
+            match rt::unblock(move || Self::open_topic(&config, &owned, tc)).await {
+                Ok(t) => {
+                    self.topics
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(name.to_owned(), Arc::new(t));
+                }
+                Err(e2) => {
+                    tracing::error!(topic = name, error = %e2, "reopening the topic failed; it comes back at the next start")
+                }
+            }
+            return Err(e);
+        }
+        let owned = name.to_owned();
+        let dropped = self.offsets.remove_where(move |k| k.1 == owned).await;
+        match dropped {
+            Ok(n) => {
+                rt::unblock(move || remove_tombstone(&data, &tomb)).await?;
+                tracing::info!(topic = name, committed_offsets_dropped = n, "topic deleted");
+                Ok(())
+            }
+            Err(e) => {
+                // The tombstone stays: the next start drops the offsets and removes it.
+                tracing::error!(topic = name, error = %e, "dropping the deleted topic's committed offsets failed; the next start retries");
+                Err(e)
+            }
+        }
+    }
+
+    /// A topic's settings.
+    pub fn topic_config(&self, name: &str) -> Option<TopicConfig> {
+        self.topic(name).map(|t| t.config.clone())
+    }
+
+    /// Changes a topic's settings that can change while it runs: retention
+    /// by size and age (applied at the next maintenance pass) and the segment
+    /// size (at the next roll). `topic.conf` is rewritten atomically first,
+    /// so the change survives a restart. Returns the settings after the change.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_REQUEST (a segment size out of
+    /// 1024..=2^31), storage errors (nothing changed then).
+    pub async fn alter_topic(
+        &self,
+        name: &str,
+        changes: &TopicChanges,
+    ) -> Result<TopicConfig, BrokerError> {
+        let _guard = self.create_lock.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
+        let mut tc = topic.config.clone();
+        if let Some(v) = changes.retention_bytes {
+            tc.retention_bytes = v;
+        }
+        if let Some(v) = changes.retention_ms {
+            tc.retention_ms = v;
+        }
+        if let Some(v) = changes.segment_bytes {
+            if !(MIN_REQUEST_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&v) {
+                return Err(BrokerError::code_for(
+                    ErrorCode::InvalidRequest,
+                    format!("segment_bytes is {v}, it must be {MIN_REQUEST_SEGMENT_BYTES}..={MAX_SEGMENT_BYTES}"),
+                ));
+            }
+            tc.segment_bytes = v;
+        }
+        if tc == topic.config {
+            return Ok(tc);
+        }
+        let path = TopicConfig::path(&self.config.data_dir.join(name));
+        let text = tc.to_text();
+        rt::unblock(move || write_atomic(&path, text.as_bytes())).await?;
+        for p in &topic.partitions {
+            p.set_limits(tc.retention_bytes, tc.retention_ms, tc.segment_bytes)
+                .await;
+        }
+        let altered = Arc::new(topic.with_config(tc.clone()));
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), altered);
+        tracing::info!(topic = name, retention_bytes = ?tc.retention_bytes, retention_ms = ?tc.retention_ms, segment_bytes = tc.segment_bytes, "topic settings changed");
+        Ok(tc)
+    }
+
+    /// Looks up offsets: the earliest, the latest, or the first whose
+    /// record timestamp is at least a time (see [`OffsetSpec`]); one answer
+    /// per query, in order. Time lookups read the log off the executor.
+    pub async fn list_offsets(&self, queries: &[(TopicPartition, OffsetSpec)]) -> Vec<FoundOffset> {
+        let mut out = Vec::with_capacity(queries.len());
+        for (at, spec) in queries {
+            let failed = |error| FoundOffset {
+                at: at.clone(),
+                error,
+                offset: -1,
+                timestamp: -1,
+            };
+            let Some(topic) = self.topic(&at.topic) else {
+                out.push(failed(ErrorCode::UnknownTopic));
+                continue;
+            };
+            let Some(p) = topic.partition(at.partition) else {
+                out.push(failed(ErrorCode::UnknownPartition));
+                continue;
+            };
+            let o = p.offsets();
+            let found = match *spec {
+                OffsetSpec::Earliest => Ok((o.log_start, -1)),
+                OffsetSpec::Latest => Ok((o.log_end, -1)),
+                OffsetSpec::Time(ts) => match p.offset_for_time(ts).await {
+                    Ok(Some((offset, ts))) => Ok((i64::try_from(offset).unwrap_or(i64::MAX), ts)),
+                    Ok(None) => Ok((p.offsets().log_end, -1)),
+                    Err(e) => Err(e.code()),
+                },
+            };
+            out.push(match found {
+                Ok((offset, timestamp)) => FoundOffset {
+                    at: at.clone(),
+                    error: ErrorCode::None,
+                    offset,
+                    timestamp,
+                },
+                Err(code) => failed(code),
+            });
+        }
+        out
+    }
+
+    /// Deletes a group's committed offsets (every topic), durably; only
+    /// while it has no members, as Kafka's DeleteGroups. Returns how many
+    /// offsets went.
+    ///
+    /// # Errors
+    /// INVALID_NAME, GROUP_NOT_EMPTY, UNKNOWN_GROUP (no members and no
+    /// committed offsets: nothing to delete), STORAGE_ERROR.
+    pub async fn delete_group(&self, group: &str) -> Result<usize, ErrorCode> {
+        if !valid_name(group) {
+            return Err(ErrorCode::InvalidName);
+        }
+        let members = self.group_members(group);
+        if members.is_some_and(|n| n > 0) {
+            return Err(ErrorCode::GroupNotEmpty);
+        }
+        let g = group.to_owned();
+        let n = self
+            .offsets
+            .remove_where(move |k| k.0 == g)
+            .await
+            .map_err(|e| {
+                tracing::error!(group, error = %e, "deleting the group's offsets failed");
+                e.code()
+            })?;
+        if n == 0 {
+            // Nothing to delete: a group without members is known by its commits alone.
+            return Err(ErrorCode::UnknownGroup);
+        }
+        tracing::info!(group, committed_offsets_dropped = n, "group deleted");
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use bytes::Bytes;
+    use flume_protocol::record;
+
+    use super::*;
+    use crate::config::BrokerConfig;
+    use crate::domain::{FetchFrom, FetchSpec};
+
+    fn config(dir: &Path) -> BrokerConfig {
+        let mut c = BrokerConfig::new(dir);
+        c.tick = Duration::from_millis(10);
+        c.index_interval_bytes = 64;
+        c
+    }
+
+    fn open(dir: &Path) -> Arc<Engine> {
+        Engine::open(config(dir)).unwrap()
+    }
+
+    fn create(e: &Engine, name: &str, partitions: u32) {
+        let tc = TopicConfig {
+            partitions,
+            segment_bytes: 1024,
+            ..TopicConfig::default()
+        };
+        e.create_topic(name, tc).unwrap();
+    }
+
+    fn one(value: &[u8], ts: i64) -> Bytes {
+        let mut b = Vec::new();
+        record::encode(&mut b, 0, ts, Some(b"k"), value, &[]);
+        Bytes::from(b)
+    }
+
+    fn append(
+        e: &Engine,
+        topic: &str,
+        partition: i32,
+        value: &[u8],
+        ts: i64,
+    ) -> Result<u64, ErrorCode> {
+        let p = e.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
+        let p = Arc::clone(p.partition(partition).ok_or(ErrorCode::UnknownPartition)?);
+        rt::block_on(p.append(one(value, ts), 1, ts))
+    }
+
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !cond() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn delete_while_readers_and_a_writer_run_never_tears_a_read_and_ends_in_unknown_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        for i in 0..200u32 {
+            append(
+                &e,
+                "t",
+                i32::try_from(i % 2).unwrap(),
+                format!("v{i:05}").as_bytes(),
+                1000,
+            )
+            .unwrap();
+        }
+        let parts: Vec<_> = e.topic("t").unwrap().partitions.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut readers = Vec::new();
+        for p in parts.clone() {
+            let stop = Arc::clone(&stop);
+            readers.push(std::thread::spawn(move || {
+                let mut reads = 0u64;
+                loop {
+                    match p.read_now(0, 1 << 20) {
+                        Ok(r) => {
+                            // Every read is whole records with intact CRCs.
+                            let recs = record::decode_all(&Bytes::from(r.records)).unwrap();
+                            assert!(!recs.is_empty());
+                            reads += 1;
+                        }
+                        Err(e) => {
+                            assert_eq!(e.code(), ErrorCode::UnknownTopic, "{e}");
+                            return reads;
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        return reads;
+                    }
+                }
+            }));
+        }
+        let writer = {
+            let p = Arc::clone(&parts[0]);
+            std::thread::spawn(move || loop {
+                match rt::block_on(p.append(one(b"late", 2000), 1, 2000)) {
+                    Ok(_) => {}
+                    Err(code) => {
+                        assert_eq!(code, ErrorCode::UnknownTopic);
+                        return;
+                    }
+                }
+            })
+        };
+        // A long poll waiting at the end of partition 1 is woken by the delete.
+        let waiting = {
+            let e = Arc::clone(&e);
+            let end = parts[1].offsets().log_end;
+            std::thread::spawn(move || {
+                let spec = FetchSpec {
+                    max_wait: Duration::from_secs(20),
+                    min_bytes: 1,
+                    max_bytes: 1 << 20,
+                    partitions: vec![FetchFrom {
+                        at: TopicPartition::new("t", 1),
+                        offset: end,
+                        max_bytes: 1 << 20,
+                    }],
+                };
+                let started = Instant::now();
+                let f = rt::block_on(e.fetch(&spec, None));
+                (f.partitions[0].error, started.elapsed())
+            })
+        };
+        wait_for("the writer to append", || parts[0].offsets().log_end > 110);
+        rt::block_on(e.commit_offsets(
+            crate::domain::Member {
+                group: "g",
+                member_id: "",
+                generation: -1,
+            },
+            &[
+                (TopicPartition::new("t", 0), 5),
+                (TopicPartition::new("t", 1), 7),
+            ],
+        ))
+        .unwrap();
+        rt::block_on(e.delete_topic("t")).unwrap();
+        writer.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+        let (code, took) = waiting.join().unwrap();
+        assert_eq!(code, ErrorCode::UnknownTopic);
+        assert!(
+            took < Duration::from_secs(15),
+            "the long poll was not woken: {took:?}"
+        );
+        // Gone: the map, the files, the committed offsets; requests get UNKNOWN_TOPIC.
+        assert!(e.topic("t").is_none());
+        assert_eq!(
+            parts[0].read_now(0, 100).unwrap_err().code(),
+            ErrorCode::UnknownTopic
+        );
+        assert!(!dir.path().join("t").exists());
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(TOMBSTONE_PREFIX))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(e.committed("g", "t", 0), None);
+        assert_eq!(
+            rt::block_on(e.delete_topic("t")).unwrap_err().code(),
+            ErrorCode::UnknownTopic
+        );
+        // The name can be used again, from offset 0, with no old commits.
+        create(&e, "t", 1);
+        assert_eq!(append(&e, "t", 0, b"new", 1).unwrap(), 0);
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        assert_eq!(e.topic("t").unwrap().partitions.len(), 1);
+        assert_eq!(e.committed("g", "t", 1), None);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn a_crash_between_the_rename_and_the_removal_leaves_a_tombstone_the_next_start_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "gone", 2);
+        create(&e, "kept", 1);
+        append(&e, "gone", 0, b"x", 1).unwrap();
+        rt::block_on(e.commit_offsets(
+            crate::domain::Member {
+                group: "g",
+                member_id: "",
+                generation: -1,
+            },
+            &[
+                (TopicPartition::new("gone", 0), 1),
+                (TopicPartition::new("kept", 0), 0),
+            ],
+        ))
+        .unwrap();
+        rt::block_on(e.shutdown());
+        drop(e);
+        // What a crash right after step 3 of a delete leaves: the renamed directory, offsets kept.
+        let tomb = dir.path().join(format!("{TOMBSTONE_PREFIX}123-gone"));
+        std::fs::rename(dir.path().join("gone"), &tomb).unwrap();
+        let e = open(dir.path());
+        assert!(e.topic("gone").is_none());
+        assert!(e.topic("kept").is_some());
+        assert!(!tomb.exists(), "the tombstone was not removed");
+        assert_eq!(e.committed("g", "gone", 0), None);
+        assert_eq!(e.committed("g", "kept", 0), Some(0));
+        rt::block_on(e.shutdown());
+        drop(e);
+        // A tombstone of a name that lives again (deleted, then created anew) keeps the new offsets.
+        let e = open(dir.path());
+        create(&e, "gone", 1);
+        rt::block_on(e.commit_offsets(
+            crate::domain::Member {
+                group: "g",
+                member_id: "",
+                generation: -1,
+            },
+            &[(TopicPartition::new("gone", 0), 0)],
+        ))
+        .unwrap();
+        rt::block_on(e.shutdown());
+        drop(e);
+        std::fs::create_dir(dir.path().join(format!("{TOMBSTONE_PREFIX}456-gone"))).unwrap();
+        let e = open(dir.path());
+        assert_eq!(e.committed("g", "gone", 0), Some(0));
+        assert_eq!(e.topic("gone").unwrap().partitions.len(), 1);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn alter_changes_retention_at_run_time_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 1);
+        let big = vec![b'x'; 200];
+        for _ in 0..40 {
+            append(&e, "t", 0, &big, 1).unwrap();
+        }
+        let p = Arc::clone(&e.topic("t").unwrap().partitions[0]);
+        rt::block_on(e.tick_now());
+        assert_eq!(p.start_offset(), 0, "no retention yet");
+        let tc = rt::block_on(e.alter_topic(
+            "t",
+            &TopicChanges {
+                retention_bytes: Some(Some(2048)),
+                segment_bytes: Some(2048),
+                ..TopicChanges::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(tc.retention_bytes, Some(2048));
+        assert_eq!(e.topic_config("t").unwrap().segment_bytes, 2048);
+        rt::block_on(e.tick_now());
+        assert!(p.start_offset() > 0, "retention did not run");
+        assert!(p.disk_usage().0 <= 2048 + 1024, "{:?}", p.disk_usage());
+        let bad = rt::block_on(e.alter_topic(
+            "t",
+            &TopicChanges {
+                segment_bytes: Some(10),
+                ..TopicChanges::default()
+            },
+        ))
+        .unwrap_err();
+        assert_eq!(bad.code(), ErrorCode::InvalidRequest);
+        assert_eq!(
+            rt::block_on(e.alter_topic("nope", &TopicChanges::default()))
+                .unwrap_err()
+                .code(),
+            ErrorCode::UnknownTopic
+        );
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        let tc = e.topic_config("t").unwrap();
+        assert_eq!((tc.retention_bytes, tc.segment_bytes), (Some(2048), 2048));
+        // Removing the limit.
+        let tc = rt::block_on(e.alter_topic(
+            "t",
+            &TopicChanges {
+                retention_bytes: Some(None),
+                ..TopicChanges::default()
+            },
+        ))
+        .unwrap();
+        assert_eq!(tc.retention_bytes, None);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn list_offsets_by_time_earliest_and_latest() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        for i in 0..50i64 {
+            append(&e, "t", 0, format!("v{i}").as_bytes(), 1_000 + i * 10).unwrap();
+        }
+        let q = |p: i32, spec| (TopicPartition::new("t", p), spec);
+        let found = rt::block_on(e.list_offsets(&[
+            q(0, OffsetSpec::Time(1_095)),
+            q(0, OffsetSpec::Time(1_100)),
+            q(0, OffsetSpec::Time(99_999)),
+            q(0, OffsetSpec::Earliest),
+            q(0, OffsetSpec::Latest),
+            q(1, OffsetSpec::Time(0)),
+            q(7, OffsetSpec::Time(0)),
+            (TopicPartition::new("nope", 0), OffsetSpec::Latest),
+        ]));
+        let got: Vec<_> = found
+            .iter()
+            .map(|f| (f.error, f.offset, f.timestamp))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (ErrorCode::None, 10, 1_100),
+                (ErrorCode::None, 10, 1_100),
+                (ErrorCode::None, 50, -1),
+                (ErrorCode::None, 0, -1),
+                (ErrorCode::None, 50, -1),
+                (ErrorCode::None, 0, -1),
+                (ErrorCode::UnknownPartition, -1, -1),
+                (ErrorCode::UnknownTopic, -1, -1),
+            ]
+        );
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn delete_group_only_when_empty_and_drops_its_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 1);
+        rt::block_on(e.commit_offsets(
+            crate::domain::Member {
+                group: "g",
+                member_id: "",
+                generation: -1,
+            },
+            &[(TopicPartition::new("t", 0), 0)],
+        ))
+        .unwrap();
+        rt::block_on(e.commit_offsets(
+            crate::domain::Member {
+                group: "h",
+                member_id: "",
+                generation: -1,
+            },
+            &[(TopicPartition::new("t", 0), 0)],
+        ))
+        .unwrap();
+        let joined = {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || {
+                rt::block_on(e.join_group(crate::domain::JoinSpec {
+                    group: "h".into(),
+                    member_id: String::new(),
+                    topics: vec!["t".into()],
+                    session_timeout: Duration::from_secs(30),
+                    rebalance_timeout: Duration::from_secs(1),
+                    assignor: crate::group::Assignor::Range,
+                }))
+            })
+        };
+        let member = joined.join().unwrap().unwrap();
+        assert_eq!(
+            rt::block_on(e.delete_group("h")),
+            Err(ErrorCode::GroupNotEmpty)
+        );
+        assert_eq!(e.committed("h", "t", 0), Some(0));
+        assert_eq!(rt::block_on(e.delete_group("g")), Ok(1));
+        assert_eq!(e.committed("g", "t", 0), None);
+        assert_eq!(
+            rt::block_on(e.delete_group("g")),
+            Err(ErrorCode::UnknownGroup)
+        );
+        assert_eq!(
+            rt::block_on(e.delete_group("__x")),
+            Err(ErrorCode::InvalidName)
+        );
+        e.leave_group("h", &member.member_id).unwrap();
+        assert_eq!(rt::block_on(e.delete_group("h")), Ok(1));
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        assert_eq!(e.committed("h", "t", 0), None);
+        rt::block_on(e.shutdown());
+    }
+}

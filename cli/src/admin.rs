@@ -1,0 +1,314 @@
+//! Admin commands beyond create/list/describe: `topics delete`, `topics
+//! alter`, `groups reset-offsets`, `groups delete`, and the time values
+//! `consume --from-time` and `groups reset-offsets --to` take.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
+use flume_client::{Admin, AlterTopicRequest, ErrorCode, ListOffsetsPartition, PartitionOffset};
+use flume_protocol::TopicSettings;
+
+use crate::commands::describe;
+
+/// A point in time as the CLI takes it: RFC 3339 (`2026-11-30T12:00:00Z`,
+/// with any offset), or milliseconds since the Unix epoch, bare or as `@<ms>`
+/// (kcat's notation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeArg(pub i64);
+
+impl FromStr for TimeArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let ms = s.strip_prefix('@').unwrap_or(s);
+        if let Ok(v) = ms.parse::<i64>() {
+            return if v >= 0 {
+                Ok(TimeArg(v))
+            } else {
+                Err(format!("{v} is before 1970: a time is milliseconds since the Unix epoch (0 or more) or RFC 3339"))
+            };
+        }
+        match chrono::DateTime::parse_from_rfc3339(s) {
+            Ok(t) if t.timestamp_millis() >= 0 => Ok(TimeArg(t.timestamp_millis())),
+            Ok(_) => Err(format!("{s} is before 1970")),
+            Err(e) => Err(format!(
+                "{s:?} is not a time ({e}): give RFC 3339 such as 2026-11-30T12:00:00Z, or milliseconds since the Unix epoch (as 1764504000000 or @1764504000000)"
+            )),
+        }
+    }
+}
+
+/// Where `groups reset-offsets --to` moves a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetTo {
+    /// Each partition's log start.
+    Earliest,
+    /// Each partition's log end.
+    Latest,
+    /// This offset (brought into each partition's stored range).
+    Offset(i64),
+    /// The first offset at or after this time (ms).
+    Time(i64),
+}
+
+impl FromStr for ResetTo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "earliest" => return Ok(ResetTo::Earliest),
+            "latest" => return Ok(ResetTo::Latest),
+            _ => {}
+        }
+        if let Ok(o) = s.parse::<i64>() {
+            return if o >= 0 {
+                Ok(ResetTo::Offset(o))
+            } else {
+                Err(format!("offset {o} is negative"))
+            };
+        }
+        if s.starts_with('@') || s.contains('T') {
+            return TimeArg::from_str(s).map(|t| ResetTo::Time(t.0));
+        }
+        Err(format!(
+            "{s:?}: --to takes earliest, latest, an offset (a number), or a time (RFC 3339 such as 2026-11-30T12:00:00Z, or @<ms since the epoch>)"
+        ))
+    }
+}
+
+/// A retention setting: a number, or `none` for no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit(pub Option<u64>);
+
+impl FromStr for Limit {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "none" {
+            return Ok(Limit(None));
+        }
+        match s.parse::<i64>() {
+            Ok(v) if v >= 1 => Ok(Limit(Some(v.unsigned_abs()))),
+            Ok(v) => Err(format!(
+                "{v} is not 1 or more (use `none` to remove the limit)"
+            )),
+            Err(_) => Err(format!("{s:?} is not a number or `none`")),
+        }
+    }
+}
+
+fn settings_line(s: &TopicSettings) -> String {
+    let limit = |v: i64| {
+        if v < 0 {
+            "none".to_owned()
+        } else {
+            v.to_string()
+        }
+    };
+    format!(
+        "partitions={} retention.ms={} retention.bytes={} segment.bytes={} max.pending={} backpressure={}",
+        s.partitions,
+        limit(s.retention_ms),
+        limit(s.retention_bytes),
+        s.segment_bytes,
+        s.max_pending,
+        if s.backpressure == 1 { "reject" } else { "block" }
+    )
+}
+
+async fn connect(addr: &str) -> Result<Admin> {
+    Admin::connect(addr)
+        .await
+        .context("cannot reach the broker")
+}
+
+/// `topics describe`'s settings line.
+pub async fn settings(admin: &Admin, name: &str) -> Result<String> {
+    Ok(settings_line(
+        &admin.topic_settings(name).await.map_err(describe)?,
+    ))
+}
+
+/// `topics delete`.
+pub async fn delete_topic(addr: &str, name: &str) -> Result<()> {
+    let admin = connect(addr).await?;
+    match admin.delete_topic(name).await {
+        Ok(()) => {
+            println!("deleted topic {name}");
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
+        Err(e) => Err(describe(e)),
+    }
+}
+
+/// `topics alter`.
+pub async fn alter_topic(
+    addr: &str,
+    name: &str,
+    retention_ms: Option<Limit>,
+    retention_bytes: Option<Limit>,
+    segment_bytes: Option<u64>,
+) -> Result<()> {
+    let admin = connect(addr).await?;
+    let wire = |l: Option<Limit>| match l {
+        None => -1,
+        Some(Limit(None)) => 0,
+        Some(Limit(Some(v))) => i64::try_from(v).unwrap_or(i64::MAX),
+    };
+    let req = AlterTopicRequest {
+        name: name.to_owned(),
+        retention_ms: wire(retention_ms),
+        retention_bytes: wire(retention_bytes),
+        segment_bytes: segment_bytes.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX)),
+    };
+    match admin.alter_topic(req).await {
+        Ok(s) => {
+            println!("altered topic {name}: {}", settings_line(&s));
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
+        Err(e) => Err(describe(e)),
+    }
+}
+
+/// `groups delete`.
+pub async fn delete_group(addr: &str, group: &str) -> Result<()> {
+    let admin = connect(addr).await?;
+    match admin.delete_group(group).await {
+        Ok(n) => {
+            println!("deleted group {group} ({n} committed offsets dropped)");
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::GroupNotEmpty) => bail!(
+            "group {group} has active members: stop its consumers (or wait until they leave) before deleting it"
+        ),
+        Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {
+            bail!("group {group} does not exist (no members and no committed offsets)")
+        }
+        Err(e) => Err(describe(e)),
+    }
+}
+
+/// `groups reset-offsets`.
+pub async fn reset_offsets(
+    addr: &str,
+    group: &str,
+    topic: &str,
+    to: ResetTo,
+    dry_run: bool,
+) -> Result<()> {
+    let admin = connect(addr).await?;
+    let meta = admin
+        .topics(&[topic.to_owned()])
+        .await
+        .map_err(describe)?
+        .into_iter()
+        .next()
+        .filter(|t| t.error.is_ok())
+        .ok_or_else(|| anyhow::anyhow!("topic {topic} does not exist"))?;
+    let by_time: HashMap<i32, i64> = match to {
+        ResetTo::Time(ts) => {
+            let found = admin
+                .list_offsets(
+                    meta.partitions
+                        .iter()
+                        .map(|p| ListOffsetsPartition {
+                            topic: topic.to_owned(),
+                            partition: p.partition,
+                            timestamp: ts,
+                        })
+                        .collect(),
+                )
+                .await
+                .map_err(describe)?;
+            let mut m = HashMap::new();
+            for f in found {
+                if !f.error.is_ok() {
+                    bail!(
+                        "looking up partition {} of {topic} by time failed: {}",
+                        f.partition,
+                        f.error
+                    );
+                }
+                m.insert(f.partition, f.offset);
+            }
+            m
+        }
+        _ => HashMap::new(),
+    };
+    let current: HashMap<i32, i64> = admin
+        .group_offsets(group, &[topic.to_owned()])
+        .await
+        .map_err(describe)?
+        .into_iter()
+        .filter(|p| p.error.is_ok())
+        .map(|p| (p.partition, p.committed))
+        .collect();
+    let mut plan = Vec::new();
+    for p in &meta.partitions {
+        let (new, note) = match to {
+            ResetTo::Earliest => (p.log_start, ""),
+            ResetTo::Latest => (p.log_end, ""),
+            ResetTo::Offset(o) if o < p.log_start => {
+                (p.log_start, "  (below the log start: moved up to it)")
+            }
+            ResetTo::Offset(o) if o > p.log_end => {
+                (p.log_end, "  (past the log end: moved down to it)")
+            }
+            ResetTo::Offset(o) => (o, ""),
+            ResetTo::Time(_) => match by_time.get(&p.partition) {
+                Some(&o) if o >= p.log_end => {
+                    (o, "  (no record at or after the time: the log end)")
+                }
+                Some(&o) => (o, ""),
+                None => bail!("no answer for partition {} of {topic}", p.partition),
+            },
+        };
+        plan.push((p.partition, new, note));
+    }
+    // The membership check: a commit outside membership is refused while the group has members.
+    let empty = match admin.check_group_empty(group).await {
+        Ok(()) => true,
+        Err(e) if e.code() == Some(ErrorCode::RebalanceInProgress) => false,
+        Err(e) => return Err(describe(e)),
+    };
+    if !empty && !dry_run {
+        bail!("group {group} has active members: its offsets can be reset only while it has none (as Kafka requires); stop its consumers first, or see the plan with --dry-run");
+    }
+    println!(
+        "{:<24} {:>9} {:>12} {:>12}",
+        "TOPIC", "PARTITION", "CURRENT", "NEW"
+    );
+    for (partition, new, note) in &plan {
+        let cur = match current.get(partition) {
+            Some(c) if *c >= 0 => c.to_string(),
+            _ => "-".to_owned(),
+        };
+        println!("{topic:<24} {partition:>9} {cur:>12} {new:>12}{note}");
+    }
+    if dry_run {
+        if empty {
+            println!("dry run: nothing committed (group {group} has no members, so the reset would be allowed)");
+        } else {
+            println!("dry run: nothing committed (group {group} has active members: a reset would be refused until they leave)");
+        }
+        return Ok(());
+    }
+    let offsets = plan
+        .iter()
+        .map(|(partition, new, _)| PartitionOffset {
+            topic: topic.to_owned(),
+            partition: *partition,
+            offset: *new,
+        })
+        .collect();
+    match admin.commit(group, offsets).await {
+        Ok(()) => {
+            println!("reset group {group} on {topic}: {} partitions", plan.len());
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::RebalanceInProgress) => bail!(
+            "group {group} gained members while resetting: nothing was committed; stop its consumers first"
+        ),
+        Err(e) => Err(describe(e)),
+    }
+}

@@ -1,0 +1,87 @@
+//! The Kafka listener's admin APIs with an independent Kafka client
+//! (rskafka): ListOffsets by timestamp and DeleteTopics, with the engine's
+//! effects checked through the Flume side.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use flume_broker::Broker;
+use rskafka::client::partition::{Compression, OffsetAt, UnknownTopicHandling};
+use rskafka::client::ClientBuilder;
+use rskafka::record::Record;
+
+fn start(dir: &std::path::Path) -> Broker {
+    let mut c = common::config(dir);
+    c.kafka_listen = Some("127.0.0.1:0".into());
+    c.read_timeout = Duration::from_secs(1);
+    flume_rt::block_on(Broker::start(c)).expect("broker starts")
+}
+
+fn at(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).expect("valid timestamp")
+}
+
+fn record(ts: i64) -> Record {
+    Record {
+        key: None,
+        value: Some(format!("at {ts}").into_bytes()),
+        headers: BTreeMap::new(),
+        timestamp: at(ts),
+    }
+}
+
+#[test]
+fn list_offsets_by_timestamp_and_delete_topics() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let broker = start(dir.path());
+    let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = ClientBuilder::new(vec![kafka.clone()]).build().await?;
+        let controller = client.controller_client()?;
+        controller.create_topic("kt", 1, 1, 5_000).await?;
+        let pc = client
+            .partition_client("kt", 0, UnknownTopicHandling::Error)
+            .await?;
+        // Timestamps out of order, as several producers' clocks give them.
+        let batch = [1_000, 3_000, 2_000, 4_000].map(record).to_vec();
+        pc.produce(batch, Compression::NoCompression).await?;
+        for (ts, want) in [
+            (0, 0),
+            (1_000, 0),
+            (1_001, 1),
+            (2_500, 1),
+            (3_001, 3),
+            (4_000, 3),
+        ] {
+            assert_eq!(
+                pc.get_offset(OffsetAt::Timestamp(at(ts))).await?,
+                want,
+                "time {ts}"
+            );
+        }
+        // No record that recent: -1, as Kafka answers.
+        assert_eq!(pc.get_offset(OffsetAt::Timestamp(at(9_000))).await?, -1);
+        assert_eq!(pc.get_offset(OffsetAt::Earliest).await?, 0);
+        assert_eq!(pc.get_offset(OffsetAt::Latest).await?, 4);
+
+        controller.delete_topic("kt", 5_000).await?;
+        let topics = client.list_topics().await?;
+        assert!(topics.iter().all(|t| t.name != "kt"), "{topics:?}");
+        assert!(
+            controller.delete_topic("kt", 5_000).await.is_err(),
+            "a second delete is an error"
+        );
+        anyhow::Ok(())
+    })?;
+    assert!(broker.engine().topic("kt").is_none());
+    assert!(!dir.path().join("kt").exists());
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
