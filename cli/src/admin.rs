@@ -312,3 +312,111 @@ pub async fn reset_offsets(
         Err(e) => Err(describe(e)),
     }
 }
+
+/// `groups list`.
+pub async fn list_groups(addr: &str, states: &[String]) -> Result<()> {
+    let admin = connect(addr).await?;
+    let states: Vec<&str> = states.iter().map(String::as_str).collect();
+    let groups = admin.list_groups(&states).await.map_err(describe)?;
+    println!("{:<32} {:<20} TYPE", "GROUP", "STATE");
+    for g in groups {
+        let kind = if g.protocol_type.is_empty() {
+            "-"
+        } else {
+            g.protocol_type.as_str()
+        };
+        println!("{:<32} {:<20} {kind}", g.group, g.state);
+    }
+    Ok(())
+}
+
+/// `groups describe`.
+pub async fn describe_group(addr: &str, group: &str) -> Result<()> {
+    let admin = connect(addr).await?;
+    let d = match admin.describe_group(group).await {
+        Ok(d) => d,
+        Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {
+            bail!("group {group} does not exist (no members and no committed offsets)")
+        }
+        Err(e) => return Err(describe(e)),
+    };
+    let or_dash = |s: &str| {
+        if s.is_empty() {
+            "-".to_owned()
+        } else {
+            s.to_owned()
+        }
+    };
+    println!(
+        "group {}: state {}, generation {}, protocol {} ({}), {} member(s), leader {}",
+        d.group,
+        d.state,
+        d.generation,
+        or_dash(&d.protocol),
+        or_dash(&d.protocol_type),
+        d.members.len(),
+        or_dash(&d.leader_id)
+    );
+    let mut owner = std::collections::HashMap::new();
+    if !d.members.is_empty() {
+        println!();
+        println!(
+            "{:<40} {:<20} {:<16} PARTITIONS",
+            "MEMBER", "CLIENT-ID", "HOST"
+        );
+        for m in &d.members {
+            let parts: Vec<String> = m
+                .assignment
+                .iter()
+                .map(|a| {
+                    let ps: Vec<String> = a.partitions.iter().map(i32::to_string).collect();
+                    format!("{}:{}", a.topic, ps.join(","))
+                })
+                .collect();
+            for a in &m.assignment {
+                for p in &a.partitions {
+                    owner.insert((a.topic.clone(), *p), m.member_id.clone());
+                }
+            }
+            println!(
+                "{:<40} {:<20} {:<16} {}",
+                m.member_id,
+                or_dash(&m.client_id),
+                or_dash(&m.client_host),
+                if parts.is_empty() {
+                    "-".to_owned()
+                } else {
+                    parts.join(" ")
+                }
+            );
+        }
+    }
+    println!();
+    if d.offsets.is_empty() {
+        println!("no committed offsets");
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:>9} {:>12} {:>12} {:>10}  OWNER",
+        "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"
+    );
+    for o in &d.offsets {
+        let (end, lag) = if o.log_end < 0 {
+            ("-".to_owned(), "-".to_owned())
+        } else {
+            (
+                o.log_end.to_string(),
+                (o.log_end - o.committed).max(0).to_string(),
+            )
+        };
+        let who = owner
+            .get(&(o.topic.clone(), o.partition))
+            .cloned()
+            .unwrap_or_else(|| "-".to_owned());
+        println!(
+            "{:<24} {:>9} {:>12} {:>12} {:>10}  {who}",
+            o.topic, o.partition, o.committed, end, lag
+        );
+    }
+    Ok(())
+}

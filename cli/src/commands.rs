@@ -273,6 +273,23 @@ pub enum GroupsCommand {
         #[command(flatten)]
         broker: BrokerAddr,
     },
+    /// Every group (Flume's and Kafka clients'), with its state.
+    List {
+        /// Only groups in these states (Empty, PreparingRebalance,
+        /// CompletingRebalance, Stable); repeatable.
+        #[arg(long = "state", value_parser = ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable"])]
+        states: Vec<String>,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
+    /// A group's state, generation, members and the partitions each owns, and
+    /// its committed offset, end and lag per partition.
+    Describe {
+        /// Group.
+        group: String,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
     /// Delete a group with no members: drops its committed offsets on every topic.
     Delete {
         /// Group.
@@ -510,6 +527,12 @@ async fn groups(cmd: GroupsCommand) -> Result<()> {
         } => return crate::admin::reset_offsets(&broker.addr, &group, &topic, to, dry_run).await,
         GroupsCommand::Delete { group, broker } => {
             return crate::admin::delete_group(&broker.addr, &group).await
+        }
+        GroupsCommand::List { states, broker } => {
+            return crate::admin::list_groups(&broker.addr, &states).await
+        }
+        GroupsCommand::Describe { group, broker } => {
+            return crate::admin::describe_group(&broker.addr, &group).await
         }
     };
     let admin = Admin::connect(&broker.addr)

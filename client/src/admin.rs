@@ -5,9 +5,10 @@ use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::{
     AlterTopicRequest, CreateTopicRequest, DeleteGroupRequest, DeleteTopicRequest,
-    DescribeTopicConfigRequest, ListOffsetsPartition, ListOffsetsRequest, ListedOffset,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
-    PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings,
+    DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest, GroupListing,
+    ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest, ListedOffset, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest, PartitionOffset, TopicMetadata,
+    TopicPartitions, TopicSettings,
 };
 
 /// Administrative calls: create, describe, alter and delete topics, look up
@@ -210,6 +211,37 @@ impl Admin {
             })
             .await
             .map(|r| r.offsets_dropped)
+            .map_err(|e| with_context(e, group))
+    }
+
+    /// Every group the broker knows (with members, or with committed
+    /// offsets only), sorted by id; with `states` non-empty, only those in
+    /// one of them (Kafka's names: `Empty`, `PreparingRebalance`,
+    /// `CompletingRebalance`, `Stable`). Kafka clients' groups are listed too.
+    ///
+    /// # Errors
+    /// Connection failures.
+    pub async fn list_groups(&self, states: &[&str]) -> Result<Vec<GroupListing>> {
+        self.client
+            .call(&ListGroupsRequest {
+                states_filter: states.iter().map(|s| (*s).to_owned()).collect(),
+            })
+            .await
+            .map(|r| r.groups)
+    }
+
+    /// A group's state, generation, members with their partitions, and
+    /// committed offsets beside each partition's log end (lag is
+    /// `log_end - committed`).
+    ///
+    /// # Errors
+    /// UNKNOWN_GROUP (neither members nor committed offsets); connection failures.
+    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
+        self.client
+            .call(&DescribeGroupRequest {
+                group: group.to_owned(),
+            })
+            .await
             .map_err(|e| with_context(e, group))
     }
 }

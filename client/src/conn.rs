@@ -745,6 +745,8 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DescribeTopicConfig => "DESCRIBE_TOPIC_CONFIG",
         ListOffsets => "LIST_OFFSETS",
         DeleteGroup => "DELETE_GROUP",
+        ListGroups => "LIST_GROUPS",
+        DescribeGroup => "DESCRIBE_GROUP",
     }
 }
 

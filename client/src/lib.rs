@@ -64,9 +64,10 @@ pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMet
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use protocol::{
-    AlterTopicRequest, CreateTopicRequest, ErrorCode, Header, ListOffsetsPartition, ListedOffset,
-    OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata, TopicSettings,
-    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    AlterTopicRequest, CreateTopicRequest, DescribeGroupResponse, ErrorCode, GroupListing,
+    GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset,
+    OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata,
+    TopicPartitions, TopicSettings, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
 
 /// The request-level client the SDK types are built on.

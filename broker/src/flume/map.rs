@@ -388,3 +388,66 @@ mod tests {
         assert!(decode_join(&trailing, 5).is_err());
     }
 }
+
+/// LIST_GROUPS: the engine's groups, those in `states` (every one when empty).
+pub fn group_listings(
+    groups: Vec<crate::domain::GroupListing>,
+    states: &[String],
+) -> flume_protocol::ListGroupsResponse {
+    flume_protocol::ListGroupsResponse {
+        groups: groups
+            .into_iter()
+            .filter(|g| states.is_empty() || states.iter().any(|s| s == g.phase.as_str()))
+            .map(|g| flume_protocol::GroupListing {
+                group: g.group,
+                state: g.phase.as_str().to_owned(),
+                protocol_type: g.protocol_type,
+            })
+            .collect(),
+    }
+}
+
+/// DESCRIBE_GROUP: a group's description with its committed offsets, each
+/// beside its partition's log end (`end_of` answers -1 for a partition gone).
+pub fn group_description(
+    d: crate::domain::GroupDescription,
+    committed: Vec<(String, i32, i64)>,
+    end_of: &dyn Fn(&str, i32) -> i64,
+) -> flume_protocol::DescribeGroupResponse {
+    flume_protocol::DescribeGroupResponse {
+        group: d.group,
+        state: d.phase.as_str().to_owned(),
+        protocol_type: d.protocol_type,
+        protocol: d.protocol,
+        generation: d.generation,
+        leader_id: d.leader_id,
+        members: d
+            .members
+            .into_iter()
+            .map(|m| flume_protocol::GroupMemberInfo {
+                member_id: m.member_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                assignment: m
+                    .assignment
+                    .into_iter()
+                    .map(|a| TopicPartitions {
+                        topic: a.topic,
+                        partitions: a.partitions,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        offsets: committed
+            .into_iter()
+            .map(
+                |(topic, partition, committed)| flume_protocol::GroupOffsetInfo {
+                    log_end: end_of(&topic, partition),
+                    topic,
+                    partition,
+                    committed,
+                },
+            )
+            .collect(),
+    }
+}

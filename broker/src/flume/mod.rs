@@ -261,6 +261,33 @@ async fn admit_request(
             }
             Err(f) => f,
         },
+        ApiKey::ListGroups => match decode::<flume_protocol::ListGroupsRequest>(id, payload) {
+            Ok(req) => ready(
+                id,
+                Ok(map::group_listings(
+                    engine.list_groups(),
+                    &req.states_filter,
+                )),
+            ),
+            Err(f) => f,
+        },
+        ApiKey::DescribeGroup => {
+            match decode::<flume_protocol::DescribeGroupRequest>(id, payload) {
+                Ok(req) => {
+                    let described = engine.describe_group(&req.group).map(|d| {
+                        let end_of = |topic: &str, partition: i32| {
+                            engine
+                                .topic(topic)
+                                .and_then(|t| t.partition(partition).map(|p| p.end_offset()))
+                                .map_or(-1, |e| i64::try_from(e).unwrap_or(i64::MAX))
+                        };
+                        map::group_description(d, engine.committed_for_group(&req.group), &end_of)
+                    });
+                    ready(id, described.ok_or(ErrorCode::UnknownGroup))
+                }
+                Err(f) => f,
+            }
+        }
     }
 }
 

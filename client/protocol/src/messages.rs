@@ -46,6 +46,10 @@ pub enum ApiKey {
     ListOffsets = 12,
     /// Extension: delete an empty group's committed offsets.
     DeleteGroup = 13,
+    /// Extension: every group, with its state.
+    ListGroups = 14,
+    /// Extension: one group's state, members, assignment and committed offsets.
+    DescribeGroup = 15,
 }
 
 impl ApiKey {
@@ -66,6 +70,8 @@ impl ApiKey {
             11 => ApiKey::DescribeTopicConfig,
             12 => ApiKey::ListOffsets,
             13 => ApiKey::DeleteGroup,
+            14 => ApiKey::ListGroups,
+            15 => ApiKey::DescribeGroup,
             _ => return None,
         })
     }
@@ -727,6 +733,96 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- LIST_GROUPS, DESCRIBE_GROUP (keys 14, 15)
+
+message! {
+    /// LIST_GROUPS request (extension): `[states_filter [string]]`: only
+    /// groups in one of these states (Kafka's names: Empty,
+    /// PreparingRebalance, CompletingRebalance, Stable); empty for every group.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ListGroupsRequest {
+        /// States to list; empty for all.
+        pub states_filter: Vec<String>,
+    }
+
+    /// One listed group.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct GroupListing {
+        /// Group id.
+        pub group: String,
+        /// Its state (Kafka's names).
+        pub state: String,
+        /// "flume" for groups the broker assigns, "consumer" (or another
+        /// protocol type) for Kafka clients' groups, empty for a group known
+        /// only by its committed offsets.
+        pub protocol_type: String,
+    }
+
+    /// LIST_GROUPS response: `[count i32] count * ([group][state][protocol_type])`, sorted by group.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ListGroupsResponse {
+        /// The groups.
+        pub groups: Vec<GroupListing>,
+    }
+
+    /// DESCRIBE_GROUP request (extension): `[group]`. UNKNOWN_GROUP when the
+    /// group has neither members nor committed offsets.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DescribeGroupRequest {
+        /// Group id.
+        pub group: String,
+    }
+
+    /// One member of a described group.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct GroupMemberInfo {
+        /// Member id.
+        pub member_id: String,
+        /// Client id (Kafka clients; empty for Flume's).
+        pub client_id: String,
+        /// Where the member connects from (Kafka clients; empty for Flume's).
+        pub client_host: String,
+        /// The member's partitions in the current generation.
+        pub assignment: Vec<TopicPartitions>,
+    }
+
+    /// One committed offset of a described group, with the partition's end.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct GroupOffsetInfo {
+        /// Topic.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Committed offset.
+        pub committed: i64,
+        /// The partition's log end (-1 if the topic is gone); lag is
+        /// `log_end - committed`.
+        pub log_end: i64,
+    }
+
+    /// DESCRIBE_GROUP response: `[group][state][protocol_type][protocol]
+    /// [generation i32][leader][members][offsets]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DescribeGroupResponse {
+        /// Group id.
+        pub group: String,
+        /// Its state (Kafka's names).
+        pub state: String,
+        /// As in [`GroupListing::protocol_type`].
+        pub protocol_type: String,
+        /// The assignor (broker-assigned) or the chosen protocol (Kafka clients).
+        pub protocol: String,
+        /// The generation (0 before the first).
+        pub generation: i32,
+        /// The leader's member id (empty without members).
+        pub leader_id: String,
+        /// Members, sorted by id.
+        pub members: Vec<GroupMemberInfo>,
+        /// Every committed offset, sorted by topic and partition.
+        pub offsets: Vec<GroupOffsetInfo>,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -744,4 +840,6 @@ requests! {
     DescribeTopicConfigRequest => TopicSettings: DescribeTopicConfig,
     ListOffsetsRequest => ListOffsetsResponse: ListOffsets,
     DeleteGroupRequest => DeleteGroupResponse: DeleteGroup,
+    ListGroupsRequest => ListGroupsResponse: ListGroups,
+    DescribeGroupRequest => DescribeGroupResponse: DescribeGroup,
 }

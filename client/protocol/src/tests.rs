@@ -675,7 +675,69 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<OffsetFetchPartition>(bytes)?;
     survives::<TopicMetadata>(bytes)?;
     survives::<PartitionMetadata>(bytes)?;
+    // Extensions 9-15.
+    survives::<DeleteTopicRequest>(bytes)?;
+    survives::<AlterTopicRequest>(bytes)?;
+    survives::<DescribeTopicConfigRequest>(bytes)?;
+    survives::<TopicSettings>(bytes)?;
+    survives::<ListOffsetsRequest>(bytes)?;
+    survives::<ListOffsetsResponse>(bytes)?;
+    survives::<DeleteGroupRequest>(bytes)?;
+    survives::<DeleteGroupResponse>(bytes)?;
+    survives::<ListGroupsRequest>(bytes)?;
+    survives::<ListGroupsResponse>(bytes)?;
+    survives::<DescribeGroupRequest>(bytes)?;
+    survives::<DescribeGroupResponse>(bytes)?;
     survives::<Span>(bytes)
+}
+
+#[test]
+fn group_listing_and_description_round_trip() {
+    let list = ListGroupsResponse {
+        groups: vec![GroupListing {
+            group: "g".into(),
+            state: "Stable".into(),
+            protocol_type: "consumer".into(),
+        }],
+    };
+    let mut buf = Vec::new();
+    list.encode(&mut buf);
+    assert_eq!(ListGroupsResponse::decode_exact(&buf).unwrap(), list);
+    let described = DescribeGroupResponse {
+        group: "g".into(),
+        state: "Stable".into(),
+        protocol_type: "flume".into(),
+        protocol: "range".into(),
+        generation: 3,
+        leader_id: "m1".into(),
+        members: vec![GroupMemberInfo {
+            member_id: "m1".into(),
+            client_id: String::new(),
+            client_host: String::new(),
+            assignment: vec![TopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0, 2],
+            }],
+        }],
+        offsets: vec![GroupOffsetInfo {
+            topic: "t".into(),
+            partition: 2,
+            committed: 5,
+            log_end: 9,
+        }],
+    };
+    let mut buf = Vec::new();
+    described.encode(&mut buf);
+    assert_eq!(
+        DescribeGroupResponse::decode_exact(&buf).unwrap(),
+        described
+    );
+    let req = ListGroupsRequest {
+        states_filter: vec!["Empty".into()],
+    };
+    let mut buf = Vec::new();
+    req.encode(&mut buf);
+    assert_eq!(buf, [0, 0, 0, 1, 0, 5, b'E', b'm', b'p', b't', b'y']);
 }
 
 proptest! {
