@@ -34,17 +34,22 @@ use crate::domain::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Assignor {
     /// Per topic, consecutive ranges of partitions to members sorted by id.
-    #[default]
     Range,
     /// Every (topic, partition), sorted, dealt to members in turn.
     RoundRobin,
+    /// Balanced like range, but a member keeps its partitions across
+    /// rebalances where it can: when one member leaves only its partitions
+    /// (and few others) move (see `sticky_topic`). The default.
+    #[default]
+    Sticky,
 }
 
 impl Assignor {
-    /// Parses the JOIN_GROUP assignor string ("" means range).
+    /// Parses the JOIN_GROUP assignor string ("" means sticky, the default).
     pub fn parse(s: &str) -> Option<Self> {
         match s {
-            "" | "range" => Some(Assignor::Range),
+            "" | "sticky" => Some(Assignor::Sticky),
+            "range" => Some(Assignor::Range),
             "roundrobin" => Some(Assignor::RoundRobin),
             _ => None,
         }
@@ -102,6 +107,20 @@ pub fn assign(
                 }
             }
         }
+        Assignor::Sticky => {
+            for topic in topics {
+                let members: Vec<&str> = subs
+                    .iter()
+                    .filter(|s| s.topics.iter().any(|t| t == topic))
+                    .map(|s| s.member.as_str())
+                    .collect();
+                for (member, parts) in sticky_topic(topic, &members, partitions_of(topic)) {
+                    if let Some(a) = out.get_mut(member) {
+                        a.insert(topic.to_owned(), parts);
+                    }
+                }
+            }
+        }
         Assignor::RoundRobin => {
             let mut members: Vec<&Subscription> = subs.iter().collect();
             members.sort_unstable_by(|a, b| a.member.cmp(&b.member));
@@ -123,6 +142,98 @@ pub fn assign(
                 }
             }
         }
+    }
+    out
+}
+
+/// A 64-bit score of `parts` (FNV-1a, then a finalizer so nearby inputs
+/// spread): the same on every broker and every run.
+fn score(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.iter().chain(std::iter::once(&0xff)) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// The sticky assignor for one topic: rendezvous (highest-random-weight)
+/// hashing with bounded loads. Each partition prefers the member with the
+/// highest `score(topic, partition, member)`; every member takes `n / m` or
+/// one more (the extra ones go to the members with the highest
+/// `score(topic, member)`); a member above its share gives up the partitions
+/// it prefers least, each to the next member in that partition's order with
+/// room. A partition's preferences do not depend on the other members, so
+/// when a member leaves, the others keep what they had (only the leaver's
+/// partitions, and the few a change of the shares moves, go elsewhere), and
+/// a member that joins takes about its share, from everyone. The coordinator
+/// needs no memory of the previous assignment for this.
+fn sticky_topic<'a>(topic: &str, members: &[&'a str], n: u32) -> BTreeMap<&'a str, Vec<i32>> {
+    let mut members: Vec<&'a str> = members.to_vec();
+    members.sort_unstable();
+    members.dedup();
+    let mut out: BTreeMap<&'a str, Vec<i32>> = members.iter().map(|m| (*m, Vec::new())).collect();
+    let m = members.len();
+    if m == 0 {
+        return out;
+    }
+    let n_us = n as usize;
+    let (base, extra) = (n_us / m, n_us % m);
+    let mut by_extra: Vec<usize> = (0..m).collect();
+    by_extra.sort_unstable_by_key(|&i| {
+        (
+            std::cmp::Reverse(score(&[topic.as_bytes(), members[i].as_bytes()])),
+            members[i],
+        )
+    });
+    let mut cap = vec![base; m];
+    for &i in by_extra.iter().take(extra) {
+        cap[i] += 1;
+    }
+    let pscore = |p: u32, i: usize| {
+        (
+            score(&[topic.as_bytes(), &p.to_be_bytes(), members[i].as_bytes()]),
+            std::cmp::Reverse(members[i]),
+        )
+    };
+    // 1. Every partition to its favourite member.
+    let mut owned: Vec<Vec<u32>> = vec![Vec::new(); m];
+    for p in 0..n {
+        if let Some(best) = (0..m).max_by_key(|&i| pscore(p, i)) {
+            owned[best].push(p);
+        }
+    }
+    // 2. Members above their share give up what they prefer least.
+    let mut released = Vec::new();
+    for (i, parts) in owned.iter_mut().enumerate() {
+        if parts.len() > cap[i] {
+            parts.sort_unstable_by_key(|&p| std::cmp::Reverse(pscore(p, i)));
+            released.extend(parts.drain(cap[i]..));
+        }
+    }
+    // 3. Each released partition to its most preferred member with room.
+    released.sort_unstable();
+    for p in released {
+        let taker = (0..m)
+            .filter(|&i| owned[i].len() < cap[i])
+            .max_by_key(|&i| pscore(p, i));
+        if let Some(i) = taker {
+            owned[i].push(p);
+        }
+    }
+    for (i, parts) in owned.into_iter().enumerate() {
+        let mut parts: Vec<i32> = parts
+            .into_iter()
+            .filter_map(|p| i32::try_from(p).ok())
+            .collect();
+        parts.sort_unstable();
+        out.insert(members[i], parts);
     }
     out
 }

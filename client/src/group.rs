@@ -162,7 +162,8 @@ impl GroupConsumerBuilder {
         self.start = s;
         self
     }
-    /// `"range"` (default) or `"roundrobin"`.
+    /// `"sticky"` (the broker's default: members keep their partitions across
+    /// rebalances where they can), `"range"` or `"roundrobin"`.
     pub fn assignor(mut self, a: &str) -> Self {
         a.clone_into(&mut self.assignor);
         self

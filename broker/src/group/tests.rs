@@ -262,3 +262,108 @@ fn groups_and_members_per_group_are_capped() {
     c.tick(1_000_000, &six);
     assert_eq!(ok(c.join("g3", capped(""), 1_000_001, 6, &six)).len(), 1);
 }
+
+// ------------------------------------------------------------ the sticky assignor
+
+fn subs_of(members: &[&str], topics: &[&str]) -> Vec<Subscription> {
+    members
+        .iter()
+        .map(|m| Subscription {
+            member: (*m).into(),
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+        })
+        .collect()
+}
+
+type Owners = BTreeMap<(String, i32), String>;
+
+fn owners(a: &BTreeMap<String, BTreeMap<String, Vec<i32>>>) -> Owners {
+    let mut o = BTreeMap::new();
+    for (member, topics) in a {
+        for (topic, parts) in topics {
+            for p in parts {
+                assert!(
+                    o.insert((topic.clone(), *p), member.clone()).is_none(),
+                    "{topic}/{p} assigned twice"
+                );
+            }
+        }
+    }
+    o
+}
+
+/// Partitions whose owner changed although the owner is still a member.
+fn moved(before: &Owners, after: &Owners) -> usize {
+    before
+        .iter()
+        .filter(|(tp, m)| after.values().any(|x| x == *m) && after.get(*tp) != Some(*m))
+        .count()
+}
+
+#[test]
+fn sticky_is_complete_balanced_and_independent_of_member_order() {
+    for n in [0u32, 1, 2, 5, 7, 12, 64, 100] {
+        for m in 1..=7usize {
+            let names: Vec<String> = (0..m).map(|i| format!("member-{i}")).collect();
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let subs = subs_of(&refs, &["x", "y"]);
+            let parts = |t: &str| if t == "x" { n } else { 3 };
+            let a = assign(Assignor::Sticky, &subs, &parts);
+            let o = owners(&a);
+            assert_eq!(o.len(), n as usize + 3, "n={n} m={m}");
+            for topic in ["x", "y"] {
+                let loads: Vec<usize> = a.values().map(|t| t[topic].len()).collect();
+                let (lo, hi) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+                assert!(hi - lo <= 1, "n={n} m={m} {topic}: {loads:?}");
+            }
+            let mut reversed = subs.clone();
+            reversed.reverse();
+            assert_eq!(assign(Assignor::Sticky, &reversed, &parts), a);
+        }
+    }
+}
+
+#[test]
+fn sticky_keeps_partitions_of_members_that_stay_when_one_leaves_or_joins() {
+    let names: Vec<String> = (0..6).map(|i| format!("consumer-{i}")).collect();
+    let (mut sticky_moves, mut range_moves) = (0, 0);
+    for n in [6u32, 12, 24, 48] {
+        let parts = |_: &str| n;
+        for m in 2..=6usize {
+            let all: Vec<&str> = names[..m].iter().map(String::as_str).collect();
+            for leaver in 0..m {
+                let stay: Vec<&str> = all.iter().copied().filter(|x| *x != all[leaver]).collect();
+                for assignor in [Assignor::Sticky, Assignor::Range] {
+                    let before = owners(&assign(assignor, &subs_of(&all, &["t"]), &parts));
+                    let after = owners(&assign(assignor, &subs_of(&stay, &["t"]), &parts));
+                    let mv = moved(&before, &after);
+                    if assignor == Assignor::Sticky {
+                        // A leave moves the leaver's partitions and at most a few more.
+                        assert!(mv <= m, "n={n} m={m} leaver={leaver}: {mv} moved");
+                        sticky_moves += mv;
+                    } else {
+                        range_moves += mv;
+                    }
+                }
+            }
+            // A member that joins takes about its share; the rest stay.
+            let before = owners(&assign(
+                Assignor::Sticky,
+                &subs_of(&all[..m - 1], &["t"]),
+                &parts,
+            ));
+            let after = owners(&assign(Assignor::Sticky, &subs_of(&all, &["t"]), &parts));
+            let taken = after.values().filter(|x| **x == all[m - 1]).count();
+            assert!(
+                moved(&before, &after) <= taken + m,
+                "n={n} m={m}: {} moved for a join that takes {taken}",
+                moved(&before, &after)
+            );
+        }
+    }
+    assert!(
+        sticky_moves * 3 < range_moves,
+        "sticky moved {sticky_moves}, range {range_moves}"
+    );
+    assert_eq!(Assignor::parse("sticky"), Some(Assignor::Sticky));
+}

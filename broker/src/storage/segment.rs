@@ -819,8 +819,7 @@ impl Segment {
     /// I/O errors.
     pub fn max_timestamp(&mut self) -> Result<Option<i64>, StorageError> {
         if self.max_timestamp.is_none() && self.size > FILE_HEADER_LEN {
-            // The last index entry knows the records before it: scan the rest.
-            let out = self.scan(self.entries.last().copied(), false)?;
+            let out = self.scan(None, false)?;
             self.max_timestamp = out.max_timestamp;
         }
         Ok(self.max_timestamp)

@@ -345,7 +345,7 @@ message! {
         pub session_timeout_ms: i32,
         /// How long a rebalance waits for known members to rejoin.
         pub rebalance_timeout_ms: i32,
-        /// `"range"` (default when empty) or `"roundrobin"`.
+        /// `"sticky"` (default when empty), `"range"` or `"roundrobin"`.
         pub assignor: String,
         /// Subscribed topics.
         pub topics: Vec<String>,
