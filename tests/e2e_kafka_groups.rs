@@ -240,6 +240,30 @@ fn wait_for(engine: &Arc<Engine>, group: &str, members: usize, want: GroupPhase)
     ));
 }
 
+/// Moves the clock by 1 ms, runs `start` (which sends requests from
+/// `members` that park), and waits until the coordinator heard from every
+/// one of them at the new time: their requests are parked, not in flight.
+fn parked<T>(
+    engine: &Arc<Engine>,
+    clock: &Clock,
+    group: &str,
+    members: &[&str],
+    start: impl FnOnce() -> T,
+) -> T {
+    let now = clock.advance(Duration::from_millis(1));
+    let out = start();
+    flume_rt::block_on(common::wait_until(
+        "the requests to park",
+        Duration::from_secs(5),
+        || async {
+            members
+                .iter()
+                .all(|m| engine.member_last_seen(group, m).is_some_and(|t| t >= now))
+        },
+    ));
+    out
+}
+
 /// A single member that joined and synced (generation 1), with all four partitions.
 fn one_member(addr: &str, group: &str) -> Result<(Kc, String)> {
     let a = joined(join_new(addr, group)?)?;
@@ -253,7 +277,12 @@ fn one_member(addr: &str, group: &str) -> Result<(Kc, String)> {
 }
 
 /// Two members A (leader) and B in generation 2, A with 0,1 and B with 2,3.
-fn two_members(addr: &str, engine: &Arc<Engine>, group: &str) -> Result<(Kc, String, String)> {
+fn two_members(
+    addr: &str,
+    engine: &Arc<Engine>,
+    clock: &Clock,
+    group: &str,
+) -> Result<(Kc, String, String)> {
     let (mut c, a) = one_member(addr, group)?;
     let b_join = join_new(addr, group)?;
     wait_for(engine, group, 2, GroupPhase::PreparingRebalance);
@@ -277,8 +306,10 @@ fn two_members(addr: &str, engine: &Arc<Engine>, group: &str) -> Result<(Kc, Str
     );
     ensure!(a_join.members.iter().all(|m| m.metadata == subscription()));
     ensure!(b_join.members.is_empty(), "followers get no member list");
-    let b_sync = sync_follower(addr, group, &b, 2);
-    wait_for(engine, group, 2, GroupPhase::CompletingRebalance);
+    let b_sync = parked(engine, clock, group, &[&b], || {
+        sync_follower(addr, group, &b, 2)
+    });
+    assert_eq!(phase(engine, group), Some(GroupPhase::CompletingRebalance));
     let s = c.call(3, &sync_req(group, &a, 2, &[(&a, &[0, 1]), (&b, &[2, 3])]))?;
     ensure!(s.error_code == NONE && partitions_of(&s.assignment) == vec![0, 1]);
     let got = b_sync
@@ -290,10 +321,10 @@ fn two_members(addr: &str, engine: &Arc<Engine>, group: &str) -> Result<(Kc, Str
 
 #[test]
 fn two_members_join_the_leader_assigns_a_third_rebalances_everyone_and_one_leaves() -> Result<()> {
-    let (_dir, broker, addr, _clock) = start()?;
+    let (_dir, broker, addr, clock) = start()?;
     let engine = Arc::clone(broker.engine());
     let g = "g1";
-    let (mut c, a, b) = two_members(&addr, &engine, g)?;
+    let (mut c, a, b) = two_members(&addr, &engine, &clock, g)?;
     assert_eq!(phase(&engine, g), Some(GroupPhase::Stable));
     assert_eq!(heartbeat(&mut c, g, &a, 2)?, NONE);
     assert_eq!(
@@ -325,9 +356,13 @@ fn two_members_join_the_leader_assigns_a_third_rebalances_everyone_and_one_leave
     );
     assert_eq!(a3.members.len(), 3, "the leader sees all three");
     let cm = c3.member_id.as_str().to_owned();
-    let bs = sync_follower(&addr, g, &b, 3);
-    let cs = sync_follower(&addr, g, &cm, 3);
-    wait_for(&engine, g, 3, GroupPhase::CompletingRebalance);
+    let (bs, cs) = parked(&engine, &clock, g, &[&b, &cm], || {
+        (
+            sync_follower(&addr, g, &b, 3),
+            sync_follower(&addr, g, &cm, 3),
+        )
+    });
+    assert_eq!(phase(&engine, g), Some(GroupPhase::CompletingRebalance));
     let s = c.call(
         3,
         &sync_req(g, &a, 3, &[(&a, &[0, 1]), (&b, &[2]), (&cm, &[3])]),
@@ -431,7 +466,7 @@ fn a_silent_member_expires_on_the_manual_clock_and_the_other_rebalances() -> Res
     let (_dir, broker, addr, clock) = start()?;
     let engine = Arc::clone(broker.engine());
     let g = "g2";
-    let (mut c, a, b) = two_members(&addr, &engine, g)?;
+    let (mut c, a, b) = two_members(&addr, &engine, &clock, g)?;
     // A heartbeats as the clock moves; B (6 s session) stays silent.
     for _ in 0..2 {
         clock.advance(Duration::from_millis(3500));
