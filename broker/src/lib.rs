@@ -33,6 +33,7 @@ mod listener;
 pub mod metrics;
 pub mod offsets;
 pub mod partition;
+pub mod security;
 pub mod server;
 pub mod storage;
 

@@ -48,6 +48,7 @@ mod consumer;
 mod error;
 mod group;
 mod producer;
+mod tls;
 
 use flume_protocol as protocol;
 use flume_rt as rt;
@@ -67,6 +68,7 @@ pub use protocol::{
     CreateTopicRequest, ErrorCode, Header, OffsetFetchPartition, PartitionMetadata,
     PartitionOffset, Record, TopicMetadata,
 };
+pub use tls::TlsConfig;
 
 /// The request-level client the SDK types are built on.
 ///
