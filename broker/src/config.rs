@@ -362,6 +362,16 @@ pub struct BrokerConfig {
     /// forgotten there (default 1 day, Kafka's `producer.id.expiration.ms`),
     /// by [`BrokerConfig::clock`].
     pub producer_expiry: Duration,
+    /// The server certificate chain (PEM): with [`BrokerConfig::tls_key`], every
+    /// port (Flume, Kafka, HTTP) speaks TLS 1.2 or 1.3 only. Reloaded by
+    /// [`crate::Broker::reload_tls`] (SIGHUP in flume-cli).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of [`BrokerConfig::tls_cert`].
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): when set, every client must present a
+    /// certificate signed by one of them (mTLS), and its subject becomes the
+    /// connection's principal. Needs `tls_cert`.
+    pub tls_client_ca: Option<PathBuf>,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
@@ -406,6 +416,9 @@ impl BrokerConfig {
             max_producers_per_partition: 1_000,
             max_producer_states: 100_000,
             producer_expiry: Duration::from_secs(24 * 3600),
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             file_cache: Arc::default(),
             producer_limits: Arc::default(),
         }
@@ -491,6 +504,27 @@ impl BrokerConfig {
         }
     }
 
+    /// The TLS files, when TLS is configured.
+    ///
+    /// # Errors
+    /// A certificate without a key or the other way round, or a client CA without them.
+    pub fn tls_files(&self) -> Result<Option<crate::security::tls::TlsFiles>, BrokerError> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Ok(Some(crate::security::tls::TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: self.tls_client_ca.clone(),
+            })),
+            (None, None) if self.tls_client_ca.is_none() => Ok(None),
+            (None, None) => Err(BrokerError::Config(
+                "tls_client_ca needs tls_cert and tls_key".into(),
+            )),
+            _ => Err(BrokerError::Config(
+                "tls_cert and tls_key go together: set both or neither".into(),
+            )),
+        }
+    }
+
     /// Checks that the settings make sense together.
     ///
     /// # Errors
@@ -530,6 +564,7 @@ impl BrokerConfig {
         if self.max_open_files == 0 {
             return bad("max_open_files is 0, it must be at least 1".into());
         }
+        self.tls_files()?;
         if self.max_connections == 0 || self.max_in_flight_per_connection == 0 {
             return bad(
                 "max_connections and max_in_flight_per_connection must be at least 1".into(),

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use bytes::BytesMut;
 use flume_protocol::frame::{self, Decoded};
-use flume_rt::{self as rt, TcpStream};
+use flume_rt as rt;
 use futures::io::AsyncReadExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -37,15 +37,22 @@ use crate::budget::{Charge, MemoryBudget};
 use crate::config::BrokerConfig;
 use crate::engine::{Engine, FetchMemory};
 use crate::flume::{self, InFlight};
+use crate::security::tls::Transport;
+use crate::security::Principal;
 
 /// Serves one connection until EOF, a bad frame, a timeout or shutdown.
+/// `stream` is past its TLS handshake, if any; `principal` is who the peer is.
+///
+/// # Errors
+/// A failed read or write, a malformed frame, a timeout.
 pub async fn serve(
     engine: Arc<Engine>,
     memory: Arc<MemoryBudget>,
     counting: Arc<MemoryBudget>,
-    stream: TcpStream,
+    stream: Transport,
+    principal: Principal,
 ) -> std::io::Result<()> {
-    let mut conn = ConnState::new(engine, memory, counting, stream)?;
+    let mut conn = ConnState::new(engine, memory, counting, stream, principal)?;
     loop {
         conn.admit().await;
         conn.respond().await?;
@@ -127,8 +134,10 @@ pub struct ConnState {
     memory: Arc<MemoryBudget>,
     /// The broker-wide budget of waiting fetches' counting reads.
     counting: Arc<MemoryBudget>,
-    reader: TcpStream,
-    writer: TcpStream,
+    /// The byte stream: read in `wait`, written in `respond`, never both at once.
+    io: Transport,
+    /// Who the peer is (for authorisation).
+    principal: Principal,
     stop: async_channel::Receiver<()>,
     phase: Phase,
     /// Frames are split off this buffer as shared `Bytes`, so record batches
@@ -159,9 +168,10 @@ impl ConnState {
         engine: Arc<Engine>,
         memory: Arc<MemoryBudget>,
         counting: Arc<MemoryBudget>,
-        stream: TcpStream,
+        stream: Transport,
+        principal: Principal,
     ) -> std::io::Result<Self> {
-        stream.set_nodelay(true)?;
+        stream.tcp().set_nodelay(true)?;
         let cfg = engine.config().clone();
         let stop = engine.shutdown_signal();
         Ok(ConnState {
@@ -169,8 +179,8 @@ impl ConnState {
             cfg,
             memory,
             counting,
-            writer: stream.clone(),
-            reader: stream,
+            io: stream,
+            principal,
             stop,
             phase: Phase::Reading,
             rbuf: BytesMut::with_capacity(64 * 1024),
@@ -182,6 +192,11 @@ impl ConnState {
             held_back: false,
             last_progress: Instant::now(),
         })
+    }
+
+    /// Who the peer is.
+    pub fn principal(&self) -> &Principal {
+        &self.principal
     }
 
     fn reading(&self) -> bool {
@@ -275,7 +290,7 @@ impl ConnState {
             return Ok(());
         }
         if let Err(e) =
-            rt::write_all_timeout(&mut self.writer, &self.wbuf, self.cfg.write_timeout).await
+            rt::write_all_timeout(&mut self.io, &self.wbuf, self.cfg.write_timeout).await
         {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 return Err(std::io::Error::new(
@@ -331,24 +346,28 @@ impl ConnState {
             .cfg
             .read_timeout
             .saturating_sub(self.last_progress.elapsed());
-        let (reader, chunk, drained, busy_poll) = (
-            &self.reader,
+        let (io, chunk, drained, busy_poll) = (
+            &mut self.io,
             &mut self.chunk,
             self.drained,
             self.cfg.busy_poll,
         );
         let read = async {
             if !can_read {
-                futures::future::pending().await
-            } else if drained {
-                if !busy_poll.is_zero() {
-                    if let Some(r) = reader.read_spinning(chunk, busy_poll).await {
-                        return r;
+                return futures::future::pending().await;
+            }
+            match io {
+                Transport::Plain(reader) if drained => {
+                    if !busy_poll.is_zero() {
+                        if let Some(r) = reader.read_spinning(chunk, busy_poll).await {
+                            return r;
+                        }
                     }
+                    reader.read_ready(chunk).await
                 }
-                reader.read_ready(chunk).await
-            } else {
-                (&*reader).read(chunk).await
+                Transport::Plain(reader) => (&*reader).read(chunk).await,
+                // rustls keeps what it decrypted but was not read; a cancelled read loses nothing.
+                Transport::Tls(t) => t.read(chunk).await,
             }
         };
         let memory = &self.memory;

@@ -22,6 +22,9 @@ pub enum BrokerError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// TLS could not be set up (certificate or key files).
+    #[error(transparent)]
+    Tls(#[from] crate::security::tls::TlsError),
     /// A request failed with a protocol error code.
     #[error("{code}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Code {
@@ -43,7 +46,7 @@ impl BrokerError {
             BrokerError::Storage(StorageError::Corrupt { .. }) => ErrorCode::CorruptRecord,
             BrokerError::Storage(StorageError::InvalidBatch(_)) => ErrorCode::CorruptRecord,
             BrokerError::Storage(_) | BrokerError::Io { .. } => ErrorCode::StorageError,
-            BrokerError::Config(_) => ErrorCode::InvalidRequest,
+            BrokerError::Config(_) | BrokerError::Tls(_) => ErrorCode::InvalidRequest,
         }
     }
 

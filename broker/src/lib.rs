@@ -34,6 +34,7 @@ pub mod metrics;
 pub mod offsets;
 pub mod partition;
 pub mod producers;
+pub mod security;
 pub mod server;
 pub mod storage;
 

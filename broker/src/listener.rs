@@ -1,7 +1,8 @@
 //! What every TCP listener of the broker (the Flume protocol, the Kafka
 //! protocol) shares: the count of open connections with its limit, the
-//! request-memory budgets, and the connection tasks that shutdown drains and,
-//! past its deadline, cancels.
+//! request-memory budgets, the connection tasks that shutdown drains and,
+//! past its deadline, cancels, the TLS handshake ([`secure`]) and who each
+//! open connection is (its [`Principal`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,6 +14,8 @@ use event_listener::Event;
 use flume_rt::{self as rt, sync::lock};
 
 use crate::budget::MemoryBudget;
+use crate::security::tls::{self, ServerTls, Transport};
+use crate::security::Principal;
 
 /// The connections of one listener.
 #[derive(Debug)]
@@ -26,7 +29,24 @@ pub(crate) struct Connections {
     /// The task of every open connection, by a sequence number, so shutdown
     /// can cancel those that outlive its deadline.
     tasks: Mutex<HashMap<u64, rt::Task<()>>>,
+    /// Who each open connection is, once known (at most one entry per open
+    /// connection, so bounded by the connection limit).
+    principals: Mutex<HashMap<u64, Principal>>,
     next_id: AtomicU64,
+}
+
+/// A connection's own handle on its listener: records who it is.
+#[derive(Debug)]
+pub(crate) struct ConnHandle {
+    conns: Arc<Connections>,
+    id: u64,
+}
+
+impl ConnHandle {
+    /// Records the connection's principal (replacing what was recorded).
+    pub(crate) fn set_principal(&self, p: Principal) {
+        lock(&self.conns.principals).insert(self.id, p);
+    }
 }
 
 /// Held by a connection's task: counts it as open until the task ends.
@@ -36,6 +56,7 @@ impl Drop for ConnGuard {
     fn drop(&mut self) {
         // Dropping the handle of the task that is ending detaches it; nothing is lost.
         drop(lock(&self.0.tasks).remove(&self.1));
+        lock(&self.0.principals).remove(&self.1);
         self.0.open.fetch_sub(1, Ordering::AcqRel);
         self.0.closed.notify(usize::MAX);
     }
@@ -51,6 +72,7 @@ impl Connections {
             memory: MemoryBudget::new(max_request_memory),
             counting: MemoryBudget::new(counting_bytes),
             tasks: Mutex::new(HashMap::new()),
+            principals: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
         })
     }
@@ -60,11 +82,17 @@ impl Connections {
         self.open.load(Ordering::Acquire)
     }
 
-    /// Serves a new connection with `serve` as its own task, unless `max` are
-    /// open already; `false` when refused (the caller closes the socket).
-    pub(crate) fn spawn<F>(self: &Arc<Self>, max: usize, serve: F) -> bool
+    /// The principals of the open connections that have one recorded.
+    pub(crate) fn principals(&self) -> Vec<Principal> {
+        lock(&self.principals).values().cloned().collect()
+    }
+
+    /// Serves a new connection with `serve(handle)` as its own task, unless
+    /// `max` are open already; `false` when refused (the caller closes the socket).
+    pub(crate) fn spawn<F, Fut>(self: &Arc<Self>, max: usize, serve: F) -> bool
     where
-        F: Future<Output = ()> + Send + 'static,
+        F: FnOnce(ConnHandle) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
     {
         if self.open() >= max {
             return false;
@@ -72,6 +100,10 @@ impl Connections {
         self.open.fetch_add(1, Ordering::AcqRel);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let guard = ConnGuard(Arc::clone(self), id);
+        let serve = serve(ConnHandle {
+            conns: Arc::clone(self),
+            id,
+        });
         // The map is locked across the spawn, so a task that ends at once removes
         // its handle only after it was inserted.
         let mut tasks = lock(&self.tasks);
@@ -102,5 +134,23 @@ impl Connections {
             }
             rt::timeout(deadline - now, listener).await;
         }
+    }
+}
+
+/// Opens the connection's byte stream: the TLS handshake when `tls` is set
+/// (within `limit`, charged to no request budget), the socket as it is
+/// otherwise; with who the peer is (its client certificate's subject, or
+/// anonymous).
+///
+/// # Errors
+/// The handshake fails or does not finish within `limit`.
+pub(crate) async fn secure(
+    tls: Option<&ServerTls>,
+    stream: rt::TcpStream,
+    limit: std::time::Duration,
+) -> std::io::Result<(Transport, Principal)> {
+    match tls {
+        Some(t) => tls::accept(t, stream, limit).await,
+        None => Ok((Transport::Plain(stream), Principal::Anonymous)),
     }
 }

@@ -6,6 +6,10 @@
 //! until the response has been written; past the budget no connection reads
 //! more.
 //!
+//! With TLS configured ([`crate::security::tls`]), each connection's task
+//! first runs the handshake, within `read_timeout` and before any request
+//! budget is charged; the Kafka and HTTP listeners share the same config.
+//!
 //! Shutdown stops accepting, lets connections finish their requests until
 //! `shutdown_timeout`, and then cancels the connection tasks still running
 //! (a peer that does not read its responses, say), so it returns on time.
@@ -24,7 +28,9 @@ use crate::conn::serve;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::flume::COUNTING_BYTES;
-use crate::listener::Connections;
+use crate::listener::{secure, Connections};
+use crate::security::tls::ServerTls;
+use crate::security::Principal;
 
 pub use crate::flume::{handle_request, MAX_FETCH_PARTITIONS};
 use crate::metrics::ServerStats;
@@ -40,15 +46,22 @@ pub struct Broker {
     http: Option<crate::http::HttpServer>,
     /// The Kafka listener, when configured.
     kafka: Option<crate::kafka::KafkaListener>,
+    /// TLS of every listener, when configured.
+    tls: Option<Arc<ServerTls>>,
 }
 
 impl Broker {
     /// Opens the data directory, binds `config.listen` and starts serving.
     ///
     /// # Errors
-    /// Invalid settings, storage that cannot be opened, or an address that cannot be bound.
+    /// Invalid settings, TLS files that cannot be used, storage that cannot
+    /// be opened, or an address that cannot be bound.
     pub async fn start(config: BrokerConfig) -> Result<Broker, BrokerError> {
         let listen = config.listen.clone();
+        let tls = match config.tls_files()? {
+            Some(files) => Some(Arc::new(rt::unblock(move || ServerTls::load(files)).await?)),
+            None => None,
+        };
         let engine = Engine::open(config)?;
         let listener = TcpListener::bind(&listen)
             .await
@@ -60,7 +73,7 @@ impl Broker {
             what: "read the listening address".into(),
             source,
         })?;
-        tracing::info!(%addr, data = %engine.data_dir().display(), "broker listening");
+        tracing::info!(%addr, data = %engine.data_dir().display(), tls = tls.is_some(), "broker listening");
         let conns = Connections::new(engine.config().max_request_memory, COUNTING_BYTES);
         let http = match engine.config().http_listen.clone() {
             Some(http_addr) => {
@@ -69,15 +82,25 @@ impl Broker {
                     connections_open: probe_conns.open(),
                     memory: probe_conns.memory.usage(),
                 });
-                Some(crate::http::HttpServer::start(&http_addr, Arc::clone(&engine), probe).await?)
+                let started = crate::http::HttpServer::start(
+                    &http_addr,
+                    Arc::clone(&engine),
+                    probe,
+                    tls.clone(),
+                );
+                Some(started.await?)
             }
             None => None,
         };
         let kafka = match engine.config().kafka_listen.clone() {
             Some(k) => {
                 let adv = engine.config().kafka_advertised.clone();
-                let started =
-                    crate::kafka::KafkaListener::start(&k, adv.as_deref(), Arc::clone(&engine));
+                let started = crate::kafka::KafkaListener::start(
+                    &k,
+                    adv.as_deref(),
+                    Arc::clone(&engine),
+                    tls.clone(),
+                );
                 Some(started.await?)
             }
             None => None,
@@ -86,6 +109,7 @@ impl Broker {
             listener,
             Arc::clone(&engine),
             Arc::clone(&conns),
+            tls.clone(),
         ));
         Ok(Broker {
             engine,
@@ -94,6 +118,7 @@ impl Broker {
             accept: TaskSlot::new(accept),
             http,
             kafka,
+            tls,
         })
     }
 
@@ -124,6 +149,37 @@ impl Broker {
         self.conns.open()
     }
 
+    /// Reads the TLS certificate, key and client CA files again and uses them
+    /// for every handshake from now on, on every port; open connections keep
+    /// theirs. flume-cli calls it on SIGHUP. Without TLS it does nothing.
+    ///
+    /// # Errors
+    /// [`BrokerError::Tls`] when the files do not make a valid config; the
+    /// config in use stays.
+    pub async fn reload_tls(&self) -> Result<(), BrokerError> {
+        let Some(tls) = self.tls.clone() else {
+            return Ok(());
+        };
+        rt::unblock(move || tls.reload()).await?;
+        tracing::info!("TLS certificates reloaded");
+        Ok(())
+    }
+
+    /// Whether the broker's ports speak TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Who the open connections (Flume and Kafka) are, as far as known: one
+    /// entry per connection past its TLS handshake, in no order.
+    pub fn connection_principals(&self) -> Vec<Principal> {
+        let mut all = self.conns.principals();
+        if let Some(k) = &self.kafka {
+            all.extend(k.connection_principals());
+        }
+        all
+    }
+
     /// Memory of the requests being served (see [`BrokerConfig::max_request_memory`]).
     pub fn request_memory(&self) -> MemoryUse {
         self.conns.memory.usage()
@@ -152,7 +208,12 @@ impl Broker {
     }
 }
 
-async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Connections>) {
+async fn accept_loop(
+    listener: TcpListener,
+    engine: Arc<Engine>,
+    conns: Arc<Connections>,
+    tls: Option<Arc<ServerTls>>,
+) {
     let stop = engine.shutdown_signal();
     loop {
         let accepted = futures::select! {
@@ -178,9 +239,23 @@ async fn accept_loop(listener: TcpListener, engine: Arc<Engine>, conns: Arc<Conn
         );
         let counting = Arc::clone(&conns.counting);
         let served = Arc::clone(&engine);
-        let admitted = conns.spawn(max, async move {
+        let tls = tls.clone();
+        let handshake = engine.config().read_timeout;
+        let admitted = conns.spawn(max, move |handle| async move {
             tracing::debug!(%peer, "connection open");
-            match serve(served, memory, counting, stream).await {
+            let _ = stream.set_nodelay(true);
+            let (io, principal) = match secure(tls.as_deref(), stream, handshake).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::info!(%peer, error = %e, "TLS handshake failed; connection closed");
+                    return;
+                }
+            };
+            if !principal.is_anonymous() {
+                tracing::debug!(%peer, %principal, "connection authenticated by its certificate");
+            }
+            handle.set_principal(principal.clone());
+            match serve(served, memory, counting, io, principal).await {
                 Ok(()) => tracing::debug!(%peer, "connection closed"),
                 Err(e) if is_disconnect(&e) => {
                     tracing::debug!(%peer, error = %e, "connection closed by peer")

@@ -2,6 +2,7 @@
 //! alter`, `groups reset-offsets`, `groups delete`, and the time values
 //! `consume --from-time` and `groups reset-offsets --to` take.
 
+use crate::commands::BrokerAddr;
 use std::collections::HashMap;
 use std::str::FromStr;
 
@@ -114,8 +115,8 @@ fn settings_line(s: &TopicSettings) -> String {
     )
 }
 
-async fn connect(addr: &str) -> Result<Admin> {
-    Admin::connect(addr)
+async fn connect(broker: &BrokerAddr) -> Result<Admin> {
+    Admin::connect_with(&broker.addr, broker.connection())
         .await
         .context("cannot reach the broker")
 }
@@ -128,8 +129,8 @@ pub async fn settings(admin: &Admin, name: &str) -> Result<String> {
 }
 
 /// `topics delete`.
-pub async fn delete_topic(addr: &str, name: &str) -> Result<()> {
-    let admin = connect(addr).await?;
+pub async fn delete_topic(broker: &BrokerAddr, name: &str) -> Result<()> {
+    let admin = connect(broker).await?;
     match admin.delete_topic(name).await {
         Ok(()) => {
             println!("deleted topic {name}");
@@ -142,13 +143,13 @@ pub async fn delete_topic(addr: &str, name: &str) -> Result<()> {
 
 /// `topics alter`.
 pub async fn alter_topic(
-    addr: &str,
+    broker: &BrokerAddr,
     name: &str,
     retention_ms: Option<Limit>,
     retention_bytes: Option<Limit>,
     segment_bytes: Option<u64>,
 ) -> Result<()> {
-    let admin = connect(addr).await?;
+    let admin = connect(broker).await?;
     let wire = |l: Option<Limit>| match l {
         None => -1,
         Some(Limit(None)) => 0,
@@ -171,8 +172,8 @@ pub async fn alter_topic(
 }
 
 /// `groups delete`.
-pub async fn delete_group(addr: &str, group: &str) -> Result<()> {
-    let admin = connect(addr).await?;
+pub async fn delete_group(broker: &BrokerAddr, group: &str) -> Result<()> {
+    let admin = connect(broker).await?;
     match admin.delete_group(group).await {
         Ok(n) => {
             println!("deleted group {group} ({n} committed offsets dropped)");
@@ -190,13 +191,13 @@ pub async fn delete_group(addr: &str, group: &str) -> Result<()> {
 
 /// `groups reset-offsets`.
 pub async fn reset_offsets(
-    addr: &str,
+    broker: &BrokerAddr,
     group: &str,
     topic: &str,
     to: ResetTo,
     dry_run: bool,
 ) -> Result<()> {
-    let admin = connect(addr).await?;
+    let admin = connect(broker).await?;
     let meta = admin
         .topics(&[topic.to_owned()])
         .await
@@ -314,8 +315,8 @@ pub async fn reset_offsets(
 }
 
 /// `groups list`.
-pub async fn list_groups(addr: &str, states: &[String]) -> Result<()> {
-    let admin = connect(addr).await?;
+pub async fn list_groups(broker: &BrokerAddr, states: &[String]) -> Result<()> {
+    let admin = connect(broker).await?;
     let states: Vec<&str> = states.iter().map(String::as_str).collect();
     let groups = admin.list_groups(&states).await.map_err(describe)?;
     println!("{:<32} {:<20} TYPE", "GROUP", "STATE");
@@ -331,8 +332,8 @@ pub async fn list_groups(addr: &str, states: &[String]) -> Result<()> {
 }
 
 /// `groups describe`.
-pub async fn describe_group(addr: &str, group: &str) -> Result<()> {
-    let admin = connect(addr).await?;
+pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
+    let admin = connect(broker).await?;
     let d = match admin.describe_group(group).await {
         Ok(d) => d,
         Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {

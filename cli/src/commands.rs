@@ -1,6 +1,8 @@
 //! Subcommands.
 
 use std::io::Write;
+
+use futures::FutureExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -8,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
 use flume_broker::{Backpressure, Broker, BrokerConfig, FsyncPolicy};
-use flume_client::Admin;
+use flume_client::{Admin, ConnectionConfig, TlsConfig};
 use flume_protocol::{CreateTopicRequest, ErrorCode};
 
 use crate::consume::ConsumeArgs;
@@ -159,6 +161,18 @@ pub struct BrokerArgs {
     /// --host:--kafka-port is not what they can reach [default: the bound address].
     #[arg(long, requires = "kafka_port")]
     kafka_advertised: Option<String>,
+    /// Certificate chain (PEM) of the broker: every port (Flume, Kafka, HTTP)
+    /// then speaks TLS 1.2 or 1.3 only. SIGHUP reads it (and the key and
+    /// client CA) again; open connections keep their session.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): clients must present a certificate signed by
+    /// one (mTLS); its subject becomes the connection's principal.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -172,6 +186,37 @@ pub struct BrokerAddr {
         default_value = "localhost:9092"
     )]
     pub addr: String,
+    /// Connect with TLS, verifying the broker's certificate (against the
+    /// system's trust store unless --tls-ca) and its name (the host of --broker).
+    #[arg(long)]
+    pub tls: bool,
+    /// CA certificates (PEM) the broker's certificate must chain to (implies --tls).
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// Client certificate (PEM) for a broker that requires one (mTLS; implies --tls).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl BrokerAddr {
+    /// Connection settings from the flags (TLS when asked for).
+    pub fn connection(&self) -> ConnectionConfig {
+        let config = ConnectionConfig::default();
+        if !self.tls && self.tls_ca.is_none() && self.tls_cert.is_none() {
+            return config;
+        }
+        let mut tls = TlsConfig::new();
+        if let Some(ca) = &self.tls_ca {
+            tls = tls.ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            tls = tls.client_cert(cert, key);
+        }
+        config.tls(tls)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -323,6 +368,31 @@ pub fn interrupt() -> Result<async_channel::Receiver<()>> {
     Ok(rx)
 }
 
+/// The broker's signals: a channel that closes on Ctrl-C or SIGTERM, and
+/// one that gets a message on each SIGHUP (at most one waits; more SIGHUPs
+/// meanwhile ask for the same reload).
+fn broker_signals() -> Result<(async_channel::Receiver<()>, async_channel::Receiver<()>)> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("cannot install the signal handlers")?;
+    let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+    let (hup_tx, hup_rx) = async_channel::bounded::<()>(1);
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGHUP {
+                    let _ = hup_tx.try_send(());
+                } else {
+                    stop_tx.close();
+                    return;
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    Ok((stop_rx, hup_rx))
+}
+
 async fn broker(a: BrokerArgs) -> Result<()> {
     if a.data.exists() && !a.data.is_dir() {
         bail!(
@@ -360,7 +430,10 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.http_listen = a.http_port.map(|p| format!("{}:{p}", a.host));
     c.kafka_listen = a.kafka_port.map(|p| format!("{}:{p}", a.host));
     c.kafka_advertised = a.kafka_advertised.clone();
-    let stop = interrupt()?;
+    c.tls_cert = a.tls_cert.clone();
+    c.tls_key = a.tls_key.clone();
+    c.tls_client_ca = a.tls_client_ca.clone();
+    let (stop, hup) = broker_signals()?;
     let broker = Broker::start(c)
         .await
         .with_context(|| format!("cannot start the broker on {}:{}", a.host, a.port))?;
@@ -381,8 +454,25 @@ async fn broker(a: BrokerArgs) -> Result<()> {
             fds.needed
         );
     }
+    if broker.is_tls() {
+        eprintln!("TLS on every port (SIGHUP reloads the certificates)");
+    }
     std::io::stdout().flush().ok();
-    let _ = stop.recv().await;
+    loop {
+        futures::select! {
+            _ = stop.recv().fuse() => break,
+            r = hup.recv().fuse() => {
+                if r.is_err() {
+                    break;
+                }
+                match broker.reload_tls().await {
+                    Ok(()) if broker.is_tls() => eprintln!("SIGHUP: TLS certificates reloaded"),
+                    Ok(()) => eprintln!("SIGHUP: no TLS configured, nothing to reload"),
+                    Err(e) => eprintln!("SIGHUP: TLS reload failed, keeping the certificates in use: {e}"),
+                }
+            }
+        }
+    }
     eprintln!("shutting down: draining queues to disk");
     broker.shutdown().await;
     Ok(())
@@ -425,7 +515,7 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
 async fn topics(cmd: TopicsCommand) -> Result<()> {
     match cmd {
         TopicsCommand::List { broker } => {
-            let admin = Admin::connect(&broker.addr)
+            let admin = Admin::connect_with(&broker.addr, broker.connection())
                 .await
                 .context("cannot reach the broker")?;
             let topics = admin.topics(&[]).await?;
@@ -449,7 +539,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             backpressure,
             broker,
         } => {
-            let admin = Admin::connect(&broker.addr)
+            let admin = Admin::connect_with(&broker.addr, broker.connection())
                 .await
                 .context("cannot reach the broker")?;
             admin
@@ -470,7 +560,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             println!("created topic {name} with {partitions} partitions");
         }
         TopicsCommand::Describe { name, broker } => {
-            let admin = Admin::connect(&broker.addr)
+            let admin = Admin::connect_with(&broker.addr, broker.connection())
                 .await
                 .context("cannot reach the broker")?;
             let t = admin
@@ -489,7 +579,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             }
         }
         TopicsCommand::Delete { name, broker } => {
-            crate::admin::delete_topic(&broker.addr, &name).await?;
+            crate::admin::delete_topic(&broker, &name).await?;
         }
         TopicsCommand::Alter {
             name,
@@ -498,14 +588,8 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             segment_bytes,
             broker,
         } => {
-            crate::admin::alter_topic(
-                &broker.addr,
-                &name,
-                retention_ms,
-                retention_bytes,
-                segment_bytes,
-            )
-            .await?;
+            crate::admin::alter_topic(&broker, &name, retention_ms, retention_bytes, segment_bytes)
+                .await?;
         }
     }
     Ok(())
@@ -524,18 +608,18 @@ async fn groups(cmd: GroupsCommand) -> Result<()> {
             to,
             dry_run,
             broker,
-        } => return crate::admin::reset_offsets(&broker.addr, &group, &topic, to, dry_run).await,
+        } => return crate::admin::reset_offsets(&broker, &group, &topic, to, dry_run).await,
         GroupsCommand::Delete { group, broker } => {
-            return crate::admin::delete_group(&broker.addr, &group).await
+            return crate::admin::delete_group(&broker, &group).await
         }
         GroupsCommand::List { states, broker } => {
-            return crate::admin::list_groups(&broker.addr, &states).await
+            return crate::admin::list_groups(&broker, &states).await
         }
         GroupsCommand::Describe { group, broker } => {
-            return crate::admin::describe_group(&broker.addr, &group).await
+            return crate::admin::describe_group(&broker, &group).await
         }
     };
-    let admin = Admin::connect(&broker.addr)
+    let admin = Admin::connect_with(&broker.addr, broker.connection())
         .await
         .context("cannot reach the broker")?;
     let topics: Vec<String> = match &topic {

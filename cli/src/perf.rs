@@ -9,8 +9,8 @@ use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::{Args, Subcommand};
 use flume_client::{
-    lowlevel::Client, Admin, ConnectionConfig, GroupConsumer, PartitionConsumer, Producer,
-    ProducerConfig, ProducerRecord, StartOffset,
+    lowlevel::Client, Admin, GroupConsumer, PartitionConsumer, Producer, ProducerConfig,
+    ProducerRecord, StartOffset,
 };
 use serde_json::json;
 
@@ -234,7 +234,11 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let config = ProducerConfig::default()
         .linger(Duration::from_millis(a.linger_ms))
         .batch_max_bytes(usize::try_from(a.batch_bytes)?)
-        .connection(ConnectionConfig::default().busy_poll(Duration::from_micros(a.busy_poll_us)));
+        .connection(
+            a.broker
+                .connection()
+                .busy_poll(Duration::from_micros(a.busy_poll_us)),
+        );
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
@@ -412,7 +416,7 @@ const GROUP_IDLE: Duration = Duration::from_secs(10);
 async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
-    let admin = Admin::connect(&a.broker.addr)
+    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection())
         .await
         .context("cannot reach the broker")?;
     let t = admin
@@ -451,6 +455,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let mut failure: Option<anyhow::Error> = None;
     if let Some(group) = &a.group {
         let mut c = GroupConsumer::builder(&a.broker.addr, group)
+            .connection(a.broker.connection())
             .topic(&a.topic)
             .build()
             .await
@@ -495,8 +500,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         // run stops at exactly --records however the partitions' batches fall.
         let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
-            let client =
-                Arc::new(Client::connect(&a.broker.addr, ConnectionConfig::default()).await?);
+            let client = Arc::new(Client::connect(&a.broker.addr, a.broker.connection()).await?);
             let mut c = PartitionConsumer::with_client(
                 client,
                 &a.topic,
@@ -597,6 +601,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
     let mut consumer = GroupConsumer::builder(&a.broker.addr, &group)
+        .connection(a.broker.connection())
         .topic(&a.topic)
         .start(StartOffset::Latest)
         .auto_commit(false)
@@ -605,9 +610,12 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .await
         .map_err(crate::commands::describe)
         .context("cannot join the group")?;
-    let producer = Producer::connect(&a.broker.addr)
-        .await
-        .context("cannot reach the broker")?;
+    let producer = Producer::with_config(
+        &a.broker.addr,
+        ProducerConfig::default().connection(a.broker.connection()),
+    )
+    .await
+    .context("cannot reach the broker")?;
     let epoch = Instant::now();
     let total = a.records;
     let received = Arc::new(AtomicU64::new(0));

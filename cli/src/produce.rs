@@ -114,7 +114,9 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     // Each record is its own batch, so the broker accepts or refuses each line on its own
     // (a refused batch takes every record in it down); requests still carry many batches,
     // and whatever has arrived is sent at once, without a linger.
-    let config = ProducerConfig::default().batch_max_bytes(1);
+    let config = ProducerConfig::default()
+        .batch_max_bytes(1)
+        .connection(a.broker.connection());
     let producer = Producer::with_config(&a.broker.addr, config)
         .await
         .context("cannot reach the broker")?;

@@ -75,7 +75,7 @@ fn groups_list_and_describe_show_state_members_partitions_and_lag() {
     let out = ok(&["groups", "describe", "live", "--broker", &addr]);
     assert!(
         out.starts_with(
-            "group live: state Stable, generation 1, protocol range (flume), 1 member(s)"
+            "group live: state Stable, generation 1, protocol sticky (flume), 1 member(s)"
         ),
         "{out}"
     );

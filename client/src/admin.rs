@@ -49,8 +49,16 @@ impl Admin {
     /// # Errors
     /// [`Error::Connect`].
     pub async fn connect(addr: &str) -> Result<Self> {
+        Self::connect_with(addr, ConnectionConfig::default()).await
+    }
+
+    /// Connects with `config` (timeouts, TLS).
+    ///
+    /// # Errors
+    /// [`Error::Connect`], or [`Error::Tls`](crate::Error::Tls).
+    pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Self> {
         Ok(Admin {
-            client: Client::connect(addr, ConnectionConfig::default()).await?,
+            client: Client::connect(addr, config).await?,
         })
     }
 

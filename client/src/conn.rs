@@ -38,6 +38,7 @@ use crate::error::{Error, Result};
 use crate::protocol::frame::{self, Decoded};
 use crate::protocol::{self, messages::decode_response_shared, Request};
 use crate::rt;
+use crate::tls::{Socket, SocketWriter, TlsConfig};
 
 /// Connection settings, shared by every client type: start from
 /// [`ConnectionConfig::default`] and change fields with the builder methods.
@@ -69,6 +70,9 @@ pub struct ConnectionConfig {
     /// an idle core is slow (VMs, deep C-states) at the price of a busy core;
     /// it suits a latency-bound caller with a core to spare.
     pub busy_poll: Duration,
+    /// TLS, off by default: with it, the connection runs a TLS handshake
+    /// (within `connect_timeout`) and verifies the broker's certificate.
+    pub tls: Option<TlsConfig>,
 }
 
 impl Default for ConnectionConfig {
@@ -81,6 +85,7 @@ impl Default for ConnectionConfig {
             backoff_initial: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
             busy_poll: Duration::ZERO,
+            tls: None,
         }
     }
 }
@@ -128,6 +133,12 @@ impl ConnectionConfig {
         self.busy_poll = v;
         self
     }
+    /// Sets [`ConnectionConfig::tls`]: connect with TLS.
+    #[must_use]
+    pub fn tls(mut self, v: TlsConfig) -> Self {
+        self.tls = Some(v);
+        self
+    }
 }
 
 type Reply = oneshot::Sender<Result<Bytes>>;
@@ -147,10 +158,10 @@ struct Pending {
 
 struct Inner {
     addr: String,
-    /// The socket, shared by the writer, the readers and `shutdown`.
-    stream: rt::TcpStream,
+    /// The socket (plain or TLS), shared by the writer, the readers and `shutdown`.
+    stream: Socket,
     /// Taken for a whole frame, so frames never interleave.
-    writer: AsyncMutex<rt::TcpStream>,
+    writer: AsyncMutex<SocketWriter>,
     /// The read side: locked only for a non-blocking read and the hand-out of
     /// what it read, never across an `.await` (see the module docs).
     read: Mutex<ReadState>,
@@ -183,25 +194,37 @@ impl Connection {
     /// Opens a connection to `addr`.
     ///
     /// # Errors
-    /// [`Error::Connect`] when the broker cannot be reached in time.
+    /// [`Error::Connect`] when the broker cannot be reached in time,
+    /// [`Error::Tls`] when the TLS handshake fails on a certificate.
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Self> {
         let connect_err = |e: std::io::Error| Error::Connect {
             addr: addr.to_owned(),
             reason: Arc::new(e),
         };
-        let stream = rt::timeout(config.connect_timeout, rt::TcpStream::connect(addr))
+        let timed_out = |what: &str| {
+            connect_err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("{what} timed out"),
+            ))
+        };
+        let started = std::time::Instant::now();
+        let tcp = rt::timeout(config.connect_timeout, rt::TcpStream::connect(addr))
             .await
-            .ok_or_else(|| {
-                connect_err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "connect timed out",
-                ))
-            })?
+            .ok_or_else(|| timed_out("connect"))?
             .map_err(connect_err)?;
-        stream.set_nodelay(true).map_err(connect_err)?;
+        tcp.set_nodelay(true).map_err(connect_err)?;
+        let stream = match &config.tls {
+            None => Socket::Plain(tcp),
+            Some(tls) => {
+                let left = config.connect_timeout.saturating_sub(started.elapsed());
+                rt::timeout(left, crate::tls::connect(tls, addr, tcp))
+                    .await
+                    .ok_or_else(|| timed_out("TLS handshake"))??
+            }
+        };
         let inner = Arc::new(Inner {
             addr: addr.to_owned(),
-            writer: AsyncMutex::new(stream.clone()),
+            writer: AsyncMutex::new(stream.writer()),
             stream,
             read: Mutex::new(ReadState {
                 buf: BytesMut::with_capacity(64 * 1024),

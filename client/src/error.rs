@@ -20,6 +20,16 @@ pub enum Error {
         /// Why (not exposed as `source`, so error chains do not print it twice).
         reason: Arc<std::io::Error>,
     },
+    /// TLS failed: the broker's certificate was refused (an unknown CA, a
+    /// name that does not match), the broker refused ours, or the TLS files
+    /// could not be used. Not retriable.
+    #[error("TLS with broker at {addr} failed: {reason}")]
+    Tls {
+        /// The broker address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
     /// The connection broke while the request was pending.
     #[error("connection to broker at {addr} lost: {reason}")]
     Disconnected {

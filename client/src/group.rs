@@ -181,6 +181,12 @@ impl GroupConsumerBuilder {
         self.fetch = f;
         self
     }
+    /// Connection settings (timeouts, TLS) of both the fetching and the
+    /// heartbeat connection.
+    pub fn connection(mut self, c: ConnectionConfig) -> Self {
+        self.connection = c;
+        self
+    }
 
     /// Connects and joins the group (waits for the first assignment).
     ///

@@ -48,6 +48,7 @@ mod consumer;
 mod error;
 mod group;
 mod producer;
+mod tls;
 
 use flume_protocol as protocol;
 use flume_rt as rt;
@@ -69,6 +70,7 @@ pub use protocol::{
     OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata,
     TopicPartitions, TopicSettings, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
+pub use tls::TlsConfig;
 
 /// The request-level client the SDK types are built on.
 ///

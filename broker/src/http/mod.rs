@@ -11,6 +11,9 @@
 //! lives at most `read_timeout + write_timeout` (so a peer that does not read
 //! its response cannot hold it), heads are at most [`MAX_HEAD_BYTES`], and
 //! requests with a body are refused (413): every route is a GET.
+//!
+//! When the broker has TLS, so does this port (HTTPS): the handshake runs in
+//! the connection's task within `read_timeout`, inside its lifetime.
 
 mod overview;
 
@@ -32,6 +35,7 @@ use tracing::Instrument;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::metrics::{Probe, Scrape};
+use crate::security::tls::ServerTls;
 pub use overview::{History, Sample, HISTORY_INTERVAL, HISTORY_SAMPLES};
 
 /// The dashboard page (HTML, CSS and JavaScript in one file, no external resources).
@@ -70,11 +74,17 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Binds `addr` and serves until the engine shuts down.
+    /// Binds `addr` and serves until the engine shuts down, over TLS when
+    /// `tls` is set.
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub async fn start(addr: &str, engine: Arc<Engine>, probe: Probe) -> Result<Self, BrokerError> {
+    pub async fn start(
+        addr: &str,
+        engine: Arc<Engine>,
+        probe: Probe,
+        tls: Option<Arc<ServerTls>>,
+    ) -> Result<Self, BrokerError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| BrokerError::Io {
@@ -93,7 +103,7 @@ impl HttpServer {
             open: AtomicUsize::new(0),
         });
         let sampler = rt::spawn(sample_loop(Arc::clone(&state)));
-        let accept = rt::spawn(accept_loop(listener, state));
+        let accept = rt::spawn(accept_loop(listener, state, tls));
         Ok(HttpServer {
             addr: local,
             _accept: accept,
@@ -133,7 +143,7 @@ impl Drop for Slot {
     }
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+async fn accept_loop(listener: TcpListener, state: Arc<State>, tls: Option<Arc<ServerTls>>) {
     let stop = state.engine.shutdown_signal();
     let cfg = state.engine.config().clone();
     let max = max_http_connections(cfg.max_connections);
@@ -161,7 +171,18 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>) {
         let lifetime = cfg.read_timeout.saturating_add(cfg.write_timeout);
         let head_timeout = cfg.read_timeout;
         let stop = stop.clone();
+        let tls = tls.clone();
         rt::spawn(async move {
+            let started = std::time::Instant::now();
+            let stream = match crate::listener::secure(tls.as_deref(), stream, head_timeout).await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed");
+                    drop(slot);
+                    return;
+                }
+            };
+            let lifetime = lifetime.saturating_sub(started.elapsed());
             let state = Arc::clone(&slot.0);
             let service = hyper::service::service_fn(move |req| {
                 let state = Arc::clone(&state);

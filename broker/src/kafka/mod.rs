@@ -9,7 +9,8 @@
 //! - this file: the listener (accept loop, connection limit, shutdown) and
 //!   the connection loop (frame size checked before allocating, memory
 //!   budget, read/idle and write timeouts; one request at a time per
-//!   connection, as Kafka serves them);
+//!   connection, as Kafka serves them; TLS when the broker has it, the
+//!   handshake within the read timeout);
 //! - [`apis`]: the header, the version check and one module per API;
 //! - [`records`]: Kafka record batches <-> Flume records;
 //! - [`backend`]: every call into the engine, and nothing else does.
@@ -27,14 +28,16 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use flume_rt::{self as rt, TcpListener, TcpStream};
+use flume_rt::{self as rt, TcpListener};
 use futures::io::AsyncReadExt;
 use futures::FutureExt;
 
 use crate::budget::MemoryBudget;
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::listener::Connections;
+use crate::listener::{secure, Connections};
+use crate::security::tls::{ServerTls, Transport};
+use crate::security::Principal;
 use backend::Backend;
 
 /// The node id this broker gives itself in Kafka's metadata (it is also the
@@ -100,7 +103,8 @@ pub struct KafkaListener {
 impl KafkaListener {
     /// Binds `listen` and serves Kafka clients until the engine shuts down.
     /// `advertised` ("host:port") is what Metadata tells clients to connect
-    /// to; by default the bound address.
+    /// to; by default the bound address. With `tls`, connections speak TLS
+    /// (Kafka's `SSL` security protocol).
     ///
     /// # Errors
     /// An address that cannot be bound, or an advertised address without a port.
@@ -108,6 +112,7 @@ impl KafkaListener {
         listen: &str,
         advertised: Option<&str>,
         engine: Arc<Engine>,
+        tls: Option<Arc<ServerTls>>,
     ) -> Result<KafkaListener, BrokerError> {
         let listener = TcpListener::bind(listen)
             .await
@@ -138,6 +143,7 @@ impl KafkaListener {
             connection_memory: cfg.max_connection_memory.max(cfg.max_frame_bytes),
             read_timeout: cfg.read_timeout,
             write_timeout: cfg.write_timeout,
+            tls,
         };
         let accept = rt::spawn(accept_loop(listener, proto, Arc::clone(&conns)));
         Ok(KafkaListener {
@@ -156,6 +162,11 @@ impl KafkaListener {
     /// Open Kafka connections.
     pub fn connection_count(&self) -> usize {
         self.conns.open()
+    }
+
+    /// Who the open Kafka connections are (past their TLS handshake).
+    pub fn connection_principals(&self) -> Vec<Principal> {
+        self.conns.principals()
     }
 
     /// Stops accepting (the engine's shutdown signal already did, this waits
@@ -195,6 +206,7 @@ struct Proto {
     connection_memory: usize,
     read_timeout: Duration,
     write_timeout: Duration,
+    tls: Option<Arc<ServerTls>>,
 }
 
 async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
@@ -224,7 +236,16 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             client_host: format!("/{}", peer.ip()),
         };
         let limits = proto.clone();
-        let admitted = conns.spawn(proto.max_connections, async move {
+        let admitted = conns.spawn(proto.max_connections, move |handle| async move {
+            let (stream, principal) =
+                match secure(limits.tls.as_deref(), stream, limits.read_timeout).await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::info!(%peer, error = %e, "kafka TLS handshake failed; connection closed");
+                        return;
+                    }
+                };
+            handle.set_principal(principal);
             match serve(&ctx, &limits, stream).await {
                 Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
@@ -255,7 +276,7 @@ enum ConnError {
 /// One connection: read a frame, answer it, repeat. Between requests the
 /// connection may stay idle up to the read timeout; a started frame must be
 /// complete within it too.
-async fn serve(ctx: &Ctx, limits: &Proto, mut stream: TcpStream) -> Result<(), ConnError> {
+async fn serve(ctx: &Ctx, limits: &Proto, mut stream: Transport) -> Result<(), ConnError> {
     let stop = ctx.backend.shutdown_signal();
     loop {
         let mut len = [0u8; 4];

@@ -319,6 +319,7 @@ where
 /// Writes all of `buf`, failing with `TimedOut` if the peer does not take it
 /// within `limit`; `sent` counts the bytes written so far (also when the
 /// future is dropped half-way), so the caller knows whether a frame was torn.
+/// The bytes are flushed before it returns (a TLS stream's last records).
 /// The common case (the socket has room) completes without arming a timer: a
 /// timer per write costs a wake-up of the reactor thread, which is most of a
 /// small request's latency.
@@ -350,8 +351,12 @@ where
             None => break,
         }
     }
+    // A TLS stream may keep the last records it encrypted until flushed; on
+    // plain TCP the flush does nothing.
     if pos == buf.len() {
-        return Ok(());
+        if let Some(r) = w.flush().now_or_never() {
+            return r;
+        }
     }
     let rest = async {
         while pos < buf.len() {
@@ -365,7 +370,7 @@ where
                 Err(e) => return Err(e),
             }
         }
-        Ok(())
+        w.flush().await
     };
     match timeout(limit, rest).await {
         Some(r) => r,

@@ -1,0 +1,38 @@
+//! Security of the broker's listeners (issue #20): TLS on every port
+//! ([`tls`]) and who a connection is ([`Principal`]).
+//!
+//! A connection's principal is fixed once it is known (after the TLS
+//! handshake today; after authentication next) and is kept with the
+//! connection in the listener (see `Broker::connection_principals`), so
+//! authorisation and per-principal limits can hang off it.
+
+pub mod tls;
+
+use std::fmt;
+
+/// Who is on the other end of a connection.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Principal {
+    /// Nobody in particular: no client certificate and no login.
+    Anonymous,
+    /// A client certificate's subject (mTLS), as RFC 4514 writes a
+    /// distinguished name: `CN=alice,O=Example`.
+    Certificate(String),
+}
+
+impl Principal {
+    /// True for [`Principal::Anonymous`].
+    pub fn is_anonymous(&self) -> bool {
+        matches!(self, Principal::Anonymous)
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Principal::Anonymous => f.write_str("ANONYMOUS"),
+            Principal::Certificate(dn) => write!(f, "cert:{dn}"),
+        }
+    }
+}
