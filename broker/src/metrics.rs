@@ -267,12 +267,12 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 15;
+const NAPIS: usize = 17;
 const NCODES: usize = 21;
 
 fn api_index(api_key: i16) -> usize {
     match ApiKey::from_i16(api_key) {
-        Some(a) => a as usize,
+        Some(a) => (a as usize).min(NAPIS - 1),
         None => NAPIS - 1,
     }
 }
@@ -294,6 +294,8 @@ pub fn api_name(index: usize) -> &'static str {
         "describe_topic_config",
         "list_offsets",
         "delete_group",
+        "list_groups",
+        "describe_group",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")
@@ -996,7 +998,14 @@ mod tests {
         assert_eq!(api_name(api_index(0)), "produce");
         assert_eq!(api_name(api_index(8)), "metadata");
         assert_eq!(api_name(api_index(13)), "delete_group");
-        assert_eq!(api_name(api_index(14)), "unknown");
+        assert_eq!(api_name(api_index(15)), "describe_group");
+        assert_eq!(api_name(api_index(99)), "unknown");
+        // Every API key the protocol knows has its own label (add it to the table).
+        for k in 0..i16::MAX {
+            if flume_protocol::ApiKey::from_i16(k).is_some() {
+                assert_ne!(api_name(api_index(k)), "unknown", "api key {k}");
+            }
+        }
         assert_eq!(
             code_name(code_index(ErrorCode::UnknownGroup)),
             "UNKNOWN_GROUP"

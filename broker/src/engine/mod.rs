@@ -119,7 +119,7 @@ fn open_topics(
 }
 
 /// `f` over `items` on up to [`OPEN_THREADS`] threads; results in order.
-fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(super) fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let threads = OPEN_THREADS.min(items.len());
     let mut parts: Vec<Vec<(usize, R)>> = std::thread::scope(|s| {

@@ -92,14 +92,41 @@ impl Topic {
 }
 
 impl Engine {
+    /// Opens (or creates) every partition of a topic whose directory and
+    /// `topic.conf` exist. Missing partition directories are created first
+    /// and made durable with one fsync of the topic's directory (not one per
+    /// partition); the partitions are then opened on several threads
+    /// ([`super::parallel_map`]). A crash in between is harmless: a start
+    /// creates whatever partition directory is missing.
     pub(super) fn open_topic(
         config: &BrokerConfig,
         name: &str,
         tc: TopicConfig,
     ) -> Result<Topic, BrokerError> {
-        let partitions = (0..tc.partitions)
-            .map(|p| Topic::open_partition(config, name, &tc, p))
-            .collect::<Result<Vec<_>, _>>()?;
+        let dir = config.data_dir.join(name);
+        let mut created = false;
+        for p in 0..tc.partitions {
+            let pdir = dir.join(format!("partition-{p}"));
+            match std::fs::create_dir(&pdir) {
+                Ok(()) => created = true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(BrokerError::Io {
+                        what: format!("create {}", pdir.display()),
+                        source,
+                    })
+                }
+            }
+        }
+        if created {
+            crate::storage::fsync_dir(&dir)?;
+        }
+        let numbers: Vec<u32> = (0..tc.partitions).collect();
+        let partitions = super::parallel_map(&numbers, |&p| {
+            Topic::open_partition(config, name, &tc, p)
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
         Ok(Topic::from_parts(name.to_owned(), tc, partitions))
     }
 
