@@ -211,10 +211,10 @@ pub struct Fetched {
 
 /// A member's request to join a group.
 ///
-/// The broker assigns the partitions ([`Assignor`]). A protocol whose clients
-/// assign (Kafka's SyncGroup, where the leader sends everyone's assignment)
-/// would add its metadata and a client-side variant here; the coordinator's
-/// generations and fencing stay the same.
+/// The broker assigns the partitions ([`Assignor`]). Groups whose clients
+/// assign (Kafka's, where the leader sends everyone's assignment with
+/// SyncGroup) join with a [`ClientJoinSpec`] instead; the coordinator's
+/// generations and fencing are the same.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JoinSpec {
     /// Group name.

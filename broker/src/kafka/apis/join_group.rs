@@ -5,8 +5,8 @@
 //! Served up to v4: v4 answers a first join without a member id with
 //! MEMBER_ID_REQUIRED and a new id (KIP-394), as Kafka does. Static
 //! membership (`group.instance.id`, v5+) is not served: clients see that
-//! JoinGroup v5 is missing and run as dynamic members (librdkafka says so
-//! and ignores the setting; the Java client refuses the configuration).
+//! JoinGroup v5 is missing (librdkafka then runs a dynamic member; the Java
+//! client refuses the setting).
 
 use std::time::Duration;
 
