@@ -239,7 +239,8 @@ pub struct Transcoded {
 /// (`docs/storage.md`), one pass, no record copied twice: what the produce
 /// path appends. Checks what the engine checks of a Flume batch: each
 /// record's size against `max_record_bytes` (16-byte header included) and
-/// at most `u16::MAX` headers with names of at most `u16::MAX` bytes.
+/// at most `u16::MAX` headers with names of at most `u16::MAX` bytes. The
+/// stored records together may not pass `limit` either (TooLarge).
 ///
 /// # Errors
 /// [`RecordsError`]: besides [`parse_set`]'s, `RecordTooLarge` and `Invalid`.
@@ -287,6 +288,10 @@ pub fn transcode(
             size,
             limit: max_record_bytes,
         })?;
+        if out.len() > limit {
+            // Stored, the set would be larger than a frame (many tiny records).
+            return Err(RecordsError::TooLarge { limit });
+        }
         let crc = crc32fast::hash(&out[start + 16..]);
         out[start + 8..start + 12].copy_from_slice(&payload.to_be_bytes());
         out[start + 12..start + 16].copy_from_slice(&crc.to_be_bytes());
@@ -765,6 +770,10 @@ mod tests {
         assert!(matches!(
             transcode(&batch, 1 << 20, first - 1),
             Err(RecordsError::RecordTooLarge { .. })
+        ));
+        assert!(matches!(
+            transcode(&batch, t.records.len() - 1, 1 << 20),
+            Err(RecordsError::TooLarge { .. })
         ));
     }
 
