@@ -299,7 +299,7 @@ fn two_producers_interleave_on_one_partition() -> Result<()> {
 }
 
 #[test]
-fn producer_ids_are_unique_across_a_restart_and_old_ones_are_unknown() -> Result<()> {
+fn producer_ids_are_unique_across_a_restart_and_old_producers_go_on() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
     let (before, epoch) = {
@@ -314,12 +314,22 @@ fn producer_ids_are_unique_across_a_restart_and_old_ones_are_unknown() -> Result
     let mut c = Conn::open(&broker)?;
     let (after, _) = c.init()?;
     assert!(after > before, "{after} > {before}");
-    // The producer from before the restart: its state is gone, so it is told
-    // to get a new id instead of risking an undetected duplicate.
-    let (code, _) = c.produce(0, (before, epoch, 1), &["old"])?;
+    // The producer from before the restart: its state is gone, so, as Kafka
+    // treats a producer whose state expired, its next batch is accepted
+    // whatever the sequence, and checked from there on.
+    assert_eq!(c.produce(0, (before, epoch, 1), &["old"])?, (0, 1));
+    assert_eq!(
+        c.produce(0, (before, epoch, 1), &["old"])?,
+        (0, 1),
+        "a retry"
+    );
+    let (code, _) = c.produce(0, (before, epoch, 3), &["gap"])?;
+    assert_eq!(code, OUT_OF_ORDER_SEQUENCE_NUMBER);
+    assert_eq!(c.produce(0, (after, 0, 0), &["after"])?, (0, 2));
+    // An id above every one issued is unknown.
+    let (code, _) = c.produce(0, (after + 1, 0, 0), &["who"])?;
     assert_eq!(code, UNKNOWN_PRODUCER_ID);
-    assert_eq!(c.produce(0, (after, 0, 0), &["after"])?, (0, 1));
-    assert_eq!(fetch_values(&broker, 0)?, ["before", "after"]);
+    assert_eq!(fetch_values(&broker, 0)?, ["before", "old", "after"]);
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }

@@ -116,7 +116,7 @@ pub enum ProducerError {
     OutOfOrderSequence,
     /// The epoch is older than one already seen from this producer.
     InvalidEpoch,
-    /// The producer id was not issued since the broker started.
+    /// The producer id was never issued by this broker.
     UnknownProducerId,
 }
 

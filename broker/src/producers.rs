@@ -12,8 +12,8 @@
 //!   `producer-ids` in the data directory (written to a temporary file,
 //!   fsynced, renamed, directory fsynced) before any id of the block is
 //!   given out, so an id is never issued twice, whatever the broker's exit.
-//!   An id not issued since this broker started is unknown (a producer from
-//!   before a restart, or one made up): its batches get UNKNOWN_PRODUCER_ID.
+//!   An id at or above the next one to issue was never issued (made up, or
+//!   from another broker): its batches get UNKNOWN_PRODUCER_ID.
 //! - [`ProducerTable`]: one per partition, kept under the partition's log
 //!   lock, so the check and the append are one step for every append of the
 //!   partition (see [`crate::partition`]). Per producer: its epoch and its
@@ -33,9 +33,15 @@
 //! place, besides a restart, where a duplicate can appear.
 //!
 //! Nothing of this survives a restart (Flume's records do not carry producer
-//! ids, so the state cannot be rebuilt from the log): after a restart every
-//! earlier producer id is unknown, the client asks for a new id and
-//! sequences start over.
+//! ids, so the state cannot be rebuilt from the log): after a restart a
+//! producer from before is one whose state is gone, as above: its next batch
+//! is accepted whatever its sequence and tracked from there, so clients go on
+//! without a round trip. A batch appended just before the restart whose
+//! answer the client did not get is appended again when the client retries
+//! it: the other place a duplicate can appear. (Answering such producers
+//! UNKNOWN_PRODUCER_ID instead was tried: librdkafka then stalls and
+//! kafka-python fails the batches, as no Kafka broker answers that for a
+//! producer whose state it lost.)
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -93,8 +99,6 @@ struct IdState {
 #[derive(Debug)]
 pub struct ProducerIds {
     path: PathBuf,
-    /// The first id issued since this broker started.
-    first: i64,
     state: Mutex<IdState>,
 }
 
@@ -121,7 +125,6 @@ impl ProducerIds {
         };
         Ok(ProducerIds {
             path,
-            first,
             state: Mutex::new(IdState {
                 next: first,
                 reserved_end: first,
@@ -149,10 +152,11 @@ impl ProducerIds {
         Ok(id)
     }
 
-    /// True for an id issued since this broker started.
+    /// True for an id that may have been issued (by this broker since it
+    /// started, or before a restart): from 0 to below the next one to issue.
     pub fn issued(&self, id: i64) -> bool {
         let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        (self.first..s.next).contains(&id)
+        (0..s.next).contains(&id)
     }
 }
 
@@ -627,7 +631,12 @@ mod tests {
         let ids = ProducerIds::open(dir.path()).unwrap();
         let c = ids.issue().unwrap();
         assert_eq!(c, ID_BLOCK, "the next block after the persisted mark");
-        assert!(!ids.issued(a), "ids from before the restart are unknown");
+        assert!(ids.issued(a), "ids from before the restart are known");
+        assert!(
+            ids.issued(ID_BLOCK - 1),
+            "the rest of the old block may have been issued"
+        );
+        assert!(!ids.issued(c + 1), "not issued yet");
         std::fs::write(dir.path().join(IDS_FILE), "flume-producer-ids v1 5 6").unwrap();
         assert!(matches!(
             ProducerIds::open(dir.path()),

@@ -91,7 +91,7 @@ impl Engine {
     /// (see [`crate::partition`]); a retry of one of the producer's last five
     /// batches there is answered with that batch's offsets
     /// ([`Appended::duplicate`]) and not appended again; a gap, an old epoch
-    /// or an id not issued since the broker started is refused
+    /// or an id never issued is refused
     /// ([`Appended::producer_error`]).
     pub async fn admit_produce_as(
         &self,
@@ -174,6 +174,55 @@ impl Engine {
 }
 
 impl Engine {
+    /// Queues records the front end encoded itself in the stored format
+    /// (the Kafka front end's transcoder) on one partition, without checking
+    /// them again: the caller vouches for every record's length, CRC, size
+    /// limit and for `count` and `max_timestamp` (debug builds check anyway).
+    /// Otherwise as [`Engine::admit_produce_as`] for [`Route::Partition`].
+    pub async fn admit_encoded(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        count: u32,
+        max_timestamp: i64,
+        producer: Option<ProducerBatch>,
+    ) -> PendingProduce {
+        let route = Route::Partition(partition);
+        let fail = |code| PendingProduce::failed(topic, route, code);
+        debug_assert!(
+            record::validate_batch(&records, self.config.max_record_bytes as u64)
+                .is_ok_and(|i| i.count == count && i.max_timestamp == max_timestamp),
+            "a front end's encoded batch does not check"
+        );
+        if self.is_shutting_down() {
+            return fail(ErrorCode::ShuttingDown);
+        }
+        if count == 0 {
+            return fail(ErrorCode::CorruptRecord);
+        }
+        let t = match self.auto_create(topic).await {
+            Ok(t) => t,
+            Err(e) => return fail(e.code()),
+        };
+        if let Some(pb) = &producer {
+            if !self.producer_ids.issued(pb.id) {
+                let mut p = fail(ErrorCode::InvalidRequest);
+                p.producer_error = Some(ProducerError::UnknownProducerId);
+                return p;
+            }
+        }
+        let Some(p) = t.partition(partition) else {
+            return fail(ErrorCode::UnknownPartition);
+        };
+        let mut pending = fail(ErrorCode::None);
+        match p.enqueue_as(records, count, max_timestamp, producer).await {
+            Ok(rx) => pending.waits.push((p.id, count, rx)),
+            Err(code) => pending.error = code,
+        }
+        pending
+    }
+
     /// Issues a new producer id (epoch 0) for an idempotent producer. Ids
     /// never repeat, across restarts too (see [`crate::producers`]).
     ///

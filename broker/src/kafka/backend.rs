@@ -279,6 +279,57 @@ impl Backend {
         self.engine.init_producer_id().await.map_err(kafka_code)
     }
 
+    /// Appends records the Kafka front end transcoded to the stored format
+    /// ([`super::records::transcode`]) to one partition and waits until they
+    /// are stored. Returns the offset of the first record (for an idempotent
+    /// producer's retry of a stored batch: that batch's, nothing appended).
+    ///
+    /// # Errors
+    /// A Kafka error code (unknown topic or partition,
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID, ...).
+    pub async fn produce_encoded(
+        &self,
+        topic: &str,
+        partition: i32,
+        t: super::records::Transcoded,
+    ) -> Result<i64, i16> {
+        if partition < 0 {
+            return Err(kerr::UNKNOWN_TOPIC_OR_PARTITION);
+        }
+        let result = self
+            .engine
+            .admit_encoded(
+                topic,
+                partition,
+                Bytes::from(t.records),
+                t.count,
+                t.max_timestamp,
+                t.producer,
+            )
+            .await
+            .finish()
+            .await;
+        Self::produced(&result)
+    }
+
+    fn produced(result: &crate::domain::Appended) -> Result<i64, i16> {
+        if let Some(e) = result.producer_error {
+            return Err(match e {
+                ProducerError::OutOfOrderSequence => kerr::OUT_OF_ORDER_SEQUENCE_NUMBER,
+                ProducerError::InvalidEpoch => kerr::INVALID_PRODUCER_EPOCH,
+                ProducerError::UnknownProducerId => kerr::UNKNOWN_PRODUCER_ID,
+            });
+        }
+        if result.error != ErrorCode::None {
+            return Err(kafka_code(result.error));
+        }
+        result
+            .spans
+            .first()
+            .map(|s| s.base_offset)
+            .ok_or(kerr::UNKNOWN_SERVER_ERROR)
+    }
+
     /// Appends records to one partition and waits until they are stored.
     /// Returns the offset of the first record (for an idempotent producer's
     /// retry of a stored batch: that batch's, nothing appended).
@@ -345,21 +396,7 @@ impl Backend {
             .await
             .finish()
             .await;
-        if let Some(e) = result.producer_error {
-            return Err(match e {
-                ProducerError::OutOfOrderSequence => kerr::OUT_OF_ORDER_SEQUENCE_NUMBER,
-                ProducerError::InvalidEpoch => kerr::INVALID_PRODUCER_EPOCH,
-                ProducerError::UnknownProducerId => kerr::UNKNOWN_PRODUCER_ID,
-            });
-        }
-        if result.error != ErrorCode::None {
-            return Err(kafka_code(result.error));
-        }
-        result
-            .spans
-            .first()
-            .map(|s| s.base_offset)
-            .ok_or(kerr::UNKNOWN_SERVER_ERROR)
+        Self::produced(&result)
     }
 
     /// Reads partitions through the engine's long-poll fetch: waits until

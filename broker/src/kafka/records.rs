@@ -77,51 +77,23 @@ pub enum RecordsError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// One record, stored, would be larger than the broker's `max_record_bytes`.
+    #[error(
+        "a record of {size} bytes (16-byte header included) is above max_record_bytes ({limit})"
+    )]
+    RecordTooLarge {
+        /// The record's stored size.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// A record Flume cannot store (too many headers, a header name too long).
+    #[error("invalid record: {0}")]
+    Invalid(String),
 }
 
 fn corrupt(what: impl Into<String>) -> RecordsError {
     RecordsError::Corrupt(what.into())
-}
-
-fn varint_u64(buf: &mut Bytes) -> Result<u64, RecordsError> {
-    let mut v = 0u64;
-    for i in 0..10 {
-        if !buf.has_remaining() {
-            return Err(corrupt("varint cut short"));
-        }
-        let b = buf.get_u8();
-        v |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(v);
-        }
-    }
-    Err(corrupt("varint longer than 10 bytes"))
-}
-
-fn varlong(buf: &mut Bytes) -> Result<i64, RecordsError> {
-    let n = varint_u64(buf)?;
-    Ok(((n >> 1) as i64) ^ -((n & 1) as i64))
-}
-
-fn varint(buf: &mut Bytes) -> Result<i32, RecordsError> {
-    i32::try_from(varlong(buf)?).map_err(|_| corrupt("varint out of i32 range"))
-}
-
-/// A length-prefixed field; -1 is null.
-fn nullable(buf: &mut Bytes, what: &str) -> Result<Option<Bytes>, RecordsError> {
-    match varint(buf)? {
-        -1 => Ok(None),
-        n => {
-            let n = usize::try_from(n).map_err(|_| corrupt(format!("{what} length {n}")))?;
-            if n > buf.remaining() {
-                return Err(corrupt(format!(
-                    "{what} of {n} bytes, {} left",
-                    buf.remaining()
-                )));
-            }
-            Ok(Some(buf.split_to(n)))
-        }
-    }
 }
 
 /// Reads `r` to its end, refusing as soon as the output passes `limit`.
@@ -224,16 +196,203 @@ pub fn decode(records: &Bytes, limit: usize) -> Result<Vec<Rec>, RecordsError> {
 }
 
 /// Decodes a produced record set into records and the idempotent
-/// producer's stamp. `limit` bounds the sum of keys, values and headers and,
-/// over all batches, the bytes decompression may produce. A stamped batch
-/// (producer id 0 or more) must be the set's only batch, with an epoch and a
-/// base sequence of 0 or more and one record per offset delta.
+/// producer's stamp (see [`parse_set`]).
 ///
 /// # Errors
 /// [`RecordsError`].
 pub fn decode_set(records: &Bytes, limit: usize) -> Result<Decoded, RecordsError> {
-    let mut buf = records.clone();
     let mut out = Vec::new();
+    let producer = parse_set(records, limit, &mut |r: RecordView<'_, '_>| {
+        out.push(Rec {
+            offset: -1,
+            timestamp: r.timestamp,
+            key: r.key.map(Bytes::copy_from_slice),
+            value: Bytes::copy_from_slice(r.value),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), Bytes::copy_from_slice(v)))
+                .collect(),
+        });
+        Ok(())
+    })?;
+    Ok(Decoded {
+        records: out,
+        producer,
+    })
+}
+
+/// A produced record set in Flume's stored record format, ready to append.
+#[derive(Debug)]
+pub struct Transcoded {
+    /// The records, encoded (offsets 0; the log assigns them).
+    pub records: Vec<u8>,
+    /// How many.
+    pub count: u32,
+    /// The largest timestamp.
+    pub max_timestamp: i64,
+    /// The idempotent producer's stamp, if any.
+    pub producer: Option<ProducerBatch>,
+}
+
+/// Decodes a produced record set straight into Flume's stored record format
+/// (`docs/storage.md`), one pass, no record copied twice: what the produce
+/// path appends. Checks what the engine checks of a Flume batch: each
+/// record's size against `max_record_bytes` (16-byte header included) and
+/// at most `u16::MAX` headers with names of at most `u16::MAX` bytes. The
+/// stored records together may not pass `limit` either (TooLarge).
+///
+/// # Errors
+/// [`RecordsError`]: besides [`parse_set`]'s, `RecordTooLarge` and `Invalid`.
+pub fn transcode(
+    records: &Bytes,
+    limit: usize,
+    max_record_bytes: usize,
+) -> Result<Transcoded, RecordsError> {
+    let mut out: Vec<u8> = Vec::with_capacity(records.len().saturating_mul(2).min(limit));
+    let mut count = 0u32;
+    let mut max_timestamp = i64::MIN;
+    let producer = parse_set(records, limit, &mut |r: RecordView<'_, '_>| {
+        let n = u16::try_from(r.headers.len())
+            .map_err(|_| RecordsError::Invalid(format!("{} headers", r.headers.len())))?;
+        let start = out.len();
+        out.extend_from_slice(&[0u8; 16]); // offset 0, size and CRC patched below
+        out.push(0);
+        out.extend_from_slice(&r.timestamp.to_be_bytes());
+        match r.key {
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(k) => {
+                out.extend_from_slice(&len_i32(k.len())?.to_be_bytes());
+                out.extend_from_slice(k);
+            }
+        }
+        out.extend_from_slice(&len_i32(r.value.len())?.to_be_bytes());
+        out.extend_from_slice(r.value);
+        out.extend_from_slice(&n.to_be_bytes());
+        for (k, v) in r.headers {
+            let kl = u16::try_from(k.len())
+                .map_err(|_| RecordsError::Invalid(format!("header name of {} bytes", k.len())))?;
+            out.extend_from_slice(&kl.to_be_bytes());
+            out.extend_from_slice(k.as_bytes());
+            out.extend_from_slice(&len_i32(v.len())?.to_be_bytes());
+            out.extend_from_slice(v);
+        }
+        let size = out.len() - start;
+        if size > max_record_bytes {
+            return Err(RecordsError::RecordTooLarge {
+                size,
+                limit: max_record_bytes,
+            });
+        }
+        let payload = u32::try_from(size - 16).map_err(|_| RecordsError::RecordTooLarge {
+            size,
+            limit: max_record_bytes,
+        })?;
+        if out.len() > limit {
+            // Stored, the set would be larger than a frame (many tiny records).
+            return Err(RecordsError::TooLarge { limit });
+        }
+        let crc = crc32fast::hash(&out[start + 16..]);
+        out[start + 8..start + 12].copy_from_slice(&payload.to_be_bytes());
+        out[start + 12..start + 16].copy_from_slice(&crc.to_be_bytes());
+        count = count.saturating_add(1);
+        max_timestamp = max_timestamp.max(r.timestamp);
+        Ok(())
+    })?;
+    Ok(Transcoded {
+        records: out,
+        count,
+        max_timestamp,
+        producer,
+    })
+}
+
+fn len_i32(n: usize) -> Result<i32, RecordsError> {
+    i32::try_from(n).map_err(|_| RecordsError::Invalid(format!("a field of {n} bytes")))
+}
+
+/// One record of a produced batch, borrowed from the (decompressed) batch.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a, 'h> {
+    /// The record's timestamp (the batch's max for LogAppendTime).
+    pub timestamp: i64,
+    /// Key (null: none).
+    pub key: Option<&'a [u8]>,
+    /// Value (null: empty).
+    pub value: &'a [u8],
+    /// Headers in order (a null value: empty), names checked to be UTF-8.
+    pub headers: &'h [(&'a str, &'a [u8])],
+}
+
+/// A forward-only reader over a slice, for the records inside a batch.
+struct Cur<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Cur<'a> {
+    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], RecordsError> {
+        if n > self.b.len() {
+            return Err(corrupt(format!(
+                "{what} of {n} bytes, {} left",
+                self.b.len()
+            )));
+        }
+        let (head, tail) = self.b.split_at(n);
+        self.b = tail;
+        Ok(head)
+    }
+
+    fn varint_u64(&mut self) -> Result<u64, RecordsError> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let Some((&b, rest)) = self.b.split_first() else {
+                return Err(corrupt("varint cut short"));
+            };
+            self.b = rest;
+            v |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt("varint longer than 10 bytes"))
+    }
+
+    fn varlong(&mut self) -> Result<i64, RecordsError> {
+        let n = self.varint_u64()?;
+        Ok(((n >> 1) as i64) ^ -((n & 1) as i64))
+    }
+
+    fn varint(&mut self) -> Result<i32, RecordsError> {
+        i32::try_from(self.varlong()?).map_err(|_| corrupt("varint out of i32 range"))
+    }
+
+    /// A length-prefixed field; -1 is null.
+    fn nullable(&mut self, what: &str) -> Result<Option<&'a [u8]>, RecordsError> {
+        match self.varint()? {
+            -1 => Ok(None),
+            n => {
+                let n = usize::try_from(n).map_err(|_| corrupt(format!("{what} length {n}")))?;
+                self.take(n, what).map(Some)
+            }
+        }
+    }
+}
+
+/// Parses a produced record set (one or more batches), handing each record
+/// to `sink` in order, and returns the idempotent producer's stamp. `limit`
+/// bounds the sum of keys, values and headers and, over all batches, the
+/// bytes decompression may produce. A stamped batch (producer id 0 or more)
+/// must be the set's only batch, with an epoch and a base sequence of 0 or
+/// more and one record per offset delta.
+///
+/// # Errors
+/// [`RecordsError`], or the sink's.
+pub fn parse_set(
+    records: &Bytes,
+    limit: usize,
+    sink: &mut dyn FnMut(RecordView<'_, '_>) -> Result<(), RecordsError>,
+) -> Result<Option<ProducerBatch>, RecordsError> {
+    let mut buf = records.clone();
     let mut total = 0usize;
     let mut inflated = 0usize;
     let mut producer = None;
@@ -304,42 +463,48 @@ pub fn decode_set(records: &Bytes, limit: usize) -> Result<Decoded, RecordsError
             continue; // control batch (transaction markers)
         }
         let log_append_time = attributes & 0x08 != 0;
-        let mut data = decompress(attributes & 0x07, batch, limit.saturating_sub(inflated))?;
+        let data = decompress(attributes & 0x07, batch, limit.saturating_sub(inflated))?;
         inflated += data.len();
         let count = usize::try_from(count).map_err(|_| corrupt(format!("record count {count}")))?;
+        let mut cur = Cur { b: &data[..] };
+        let mut headers: Vec<(&str, &[u8])> = Vec::new();
         for i in 0..count {
-            let rlen = varint(&mut data)?;
-            let rlen = usize::try_from(rlen)
-                .ok()
-                .filter(|l| *l <= data.remaining())
-                .ok_or_else(|| corrupt(format!("record {i} length {rlen}")))?;
-            let mut r = data.split_to(rlen);
-            if !r.has_remaining() {
+            let rlen = cur.varint()?;
+            let rlen =
+                usize::try_from(rlen).map_err(|_| corrupt(format!("record {i} length {rlen}")))?;
+            let mut r = Cur {
+                b: cur.take(rlen, "record")?,
+            };
+            if r.b.is_empty() {
                 return Err(corrupt(format!("record {i} is empty")));
             }
-            let _attrs = r.get_i8();
-            let ts_delta = varlong(&mut r)?;
-            let _offset_delta = varint(&mut r)?;
-            let key = nullable(&mut r, "key")?;
-            let value = nullable(&mut r, "value")?.unwrap_or_default();
-            let n = varint(&mut r)?;
+            r.take(1, "attributes")?;
+            let ts_delta = r.varlong()?;
+            let _offset_delta = r.varint()?;
+            let key = r.nullable("key")?;
+            let value = r.nullable("value")?.unwrap_or_default();
+            let n = r.varint()?;
             let n = usize::try_from(n).map_err(|_| corrupt(format!("header count {n}")))?;
-            let mut headers = Vec::with_capacity(n.min(r.remaining()));
+            headers.clear();
+            let mut size = key.map_or(0, <[u8]>::len) + value.len();
             for _ in 0..n {
-                let k = nullable(&mut r, "header name")?.unwrap_or_default();
-                let k = String::from_utf8(k.to_vec())
-                    .map_err(|_| corrupt("header name is not UTF-8"))?;
-                let v = nullable(&mut r, "header value")?.unwrap_or_default();
+                let k = r.nullable("header name")?.unwrap_or_default();
+                let k = std::str::from_utf8(k).map_err(|_| corrupt("header name is not UTF-8"))?;
+                let v = r.nullable("header value")?.unwrap_or_default();
+                size += k.len() + v.len();
                 headers.push((k, v));
             }
-            if r.has_remaining() {
+            if !r.b.is_empty() {
                 return Err(corrupt(format!(
                     "record {i} has {} bytes past its end",
-                    r.remaining()
+                    r.b.len()
                 )));
             }
-            let rec = Rec {
-                offset: -1,
+            total = total.saturating_add(size);
+            if total > limit {
+                return Err(RecordsError::TooLarge { limit });
+            }
+            sink(RecordView {
                 timestamp: if log_append_time {
                     max_ts
                 } else {
@@ -347,28 +512,17 @@ pub fn decode_set(records: &Bytes, limit: usize) -> Result<Decoded, RecordsError
                 },
                 key,
                 value,
-                headers,
-            };
-            total = total
-                .saturating_add(rec.key.as_ref().map_or(0, Bytes::len))
-                .saturating_add(rec.value.len())
-                .saturating_add(rec.headers.iter().map(|(k, v)| k.len() + v.len()).sum());
-            if total > limit {
-                return Err(RecordsError::TooLarge { limit });
-            }
-            out.push(rec);
+                headers: &headers,
+            })?;
         }
-        if data.has_remaining() {
+        if !cur.b.is_empty() {
             return Err(corrupt(format!(
                 "{} bytes past the batch's {count} records",
-                data.remaining()
+                cur.b.len()
             )));
         }
     }
-    Ok(Decoded {
-        records: out,
-        producer,
-    })
+    Ok(producer)
 }
 
 fn put_varlong(out: &mut BytesMut, v: i64) {
@@ -555,7 +709,8 @@ mod tests {
                 },
             )
             .unwrap();
-            let back: Vec<Rec> = decode(&buf.freeze(), 1 << 20)
+            let buf_copy = buf.freeze();
+            let back: Vec<Rec> = decode(&buf_copy, 1 << 20)
                 .unwrap()
                 .into_iter()
                 .zip(&rs)
@@ -565,7 +720,61 @@ mod tests {
                 })
                 .collect();
             assert_eq!(back, rs, "{c:?}");
+            let t = transcode(&buf_copy, 1 << 20, 1 << 20).unwrap();
+            assert_eq!(t.records, flume_encoded(&rs), "{c:?}");
         }
+    }
+
+    /// The stored format the transcoder writes, byte for byte as Flume's own
+    /// encoder writes the decoded records.
+    fn flume_encoded(rs: &[Rec]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        for r in rs {
+            let headers: Vec<flume_protocol::record::Header> = r
+                .headers
+                .iter()
+                .map(|(k, v)| flume_protocol::record::Header {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect();
+            flume_protocol::record::encode(
+                &mut buf,
+                0,
+                r.timestamp,
+                r.key.as_deref(),
+                &r.value,
+                &headers,
+            );
+        }
+        buf
+    }
+
+    #[test]
+    fn transcode_writes_what_flumes_encoder_writes_and_checks_record_limits() {
+        let rs = vec![
+            rec(0, Some("k"), "v", &[("a", "1"), ("a", "")]),
+            rec(1, None, "", &[]),
+            rec(2, Some(""), "x", &[("c", "3")]),
+        ];
+        let batch = encode(&rs);
+        let t = transcode(&batch, 1 << 20, 1 << 20).unwrap();
+        assert_eq!(t.records, flume_encoded(&rs));
+        assert_eq!((t.count, t.max_timestamp), (3, rs[2].timestamp));
+        let info = flume_protocol::record::validate_batch(&t.records, 1 << 20).unwrap();
+        assert_eq!(info.count, 3);
+        assert!(t.producer.is_none());
+        // 16 + 1 + 8 + 4 + 1 + 4 + 1 + 2 + 2 + 1 + 4 + 1 = the first record's stored size.
+        let first = 16 + 1 + 8 + 4 + 1 + 4 + 1 + 2 + (2 + 1 + 4 + 1) + (2 + 1 + 4);
+        assert!(transcode(&batch, 1 << 20, first).is_ok());
+        assert!(matches!(
+            transcode(&batch, 1 << 20, first - 1),
+            Err(RecordsError::RecordTooLarge { .. })
+        ));
+        assert!(matches!(
+            transcode(&batch, t.records.len() - 1, 1 << 20),
+            Err(RecordsError::TooLarge { .. })
+        ));
     }
 
     #[test]

@@ -7,8 +7,7 @@
 //! [`crate::producers`]): a retry of a stored batch is answered with its
 //! original base offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old
 //! epoch with INVALID_PRODUCER_EPOCH (as Kafka 2.7+ answers every produce
-//! version), an id this broker did not issue since it started with
-//! UNKNOWN_PRODUCER_ID.
+//! version), an id this broker never issued with UNKNOWN_PRODUCER_ID.
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
@@ -41,18 +40,28 @@ pub(super) async fn handle(
             let result: Result<i64, (i16, String)> = if let Some((code, why)) = refuse {
                 Err((code, why.to_owned()))
             } else {
-                match records::decode_set(&p.records.unwrap_or_default(), ctx.max_decoded_bytes) {
+                match records::transcode(
+                    &p.records.unwrap_or_default(),
+                    ctx.max_decoded_bytes,
+                    ctx.backend.max_record_bytes(),
+                ) {
                     Err(RecordsError::TooLarge { limit }) => Err((
                         errors::MESSAGE_TOO_LARGE,
                         format!("records decompress to more than {limit} bytes"),
                     )),
+                    Err(e @ RecordsError::RecordTooLarge { .. }) => {
+                        Err((errors::MESSAGE_TOO_LARGE, e.to_string()))
+                    }
+                    Err(e @ RecordsError::Invalid(_)) => {
+                        Err((errors::INVALID_RECORD, e.to_string()))
+                    }
                     Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
-                    Ok(d) if d.records.is_empty() => {
+                    Ok(t) if t.count == 0 => {
                         Err((errors::CORRUPT_MESSAGE, "no records".to_owned()))
                     }
-                    Ok(d) => ctx
+                    Ok(t) => ctx
                         .backend
-                        .produce(&name, p.index, &d.records, d.producer)
+                        .produce_encoded(&name, p.index, t)
                         .await
                         .map_err(|c| (c, format!("error {c}"))),
                 }
