@@ -7,6 +7,7 @@
 //! authorisation and per-principal limits can hang off it.
 
 pub mod tls;
+pub mod users;
 
 use std::fmt;
 
