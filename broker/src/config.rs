@@ -361,6 +361,9 @@ pub struct BrokerConfig {
     /// certificate signed by one of them (mTLS), and its subject becomes the
     /// connection's principal. Needs `tls_cert`.
     pub tls_client_ca: Option<PathBuf>,
+    /// Authentication on the Flume listener (`off` by default; see
+    /// [`crate::security::auth`]). Users live in `<data>/__users`.
+    pub auth: crate::security::auth::AuthMode,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
@@ -403,6 +406,7 @@ impl BrokerConfig {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            auth: crate::security::auth::AuthMode::Off,
             file_cache: Arc::default(),
         }
     }

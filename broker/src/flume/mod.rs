@@ -189,6 +189,9 @@ async fn admit_request(
             Ok(req) => ready(id, Ok(map::metadata_response(engine.describe(&req.topics)))),
             Err(f) => f,
         },
+        // A connection answers AUTHENTICATE itself (crate::conn); here there
+        // is no connection state to authenticate.
+        ApiKey::Authenticate => error_frame(id, ErrorCode::AuthenticationFailed),
     }
 }
 

@@ -41,6 +41,12 @@ pub enum ErrorCode {
     /// 17: a broker limit is reached (groups, members of one group); the broker's log
     /// names the limit and its value. Retrying later may succeed.
     LimitReached,
+    /// 40: AUTHENTICATE failed (wrong user name or password, a malformed
+    /// message, an unsupported mechanism). Codes 40-49 are security's.
+    AuthenticationFailed,
+    /// 41: the broker requires authentication (`--auth required`) and this
+    /// connection has not authenticated; nothing was done.
+    AuthenticationRequired,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
@@ -68,6 +74,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => 15,
             ErrorCode::InvalidName => 16,
             ErrorCode::LimitReached => 17,
+            ErrorCode::AuthenticationFailed => 40,
+            ErrorCode::AuthenticationRequired => 41,
             ErrorCode::Other(c) => c,
         }
     }
@@ -94,6 +102,8 @@ impl ErrorCode {
             15 => ErrorCode::ShuttingDown,
             16 => ErrorCode::InvalidName,
             17 => ErrorCode::LimitReached,
+            40 => ErrorCode::AuthenticationFailed,
+            41 => ErrorCode::AuthenticationRequired,
             c => ErrorCode::Other(c),
         }
     }
@@ -124,6 +134,8 @@ impl ErrorCode {
             ErrorCode::ShuttingDown => "SHUTTING_DOWN",
             ErrorCode::InvalidName => "INVALID_NAME",
             ErrorCode::LimitReached => "LIMIT_REACHED",
+            ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
+            ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -141,7 +153,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in 0..=17 {
+        for c in (0..=17).chain(40..=41) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -36,6 +36,8 @@ pub enum ApiKey {
     CreateTopic = 7,
     /// Extension: list topics with partitions and offsets.
     Metadata = 8,
+    /// Extension (security, keys 20-29): one step of a SASL exchange (SCRAM-SHA-256).
+    Authenticate = 20,
 }
 
 impl ApiKey {
@@ -51,6 +53,7 @@ impl ApiKey {
             6 => ApiKey::OffsetFetch,
             7 => ApiKey::CreateTopic,
             8 => ApiKey::Metadata,
+            20 => ApiKey::Authenticate,
             _ => return None,
         })
     }
@@ -570,6 +573,30 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- AUTHENTICATE (extension, key 20)
+
+message! {
+    /// AUTHENTICATE request (extension): `[mechanism string][payload bytes]`,
+    /// one step of a SASL exchange. SCRAM-SHA-256 takes two: client-first,
+    /// then client-final (see [`crate::scram`]).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AuthenticateRequest {
+        /// `SCRAM-SHA-256`.
+        pub mechanism: String,
+        /// The mechanism's message.
+        pub payload: Bytes,
+    }
+
+    /// AUTHENTICATE response: `[payload bytes]`, the server's next message
+    /// (server-first, then server-final). A failed step is the top-level
+    /// code AUTHENTICATION_FAILED instead.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AuthenticateResponse {
+        /// The server's message.
+        pub payload: Bytes,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -582,4 +609,5 @@ requests! {
     OffsetFetchRequest => OffsetFetchResponse: OffsetFetch,
     CreateTopicRequest => Empty: CreateTopic,
     MetadataRequest => MetadataResponse: Metadata,
+    AuthenticateRequest => AuthenticateResponse: Authenticate,
 }
