@@ -278,6 +278,30 @@ impl ConnState {
             });
             return;
         }
+        if api_key == ApiKey::Users as i16 && self.auth.allows_requests() {
+            let auth = Arc::clone(self.auth.authenticator());
+            let admins = self.cfg.admin_users.clone();
+            let principal = self.principal.clone();
+            let response = async move {
+                let result = rt::unblock(move || {
+                    crate::security::auth::users_request(&auth, &admins, &principal, &payload)
+                })
+                .await;
+                let mut buf = Vec::new();
+                flume_protocol::encode_response_frame(
+                    &mut buf,
+                    request_id,
+                    result.as_ref().map_err(|e| *e),
+                );
+                buf
+            }
+            .boxed();
+            self.inflight.push(Charged {
+                response,
+                charge: Some(charge),
+            });
+            return;
+        }
         if !self.auth.allows_requests() {
             let mut buf = Vec::new();
             flume_protocol::encode_response_frame::<AuthenticateResponse>(

@@ -5,6 +5,7 @@ mod consume;
 mod output;
 mod perf;
 mod produce;
+mod users;
 
 use std::process::ExitCode;
 

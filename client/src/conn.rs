@@ -848,6 +848,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         CreateTopic => "CREATE_TOPIC",
         Metadata => "METADATA",
         Authenticate => "AUTHENTICATE",
+        Users => "USERS",
     }
 }
 

@@ -192,6 +192,7 @@ async fn admit_request(
         // A connection answers AUTHENTICATE itself (crate::conn); here there
         // is no connection state to authenticate.
         ApiKey::Authenticate => error_frame(id, ErrorCode::AuthenticationFailed),
+        ApiKey::Users => error_frame(id, ErrorCode::NotAuthorized),
     }
 }
 

@@ -125,6 +125,57 @@ pub enum Step {
     },
 }
 
+/// Serves a USERS request from `principal` (blocking: the store writes its
+/// file). Only a logged-in user named in `admins` may.
+pub fn users_request(
+    auth: &Authenticator,
+    admins: &[String],
+    principal: &super::Principal,
+    payload: &[u8],
+) -> Result<flume_protocol::UsersResponse, ErrorCode> {
+    use flume_protocol::{
+        Decode, UsersRequest, UsersResponse, USERS_LIST, USERS_PUT, USERS_REMOVE,
+    };
+    let super::Principal::User(who) = principal else {
+        return Err(ErrorCode::NotAuthorized);
+    };
+    if !admins.iter().any(|a| a == who) {
+        tracing::info!(user = %who, "USERS refused: not an admin");
+        return Err(ErrorCode::NotAuthorized);
+    }
+    let req = UsersRequest::decode_exact(payload).map_err(|_| ErrorCode::InvalidRequest)?;
+    match req.op {
+        USERS_LIST => {}
+        USERS_PUT => {
+            let key =
+                |b: &Bytes| <[u8; 32]>::try_from(b.as_ref()).map_err(|_| ErrorCode::InvalidRequest);
+            let iterations = u32::try_from(req.iterations)
+                .ok()
+                .filter(|i| *i >= scram::MIN_ITERATIONS)
+                .ok_or(ErrorCode::InvalidRequest)?;
+            let verifier = Verifier {
+                salt: req.salt.to_vec(),
+                iterations,
+                stored_key: key(&req.stored_key)?,
+                server_key: key(&req.server_key)?,
+            };
+            auth.users.put(&req.name, verifier).map_err(|e| match e {
+                BrokerError::Config(_) => ErrorCode::InvalidRequest,
+                e => e.code(),
+            })?;
+            tracing::info!(user = %req.name, by = %who, "user added or changed");
+        }
+        USERS_REMOVE => {
+            auth.users.remove(&req.name).map_err(|e| e.code())?;
+            tracing::info!(user = %req.name, by = %who, "user removed");
+        }
+        _ => return Err(ErrorCode::InvalidRequest),
+    }
+    Ok(UsersResponse {
+        users: auth.users.list(),
+    })
+}
+
 /// One connection's authentication state.
 #[derive(Debug)]
 pub struct ConnAuth {
@@ -143,6 +194,11 @@ impl ConnAuth {
             user: None,
             failures: 0,
         }
+    }
+
+    /// The broker's authenticator.
+    pub fn authenticator(&self) -> &Arc<Authenticator> {
+        &self.auth
     }
 
     /// Whether a request other than AUTHENTICATE may be served now.

@@ -47,6 +47,8 @@ pub enum ErrorCode {
     /// 41: the broker requires authentication (`--auth required`) and this
     /// connection has not authenticated; nothing was done.
     AuthenticationRequired,
+    /// 42: the principal may not do this (USERS by someone who is not an admin).
+    NotAuthorized,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
@@ -76,6 +78,7 @@ impl ErrorCode {
             ErrorCode::LimitReached => 17,
             ErrorCode::AuthenticationFailed => 40,
             ErrorCode::AuthenticationRequired => 41,
+            ErrorCode::NotAuthorized => 42,
             ErrorCode::Other(c) => c,
         }
     }
@@ -104,6 +107,7 @@ impl ErrorCode {
             17 => ErrorCode::LimitReached,
             40 => ErrorCode::AuthenticationFailed,
             41 => ErrorCode::AuthenticationRequired,
+            42 => ErrorCode::NotAuthorized,
             c => ErrorCode::Other(c),
         }
     }
@@ -136,6 +140,7 @@ impl ErrorCode {
             ErrorCode::LimitReached => "LIMIT_REACHED",
             ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
+            ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -153,7 +158,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in (0..=17).chain(40..=41) {
+        for c in (0..=17).chain(40..=42) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

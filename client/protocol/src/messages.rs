@@ -38,6 +38,8 @@ pub enum ApiKey {
     Metadata = 8,
     /// Extension (security, keys 20-29): one step of a SASL exchange (SCRAM-SHA-256).
     Authenticate = 20,
+    /// Extension (security): list, add or remove SCRAM users (admins only).
+    Users = 21,
 }
 
 impl ApiKey {
@@ -54,6 +56,7 @@ impl ApiKey {
             7 => ApiKey::CreateTopic,
             8 => ApiKey::Metadata,
             20 => ApiKey::Authenticate,
+            21 => ApiKey::Users,
             _ => return None,
         })
     }
@@ -597,6 +600,44 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- USERS (extension, key 21)
+
+/// [`UsersRequest::op`]: list the users.
+pub const USERS_LIST: i8 = 0;
+/// [`UsersRequest::op`]: add the user, or replace its verifier.
+pub const USERS_PUT: i8 = 1;
+/// [`UsersRequest::op`]: remove the user.
+pub const USERS_REMOVE: i8 = 2;
+
+message! {
+    /// USERS request (extension): `[op i8][name string][iterations i32][salt bytes]
+    /// [stored_key bytes][server_key bytes]`. The client makes the SCRAM verifier,
+    /// so the password never reaches the broker; list and remove leave the
+    /// verifier fields empty.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct UsersRequest {
+        /// [`USERS_LIST`], [`USERS_PUT`] or [`USERS_REMOVE`].
+        pub op: i8,
+        /// The user (empty for list).
+        pub name: String,
+        /// PBKDF2 iterations, at least 4096 (put).
+        pub iterations: i32,
+        /// The salt (put).
+        pub salt: Bytes,
+        /// StoredKey, 32 bytes (put).
+        pub stored_key: Bytes,
+        /// ServerKey, 32 bytes (put).
+        pub server_key: Bytes,
+    }
+
+    /// USERS response: `[users: count * string]`, every user after the change, sorted.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct UsersResponse {
+        /// The user names.
+        pub users: Vec<String>,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -610,4 +651,5 @@ requests! {
     CreateTopicRequest => Empty: CreateTopic,
     MetadataRequest => MetadataResponse: Metadata,
     AuthenticateRequest => AuthenticateResponse: Authenticate,
+    UsersRequest => UsersResponse: Users,
 }
