@@ -96,6 +96,9 @@ fn optional_auth_serves_anonymous_and_logged_in_clients() -> Result<()> {
         anonymous.call(&MetadataRequest::default()).await?;
         let bob = Client::connect(&addr, login("bob", "pw-bob")).await?;
         bob.call(&MetadataRequest::default()).await?;
+        // A new connection (a reconnect) logs in again.
+        bob.close().await;
+        bob.call(&MetadataRequest::default()).await?;
         let mut principals = broker.connection_principals();
         principals.sort();
         assert_eq!(
