@@ -108,6 +108,7 @@ impl Broker {
                     adv.as_deref(),
                     Arc::clone(&engine),
                     tls.clone(),
+                    Arc::clone(&auth),
                 );
                 Some(started.await?)
             }

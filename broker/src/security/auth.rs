@@ -105,6 +105,11 @@ impl Authenticator {
     pub fn users(&self) -> &UserStore {
         &self.users
     }
+
+    /// The verifier that stands in for unknown users.
+    pub(crate) fn decoy(&self) -> &Verifier {
+        &self.decoy
+    }
 }
 
 /// What one AUTHENTICATE step comes to.
