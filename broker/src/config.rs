@@ -372,6 +372,13 @@ pub struct BrokerConfig {
     /// certificate signed by one of them (mTLS), and its subject becomes the
     /// connection's principal. Needs `tls_cert`.
     pub tls_client_ca: Option<PathBuf>,
+    /// Authentication on the Flume listener (`off` by default; see
+    /// [`crate::security::auth`]). Users live in `<data>/__users`.
+    pub auth: crate::security::auth::AuthMode,
+    /// Users who may manage users (USERS requests) once logged in. The first
+    /// admin is added offline (`flume-cli users add NAME --data DIR`) or with
+    /// [`crate::Broker::add_user`].
+    pub admin_users: Vec<String>,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
@@ -419,6 +426,8 @@ impl BrokerConfig {
             tls_cert: None,
             tls_key: None,
             tls_client_ca: None,
+            auth: crate::security::auth::AuthMode::Off,
+            admin_users: Vec::new(),
             file_cache: Arc::default(),
             producer_limits: Arc::default(),
         }

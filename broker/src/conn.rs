@@ -37,11 +37,26 @@ use crate::budget::{Charge, MemoryBudget};
 use crate::config::BrokerConfig;
 use crate::engine::{Engine, FetchMemory};
 use crate::flume::{self, InFlight};
+use crate::security::auth::{Authenticator, ConnAuth, Step};
 use crate::security::tls::Transport;
 use crate::security::Principal;
+use flume_protocol::{ApiKey, AuthenticateResponse, ErrorCode};
+
+/// Told the connection's principal whenever it changes (after AUTHENTICATE).
+pub type PrincipalSink = Arc<dyn Fn(Principal) + Send + Sync>;
+
+/// Who a connection is and how it may authenticate.
+pub struct Security {
+    /// Who the peer is so far (its client certificate's subject, or anonymous).
+    pub principal: Principal,
+    /// The broker's authentication settings and users.
+    pub auth: Arc<Authenticator>,
+    /// Told the principal after a successful AUTHENTICATE.
+    pub sink: PrincipalSink,
+}
 
 /// Serves one connection until EOF, a bad frame, a timeout or shutdown.
-/// `stream` is past its TLS handshake, if any; `principal` is who the peer is.
+/// `stream` is past its TLS handshake, if any; `security` says who the peer is.
 ///
 /// # Errors
 /// A failed read or write, a malformed frame, a timeout.
@@ -50,9 +65,9 @@ pub async fn serve(
     memory: Arc<MemoryBudget>,
     counting: Arc<MemoryBudget>,
     stream: Transport,
-    principal: Principal,
+    security: Security,
 ) -> std::io::Result<()> {
-    let mut conn = ConnState::new(engine, memory, counting, stream, principal)?;
+    let mut conn = ConnState::new(engine, memory, counting, stream, security)?;
     loop {
         conn.admit().await;
         conn.respond().await?;
@@ -138,6 +153,9 @@ pub struct ConnState {
     io: Transport,
     /// Who the peer is (for authorisation).
     principal: Principal,
+    /// AUTHENTICATE's state.
+    auth: ConnAuth,
+    sink: PrincipalSink,
     stop: async_channel::Receiver<()>,
     phase: Phase,
     /// Frames are split off this buffer as shared `Bytes`, so record batches
@@ -169,7 +187,7 @@ impl ConnState {
         memory: Arc<MemoryBudget>,
         counting: Arc<MemoryBudget>,
         stream: Transport,
-        principal: Principal,
+        security: Security,
     ) -> std::io::Result<Self> {
         stream.tcp().set_nodelay(true)?;
         let cfg = engine.config().clone();
@@ -180,7 +198,9 @@ impl ConnState {
             memory,
             counting,
             io: stream,
-            principal,
+            principal: security.principal,
+            auth: ConnAuth::new(security.auth),
+            sink: security.sink,
             stop,
             phase: Phase::Reading,
             rbuf: BytesMut::with_capacity(64 * 1024),
@@ -250,6 +270,51 @@ impl ConnState {
         let frame = self.rbuf.split_to(used).freeze();
         let mut charge = self.memory.charge(frame.len());
         let payload = frame.slice(4 + frame::REQUEST_HEADER_LEN..);
+        if api_key == ApiKey::Authenticate as i16 {
+            let response = self.authenticate(request_id, &payload);
+            self.inflight.push(Charged {
+                response,
+                charge: Some(charge),
+            });
+            return;
+        }
+        if api_key == ApiKey::Users as i16 && self.auth.allows_requests() {
+            let auth = Arc::clone(self.auth.authenticator());
+            let admins = self.cfg.admin_users.clone();
+            let principal = self.principal.clone();
+            let response = async move {
+                let result = rt::unblock(move || {
+                    crate::security::auth::users_request(&auth, &admins, &principal, &payload)
+                })
+                .await;
+                let mut buf = Vec::new();
+                flume_protocol::encode_response_frame(
+                    &mut buf,
+                    request_id,
+                    result.as_ref().map_err(|e| *e),
+                );
+                buf
+            }
+            .boxed();
+            self.inflight.push(Charged {
+                response,
+                charge: Some(charge),
+            });
+            return;
+        }
+        if !self.auth.allows_requests() {
+            let mut buf = Vec::new();
+            flume_protocol::encode_response_frame::<AuthenticateResponse>(
+                &mut buf,
+                request_id,
+                Err(ErrorCode::AuthenticationRequired),
+            );
+            self.inflight.push(Charged {
+                response: futures::future::ready(buf).boxed(),
+                charge: Some(charge),
+            });
+            return;
+        }
         let mut decoded = 0;
         let budgets = FetchMemory {
             response: &self.memory,
@@ -266,6 +331,45 @@ impl ConnState {
             response,
             charge: Some(charge),
         });
+    }
+
+    /// One AUTHENTICATE step: the response, delayed after a failure; after
+    /// too many failures the connection stops reading (and closes once the
+    /// answer is written).
+    fn authenticate(&mut self, request_id: i32, payload: &[u8]) -> InFlight {
+        let mut buf = Vec::new();
+        match self.auth.step(payload) {
+            Step::Continue(resp) => {
+                flume_protocol::encode_response_frame(&mut buf, request_id, Ok(&resp));
+                futures::future::ready(buf).boxed()
+            }
+            Step::Done(resp, principal) => {
+                (self.sink)(principal.clone());
+                self.principal = principal;
+                flume_protocol::encode_response_frame(&mut buf, request_id, Ok(&resp));
+                futures::future::ready(buf).boxed()
+            }
+            Step::Failed { code, delay, close } => {
+                flume_protocol::encode_response_frame::<AuthenticateResponse>(
+                    &mut buf,
+                    request_id,
+                    Err(code),
+                );
+                if close {
+                    self.phase = Phase::Draining {
+                        failure: Some(std::io::Error::new(
+                            std::io::ErrorKind::PermissionDenied,
+                            "too many failed AUTHENTICATE attempts",
+                        )),
+                    };
+                }
+                async move {
+                    rt::sleep(delay).await;
+                    buf
+                }
+                .boxed()
+            }
+        }
     }
 
     /// Moves a response into the write buffer; its charge grows by the

@@ -267,13 +267,17 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 17;
+const NAPIS: usize = 19;
 const NCODES: usize = 21;
 
+/// A dense row per API key (the keys have gaps: 16-19 are unused), the
+/// last row for keys the broker does not know.
 fn api_index(api_key: i16) -> usize {
     match ApiKey::from_i16(api_key) {
-        Some(a) => (a as usize).min(NAPIS - 1),
-        None => NAPIS - 1,
+        Some(ApiKey::Authenticate) => 16,
+        Some(ApiKey::Users) => 17,
+        Some(a) if (a as usize) < 16 => a as usize,
+        _ => NAPIS - 1,
     }
 }
 
@@ -296,6 +300,8 @@ pub fn api_name(index: usize) -> &'static str {
         "delete_group",
         "list_groups",
         "describe_group",
+        "authenticate",
+        "users",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")
@@ -1001,11 +1007,14 @@ mod tests {
         assert_eq!(api_name(api_index(15)), "describe_group");
         assert_eq!(api_name(api_index(99)), "unknown");
         // Every API key the protocol knows has its own label (add it to the table).
+        let mut seen = std::collections::HashSet::new();
         for k in 0..i16::MAX {
             if flume_protocol::ApiKey::from_i16(k).is_some() {
                 assert_ne!(api_name(api_index(k)), "unknown", "api key {k}");
+                assert!(seen.insert(api_index(k)), "api key {k} shares a row");
             }
         }
+        assert_eq!(seen.len(), NAPIS - 1, "a row no key uses");
         assert_eq!(
             code_name(code_index(ErrorCode::UnknownGroup)),
             "UNKNOWN_GROUP"

@@ -29,6 +29,7 @@ use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::flume::COUNTING_BYTES;
 use crate::listener::{secure, Connections};
+use crate::security::auth::{AuthMode, Authenticator};
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
 
@@ -48,6 +49,8 @@ pub struct Broker {
     kafka: Option<crate::kafka::KafkaListener>,
     /// TLS of every listener, when configured.
     tls: Option<Arc<ServerTls>>,
+    /// Authentication and the users.
+    auth: Arc<Authenticator>,
 }
 
 impl Broker {
@@ -63,6 +66,8 @@ impl Broker {
             None => None,
         };
         let engine = Engine::open(config)?;
+        let (dir, mode) = (engine.data_dir().to_path_buf(), engine.config().auth);
+        let auth = Arc::new(rt::unblock(move || Authenticator::open(&dir, mode)).await?);
         let listener = TcpListener::bind(&listen)
             .await
             .map_err(|source| BrokerError::Io {
@@ -73,7 +78,10 @@ impl Broker {
             what: "read the listening address".into(),
             source,
         })?;
-        tracing::info!(%addr, data = %engine.data_dir().display(), tls = tls.is_some(), "broker listening");
+        tracing::info!(%addr, data = %engine.data_dir().display(), tls = tls.is_some(), auth = %auth.mode(), "broker listening");
+        if auth.mode() == AuthMode::Off && !addr.ip().is_loopback() {
+            tracing::warn!(%addr, "listening beyond loopback with --auth off: anyone who can reach the port may read and write every topic");
+        }
         let conns = Connections::new(engine.config().max_request_memory, COUNTING_BYTES);
         let http = match engine.config().http_listen.clone() {
             Some(http_addr) => {
@@ -100,6 +108,7 @@ impl Broker {
                     adv.as_deref(),
                     Arc::clone(&engine),
                     tls.clone(),
+                    Arc::clone(&auth),
                 );
                 Some(started.await?)
             }
@@ -110,6 +119,7 @@ impl Broker {
             Arc::clone(&engine),
             Arc::clone(&conns),
             tls.clone(),
+            Arc::clone(&auth),
         ));
         Ok(Broker {
             engine,
@@ -119,6 +129,7 @@ impl Broker {
             http,
             kafka,
             tls,
+            auth,
         })
     }
 
@@ -163,6 +174,36 @@ impl Broker {
         rt::unblock(move || tls.reload()).await?;
         tracing::info!("TLS certificates reloaded");
         Ok(())
+    }
+
+    /// Adds user `name` with `password`, or sets a new password; takes effect
+    /// for the next AUTHENTICATE (no restart), durable when it returns. Only
+    /// a SCRAM-SHA-256 verifier is stored.
+    ///
+    /// # Errors
+    /// A bad name, a full store, or the file cannot be written.
+    pub async fn add_user(&self, name: &str, password: &str) -> Result<(), BrokerError> {
+        let (auth, name, password) = (Arc::clone(&self.auth), name.to_owned(), password.to_owned());
+        rt::unblock(move || {
+            let v = crate::security::users::new_verifier(&password)?;
+            auth.users().put(&name, v)
+        })
+        .await
+    }
+
+    /// Removes user `name` (connections it opened stay authenticated);
+    /// false when there was no such user.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub async fn remove_user(&self, name: &str) -> Result<bool, BrokerError> {
+        let (auth, name) = (Arc::clone(&self.auth), name.to_owned());
+        rt::unblock(move || auth.users().remove(&name)).await
+    }
+
+    /// The user names, sorted.
+    pub fn users(&self) -> Vec<String> {
+        self.auth.users().list()
     }
 
     /// Whether the broker's ports speak TLS.
@@ -213,6 +254,7 @@ async fn accept_loop(
     engine: Arc<Engine>,
     conns: Arc<Connections>,
     tls: Option<Arc<ServerTls>>,
+    auth: Arc<Authenticator>,
 ) {
     let stop = engine.shutdown_signal();
     loop {
@@ -240,6 +282,7 @@ async fn accept_loop(
         let counting = Arc::clone(&conns.counting);
         let served = Arc::clone(&engine);
         let tls = tls.clone();
+        let auth = Arc::clone(&auth);
         let handshake = engine.config().read_timeout;
         let admitted = conns.spawn(max, move |handle| async move {
             tracing::debug!(%peer, "connection open");
@@ -255,7 +298,14 @@ async fn accept_loop(
                 tracing::debug!(%peer, %principal, "connection authenticated by its certificate");
             }
             handle.set_principal(principal.clone());
-            match serve(served, memory, counting, io, principal).await {
+            let handle = Arc::new(handle);
+            let sink: crate::conn::PrincipalSink = Arc::new(move |p| handle.set_principal(p));
+            let security = crate::conn::Security {
+                principal,
+                auth,
+                sink,
+            };
+            match serve(served, memory, counting, io, security).await {
                 Ok(()) => tracing::debug!(%peer, "connection closed"),
                 Err(e) if is_disconnect(&e) => {
                     tracing::debug!(%peer, error = %e, "connection closed by peer")

@@ -116,7 +116,7 @@ fn settings_line(s: &TopicSettings) -> String {
 }
 
 async fn connect(broker: &BrokerAddr) -> Result<Admin> {
-    Admin::connect_with(&broker.addr, broker.connection())
+    Admin::connect_with(&broker.addr, broker.connection()?)
         .await
         .context("cannot reach the broker")
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand};
+use flume_broker::security::auth::AuthMode;
 use flume_broker::{Backpressure, Broker, BrokerConfig, FsyncPolicy};
 use flume_client::{Admin, ConnectionConfig, TlsConfig};
 use flume_protocol::{CreateTopicRequest, ErrorCode};
@@ -41,6 +42,11 @@ pub enum Command {
     Groups {
         #[command(subcommand)]
         command: GroupsCommand,
+    },
+    /// Users who log in with SCRAM-SHA-256 (--auth): add, remove, list.
+    Users {
+        #[command(subcommand)]
+        command: crate::users::UsersCommand,
     },
     /// Measure whole-system throughput and latency.
     Perf {
@@ -173,6 +179,15 @@ pub struct BrokerArgs {
     /// one (mTLS); its subject becomes the connection's principal.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Authentication on the Flume port: off (the default; a warning when
+    /// --host is not loopback), optional, or required (SCRAM-SHA-256 users,
+    /// see `flume-cli users`).
+    #[arg(long, default_value = "off")]
+    auth: AuthMode,
+    /// A user who may add and remove users (repeat for more). Make the first
+    /// one with `flume-cli users add NAME --data DIR` while the broker is stopped.
+    #[arg(long, value_name = "NAME")]
+    admin_user: Vec<String>,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -199,14 +214,38 @@ pub struct BrokerAddr {
     /// Private key (PEM) of --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Log in as this user (SCRAM-SHA-256); the password comes from
+    /// --password-file, or else the FLUME_PASSWORD environment variable.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+    /// File whose first line is the password of --user.
+    #[arg(long, value_name = "FILE", requires = "user")]
+    pub password_file: Option<PathBuf>,
+}
+
+/// A password from `file` (its first line), or else from the environment variable `var`.
+pub fn read_password(file: Option<&std::path::Path>, var: &str) -> Result<String> {
+    match file {
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read the password file {}", f.display()))?;
+            Ok(text.lines().next().unwrap_or_default().to_owned())
+        }
+        None => std::env::var(var)
+            .with_context(|| format!("no password: pass --password-file or set {var}")),
+    }
 }
 
 impl BrokerAddr {
-    /// Connection settings from the flags (TLS when asked for).
-    pub fn connection(&self) -> ConnectionConfig {
-        let config = ConnectionConfig::default();
+    /// Connection settings from the flags: TLS when asked for, a login with --user.
+    pub fn connection(&self) -> Result<ConnectionConfig> {
+        let mut config = ConnectionConfig::default();
+        if let Some(user) = &self.user {
+            let password = read_password(self.password_file.as_deref(), "FLUME_PASSWORD")?;
+            config = config.credentials(user, password);
+        }
         if !self.tls && self.tls_ca.is_none() && self.tls_cert.is_none() {
-            return config;
+            return Ok(config);
         }
         let mut tls = TlsConfig::new();
         if let Some(ca) = &self.tls_ca {
@@ -215,7 +254,7 @@ impl BrokerAddr {
         if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
             tls = tls.client_cert(cert, key);
         }
-        config.tls(tls)
+        Ok(config.tls(tls))
     }
 }
 
@@ -352,6 +391,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Topics { command } => topics(command).await,
         Command::Groups { command } => groups(command).await,
         Command::Perf { command } => crate::perf::run(command).await,
+        Command::Users { command } => crate::users::run(command).await,
     }
 }
 
@@ -433,6 +473,8 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.tls_cert = a.tls_cert.clone();
     c.tls_key = a.tls_key.clone();
     c.tls_client_ca = a.tls_client_ca.clone();
+    c.auth = a.auth;
+    c.admin_users = a.admin_user.clone();
     let (stop, hup) = broker_signals()?;
     let broker = Broker::start(c)
         .await
@@ -515,7 +557,7 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
 async fn topics(cmd: TopicsCommand) -> Result<()> {
     match cmd {
         TopicsCommand::List { broker } => {
-            let admin = Admin::connect_with(&broker.addr, broker.connection())
+            let admin = Admin::connect_with(&broker.addr, broker.connection()?)
                 .await
                 .context("cannot reach the broker")?;
             let topics = admin.topics(&[]).await?;
@@ -539,7 +581,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             backpressure,
             broker,
         } => {
-            let admin = Admin::connect_with(&broker.addr, broker.connection())
+            let admin = Admin::connect_with(&broker.addr, broker.connection()?)
                 .await
                 .context("cannot reach the broker")?;
             admin
@@ -560,7 +602,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             println!("created topic {name} with {partitions} partitions");
         }
         TopicsCommand::Describe { name, broker } => {
-            let admin = Admin::connect_with(&broker.addr, broker.connection())
+            let admin = Admin::connect_with(&broker.addr, broker.connection()?)
                 .await
                 .context("cannot reach the broker")?;
             let t = admin
@@ -619,7 +661,7 @@ async fn groups(cmd: GroupsCommand) -> Result<()> {
             return crate::admin::describe_group(&broker, &group).await
         }
     };
-    let admin = Admin::connect_with(&broker.addr, broker.connection())
+    let admin = Admin::connect_with(&broker.addr, broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let topics: Vec<String> = match &topic {

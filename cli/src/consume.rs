@@ -107,7 +107,7 @@ fn idle_timer(timeout: Option<u64>) -> futures::future::Fuse<BoxFuture<'static, 
 
 async fn partitions(a: ConsumeArgs) -> Result<()> {
     let stop = interrupt()?;
-    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection())
+    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let meta = admin
@@ -130,7 +130,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
         }
     }
     let client = Arc::new(
-        Client::connect(&a.broker.addr, a.broker.connection())
+        Client::connect(&a.broker.addr, a.broker.connection()?)
             .await
             .context("cannot reach the broker")?,
     );
@@ -281,7 +281,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
     // Committed on an interval and on exit, always after the printed records are flushed:
     // at-least-once, without a round trip per record.
     let mut c = GroupConsumer::builder(&a.broker.addr, &group)
-        .connection(a.broker.connection())
+        .connection(a.broker.connection()?)
         .topic(&a.topic)
         .start(start)
         .session_timeout(Duration::from_millis(a.session_timeout_ms))
@@ -290,7 +290,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
         .await
         .map_err(describe)
         .context("cannot join the group")?;
-    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection())
+    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let max = a.max.unwrap_or(u64::MAX);

@@ -6,6 +6,7 @@ mod consume;
 mod output;
 mod perf;
 mod produce;
+mod users;
 
 use std::process::ExitCode;
 

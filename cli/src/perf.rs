@@ -236,7 +236,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         .batch_max_bytes(usize::try_from(a.batch_bytes)?)
         .connection(
             a.broker
-                .connection()
+                .connection()?
                 .busy_poll(Duration::from_micros(a.busy_poll_us)),
         );
     let mut producers = Vec::new();
@@ -416,7 +416,7 @@ const GROUP_IDLE: Duration = Duration::from_secs(10);
 async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
-    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection())
+    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let t = admin
@@ -455,7 +455,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let mut failure: Option<anyhow::Error> = None;
     if let Some(group) = &a.group {
         let mut c = GroupConsumer::builder(&a.broker.addr, group)
-            .connection(a.broker.connection())
+            .connection(a.broker.connection()?)
             .topic(&a.topic)
             .build()
             .await
@@ -500,7 +500,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         // run stops at exactly --records however the partitions' batches fall.
         let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
-            let client = Arc::new(Client::connect(&a.broker.addr, a.broker.connection()).await?);
+            let client = Arc::new(Client::connect(&a.broker.addr, a.broker.connection()?).await?);
             let mut c = PartitionConsumer::with_client(
                 client,
                 &a.topic,
@@ -601,7 +601,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
     let mut consumer = GroupConsumer::builder(&a.broker.addr, &group)
-        .connection(a.broker.connection())
+        .connection(a.broker.connection()?)
         .topic(&a.topic)
         .start(StartOffset::Latest)
         .auto_commit(false)
@@ -612,7 +612,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .context("cannot join the group")?;
     let producer = Producer::with_config(
         &a.broker.addr,
-        ProducerConfig::default().connection(a.broker.connection()),
+        ProducerConfig::default().connection(a.broker.connection()?),
     )
     .await
     .context("cannot reach the broker")?;

@@ -116,7 +116,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     // and whatever has arrived is sent at once, without a linger.
     let config = ProducerConfig::default()
         .batch_max_bytes(1)
-        .connection(a.broker.connection());
+        .connection(a.broker.connection()?);
     let producer = Producer::with_config(&a.broker.addr, config)
         .await
         .context("cannot reach the broker")?;

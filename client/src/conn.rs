@@ -73,6 +73,37 @@ pub struct ConnectionConfig {
     /// TLS, off by default: with it, the connection runs a TLS handshake
     /// (within `connect_timeout`) and verifies the broker's certificate.
     pub tls: Option<TlsConfig>,
+    /// A user name and password: every connection (and every reconnect)
+    /// logs in with SCRAM-SHA-256 (AUTHENTICATE) before its first request.
+    /// The password never crosses the network.
+    pub credentials: Option<Credentials>,
+}
+
+/// A user name and password for [`ConnectionConfig::credentials`]
+/// (`Debug` does not show the password).
+#[derive(Clone)]
+pub struct Credentials {
+    /// The user name.
+    pub username: String,
+    password: String,
+}
+
+impl Credentials {
+    /// A user name and its password.
+    pub fn new(username: impl Into<String>, password: impl Into<String>) -> Self {
+        Credentials {
+            username: username.into(),
+            password: password.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ConnectionConfig {
@@ -86,6 +117,7 @@ impl Default for ConnectionConfig {
             backoff_max: Duration::from_secs(2),
             busy_poll: Duration::ZERO,
             tls: None,
+            credentials: None,
         }
     }
 }
@@ -137,6 +169,12 @@ impl ConnectionConfig {
     #[must_use]
     pub fn tls(mut self, v: TlsConfig) -> Self {
         self.tls = Some(v);
+        self
+    }
+    /// Sets [`ConnectionConfig::credentials`]: log in as `username`.
+    #[must_use]
+    pub fn credentials(mut self, username: impl Into<String>, password: impl Into<String>) -> Self {
+        self.credentials = Some(Credentials::new(username, password));
         self
     }
 }
@@ -256,7 +294,53 @@ impl Connection {
                 }
             }
         });
-        Ok(Connection { inner })
+        let conn = Connection { inner };
+        if let Some(creds) = conn.inner.config.credentials.clone() {
+            conn.login(&creds).await?;
+        }
+        Ok(conn)
+    }
+
+    /// SCRAM-SHA-256 over AUTHENTICATE: client-first, client-final, and the
+    /// server's signature checked (the broker knew the password).
+    async fn login(&self, creds: &Credentials) -> Result<()> {
+        use crate::protocol::scram::{ClientExchange, MECHANISM};
+        use crate::protocol::AuthenticateRequest;
+        use base64::Engine as _;
+        let auth_err = |reason: String| Error::Auth {
+            addr: self.inner.addr.clone(),
+            reason,
+        };
+        let mut nonce = [0u8; 18];
+        getrandom::fill(&mut nonce).map_err(|e| auth_err(format!("no randomness: {e}")))?;
+        let nonce = base64::engine::general_purpose::STANDARD_NO_PAD.encode(nonce);
+        let (mut exchange, first) = ClientExchange::start(&creds.username, &creds.password, &nonce)
+            .map_err(|e| auth_err(e.to_string()))?;
+        let step = |payload: Vec<u8>| AuthenticateRequest {
+            mechanism: MECHANISM.into(),
+            payload: Bytes::from(payload),
+        };
+        let refused = |e: Error| match e {
+            Error::Broker { code, .. } => {
+                auth_err(format!("the broker refused the login ({code})"))
+            }
+            e => e,
+        };
+        let server_first = self
+            .call(&step(first), Duration::ZERO)
+            .await
+            .map_err(refused)?;
+        let fin = exchange
+            .respond(&server_first.payload)
+            .map_err(|e| auth_err(e.to_string()))?;
+        let server_final = self
+            .call(&step(fin), Duration::ZERO)
+            .await
+            .map_err(refused)?;
+        exchange
+            .verify(&server_final.payload)
+            .map_err(|e| auth_err(e.to_string()))?;
+        Ok(())
     }
 
     /// The broker address.
@@ -770,6 +854,8 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DeleteGroup => "DELETE_GROUP",
         ListGroups => "LIST_GROUPS",
         DescribeGroup => "DESCRIBE_GROUP",
+        Authenticate => "AUTHENTICATE",
+        Users => "USERS",
     }
 }
 

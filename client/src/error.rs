@@ -30,6 +30,15 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// Logging in failed: a wrong user name or password (the broker does not
+    /// say which), or a broker whose SCRAM signature is wrong. Not retriable.
+    #[error("login to broker at {addr} failed: {reason}")]
+    Auth {
+        /// The broker address.
+        addr: String,
+        /// Why.
+        reason: String,
+    },
     /// The connection broke while the request was pending.
     #[error("connection to broker at {addr} lost: {reason}")]
     Disconnected {

@@ -288,6 +288,10 @@ async fn admit_request(
                 Err(f) => f,
             }
         }
+        // A connection answers AUTHENTICATE itself (crate::conn); here there
+        // is no connection state to authenticate.
+        ApiKey::Authenticate => error_frame(id, ErrorCode::AuthenticationFailed),
+        ApiKey::Users => error_frame(id, ErrorCode::NotAuthorized),
     }
 }
 

@@ -22,6 +22,7 @@ pub mod apis;
 pub mod backend;
 pub mod errors;
 pub mod records;
+mod sasl;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,7 @@ use crate::budget::MemoryBudget;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::listener::{secure, Connections};
+use crate::security::auth::Authenticator;
 use crate::security::tls::{ServerTls, Transport};
 use crate::security::Principal;
 use backend::Backend;
@@ -113,6 +115,7 @@ impl KafkaListener {
         advertised: Option<&str>,
         engine: Arc<Engine>,
         tls: Option<Arc<ServerTls>>,
+        auth: Arc<Authenticator>,
     ) -> Result<KafkaListener, BrokerError> {
         let listener = TcpListener::bind(listen)
             .await
@@ -144,6 +147,7 @@ impl KafkaListener {
             read_timeout: cfg.read_timeout,
             write_timeout: cfg.write_timeout,
             tls,
+            auth,
         };
         let accept = rt::spawn(accept_loop(listener, proto, Arc::clone(&conns)));
         Ok(KafkaListener {
@@ -207,6 +211,7 @@ struct Proto {
     read_timeout: Duration,
     write_timeout: Duration,
     tls: Option<Arc<ServerTls>>,
+    auth: Arc<Authenticator>,
 }
 
 async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
@@ -246,7 +251,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
                     }
                 };
             handle.set_principal(principal);
-            match serve(&ctx, &limits, stream).await {
+            match serve(&ctx, &limits, stream, &handle).await {
                 Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
             }
@@ -271,13 +276,23 @@ enum ConnError {
     Slow(Duration),
     #[error(transparent)]
     Request(#[from] apis::RequestError),
+    #[error("SASL request does not decode")]
+    Sasl,
+    #[error("API key {0} before a SASL login (--auth required)")]
+    Unauthenticated(i16),
 }
 
 /// One connection: read a frame, answer it, repeat. Between requests the
 /// connection may stay idle up to the read timeout; a started frame must be
 /// complete within it too.
-async fn serve(ctx: &Ctx, limits: &Proto, mut stream: Transport) -> Result<(), ConnError> {
+async fn serve(
+    ctx: &Ctx,
+    limits: &Proto,
+    mut stream: Transport,
+    handle: &crate::listener::ConnHandle,
+) -> Result<(), ConnError> {
     let stop = ctx.backend.shutdown_signal();
+    let mut sasl = sasl::KafkaSasl::new(Arc::clone(&limits.auth));
     loop {
         let mut len = [0u8; 4];
         let read = futures::select! {
@@ -308,6 +323,27 @@ async fn serve(ctx: &Ctx, limits: &Proto, mut stream: Transport) -> Result<(), C
         rt::timeout(limits.read_timeout, stream.read_exact(&mut frame))
             .await
             .ok_or(ConnError::Slow(limits.read_timeout))??;
+        // The frame is at least 8 bytes (checked above): the API key is its first two.
+        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        if sasl::is_sasl(key) {
+            let (resp, close) = match sasl.handle(Bytes::from(frame)).ok_or(ConnError::Sasl)? {
+                sasl::Outcome::Reply(r) => (r, false),
+                sasl::Outcome::LoggedIn(r, principal) => {
+                    handle.set_principal(principal);
+                    (r, false)
+                }
+                sasl::Outcome::ReplyThenClose(r) => (r, true),
+            };
+            charge.add(resp.len());
+            rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;
+            if close {
+                return Ok(());
+            }
+            continue;
+        }
+        if !sasl.allows(key) {
+            return Err(ConnError::Unauthenticated(key));
+        }
         let response = apis::handle(ctx, Bytes::from(frame)).await?;
         if let Some(resp) = response {
             charge.add(resp.len());

@@ -1,12 +1,14 @@
 //! Security of the broker's listeners (issue #20): TLS on every port
 //! ([`tls`]) and who a connection is ([`Principal`]).
 //!
-//! A connection's principal is fixed once it is known (after the TLS
-//! handshake today; after authentication next) and is kept with the
+//! A connection's principal is known after the TLS handshake (a client
+//! certificate's subject) and replaced by the user after AUTHENTICATE and is kept with the
 //! connection in the listener (see `Broker::connection_principals`), so
 //! authorisation and per-principal limits can hang off it.
 
+pub mod auth;
 pub mod tls;
+pub mod users;
 
 use std::fmt;
 
@@ -19,6 +21,8 @@ pub enum Principal {
     /// A client certificate's subject (mTLS), as RFC 4514 writes a
     /// distinguished name: `CN=alice,O=Example`.
     Certificate(String),
+    /// A user who authenticated (SCRAM) under this name.
+    User(String),
 }
 
 impl Principal {
@@ -33,6 +37,7 @@ impl fmt::Display for Principal {
         match self {
             Principal::Anonymous => f.write_str("ANONYMOUS"),
             Principal::Certificate(dn) => write!(f, "cert:{dn}"),
+            Principal::User(name) => write!(f, "user:{name}"),
         }
     }
 }

@@ -46,6 +46,14 @@ pub enum ErrorCode {
     GroupNotEmpty,
     /// 19: no group of that name: no members and no committed offsets.
     UnknownGroup,
+    /// 40: AUTHENTICATE failed (wrong user name or password, a malformed
+    /// message, an unsupported mechanism). Codes 40-49 are security's.
+    AuthenticationFailed,
+    /// 41: the broker requires authentication (`--auth required`) and this
+    /// connection has not authenticated; nothing was done.
+    AuthenticationRequired,
+    /// 42: the principal may not do this (USERS by someone who is not an admin).
+    NotAuthorized,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
@@ -75,6 +83,9 @@ impl ErrorCode {
             ErrorCode::LimitReached => 17,
             ErrorCode::GroupNotEmpty => 18,
             ErrorCode::UnknownGroup => 19,
+            ErrorCode::AuthenticationFailed => 40,
+            ErrorCode::AuthenticationRequired => 41,
+            ErrorCode::NotAuthorized => 42,
             ErrorCode::Other(c) => c,
         }
     }
@@ -103,6 +114,9 @@ impl ErrorCode {
             17 => ErrorCode::LimitReached,
             18 => ErrorCode::GroupNotEmpty,
             19 => ErrorCode::UnknownGroup,
+            40 => ErrorCode::AuthenticationFailed,
+            41 => ErrorCode::AuthenticationRequired,
+            42 => ErrorCode::NotAuthorized,
             c => ErrorCode::Other(c),
         }
     }
@@ -135,6 +149,9 @@ impl ErrorCode {
             ErrorCode::LimitReached => "LIMIT_REACHED",
             ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
             ErrorCode::UnknownGroup => "UNKNOWN_GROUP",
+            ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
+            ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
+            ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -152,7 +169,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in 0..=19 {
+        for c in (0..=19).chain(40..=42) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -17,6 +17,7 @@
 //! - [`record`]: the record format, identical on disk and on the wire.
 //! - [`messages`]: request and response types; each request names its response.
 //! - [`error_code`]: the stable error-code table.
+//! - [`scram`]: SCRAM-SHA-256 messages and proofs (AUTHENTICATE).
 //!
 //! `docs/protocol.md` describes every message byte by byte.
 
@@ -25,6 +26,7 @@ pub mod error_code;
 pub mod frame;
 pub mod messages;
 pub mod record;
+pub mod scram;
 pub mod wire;
 
 #[cfg(test)]

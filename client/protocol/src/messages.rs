@@ -50,6 +50,10 @@ pub enum ApiKey {
     ListGroups = 14,
     /// Extension: one group's state, members, assignment and committed offsets.
     DescribeGroup = 15,
+    /// Extension (security, keys 20-29): one step of a SASL exchange (SCRAM-SHA-256).
+    Authenticate = 20,
+    /// Extension (security): list, add or remove SCRAM users (admins only).
+    Users = 21,
 }
 
 impl ApiKey {
@@ -72,6 +76,8 @@ impl ApiKey {
             13 => ApiKey::DeleteGroup,
             14 => ApiKey::ListGroups,
             15 => ApiKey::DescribeGroup,
+            20 => ApiKey::Authenticate,
+            21 => ApiKey::Users,
             _ => return None,
         })
     }
@@ -823,6 +829,68 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- AUTHENTICATE (extension, key 20)
+
+message! {
+    /// AUTHENTICATE request (extension): `[mechanism string][payload bytes]`,
+    /// one step of a SASL exchange. SCRAM-SHA-256 takes two: client-first,
+    /// then client-final (see [`crate::scram`]).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AuthenticateRequest {
+        /// `SCRAM-SHA-256`.
+        pub mechanism: String,
+        /// The mechanism's message.
+        pub payload: Bytes,
+    }
+
+    /// AUTHENTICATE response: `[payload bytes]`, the server's next message
+    /// (server-first, then server-final). A failed step is the top-level
+    /// code AUTHENTICATION_FAILED instead.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct AuthenticateResponse {
+        /// The server's message.
+        pub payload: Bytes,
+    }
+}
+
+// ---------------------------------------------------------------- USERS (extension, key 21)
+
+/// [`UsersRequest::op`]: list the users.
+pub const USERS_LIST: i8 = 0;
+/// [`UsersRequest::op`]: add the user, or replace its verifier.
+pub const USERS_PUT: i8 = 1;
+/// [`UsersRequest::op`]: remove the user.
+pub const USERS_REMOVE: i8 = 2;
+
+message! {
+    /// USERS request (extension): `[op i8][name string][iterations i32][salt bytes]
+    /// [stored_key bytes][server_key bytes]`. The client makes the SCRAM verifier,
+    /// so the password never reaches the broker; list and remove leave the
+    /// verifier fields empty.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct UsersRequest {
+        /// [`USERS_LIST`], [`USERS_PUT`] or [`USERS_REMOVE`].
+        pub op: i8,
+        /// The user (empty for list).
+        pub name: String,
+        /// PBKDF2 iterations, at least 4096 (put).
+        pub iterations: i32,
+        /// The salt (put).
+        pub salt: Bytes,
+        /// StoredKey, 32 bytes (put).
+        pub stored_key: Bytes,
+        /// ServerKey, 32 bytes (put).
+        pub server_key: Bytes,
+    }
+
+    /// USERS response: `[users: count * string]`, every user after the change, sorted.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct UsersResponse {
+        /// The user names.
+        pub users: Vec<String>,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -842,4 +910,6 @@ requests! {
     DeleteGroupRequest => DeleteGroupResponse: DeleteGroup,
     ListGroupsRequest => ListGroupsResponse: ListGroups,
     DescribeGroupRequest => DescribeGroupResponse: DescribeGroup,
+    AuthenticateRequest => AuthenticateResponse: Authenticate,
+    UsersRequest => UsersResponse: Users,
 }

@@ -1,0 +1,298 @@
+//! The user store: SCRAM-SHA-256 verifiers by user name, kept durably in
+//! `<data>/__users` (the `__` prefix is reserved, so no topic can take the
+//! name). Passwords are never stored: only what [`Verifier`] holds (salt,
+//! iterations, StoredKey, ServerKey), from which a password cannot be read
+//! back, only tried.
+//!
+//! File format (text, one user a line, every field base64 but the numbers):
+//!
+//! ```text
+//! flume-users 1
+//! scram-sha-256 <name> <iterations> <salt> <stored key> <server key>
+//! ```
+//!
+//! Every change rewrites the file atomically (temp file, fsync, rename,
+//! fsync of the directory) before it takes effect in memory, so a crash
+//! leaves the old file or the new one. A file that does not parse stops the
+//! broker at start with the line that is wrong.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use flume_protocol::scram::{Verifier, MIN_ITERATIONS};
+use flume_rt::sync::lock;
+
+use crate::error::BrokerError;
+
+/// The file's name in the data directory.
+pub const USERS_FILE: &str = "__users";
+const HEADER: &str = "flume-users 1";
+/// Most users the store holds (it is loaded whole into memory).
+pub const MAX_USERS: usize = 100_000;
+/// Longest user name, in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// Iterations of the verifiers the broker makes.
+pub const ITERATIONS: u32 = MIN_ITERATIONS;
+
+/// Users and their verifiers.
+#[derive(Debug)]
+pub struct UserStore {
+    path: PathBuf,
+    users: Mutex<BTreeMap<String, Verifier>>,
+}
+
+fn bad(path: &Path, line: usize, why: &str) -> BrokerError {
+    BrokerError::Config(format!("{} line {line}: {why}", path.display()))
+}
+
+fn decode32(s: &str) -> Option<[u8; 32]> {
+    B64.decode(s).ok()?.try_into().ok()
+}
+
+/// A user name the store accepts: 1 to [`MAX_NAME_BYTES`] bytes, no
+/// whitespace or control characters.
+///
+/// # Errors
+/// What is wrong with the name.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(format!(
+            "a user name is 1 to {MAX_NAME_BYTES} bytes, not {}",
+            name.len()
+        ));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("a user name has no spaces or control characters".into());
+    }
+    Ok(())
+}
+
+impl UserStore {
+    /// Loads `<data_dir>/__users` (none yet: no users).
+    ///
+    /// # Errors
+    /// The file cannot be read or does not parse.
+    pub fn open(data_dir: &Path) -> Result<UserStore, BrokerError> {
+        let path = data_dir.join(USERS_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(source) => {
+                return Err(BrokerError::Io {
+                    what: format!("read {}", path.display()),
+                    source,
+                })
+            }
+        };
+        let users = Self::parse(&path, &text)?;
+        Ok(UserStore {
+            path,
+            users: Mutex::new(users),
+        })
+    }
+
+    fn parse(path: &Path, text: &str) -> Result<BTreeMap<String, Verifier>, BrokerError> {
+        let mut users = BTreeMap::new();
+        let mut lines = text.lines().enumerate();
+        match lines.next() {
+            None => return Ok(users),
+            Some((_, HEADER)) => {}
+            Some(_) => return Err(bad(path, 1, &format!("expected {HEADER:?}"))),
+        }
+        for (i, line) in lines {
+            let n = i + 1;
+            if line.is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split(' ').collect();
+            let [kind, name, iterations, salt, stored, server] = f.as_slice() else {
+                return Err(bad(path, n, "expected 6 fields"));
+            };
+            if *kind != "scram-sha-256" {
+                return Err(bad(path, n, &format!("unknown kind {kind:?}")));
+            }
+            let name = B64
+                .decode(name)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| bad(path, n, "the name is not base64 of UTF-8"))?;
+            let iterations: u32 = iterations
+                .parse()
+                .ok()
+                .filter(|i| *i >= MIN_ITERATIONS)
+                .ok_or_else(|| bad(path, n, "iterations below 4096 or not a number"))?;
+            let salt = B64
+                .decode(salt)
+                .map_err(|_| bad(path, n, "the salt is not base64"))?;
+            let (Some(stored_key), Some(server_key)) = (decode32(stored), decode32(server)) else {
+                return Err(bad(path, n, "a key is not 32 bytes of base64"));
+            };
+            if users.len() >= MAX_USERS {
+                return Err(bad(path, n, &format!("more than {MAX_USERS} users")));
+            }
+            users.insert(
+                name,
+                Verifier {
+                    salt,
+                    iterations,
+                    stored_key,
+                    server_key,
+                },
+            );
+        }
+        Ok(users)
+    }
+
+    fn render(users: &BTreeMap<String, Verifier>) -> String {
+        let mut out = format!("{HEADER}\n");
+        for (name, v) in users {
+            out.push_str(&format!(
+                "scram-sha-256 {} {} {} {} {}\n",
+                B64.encode(name),
+                v.iterations,
+                B64.encode(&v.salt),
+                B64.encode(v.stored_key),
+                B64.encode(v.server_key)
+            ));
+        }
+        out
+    }
+
+    /// The verifier of `name`, if there is such a user.
+    pub fn get(&self, name: &str) -> Option<Verifier> {
+        lock(&self.users).get(name).cloned()
+    }
+
+    /// The user names, sorted.
+    pub fn list(&self) -> Vec<String> {
+        lock(&self.users).keys().cloned().collect()
+    }
+
+    /// Whether there is no user at all.
+    pub fn is_empty(&self) -> bool {
+        lock(&self.users).is_empty()
+    }
+
+    /// Adds `name` with `verifier`, or replaces its verifier (a password
+    /// change); durable when it returns. Blocking file I/O: call off the executor.
+    ///
+    /// # Errors
+    /// A bad name, the store is full, or the file cannot be written (then
+    /// nothing changed).
+    pub fn put(&self, name: &str, verifier: Verifier) -> Result<(), BrokerError> {
+        check_name(name).map_err(BrokerError::Config)?;
+        if verifier.iterations < MIN_ITERATIONS {
+            return Err(BrokerError::Config(format!(
+                "a verifier needs at least {MIN_ITERATIONS} iterations"
+            )));
+        }
+        let mut users = lock(&self.users);
+        if !users.contains_key(name) && users.len() >= MAX_USERS {
+            return Err(BrokerError::Config(format!("at most {MAX_USERS} users")));
+        }
+        let mut next = users.clone();
+        next.insert(name.to_owned(), verifier);
+        write_atomic(&self.path, Self::render(&next).as_bytes())?;
+        *users = next;
+        Ok(())
+    }
+
+    /// Removes `name`; false when there was no such user. Durable when it returns.
+    ///
+    /// # Errors
+    /// The file cannot be written (then nothing changed).
+    pub fn remove(&self, name: &str) -> Result<bool, BrokerError> {
+        let mut users = lock(&self.users);
+        if !users.contains_key(name) {
+            return Ok(false);
+        }
+        let mut next = users.clone();
+        next.remove(name);
+        write_atomic(&self.path, Self::render(&next).as_bytes())?;
+        *users = next;
+        Ok(true)
+    }
+}
+
+/// Writes the file atomically: temp file, fsync, rename, fsync of the directory.
+fn write_atomic(path: &Path, data: &[u8]) -> Result<(), BrokerError> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let io = |what: String| move |source| BrokerError::Io { what, source };
+    let mut f = std::fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
+    f.write_all(data)
+        .map_err(io(format!("write {}", tmp.display())))?;
+    f.sync_all()
+        .map_err(io(format!("fsync {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
+    if let Some(dir) = path.parent() {
+        crate::storage::fsync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// A fresh random salt (16 bytes) or nonce source.
+///
+/// # Errors
+/// The OS has no randomness to give.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], BrokerError> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| BrokerError::Io {
+        what: "read random bytes".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(b)
+}
+
+/// A verifier for `password` with a fresh salt and [`ITERATIONS`].
+///
+/// # Errors
+/// As [`random_bytes`].
+pub fn new_verifier(password: &str) -> Result<Verifier, BrokerError> {
+    Ok(Verifier::new(password, &random_bytes::<16>()?, ITERATIONS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn users_survive_a_reopen_and_only_verifiers_are_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = UserStore::open(dir.path()).unwrap();
+        assert!(store.is_empty());
+        let v = new_verifier("correct horse").unwrap();
+        store.put("alice", v.clone()).unwrap();
+        store.put("bob smith", v.clone()).unwrap_err();
+        store.put("b,o=b", new_verifier("pw").unwrap()).unwrap();
+        assert!(store.remove("b,o=b").unwrap());
+        assert!(!store.remove("nobody").unwrap());
+        store.put("carol", new_verifier("pw2").unwrap()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(USERS_FILE)).unwrap();
+        assert!(!text.contains("correct horse"), "{text}");
+        assert!(!dir.path().join("__users.tmp").exists());
+        let again = UserStore::open(dir.path()).unwrap();
+        assert_eq!(again.list(), vec!["alice", "carol"]);
+        assert_eq!(again.get("alice"), Some(v));
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = UserStore::open(dir.path()).unwrap();
+        store.put("alice", new_verifier("pw").unwrap()).unwrap();
+        let path = dir.path().join(USERS_FILE);
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(" 4096 ", " 12 ")).unwrap();
+        let err = UserStore::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("line 2") && err.contains("iterations"),
+            "{err}"
+        );
+        std::fs::write(&path, "something else\n").unwrap();
+        assert!(UserStore::open(dir.path()).is_err());
+    }
+}
