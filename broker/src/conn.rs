@@ -95,6 +95,9 @@ enum Phase {
 struct Charged {
     response: InFlight,
     charge: Option<Charge>,
+    /// A waiting heartbeat (HEARTBEAT_WAIT): once the peer has closed, its
+    /// answer tells nobody anything, so it is dropped, not waited for.
+    drop_on_close: bool,
 }
 
 impl std::future::Future for Charged {
@@ -265,6 +268,7 @@ impl ConnState {
         self.inflight.push(Charged {
             response,
             charge: Some(charge),
+            drop_on_close: api_key == flume_protocol::ApiKey::HeartbeatWait as i16,
         });
     }
 
@@ -425,6 +429,12 @@ impl ConnState {
                 }
                 self.drained = true;
                 self.phase = Phase::Draining { failure: None };
+                if self.inflight.iter().any(|c| c.drop_on_close) {
+                    self.inflight = std::mem::take(&mut self.inflight)
+                        .into_iter()
+                        .filter(|c| !c.drop_on_close)
+                        .collect();
+                }
             }
             Event::Read(Ok(n)) => {
                 self.rbuf.extend_from_slice(&self.chunk[..n]);

@@ -267,7 +267,7 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 17;
+const NAPIS: usize = 18;
 const NCODES: usize = 21;
 
 fn api_index(api_key: i16) -> usize {
@@ -296,6 +296,7 @@ pub fn api_name(index: usize) -> &'static str {
         "delete_group",
         "list_groups",
         "describe_group",
+        "heartbeat_wait",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")

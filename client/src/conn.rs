@@ -770,6 +770,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DeleteGroup => "DELETE_GROUP",
         ListGroups => "LIST_GROUPS",
         DescribeGroup => "DESCRIBE_GROUP",
+        HeartbeatWait => "HEARTBEAT_WAIT",
     }
 }
 

@@ -50,6 +50,9 @@ pub enum ApiKey {
     ListGroups = 14,
     /// Extension: one group's state, members, assignment and committed offsets.
     DescribeGroup = 15,
+    /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
+    /// rebalance of the member's group, so members learn of one at once.
+    HeartbeatWait = 16,
 }
 
 impl ApiKey {
@@ -72,6 +75,7 @@ impl ApiKey {
             13 => ApiKey::DeleteGroup,
             14 => ApiKey::ListGroups,
             15 => ApiKey::DescribeGroup,
+            16 => ApiKey::HeartbeatWait,
             _ => return None,
         })
     }
@@ -404,6 +408,24 @@ message! {
         pub generation: i32,
         /// Member id.
         pub member_id: String,
+    }
+
+    /// HEARTBEAT_WAIT request (extension, key 16):
+    /// `[group][generation i32][member_id][max_wait_ms i32]`. A heartbeat
+    /// whose answer waits until the group starts a rebalance (or the member
+    /// is no longer in its generation: the error at once) or `max_wait_ms`
+    /// passes (NONE). The broker caps the wait at the member's session
+    /// timeout; a broker without the key answers UNSUPPORTED_API.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct HeartbeatWaitRequest {
+        /// Group id.
+        pub group: String,
+        /// The member's generation.
+        pub generation: i32,
+        /// Member id.
+        pub member_id: String,
+        /// Longest wait in ms (0: answer at once, like HEARTBEAT).
+        pub max_wait_ms: i32,
     }
 }
 
@@ -842,4 +864,5 @@ requests! {
     DeleteGroupRequest => DeleteGroupResponse: DeleteGroup,
     ListGroupsRequest => ListGroupsResponse: ListGroups,
     DescribeGroupRequest => DescribeGroupResponse: DescribeGroup,
+    HeartbeatWaitRequest => Empty: HeartbeatWait,
 }
