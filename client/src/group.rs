@@ -112,6 +112,7 @@ pub struct GroupConsumerBuilder {
     session_timeout: Duration,
     rebalance_timeout: Duration,
     heartbeat_interval: Option<Duration>,
+    heartbeat_wait: bool,
     auto_commit: Option<Duration>,
     commit_on_revoke: bool,
     start: StartOffset,
@@ -136,6 +137,15 @@ impl GroupConsumerBuilder {
         self.rebalance_timeout = d;
         self
     }
+    /// Whether heartbeats wait at the broker for a rebalance (HEARTBEAT_WAIT,
+    /// the default: the member learns of a rebalance at once) or are plain
+    /// HEARTBEATs every interval (learns of it at the next one). A broker
+    /// without HEARTBEAT_WAIT gets plain ones either way.
+    pub fn heartbeat_wait(mut self, on: bool) -> Self {
+        self.heartbeat_wait = on;
+        self
+    }
+
     /// Heartbeat interval (default a third of the session timeout).
     pub fn heartbeat_interval(mut self, d: Duration) -> Self {
         self.heartbeat_interval = Some(d);
@@ -219,6 +229,7 @@ impl GroupConsumerBuilder {
             self.group.clone(),
             Arc::clone(&shared),
             interval,
+            self.heartbeat_wait,
             stop_rx,
         ));
         let state = State {
@@ -341,9 +352,9 @@ async fn heartbeat_loop(
     group: String,
     shared: Arc<Shared>,
     interval: Duration,
+    mut waits: bool,
     stop: async_channel::Receiver<()>,
 ) {
-    let mut waits = true;
     // Whether to pause `interval` (or until a rejoin) before the next heartbeat.
     let mut pause = false;
     // The membership a heartbeat was last refused for.
@@ -444,6 +455,7 @@ impl GroupConsumer {
             session_timeout: Duration::from_secs(10),
             rebalance_timeout: Duration::from_secs(30),
             heartbeat_interval: None,
+            heartbeat_wait: true,
             auto_commit: Some(Duration::from_secs(1)),
             commit_on_revoke: false,
             start: StartOffset::Earliest,
@@ -940,6 +952,7 @@ mod tests {
                 "g".into(),
                 Arc::clone(&shared),
                 Duration::from_millis(10),
+                true,
                 stop_rx,
             ));
             let (mut s, _) = listener.accept().await.unwrap();
