@@ -2,7 +2,11 @@
 //! broker assigns, heartbeats in the background and follows rebalances.
 //!
 //! - Heartbeats run in their own task on their own connection, so slow
-//!   processing or a long fetch never delays them.
+//!   processing or a long fetch never delays them. Each waits at the broker
+//!   (HEARTBEAT_WAIT) until the group starts a rebalance or the heartbeat
+//!   interval passes, so a rebalance is known within milliseconds; a fetch
+//!   waiting at the broker is then broken off and the consumer rejoins at
+//!   once. Against a broker without it, plain HEARTBEATs every interval.
 //! - On REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER (from a
 //!   heartbeat, fetch or commit) the consumer stops handing out records,
 //!   drops what it fetched, commits what was processed (auto-commit), emits
