@@ -205,8 +205,12 @@ fn main() -> Result<()> {
         let median = times[times.len() / 2];
         let max = times[times.len() - 1];
         println!(
-            "{} leave, session {} ms, {} heartbeats, {} runs: median {} ms, max {} ms",
-            if kill { "kill (no leave)" } else { "clean" },
+            "{}, session {} ms, {} heartbeats, {} runs: median {} ms, max {} ms",
+            if kill {
+                "kill (no leave, session expiry)"
+            } else {
+                "clean leave"
+            },
             session_ms,
             if plain { "plain" } else { "waiting" },
             runs,

@@ -370,6 +370,10 @@ async fn heartbeat_loop(
                 && (*m != lock_str(&shared.member)
                     || *g != shared.generation.load(Ordering::Acquire))
         });
+        if rejoined {
+            // Once: the new membership is heartbeated at once, then the pace resumes.
+            refused = None;
+        }
         if pause && !rejoined {
             futures::select! {
                 _ = rt::sleep(interval).fuse() => {}
