@@ -110,6 +110,9 @@ enum Phase {
 struct Charged {
     response: InFlight,
     charge: Option<Charge>,
+    /// A waiting heartbeat (HEARTBEAT_WAIT): once the peer has closed, its
+    /// answer tells nobody anything, so it is dropped, not waited for.
+    drop_on_close: bool,
 }
 
 impl std::future::Future for Charged {
@@ -275,6 +278,7 @@ impl ConnState {
             self.inflight.push(Charged {
                 response,
                 charge: Some(charge),
+                drop_on_close: false,
             });
             return;
         }
@@ -299,6 +303,7 @@ impl ConnState {
             self.inflight.push(Charged {
                 response,
                 charge: Some(charge),
+                drop_on_close: false,
             });
             return;
         }
@@ -312,6 +317,7 @@ impl ConnState {
             self.inflight.push(Charged {
                 response: futures::future::ready(buf).boxed(),
                 charge: Some(charge),
+                drop_on_close: false,
             });
             return;
         }
@@ -330,6 +336,7 @@ impl ConnState {
         self.inflight.push(Charged {
             response,
             charge: Some(charge),
+            drop_on_close: api_key == flume_protocol::ApiKey::HeartbeatWait as i16,
         });
     }
 
@@ -529,6 +536,12 @@ impl ConnState {
                 }
                 self.drained = true;
                 self.phase = Phase::Draining { failure: None };
+                if self.inflight.iter().any(|c| c.drop_on_close) {
+                    self.inflight = std::mem::take(&mut self.inflight)
+                        .into_iter()
+                        .filter(|c| !c.drop_on_close)
+                        .collect();
+                }
             }
             Event::Read(Ok(n)) => {
                 self.rbuf.extend_from_slice(&self.chunk[..n]);

@@ -421,6 +421,9 @@ struct Group<R> {
     /// Bytes its client-assigned members hold (see [`ClientMember::bytes`]);
     /// recounted after every change of this group's members or assignments.
     held: usize,
+    /// Notified when a rebalance starts or a member is removed: wakes the
+    /// members' waiting heartbeats (HEARTBEAT_WAIT), which then answer.
+    changed: event_listener::Event,
 }
 
 impl<R> Group<R> {
@@ -440,6 +443,7 @@ impl<R> Group<R> {
             unsynced: BTreeSet::new(),
             new_ids: BTreeMap::new(),
             held: 0,
+            changed: event_listener::Event::new(),
         }
     }
 
@@ -496,6 +500,8 @@ pub struct Coordinator<R> {
     groups: HashMap<String, Group<R>>,
     seq: u64,
     nonce: u64,
+    /// Heartbeats waiting (HEARTBEAT_WAIT), over all groups.
+    parked_heartbeats: usize,
 }
 
 impl<R> Coordinator<R> {
@@ -505,7 +511,28 @@ impl<R> Coordinator<R> {
             groups: HashMap::new(),
             seq: 0,
             nonce,
+            parked_heartbeats: 0,
         }
+    }
+
+    /// Heartbeats waiting now (HEARTBEAT_WAIT), over all groups.
+    pub fn parked_heartbeats(&self) -> usize {
+        self.parked_heartbeats
+    }
+
+    /// Takes one of `limit` places for a waiting heartbeat; false when all
+    /// are taken (the heartbeat is then answered at once).
+    pub fn park_heartbeat(&mut self, limit: usize) -> bool {
+        if self.parked_heartbeats >= limit {
+            return false;
+        }
+        self.parked_heartbeats += 1;
+        true
+    }
+
+    /// Gives back a place taken with [`Coordinator::park_heartbeat`].
+    pub fn unpark_heartbeat(&mut self) {
+        self.parked_heartbeats = self.parked_heartbeats.saturating_sub(1);
     }
 
     /// Every group's state, generation, members and rebalances, by group id.
@@ -1036,6 +1063,56 @@ impl<R> Coordinator<R> {
         Ok(())
     }
 
+    /// A heartbeat that waits (HEARTBEAT_WAIT): checks and records it as
+    /// [`Coordinator::heartbeat`] does, and on success returns a listener
+    /// that fires when the group starts a rebalance or loses a member, and
+    /// the member's session timeout (the longest the wait may last). Taken
+    /// under the same lock as the check, so no rebalance slips between them;
+    /// the listener holds nothing of the coordinator's (dropping it is all
+    /// the clean-up there is).
+    ///
+    /// # Errors
+    /// As [`Coordinator::heartbeat`].
+    pub fn heartbeat_listen(
+        &mut self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        now: u64,
+    ) -> Result<(event_listener::EventListener, u64), ErrorCode> {
+        self.heartbeat(group, member, generation, now)?;
+        let g = self.groups.get(group).ok_or(ErrorCode::UnknownMember)?;
+        let m = g.members.get(member).ok_or(ErrorCode::UnknownMember)?;
+        Ok((g.changed.listen(), m.session_timeout_ms))
+    }
+
+    /// What a heartbeat would answer now, without counting as one (the end
+    /// of a HEARTBEAT_WAIT: a wait whose peer is gone must not keep its
+    /// session alive).
+    ///
+    /// # Errors
+    /// As [`Coordinator::heartbeat`].
+    pub fn check_member(
+        &self,
+        group: &str,
+        member: &str,
+        generation: i32,
+    ) -> Result<(), ErrorCode> {
+        let g = self.groups.get(group).ok_or(ErrorCode::UnknownMember)?;
+        if !g.members.contains_key(member) {
+            return Err(ErrorCode::UnknownMember);
+        }
+        if g.is_client() && generation != g.generation {
+            return Err(ErrorCode::IllegalGeneration);
+        }
+        match g.state {
+            GroupState::PreparingRebalance { .. } => Err(ErrorCode::RebalanceInProgress),
+            GroupState::Empty => Err(ErrorCode::UnknownMember),
+            _ if generation != g.generation => Err(ErrorCode::IllegalGeneration),
+            _ => Ok(()),
+        }
+    }
+
     /// Handles LEAVE_GROUP: the member goes at once and the others rebalance.
     ///
     /// # Errors
@@ -1217,6 +1294,7 @@ fn choose_protocol<R>(g: &Group<R>) -> String {
 
 fn start_rebalance<R>(g: &mut Group<R>, now: u64) -> Vec<Ready<R>> {
     g.rebalances += 1;
+    g.changed.notify(usize::MAX);
     let timeout = g
         .members
         .values()
@@ -1239,6 +1317,7 @@ fn after_removal<R>(
     now: u64,
     partitions_of: &dyn Fn(&str) -> u32,
 ) -> Vec<Ready<R>> {
+    g.changed.notify(usize::MAX);
     if g.members.is_empty() {
         g.state = GroupState::Empty;
         g.assignment.clear();

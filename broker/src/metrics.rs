@@ -267,16 +267,16 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 19;
+const NAPIS: usize = 20;
 const NCODES: usize = 21;
 
-/// A dense row per API key (the keys have gaps: 16-19 are unused), the
+/// A dense row per API key (the keys have gaps: 17-19 are unused), the
 /// last row for keys the broker does not know.
 fn api_index(api_key: i16) -> usize {
     match ApiKey::from_i16(api_key) {
-        Some(ApiKey::Authenticate) => 16,
-        Some(ApiKey::Users) => 17,
-        Some(a) if (a as usize) < 16 => a as usize,
+        Some(ApiKey::Authenticate) => 17,
+        Some(ApiKey::Users) => 18,
+        Some(a) if (a as usize) < 17 => a as usize,
         _ => NAPIS - 1,
     }
 }
@@ -300,6 +300,7 @@ pub fn api_name(index: usize) -> &'static str {
         "delete_group",
         "list_groups",
         "describe_group",
+        "heartbeat_wait",
         "authenticate",
         "users",
         "unknown",

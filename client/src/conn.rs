@@ -856,6 +856,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DescribeGroup => "DESCRIBE_GROUP",
         Authenticate => "AUTHENTICATE",
         Users => "USERS",
+        HeartbeatWait => "HEARTBEAT_WAIT",
     }
 }
 

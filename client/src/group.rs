@@ -2,7 +2,11 @@
 //! broker assigns, heartbeats in the background and follows rebalances.
 //!
 //! - Heartbeats run in their own task on their own connection, so slow
-//!   processing or a long fetch never delays them.
+//!   processing or a long fetch never delays them. Each waits at the broker
+//!   (HEARTBEAT_WAIT) until the group starts a rebalance or the heartbeat
+//!   interval passes, so a rebalance is known within milliseconds; a fetch
+//!   waiting at the broker is then broken off and the consumer rejoins at
+//!   once. Against a broker without it, plain HEARTBEATs every interval.
 //! - On REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER (from a
 //!   heartbeat, fetch or commit) the consumer stops handing out records,
 //!   drops what it fetched, commits what was processed (auto-commit), emits
@@ -34,8 +38,9 @@ use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
 use crate::protocol::record::{self, Record};
 use crate::protocol::{
-    ErrorCode, FetchPartition, FetchRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
-    OffsetCommitRequest, OffsetFetchRequest, PartitionOffset, TopicPartitions,
+    ErrorCode, FetchPartition, FetchRequest, HeartbeatRequest, HeartbeatWaitRequest,
+    JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, PartitionOffset,
+    TopicPartitions,
 };
 use crate::rt;
 use crate::rt::sync::lock;
@@ -111,6 +116,7 @@ pub struct GroupConsumerBuilder {
     session_timeout: Duration,
     rebalance_timeout: Duration,
     heartbeat_interval: Option<Duration>,
+    heartbeat_wait: bool,
     auto_commit: Option<Duration>,
     commit_on_revoke: bool,
     start: StartOffset,
@@ -135,6 +141,15 @@ impl GroupConsumerBuilder {
         self.rebalance_timeout = d;
         self
     }
+    /// Whether heartbeats wait at the broker for a rebalance (HEARTBEAT_WAIT,
+    /// the default: the member learns of a rebalance at once) or are plain
+    /// HEARTBEATs every interval (learns of it at the next one). A broker
+    /// without HEARTBEAT_WAIT gets plain ones either way.
+    pub fn heartbeat_wait(mut self, on: bool) -> Self {
+        self.heartbeat_wait = on;
+        self
+    }
+
     /// Heartbeat interval (default a third of the session timeout).
     pub fn heartbeat_interval(mut self, d: Duration) -> Self {
         self.heartbeat_interval = Some(d);
@@ -204,6 +219,8 @@ impl GroupConsumerBuilder {
             member: Mutex::new(String::new()),
             generation: AtomicI32::new(-1),
             rejoin: AtomicBool::new(true),
+            rebalance: event_listener::Event::new(),
+            joined: event_listener::Event::new(),
         });
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let (ev_tx, ev_rx) = async_channel::bounded(64);
@@ -216,6 +233,7 @@ impl GroupConsumerBuilder {
             self.group.clone(),
             Arc::clone(&shared),
             interval,
+            self.heartbeat_wait,
             stop_rx,
         ));
         let state = State {
@@ -247,6 +265,12 @@ struct Shared {
     member: Mutex<String>,
     generation: AtomicI32,
     rejoin: AtomicBool,
+    /// Notified when `rejoin` is set by the heartbeat task: a waiting fetch
+    /// stops waiting.
+    rebalance: event_listener::Event,
+    /// Notified when a join completes (a new member id or generation): a
+    /// paused heartbeat task heartbeats the new membership at once.
+    joined: event_listener::Event,
 }
 
 struct State {
@@ -321,35 +345,90 @@ fn is_fencing(code: Option<ErrorCode>) -> bool {
     )
 }
 
+/// Heartbeats until `stop`. Against a broker that knows HEARTBEAT_WAIT
+/// (extension key 16) each heartbeat waits there for up to `interval`, and
+/// is answered at once when the group starts a rebalance: the consumer
+/// learns of it within milliseconds, not at its next heartbeat. A broker
+/// without the key answers UNSUPPORTED_API once, and plain HEARTBEATs every
+/// `interval` follow.
 async fn heartbeat_loop(
     client: Client,
     group: String,
     shared: Arc<Shared>,
     interval: Duration,
+    mut waits: bool,
     stop: async_channel::Receiver<()>,
 ) {
+    // Whether to pause `interval` (or until a rejoin) before the next heartbeat.
+    let mut pause = false;
+    // The membership a heartbeat was last refused for.
+    let mut refused: Option<(String, i32)> = None;
     loop {
-        futures::select! {
-            _ = rt::sleep(interval).fuse() => {}
-            _ = stop.recv().fuse() => return,
+        let joined = shared.joined.listen();
+        let rejoined = refused.as_ref().is_some_and(|(m, g)| {
+            !shared.rejoin.load(Ordering::Acquire)
+                && (*m != lock_str(&shared.member)
+                    || *g != shared.generation.load(Ordering::Acquire))
+        });
+        if rejoined {
+            // Once: the new membership is heartbeated at once, then the pace resumes.
+            refused = None;
+        }
+        if pause && !rejoined {
+            futures::select! {
+                _ = rt::sleep(interval).fuse() => {}
+                _ = joined.fuse() => {}
+                _ = stop.recv().fuse() => break,
+            }
         }
         let member = lock_str(&shared.member);
         let generation = shared.generation.load(Ordering::Acquire);
         // Heartbeats go on while a rebalance waits for this member to rejoin: the
         // session stays alive however long the application takes to come back to
         // `recv` (the rebalance timeout bounds that wait, as in Kafka).
-        if member.is_empty() {
-            continue;
+        if member.is_empty() || shared.rejoin.load(Ordering::Acquire) {
+            // Waiting would be answered at once (the rejoin is due): pace instead.
+            pause = true;
+            if member.is_empty() {
+                continue;
+            }
+        } else {
+            pause = !waits;
         }
         let req = HeartbeatRequest {
             group: group.clone(),
             generation,
             member_id: member,
         };
-        if let Err(e) = client.call(&req).await {
+        let call = async {
+            if pause {
+                return client.call(&req).await.map(|_| ());
+            }
+            let wait = HeartbeatWaitRequest {
+                group: req.group.clone(),
+                generation: req.generation,
+                member_id: req.member_id.clone(),
+                max_wait_ms: i32::try_from(interval.as_millis()).unwrap_or(i32::MAX),
+            };
+            client.call_with_extra(&wait, interval).await.map(|_| ())
+        };
+        let answer = futures::select! {
+            r = call.fuse() => r,
+            _ = stop.recv().fuse() => break,
+        };
+        if let Err(e) = answer {
+            if !pause && e.code() == Some(ErrorCode::UnsupportedApi) {
+                tracing::debug!("the broker has no HEARTBEAT_WAIT; plain heartbeats");
+                waits = false;
+                pause = false;
+                continue;
+            }
             on_heartbeat_error(&shared, &req, &e);
+            refused = Some((req.member_id, req.generation));
+            pause = true;
         }
     }
+    client.close().await;
 }
 
 /// Acts on a failed heartbeat, unless the consumer rejoined while it was in
@@ -370,6 +449,8 @@ fn on_heartbeat_error(shared: &Shared, sent: &HeartbeatRequest, e: &Error) {
         member.clear();
     }
     shared.rejoin.store(true, Ordering::Release);
+    // A fetch waiting on the broker gives way to the rejoin.
+    shared.rebalance.notify(usize::MAX);
 }
 
 impl GroupConsumer {
@@ -382,6 +463,7 @@ impl GroupConsumer {
             session_timeout: Duration::from_secs(10),
             rebalance_timeout: Duration::from_secs(30),
             heartbeat_interval: None,
+            heartbeat_wait: true,
             auto_commit: Some(Duration::from_secs(1)),
             commit_on_revoke: false,
             start: StartOffset::Earliest,
@@ -616,6 +698,7 @@ impl State {
                 .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.clone(), *p)))
                 .collect();
             self.shared.rejoin.store(false, Ordering::Release);
+            self.shared.joined.notify(usize::MAX);
             tracing::debug!(generation = resp.generation, member = %resp.member_id, assignment = ?self.assignment, "joined group");
             if let Err(e) = self.load_positions().await {
                 if is_fencing(e.code()) || e.is_retriable() {
@@ -669,9 +752,18 @@ impl State {
     }
 
     async fn fetch(&mut self) -> Result<()> {
+        // Listening before the flag is read: a rebalance the heartbeat task
+        // learns of from here on ends the wait below.
+        let rebalance = self.shared.rebalance.listen();
+        if self.shared.rejoin.load(Ordering::Acquire) {
+            return Ok(());
+        }
         if self.assignment.is_empty() {
             // Nothing assigned: wait for a rebalance to give us something.
-            rt::sleep(self.cfg.fetch.max_wait.min(Duration::from_millis(200))).await;
+            futures::select! {
+                () = rt::sleep(self.cfg.fetch.max_wait.min(Duration::from_millis(200))).fuse() => {}
+                () = rebalance.fuse() => {}
+            }
             return Ok(());
         }
         let mut partitions: Vec<FetchPartition> = self
@@ -700,10 +792,17 @@ impl State {
             max_bytes: self.cfg.fetch.max_bytes,
             partitions,
         };
-        let resp = self
+        // Once written, the fetch may be abandoned: its answer is discarded.
+        let answer = self
             .client
-            .call_with_extra(&req, self.cfg.fetch.max_wait)
+            .connection()
+            .await?
+            .start_call(&req, self.cfg.fetch.max_wait)
             .await?;
+        let resp = futures::select! {
+            r = answer.fuse() => r?,
+            () = rebalance.fuse() => return Ok(()),
+        };
         if self.shared.rejoin.load(Ordering::Acquire) {
             // A rebalance began while we waited: what we fetched may not be ours any more.
             return Ok(());
@@ -829,8 +928,12 @@ mod tests {
     }
 
     async fn answer_unknown_member(s: &mut rt::TcpStream, id: i32) {
+        answer_code(s, id, ErrorCode::UnknownMember).await;
+    }
+
+    async fn answer_code(s: &mut rt::TcpStream, id: i32, code: ErrorCode) {
         let mut out = Vec::new();
-        encode_response_frame::<Empty>(&mut out, id, Err(ErrorCode::UnknownMember));
+        encode_response_frame::<Empty>(&mut out, id, Err(code));
         s.write_all(&out).await.unwrap();
     }
 
@@ -848,6 +951,8 @@ mod tests {
                 member: Mutex::new("old".into()),
                 generation: AtomicI32::new(1),
                 rejoin: AtomicBool::new(false),
+                rebalance: event_listener::Event::new(),
+                joined: event_listener::Event::new(),
             });
             let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
             let hb = rt::spawn(heartbeat_loop(
@@ -855,10 +960,15 @@ mod tests {
                 "g".into(),
                 Arc::clone(&shared),
                 Duration::from_millis(10),
+                true,
                 stop_rx,
             ));
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = Vec::new();
+            // A broker without HEARTBEAT_WAIT: plain heartbeats follow.
+            let (api, id, _) = read_frame(&mut s, &mut buf).await;
+            assert_eq!(api, ApiKey::HeartbeatWait as i16);
+            answer_code(&mut s, id, ErrorCode::UnsupportedApi).await;
             let (api, id, payload) = read_frame(&mut s, &mut buf).await;
             assert_eq!(api, ApiKey::Heartbeat as i16);
             let sent = HeartbeatRequest::decode_exact(&payload).unwrap();

@@ -2,10 +2,13 @@
 //! syncs of client-assigned groups (parked until the leader's assignment),
 //! heartbeats, leaves, fenced commits, committed positions, describe and list.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use flume_protocol::ErrorCode;
+use flume_rt as rt;
 use futures::channel::oneshot;
+use futures::FutureExt;
 
 use super::{lock, Engine, JoinReply};
 use crate::config::valid_name;
@@ -23,6 +26,16 @@ use crate::offsets::{NotQueued, Offsets};
 /// A join or a leader's assignment past it is refused (LIMIT_REACHED; Kafka's
 /// GROUP_MAX_SIZE_REACHED) and logged.
 pub const CLIENT_GROUP_BYTES: usize = 64 << 20;
+
+/// A waiting heartbeat's place, given back when it is dropped (answered,
+/// or its connection closed).
+struct ParkedHeartbeat(Arc<Engine>);
+
+impl Drop for ParkedHeartbeat {
+    fn drop(&mut self) {
+        lock(&self.0.groups).unpark_heartbeat();
+    }
+}
 
 impl Engine {
     pub(super) fn deliver(ready: Vec<Ready<JoinReply>>) {
@@ -229,6 +242,56 @@ impl Engine {
     pub fn heartbeat(&self, group: &str, member: &str, generation: i32) -> Result<(), ErrorCode> {
         let now = self.mono_ms();
         lock(&self.groups).heartbeat(group, member, generation, now)
+    }
+
+    /// A member's heartbeat that waits (HEARTBEAT_WAIT): answered at once
+    /// with the error a HEARTBEAT would get, otherwise when the group starts
+    /// a rebalance or loses a member (REBALANCE_IN_PROGRESS, or what the
+    /// member's state is then), or after `max_wait` (capped at the member's
+    /// session timeout; Ok if nothing changed), or at shutdown.
+    ///
+    /// At most [`BrokerConfig::max_connections`](crate::config::BrokerConfig)
+    /// heartbeats wait at once, broker-wide (a client parks one per
+    /// connection); past that one is answered at once, as a HEARTBEAT. A
+    /// waiting heartbeat holds its place until its future is dropped (the
+    /// connection closing drops it), and only the start of the wait counts
+    /// as a sign of life: a peer that is gone is not kept alive by it.
+    ///
+    /// # Errors
+    /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS.
+    pub async fn heartbeat_wait(
+        self: &Arc<Self>,
+        group: &str,
+        member: &str,
+        generation: i32,
+        max_wait: Duration,
+    ) -> Result<(), ErrorCode> {
+        let (listener, session_ms) = {
+            let now = self.mono_ms();
+            let mut g = lock(&self.groups);
+            let listened = g.heartbeat_listen(group, member, generation, now)?;
+            if max_wait.is_zero() || !g.park_heartbeat(self.config.max_connections) {
+                return Ok(());
+            }
+            listened
+        };
+        let place = ParkedHeartbeat(Arc::clone(self));
+        let wait = max_wait.min(Duration::from_millis(session_ms));
+        let stop = self.shutdown_signal();
+        futures::select! {
+            () = listener.fuse() => {},
+            () = rt::sleep(wait).fuse() => {},
+            _ = stop.recv().fuse() => {},
+        }
+        // A statement of its own: the guard goes before `place` takes the lock.
+        let answer = lock(&self.groups).check_member(group, member, generation);
+        drop(place);
+        answer
+    }
+
+    /// How many heartbeats wait now (HEARTBEAT_WAIT).
+    pub fn parked_heartbeats(&self) -> usize {
+        lock(&self.groups).parked_heartbeats()
     }
 
     /// A member leaves its group (its partitions go to the others).

@@ -9,6 +9,7 @@
 //! the response.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use flume_protocol::frame;
@@ -16,8 +17,9 @@ use flume_protocol::messages::{Decode, Empty, Encode};
 use flume_protocol::{
     encode_response_frame, AlterTopicRequest, ApiKey, CreateTopicRequest, DeleteGroupRequest,
     DeleteGroupResponse, DeleteTopicRequest, DescribeTopicConfigRequest, ErrorCode, FetchRequest,
-    HeartbeatRequest, JoinGroupResponse, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, ProduceResponse, ProduceResult,
+    HeartbeatRequest, HeartbeatWaitRequest, JoinGroupResponse, LeaveGroupRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    ProduceResponse, ProduceResult,
 };
 use flume_rt as rt;
 use futures::future::BoxFuture;
@@ -159,6 +161,20 @@ async fn admit_request(
                     .heartbeat(&req.group, &req.member_id, req.generation)
                     .map(|()| Empty),
             ),
+            Err(f) => f,
+        },
+        ApiKey::HeartbeatWait => match decode::<HeartbeatWaitRequest>(id, payload) {
+            Ok(req) => {
+                let engine = Arc::clone(engine);
+                let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
+                async move {
+                    let r = engine
+                        .heartbeat_wait(&req.group, &req.member_id, req.generation, wait)
+                        .await;
+                    respond(id, r.map(|()| Empty).as_ref().map_err(|e| *e))
+                }
+                .boxed()
+            }
             Err(f) => f,
         },
         ApiKey::OffsetCommit => match decode::<OffsetCommitRequest>(id, payload) {

@@ -367,3 +367,56 @@ fn sticky_keeps_partitions_of_members_that_stay_when_one_leaves_or_joins() {
     );
     assert_eq!(Assignor::parse("sticky"), Some(Assignor::Sticky));
 }
+
+/// A waiting heartbeat's listener fires when the group starts a rebalance
+/// (a leave, a join) or loses a member to expiry, and not otherwise; the end
+/// of a wait checks the member without counting as a heartbeat.
+#[test]
+fn waiting_heartbeats_wake_on_leave_join_and_expiry() {
+    use futures::FutureExt;
+    let mut c = Coordinator::new(1);
+    let ids = three(&mut c);
+    let (quiet, session) = c.heartbeat_listen("g", &ids[0], 3, 50).unwrap();
+    assert_eq!(session, 1000);
+    let (woken, _) = c.heartbeat_listen("g", &ids[1], 3, 50).unwrap();
+    // Heartbeats and ticks within the sessions change nothing.
+    c.heartbeat("g", &ids[2], 3, 60).unwrap();
+    assert!(c.tick(70, &six).is_empty());
+    let mut quiet = Box::pin(quiet);
+    assert!(quiet.as_mut().now_or_never().is_none(), "nothing changed");
+    assert_eq!(c.check_member("g", &ids[0], 3), Ok(()));
+    // A leave wakes every waiting member of the group.
+    assert!(c.leave("g", &ids[2], 100, &six).unwrap().is_empty());
+    assert!(quiet.now_or_never().is_some());
+    assert!(woken.now_or_never().is_some());
+    assert_eq!(
+        c.check_member("g", &ids[0], 3),
+        Err(ErrorCode::RebalanceInProgress)
+    );
+    assert_eq!(
+        c.heartbeat_listen("g", &ids[0], 3, 101).map(|_| ()),
+        Err(ErrorCode::RebalanceInProgress),
+        "an error is answered at once"
+    );
+    // The check at the end of a wait is not a heartbeat: last_seen stays.
+    assert_eq!(c.last_seen("g", &ids[1]), Some(50));
+    assert!(c.join("g", params(&ids[0]), 102, 1, &six).is_empty());
+    let r = ok(c.join("g", params(&ids[1]), 103, 2, &six));
+    assert_eq!(r.len(), 2);
+    // A join starts a rebalance: it wakes the waiting ones.
+    let (w, _) = c.heartbeat_listen("g", &ids[0], 4, 110).unwrap();
+    assert!(c.join("g", params(""), 111, 3, &six).is_empty());
+    assert!(w.now_or_never().is_some());
+    // Expiry wakes them too.
+    let mut c = Coordinator::new(1);
+    let ids = three(&mut c);
+    let (w, _) = c.heartbeat_listen("g", &ids[0], 3, 1000).unwrap();
+    c.heartbeat("g", &ids[1], 3, 1000).unwrap();
+    assert!(c.tick(1060, &six).is_empty());
+    assert!(w.now_or_never().is_some(), "the silent member expired");
+    // Places: bounded, given back.
+    assert!(c.park_heartbeat(1));
+    assert!(!c.park_heartbeat(1));
+    c.unpark_heartbeat();
+    assert_eq!(c.parked_heartbeats(), 0);
+}

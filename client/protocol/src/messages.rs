@@ -54,6 +54,9 @@ pub enum ApiKey {
     Authenticate = 20,
     /// Extension (security): list, add or remove SCRAM users (admins only).
     Users = 21,
+    /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
+    /// rebalance of the member's group, so members learn of one at once.
+    HeartbeatWait = 16,
 }
 
 impl ApiKey {
@@ -78,6 +81,7 @@ impl ApiKey {
             15 => ApiKey::DescribeGroup,
             20 => ApiKey::Authenticate,
             21 => ApiKey::Users,
+            16 => ApiKey::HeartbeatWait,
             _ => return None,
         })
     }
@@ -410,6 +414,24 @@ message! {
         pub generation: i32,
         /// Member id.
         pub member_id: String,
+    }
+
+    /// HEARTBEAT_WAIT request (extension, key 16):
+    /// `[group][generation i32][member_id][max_wait_ms i32]`. A heartbeat
+    /// whose answer waits until the group starts a rebalance (or the member
+    /// is no longer in its generation: the error at once) or `max_wait_ms`
+    /// passes (NONE). The broker caps the wait at the member's session
+    /// timeout; a broker without the key answers UNSUPPORTED_API.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct HeartbeatWaitRequest {
+        /// Group id.
+        pub group: String,
+        /// The member's generation.
+        pub generation: i32,
+        /// Member id.
+        pub member_id: String,
+        /// Longest wait in ms (0: answer at once, like HEARTBEAT).
+        pub max_wait_ms: i32,
     }
 }
 
@@ -912,4 +934,5 @@ requests! {
     DescribeGroupRequest => DescribeGroupResponse: DescribeGroup,
     AuthenticateRequest => AuthenticateResponse: Authenticate,
     UsersRequest => UsersResponse: Users,
+    HeartbeatWaitRequest => Empty: HeartbeatWait,
 }

@@ -185,7 +185,8 @@ proptest! {
     #[test]
     fn small_requests_round_trip(g in name(), m in name(), gen in any::<i32>()) {
         check(&LeaveGroupRequest { group: g.clone(), member_id: m.clone() })?;
-        check(&HeartbeatRequest { group: g, generation: gen, member_id: m })?;
+        check(&HeartbeatRequest { group: g.clone(), generation: gen, member_id: m.clone() })?;
+        check(&HeartbeatWaitRequest { group: g, generation: gen, member_id: m, max_wait_ms: gen })?;
     }
 
     #[test]
@@ -656,6 +657,7 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<JoinGroupResponse>(bytes)?;
     survives::<LeaveGroupRequest>(bytes)?;
     survives::<HeartbeatRequest>(bytes)?;
+    survives::<HeartbeatWaitRequest>(bytes)?;
     survives::<OffsetCommitRequest>(bytes)?;
     survives::<OffsetCommitResponse>(bytes)?;
     survives::<OffsetFetchRequest>(bytes)?;

@@ -1,0 +1,284 @@
+//! Rebalances reach the members at once (HEARTBEAT_WAIT, extension key 16):
+//! a clean leave completes without waiting a heartbeat interval, waiting
+//! heartbeats are bounded and released when their connection closes, and
+//! the plain HEARTBEAT still works.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use flume_broker::domain::JoinSpec;
+use flume_broker::group::Assignor;
+use flume_broker::Broker;
+use flume_client::{GroupConsumer, RebalanceEvent};
+use flume_protocol::{self as protocol, ErrorCode, HeartbeatRequest, HeartbeatWaitRequest};
+use flume_rt::{self as rt, TcpStream};
+use futures::io::AsyncWriteExt;
+use futures::{FutureExt, StreamExt};
+
+type Assigned = std::sync::Arc<std::sync::Mutex<(i32, BTreeSet<i32>)>>;
+
+/// A member consuming in its own task; its latest assignment is in `assigned`.
+struct Member {
+    assigned: Assigned,
+    stop: async_channel::Sender<()>,
+    task: rt::Task<()>,
+}
+
+fn spawn_member(mut c: GroupConsumer) -> Member {
+    let assigned: Assigned = Default::default();
+    let (stop, stop_rx) = async_channel::bounded::<()>(1);
+    let events = c.events();
+    let seen = assigned.clone();
+    let task = rt::spawn(async move {
+        let mut events = events.fuse();
+        loop {
+            // The consumer's own stream keeps its pending poll across these
+            // selects: an event or the stop abandons nothing half-done.
+            futures::select! {
+                _ = c.next().fuse() => {}
+                ev = events.next() => {
+                    if let Some(RebalanceEvent::Assigned { generation, partitions }) = ev {
+                        *seen.lock().unwrap() =
+                            (generation, partitions.iter().map(|p| p.1).collect());
+                    }
+                }
+                _ = stop_rx.recv().fuse() => break,
+            }
+        }
+        c.close().await.unwrap();
+    });
+    // The first assignment came before the task started.
+    Member {
+        assigned,
+        stop,
+        task,
+    }
+}
+
+impl Member {
+    fn now(&self) -> (i32, BTreeSet<i32>) {
+        self.assigned.lock().unwrap().clone()
+    }
+}
+
+/// Heartbeat interval and session timeout long enough that no heartbeat but
+/// the waiting one can tell a member of a rebalance during the test.
+fn slow_heartbeats(addr: &str) -> flume_client::GroupConsumerBuilder {
+    GroupConsumer::builder(addr, "g")
+        .topic("t")
+        .session_timeout(Duration::from_secs(300))
+        .heartbeat_interval(Duration::from_secs(3600))
+        .rebalance_timeout(Duration::from_secs(60))
+        .auto_commit(false)
+}
+
+/// A clean leave reaches the other members at once: with a heartbeat
+/// interval of an hour and a manual clock (no deadline passes), the two that
+/// stay rejoin and get generation n+1, keeping their partitions (sticky).
+#[test]
+fn clean_leave_rebalances_without_waiting_a_heartbeat_interval() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr, _clock) = common::with_topic_manual(dir.path(), "t", 6).await;
+        let engine = broker.engine().clone();
+        // Members join one by one; each join is a rebalance the earlier ones learn of.
+        let mut members = Vec::new();
+        for _ in 0..3 {
+            // Each join completes only once the members before it rejoined.
+            let c = rt::timeout(Duration::from_secs(5), slow_heartbeats(&addr).build())
+                .await
+                .expect("the earlier members learn of the join at once")
+                .unwrap();
+            members.push(spawn_member(c));
+        }
+        let stable = |ms: &[Member], n: usize| {
+            let now: Vec<_> = ms.iter().map(Member::now).collect();
+            let gen = now[0].0;
+            let all: BTreeSet<i32> = now.iter().flat_map(|a| a.1.iter().copied()).collect();
+            let count: usize = now.iter().map(|a| a.1.len()).sum();
+            (gen > 0 && now.iter().all(|a| a.0 == gen) && all.len() == 6 && count == 6)
+                .then_some(gen)
+                .filter(|_| ms.len() == n)
+        };
+        common::wait_until(
+            "three members share six partitions",
+            Duration::from_secs(10),
+            || {
+                let ok = stable(&members, 3).is_some();
+                async move { ok }
+            },
+        )
+        .await;
+        let before = stable(&members, 3).unwrap();
+        let kept: Vec<BTreeSet<i32>> = members[..2].iter().map(|m| m.now().1).collect();
+        let leaver = members.pop().unwrap();
+        drop(leaver.stop);
+        leaver.task.await;
+        common::wait_until(
+            "the two others have generation n+1 with every partition",
+            Duration::from_secs(5),
+            || {
+                let ok = stable(&members, 2).is_some_and(|g| g > before);
+                async move { ok }
+            },
+        )
+        .await;
+        // Sticky: the leaver's two partitions move, and at most one more
+        // (group.rs: a leave moves at most as many as there were members).
+        let stayed: usize = members
+            .iter()
+            .zip(&kept)
+            .map(|(m, old)| m.now().1.intersection(old).count())
+            .sum();
+        assert!(
+            stayed >= 3,
+            "the members that stayed kept {stayed} of 4 partitions"
+        );
+        assert_eq!(engine.group_members("g"), Some(2));
+        for m in members {
+            drop(m.stop);
+            m.task.await;
+        }
+        broker.shutdown().await;
+    });
+}
+
+async fn join_one(engine: &flume_broker::Engine) -> (String, i32) {
+    // Boxed: the join's future is large for a test thread's stack in debug builds.
+    let j = Box::pin(engine.join_group(JoinSpec {
+        group: "g".into(),
+        member_id: String::new(),
+        topics: vec!["t".into()],
+        session_timeout: Duration::from_secs(300),
+        rebalance_timeout: Duration::from_secs(10),
+        assignor: Assignor::Sticky,
+    }))
+    .await
+    .unwrap();
+    (j.member_id, j.generation)
+}
+
+async fn send<R: protocol::Request>(s: &mut TcpStream, id: i32, req: &R) {
+    let mut buf = Vec::new();
+    protocol::encode_request(&mut buf, id, req);
+    s.write_all(&buf).await.unwrap();
+}
+
+/// The next response's request id and error code (boxed: the reader holds a
+/// 64 KiB buffer, too much for a test thread's stack in a debug build).
+async fn read(s: &mut TcpStream, got: &mut Vec<u8>) -> (i32, ErrorCode) {
+    Box::pin(common::read_response_code(s, got)).await.unwrap()
+}
+
+fn wait_req(member: &str, generation: i32, max_wait_ms: i32) -> HeartbeatWaitRequest {
+    HeartbeatWaitRequest {
+        group: "g".into(),
+        generation,
+        member_id: member.into(),
+        max_wait_ms,
+    }
+}
+
+/// Waiting heartbeats take at most `max_connections` places broker-wide (one
+/// past that is answered at once, as a HEARTBEAT); a connection that closes
+/// gives its places back; a leave answers the waiting ones at once.
+#[test]
+fn waiting_heartbeats_are_bounded_and_released_on_close() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut cfg, _clock) = common::manual_config(dir.path());
+        cfg.max_connections = 2;
+        let broker = Broker::start(cfg).await.unwrap();
+        let engine = broker.engine().clone();
+        engine.create_topic("t", common::topic(2)).unwrap();
+        let addr = broker.local_addr().to_string();
+        let (member, generation) = join_one(&engine).await;
+
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        for id in 1..=3 {
+            send(&mut s, id, &wait_req(&member, generation, 600_000)).await;
+        }
+        let mut got = Vec::new();
+        let (id, code) = read(&mut s, &mut got).await;
+        assert_eq!(
+            (id, code),
+            (3, ErrorCode::None),
+            "the third is answered at once"
+        );
+        common::wait_until("two heartbeats wait", Duration::from_secs(2), || {
+            let n = engine.parked_heartbeats();
+            async move { n == 2 }
+        })
+        .await;
+        drop(s);
+        common::wait_until(
+            "a closed connection's heartbeats stop waiting",
+            Duration::from_secs(2),
+            || {
+                let n = engine.parked_heartbeats();
+                async move { n == 0 }
+            },
+        )
+        .await;
+
+        // A leave answers a waiting heartbeat at once.
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        send(&mut s, 7, &wait_req(&member, generation, 600_000)).await;
+        common::wait_until("one heartbeat waits", Duration::from_secs(2), || {
+            let n = engine.parked_heartbeats();
+            async move { n == 1 }
+        })
+        .await;
+        engine.leave_group("g", &member).unwrap();
+        let (id, code) = read(&mut s, &mut got).await;
+        assert_eq!((id, code), (7, ErrorCode::UnknownMember));
+        assert_eq!(engine.parked_heartbeats(), 0);
+        broker.shutdown().await;
+    });
+}
+
+/// The plain HEARTBEAT (key 4) is unchanged; a HEARTBEAT_WAIT is answered
+/// with the error at once when there is one, and NONE at its deadline.
+#[test]
+fn plain_heartbeat_still_works_and_a_wait_ends_at_its_deadline() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr, _clock) = common::with_topic_manual(dir.path(), "t", 2).await;
+        let engine = broker.engine().clone();
+        let (member, generation) = join_one(&engine).await;
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        let mut got = Vec::new();
+        let hb = |generation| HeartbeatRequest {
+            group: "g".into(),
+            generation,
+            member_id: member.clone(),
+        };
+        send(&mut s, 1, &hb(generation)).await;
+        let r = read(&mut s, &mut got).await;
+        assert_eq!(r, (1, ErrorCode::None));
+        send(&mut s, 2, &hb(generation + 1)).await;
+        let r = read(&mut s, &mut got).await;
+        assert_eq!(r, (2, ErrorCode::IllegalGeneration));
+        send(&mut s, 3, &wait_req(&member, generation + 1, 600_000)).await;
+        let r = read(&mut s, &mut got).await;
+        assert_eq!(
+            r,
+            (3, ErrorCode::IllegalGeneration),
+            "an error is answered at once"
+        );
+        send(&mut s, 4, &wait_req("nobody", generation, 600_000)).await;
+        let r = read(&mut s, &mut got).await;
+        assert_eq!(r, (4, ErrorCode::UnknownMember));
+        send(&mut s, 5, &wait_req(&member, generation, 20)).await;
+        let r = read(&mut s, &mut got).await;
+        assert_eq!(
+            r,
+            (5, ErrorCode::None),
+            "a wait without a rebalance ends with NONE"
+        );
+        assert_eq!(engine.parked_heartbeats(), 0);
+        broker.shutdown().await;
+    });
+}
