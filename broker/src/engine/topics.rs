@@ -122,11 +122,10 @@ impl Engine {
             crate::storage::fsync_dir(&dir)?;
         }
         let numbers: Vec<u32> = (0..tc.partitions).collect();
-        let partitions = super::parallel_map(&numbers, |&p| {
-            Topic::open_partition(config, name, &tc, p)
-        })
-        .into_iter()
-        .collect::<Result<Vec<_>, _>>()?;
+        let partitions =
+            super::parallel_map(&numbers, |&p| Topic::open_partition(config, name, &tc, p))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()?;
         Ok(Topic::from_parts(name.to_owned(), tc, partitions))
     }
 
