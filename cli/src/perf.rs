@@ -53,6 +53,10 @@ pub struct E2eArgs {
     /// the send time travel in the value.
     #[arg(long, default_value_t = 100, value_parser = range_u64(E2E_MIN_SIZE as i64, 64 * 1024 * 1024))]
     record_size: u64,
+    /// Spinning of the producer's and the consumer's connections, as for
+    /// `perf produce`: `auto`, `auto:N`, `0` (off) or N µs fixed.
+    #[arg(long, default_value = "auto")]
+    busy_poll_us: flume_client::BusyPoll,
     #[command(flatten)]
     summary: Summary,
 }
@@ -599,7 +603,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
     let mut consumer = GroupConsumer::builder(&a.broker.addr, &group)
-        .connection(a.broker.connection())
+        .connection(a.broker.connection().busy_poll(a.busy_poll_us))
         .topic(&a.topic)
         .start(StartOffset::Latest)
         .auto_commit(false)
@@ -610,7 +614,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .context("cannot join the group")?;
     let producer = Producer::with_config(
         &a.broker.addr,
-        ProducerConfig::default().connection(a.broker.connection()),
+        ProducerConfig::default().connection(a.broker.connection().busy_poll(a.busy_poll_us)),
     )
     .await
     .context("cannot reach the broker")?;
