@@ -14,7 +14,7 @@ use flume_client::{
     StartOffset,
 };
 use flume_protocol::{OffsetCommitRequest, PartitionOffset};
-use flume_rt::block_on;
+use flume_rt::{block_on, BusyPoll};
 
 struct Env {
     _dir: tempfile::TempDir,
@@ -22,16 +22,17 @@ struct Env {
     addr: String,
 }
 
+/// A broker with default settings (adaptive spinning).
 fn env() -> Env {
-    env_with(Duration::ZERO)
+    env_with(BusyPoll::default())
 }
 
-/// A broker whose connections spin `busy_poll` for their next request.
-fn env_with(busy_poll: Duration) -> Env {
+/// A broker whose connections spin as `busy_poll` says for their next request.
+fn env_with(busy_poll: impl Into<BusyPoll>) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = BrokerConfig::new(dir.path());
     cfg.listen = "127.0.0.1:0".into();
-    cfg.busy_poll = busy_poll;
+    cfg.busy_poll = busy_poll.into();
     let broker = block_on(Broker::start(cfg)).unwrap();
     for (name, parts) in [("one", 1), ("four", 4)] {
         broker
@@ -108,9 +109,25 @@ fn one_per_round_trip(c: &mut Criterion) {
     let large = bytes::Bytes::from(vec![b'x'; 10 * 1024]);
     let mut g = c.benchmark_group("round_trip");
     g.throughput(Throughput::Elements(1));
+    // Default settings: both sides spin adaptively.
     g.bench_function("produce_100B", |b| {
         b.iter_custom(one_by_one(&producer, "one", &small, false))
     });
+    // Neither side spins: every reply wakes a parked thread.
+    let quiet_env = env_with(BusyPoll::Off);
+    let quiet = Arc::new(
+        block_on(Producer::with_config(
+            &quiet_env.addr,
+            ProducerConfig::default()
+                .connection(ConnectionConfig::default().busy_poll(BusyPoll::Off)),
+        ))
+        .unwrap(),
+    );
+    g.bench_function("produce_100B_no_spin", |b| {
+        b.iter_custom(one_by_one(&quiet, "one", &small, false))
+    });
+    drop(quiet);
+    block_on(quiet_env.broker.shutdown());
     // Both sides spin up to 50 µs (yielding) before parking: with one executor
     // thread the request and the response then pass without the reactor, and on
     // the default executor no parked thread has to be woken.

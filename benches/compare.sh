@@ -3,8 +3,11 @@
 # same way (server on CPU 0, client on CPU 1). Not run by CI; takes a few minutes.
 #
 # usage: benches/compare.sh [records]      (default 2000000)
+#        benches/compare.sh --latency      (only the one-at-a-time, latency and idle-CPU rows)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+all=1
+if [ "${1:-}" = --latency ]; then all=; shift; fi
 records=${1:-2000000}
 cargo build --release -q -p flume-cli
 bin=target/release/flume-cli
@@ -21,6 +24,28 @@ start_broker() {
 }
 stop_broker() { kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; }
 rss() { grep VmHWM "/proc/$pid/status" | awk '{print $2/1024 " MB"}'; }
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+# One-at-a-time produce with the CPU each side spent per round trip (utime+stime from /proc).
+# usage: sync_run TOPIC [perf produce flags...]
+sync_run() {
+  local topic=$1 n=50000 b0 c0 cpid out
+  shift
+  b0=$(ticks "$pid")
+  out=$(mktemp)
+  $c produce $b --topic "$topic" --records "$n" --record-size 100 --sync "$@" >"$out" &
+  cpid=$!
+  # The client's ticks, read just before it exits (it is gone once `wait` returns).
+  c0=0
+  while kill -0 "$cpid" 2>/dev/null; do
+    c0=$(ticks "$cpid" 2>/dev/null || echo "$c0"); sleep 0.05
+  done
+  wait "$cpid"
+  cat "$out"; rm -f "$out"
+  echo "  CPU per round trip: broker $(echo "scale=1; 1000000 * ($(ticks "$pid") - $b0) / $hz / $n" | bc) us," \
+    "client >= $(echo "scale=1; 1000000 * $c0 / $hz / $n" | bc) us (load average $(load))"
+}
 trap 'stop_broker; rm -rf "$data"' EXIT
 c="taskset -c 1 $bin perf"
 # Guest memory this VM has never touched costs a host-side fault on first use, so a run that
@@ -37,27 +62,38 @@ warm_memory() {
 }
 b="--broker 127.0.0.1:$port"
 
-echo "== Redis Streams (same machine, same pinning)"
+echo "== Flume in one process (criterion round_trip/produce_100B, default settings and both sides off; load $(load))"
+taskset -c 0,1 cargo bench -q --bench broker -- 'round_trip/produce_100B' 2>&1 | grep -E '^round_trip|time:' || true
+
+echo "== Flume, 1,000 idle connections: broker CPU (default settings, then spinning off)"
+benches/idle-cpu.sh 1000 10
+benches/idle-cpu.sh 1000 10 --busy-poll-us 0
+
+echo "== Redis Streams (same machine, same pinning; load $(load))"
 if [ -x "$redis" ] || [ -f "$redis" ]; then
-  bash "$redis" --records 1000000 --runs 1
   bash "$redis" --pipeline 1 --records 50000 --runs 3
-  bash "$redis" --fsync always --records 300000 --runs 1
-  for i in 1 2 3; do
-    warm_memory
-    bash "$redis" --size 10240 --records 100000 --runs 1
-  done
+  if [ -n "$all" ]; then
+    bash "$redis" --records 1000000 --runs 1
+    bash "$redis" --fsync always --records 300000 --runs 1
+    for i in 1 2 3; do
+      warm_memory
+      bash "$redis" --size 10240 --records 100000 --runs 1
+    done
+  fi
 fi
 
-echo "== Flume, fsync never"
+echo "== Flume, fsync never (load $(load))"
 start_broker
-$c produce $b --topic p100 --records "$records" --record-size 100
-# Latency-bound runs: three each (the README takes the median).
-for i in 1 2 3; do $c produce $b --topic psync --records 50000 --record-size 100 --sync; done
-for i in 1 2 3; do $c produce $b --topic pspin --records 50000 --record-size 100 --sync --busy-poll-us 50; done
-$c consume $b --topic p100 --records "$records"
-for i in 1 2 3; do $c e2e $b --topic "e2e$i" --records 200000 --rate 50000; done
+[ -z "$all" ] || $c produce $b --topic p100 --records "$records" --record-size 100
+# Latency-bound runs: three each (the README takes the median). Default settings: both sides
+# spin adaptively.
+for i in 1 2 3; do sync_run psync; done
+for i in 1 2 3; do sync_run pspin --busy-poll-us 50; done
+[ -z "$all" ] || $c consume $b --topic p100 --records "$records"
+for i in 1 2 3; do $c e2e $b --topic "e2e$i" --records 200000 --rate 50000; echo "  (load average $(load))"; done
 # Last: the gigabytes they leave to write back would disturb the latency runs.
 for i in 1 2 3; do
+  [ -n "$all" ] || break
   warm_memory
   $c produce $b --topic "p10k$i" --records 100000 --record-size 10240
 done
@@ -66,8 +102,16 @@ stop_broker
 
 echo "== Flume, one at a time with both sides spinning (broker --busy-poll-us 50)"
 start_broker --busy-poll-us 50
-for i in 1 2 3; do $c produce $b --topic pboth --records 50000 --record-size 100 --sync --busy-poll-us 50; done
+for i in 1 2 3; do sync_run pboth --busy-poll-us 50; done
 stop_broker
+
+echo "== Flume, one at a time with spinning off on both sides (--busy-poll-us 0)"
+start_broker --busy-poll-us 0
+for i in 1 2 3; do sync_run poff --busy-poll-us 0; done
+for i in 1 2 3; do $c e2e $b --topic "e2eoff$i" --records 200000 --rate 50000 --busy-poll-us 0; done
+stop_broker
+
+[ -n "$all" ] || exit 0
 
 echo "== Flume, fsync always (group commit), 4 producers"
 start_broker --fsync always

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use flume_broker::{Backpressure, Broker, ProduceBatch, Route, TopicConfig};
 use flume_client::lowlevel::Client;
+use flume_client::BusyPoll;
 use flume_client::{
     Admin, ConnectionConfig, PartitionConsumer, Producer, ProducerRecord, StartOffset,
 };
@@ -150,7 +151,16 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
 
 #[test]
 fn long_poll_wakes_on_new_data_and_times_out_empty() {
-    long_poll(ConnectionConfig::default(), Duration::ZERO);
+    long_poll(
+        ConnectionConfig::default().busy_poll(BusyPoll::Off),
+        BusyPoll::Off,
+    );
+}
+
+/// The default: both sides spin adaptively (and fall back to waiting).
+#[test]
+fn adaptive_spinning_falls_back_to_waiting() {
+    long_poll(ConnectionConfig::default(), BusyPoll::default());
 }
 
 /// A client and a broker that spin for their next message fall back to waiting
@@ -158,10 +168,10 @@ fn long_poll_wakes_on_new_data_and_times_out_empty() {
 #[test]
 fn busy_polling_falls_back_to_waiting() {
     let spin = Duration::from_micros(200);
-    long_poll(ConnectionConfig::default().busy_poll(spin), spin);
+    long_poll(ConnectionConfig::default().busy_poll(spin), spin.into());
 }
 
-fn long_poll(conn: ConnectionConfig, broker_busy_poll: Duration) {
+fn long_poll(conn: ConnectionConfig, broker_busy_poll: BusyPoll) {
     flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let mut cfg = common::config(dir.path());

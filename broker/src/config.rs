@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use flume_protocol::ErrorCode;
+pub use flume_rt::BusyPoll;
 
 use crate::clock::Clock;
 use crate::error::BrokerError;
@@ -334,11 +335,14 @@ pub struct BrokerConfig {
     /// Time allowed for a graceful shutdown to drain.
     pub shutdown_timeout: Duration,
     /// After answering, a connection keeps trying to read its next request
-    /// for this long (yielding to other tasks between tries) before it parks
-    /// until the socket is readable. Zero (the default) never spins. It trades
-    /// a busy core for not having to be woken: for latency-bound deployments
-    /// with cores to spare, and for client and broker in one process.
-    pub busy_poll: Duration,
+    /// for a while (yielding to other tasks between tries) before it parks
+    /// until the socket is readable: a request that comes within microseconds
+    /// then costs no wake-up of a parked thread. The default,
+    /// [`BusyPoll::Adaptive`] up to 50 µs, spins only as long as spinning has
+    /// recently paid off on that connection and falls to zero for a slow or
+    /// idle peer (see [`flume_rt::spin`]); [`BusyPoll::Off`] never spins;
+    /// [`BusyPoll::Fixed`] always spins its time (a busy core for latency).
+    pub busy_poll: BusyPoll,
     /// Open a data directory that is not empty and not a Flume data directory
     /// (no `.flume-data-dir` marker, no topic with `topic.conf`, no
     /// `__consumer_offsets`). Off by default: such a directory is refused, so
@@ -415,7 +419,7 @@ impl BrokerConfig {
             maintenance_interval: Duration::from_secs(1),
             clock: Clock::system(),
             shutdown_timeout: Duration::from_secs(10),
-            busy_poll: Duration::ZERO,
+            busy_poll: BusyPoll::default(),
             allow_foreign_data_dir: false,
             http_listen: None,
             kafka_listen: None,

@@ -29,6 +29,7 @@ use std::time::Instant;
 use bytes::BytesMut;
 use flume_protocol::frame::{self, Decoded};
 use flume_rt as rt;
+use flume_rt::SpinBudget;
 use futures::io::AsyncReadExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
@@ -178,6 +179,8 @@ pub struct ConnState {
     held_back: bool,
     /// The last time the peer's bytes arrived (or we were not reading).
     last_progress: Instant,
+    /// How long `wait` spins for the next event before parking (`busy_poll`).
+    spin: SpinBudget,
 }
 
 impl ConnState {
@@ -194,6 +197,7 @@ impl ConnState {
     ) -> std::io::Result<Self> {
         stream.tcp().set_nodelay(true)?;
         let cfg = engine.config().clone();
+        let spin_policy = cfg.busy_poll;
         let stop = engine.shutdown_signal();
         Ok(ConnState {
             engine,
@@ -214,6 +218,7 @@ impl ConnState {
             inflight: FuturesUnordered::new(),
             held_back: false,
             last_progress: Instant::now(),
+            spin: SpinBudget::new(spin_policy),
         })
     }
 
@@ -457,22 +462,29 @@ impl ConnState {
             .cfg
             .read_timeout
             .saturating_sub(self.last_progress.elapsed());
-        let (io, chunk, drained, busy_poll) = (
-            &mut self.io,
-            &mut self.chunk,
-            self.drained,
-            self.cfg.busy_poll,
-        );
+        // Having answered (or while a response is on its way), spin for the
+        // next event before parking the thread: the next request, or the
+        // response in flight (the spin's yields let the select poll it).
+        let drained = self.drained;
+        let spin_for = match &self.io {
+            Transport::Plain(_) if can_read && drained => self.spin.budget(),
+            _ => std::time::Duration::ZERO,
+        };
+        // An atomic, not a Cell: the future must be Send.
+        let missed = std::sync::atomic::AtomicBool::new(false);
+        let spin_start = Instant::now();
+        let (io, chunk, missed_ref) = (&mut self.io, &mut self.chunk, &missed);
         let read = async {
             if !can_read {
                 return futures::future::pending().await;
             }
             match io {
                 Transport::Plain(reader) if drained => {
-                    if !busy_poll.is_zero() {
-                        if let Some(r) = reader.read_spinning(chunk, busy_poll).await {
+                    if !spin_for.is_zero() {
+                        if let Some(r) = reader.read_spinning(chunk, spin_for).await {
                             return r;
                         }
+                        missed_ref.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     reader.read_ready(chunk).await
                 }
@@ -515,13 +527,21 @@ impl ConnState {
                 futures::future::pending::<()>().await;
             }
         };
-        futures::select! {
+        let event = futures::select! {
             r = read.fuse() => Event::Read(r),
             d = next.fuse() => Event::Done(d),
             _ = stopped.fuse() => Event::Stop,
             () = room.fuse() => Event::Room,
             _ = idle.fuse() => Event::Idle,
+        };
+        if !spin_for.is_zero() {
+            if missed.into_inner() {
+                self.spin.missed();
+            } else if matches!(event, Event::Read(_) | Event::Done(Some(_))) {
+                self.spin.caught(spin_start.elapsed());
+            }
         }
+        event
     }
 
     /// Applies an event to the state.

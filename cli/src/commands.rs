@@ -152,9 +152,11 @@ pub struct BrokerArgs {
     #[arg(long)]
     verify: bool,
     /// After each response, keep trying to read the connection's next request
-    /// for this many microseconds before parking (0: never; costs a busy core).
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
-    busy_poll_us: u64,
+    /// before parking: `auto` spins only as long as it recently paid off (up
+    /// to 50 µs; `auto:N` up to N µs), `0` never spins, N spins N µs every
+    /// time (costs a busy core).
+    #[arg(long, default_value = "auto")]
+    busy_poll_us: flume_broker::config::BusyPoll,
     /// Serve /metrics (Prometheus), /api/overview, /healthz and the dashboard
     /// (/) over HTTP on this port of --host (0 picks a free one).
     #[arg(long)]
@@ -465,7 +467,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     };
     c.auto_create_topics = !a.no_auto_create;
     c.verify_on_open = a.verify;
-    c.busy_poll = Duration::from_micros(a.busy_poll_us);
+    c.busy_poll = a.busy_poll_us;
     c.allow_foreign_data_dir = a.allow_foreign_data_dir;
     c.http_listen = a.http_port.map(|p| format!("{}:{p}", a.host));
     c.kafka_listen = a.kafka_port.map(|p| format!("{}:{p}", a.host));

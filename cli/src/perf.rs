@@ -53,6 +53,10 @@ pub struct E2eArgs {
     /// the send time travel in the value.
     #[arg(long, default_value_t = 100, value_parser = range_u64(E2E_MIN_SIZE as i64, 64 * 1024 * 1024))]
     record_size: u64,
+    /// Spinning of the producer's and the consumer's connections, as for
+    /// `perf produce`: `auto`, `auto:N`, `0` (off) or N µs fixed.
+    #[arg(long, default_value = "auto")]
+    busy_poll_us: flume_client::BusyPoll,
     #[command(flatten)]
     summary: Summary,
 }
@@ -99,10 +103,12 @@ pub struct ProduceArgs {
     /// One record per round trip: wait for each acknowledgement before the next send.
     #[arg(long)]
     sync: bool,
-    /// Spin this many microseconds reading for a response before parking the
-    /// thread (the client's `ConnectionConfig::busy_poll`; 0: never spin).
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
-    busy_poll_us: u64,
+    /// Before parking the thread for a response, keep trying to read it
+    /// (the client's `ConnectionConfig::busy_poll`): `auto` spins only as long
+    /// as it recently paid off (up to 50 µs; `auto:N` up to N µs), `0` never
+    /// spins, N spins N µs every time.
+    #[arg(long, default_value = "auto")]
+    busy_poll_us: flume_client::BusyPoll,
     #[command(flatten)]
     summary: Summary,
 }
@@ -234,11 +240,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let config = ProducerConfig::default()
         .linger(Duration::from_millis(a.linger_ms))
         .batch_max_bytes(usize::try_from(a.batch_bytes)?)
-        .connection(
-            a.broker
-                .connection()?
-                .busy_poll(Duration::from_micros(a.busy_poll_us)),
-        );
+        .connection(a.broker.connection()?.busy_poll(a.busy_poll_us));
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
@@ -382,7 +384,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         "topics_spread": a.topics_spread,
         "partitions_spread": a.partitions_spread,
         "sync": a.sync,
-        "busy_poll_us": a.busy_poll_us,
+        "busy_poll_us": a.busy_poll_us.to_string(),
     });
     if a.summary.json {
         println!("{summary}");
@@ -601,7 +603,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         ^ u64::from(std::process::id());
     let group = format!("perf-e2e-{}", std::process::id());
     let mut consumer = GroupConsumer::builder(&a.broker.addr, &group)
-        .connection(a.broker.connection()?)
+        .connection(a.broker.connection()?.busy_poll(a.busy_poll_us))
         .topic(&a.topic)
         .start(StartOffset::Latest)
         .auto_commit(false)
@@ -612,7 +614,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .context("cannot join the group")?;
     let producer = Producer::with_config(
         &a.broker.addr,
-        ProducerConfig::default().connection(a.broker.connection()?),
+        ProducerConfig::default().connection(a.broker.connection()?.busy_poll(a.busy_poll_us)),
     )
     .await
     .context("cannot reach the broker")?;

@@ -26,7 +26,7 @@
 //!   A write that times out before any byte went out fails only its request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -39,6 +39,8 @@ use crate::protocol::frame::{self, Decoded};
 use crate::protocol::{self, messages::decode_response_shared, Request};
 use crate::rt;
 use crate::tls::{Socket, SocketWriter, TlsConfig};
+pub use flume_rt::BusyPoll;
+use flume_rt::SpinBudget;
 
 /// Connection settings, shared by every client type: start from
 /// [`ConnectionConfig::default`] and change fields with the builder methods.
@@ -64,12 +66,16 @@ pub struct ConnectionConfig {
     /// Largest reconnect delay.
     pub backoff_max: Duration,
     /// Before waiting for a response the usual way (parking the thread until
-    /// the reactor reports the socket readable), keep trying to read for this
-    /// long, yielding to other tasks between tries. Zero (the default) never
-    /// spins. A few tens of microseconds cut one-at-a-time latency where waking
-    /// an idle core is slow (VMs, deep C-states) at the price of a busy core;
-    /// it suits a latency-bound caller with a core to spare.
-    pub busy_poll: Duration,
+    /// the reactor reports the socket readable), keep trying to read for a
+    /// while, yielding to other tasks between tries: a reply that comes within
+    /// microseconds then costs no wake-up of a parked thread (tens of
+    /// microseconds on a VM). The default, [`BusyPoll::Adaptive`] up to 50 µs,
+    /// spins only as long as spinning has recently paid off and falls to zero
+    /// for a slow or idle broker (see [`flume_rt::spin`]); [`BusyPoll::Off`]
+    /// never spins; [`BusyPoll::Fixed`] always spins its time. One waiter of a
+    /// connection spins at a time (its reads hand the others their responses).
+    /// The builder takes a [`Duration`] too: zero is off, more is fixed.
+    pub busy_poll: BusyPoll,
     /// TLS, off by default: with it, the connection runs a TLS handshake
     /// (within `connect_timeout`) and verifies the broker's certificate.
     pub tls: Option<TlsConfig>,
@@ -115,7 +121,7 @@ impl Default for ConnectionConfig {
             max_frame_bytes: frame::DEFAULT_MAX_FRAME_BYTES,
             backoff_initial: Duration::from_millis(50),
             backoff_max: Duration::from_secs(2),
-            busy_poll: Duration::ZERO,
+            busy_poll: BusyPoll::default(),
             tls: None,
             credentials: None,
         }
@@ -161,8 +167,8 @@ impl ConnectionConfig {
     }
     /// Sets [`ConnectionConfig::busy_poll`].
     #[must_use]
-    pub fn busy_poll(mut self, v: Duration) -> Self {
-        self.busy_poll = v;
+    pub fn busy_poll(mut self, v: impl Into<BusyPoll>) -> Self {
+        self.busy_poll = v.into();
         self
     }
     /// Sets [`ConnectionConfig::tls`]: connect with TLS.
@@ -209,6 +215,10 @@ struct Inner {
     /// When a response last arrived (ms since `born`), to skip liveness probes on a busy connection.
     last_rx_ms: std::sync::atomic::AtomicU64,
     born: std::time::Instant,
+    /// How long the next waiter spins ([`ConnectionConfig::busy_poll`]).
+    spin: Mutex<SpinBudget>,
+    /// A waiter is spinning now: the others park (its reads serve them too).
+    spinning: AtomicBool,
     config: ConnectionConfig,
 }
 
@@ -278,6 +288,8 @@ impl Connection {
             slots: async_channel::bounded(config.max_in_flight.max(1)),
             last_rx_ms: std::sync::atomic::AtomicU64::new(0),
             born: std::time::Instant::now(),
+            spin: Mutex::new(SpinBudget::new(config.busy_poll)),
+            spinning: AtomicBool::new(false),
             config,
         });
         // One timer per connection fails requests past their deadline; a timer
@@ -754,7 +766,8 @@ async fn wait_response(
     mut rx: oneshot::Receiver<Result<Bytes>>,
 ) -> Result<Bytes> {
     use futures::future::{select, Either};
-    let busy_poll = inner.config.busy_poll;
+    // Spin at most once per wait, right after the request went out.
+    let mut may_spin = true;
     loop {
         match rx.try_recv() {
             Ok(Some(r)) => return r,
@@ -775,8 +788,8 @@ async fn wait_response(
             }
             continue;
         }
-        if !busy_poll.is_zero()
-            && let Some(r) = spin(inner, id, &mut rx, busy_poll).await
+        if std::mem::take(&mut may_spin)
+            && let Some(r) = spin(inner, id, &mut rx).await
         {
             return r;
         }
@@ -803,16 +816,56 @@ async fn wait_response(
     }
 }
 
-/// [`ConnectionConfig::busy_poll`]: tries to read for up to `budget` without
-/// parking the thread, yielding to other tasks first and every 16th try.
-/// `None` when the response did not come in time.
+/// [`ConnectionConfig::busy_poll`]: unless another waiter is spinning,
+/// tries to read for the connection's spin budget without parking the thread,
+/// yielding to other tasks first and every 16th try, and tells the budget
+/// whether it paid. `None` when the response did not come in time.
 async fn spin(
     inner: &Inner,
     id: i32,
     rx: &mut oneshot::Receiver<Result<Bytes>>,
-    budget: Duration,
 ) -> Option<Result<Bytes>> {
+    let _spinner = Spinner::take(&inner.spinning)?;
+    let budget = lock(&inner.spin).budget();
+    if budget.is_zero() {
+        return None;
+    }
     let start = std::time::Instant::now();
+    let r = spin_for(inner, id, rx, budget, start).await;
+    let mut b = lock(&inner.spin);
+    match r {
+        Some(Ok(_)) => b.caught(start.elapsed()),
+        Some(Err(_)) => {}
+        None => b.missed(),
+    }
+    r
+}
+
+/// The right to spin on a connection, given back when dropped (also when
+/// the waiting future is abandoned mid-spin).
+struct Spinner<'a>(&'a AtomicBool);
+
+impl<'a> Spinner<'a> {
+    fn take(flag: &'a AtomicBool) -> Option<Self> {
+        flag.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| Spinner(flag))
+    }
+}
+
+impl Drop for Spinner<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+async fn spin_for(
+    inner: &Inner,
+    id: i32,
+    rx: &mut oneshot::Receiver<Result<Bytes>>,
+    budget: Duration,
+    start: std::time::Instant,
+) -> Option<Result<Bytes>> {
     let mut attempt: u32 = 0;
     loop {
         if attempt.is_multiple_of(16) {

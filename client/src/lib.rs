@@ -54,7 +54,7 @@ use flume_protocol as protocol;
 use flume_rt as rt;
 
 pub use admin::Admin;
-pub use conn::{ConnectionConfig, Credentials};
+pub use conn::{BusyPoll, ConnectionConfig, Credentials};
 pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
 pub use group::{

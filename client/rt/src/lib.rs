@@ -17,6 +17,9 @@ use std::time::Duration;
 
 use async_io::Async;
 
+pub mod spin;
+pub use spin::{BusyPoll, SpinBudget};
+
 /// Whether a read that failed with `e` found nothing (or was interrupted) and may simply be tried again.
 pub fn retry(e: &io::Error) -> bool {
     matches!(
