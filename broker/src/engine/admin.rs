@@ -10,11 +10,11 @@ use std::sync::Arc;
 use flume_protocol::ErrorCode;
 use flume_rt as rt;
 
-use super::topics::write_atomic;
 use super::Engine;
 use crate::config::{valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES};
 use crate::domain::{FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
 use crate::error::BrokerError;
+use crate::storage::write_atomic;
 
 /// Prefix of a deleted topic's directory until it is removed:
 /// `__deleted-<ms>-<topic>`. Never a topic name (`__` is reserved), so a

@@ -14,7 +14,7 @@ use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::domain::{PartitionOffsets, TopicDescription};
 use crate::error::BrokerError;
 use crate::partition::Partition;
-use crate::storage::Log;
+use crate::storage::{write_atomic, Log};
 
 /// A topic and its partitions.
 #[derive(Debug)]
@@ -280,20 +280,3 @@ impl Engine {
 #[cfg(test)]
 pub(crate) static FILE_WORK_THREADS: Mutex<Vec<(String, std::thread::ThreadId)>> =
     Mutex::new(Vec::new());
-
-/// Writes a small file atomically: temp file, fsync, rename, fsync of the directory.
-pub(crate) fn write_atomic(path: &std::path::Path, data: &[u8]) -> Result<(), BrokerError> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let io = |what: String| move |source| BrokerError::Io { what, source };
-    let mut f = std::fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
-    f.write_all(data)
-        .map_err(io(format!("write {}", tmp.display())))?;
-    f.sync_all()
-        .map_err(io(format!("fsync {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
-    if let Some(dir) = path.parent() {
-        crate::storage::fsync_dir(dir)?;
-    }
-    Ok(())
-}

@@ -26,6 +26,7 @@ use flume_protocol::scram::{Verifier, MIN_ITERATIONS};
 use flume_rt::sync::lock;
 
 use crate::error::BrokerError;
+use crate::storage::write_atomic;
 
 /// The file's name in the data directory.
 pub const USERS_FILE: &str = "__users";
@@ -215,23 +216,6 @@ impl UserStore {
         *users = next;
         Ok(true)
     }
-}
-
-/// Writes the file atomically: temp file, fsync, rename, fsync of the directory.
-fn write_atomic(path: &Path, data: &[u8]) -> Result<(), BrokerError> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let io = |what: String| move |source| BrokerError::Io { what, source };
-    let mut f = std::fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
-    f.write_all(data)
-        .map_err(io(format!("write {}", tmp.display())))?;
-    f.sync_all()
-        .map_err(io(format!("fsync {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
-    if let Some(dir) = path.parent() {
-        crate::storage::fsync_dir(dir)?;
-    }
-    Ok(())
 }
 
 /// A fresh random salt (16 bytes) or nonce source.

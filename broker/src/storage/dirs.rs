@@ -39,6 +39,24 @@ pub fn fsync_dir(dir: &Path) -> Result<(), StorageError> {
         .map_err(io_err("fsync directory", dir))
 }
 
+/// Writes a small file atomically: a temp file beside it, fsync, rename over
+/// `path`, fsync of the directory. A crash leaves the old or the new content.
+///
+/// # Errors
+/// I/O errors, naming the file.
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StorageError> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
+    f.write_all(data).map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("fsync", &tmp))?;
+    std::fs::rename(&tmp, path).map_err(io_err("rename", &tmp))?;
+    if let Some(dir) = path.parent() {
+        fsync_dir(dir)?;
+    }
+    Ok(())
+}
+
 /// Creates a directory and any missing parents; each one created is made
 /// durable by an fsync of its parent. An existing directory is left alone.
 ///
