@@ -9,6 +9,7 @@ enable_idempotence=True in kafka-python 3.x, range then round-robin assignors);
 only timeouts are shortened so a broken broker fails in seconds.
 """
 
+import logging
 import os
 import sys
 import time
@@ -207,6 +208,9 @@ class Listener(ConsumerRebalanceListener):
 
 
 def member(bootstrap, group, topic):
+    # kafka-python's own account of coordinator lookups, joins and syncs goes to this
+    # member's log (run.sh prints it when the group scenario fails).
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     io = common.MemberIO()
     c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, **BASE, **CONSUMER)
     c.subscribe([topic], listener=Listener(io))

@@ -234,6 +234,15 @@ run_client() { # name expected-scenarios command...
   elif [ "$f" -gt 0 ]; then
     say "$name: stderr in $WORK/logs/$name.err (last lines):"
     tail -n 15 "$WORK/logs/$name.err" >&2
+    # A group that did not form: what each member process and the coordinator said.
+    local m
+    for m in "$WORK"/logs/"$name"-*.log; do
+      [ -s "$m" ] || continue
+      say "$(basename "$m") (last lines):"
+      tail -n 25 "$m" >&2
+    done
+    say "broker: group events (last lines):"
+    grep -E 'flume_broker::group|kafka' "$WORK/broker.log" | tail -n 40 >&2 || true
   fi
 }
 
