@@ -101,6 +101,11 @@ pub fn kafka_code(code: ErrorCode) -> i16 {
 }
 
 impl Backend {
+    /// The ACLs and the authorisation check.
+    pub fn acl(&self) -> &crate::security::acl::Authorizer {
+        self.engine.acl()
+    }
+
     /// Wraps the engine.
     pub fn new(engine: Arc<Engine>) -> Self {
         Backend { engine }
