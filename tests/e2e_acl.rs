@@ -40,7 +40,7 @@ async fn broker(dir: &std::path::Path) -> Result<(Broker, String)> {
 }
 
 fn login(user: &str) -> ConnectionConfig {
-    ConnectionConfig::default().credentials(user, &format!("{user}-pw"))
+    ConnectionConfig::default().credentials(user, format!("{user}-pw"))
 }
 
 fn entry(principal: &str, op: &str, kind: &str, name: &str, pattern: &str) -> AclEntry {
