@@ -36,6 +36,7 @@ pub(super) async fn handle(
         let mut tr = TopicProduceResponse::default();
         // WRITE on the topic (and CREATE, when the produce would create it).
         let denied = refuse.is_none()
+            && ctx.backend.acl().enabled()
             && !(ctx.may(Operation::Write, Resource::topic(&name))
                 && (!ctx.backend.auto_create()
                     || ctx.backend.topic(&name).is_some()
