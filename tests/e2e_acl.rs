@@ -585,3 +585,86 @@ fn http_metrics_need_describe_on_the_cluster() -> Result<()> {
     rt::block_on(broker.shutdown());
     Ok(())
 }
+
+#[test]
+fn kafka_create_describe_and_delete_acls() -> Result<()> {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir()?;
+    let mut c = common::config(dir.path());
+    c.kafka_listen = Some("127.0.0.1:0".into());
+    c.authorizer = true;
+    let broker = rt::block_on(Broker::start(c))?;
+    let mut k = Kc::connect(&broker.kafka_addr().context("kafka")?.to_string())?;
+    let mut creation = create_acls_request::AclCreation::default();
+    creation.resource_type = 2; // TOPIC
+    creation.resource_name = StrBytes::from_static_str("orders");
+    creation.resource_pattern_type = 3; // LITERAL
+    creation.principal = StrBytes::from_static_str("User:alice");
+    creation.host = StrBytes::from_static_str("*");
+    creation.operation = 3; // READ
+    creation.permission_type = 3; // ALLOW
+    let mut create = CreateAclsRequest::default();
+    create.creations = vec![creation.clone()];
+    assert_eq!(
+        k.call(1, &create)?.results[0].error_code,
+        31,
+        "no ALTER on the cluster"
+    );
+    let mut describe = DescribeAclsRequest::default();
+    describe.resource_type_filter = 1; // ANY
+    describe.pattern_type_filter = 1;
+    describe.operation = 1;
+    describe.permission_type = 1;
+    describe.resource_name_filter = None; // null: any
+    describe.principal_filter = None;
+    describe.host_filter = None;
+    assert_eq!(k.call(1, &describe)?.error_code, 31);
+
+    for op in [Operation::Alter, Operation::Describe] {
+        rt::block_on(broker.add_acl(Acl {
+            principal: AclPrincipal::Anonymous,
+            permission: Permission::Allow,
+            resource_type: ResourceType::Cluster,
+            pattern: PatternType::Literal,
+            name: "kafka-cluster".into(),
+            operation: op,
+        }))?;
+    }
+    let mut bad = creation.clone();
+    bad.host = StrBytes::from_static_str("10.0.0.1");
+    create.creations = vec![creation, bad];
+    let r = k.call(1, &create)?;
+    assert_eq!(r.results[0].error_code, 0);
+    assert_eq!(r.results[1].error_code, 42, "Flume ACLs have no host");
+    assert!(broker.acls().iter().any(|a| a.name == "orders"
+        && a.principal == AclPrincipal::Name("alice".into())
+        && a.operation == Operation::Read));
+
+    let mut by_topic = describe.clone();
+    by_topic.resource_type_filter = 2;
+    by_topic.resource_name_filter = Some(StrBytes::from_static_str("orders"));
+    by_topic.pattern_type_filter = 2; // MATCH
+    let r = k.call(1, &by_topic)?;
+    assert_eq!(r.error_code, 0);
+    assert_eq!(r.resources.len(), 1);
+    assert_eq!(r.resources[0].acls[0].principal.as_str(), "User:alice");
+    assert_eq!(r.resources[0].acls[0].operation, 3);
+
+    let mut filter = delete_acls_request::DeleteAclsFilter::default();
+    filter.resource_type_filter = 2;
+    filter.resource_name_filter = Some(StrBytes::from_static_str("orders"));
+    filter.pattern_type_filter = 3;
+    filter.principal_filter = Some(StrBytes::from_static_str("User:alice"));
+    filter.operation = 1;
+    filter.permission_type = 1;
+    filter.host_filter = None;
+    let mut delete = DeleteAclsRequest::default();
+    delete.filters = vec![filter];
+    let r = k.call(1, &delete)?;
+    assert_eq!(r.filter_results[0].error_code, 0);
+    assert_eq!(r.filter_results[0].matching_acls.len(), 1);
+    assert!(!broker.acls().iter().any(|a| a.name == "orders"));
+    rt::block_on(broker.shutdown());
+    Ok(())
+}

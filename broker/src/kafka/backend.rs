@@ -106,6 +106,11 @@ impl Backend {
         self.engine.acl()
     }
 
+    /// The ACLs, shared (for work off the executor).
+    pub fn acl_arc(&self) -> &std::sync::Arc<crate::security::acl::Authorizer> {
+        self.engine.acl()
+    }
+
     /// Wraps the engine.
     pub fn new(engine: Arc<Engine>) -> Self {
         Backend { engine }

@@ -96,6 +96,15 @@ impl Ctx {
         !acl.enabled() || acl.check_any(Protocol::Kafka, &self.who(), op, kind)
     }
 
+    /// May it list (`Describe`) or change (`Alter`) the ACLs? Admins may,
+    /// and with the authorizer on whoever the ACLs allow that on the cluster.
+    pub fn may_manage_acls(&self, op: Operation) -> bool {
+        let acl = self.backend.acl();
+        let who = self.who();
+        acl.is_admin(&who)
+            || (acl.enabled() && acl.check(Protocol::Kafka, &who, op, Resource::cluster()))
+    }
+
     /// May it create `topic` (CREATE on the cluster or on the topic)?
     pub fn may_create(&self, topic: &str) -> bool {
         self.sees(Operation::Create, Resource::cluster())
