@@ -218,7 +218,7 @@ impl UserStore {
 }
 
 /// Writes the file atomically: temp file, fsync, rename, fsync of the directory.
-pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<(), BrokerError> {
+fn write_atomic(path: &Path, data: &[u8]) -> Result<(), BrokerError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let io = |what: String| move |source| BrokerError::Io { what, source };
