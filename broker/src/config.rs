@@ -386,6 +386,10 @@ pub struct BrokerConfig {
     /// admin is added offline (`flume-cli users add NAME --data DIR`) or with
     /// [`crate::Broker::add_user`].
     pub admin_users: Vec<String>,
+    /// Enforce ACLs (`--authorizer on`; see [`crate::security::acl`]): off by
+    /// default, every client may do everything. On, a request is served only
+    /// if an ACL in `<data>/__acls` allows it (admins may do everything).
+    pub authorizer: bool,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
@@ -435,6 +439,7 @@ impl BrokerConfig {
             tls_client_ca: None,
             auth: crate::security::auth::AuthMode::Off,
             admin_users: Vec::new(),
+            authorizer: false,
             file_cache: Arc::default(),
             producer_limits: Arc::default(),
         }

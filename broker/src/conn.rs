@@ -336,7 +336,14 @@ impl ConnState {
             id: request_id,
             payload,
         };
-        let response = flume::admit(&self.engine, budgets, request, &mut decoded).await;
+        let response = flume::admit(
+            &self.engine,
+            budgets,
+            request,
+            &self.principal,
+            &mut decoded,
+        )
+        .await;
         charge.add(decoded);
         self.inflight.push(Charged {
             response,

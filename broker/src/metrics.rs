@@ -267,7 +267,7 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 20;
+const NAPIS: usize = 21;
 const NCODES: usize = 21;
 
 /// A dense row per API key (the keys have gaps: 17-19 are unused), the
@@ -276,6 +276,7 @@ fn api_index(api_key: i16) -> usize {
     match ApiKey::from_i16(api_key) {
         Some(ApiKey::Authenticate) => 17,
         Some(ApiKey::Users) => 18,
+        Some(ApiKey::Acls) => 19,
         Some(a) if (a as usize) < 17 => a as usize,
         _ => NAPIS - 1,
     }
@@ -303,6 +304,7 @@ pub fn api_name(index: usize) -> &'static str {
         "heartbeat_wait",
         "authenticate",
         "users",
+        "acls",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")
@@ -845,6 +847,24 @@ impl Collector for Scrape {
             "flume_http_connections_refused",
             "HTTP connections closed at once by the HTTP connection limit.",
             http_refused,
+        )?;
+        family(
+            &mut enc,
+            "flume_authorization_denied",
+            "Requests (or parts of them) refused by the ACLs, by protocol, operation and resource type.",
+            e.acl()
+                .denied_counts()
+                .into_iter()
+                .map(|(protocol, operation, resource_type, n)| {
+                    (
+                        [
+                            ("protocol", protocol),
+                            ("operation", operation),
+                            ("resource_type", resource_type),
+                        ],
+                        ConstCounter::new(n),
+                    )
+                }),
         )?;
         family(
             &mut enc,

@@ -138,6 +138,36 @@ impl Broker {
         self.addr
     }
 
+    /// Adds an ACL (false: it was there); durable and in force for every
+    /// open connection when it returns.
+    ///
+    /// # Errors
+    /// An invalid ACL, the limit reached, or the file cannot be written.
+    pub async fn add_acl(
+        &self,
+        acl: crate::security::acl::Acl,
+    ) -> Result<bool, crate::security::acl::AclError> {
+        let authorizer = Arc::clone(self.engine.acl());
+        rt::unblock(move || authorizer.add(acl)).await
+    }
+
+    /// Removes an ACL (false: there was no such ACL).
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub async fn remove_acl(
+        &self,
+        acl: crate::security::acl::Acl,
+    ) -> Result<bool, crate::security::acl::AclError> {
+        let authorizer = Arc::clone(self.engine.acl());
+        rt::unblock(move || authorizer.remove(&acl)).await
+    }
+
+    /// The ACLs, sorted.
+    pub fn acls(&self) -> Vec<crate::security::acl::Acl> {
+        self.engine.acl().list(None)
+    }
+
     /// The address of the HTTP server, when `http_listen` is set.
     pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http.as_ref().map(crate::http::HttpServer::local_addr)

@@ -48,6 +48,11 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::users::UsersCommand,
     },
+    /// ACLs (with `broker --authorizer on`): add, remove, list.
+    Acls {
+        #[command(subcommand)]
+        command: crate::acls::AclsCommand,
+    },
     /// Measure whole-system throughput and latency.
     Perf {
         #[command(subcommand)]
@@ -191,6 +196,11 @@ pub struct BrokerArgs {
     /// one with `flume-cli users add NAME --data DIR` while the broker is stopped.
     #[arg(long, value_name = "NAME")]
     admin_user: Vec<String>,
+    /// Enforce ACLs (`flume-cli acls`): on, a request is served only if an
+    /// ACL allows it (--admin-user admins may do everything); off (the
+    /// default), every client may do everything.
+    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
+    authorizer: String,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -395,6 +405,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Groups { command } => groups(command).await,
         Command::Perf { command } => crate::perf::run(command).await,
         Command::Users { command } => crate::users::run(command).await,
+        Command::Acls { command } => crate::acls::run(command).await,
     }
 }
 
@@ -478,6 +489,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.tls_client_ca = a.tls_client_ca.clone();
     c.auth = a.auth;
     c.admin_users = a.admin_user.clone();
+    c.authorizer = a.authorizer == "on";
     let (stop, hup) = broker_signals()?;
     let broker = Broker::start(c)
         .await
@@ -548,6 +560,9 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
             if !format!("{e:#}").contains("max_record_bytes") =>
         {
             "larger than the broker's --max-record-bytes, which is 1 MiB unless the broker was started with another value"
+        }
+        Some(ErrorCode::AuthorizationFailed) => {
+            "the broker's ACLs do not allow this principal to do that: an admin can grant it with `flume-cli acls add`"
         }
         Some(ErrorCode::InvalidName) => {
             "topic and group names are 1 to 200 characters of A-Z a-z 0-9 . _ -, not `.` or `..`, and do not start with `__`"

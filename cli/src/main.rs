@@ -1,5 +1,6 @@
 //! `flume-cli`: run a broker, produce, consume, manage topics and groups, measure.
 
+mod acls;
 mod admin;
 mod commands;
 mod consume;

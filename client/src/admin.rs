@@ -4,11 +4,12 @@
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::{
-    AlterTopicRequest, CreateTopicRequest, DeleteGroupRequest, DeleteTopicRequest,
-    DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest, GroupListing,
-    ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest, ListedOffset, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest, PartitionOffset, TopicMetadata,
-    TopicPartitions, TopicSettings,
+    AclEntry, AclsRequest, AlterTopicRequest, CreateTopicRequest, DeleteGroupRequest,
+    DeleteTopicRequest, DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest,
+    ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest,
+    ListedOffset, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
+    PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings, ACLS_ADD, ACLS_LIST,
+    ACLS_REMOVE,
 };
 
 /// Administrative calls: create, describe, alter and delete topics, look up
@@ -254,8 +255,67 @@ impl Admin {
     }
 }
 
+/// ACLs (admins, or with the authorizer on whoever may ALTER the cluster).
+impl Admin {
+    /// Adds an ACL; false when it was there already. In force on every open
+    /// connection when this returns.
+    ///
+    /// # Errors
+    /// AUTHORIZATION_FAILED for a principal who may not manage ACLs,
+    /// INVALID_REQUEST for an ACL that does not parse, LIMIT_REACHED at the
+    /// broker's limit (10,000).
+    pub async fn add_acl(&self, acl: AclEntry) -> Result<bool> {
+        self.acls_call(ACLS_ADD, acl)
+            .await
+            .map(|(changed, _)| changed)
+    }
+
+    /// Removes an ACL; false when there was no such ACL.
+    ///
+    /// # Errors
+    /// As [`Admin::add_acl`].
+    pub async fn remove_acl(&self, acl: AclEntry) -> Result<bool> {
+        self.acls_call(ACLS_REMOVE, acl)
+            .await
+            .map(|(changed, _)| changed)
+    }
+
+    /// The ACLs (of `principal`, `User:NAME`, when given), sorted.
+    ///
+    /// # Errors
+    /// As [`Admin::add_acl`].
+    pub async fn list_acls(&self, principal: Option<&str>) -> Result<Vec<AclEntry>> {
+        let acl = AclEntry {
+            principal: principal.unwrap_or_default().to_owned(),
+            ..AclEntry::default()
+        };
+        self.acls_call(ACLS_LIST, acl).await.map(|(_, acls)| acls)
+    }
+
+    async fn acls_call(&self, op: i8, acl: AclEntry) -> Result<(bool, Vec<AclEntry>)> {
+        let what = if acl.name.is_empty() {
+            "the ACLs".to_owned()
+        } else {
+            format!("{} {}", acl.resource_type, acl.name)
+        };
+        let resp = self
+            .client
+            .call(&AclsRequest { op, acl })
+            .await
+            .map_err(|e| with_context(e, &what))?;
+        Ok((resp.changed != 0, resp.acls))
+    }
+}
+
 fn with_context(e: Error, ctx: &str) -> Error {
     match e {
+        Error::Broker {
+            code: code @ ErrorCode::AuthorizationFailed,
+            context: Some(c),
+        } => match c.split_once(": ") {
+            Some((api, why)) => Error::broker(code, format!("{api} of {ctx}: {why}")),
+            None => Error::broker(code, format!("{c} ({ctx})")),
+        },
         Error::Broker {
             code,
             context: None,

@@ -399,10 +399,7 @@ impl Connection {
         let payload = self.call_raw(req, extra).await?;
         match decode_response_shared::<R::Response>(&payload)? {
             Ok(resp) => Ok(resp),
-            Err(code) => Err(Error::Broker {
-                code,
-                context: None,
-            }),
+            Err(code) => Err(top_level_error::<R>(code)),
         }
     }
 
@@ -430,10 +427,7 @@ impl Connection {
             let payload = fut.await?;
             match decode_response_shared::<R::Response>(&payload)? {
                 Ok(resp) => Ok(resp),
-                Err(code) => Err(Error::Broker {
-                    code,
-                    context: None,
-                }),
+                Err(code) => Err(top_level_error::<R>(code)),
             }
         })
     }
@@ -888,6 +882,14 @@ async fn spin_for(
     }
 }
 
+/// A top-level error code of `R`'s response as an error; an authorisation
+/// failure names the request (the caller adds the resource).
+fn top_level_error<R: Request>(code: protocol::ErrorCode) -> Error {
+    let context = (code == protocol::ErrorCode::AuthorizationFailed)
+        .then(|| format!("{}: no ACL allows it", api_name(R::API_KEY)));
+    Error::Broker { code, context }
+}
+
 fn api_name(k: protocol::ApiKey) -> &'static str {
     use protocol::ApiKey::*;
     match k {
@@ -909,6 +911,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DescribeGroup => "DESCRIBE_GROUP",
         Authenticate => "AUTHENTICATE",
         Users => "USERS",
+        Acls => "ACLS",
         HeartbeatWait => "HEARTBEAT_WAIT",
     }
 }

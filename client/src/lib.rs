@@ -65,8 +65,8 @@ pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMet
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use protocol::{
-    AlterTopicRequest, CreateTopicRequest, DescribeGroupResponse, ErrorCode, GroupListing,
-    GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset,
+    AclEntry, AlterTopicRequest, CreateTopicRequest, DescribeGroupResponse, ErrorCode,
+    GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset,
     OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata,
     TopicPartitions, TopicSettings, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };

@@ -168,6 +168,8 @@ pub struct Engine {
     metrics: Arc<Metrics>,
     /// Idempotent producers' ids (see [`crate::producers`]).
     producer_ids: Arc<crate::producers::ProducerIds>,
+    /// The ACLs and the authorisation check (see [`crate::security::acl`]).
+    acl: Arc<crate::security::acl::Authorizer>,
 }
 
 impl Engine {
@@ -200,6 +202,8 @@ impl Engine {
                 what: "producer ids".into(),
                 source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
             })?;
+        let acl =
+            crate::security::acl::Authorizer::open(dir, config.authorizer, &config.admin_users)?;
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
@@ -214,6 +218,7 @@ impl Engine {
             data_lock: Mutex::new(Some(data_lock)),
             metrics: Arc::new(Metrics::default()),
             producer_ids: Arc::new(producer_ids),
+            acl: Arc::new(acl),
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -321,6 +326,11 @@ impl Engine {
     /// Request counters and latencies.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// The ACLs and the authorisation check every front end calls.
+    pub fn acl(&self) -> &Arc<crate::security::acl::Authorizer> {
+        &self.acl
     }
 
     /// Every group's state, generation, members and rebalances.

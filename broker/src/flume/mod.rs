@@ -29,6 +29,8 @@ use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
 use crate::engine::{Engine, FetchMemory};
 use crate::metrics::Tracked;
+use crate::security::acl::{Operation, Protocol, Resource};
+use crate::security::Principal;
 use tracing::Instrument;
 
 pub mod map;
@@ -68,7 +70,42 @@ pub async fn handle_request(
         id: request_id,
         payload: Bytes::copy_from_slice(payload),
     };
-    admit(engine, budgets, request, &mut 0).await.await
+    admit(engine, budgets, request, &Principal::Anonymous, &mut 0)
+        .await
+        .await
+}
+
+/// Who asks, for the authorisation checks ([`crate::security::acl`]).
+#[derive(Clone, Copy)]
+struct Who<'a> {
+    engine: &'a Engine,
+    principal: &'a Principal,
+}
+
+impl Who<'_> {
+    /// May the principal do `op` on `res`? (Always, with the authorizer off.)
+    #[inline]
+    fn may(&self, op: Operation, res: Resource<'_>) -> bool {
+        self.engine
+            .acl()
+            .check(Protocol::Flume, self.principal, op, res)
+    }
+
+    /// May it do `op` on every topic named?
+    fn may_topics<'t>(&self, op: Operation, mut topics: impl Iterator<Item = &'t str>) -> bool {
+        !self.engine.acl().enabled() || topics.all(|t| self.may(op, Resource::topic(t)))
+    }
+
+    /// May it create `topic` (CREATE on the topic or on the cluster)?
+    fn may_create(&self, topic: &str) -> bool {
+        let acl = self.engine.acl();
+        acl.permits(self.principal, Operation::Create, Resource::cluster())
+            || self.may(Operation::Create, Resource::topic(topic))
+    }
+}
+
+fn denied(id: i32) -> InFlight {
+    error_frame(id, ErrorCode::AuthorizationFailed)
 }
 
 fn respond<R: Encode>(id: i32, result: Result<&R, ErrorCode>) -> Vec<u8> {
@@ -107,16 +144,21 @@ pub struct Request {
 /// Admits one request: does what must happen in order now (queueing a
 /// produce) and returns the future of its response frame. `decoded` is set
 /// to the bytes the decoded request holds beyond its frame (an estimate).
+/// `principal` is who sent it: with the authorizer on, a request it may not
+/// make is answered AUTHORIZATION_FAILED and nothing is done (see
+/// `docs/security.md` for what each API needs).
 /// The request runs in its `tracing` span, and its latency and outcome go to
 /// the metrics when the response is ready (see [`crate::metrics::Tracked`]).
 pub async fn admit(
     engine: &Arc<Engine>,
     memory: FetchMemory<'_>,
     request: Request,
+    principal: &Principal,
     decoded: &mut usize,
 ) -> InFlight {
     let tracked = engine.metrics().begin(request.api_key, request.id);
-    let response = admit_request(engine, memory, request, decoded, &tracked)
+    let who = Who { engine, principal };
+    let response = admit_request(engine, memory, request, who, decoded, &tracked)
         .instrument(tracked.span().clone())
         .await;
     tracked.finish(response)
@@ -130,6 +172,7 @@ async fn admit_request(
         id,
         payload: shared,
     }: Request,
+    who: Who<'_>,
     decoded: &mut usize,
     tracked: &Tracked,
 ) -> InFlight {
@@ -139,13 +182,22 @@ async fn admit_request(
         return error_frame(id, ErrorCode::UnsupportedApi);
     };
     match api {
-        ApiKey::Produce => produce(engine, id, &shared, tracked).await,
-        ApiKey::Fetch => match decode(id, payload) {
+        ApiKey::Produce => produce(engine, who, id, &shared, tracked).await,
+        ApiKey::Fetch => match decode::<FetchRequest>(id, payload) {
+            Ok(req)
+                if !who.may_topics(
+                    Operation::Read,
+                    req.partitions.iter().map(|p| p.topic.as_str()),
+                ) =>
+            {
+                denied(id)
+            }
             Ok(req) => fetch(engine, memory, id, req, decoded, tracked),
             Err(f) => f,
         },
-        ApiKey::JoinGroup => join(engine, id, payload, decoded),
+        ApiKey::JoinGroup => join(engine, who, id, payload, decoded),
         ApiKey::LeaveGroup => match decode::<LeaveGroupRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Read, Resource::group(&req.group)) => denied(id),
             Ok(req) => ready(
                 id,
                 engine
@@ -155,6 +207,7 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::Heartbeat => match decode::<HeartbeatRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Read, Resource::group(&req.group)) => denied(id),
             Ok(req) => ready(
                 id,
                 engine
@@ -164,6 +217,7 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::HeartbeatWait => match decode::<HeartbeatWaitRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Read, Resource::group(&req.group)) => denied(id),
             Ok(req) => {
                 let engine = Arc::clone(engine);
                 let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
@@ -178,6 +232,15 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::OffsetCommit => match decode::<OffsetCommitRequest>(id, payload) {
+            Ok(req)
+                if !who.may(Operation::Read, Resource::group(&req.group))
+                    || !who.may_topics(
+                        Operation::Read,
+                        req.offsets.iter().map(|o| o.topic.as_str()),
+                    ) =>
+            {
+                denied(id)
+            }
             // The engine hands the write to the offsets writer (off the executor).
             Ok(req) => {
                 let engine = Arc::clone(engine);
@@ -192,21 +255,55 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::OffsetFetch => match decode::<OffsetFetchRequest>(id, payload) {
+            Ok(req)
+                if !who.may(Operation::Read, Resource::group(&req.group))
+                    || !who.may_topics(
+                        Operation::Read,
+                        req.topics.iter().map(|t| t.topic.as_str()),
+                    ) =>
+            {
+                denied(id)
+            }
             Ok(req) => {
-                let positions = engine.positions(&req.group, map::position_query(&req));
+                let mut positions = engine.positions(&req.group, map::position_query(&req));
+                if engine.acl().enabled() {
+                    // Every topic of the group (none named): those it may describe.
+                    positions.retain(|p| {
+                        engine.acl().permits(
+                            who.principal,
+                            Operation::Describe,
+                            Resource::topic(&p.at.topic),
+                        )
+                    });
+                }
                 ready(id, Ok(map::offset_fetch_response(positions)))
             }
             Err(f) => f,
         },
-        ApiKey::CreateTopic => match decode(id, payload) {
+        ApiKey::CreateTopic => match decode::<CreateTopicRequest>(id, payload) {
+            Ok(req) if !who.may_create(&req.name) => denied(id),
             Ok(req) => create_topic(engine, id, req),
             Err(f) => f,
         },
         ApiKey::Metadata => match decode::<MetadataRequest>(id, payload) {
-            Ok(req) => ready(id, Ok(map::metadata_response(engine.describe(&req.topics)))),
+            Ok(req) => {
+                let mut described = engine.describe(&req.topics);
+                if engine.acl().enabled() {
+                    // Only what the principal may describe: the rest is not there for it.
+                    described.retain(|t| {
+                        engine.acl().permits(
+                            who.principal,
+                            Operation::Describe,
+                            Resource::topic(&t.name),
+                        )
+                    });
+                }
+                ready(id, Ok(map::metadata_response(described)))
+            }
             Err(f) => f,
         },
         ApiKey::DeleteTopic => match decode::<DeleteTopicRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Delete, Resource::topic(&req.name)) => denied(id),
             Ok(req) => {
                 let engine = Arc::clone(engine);
                 async move {
@@ -218,6 +315,7 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::AlterTopic => match decode::<AlterTopicRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Alter, Resource::topic(&req.name)) => denied(id),
             Ok(req) => match map::topic_changes(&req) {
                 Ok(changes) => {
                     let engine = Arc::clone(engine);
@@ -233,6 +331,7 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::DescribeTopicConfig => match decode::<DescribeTopicConfigRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Describe, Resource::topic(&req.name)) => denied(id),
             Ok(req) => ready(
                 id,
                 engine
@@ -245,6 +344,14 @@ async fn admit_request(
         ApiKey::ListOffsets => match decode::<ListOffsetsRequest>(id, payload) {
             Ok(req) if req.partitions.len() > MAX_FETCH_PARTITIONS => {
                 error_frame(id, ErrorCode::InvalidRequest)
+            }
+            Ok(req)
+                if !who.may_topics(
+                    Operation::Read,
+                    req.partitions.iter().map(|p| p.topic.as_str()),
+                ) =>
+            {
+                denied(id)
             }
             Ok(req) => {
                 *decoded = req
@@ -264,6 +371,7 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::DeleteGroup => match decode::<DeleteGroupRequest>(id, payload) {
+            Ok(req) if !who.may(Operation::Delete, Resource::group(&req.group)) => denied(id),
             Ok(req) => {
                 let engine = Arc::clone(engine);
                 async move {
@@ -278,17 +386,24 @@ async fn admit_request(
             Err(f) => f,
         },
         ApiKey::ListGroups => match decode::<flume_protocol::ListGroupsRequest>(id, payload) {
-            Ok(req) => ready(
-                id,
-                Ok(map::group_listings(
-                    engine.list_groups(),
-                    &req.states_filter,
-                )),
-            ),
+            Ok(req) => {
+                let mut groups = engine.list_groups();
+                if engine.acl().enabled() {
+                    groups.retain(|g| {
+                        engine.acl().permits(
+                            who.principal,
+                            Operation::Describe,
+                            Resource::group(&g.group),
+                        )
+                    });
+                }
+                ready(id, Ok(map::group_listings(groups, &req.states_filter)))
+            }
             Err(f) => f,
         },
         ApiKey::DescribeGroup => {
             match decode::<flume_protocol::DescribeGroupRequest>(id, payload) {
+                Ok(req) if !who.may(Operation::Describe, Resource::group(&req.group)) => denied(id),
                 Ok(req) => {
                     let described = engine.describe_group(&req.group).map(|d| {
                         let end_of = |topic: &str, partition: i32| {
@@ -308,12 +423,47 @@ async fn admit_request(
         // is no connection state to authenticate.
         ApiKey::Authenticate => error_frame(id, ErrorCode::AuthenticationFailed),
         ApiKey::Users => error_frame(id, ErrorCode::NotAuthorized),
+        ApiKey::Acls => acls(engine, who.principal, id, payload),
     }
+}
+
+/// ACLS: admins, and with the authorizer on whoever may ALTER the cluster.
+fn acls(engine: &Arc<Engine>, principal: &Principal, id: i32, payload: &[u8]) -> InFlight {
+    let acl = engine.acl();
+    let allowed = acl.is_admin(principal)
+        || (acl.enabled()
+            && acl.check(
+                Protocol::Flume,
+                principal,
+                Operation::Alter,
+                Resource::cluster(),
+            ));
+    if !allowed {
+        tracing::info!(%principal, "ACLS refused: not an admin");
+        return denied(id);
+    }
+    let req = match decode::<flume_protocol::AclsRequest>(id, payload) {
+        Ok(r) => r,
+        Err(f) => return f,
+    };
+    let acl = Arc::clone(acl);
+    let who = principal.to_string();
+    async move {
+        let r = rt::unblock(move || crate::security::acl::serve_request(&acl, &who, req)).await;
+        respond(id, r.as_ref().map_err(|e| *e))
+    }
+    .boxed()
 }
 
 /// PRODUCE: every entry is queued on its partitions now, in order; the
 /// response waits for their acknowledgements.
-async fn produce(engine: &Arc<Engine>, id: i32, shared: &Bytes, tracked: &Tracked) -> InFlight {
+async fn produce(
+    engine: &Arc<Engine>,
+    who: Who<'_>,
+    id: i32,
+    shared: &Bytes,
+    tracked: &Tracked,
+) -> InFlight {
     let req = match ProduceRequest::decode_shared(shared) {
         Ok(r) => r,
         Err(e) => {
@@ -323,6 +473,18 @@ async fn produce(engine: &Arc<Engine>, id: i32, shared: &Bytes, tracked: &Tracke
     };
     if let Some(e) = req.entries.first() {
         tracked.about(&e.topic, e.partition);
+    }
+    // Every entry is checked before any is queued: a denied request appends nothing.
+    if engine.acl().enabled() {
+        for e in &req.entries {
+            let may = who.may(Operation::Write, Resource::topic(&e.topic))
+                && (!engine.config().auto_create_topics
+                    || engine.topic(&e.topic).is_some()
+                    || who.may_create(&e.topic));
+            if !may {
+                return denied(id);
+            }
+        }
     }
     let mut pending = Vec::with_capacity(req.entries.len());
     for entry in req.entries {
@@ -392,7 +554,13 @@ fn fetch(
     .boxed()
 }
 
-fn join(engine: &Arc<Engine>, id: i32, payload: &[u8], decoded: &mut usize) -> InFlight {
+fn join(
+    engine: &Arc<Engine>,
+    who: Who<'_>,
+    id: i32,
+    payload: &[u8],
+    decoded: &mut usize,
+) -> InFlight {
     let req = match map::decode_join(payload, engine.config().max_topics_per_join) {
         Ok(r) => r,
         Err(e) => {
@@ -400,6 +568,11 @@ fn join(engine: &Arc<Engine>, id: i32, payload: &[u8], decoded: &mut usize) -> I
             return error_frame(id, ErrorCode::InvalidRequest);
         }
     };
+    if !who.may(Operation::Read, Resource::group(&req.group))
+        || !who.may_topics(Operation::Read, req.topics.iter().map(String::as_str))
+    {
+        return denied(id);
+    }
     *decoded = req
         .topics
         .iter()

@@ -35,7 +35,9 @@ use tracing::Instrument;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::metrics::{Probe, Scrape};
+use crate::security::acl::{AclPrincipal, Operation, Protocol, Resource};
 use crate::security::tls::ServerTls;
+use crate::security::Principal;
 pub use overview::{History, Sample, HISTORY_INTERVAL, HISTORY_SAMPLES};
 
 /// The dashboard page (HTML, CSS and JavaScript in one file, no external resources).
@@ -174,19 +176,22 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, tls: Option<Arc<S
         let tls = tls.clone();
         rt::spawn(async move {
             let started = std::time::Instant::now();
-            let stream = match crate::listener::secure(tls.as_deref(), stream, head_timeout).await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed");
-                    drop(slot);
-                    return;
-                }
-            };
+            let (stream, principal) =
+                match crate::listener::secure(tls.as_deref(), stream, head_timeout).await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed");
+                        drop(slot);
+                        return;
+                    }
+                };
             let lifetime = lifetime.saturating_sub(started.elapsed());
             let state = Arc::clone(&slot.0);
+            let principal = Arc::new(principal);
             let service = hyper::service::service_fn(move |req| {
                 let state = Arc::clone(&state);
-                async move { Ok::<_, Infallible>(route(&state, req).await) }
+                let principal = Arc::clone(&principal);
+                async move { Ok::<_, Infallible>(route(&state, &principal, req).await) }
             });
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
@@ -226,7 +231,7 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Resp {
     respond(status, "text/plain; charset=utf-8", body)
 }
 
-async fn route(state: &Arc<State>, req: Request<Incoming>) -> Resp {
+async fn route(state: &Arc<State>, principal: &Principal, req: Request<Incoming>) -> Resp {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }
@@ -236,7 +241,31 @@ async fn route(state: &Arc<State>, req: Request<Incoming>) -> Resp {
         return text(StatusCode::PAYLOAD_TOO_LARGE, "requests carry no body\n");
     }
     let span = tracing::debug_span!("http", path = req.uri().path());
+    if needs_describe_cluster(req.uri().path())
+        && !state.engine.acl().check(
+            Protocol::Http,
+            principal,
+            Operation::Describe,
+            Resource::cluster(),
+        )
+    {
+        return text(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} may not describe the cluster (ACLs)\n",
+                AclPrincipal::from(principal)
+            ),
+        );
+    }
     route_get(state, req).instrument(span).await
+}
+
+/// The paths that show the broker's topics, groups and numbers: with the
+/// authorizer on, they need DESCRIBE on the cluster (the principal of an
+/// HTTP request is its client certificate's subject with mTLS, otherwise
+/// ANONYMOUS). `/`, the page itself, and `/healthz` are open.
+fn needs_describe_cluster(path: &str) -> bool {
+    matches!(path, "/metrics" | "/api/overview")
 }
 
 async fn route_get(state: &Arc<State>, req: Request<Incoming>) -> Resp {

@@ -101,6 +101,16 @@ pub fn kafka_code(code: ErrorCode) -> i16 {
 }
 
 impl Backend {
+    /// The ACLs and the authorisation check.
+    pub fn acl(&self) -> &crate::security::acl::Authorizer {
+        self.engine.acl()
+    }
+
+    /// The ACLs, shared (for work off the executor).
+    pub fn acl_arc(&self) -> &std::sync::Arc<crate::security::acl::Authorizer> {
+        self.engine.acl()
+    }
+
     /// Wraps the engine.
     pub fn new(engine: Arc<Engine>) -> Self {
         Backend { engine }

@@ -37,6 +37,7 @@ use crate::budget::MemoryBudget;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::listener::{secure, Connections};
+use crate::security::acl::{Operation, Protocol, Resource};
 use crate::security::auth::Authenticator;
 use crate::security::tls::{ServerTls, Transport};
 use crate::security::Principal;
@@ -52,7 +53,7 @@ const COUNTING_BYTES: usize = 4 << 20;
 
 /// What a request handler needs: the engine (through [`Backend`]), what
 /// Metadata advertises, and the budgets a request is charged to.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Ctx {
     /// The engine.
     pub backend: Backend,
@@ -70,6 +71,55 @@ pub struct Ctx {
     pub counting: Arc<MemoryBudget>,
     /// The peer's address as Kafka shows a member's host ("/127.0.0.1").
     pub client_host: String,
+    /// Who the peer is (its certificate, then its SASL login), for the ACLs.
+    pub principal: Mutex<Principal>,
+}
+
+impl Ctx {
+    /// May the connection's principal do `op` on `res`? Always with the
+    /// authorizer off; a denial is counted ([`crate::security::acl`]).
+    pub fn may(&self, op: Operation, res: Resource<'_>) -> bool {
+        let acl = self.backend.acl();
+        !acl.enabled() || acl.check(Protocol::Kafka, &self.who(), op, res)
+    }
+
+    /// As [`Ctx::may`] without counting a denial: for what is left out of a
+    /// listing (Metadata of every topic, ListGroups).
+    pub fn sees(&self, op: Operation, res: Resource<'_>) -> bool {
+        let acl = self.backend.acl();
+        !acl.enabled() || acl.permits(&self.who(), op, res)
+    }
+
+    /// May it do `op` on the cluster or on some resource of type `kind`?
+    pub fn may_any(&self, op: Operation, kind: crate::security::acl::ResourceType) -> bool {
+        let acl = self.backend.acl();
+        !acl.enabled() || acl.check_any(Protocol::Kafka, &self.who(), op, kind)
+    }
+
+    /// May it list (`Describe`) or change (`Alter`) the ACLs? Admins may,
+    /// and with the authorizer on whoever the ACLs allow that on the cluster.
+    pub fn may_manage_acls(&self, op: Operation) -> bool {
+        let acl = self.backend.acl();
+        let who = self.who();
+        acl.is_admin(&who)
+            || (acl.enabled() && acl.check(Protocol::Kafka, &who, op, Resource::cluster()))
+    }
+
+    /// May it create `topic` (CREATE on the cluster or on the topic)?
+    pub fn may_create(&self, topic: &str) -> bool {
+        self.sees(Operation::Create, Resource::cluster())
+            || self.may(Operation::Create, Resource::topic(topic))
+    }
+
+    fn who(&self) -> std::sync::MutexGuard<'_, Principal> {
+        self.principal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_principal(&self, p: Principal) {
+        *self.who() = p;
+    }
 }
 
 /// Answers one Kafka request frame (without its 4-byte length) against
@@ -86,6 +136,7 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         memory: MemoryBudget::new(usize::MAX),
         counting: MemoryBudget::new(COUNTING_BYTES),
         client_host: "/127.0.0.1".into(),
+        principal: Mutex::new(Principal::Anonymous),
     };
     apis::handle(&ctx, Bytes::copy_from_slice(frame))
         .await
@@ -239,6 +290,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             memory: MemoryBudget::within(&conns.memory, proto.connection_memory),
             counting: Arc::clone(&conns.counting),
             client_host: format!("/{}", peer.ip()),
+            principal: Mutex::new(Principal::Anonymous),
         };
         let limits = proto.clone();
         let admitted = conns.spawn(proto.max_connections, move |handle| async move {
@@ -250,6 +302,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
                         return;
                     }
                 };
+            ctx.set_principal(principal.clone());
             handle.set_principal(principal);
             match serve(&ctx, &limits, stream, &handle).await {
                 Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
@@ -329,6 +382,7 @@ async fn serve(
             let (resp, close) = match sasl.handle(Bytes::from(frame)).ok_or(ConnError::Sasl)? {
                 sasl::Outcome::Reply(r) => (r, false),
                 sasl::Outcome::LoggedIn(r, principal) => {
+                    ctx.set_principal(principal.clone());
                     handle.set_principal(principal);
                     (r, false)
                 }

@@ -6,6 +6,7 @@
 //! connection in the listener (see `Broker::connection_principals`), so
 //! authorisation and per-principal limits can hang off it.
 
+pub mod acl;
 pub mod auth;
 pub mod tls;
 pub mod users;

@@ -54,6 +54,9 @@ pub enum ErrorCode {
     AuthenticationRequired,
     /// 42: the principal may not do this (USERS by someone who is not an admin).
     NotAuthorized,
+    /// 43: the principal has no ACL that allows this operation on this
+    /// resource (`--authorizer on`); nothing was done.
+    AuthorizationFailed,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
@@ -86,6 +89,7 @@ impl ErrorCode {
             ErrorCode::AuthenticationFailed => 40,
             ErrorCode::AuthenticationRequired => 41,
             ErrorCode::NotAuthorized => 42,
+            ErrorCode::AuthorizationFailed => 43,
             ErrorCode::Other(c) => c,
         }
     }
@@ -117,6 +121,7 @@ impl ErrorCode {
             40 => ErrorCode::AuthenticationFailed,
             41 => ErrorCode::AuthenticationRequired,
             42 => ErrorCode::NotAuthorized,
+            43 => ErrorCode::AuthorizationFailed,
             c => ErrorCode::Other(c),
         }
     }
@@ -152,6 +157,7 @@ impl ErrorCode {
             ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
+            ErrorCode::AuthorizationFailed => "AUTHORIZATION_FAILED",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -169,7 +175,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in (0..=19).chain(40..=42) {
+        for c in (0..=19).chain(40..=43) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -54,6 +54,8 @@ pub enum ApiKey {
     Authenticate = 20,
     /// Extension (security): list, add or remove SCRAM users (admins only).
     Users = 21,
+    /// Extension (security): list, add or remove ACLs (admins only).
+    Acls = 22,
     /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
     /// rebalance of the member's group, so members learn of one at once.
     HeartbeatWait = 16,
@@ -81,6 +83,7 @@ impl ApiKey {
             15 => ApiKey::DescribeGroup,
             20 => ApiKey::Authenticate,
             21 => ApiKey::Users,
+            22 => ApiKey::Acls,
             16 => ApiKey::HeartbeatWait,
             _ => return None,
         })
@@ -913,6 +916,57 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- ACLS (extension, key 22)
+
+/// [`AclsRequest::op`]: list the ACLs (of [`AclsRequest::acl`]'s principal, if not empty).
+pub const ACLS_LIST: i8 = 0;
+/// [`AclsRequest::op`]: add the ACL.
+pub const ACLS_ADD: i8 = 1;
+/// [`AclsRequest::op`]: remove the ACL.
+pub const ACLS_REMOVE: i8 = 2;
+
+message! {
+    /// One ACL: `[principal string][permission string][resource_type string]
+    /// [pattern string][name string][operation string]`, each as Kafka
+    /// writes it: `User:alice`, `allow`, `topic`, `literal`, `orders`, `read`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct AclEntry {
+        /// `User:NAME`, `User:*` or `User:ANONYMOUS`.
+        pub principal: String,
+        /// `allow` or `deny`.
+        pub permission: String,
+        /// `topic`, `group` or `cluster`.
+        pub resource_type: String,
+        /// `literal` or `prefixed`.
+        pub pattern: String,
+        /// The name, prefix or `*` (`kafka-cluster` for the cluster).
+        pub name: String,
+        /// `read`, `write`, `create`, `delete`, `describe`, `alter` or `all`.
+        pub operation: String,
+    }
+
+    /// ACLS request (extension): `[op i8][acl AclEntry]`. List reads only
+    /// the principal (empty: every ACL).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct AclsRequest {
+        /// [`ACLS_LIST`], [`ACLS_ADD`] or [`ACLS_REMOVE`].
+        pub op: i8,
+        /// The ACL (add, remove) or the principal to list.
+        pub acl: AclEntry,
+    }
+
+    /// ACLS response: `[changed i8][acls: count * AclEntry]`: whether the
+    /// add or remove changed anything (0: it was there, or was not), and
+    /// every ACL after it (of the principal, for list), sorted.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct AclsResponse {
+        /// 1 when the add or remove changed the ACLs.
+        pub changed: i8,
+        /// The ACLs.
+        pub acls: Vec<AclEntry>,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -934,5 +988,6 @@ requests! {
     DescribeGroupRequest => DescribeGroupResponse: DescribeGroup,
     AuthenticateRequest => AuthenticateResponse: Authenticate,
     UsersRequest => UsersResponse: Users,
+    AclsRequest => AclsResponse: Acls,
     HeartbeatWaitRequest => Empty: HeartbeatWait,
 }

@@ -20,7 +20,12 @@ pub(super) async fn handle(
     for t in req.topics {
         let mut r = CreatableTopicResult::default();
         let name = t.name.0.as_str().to_owned();
-        let outcome = if t.replication_factor != -1 && t.replication_factor != 1 {
+        let outcome = if !ctx.may_create(&name) {
+            Err((
+                errors::TOPIC_AUTHORIZATION_FAILED,
+                format!("not authorized to create topic {name:?}"),
+            ))
+        } else if t.replication_factor != -1 && t.replication_factor != 1 {
             Err((
                 errors::INVALID_REPLICATION_FACTOR,
                 format!(

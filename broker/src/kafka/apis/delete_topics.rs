@@ -7,6 +7,7 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -30,6 +31,10 @@ pub(super) async fn handle(
         let mut r = DeletableTopicResult::default();
         r.topic_id = topic_id;
         let outcome = match &name {
+            Some(n) if !ctx.may(Operation::Delete, Resource::topic(n.0.as_str())) => Err((
+                errors::TOPIC_AUTHORIZATION_FAILED,
+                format!("not authorized to delete topic {:?}", n.0.as_str()),
+            )),
             Some(n) => ctx.backend.delete_topic(n.0.as_str()).await,
             None => Err((
                 errors::UNKNOWN_TOPIC_ID,

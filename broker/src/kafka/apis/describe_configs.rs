@@ -9,6 +9,7 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
@@ -25,6 +26,17 @@ pub(super) fn handle(
         let mut r = DescribeConfigsResult::default();
         r.resource_type = res.resource_type;
         match res.resource_type {
+            TOPIC
+                if !ctx.may(
+                    Operation::Describe,
+                    Resource::topic(res.resource_name.as_str()),
+                ) =>
+            {
+                r.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+            }
+            BROKER if !ctx.may(Operation::Describe, Resource::cluster()) => {
+                r.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
+            }
             TOPIC => match ctx.backend.topic(res.resource_name.as_str()) {
                 Some(t) => {
                     r.configs = t

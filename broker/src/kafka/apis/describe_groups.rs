@@ -9,6 +9,7 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -24,8 +25,12 @@ pub(super) fn handle(
             let name = id.0.as_str().to_owned();
             g.group_id = id;
             if version >= 3 {
-                // Flume has no ACLs: every operation would be allowed; not computed.
+                // Not computed (Kafka's "not requested" value).
                 g.authorized_operations = i32::MIN;
+            }
+            if !ctx.may(Operation::Describe, Resource::group(&name)) {
+                g.error_code = errors::GROUP_AUTHORIZATION_FAILED;
+                return g;
             }
             let Some(d) = ctx.backend.describe_group(&name) else {
                 if version >= 6 {

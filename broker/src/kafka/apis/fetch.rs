@@ -8,13 +8,20 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
 use super::super::backend::FetchWant;
 use super::super::{errors, records, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse {
     let mut wants = Vec::new();
-    let mut shape: Vec<(kafka_protocol::messages::TopicName, Vec<i32>)> = Vec::new();
+    // Per topic: its partitions, and whether READ on it is denied.
+    let mut shape: Vec<(kafka_protocol::messages::TopicName, Vec<i32>, bool)> = Vec::new();
     for t in &req.topics {
         let name = t.topic.0.as_str().to_owned();
         let mut parts = Vec::with_capacity(t.partitions.len());
+        if !ctx.may(Operation::Read, Resource::topic(&name)) {
+            parts.extend(t.partitions.iter().map(|p| p.partition));
+            shape.push((t.topic.clone(), parts, true));
+            continue;
+        }
         for p in &t.partitions {
             wants.push(FetchWant {
                 topic: name.clone(),
@@ -24,7 +31,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
             });
             parts.push(p.partition);
         }
-        shape.push((t.topic.clone(), parts));
+        shape.push((t.topic.clone(), parts, false));
     }
     let max_bytes = if version >= 3 {
         req.max_bytes
@@ -44,12 +51,23 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
         .await;
     let mut got = got.into_iter();
     let mut resp = FetchResponse::default();
-    for (topic, parts) in shape {
+    for (topic, parts, denied) in shape {
         let mut tr = FetchableTopicResponse::default();
         tr.topic = topic;
         for partition in parts {
             let mut pd = PartitionData::default();
             pd.partition_index = partition;
+            if denied {
+                pd.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+                pd.high_watermark = -1;
+                pd.last_stable_offset = -1;
+                pd.records = Some(Default::default());
+                if version >= 4 {
+                    pd.aborted_transactions = Some(Vec::new());
+                }
+                tr.partitions.push(pd);
+                continue;
+            }
             match got.next() {
                 Some(g) => {
                     pd.error_code = g.error;

@@ -13,6 +13,7 @@
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, ResourceType};
 
 /// COORDINATOR_NOT_AVAILABLE: transactions are not served.
 const COORDINATOR_NOT_AVAILABLE: i16 = 15;
@@ -34,6 +35,11 @@ pub(super) async fn handle(ctx: &Ctx, req: InitProducerIdRequest) -> InitProduce
             resp.error_code = COORDINATOR_NOT_AVAILABLE;
             return resp;
         }
+    }
+    // As Kafka 3: WRITE on the cluster (Flume has no IDEMPOTENT_WRITE) or on any topic.
+    if !ctx.may_any(Operation::Write, ResourceType::Topic) {
+        resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
+        return resp;
     }
     match ctx.backend.init_producer_id().await {
         Ok(id) => {

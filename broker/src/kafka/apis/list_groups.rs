@@ -7,6 +7,7 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::Ctx;
+use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
     let states: Vec<String> = if version >= 4 {
@@ -33,6 +34,8 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         .backend
         .list_groups()
         .into_iter()
+        // Only the groups the principal may describe (Kafka's filter).
+        .filter(|g| ctx.sees(Operation::Describe, Resource::group(&g.group)))
         .filter(|g| states.is_empty() || states.contains(&g.phase.as_str().to_ascii_lowercase()))
         .map(|g| {
             let mut l = ListedGroup::default();

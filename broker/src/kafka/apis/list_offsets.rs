@@ -10,6 +10,7 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -20,11 +21,17 @@ pub(super) async fn handle(
     for t in req.topics {
         let mut tr = ListOffsetsTopicResponse::default();
         let name = t.name.0.as_str().to_owned();
+        let allowed = ctx.may(Operation::Describe, Resource::topic(&name));
         for p in t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;
             pr.timestamp = -1;
             pr.offset = -1;
+            if !allowed {
+                pr.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+                tr.partitions.push(pr);
+                continue;
+            }
             match ctx.backend.offsets(&name, p.partition_index) {
                 Err(code) => pr.error_code = code,
                 Ok((start, end)) => match p.timestamp {

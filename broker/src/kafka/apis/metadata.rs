@@ -9,6 +9,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::super::backend::TopicInfo;
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 fn topic(ctx: &Ctx, t: Result<TopicInfo, (String, i16)>, version: i16) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
@@ -66,6 +67,8 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
             .backend
             .topics()
             .into_iter()
+            // Only what the principal may describe: the rest is not there for it.
+            .filter(|t| ctx.sees(Operation::Describe, Resource::topic(&t.name)))
             .map(|t| topic(ctx, Ok(t), version))
             .collect(),
         Some(names) => {
@@ -78,13 +81,22 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                     out.push(t);
                     continue;
                 };
+                if !ctx.may(Operation::Describe, Resource::topic(&name)) {
+                    out.push(topic(
+                        ctx,
+                        Err((name, errors::TOPIC_AUTHORIZATION_FAILED)),
+                        version,
+                    ));
+                    continue;
+                }
                 let found = match ctx.backend.topic(&name) {
                     Some(t) => Ok(t),
-                    None if allow_create && ctx.backend.auto_create() => ctx
-                        .backend
-                        .topic_or_create(&name)
-                        .await
-                        .map_err(|c| (name.clone(), c)),
+                    None if allow_create && ctx.backend.auto_create() && ctx.may_create(&name) => {
+                        ctx.backend
+                            .topic_or_create(&name)
+                            .await
+                            .map_err(|c| (name.clone(), c))
+                    }
                     None => Err((name.clone(), errors::UNKNOWN_TOPIC_OR_PARTITION)),
                 };
                 out.push(topic(ctx, found, version));

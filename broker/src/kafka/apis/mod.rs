@@ -7,6 +7,7 @@
 //! retry lower), never by closing the connection or by silence. A body that
 //! does not decode closes the connection, as Kafka does.
 
+mod acls;
 mod api_versions;
 mod create_topics;
 mod delete_topics;
@@ -55,6 +56,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -252,6 +256,18 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::ListGroups => {
             let req = decode(&mut buf, version).map_err(malformed)?;
             encode(&list_groups::handle(ctx, req, version), &mut out, version)
+        }
+        ApiKey::DescribeAcls => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&acls::describe(ctx, req, version), &mut out, version)
+        }
+        ApiKey::CreateAcls => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&acls::create(ctx, req, version).await, &mut out, version)
+        }
+        ApiKey::DeleteAcls => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&acls::delete(ctx, req, version).await, &mut out, version)
         }
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };

@@ -11,15 +11,27 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
+use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
     req: OffsetCommitRequest,
     _version: i16,
 ) -> OffsetCommitResponse {
+    // READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED)
+    // and on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED).
+    let group_denied = !ctx.may(Operation::Read, Resource::group(req.group_id.0.as_str()));
+    let topic_denied: Vec<bool> = req
+        .topics
+        .iter()
+        .map(|t| group_denied || !ctx.may(Operation::Read, Resource::topic(t.name.0.as_str())))
+        .collect();
     let offsets: Vec<(TopicPartition, i64)> = req
         .topics
         .iter()
+        .zip(&topic_denied)
+        .filter(|(_, denied)| !**denied)
+        .map(|(t, _)| t)
         .flat_map(|t| {
             t.partitions.iter().map(|p| {
                 (
@@ -29,15 +41,18 @@ pub(super) async fn handle(
             })
         })
         .collect();
-    let result = ctx
-        .backend
-        .commit_offsets(
-            req.group_id.0.as_str(),
-            req.member_id.as_str(),
-            req.generation_id_or_member_epoch,
-            &offsets,
-        )
-        .await;
+    let result = if offsets.is_empty() && !req.topics.is_empty() {
+        Ok(Vec::new())
+    } else {
+        ctx.backend
+            .commit_offsets(
+                req.group_id.0.as_str(),
+                req.member_id.as_str(),
+                req.generation_id_or_member_epoch,
+                &offsets,
+            )
+            .await
+    };
     let mut codes = match &result {
         Ok(codes) => codes.clone().into_iter(),
         Err(_) => Vec::new().into_iter(),
@@ -46,7 +61,8 @@ pub(super) async fn handle(
     resp.topics = req
         .topics
         .into_iter()
-        .map(|t| {
+        .zip(topic_denied)
+        .map(|(t, denied)| {
             let mut tr = OffsetCommitResponseTopic::default();
             tr.partitions = t
                 .partitions
@@ -55,6 +71,8 @@ pub(super) async fn handle(
                     let mut pr = OffsetCommitResponsePartition::default();
                     pr.partition_index = p.partition_index;
                     pr.error_code = match &result {
+                        _ if group_denied => errors::GROUP_AUTHORIZATION_FAILED,
+                        _ if denied => errors::TOPIC_AUTHORIZATION_FAILED,
                         Ok(_) => codes.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR),
                         Err(code) => *code,
                     };

@@ -13,6 +13,7 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 /// One group's answer: per topic, (partition, offset, error).
 type Answer = Vec<(TopicName, Vec<(i32, i64, i16)>)>;
@@ -23,6 +24,13 @@ fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>
             .into_iter()
             .map(|(name, parts)| {
                 let topic = name.0.as_str().to_owned();
+                if !ctx.may(Operation::Describe, Resource::topic(&topic)) {
+                    let rows = parts
+                        .into_iter()
+                        .map(|p| (p, -1, errors::TOPIC_AUTHORIZATION_FAILED))
+                        .collect();
+                    return (name, rows);
+                }
                 let known = ctx.backend.topic(&topic).map(|t| t.partitions);
                 let rows = parts
                     .into_iter()
@@ -40,6 +48,9 @@ fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>
         None => {
             let mut out: Answer = Vec::new();
             for (topic, p, o) in ctx.backend.committed_for_group(group) {
+                if !ctx.sees(Operation::Describe, Resource::topic(&topic)) {
+                    continue;
+                }
                 match out.last_mut() {
                     Some((name, rows)) if name.0.as_str() == topic => {
                         rows.push((p, o, errors::NONE))
@@ -55,11 +66,13 @@ fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>
     }
 }
 
-fn group_error(group: &str) -> i16 {
-    if crate::config::valid_name(group) {
-        errors::NONE
-    } else {
+fn group_error(ctx: &Ctx, group: &str) -> i16 {
+    if !crate::config::valid_name(group) {
         errors::INVALID_GROUP_ID
+    } else if !ctx.may(Operation::Describe, Resource::group(group)) {
+        errors::GROUP_AUTHORIZATION_FAILED
+    } else {
+        errors::NONE
     }
 }
 
@@ -77,7 +90,7 @@ pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> Offset
                         .collect()
                 });
                 let mut gr = OffsetFetchResponseGroup::default();
-                gr.error_code = group_error(&name);
+                gr.error_code = group_error(ctx, &name);
                 if gr.error_code == errors::NONE {
                     gr.topics = fetch_group(ctx, &name, topics)
                         .into_iter()
@@ -112,7 +125,7 @@ pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> Offset
             .map(|t| (t.name, t.partition_indexes))
             .collect()
     });
-    let error = group_error(&group);
+    let error = group_error(ctx, &group);
     if version >= 2 {
         resp.error_code = error;
     }

@@ -15,6 +15,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::super::records::{self, RecordsError};
 use super::super::{errors, Ctx};
+use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -33,12 +34,24 @@ pub(super) async fn handle(
     for t in req.topic_data {
         let name = t.name.0.as_str().to_owned();
         let mut tr = TopicProduceResponse::default();
+        // WRITE on the topic (and CREATE, when the produce would create it).
+        let denied = refuse.is_none()
+            && ctx.backend.acl().enabled()
+            && !(ctx.may(Operation::Write, Resource::topic(&name))
+                && (!ctx.backend.auto_create()
+                    || ctx.backend.topic(&name).is_some()
+                    || ctx.may_create(&name)));
         for p in t.partition_data {
             let mut pr = PartitionProduceResponse::default();
             pr.index = p.index;
             pr.base_offset = -1;
             let result: Result<i64, (i16, String)> = if let Some((code, why)) = refuse {
                 Err((code, why.to_owned()))
+            } else if denied {
+                Err((
+                    errors::TOPIC_AUTHORIZATION_FAILED,
+                    format!("not authorized to write to topic {name:?}"),
+                ))
             } else {
                 match records::transcode(
                     &p.records.unwrap_or_default(),

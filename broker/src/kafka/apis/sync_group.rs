@@ -11,6 +11,7 @@ use super::super::backend::group_code;
 use super::super::{errors, Ctx};
 use super::join_group::CONSUMER;
 use crate::domain::{MemberAssignment, SyncSpec, TopicAssignment};
+use crate::security::acl::{Operation, Resource};
 
 /// The partitions of a consumer assignment (version, topics, user data);
 /// empty if it does not decode.
@@ -35,6 +36,11 @@ pub(super) fn assignment_partitions(assignment: &Bytes) -> Vec<TopicAssignment> 
 }
 
 pub(super) async fn handle(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    if !ctx.may(Operation::Read, Resource::group(req.group_id.0.as_str())) {
+        let mut resp = SyncGroupResponse::default();
+        resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
+        return resp;
+    }
     let protocol_type = if version >= 5 {
         req.protocol_type.as_ref().map(|s| s.as_str().to_owned())
     } else {
