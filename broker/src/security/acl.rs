@@ -48,6 +48,7 @@ use flume_protocol::ErrorCode;
 
 use super::Principal;
 use crate::error::BrokerError;
+use crate::storage::write_atomic;
 
 /// The file's name in the data directory.
 pub const ACLS_FILE: &str = "__acls";
@@ -612,25 +613,6 @@ pub struct Authorizer {
     denied: [[[AtomicU64; 7]; 3]; 3],
 }
 
-/// Writes the file atomically: temp file, fsync, rename, fsync of the
-/// directory (as the user store does; on main this is
-/// `crate::storage::write_atomic`, which this can call once merged).
-fn write_atomic(path: &Path, data: &[u8]) -> Result<(), BrokerError> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let io = |what: String| move |source| BrokerError::Io { what, source };
-    let mut f = std::fs::File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
-    f.write_all(data)
-        .map_err(io(format!("write {}", tmp.display())))?;
-    f.sync_all()
-        .map_err(io(format!("fsync {}", tmp.display())))?;
-    std::fs::rename(&tmp, path).map_err(io(format!("rename {}", tmp.display())))?;
-    if let Some(dir) = path.parent() {
-        crate::storage::fsync_dir(dir)?;
-    }
-    Ok(())
-}
-
 fn bad(path: &Path, line: usize, why: &str) -> BrokerError {
     BrokerError::Config(format!("{} line {line}: {why}", path.display()))
 }
@@ -745,7 +727,6 @@ impl Authorizer {
         self.decide(protocol, principal, op, Resource::cluster())
     }
 
-    #[cold]
     fn decide(
         &self,
         protocol: Protocol,
@@ -799,7 +780,7 @@ impl Authorizer {
         if !f(&mut next)? {
             return Ok(false);
         }
-        write_atomic(&self.path, Self::render(&next).as_bytes())?;
+        write_atomic(&self.path, Self::render(&next).as_bytes()).map_err(BrokerError::from)?;
         let index = Index::build(&next);
         *self
             .index
