@@ -191,6 +191,14 @@ pub struct BrokerArgs {
     /// one with `flume-cli users add NAME --data DIR` while the broker is stopped.
     #[arg(long, value_name = "NAME")]
     admin_user: Vec<String>,
+    /// Most connections one principal (user, client certificate; anonymous
+    /// clients: per IP address) may have open on the Flume and Kafka ports.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    max_connections_per_principal: usize,
+    /// Produce bytes per second each principal may send; past it, its
+    /// connections are throttled (Kafka: throttle_time_ms). Off by default.
+    #[arg(long, value_name = "BYTES")]
+    produce_quota_bytes_per_sec: Option<u64>,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -478,6 +486,8 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.tls_client_ca = a.tls_client_ca.clone();
     c.auth = a.auth;
     c.admin_users = a.admin_user.clone();
+    c.max_connections_per_principal = a.max_connections_per_principal;
+    c.produce_quota_bytes_per_sec = a.produce_quota_bytes_per_sec;
     let (stop, hup) = broker_signals()?;
     let broker = Broker::start(c)
         .await

@@ -38,6 +38,7 @@ use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::listener::{secure, Connections};
 use crate::security::auth::Authenticator;
+use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::{ServerTls, Transport};
 use crate::security::Principal;
 use backend::Backend;
@@ -70,6 +71,8 @@ pub struct Ctx {
     pub counting: Arc<MemoryBudget>,
     /// The peer's address as Kafka shows a member's host ("/127.0.0.1").
     pub client_host: String,
+    /// Produce quota throttle time to report in the Produce response.
+    pub throttle_ms: i32,
 }
 
 /// Answers one Kafka request frame (without its 4-byte length) against
@@ -86,11 +89,41 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         memory: MemoryBudget::new(usize::MAX),
         counting: MemoryBudget::new(COUNTING_BYTES),
         client_host: "/127.0.0.1".into(),
+        throttle_ms: 0,
     };
     apis::handle(&ctx, Bytes::copy_from_slice(frame))
         .await
         .ok()
         .flatten()
+}
+
+/// Runs one connection's SASL exchange (SaslHandshake, SaslAuthenticate)
+/// over `frames` (each without its 4-byte size) against `auth`, as the
+/// connection loop would, from 127.0.0.1 with no limits; each answer, until
+/// one closes the connection (or a frame does not decode: `None`, closed).
+/// For fuzzing and tests.
+pub fn handle_sasl_frames<'a>(
+    auth: &Arc<Authenticator>,
+    frames: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<Option<Vec<u8>>> {
+    let peer = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let mut quota = ConnQuota::new(Quotas::unlimited(), peer, &Principal::Anonymous);
+    let mut sasl = sasl::KafkaSasl::new(Arc::clone(auth));
+    let mut out = Vec::new();
+    for f in frames {
+        match sasl.handle(Bytes::copy_from_slice(f), &mut quota) {
+            None => {
+                out.push(None);
+                break;
+            }
+            Some(sasl::Outcome::Reply(r) | sasl::Outcome::LoggedIn(r, _)) => out.push(Some(r)),
+            Some(sasl::Outcome::ReplyThenClose(r)) => {
+                out.push(Some(r));
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// The running Kafka listener.
@@ -116,6 +149,7 @@ impl KafkaListener {
         engine: Arc<Engine>,
         tls: Option<Arc<ServerTls>>,
         auth: Arc<Authenticator>,
+        quotas: Arc<Quotas>,
     ) -> Result<KafkaListener, BrokerError> {
         let listener = TcpListener::bind(listen)
             .await
@@ -148,6 +182,7 @@ impl KafkaListener {
             write_timeout: cfg.write_timeout,
             tls,
             auth,
+            quotas,
         };
         let accept = rt::spawn(accept_loop(listener, proto, Arc::clone(&conns)));
         Ok(KafkaListener {
@@ -212,6 +247,7 @@ struct Proto {
     write_timeout: Duration,
     tls: Option<Arc<ServerTls>>,
     auth: Arc<Authenticator>,
+    quotas: Arc<Quotas>,
 }
 
 async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
@@ -239,6 +275,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             memory: MemoryBudget::within(&conns.memory, proto.connection_memory),
             counting: Arc::clone(&conns.counting),
             client_host: format!("/{}", peer.ip()),
+            throttle_ms: 0,
         };
         let limits = proto.clone();
         let admitted = conns.spawn(proto.max_connections, move |handle| async move {
@@ -250,8 +287,9 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
                         return;
                     }
                 };
+            let quota = ConnQuota::new(Arc::clone(&limits.quotas), peer.ip(), &principal);
             handle.set_principal(principal);
-            match serve(&ctx, &limits, stream, &handle).await {
+            match serve(&ctx, &limits, stream, &handle, quota).await {
                 Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
             }
@@ -280,6 +318,8 @@ enum ConnError {
     Sasl,
     #[error("API key {0} before a SASL login (--auth required)")]
     Unauthenticated(i16),
+    #[error(transparent)]
+    Quota(#[from] crate::security::quota::QuotaError),
 }
 
 /// One connection: read a frame, answer it, repeat. Between requests the
@@ -290,6 +330,7 @@ async fn serve(
     limits: &Proto,
     mut stream: Transport,
     handle: &crate::listener::ConnHandle,
+    mut quota: ConnQuota,
 ) -> Result<(), ConnError> {
     let stop = ctx.backend.shutdown_signal();
     let mut sasl = sasl::KafkaSasl::new(Arc::clone(&limits.auth));
@@ -326,7 +367,10 @@ async fn serve(
         // The frame is at least 8 bytes (checked above): the API key is its first two.
         let key = i16::from_be_bytes([frame[0], frame[1]]);
         if sasl::is_sasl(key) {
-            let (resp, close) = match sasl.handle(Bytes::from(frame)).ok_or(ConnError::Sasl)? {
+            let (resp, close) = match sasl
+                .handle(Bytes::from(frame), &mut quota)
+                .ok_or(ConnError::Sasl)?
+            {
                 sasl::Outcome::Reply(r) => (r, false),
                 sasl::Outcome::LoggedIn(r, principal) => {
                     handle.set_principal(principal);
@@ -344,12 +388,38 @@ async fn serve(
         if !sasl.allows(key) {
             return Err(ConnError::Unauthenticated(key));
         }
-        let response = apis::handle(ctx, Bytes::from(frame)).await?;
+        if key != kafka_protocol::messages::ApiKey::ApiVersions as i16 {
+            // Over its principal's connection limit: closed.
+            quota.check().map_err(|e| ConnError::Quota(e.clone()))?;
+        }
+        let throttle = if key == kafka_protocol::messages::ApiKey::Produce as i16 {
+            quota.produce(size)
+        } else {
+            Duration::ZERO
+        };
+        let response = if throttle.is_zero() {
+            apis::handle(ctx, Bytes::from(frame)).await?
+        } else {
+            let throttle_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+            let throttled = Ctx {
+                throttle_ms,
+                ..ctx.clone()
+            };
+            apis::handle(&throttled, Bytes::from(frame)).await?
+        };
         if let Some(resp) = response {
             charge.add(resp.len());
             rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;
         }
         drop(charge);
+        if !throttle.is_zero() {
+            // Past its produce quota the connection reads nothing for the
+            // throttle time (KIP-219); the response said how long.
+            futures::select! {
+                () = rt::sleep(throttle).fuse() => {}
+                _ = stop.recv().fuse() => return Ok(()),
+            }
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! authorisation and per-principal limits can hang off it.
 
 pub mod auth;
+pub mod quota;
 pub mod tls;
 pub mod users;
 
