@@ -346,8 +346,11 @@ async fn serve(
             Some(r) => r?,
         }
         let size = i32::from_be_bytes(len);
+        // After SaslHandshake v0 a frame is a raw SASL token (PLAIN's may be short).
+        let raw = sasl.wants_raw_token();
+        let min = if raw { 1 } else { 8 };
         let size = match usize::try_from(size) {
-            Ok(s) if (8..=limits.max_frame).contains(&s) => s,
+            Ok(s) if (min..=limits.max_frame).contains(&s) => s,
             _ => {
                 return Err(ConnError::FrameSize {
                     size: i64::from(size),
@@ -365,12 +368,18 @@ async fn serve(
             .await
             .ok_or(ConnError::Slow(limits.read_timeout))??;
         // The frame is at least 8 bytes (checked above): the API key is its first two.
-        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        let key = if raw {
+            kafka_protocol::messages::ApiKey::SaslAuthenticate as i16
+        } else {
+            i16::from_be_bytes([frame[0], frame[1]])
+        };
         if sasl::is_sasl(key) {
-            let (resp, close) = match sasl
-                .handle(Bytes::from(frame), &mut quota)
-                .ok_or(ConnError::Sasl)?
-            {
+            let outcome = if raw {
+                Some(sasl.raw_token(&frame, &mut quota))
+            } else {
+                sasl.handle(Bytes::from(frame), &mut quota)
+            };
+            let (resp, close) = match outcome.ok_or(ConnError::Sasl)? {
                 sasl::Outcome::Reply(r) => (r, false),
                 sasl::Outcome::LoggedIn(r, principal) => {
                     handle.set_principal(principal);

@@ -1,4 +1,4 @@
-//! SASL on the Kafka listener (#20, part 3): SaslHandshake v1 and
+//! SASL on the Kafka listener (#20, part 3): SaslHandshake v0-1 and
 //! SaslAuthenticate v0-2 with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, against the same
 //! users as the Flume protocol's AUTHENTICATE (`--auth`, `<data>/__users`;
 //! a user without a SHA-512 verifier fails SCRAM-SHA-512 like a wrong password).
@@ -13,8 +13,10 @@
 //! SaslAuthenticate are served before a successful login; anything else
 //! closes the connection, as a Kafka broker does. A failed login is answered
 //! with SASL_AUTHENTICATION_FAILED and the connection is closed after it.
-//! SaslHandshake v0 (raw tokens after the handshake) is not served: clients
-//! of the last years use v1.
+//! SaslHandshake v0 is served too: the tokens then follow as raw frames
+//! (a 4-byte size and the token, each way) instead of SaslAuthenticate
+//! requests (librdkafka before 2.x requires v0 to be advertised even though
+//! it uses v1).
 //!
 //! PLAIN sends the password (use it over TLS only); the broker checks it
 //! against the user's SCRAM verifier (PBKDF2 with the stored salt, StoredKey
@@ -77,6 +79,8 @@ pub(crate) struct KafkaSasl {
     mechanism: Option<Mechanism>,
     scram: Option<ServerExchange>,
     user: Option<String>,
+    /// After SaslHandshake v0: the next frames are raw SASL tokens.
+    raw: bool,
 }
 
 /// What to do with a SASL request.
@@ -115,6 +119,40 @@ impl KafkaSasl {
             mechanism: None,
             scram: None,
             user: None,
+            raw: false,
+        }
+    }
+
+    /// Whether the next frame is a raw SASL token (after SaslHandshake v0),
+    /// not a Kafka request.
+    pub(crate) fn wants_raw_token(&self) -> bool {
+        self.raw && self.user.is_none()
+    }
+
+    /// One raw SASL token of the v0 flow: the answer is the server's token
+    /// with a 4-byte size (empty after PLAIN); a failure closes the
+    /// connection without an answer, as Kafka does.
+    pub(crate) fn raw_token(&mut self, token: &[u8], quota: &mut ConnQuota) -> Outcome {
+        let Some(mech) = self.mechanism else {
+            return Outcome::ReplyThenClose(Vec::new());
+        };
+        match self.login_step(mech, token, quota) {
+            Ok(bytes) => {
+                let mut out = Vec::with_capacity(4 + bytes.len());
+                out.extend_from_slice(&u32::try_from(bytes.len()).unwrap_or(0).to_be_bytes());
+                out.extend_from_slice(&bytes);
+                match &self.user {
+                    Some(u) => {
+                        self.raw = false;
+                        Outcome::LoggedIn(out, Principal::User(u.clone()))
+                    }
+                    None => Outcome::Reply(out),
+                }
+            }
+            Err((code, message)) => {
+                tracing::info!(code, %message, "kafka SASL (v0) login failed");
+                Outcome::ReplyThenClose(Vec::new())
+            }
         }
     }
 
@@ -147,8 +185,7 @@ impl KafkaSasl {
         let mut buf = frame_bytes;
         if key == ApiKey::SaslHandshake as i16 {
             let api = ApiKey::SaslHandshake;
-            if version != 1 {
-                // v0 would be followed by raw tokens, which this listener does not read.
+            if !(0..=1).contains(&version) {
                 return Some(Outcome::ReplyThenClose(super::apis::unsupported(
                     correlation,
                     Some(api),
@@ -169,6 +206,8 @@ impl KafkaSasl {
             };
             self.mechanism = chosen;
             self.scram = None;
+            // v0: the exchange goes on in raw tokens, not SaslAuthenticate.
+            self.raw = version == 0 && error_code == 0;
             let resp = SaslHandshakeResponse::default()
                 .with_error_code(error_code)
                 .with_mechanisms(offered);
@@ -404,6 +443,42 @@ mod tests {
                     assert_eq!(auth_response(&r).error_code, SASL_AUTHENTICATION_FAILED);
                 }
                 other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn handshake_v0_goes_on_in_raw_tokens() {
+        let peer = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+        let mut quota = ConnQuota::new(
+            crate::security::quota::Quotas::unlimited(),
+            peer,
+            &Principal::Anonymous,
+        );
+        for (password, ok) in [("pw", true), ("nope", false)] {
+            let mut sasl = KafkaSasl::new(Arc::clone(auth()));
+            let hs = request(
+                ApiKey::SaslHandshake,
+                0,
+                &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+            );
+            assert!(matches!(
+                sasl.handle(Bytes::from(hs), &mut quota),
+                Some(Outcome::Reply(_))
+            ));
+            assert!(sasl.wants_raw_token());
+            match sasl.raw_token(format!("\0u\0{password}").as_bytes(), &mut quota) {
+                Outcome::LoggedIn(r, p) => {
+                    assert!(ok);
+                    assert_eq!(r, [0, 0, 0, 0], "PLAIN's answer is an empty token");
+                    assert_eq!(p, Principal::User("u".into()));
+                    assert!(!sasl.wants_raw_token());
+                }
+                Outcome::ReplyThenClose(r) => {
+                    assert!(!ok);
+                    assert!(r.is_empty(), "v0 failures close without an answer");
+                }
+                Outcome::Reply(_) => panic!("PLAIN is one step"),
             }
         }
     }

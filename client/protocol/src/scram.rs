@@ -437,8 +437,18 @@ impl ServerExchange {
                 hash.digest_len()
             )));
         }
-        // A wrong nonce fails like a wrong proof, after the same work.
-        let nonce_ok = nonce.as_bytes().ct_eq(self.nonce.as_bytes());
+        // A wrong nonce fails like a wrong proof, after the same work. The
+        // nonce must end with the combined one, as Kafka's broker checks it
+        // (librdkafka 2.0, as Debian's kcat links it, sends its own nonce once
+        // more in front); the
+        // proof covers the message as sent, so nothing else is accepted.
+        let suffix = nonce
+            .len()
+            .checked_sub(self.nonce.len())
+            .and_then(|start| nonce.as_bytes().get(start..))
+            .unwrap_or_default();
+        let nonce_ok = suffix.ct_eq(self.nonce.as_bytes())
+            & subtle::Choice::from(u8::from(!suffix.is_empty()));
         let auth = format!(
             "{},{},{without_proof}",
             self.client_first_bare, self.server_first
@@ -654,6 +664,39 @@ mod tests {
             Some(ScramHash::Sha512)
         );
         assert_eq!(ScramHash::from_mechanism("SCRAM-SHA-1"), None);
+    }
+
+    /// librdkafka 2.0 repeats its nonce in front of the combined one in
+    /// client-final; Kafka's broker accepts a nonce that ends with the
+    /// combined one, and so does this one. A nonce without the server's part fails.
+    #[test]
+    fn a_client_final_nonce_ending_with_the_combined_one_is_accepted() {
+        let first = ClientFirst::parse(b"n,,n=u,r=cli").unwrap();
+        let v = Verifier::new("pw", b"salt", MIN_ITERATIONS);
+        let (s, sf) = ServerExchange::start(&first, Some(v.clone()), v, "srv").unwrap();
+        assert_eq!(sf, b"r=clisrv,s=c2FsdA==,i=4096");
+        let final_with = |nonce: &str| {
+            let salted = salted_password("pw", b"salt", MIN_ITERATIONS);
+            let client_key = hmac(&salted, b"Client Key");
+            let without_proof = format!("c=biws,r={nonce}");
+            let auth = format!("n=u,r=cli,r=clisrv,s=c2FsdA==,i=4096,{without_proof}");
+            let signature = hmac(&sha256(&client_key), auth.as_bytes());
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(signature)
+                .map(|(c, s)| c ^ s)
+                .collect();
+            format!("{without_proof},p={}", B64.encode(proof))
+        };
+        s.finish(final_with("clisrv").as_bytes()).unwrap();
+        s.finish(final_with("cliclisrv").as_bytes()).unwrap();
+        for bad in ["cli", "clisr", "srv2", "x"] {
+            assert_eq!(
+                s.finish(final_with(bad).as_bytes()),
+                Err(ScramError::Failed),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
