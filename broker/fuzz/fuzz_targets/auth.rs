@@ -1,6 +1,7 @@
 //! Logins on arbitrary bytes: the Flume AUTHENTICATE exchange
 //! (`ConnAuth::step`, SCRAM-SHA-256) and the Kafka SASL exchange
-//! (SaslHandshake + SaslAuthenticate: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512),
+//! (SaslHandshake v1 + SaslAuthenticate, or v0 + raw tokens: PLAIN,
+//! SCRAM-SHA-256, SCRAM-SHA-512),
 //! against a store with a user. Each input is a selector byte and a series of
 //! `[len:u8][bytes]` messages: raw AUTHENTICATE payloads, raw Kafka frames,
 //! or SASL tokens sent after a well-formed handshake. Nothing may panic.
@@ -64,8 +65,14 @@ fuzz_target!(|data: &[u8]| {
             };
             let mut hs = (i16::try_from(mech.len()).unwrap_or(0)).to_be_bytes().to_vec();
             hs.extend_from_slice(mech);
-            let mut frames = vec![kafka(17, 1, &hs)];
+            // SaslHandshake v1 then SaslAuthenticate requests, or v0 then raw tokens.
+            let v0 = which / 9 % 2 == 1;
+            let mut frames = vec![kafka(17, i16::from(!v0), &hs)];
             for p in pieces {
+                if v0 {
+                    frames.push(p.to_vec());
+                    continue;
+                }
                 let mut body = (i32::try_from(p.len()).unwrap_or(0)).to_be_bytes().to_vec();
                 body.extend_from_slice(p);
                 frames.push(kafka(36, 1, &body));

@@ -97,8 +97,9 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         .flatten()
 }
 
-/// Runs one connection's SASL exchange (SaslHandshake, SaslAuthenticate)
-/// over `frames` (each without its 4-byte size) against `auth`, as the
+/// Runs one connection's SASL exchange (SaslHandshake, SaslAuthenticate,
+/// or raw tokens after SaslHandshake v0) over `frames` (each without its
+/// 4-byte size) against `auth`, as the
 /// connection loop would, from 127.0.0.1 with no limits; each answer, until
 /// one closes the connection (or a frame does not decode: `None`, closed).
 /// For fuzzing and tests.
@@ -111,7 +112,12 @@ pub fn handle_sasl_frames<'a>(
     let mut sasl = sasl::KafkaSasl::new(Arc::clone(auth));
     let mut out = Vec::new();
     for f in frames {
-        match sasl.handle(Bytes::copy_from_slice(f), &mut quota) {
+        let outcome = if sasl.wants_raw_token() {
+            Some(sasl.raw_token(f, &mut quota))
+        } else {
+            sasl.handle(Bytes::copy_from_slice(f), &mut quota)
+        };
+        match outcome {
             None => {
                 out.push(None);
                 break;

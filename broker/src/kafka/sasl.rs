@@ -497,6 +497,16 @@ mod tests {
             frames.extend(tokens.iter().map(|t| authenticate(t)));
             let out = crate::kafka::handle_sasl_frames(auth(), frames.iter().map(Vec::as_slice));
             proptest::prop_assert!(!out.is_empty());
+            // SaslHandshake v0, then the tokens raw.
+            let m = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OTHER"][mech];
+            let mut raw = vec![request(
+                ApiKey::SaslHandshake,
+                0,
+                &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(m)),
+            )];
+            raw.extend(tokens.iter().cloned());
+            let out = crate::kafka::handle_sasl_frames(auth(), raw.iter().map(Vec::as_slice));
+            proptest::prop_assert!(!out.is_empty());
         }
     }
 }
