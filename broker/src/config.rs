@@ -390,6 +390,13 @@ pub struct BrokerConfig {
     /// default, every client may do everything. On, a request is served only
     /// if an ACL in `<data>/__acls` allows it (admins may do everything).
     pub authorizer: bool,
+    /// Most connections one principal may have open over the Flume and Kafka
+    /// listeners (the anonymous principal: per peer IP address); see
+    /// [`crate::security::quota`].
+    pub max_connections_per_principal: usize,
+    /// Produce bytes per second each principal may send before it is
+    /// throttled (`None`: no produce quota, the default).
+    pub produce_quota_bytes_per_sec: Option<u64>,
     /// The broker's file cache, made on first use with `max_open_files` and
     /// shared by the clones of this config (the engine's own).
     file_cache: Arc<OnceLock<Arc<FileCache>>>,
@@ -440,6 +447,9 @@ impl BrokerConfig {
             auth: crate::security::auth::AuthMode::Off,
             admin_users: Vec::new(),
             authorizer: false,
+            max_connections_per_principal:
+                crate::security::quota::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+            produce_quota_bytes_per_sec: None,
             file_cache: Arc::default(),
             producer_limits: Arc::default(),
         }
@@ -577,6 +587,10 @@ impl BrokerConfig {
             ("max_groups", self.max_groups),
             ("max_members_per_group", self.max_members_per_group),
             ("max_topics_per_join", self.max_topics_per_join),
+            (
+                "max_connections_per_principal",
+                self.max_connections_per_principal,
+            ),
         ] {
             if v == 0 {
                 return bad(format!("{name} is 0, it must be at least 1"));

@@ -39,6 +39,7 @@ use crate::config::BrokerConfig;
 use crate::engine::{Engine, FetchMemory};
 use crate::flume::{self, InFlight};
 use crate::security::auth::{Authenticator, ConnAuth, Step};
+use crate::security::quota::{ConnQuota, Mechanism};
 use crate::security::tls::Transport;
 use crate::security::Principal;
 use flume_protocol::{ApiKey, AuthenticateResponse, ErrorCode};
@@ -54,6 +55,8 @@ pub struct Security {
     pub auth: Arc<Authenticator>,
     /// Told the principal after a successful AUTHENTICATE.
     pub sink: PrincipalSink,
+    /// The connection's standing with the per-principal limits.
+    pub quota: ConnQuota,
 }
 
 /// Serves one connection until EOF, a bad frame, a timeout or shutdown.
@@ -93,6 +96,8 @@ pub enum Event {
     Room,
     /// The peer sent part of a frame and went quiet for `read_timeout`.
     Idle,
+    /// The produce throttle time is over: reading resumes.
+    Unmuted,
 }
 
 /// Whether the connection still reads requests.
@@ -160,6 +165,10 @@ pub struct ConnState {
     /// AUTHENTICATE's state.
     auth: ConnAuth,
     sink: PrincipalSink,
+    /// Per-principal limits: the connection count, the produce quota.
+    quota: ConnQuota,
+    /// Over its produce quota, the connection reads nothing until then.
+    muted_until: Option<Instant>,
     stop: async_channel::Receiver<()>,
     phase: Phase,
     /// Frames are split off this buffer as shared `Bytes`, so record batches
@@ -208,6 +217,8 @@ impl ConnState {
             principal: security.principal,
             auth: ConnAuth::new(security.auth),
             sink: security.sink,
+            quota: security.quota,
+            muted_until: None,
             stop,
             phase: Phase::Reading,
             rbuf: BytesMut::with_capacity(64 * 1024),
@@ -235,12 +246,24 @@ impl ConnState {
         self.inflight.len() < self.cfg.max_in_flight_per_connection
     }
 
+    /// Whether the produce quota keeps the connection from reading now.
+    fn muted(&mut self) -> bool {
+        match self.muted_until {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                self.muted_until = None;
+                false
+            }
+            None => false,
+        }
+    }
+
     /// Admits every whole frame read so far, in order, while a slot is free
     /// and the memory budget has room. A malformed frame stops the reading;
     /// the responses already in flight are still written.
     pub async fn admit(&mut self) {
         self.held_back = false;
-        while self.reading() && self.has_slot() {
+        while self.reading() && self.has_slot() && !self.muted() {
             if self.memory.is_spent() {
                 self.held_back = true;
                 return;
@@ -285,6 +308,12 @@ impl ConnState {
                 charge: Some(charge),
                 drop_on_close: false,
             });
+            return;
+        }
+        if let Err(e) = self.quota.check() {
+            // Over the connection limit of its principal: answered, then closed.
+            tracing::info!(error = %e, "connection closed");
+            self.refuse(request_id, ErrorCode::LimitReached, charge, e.to_string());
             return;
         }
         if api_key == ApiKey::Users as i16 && self.auth.allows_requests() {
@@ -345,6 +374,15 @@ impl ConnState {
         )
         .await;
         charge.add(decoded);
+        if api_key == ApiKey::Produce as i16 {
+            // Served now; past its quota the connection then reads nothing
+            // for the throttle time (the PRODUCE response has no field for it).
+            let throttle = self.quota.produce(frame.len());
+            if !throttle.is_zero() {
+                tracing::debug!(principal = %self.principal, ?throttle, "produce quota: throttled");
+                self.muted_until = Some(Instant::now() + throttle);
+            }
+        }
         self.inflight.push(Charged {
             response,
             charge: Some(charge),
@@ -352,12 +390,81 @@ impl ConnState {
         });
     }
 
+    /// Answers `code` and closes the connection once the answer is written.
+    fn refuse(&mut self, request_id: i32, code: ErrorCode, charge: Charge, why: String) {
+        let mut buf = Vec::new();
+        flume_protocol::encode_response_frame::<AuthenticateResponse>(
+            &mut buf,
+            request_id,
+            Err(code),
+        );
+        self.phase = Phase::Draining {
+            failure: Some(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                why,
+            )),
+        };
+        self.inflight.push(Charged {
+            response: futures::future::ready(buf).boxed(),
+            charge: Some(charge),
+            drop_on_close: false,
+        });
+    }
+
     /// One AUTHENTICATE step: the response, delayed after a failure; after
     /// too many failures the connection stops reading (and closes once the
-    /// answer is written).
+    /// answer is written). A new exchange from an address with too many
+    /// failed logins is refused at once; a login as a principal at its
+    /// connection limit is answered LIMIT_REACHED; either closes.
     fn authenticate(&mut self, request_id: i32, payload: &[u8]) -> InFlight {
         let mut buf = Vec::new();
-        match self.auth.step(payload) {
+        let limited = if self.auth.in_exchange() {
+            Ok(())
+        } else {
+            self.quota.login_allowed()
+        };
+        let checked = limited.is_ok();
+        let step = match limited {
+            Ok(()) => self.auth.step(payload),
+            Err(e) => {
+                tracing::info!(error = %e, "AUTHENTICATE refused");
+                Step::Failed {
+                    code: ErrorCode::AuthenticationFailed,
+                    delay: std::time::Duration::ZERO,
+                    close: true,
+                }
+            }
+        };
+        let step = match step {
+            Step::Done(resp, principal) => {
+                self.quota.login_result(Mechanism::ScramSha256, true);
+                match self.quota.login(&principal) {
+                    Ok(()) => Step::Done(resp, principal),
+                    Err(e) => {
+                        tracing::info!(error = %e, "connection closed after AUTHENTICATE");
+                        Step::Failed {
+                            code: ErrorCode::LimitReached,
+                            delay: std::time::Duration::ZERO,
+                            close: true,
+                        }
+                    }
+                }
+            }
+            Step::Failed {
+                code: ErrorCode::AuthenticationFailed,
+                delay,
+                close,
+            } if checked => {
+                self.quota.login_result(Mechanism::ScramSha256, false);
+                Step::Failed {
+                    code: ErrorCode::AuthenticationFailed,
+                    delay,
+                    close,
+                }
+            }
+            other => other,
+        };
+        match step {
             Step::Continue(resp) => {
                 flume_protocol::encode_response_frame(&mut buf, request_id, Ok(&resp));
                 futures::future::ready(buf).boxed()
@@ -457,7 +564,9 @@ impl ConnState {
     pub async fn wait(&mut self) -> Event {
         let reading = self.reading();
         let spent = self.held_back || self.memory.is_spent();
-        let can_read = reading && self.has_slot() && !spent;
+        let muted = self.muted();
+        let can_read = reading && self.has_slot() && !spent && !muted;
+        let muted_until = self.muted_until;
         let partial = !self.rbuf.is_empty();
         // The idle timer is armed only for a partial frame: one per request
         // would wake the reactor thread on every request. Time we spend not
@@ -527,15 +636,25 @@ impl ConnState {
                 futures::future::pending::<()>().await;
             }
         };
+        // A login under way (or owed, with `--auth required`) is bounded by
+        // the read timeout too, so a peer that never finishes holds nothing long.
+        let login_owed = self.auth.in_exchange() || !self.auth.allows_requests();
         let idle = async {
-            if partial && can_read {
+            if (partial || login_owed) && can_read {
                 rt::sleep(idle_left).await;
             } else {
                 futures::future::pending::<()>().await;
             }
         };
+        let unmute = async {
+            match muted_until {
+                Some(t) if reading => rt::sleep(t.saturating_duration_since(Instant::now())).await,
+                _ => futures::future::pending::<()>().await,
+            }
+        };
         let event = futures::select! {
             r = read.fuse() => Event::Read(r),
+            () = unmute.fuse() => Event::Unmuted,
             d = next.fuse() => Event::Done(d),
             _ = stopped.fuse() => Event::Stop,
             () = room.fuse() => Event::Room,
@@ -577,13 +696,19 @@ impl ConnState {
             }
             Event::Read(Err(e)) => return Err(e),
             Event::Done(Some(resp)) => self.take(resp),
-            Event::Done(None) | Event::Room => {}
+            Event::Done(None) | Event::Room | Event::Unmuted => {}
             Event::Stop => self.phase = Phase::Draining { failure: None },
             Event::Idle => {
                 if !self.rbuf.is_empty() {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::TimedOut,
                         "incomplete frame, peer went quiet",
+                    ));
+                }
+                if self.auth.in_exchange() || !self.auth.allows_requests() {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "login not finished, peer went quiet",
                     ));
                 }
             }

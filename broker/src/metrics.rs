@@ -346,6 +346,8 @@ pub struct Metrics {
     http_connections_refused: AtomicU64,
     recent: Mutex<VecDeque<RecentError>>,
     started: Instant,
+    /// Per-principal limits and logins (`crate::security::quota`).
+    quota: crate::security::quota::QuotaStats,
 }
 
 impl Default for Metrics {
@@ -357,6 +359,7 @@ impl Default for Metrics {
             http_connections_refused: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_ERRORS)),
             started: Instant::now(),
+            quota: Default::default(),
         }
     }
 }
@@ -391,6 +394,11 @@ impl Metrics {
     pub fn http_connection_refused(&self) {
         self.http_connections_refused
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters of the per-principal limits and of logins.
+    pub fn quota(&self) -> &crate::security::quota::QuotaStats {
+        &self.quota
     }
 
     /// Connections refused so far (broker protocol, HTTP).
@@ -659,6 +667,53 @@ fn family<L: prometheus_client::encoding::EncodeLabelSet, M: EncodeMetric + Type
     Ok(())
 }
 
+/// The per-principal limits' and the logins' counters (labels: principal
+/// class and mechanism, both bounded; never a user name).
+fn quota_metrics(
+    enc: &mut DescriptorEncoder<'_>,
+    q: &crate::security::quota::QuotaStats,
+) -> Result<(), std::fmt::Error> {
+    use crate::security::quota::{Mechanism, PrincipalClass};
+    family(
+        enc,
+        "flume_quota_throttle_ms",
+        "Milliseconds of produce throttling given (--produce-quota-bytes-per-sec), by principal class.",
+        PrincipalClass::ALL
+            .iter()
+            .map(|c| ([("class", c.label())], ConstCounter::new(q.throttle_ms(*c)))),
+    )?;
+    counter(
+        enc,
+        "flume_quota_connections_refused",
+        "Connections refused by --max-connections-per-principal (Flume and Kafka listeners).",
+        q.connections_refused(),
+    )?;
+    counter(
+        enc,
+        "flume_logins_rate_limited",
+        "Logins refused by the per-address limit on failed logins.",
+        q.logins_limited(),
+    )?;
+    family(
+        enc,
+        "flume_logins",
+        "Logins (Flume AUTHENTICATE, Kafka SASL) by mechanism and result.",
+        Mechanism::ALL.iter().flat_map(|m| {
+            let (ok, failed) = q.logins(*m);
+            [
+                (
+                    [("mechanism", m.label()), ("result", "success")],
+                    ConstCounter::new(ok),
+                ),
+                (
+                    [("mechanism", m.label()), ("result", "failure")],
+                    ConstCounter::new(failed),
+                ),
+            ]
+        }),
+    )
+}
+
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let e = &self.engine;
@@ -848,6 +903,7 @@ impl Collector for Scrape {
             "HTTP connections closed at once by the HTTP connection limit.",
             http_refused,
         )?;
+        quota_metrics(&mut enc, m.quota())?;
         family(
             &mut enc,
             "flume_authorization_denied",

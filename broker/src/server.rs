@@ -30,6 +30,7 @@ use crate::error::BrokerError;
 use crate::flume::COUNTING_BYTES;
 use crate::listener::{secure, Connections};
 use crate::security::auth::{AuthMode, Authenticator};
+use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
 
@@ -68,6 +69,15 @@ impl Broker {
         let engine = Engine::open(config)?;
         let (dir, mode) = (engine.data_dir().to_path_buf(), engine.config().auth);
         let auth = Arc::new(rt::unblock(move || Authenticator::open(&dir, mode)).await?);
+        let quotas = {
+            let c = engine.config();
+            Quotas::new(
+                c.max_connections_per_principal,
+                c.produce_quota_bytes_per_sec,
+                c.clock.clone(),
+                Arc::clone(engine.metrics()),
+            )
+        };
         let listener = TcpListener::bind(&listen)
             .await
             .map_err(|source| BrokerError::Io {
@@ -109,6 +119,7 @@ impl Broker {
                     Arc::clone(&engine),
                     tls.clone(),
                     Arc::clone(&auth),
+                    Arc::clone(&quotas),
                 );
                 Some(started.await?)
             }
@@ -120,6 +131,7 @@ impl Broker {
             Arc::clone(&conns),
             tls.clone(),
             Arc::clone(&auth),
+            quotas,
         ));
         Ok(Broker {
             engine,
@@ -207,16 +219,16 @@ impl Broker {
     }
 
     /// Adds user `name` with `password`, or sets a new password; takes effect
-    /// for the next AUTHENTICATE (no restart), durable when it returns. Only
-    /// a SCRAM-SHA-256 verifier is stored.
+    /// for the next AUTHENTICATE (no restart), durable when it returns.
+    /// Stores a SCRAM-SHA-256 and a SCRAM-SHA-512 verifier.
     ///
     /// # Errors
     /// A bad name, a full store, or the file cannot be written.
     pub async fn add_user(&self, name: &str, password: &str) -> Result<(), BrokerError> {
         let (auth, name, password) = (Arc::clone(&self.auth), name.to_owned(), password.to_owned());
         rt::unblock(move || {
-            let v = crate::security::users::new_verifier(&password)?;
-            auth.users().put(&name, v)
+            let v = crate::security::users::new_verifiers(&password)?;
+            auth.users().put_all(&name, v)
         })
         .await
     }
@@ -285,6 +297,7 @@ async fn accept_loop(
     conns: Arc<Connections>,
     tls: Option<Arc<ServerTls>>,
     auth: Arc<Authenticator>,
+    quotas: Arc<Quotas>,
 ) {
     let stop = engine.shutdown_signal();
     loop {
@@ -313,6 +326,7 @@ async fn accept_loop(
         let served = Arc::clone(&engine);
         let tls = tls.clone();
         let auth = Arc::clone(&auth);
+        let quotas = Arc::clone(&quotas);
         let handshake = engine.config().read_timeout;
         let admitted = conns.spawn(max, move |handle| async move {
             tracing::debug!(%peer, "connection open");
@@ -330,10 +344,12 @@ async fn accept_loop(
             handle.set_principal(principal.clone());
             let handle = Arc::new(handle);
             let sink: crate::conn::PrincipalSink = Arc::new(move |p| handle.set_principal(p));
+            let quota = ConnQuota::new(quotas, peer.ip(), &principal);
             let security = crate::conn::Security {
                 principal,
                 auth,
                 sink,
+                quota,
             };
             match serve(served, memory, counting, io, security).await {
                 Ok(()) => tracing::debug!(%peer, "connection closed"),

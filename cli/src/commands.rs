@@ -201,6 +201,14 @@ pub struct BrokerArgs {
     /// default), every client may do everything.
     #[arg(long, default_value = "off", value_parser = ["on", "off"])]
     authorizer: String,
+    /// Most connections one principal (user, client certificate; anonymous
+    /// clients: per IP address) may have open on the Flume and Kafka ports.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    max_connections_per_principal: usize,
+    /// Produce bytes per second each principal may send; past it, its
+    /// connections are throttled (Kafka: throttle_time_ms). Off by default.
+    #[arg(long, value_name = "BYTES")]
+    produce_quota_bytes_per_sec: Option<u64>,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -490,6 +498,8 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.auth = a.auth;
     c.admin_users = a.admin_user.clone();
     c.authorizer = a.authorizer == "on";
+    c.max_connections_per_principal = a.max_connections_per_principal;
+    c.produce_quota_bytes_per_sec = a.produce_quota_bytes_per_sec;
     let (stop, hup) = broker_signals()?;
     let broker = Broker::start(c)
         .await

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
 use clap::Subcommand;
-use flume_broker::security::users::{new_verifier, UserStore};
+use flume_broker::security::users::{new_verifiers, UserStore};
 use flume_broker::storage::DataDirLock;
 use flume_client::lowlevel::Client;
 use flume_protocol::scram::{Verifier, MIN_ITERATIONS};
@@ -96,7 +96,7 @@ fn offline(dir: &Path, op: Op) -> Result<()> {
     let store = UserStore::open(dir)?;
     match op {
         Op::Put(name, pw) => {
-            store.put(&name, new_verifier(&pw)?)?;
+            store.put_all(&name, new_verifiers(&pw)?)?;
             println!("user {name} saved");
         }
         Op::Remove(name) => {

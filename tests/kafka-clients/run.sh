@@ -471,7 +471,123 @@ if want kafkajs; then
   run_client kafkajs 5 env NODE_PATH="$NPM_PREFIX/node_modules" node "$HERE/kafkajs_test.js" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"
 fi
 
+# ---------------------------------------------------------------------------
+# SASL_SSL (issue #20): a second broker with TLS, --auth required and a user, certificates
+# made here with openssl. kcat and confluent-kafka log in with SCRAM-SHA-256 and -512 over
+# TLS, a wrong password fails, openssl s_client verifies the chain and TLS 1.1 is refused.
+SECURE_USER=kc-user
+SECURE_PW=kc-secret-pw
+secure_broker() {
+  local t=$WORK/tls end
+  mkdir -p "$t" "$WORK/sdata"
+  (
+    cd "$t"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=Flume Clients CA" -keyout ca.key -out ca.pem &&
+      openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout broker.key -out broker.csr &&
+      printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >broker.ext &&
+      openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 -extfile broker.ext -out broker.pem
+  ) >"$WORK/openssl.log" 2>&1 || { echo "openssl could not make the certificates"; return 1; }
+  printf '%s\n' "$SECURE_PW" >"$t/pw"
+  "$FLUME" users add "$SECURE_USER" --data "$WORK/sdata" --new-password-file "$t/pw" >/dev/null ||
+    { echo "flume-cli users add failed"; return 1; }
+  SPORT=$(free_port)
+  SKPORT=$(free_port)
+  while [ "$SKPORT" = "$SPORT" ]; do SKPORT=$(free_port); done
+  "$FLUME" broker --host 127.0.0.1 --port "$SPORT" --kafka-port "$SKPORT" --data "$WORK/sdata" \
+    --tls-cert "$t/broker.pem" --tls-key "$t/broker.key" --auth required >"$WORK/sbroker.log" 2>&1 &
+  SBROKER_PID=$!
+  PIDS+=("$SBROKER_PID")
+  end=$((SECONDS + 20))
+  until port_open 127.0.0.1 "$SKPORT"; do
+    kill -0 "$SBROKER_PID" 2>/dev/null || { echo "the TLS broker exited: $(tail -n 2 "$WORK/sbroker.log" | tr '\n' ' ')"; return 1; }
+    [ "$SECONDS" -lt "$end" ] || { echo "the TLS broker's Kafka port did not open within 20s"; return 1; }
+    sleep 0.05
+  done
+  SBOOT=localhost:$SKPORT
+  STOPIC=$PREFIX-secure
+  timeout "$DEADLINE_S" "$FLUME" topics create "$STOPIC" --partitions 1 --broker "localhost:$SPORT" \
+    --tls-ca "$t/ca.pem" --user "$SECURE_USER" --password-file "$t/pw" >/dev/null 2>"$WORK/stopic.err" ||
+    { echo "could not create $STOPIC: $(tail -n 1 "$WORK/stopic.err")"; return 1; }
+}
+
+kcat_sasl() { # mechanism [password]: kcat's options for SASL_SSL
+  echo -b "$SBOOT" "${KCAT_X[@]}" -X security.protocol=SASL_SSL -X "ssl.ca.location=$WORK/tls/ca.pem" \
+    -X "sasl.mechanisms=$1" -X "sasl.username=$SECURE_USER" -X "sasl.password=${2:-$SECURE_PW}"
+}
+
+kcat_secure() { # mechanism: produce three records and read them back over SASL_SSL
+  local m=$1 opts
+  read -r -a opts <<<"$(kcat_sasl "$m")"
+  printf '%s-1\n%s-2\n%s-3\n' "$m" "$m" "$m" >"$WORK/ks-$m.in"
+  kcat "${opts[@]}" -X message.timeout.ms=10000 -P -t "$STOPIC" -p 0 -l "$WORK/ks-$m.in" ||
+    { echo "kcat -P over SASL_SSL ($m) failed"; return 1; }
+  timeout "$DEADLINE_S" kcat "${opts[@]}" -C -t "$STOPIC" -p 0 -o beginning -e -q >"$WORK/ks-$m.out" ||
+    { echo "kcat -C over SASL_SSL ($m) failed"; return 1; }
+  grep -qxF -f "$WORK/ks-$m.in" "$WORK/ks-$m.out" && [ "$(grep -cxF -f "$WORK/ks-$m.in" "$WORK/ks-$m.out")" -eq 3 ] ||
+    { echo "consumed $(lines "$WORK/ks-$m.out") records without the three produced"; return 1; }
+}
+
+kcat_secure_wrong() {
+  local opts
+  read -r -a opts <<<"$(kcat_sasl SCRAM-SHA-256 wrong-pw)"
+  if timeout 15 kcat "${opts[@]}" -m 5 -L >"$WORK/ks-wrong.out" 2>&1; then
+    echo "kcat -L with a wrong password succeeded"
+    return 1
+  fi
+  grep -qi 'auth' "$WORK/ks-wrong.out" || { echo "no authentication error: $(tail -n 1 "$WORK/ks-wrong.out")"; return 1; }
+}
+
+tls_chain() {
+  timeout 10 openssl s_client -connect "127.0.0.1:$SKPORT" -servername localhost -verify_hostname localhost \
+    -CAfile "$WORK/tls/ca.pem" -verify_return_error </dev/null >"$WORK/s_client.out" 2>&1 ||
+    { echo "openssl s_client did not verify the chain: $(grep -m 1 -i 'verify\|error' "$WORK/s_client.out")"; return 1; }
+  grep -q 'Verify return code: 0 (ok)' "$WORK/s_client.out" || { echo "no 'Verify return code: 0 (ok)'"; return 1; }
+}
+
+tls_old_refused() {
+  # SECLEVEL=0: this openssl offers TLS 1.1 (it sends its hello); the broker must answer
+  # with an alert, and no cipher is agreed.
+  if timeout 10 openssl s_client -connect "127.0.0.1:$SKPORT" -servername localhost -tls1_1 \
+    -cipher 'DEFAULT:@SECLEVEL=0' </dev/null >"$WORK/s_client11.out" 2>&1; then
+    echo "a TLS 1.1 handshake succeeded"
+    return 1
+  fi
+  grep -q 'Cipher is (NONE)' "$WORK/s_client11.out" && grep -q 'alert' "$WORK/s_client11.out" ||
+    { echo "no alert from the broker: $(grep -m 1 -i 'error' "$WORK/s_client11.out")"; return 1; }
+}
+
+run_secure() {
+  # In this shell, not a subshell: the broker's pid and ports must outlive the call.
+  if ! secure_broker >"$WORK/logs/secure-setup.msg" 2>&1; then
+    fail "secure setup: $(tr '\n' ' ' <"$WORK/logs/secure-setup.msg" | cut -c1-400)"
+    return
+  fi
+  # Every good login first: the wrong passwords then use up 127.0.0.1's failed logins.
+  local args=("$SBOOT" "$WORK/tls/ca.pem" "$SECURE_USER" "$SECURE_PW" "$STOPIC")
+  if want kcat; then
+    kcat_scenario tls-chain-verified tls_chain
+    kcat_scenario tls1.1-refused tls_old_refused
+    kcat_scenario sasl-ssl-scram-sha-256 kcat_secure SCRAM-SHA-256
+    kcat_scenario sasl-ssl-scram-sha-512 kcat_secure SCRAM-SHA-512
+  fi
+  if want confluent; then
+    run_client confluent-secure 2 "$PY" "$HERE/confluent_secure.py" "${args[@]}" login SCRAM-SHA-256 SCRAM-SHA-512
+  fi
+  if want kcat; then kcat_scenario sasl-ssl-wrong-password kcat_secure_wrong; fi
+  if want confluent; then
+    run_client confluent-secure-wrong 1 "$PY" "$HERE/confluent_secure.py" "${args[@]}" wrong SCRAM-SHA-256
+  fi
+}
+if [ -n "$FLUME" ] && { want kcat || want confluent; }; then
+  SECURE_T0=$SECONDS
+  run_secure
+  say "SASL_SSL scenarios took $((SECONDS - SECURE_T0))s"
+fi
+
 if [ -n "${BROKER_PID:-}" ] && ! kill -0 "$BROKER_PID" 2>/dev/null; then
   fail "broker: exited during the run (log: $(tail -n 3 "$WORK/broker.log" | tr '\n' ' '))"
+fi
+if [ -n "${SBROKER_PID:-}" ] && ! kill -0 "$SBROKER_PID" 2>/dev/null; then
+  fail "TLS broker: exited during the run (log: $(tail -n 3 "$WORK/sbroker.log" | tr '\n' ' '))"
 fi
 summary

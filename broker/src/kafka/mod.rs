@@ -39,6 +39,7 @@ use crate::error::BrokerError;
 use crate::listener::{secure, Connections};
 use crate::security::acl::{Operation, Protocol, Resource};
 use crate::security::auth::Authenticator;
+use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::{ServerTls, Transport};
 use crate::security::Principal;
 use backend::Backend;
@@ -73,6 +74,8 @@ pub struct Ctx {
     pub client_host: String,
     /// Who the peer is (its certificate, then its SASL login), for the ACLs.
     pub principal: Mutex<Principal>,
+    /// Produce quota throttle time to report in the Produce response.
+    pub throttle_ms: i32,
 }
 
 impl Ctx {
@@ -137,11 +140,47 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         counting: MemoryBudget::new(COUNTING_BYTES),
         client_host: "/127.0.0.1".into(),
         principal: Mutex::new(Principal::Anonymous),
+        throttle_ms: 0,
     };
     apis::handle(&ctx, Bytes::copy_from_slice(frame))
         .await
         .ok()
         .flatten()
+}
+
+/// Runs one connection's SASL exchange (SaslHandshake, SaslAuthenticate,
+/// or raw tokens after SaslHandshake v0) over `frames` (each without its
+/// 4-byte size) against `auth`, as the
+/// connection loop would, from 127.0.0.1 with no limits; each answer, until
+/// one closes the connection (or a frame does not decode: `None`, closed).
+/// For fuzzing and tests.
+pub fn handle_sasl_frames<'a>(
+    auth: &Arc<Authenticator>,
+    frames: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<Option<Vec<u8>>> {
+    let peer = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let mut quota = ConnQuota::new(Quotas::unlimited(), peer, &Principal::Anonymous);
+    let mut sasl = sasl::KafkaSasl::new(Arc::clone(auth));
+    let mut out = Vec::new();
+    for f in frames {
+        let outcome = if sasl.wants_raw_token() {
+            Some(sasl.raw_token(f, &mut quota))
+        } else {
+            sasl.handle(Bytes::copy_from_slice(f), &mut quota)
+        };
+        match outcome {
+            None => {
+                out.push(None);
+                break;
+            }
+            Some(sasl::Outcome::Reply(r) | sasl::Outcome::LoggedIn(r, _)) => out.push(Some(r)),
+            Some(sasl::Outcome::ReplyThenClose(r)) => {
+                out.push(Some(r));
+                break;
+            }
+        }
+    }
+    out
 }
 
 /// The running Kafka listener.
@@ -167,6 +206,7 @@ impl KafkaListener {
         engine: Arc<Engine>,
         tls: Option<Arc<ServerTls>>,
         auth: Arc<Authenticator>,
+        quotas: Arc<Quotas>,
     ) -> Result<KafkaListener, BrokerError> {
         let listener = TcpListener::bind(listen)
             .await
@@ -199,6 +239,7 @@ impl KafkaListener {
             write_timeout: cfg.write_timeout,
             tls,
             auth,
+            quotas,
         };
         let accept = rt::spawn(accept_loop(listener, proto, Arc::clone(&conns)));
         Ok(KafkaListener {
@@ -263,6 +304,7 @@ struct Proto {
     write_timeout: Duration,
     tls: Option<Arc<ServerTls>>,
     auth: Arc<Authenticator>,
+    quotas: Arc<Quotas>,
 }
 
 async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
@@ -291,6 +333,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             counting: Arc::clone(&conns.counting),
             client_host: format!("/{}", peer.ip()),
             principal: Mutex::new(Principal::Anonymous),
+            throttle_ms: 0,
         };
         let limits = proto.clone();
         let admitted = conns.spawn(proto.max_connections, move |handle| async move {
@@ -303,8 +346,9 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
                     }
                 };
             ctx.set_principal(principal.clone());
+            let quota = ConnQuota::new(Arc::clone(&limits.quotas), peer.ip(), &principal);
             handle.set_principal(principal);
-            match serve(&ctx, &limits, stream, &handle).await {
+            match serve(&ctx, &limits, stream, &handle, quota).await {
                 Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
                 Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
             }
@@ -333,6 +377,8 @@ enum ConnError {
     Sasl,
     #[error("API key {0} before a SASL login (--auth required)")]
     Unauthenticated(i16),
+    #[error(transparent)]
+    Quota(#[from] crate::security::quota::QuotaError),
 }
 
 /// One connection: read a frame, answer it, repeat. Between requests the
@@ -343,6 +389,7 @@ async fn serve(
     limits: &Proto,
     mut stream: Transport,
     handle: &crate::listener::ConnHandle,
+    mut quota: ConnQuota,
 ) -> Result<(), ConnError> {
     let stop = ctx.backend.shutdown_signal();
     let mut sasl = sasl::KafkaSasl::new(Arc::clone(&limits.auth));
@@ -358,8 +405,11 @@ async fn serve(
             Some(r) => r?,
         }
         let size = i32::from_be_bytes(len);
+        // After SaslHandshake v0 a frame is a raw SASL token (PLAIN's may be short).
+        let raw = sasl.wants_raw_token();
+        let min = if raw { 1 } else { 8 };
         let size = match usize::try_from(size) {
-            Ok(s) if (8..=limits.max_frame).contains(&s) => s,
+            Ok(s) if (min..=limits.max_frame).contains(&s) => s,
             _ => {
                 return Err(ConnError::FrameSize {
                     size: i64::from(size),
@@ -377,9 +427,18 @@ async fn serve(
             .await
             .ok_or(ConnError::Slow(limits.read_timeout))??;
         // The frame is at least 8 bytes (checked above): the API key is its first two.
-        let key = i16::from_be_bytes([frame[0], frame[1]]);
+        let key = if raw {
+            kafka_protocol::messages::ApiKey::SaslAuthenticate as i16
+        } else {
+            i16::from_be_bytes([frame[0], frame[1]])
+        };
         if sasl::is_sasl(key) {
-            let (resp, close) = match sasl.handle(Bytes::from(frame)).ok_or(ConnError::Sasl)? {
+            let outcome = if raw {
+                Some(sasl.raw_token(&frame, &mut quota))
+            } else {
+                sasl.handle(Bytes::from(frame), &mut quota)
+            };
+            let (resp, close) = match outcome.ok_or(ConnError::Sasl)? {
                 sasl::Outcome::Reply(r) => (r, false),
                 sasl::Outcome::LoggedIn(r, principal) => {
                     ctx.set_principal(principal.clone());
@@ -398,12 +457,38 @@ async fn serve(
         if !sasl.allows(key) {
             return Err(ConnError::Unauthenticated(key));
         }
-        let response = apis::handle(ctx, Bytes::from(frame)).await?;
+        if key != kafka_protocol::messages::ApiKey::ApiVersions as i16 {
+            // Over its principal's connection limit: closed.
+            quota.check().map_err(|e| ConnError::Quota(e.clone()))?;
+        }
+        let throttle = if key == kafka_protocol::messages::ApiKey::Produce as i16 {
+            quota.produce(size)
+        } else {
+            Duration::ZERO
+        };
+        let response = if throttle.is_zero() {
+            apis::handle(ctx, Bytes::from(frame)).await?
+        } else {
+            let throttle_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+            let throttled = Ctx {
+                throttle_ms,
+                ..ctx.clone()
+            };
+            apis::handle(&throttled, Bytes::from(frame)).await?
+        };
         if let Some(resp) = response {
             charge.add(resp.len());
             rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;
         }
         drop(charge);
+        if !throttle.is_zero() {
+            // Past its produce quota the connection reads nothing for the
+            // throttle time (KIP-219); the response said how long.
+            futures::select! {
+                () = rt::sleep(throttle).fuse() => {}
+                _ = stop.recv().fuse() => return Ok(()),
+            }
+        }
     }
 }
 

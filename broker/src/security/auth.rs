@@ -21,7 +21,7 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD_NO_PAD as B64;
 use base64::Engine as _;
 use bytes::Bytes;
-use flume_protocol::scram::{self, ClientFirst, ServerExchange, Verifier};
+use flume_protocol::scram::{self, ClientFirst, ServerExchange, Verifier, Verifier512};
 use flume_protocol::{AuthenticateRequest, AuthenticateResponse, ErrorCode};
 
 use super::users::{random_bytes, UserStore};
@@ -79,6 +79,9 @@ pub struct Authenticator {
     users: UserStore,
     /// Stands in for unknown users, so they fail like a wrong password.
     decoy: Verifier,
+    /// The same for SCRAM-SHA-512 (on the Kafka listener), and for users
+    /// without a SHA-512 verifier.
+    decoy512: Verifier512,
 }
 
 impl Authenticator {
@@ -93,7 +96,17 @@ impl Authenticator {
             &random_bytes::<16>()?,
             super::users::ITERATIONS,
         );
-        Ok(Authenticator { mode, users, decoy })
+        let decoy512 = Verifier512::new(
+            &B64.encode(random_bytes::<16>()?),
+            &random_bytes::<16>()?,
+            super::users::ITERATIONS,
+        );
+        Ok(Authenticator {
+            mode,
+            users,
+            decoy,
+            decoy512,
+        })
     }
 
     /// The mode.
@@ -109,6 +122,11 @@ impl Authenticator {
     /// The verifier that stands in for unknown users.
     pub(crate) fn decoy(&self) -> &Verifier {
         &self.decoy
+    }
+
+    /// The SCRAM-SHA-512 verifier that stands in for unknown users.
+    pub(crate) fn decoy512(&self) -> &Verifier512 {
+        &self.decoy512
     }
 }
 
@@ -204,6 +222,11 @@ impl ConnAuth {
     /// The broker's authenticator.
     pub fn authenticator(&self) -> &Arc<Authenticator> {
         &self.auth
+    }
+
+    /// Whether an exchange is under way (its first message was answered).
+    pub fn in_exchange(&self) -> bool {
+        self.exchange.is_some()
     }
 
     /// Whether a request other than AUTHENTICATE may be served now.

@@ -8,6 +8,7 @@
 
 pub mod acl;
 pub mod auth;
+pub mod quota;
 pub mod tls;
 pub mod users;
 

@@ -1,4 +1,4 @@
-//! The user store: SCRAM-SHA-256 verifiers by user name, kept durably in
+//! The user store: SCRAM-SHA-256 and SCRAM-SHA-512 verifiers by user name, kept durably in
 //! `<data>/__users` (the `__` prefix is reserved, so no topic can take the
 //! name). Passwords are never stored: only what [`Verifier`] holds (salt,
 //! iterations, StoredKey, ServerKey), from which a password cannot be read
@@ -9,7 +9,14 @@
 //! ```text
 //! flume-users 1
 //! scram-sha-256 <name> <iterations> <salt> <stored key> <server key>
+//! scram-sha-512 <name> <iterations> <salt> <stored key> <server key>
 //! ```
+//!
+//! A user has a SCRAM-SHA-256 line, a SCRAM-SHA-512 line, or both (keys of
+//! 32 and 64 bytes). Users added before SCRAM-SHA-512 have only the first
+//! and cannot log in with SHA-512 until their password is set again; a
+//! password set through USERS (the client makes the verifier; the message
+//! carries a SHA-256 one) keeps only SHA-256.
 //!
 //! Every change rewrites the file atomically (temp file, fsync, rename,
 //! fsync of the directory) before it takes effect in memory, so a crash
@@ -22,7 +29,7 @@ use std::sync::Mutex;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use flume_protocol::scram::{Verifier, MIN_ITERATIONS};
+use flume_protocol::scram::{Verifier, Verifier512, MIN_ITERATIONS};
 use flume_rt::sync::lock;
 
 use crate::error::BrokerError;
@@ -38,18 +45,27 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// Iterations of the verifiers the broker makes.
 pub const ITERATIONS: u32 = MIN_ITERATIONS;
 
+/// A user's verifiers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verifiers {
+    /// For SCRAM-SHA-256 (and PLAIN, and Flume's AUTHENTICATE).
+    pub sha256: Option<Verifier>,
+    /// For SCRAM-SHA-512.
+    pub sha512: Option<Verifier512>,
+}
+
 /// Users and their verifiers.
 #[derive(Debug)]
 pub struct UserStore {
     path: PathBuf,
-    users: Mutex<BTreeMap<String, Verifier>>,
+    users: Mutex<BTreeMap<String, Verifiers>>,
 }
 
 fn bad(path: &Path, line: usize, why: &str) -> BrokerError {
     BrokerError::Config(format!("{} line {line}: {why}", path.display()))
 }
 
-fn decode32(s: &str) -> Option<[u8; 32]> {
+fn decode_key<const N: usize>(s: &str) -> Option<[u8; N]> {
     B64.decode(s).ok()?.try_into().ok()
 }
 
@@ -95,7 +111,7 @@ impl UserStore {
         })
     }
 
-    fn parse(path: &Path, text: &str) -> Result<BTreeMap<String, Verifier>, BrokerError> {
+    fn parse(path: &Path, text: &str) -> Result<BTreeMap<String, Verifiers>, BrokerError> {
         let mut users = BTreeMap::new();
         let mut lines = text.lines().enumerate();
         match lines.next() {
@@ -112,9 +128,11 @@ impl UserStore {
             let [kind, name, iterations, salt, stored, server] = f.as_slice() else {
                 return Err(bad(path, n, "expected 6 fields"));
             };
-            if *kind != "scram-sha-256" {
-                return Err(bad(path, n, &format!("unknown kind {kind:?}")));
-            }
+            let sha512 = match *kind {
+                "scram-sha-256" => false,
+                "scram-sha-512" => true,
+                _ => return Err(bad(path, n, &format!("unknown kind {kind:?}"))),
+            };
             let name = B64
                 .decode(name)
                 .ok()
@@ -128,43 +146,79 @@ impl UserStore {
             let salt = B64
                 .decode(salt)
                 .map_err(|_| bad(path, n, "the salt is not base64"))?;
-            let (Some(stored_key), Some(server_key)) = (decode32(stored), decode32(server)) else {
-                return Err(bad(path, n, "a key is not 32 bytes of base64"));
-            };
-            if users.len() >= MAX_USERS {
+            if !users.contains_key(&name) && users.len() >= MAX_USERS {
                 return Err(bad(path, n, &format!("more than {MAX_USERS} users")));
             }
-            users.insert(
-                name,
-                Verifier {
+            let entry: &mut Verifiers = users.entry(name).or_default();
+            if sha512 {
+                let (Some(stored_key), Some(server_key)) = (decode_key(stored), decode_key(server))
+                else {
+                    return Err(bad(path, n, "a key is not 64 bytes of base64"));
+                };
+                entry.sha512 = Some(Verifier512 {
                     salt,
                     iterations,
                     stored_key,
                     server_key,
-                },
-            );
+                });
+            } else {
+                let (Some(stored_key), Some(server_key)) = (decode_key(stored), decode_key(server))
+                else {
+                    return Err(bad(path, n, "a key is not 32 bytes of base64"));
+                };
+                entry.sha256 = Some(Verifier {
+                    salt,
+                    iterations,
+                    stored_key,
+                    server_key,
+                });
+            }
         }
         Ok(users)
     }
 
-    fn render(users: &BTreeMap<String, Verifier>) -> String {
+    fn render(users: &BTreeMap<String, Verifiers>) -> String {
         let mut out = format!("{HEADER}\n");
-        for (name, v) in users {
+        let mut line = |kind: &str, name: &str, iterations: u32, salt: &[u8], keys: [&[u8]; 2]| {
             out.push_str(&format!(
-                "scram-sha-256 {} {} {} {} {}\n",
+                "{kind} {} {iterations} {} {} {}\n",
                 B64.encode(name),
-                v.iterations,
-                B64.encode(&v.salt),
-                B64.encode(v.stored_key),
-                B64.encode(v.server_key)
+                B64.encode(salt),
+                B64.encode(keys[0]),
+                B64.encode(keys[1])
             ));
+        };
+        for (name, v) in users {
+            if let Some(v) = &v.sha256 {
+                line(
+                    "scram-sha-256",
+                    name,
+                    v.iterations,
+                    &v.salt,
+                    [&v.stored_key, &v.server_key],
+                );
+            }
+            if let Some(v) = &v.sha512 {
+                line(
+                    "scram-sha-512",
+                    name,
+                    v.iterations,
+                    &v.salt,
+                    [&v.stored_key, &v.server_key],
+                );
+            }
         }
         out
     }
 
-    /// The verifier of `name`, if there is such a user.
+    /// The SCRAM-SHA-256 verifier of `name`, if there is such a user and it has one.
     pub fn get(&self, name: &str) -> Option<Verifier> {
-        lock(&self.users).get(name).cloned()
+        lock(&self.users).get(name).and_then(|v| v.sha256.clone())
+    }
+
+    /// The SCRAM-SHA-512 verifier of `name`, if there is such a user and it has one.
+    pub fn get512(&self, name: &str) -> Option<Verifier512> {
+        lock(&self.users).get(name).and_then(|v| v.sha512.clone())
     }
 
     /// The user names, sorted.
@@ -184,8 +238,31 @@ impl UserStore {
     /// A bad name, the store is full, or the file cannot be written (then
     /// nothing changed).
     pub fn put(&self, name: &str, verifier: Verifier) -> Result<(), BrokerError> {
+        self.put_all(
+            name,
+            Verifiers {
+                sha256: Some(verifier),
+                sha512: None,
+            },
+        )
+    }
+
+    /// As [`UserStore::put`] with every verifier of the user (those not
+    /// given are removed: a password change must not leave the old one
+    /// working with another mechanism).
+    ///
+    /// # Errors
+    /// As [`UserStore::put`], or no verifier at all.
+    pub fn put_all(&self, name: &str, verifiers: Verifiers) -> Result<(), BrokerError> {
         check_name(name).map_err(BrokerError::Config)?;
-        if verifier.iterations < MIN_ITERATIONS {
+        let iterations = [
+            verifiers.sha256.as_ref().map(|v| v.iterations),
+            verifiers.sha512.as_ref().map(|v| v.iterations),
+        ];
+        if iterations.iter().all(Option::is_none) {
+            return Err(BrokerError::Config("a user needs a verifier".into()));
+        }
+        if iterations.iter().flatten().any(|i| *i < MIN_ITERATIONS) {
             return Err(BrokerError::Config(format!(
                 "a verifier needs at least {MIN_ITERATIONS} iterations"
             )));
@@ -195,7 +272,7 @@ impl UserStore {
             return Err(BrokerError::Config(format!("at most {MAX_USERS} users")));
         }
         let mut next = users.clone();
-        next.insert(name.to_owned(), verifier);
+        next.insert(name.to_owned(), verifiers);
         write_atomic(&self.path, Self::render(&next).as_bytes())?;
         *users = next;
         Ok(())
@@ -239,6 +316,22 @@ pub fn new_verifier(password: &str) -> Result<Verifier, BrokerError> {
     Ok(Verifier::new(password, &random_bytes::<16>()?, ITERATIONS))
 }
 
+/// Both verifiers (SCRAM-SHA-256 and -512, each with its own fresh salt)
+/// for `password`: what `flume-cli users add` and `Broker::add_user` store.
+///
+/// # Errors
+/// As [`random_bytes`].
+pub fn new_verifiers(password: &str) -> Result<Verifiers, BrokerError> {
+    Ok(Verifiers {
+        sha256: Some(new_verifier(password)?),
+        sha512: Some(Verifier512::new(
+            password,
+            &random_bytes::<16>()?,
+            ITERATIONS,
+        )),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -261,6 +354,34 @@ mod tests {
         let again = UserStore::open(dir.path()).unwrap();
         assert_eq!(again.list(), vec!["alice", "carol"]);
         assert_eq!(again.get("alice"), Some(v));
+    }
+
+    #[test]
+    fn both_verifiers_are_kept_and_an_old_store_keeps_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = UserStore::open(dir.path()).unwrap();
+        let both = new_verifiers("pw").unwrap();
+        store.put_all("alice", both.clone()).unwrap();
+        let again = UserStore::open(dir.path()).unwrap();
+        assert_eq!(again.get("alice"), both.sha256);
+        assert_eq!(again.get512("alice"), both.sha512);
+        // A password change with SHA-256 only drops the old SHA-512 verifier.
+        again.put("alice", new_verifier("new").unwrap()).unwrap();
+        assert!(again.get512("alice").is_none());
+        // A store written before SCRAM-SHA-512 (one scram-sha-256 line) loads.
+        let v = Verifier::new("pw", b"salt", ITERATIONS);
+        let line = format!(
+            "{HEADER}\nscram-sha-256 {} 4096 {} {} {}\n",
+            B64.encode("bob"),
+            B64.encode(b"salt"),
+            B64.encode(v.stored_key),
+            B64.encode(v.server_key)
+        );
+        std::fs::write(dir.path().join(USERS_FILE), line).unwrap();
+        let old = UserStore::open(dir.path()).unwrap();
+        assert_eq!(old.get("bob"), Some(v));
+        assert_eq!(old.get512("bob"), None);
+        assert!(store.put_all("x", Verifiers::default()).is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
-//! SCRAM-SHA-256 (RFC 5802 with RFC 7677's hash), with no I/O and no
+//! SCRAM-SHA-256 (RFC 5802 with RFC 7677's hash) and SCRAM-SHA-512 (the
+//! same exchange with SHA-512, as Kafka offers it), with no I/O and no
 //! randomness: nonces and salts are passed in. The broker and the client use
-//! the same code; AUTHENTICATE carries these messages as they are.
+//! the same code; AUTHENTICATE carries these messages as they are (with
+//! SCRAM-SHA-256; the Kafka listener takes both).
 //!
 //! ```text
 //! client-first  n,,n=<user>,r=<client nonce>
@@ -18,11 +20,70 @@
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use hmac::{Hmac, Mac};
-use sha2::{Digest, Sha256};
+use sha2::{Digest, Sha256, Sha512};
 use subtle::ConstantTimeEq;
 
 /// The mechanism's name, as SASL spells it.
 pub const MECHANISM: &str = "SCRAM-SHA-256";
+/// SCRAM with SHA-512, as SASL spells it.
+pub const MECHANISM_SHA512: &str = "SCRAM-SHA-512";
+
+/// The hash a SCRAM exchange is made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ScramHash {
+    /// SHA-256 (RFC 7677).
+    Sha256,
+    /// SHA-512.
+    Sha512,
+}
+
+impl ScramHash {
+    /// The SASL mechanism's name.
+    pub fn mechanism(self) -> &'static str {
+        match self {
+            ScramHash::Sha256 => MECHANISM,
+            ScramHash::Sha512 => MECHANISM_SHA512,
+        }
+    }
+
+    /// The hash of a SASL mechanism's name, if it is a SCRAM one offered here.
+    pub fn from_mechanism(m: &str) -> Option<ScramHash> {
+        match m {
+            MECHANISM => Some(ScramHash::Sha256),
+            MECHANISM_SHA512 => Some(ScramHash::Sha512),
+            _ => None,
+        }
+    }
+
+    /// Bytes of a digest (and of a key, a proof, a signature).
+    pub fn digest_len(self) -> usize {
+        match self {
+            ScramHash::Sha256 => 32,
+            ScramHash::Sha512 => 64,
+        }
+    }
+
+    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+        match self {
+            ScramHash::Sha256 => hmac(key, data).to_vec(),
+            ScramHash::Sha512 => hmac512(key, data).to_vec(),
+        }
+    }
+
+    fn digest(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            ScramHash::Sha256 => Sha256::digest(data).to_vec(),
+            ScramHash::Sha512 => Sha512::digest(data).to_vec(),
+        }
+    }
+
+    fn salted_password(self, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+        match self {
+            ScramHash::Sha256 => salted_password(password, salt, iterations).to_vec(),
+            ScramHash::Sha512 => salted_password512(password, salt, iterations).to_vec(),
+        }
+    }
+}
 /// Fewest PBKDF2 iterations a verifier may have (RFC 7677's minimum).
 pub const MIN_ITERATIONS: u32 = 4096;
 /// Most iterations a client accepts from a server (a bound on the work a
@@ -66,6 +127,81 @@ fn hmac(key: &[u8], data: &[u8]) -> [u8; 32] {
 
 fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
+}
+
+fn hmac512(key: &[u8], data: &[u8]) -> [u8; 64] {
+    #[allow(clippy::expect_used)]
+    let mut m = Hmac::<Sha512>::new_from_slice(key).expect("HMAC takes any key"); // ok: HMAC accepts keys of every length
+    m.update(data);
+    m.finalize().into_bytes().into()
+}
+
+fn salted_password512(password: &str, salt: &[u8], iterations: u32) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    pbkdf2::pbkdf2_hmac::<Sha512>(password.as_bytes(), salt, iterations, &mut out);
+    out
+}
+
+/// What the broker keeps of a password for SCRAM-SHA-512.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verifier512 {
+    /// The salt.
+    pub salt: Vec<u8>,
+    /// PBKDF2 iterations.
+    pub iterations: u32,
+    /// H(HMAC(SaltedPassword, "Client Key")).
+    pub stored_key: [u8; 64],
+    /// HMAC(SaltedPassword, "Server Key").
+    pub server_key: [u8; 64],
+}
+
+impl Verifier512 {
+    /// The verifier of `password` with `salt` and `iterations` (at least
+    /// [`MIN_ITERATIONS`]; fewer are raised to it).
+    pub fn new(password: &str, salt: &[u8], iterations: u32) -> Verifier512 {
+        let iterations = iterations.max(MIN_ITERATIONS);
+        let salted = salted_password512(password, salt, iterations);
+        Verifier512 {
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: Sha512::digest(hmac512(&salted, b"Client Key")).into(),
+            server_key: hmac512(&salted, b"Server Key"),
+        }
+    }
+}
+
+/// A verifier of either hash, as an exchange uses it.
+#[derive(Debug, Clone)]
+struct Keys {
+    hash: ScramHash,
+    salt: Vec<u8>,
+    iterations: u32,
+    stored_key: Vec<u8>,
+    server_key: Vec<u8>,
+}
+
+impl From<Verifier> for Keys {
+    fn from(v: Verifier) -> Keys {
+        Keys {
+            hash: ScramHash::Sha256,
+            salt: v.salt,
+            iterations: v.iterations,
+            stored_key: v.stored_key.to_vec(),
+            server_key: v.server_key.to_vec(),
+        }
+    }
+}
+
+impl From<Verifier512> for Keys {
+    fn from(v: Verifier512) -> Keys {
+        Keys {
+            hash: ScramHash::Sha512,
+            salt: v.salt,
+            iterations: v.iterations,
+            stored_key: v.stored_key.to_vec(),
+            server_key: v.server_key.to_vec(),
+        }
+    }
 }
 
 /// What the broker keeps of a password.
@@ -200,7 +336,7 @@ impl ClientFirst {
 #[derive(Debug, Clone)]
 pub struct ServerExchange {
     username: String,
-    verifier: Verifier,
+    verifier: Keys,
     /// False for an unknown user: the exchange goes on with a made-up
     /// verifier and fails at the end, like a wrong password.
     known: bool,
@@ -221,6 +357,28 @@ impl ServerExchange {
         first: &ClientFirst,
         verifier: Option<Verifier>,
         decoy: Verifier,
+        server_nonce: &str,
+    ) -> Result<(ServerExchange, Vec<u8>), ScramError> {
+        Self::start_keys(first, verifier.map(Keys::from), decoy.into(), server_nonce)
+    }
+
+    /// As [`ServerExchange::start`], for SCRAM-SHA-512.
+    ///
+    /// # Errors
+    /// A server nonce that is not printable ASCII without commas.
+    pub fn start_sha512(
+        first: &ClientFirst,
+        verifier: Option<Verifier512>,
+        decoy: Verifier512,
+        server_nonce: &str,
+    ) -> Result<(ServerExchange, Vec<u8>), ScramError> {
+        Self::start_keys(first, verifier.map(Keys::from), decoy.into(), server_nonce)
+    }
+
+    fn start_keys(
+        first: &ClientFirst,
+        verifier: Option<Keys>,
+        decoy: Keys,
         server_nonce: &str,
     ) -> Result<(ServerExchange, Vec<u8>), ScramError> {
         check_nonce(server_nonce)?;
@@ -271,28 +429,41 @@ impl ServerExchange {
             return Err(malformed("extensions are not supported"));
         }
         let proof = b64(proof, "proof")?;
-        if proof.len() != 32 {
+        let hash = self.verifier.hash;
+        if proof.len() != hash.digest_len() {
             return Err(malformed(format!(
-                "proof is {} bytes, want 32",
-                proof.len()
+                "proof is {} bytes, want {}",
+                proof.len(),
+                hash.digest_len()
             )));
         }
-        // A wrong nonce fails like a wrong proof, after the same work.
-        let nonce_ok = nonce.as_bytes().ct_eq(self.nonce.as_bytes());
+        // A wrong nonce fails like a wrong proof, after the same work. The
+        // nonce must end with the combined one, as Kafka's broker checks it
+        // (librdkafka 2.0, as Debian's kcat links it, sends its own nonce once
+        // more in front); the
+        // proof covers the message as sent, so nothing else is accepted.
+        let suffix = nonce
+            .len()
+            .checked_sub(self.nonce.len())
+            .and_then(|start| nonce.as_bytes().get(start..))
+            .unwrap_or_default();
+        let nonce_ok = suffix.ct_eq(self.nonce.as_bytes())
+            & subtle::Choice::from(u8::from(!suffix.is_empty()));
         let auth = format!(
             "{},{},{without_proof}",
             self.client_first_bare, self.server_first
         );
-        let signature = hmac(&self.verifier.stored_key, auth.as_bytes());
-        let mut client_key = [0u8; 32];
-        for (i, k) in client_key.iter_mut().enumerate() {
-            *k = proof[i] ^ signature[i];
-        }
-        let matches = sha256(&client_key).ct_eq(&self.verifier.stored_key) & nonce_ok;
+        let signature = hash.hmac(&self.verifier.stored_key, auth.as_bytes());
+        let client_key: Vec<u8> = proof.iter().zip(&signature).map(|(p, s)| p ^ s).collect();
+        let matches = hash
+            .digest(&client_key)
+            .as_slice()
+            .ct_eq(&self.verifier.stored_key)
+            & nonce_ok;
         if !bool::from(matches) || !self.known {
             return Err(ScramError::Failed);
         }
-        let server_signature = hmac(&self.verifier.server_key, auth.as_bytes());
+        let server_signature = hash.hmac(&self.verifier.server_key, auth.as_bytes());
         Ok(format!("v={}", B64.encode(server_signature)).into_bytes())
     }
 }
@@ -300,11 +471,12 @@ impl ServerExchange {
 /// The client side of one exchange.
 #[derive(Debug, Clone)]
 pub struct ClientExchange {
+    hash: ScramHash,
     password: String,
     nonce: String,
     client_first_bare: String,
     /// Set by [`ClientExchange::respond`]: the expected server signature.
-    server_signature: Option<[u8; 32]>,
+    server_signature: Option<Vec<u8>>,
 }
 
 impl ClientExchange {
@@ -318,6 +490,19 @@ impl ClientExchange {
         password: &str,
         nonce: &str,
     ) -> Result<(ClientExchange, Vec<u8>), ScramError> {
+        Self::start_with(ScramHash::Sha256, username, password, nonce)
+    }
+
+    /// As [`ClientExchange::start`] with the hash `hash`.
+    ///
+    /// # Errors
+    /// An empty name or a bad nonce.
+    pub fn start_with(
+        hash: ScramHash,
+        username: &str,
+        password: &str,
+        nonce: &str,
+    ) -> Result<(ClientExchange, Vec<u8>), ScramError> {
         if username.is_empty() {
             return Err(malformed("empty user name"));
         }
@@ -326,6 +511,7 @@ impl ClientExchange {
         let msg = format!("n,,{bare}").into_bytes();
         Ok((
             ClientExchange {
+                hash,
                 password: password.to_owned(),
                 nonce: nonce.to_owned(),
                 client_first_bare: bare,
@@ -360,18 +546,20 @@ impl ClientExchange {
                 "{iterations} iterations, want {MIN_ITERATIONS}..={MAX_ITERATIONS}"
             )));
         }
-        let salted = salted_password(&self.password, &salt, iterations);
-        let client_key = hmac(&salted, b"Client Key");
-        let stored_key = sha256(&client_key);
+        let h = self.hash;
+        let salted = h.salted_password(&self.password, &salt, iterations);
+        let client_key = h.hmac(&salted, b"Client Key");
+        let stored_key = h.digest(&client_key);
         let without_proof = format!("c=biws,r={nonce}");
         let auth = format!("{},{s},{without_proof}", self.client_first_bare);
-        let signature = hmac(&stored_key, auth.as_bytes());
-        let mut proof = [0u8; 32];
-        for (i, p) in proof.iter_mut().enumerate() {
-            *p = client_key[i] ^ signature[i];
-        }
-        let server_key = hmac(&salted, b"Server Key");
-        self.server_signature = Some(hmac(&server_key, auth.as_bytes()));
+        let signature = h.hmac(&stored_key, auth.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(c, s)| c ^ s)
+            .collect();
+        let server_key = h.hmac(&salted, b"Server Key");
+        self.server_signature = Some(h.hmac(&server_key, auth.as_bytes()));
         Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
     }
 
@@ -387,8 +575,9 @@ impl ClientExchange {
         let got = b64(attr(Some(s), "v")?, "server signature")?;
         let want = self
             .server_signature
+            .as_ref()
             .ok_or_else(|| malformed("server-final before server-first"))?;
-        if bool::from(got.as_slice().ct_eq(&want)) {
+        if bool::from(got.as_slice().ct_eq(want.as_slice())) {
             Ok(())
         } else {
             Err(ScramError::BadServerSignature)
@@ -432,6 +621,82 @@ mod tests {
             b"v=6rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4="
         );
         client.verify(&server_final).unwrap();
+    }
+
+    #[test]
+    fn sha512_round_trip_and_wrong_password() {
+        let salt = b"0123456789abcdef";
+        let decoy = Verifier512::new("", b"decoy-salt", MIN_ITERATIONS);
+        for (password, ok) in [("secret", true), ("wrong", false)] {
+            let (mut c, first) =
+                ClientExchange::start_with(ScramHash::Sha512, "u", password, "abc").unwrap();
+            let parsed = ClientFirst::parse(&first).unwrap();
+            let v = Verifier512::new("secret", salt, MIN_ITERATIONS);
+            let (s, sf) =
+                ServerExchange::start_sha512(&parsed, Some(v), decoy.clone(), "xyz").unwrap();
+            let fin = c.respond(&sf).unwrap();
+            // The proof is a SHA-512 one: 64 bytes.
+            let proof = std::str::from_utf8(&fin)
+                .unwrap()
+                .rsplit_once(",p=")
+                .unwrap()
+                .1;
+            assert_eq!(B64.decode(proof).unwrap().len(), 64);
+            match s.finish(&fin) {
+                Ok(server_final) => {
+                    assert!(ok);
+                    c.verify(&server_final).unwrap();
+                }
+                Err(e) => {
+                    assert!(!ok);
+                    assert_eq!(e, ScramError::Failed);
+                }
+            }
+        }
+        // A SHA-256 client against a SHA-512 exchange fails (its proof is 32 bytes).
+        let (mut c, first) = ClientExchange::start("u", "secret", "abc").unwrap();
+        let parsed = ClientFirst::parse(&first).unwrap();
+        let v = Verifier512::new("secret", salt, MIN_ITERATIONS);
+        let (s, sf) = ServerExchange::start_sha512(&parsed, Some(v), decoy, "xyz").unwrap();
+        assert!(s.finish(&c.respond(&sf).unwrap()).is_err());
+        assert_eq!(
+            ScramHash::from_mechanism("SCRAM-SHA-512"),
+            Some(ScramHash::Sha512)
+        );
+        assert_eq!(ScramHash::from_mechanism("SCRAM-SHA-1"), None);
+    }
+
+    /// librdkafka 2.0 repeats its nonce in front of the combined one in
+    /// client-final; Kafka's broker accepts a nonce that ends with the
+    /// combined one, and so does this one. A nonce without the server's part fails.
+    #[test]
+    fn a_client_final_nonce_ending_with_the_combined_one_is_accepted() {
+        let first = ClientFirst::parse(b"n,,n=u,r=cli").unwrap();
+        let v = Verifier::new("pw", b"salt", MIN_ITERATIONS);
+        let (s, sf) = ServerExchange::start(&first, Some(v.clone()), v, "srv").unwrap();
+        assert_eq!(sf, b"r=clisrv,s=c2FsdA==,i=4096");
+        let final_with = |nonce: &str| {
+            let salted = salted_password("pw", b"salt", MIN_ITERATIONS);
+            let client_key = hmac(&salted, b"Client Key");
+            let without_proof = format!("c=biws,r={nonce}");
+            let auth = format!("n=u,r=cli,r=clisrv,s=c2FsdA==,i=4096,{without_proof}");
+            let signature = hmac(&sha256(&client_key), auth.as_bytes());
+            let proof: Vec<u8> = client_key
+                .iter()
+                .zip(signature)
+                .map(|(c, s)| c ^ s)
+                .collect();
+            format!("{without_proof},p={}", B64.encode(proof))
+        };
+        s.finish(final_with("clisrv").as_bytes()).unwrap();
+        s.finish(final_with("cliclisrv").as_bytes()).unwrap();
+        for bad in ["cli", "clisr", "srv2", "x"] {
+            assert_eq!(
+                s.finish(final_with(bad).as_bytes()),
+                Err(ScramError::Failed),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
@@ -480,9 +745,19 @@ mod tests {
             });
             let _ = s.finish(&a);
             let _ = s.finish(b.as_bytes());
-            let (mut c, _) = ClientExchange::start("u", "pw", "abc").unwrap();
-            let _ = c.respond(&a);
-            let _ = c.verify(b.as_bytes());
+            static SERVER512: std::sync::OnceLock<ServerExchange> = std::sync::OnceLock::new();
+            let s = SERVER512.get_or_init(|| {
+                let first = ClientFirst::parse(b"n,,n=u,r=abc").unwrap();
+                let v = Verifier512::new("pw", b"salt", MIN_ITERATIONS);
+                ServerExchange::start_sha512(&first, Some(v.clone()), v, "def").unwrap().0
+            });
+            let _ = s.finish(&a);
+            let _ = s.finish(b.as_bytes());
+            for hash in [ScramHash::Sha256, ScramHash::Sha512] {
+                let (mut c, _) = ClientExchange::start_with(hash, "u", "pw", "abc").unwrap();
+                let _ = c.respond(&a);
+                let _ = c.verify(b.as_bytes());
+            }
         }
     }
 
