@@ -25,6 +25,7 @@ pub mod records;
 mod sasl;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,7 +76,7 @@ pub struct Ctx {
     /// Who the peer is (its certificate, then its SASL login), for the ACLs.
     pub principal: Mutex<Principal>,
     /// Produce quota throttle time to report in the Produce response.
-    pub throttle_ms: i32,
+    pub throttle_ms: AtomicI32,
 }
 
 impl Ctx {
@@ -140,7 +141,7 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         counting: MemoryBudget::new(COUNTING_BYTES),
         client_host: "/127.0.0.1".into(),
         principal: Mutex::new(Principal::Anonymous),
-        throttle_ms: 0,
+        throttle_ms: AtomicI32::new(0),
     };
     apis::handle(&ctx, Bytes::copy_from_slice(frame))
         .await
@@ -333,7 +334,7 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             counting: Arc::clone(&conns.counting),
             client_host: format!("/{}", peer.ip()),
             principal: Mutex::new(Principal::Anonymous),
-            throttle_ms: 0,
+            throttle_ms: AtomicI32::new(0),
         };
         let limits = proto.clone();
         let admitted = conns.spawn(proto.max_connections, move |handle| async move {
@@ -466,16 +467,10 @@ async fn serve(
         } else {
             Duration::ZERO
         };
-        let response = if throttle.is_zero() {
-            apis::handle(ctx, Bytes::from(frame)).await?
-        } else {
-            let throttle_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
-            let throttled = Ctx {
-                throttle_ms,
-                ..ctx.clone()
-            };
-            apis::handle(&throttled, Bytes::from(frame)).await?
-        };
+        // The Produce response reports the throttle (per connection, so one field serves).
+        let throttle_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
+        ctx.throttle_ms.store(throttle_ms, Ordering::Relaxed);
+        let response = apis::handle(ctx, Bytes::from(frame)).await?;
         if let Some(resp) = response {
             charge.add(resp.len());
             rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;

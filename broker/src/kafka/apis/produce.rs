@@ -30,7 +30,8 @@ pub(super) async fn handle(
     } else {
         None
     };
-    let mut resp = ProduceResponse::default().with_throttle_time_ms(ctx.throttle_ms);
+    let mut resp = ProduceResponse::default()
+        .with_throttle_time_ms(ctx.throttle_ms.load(std::sync::atomic::Ordering::Relaxed));
     for t in req.topic_data {
         let name = t.name.0.as_str().to_owned();
         let mut tr = TopicProduceResponse::default();
