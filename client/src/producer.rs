@@ -875,6 +875,12 @@ mod tests {
     }
 
     #[test]
+    fn a_delivery_can_be_awaited_from_another_task_or_thread() {
+        fn send_sync<T: Send + Sync + Unpin + 'static>() {}
+        send_sync::<Delivery>();
+    }
+
+    #[test]
     fn a_batch_dropped_unsent_fails_its_deliveries_with_closed() {
         let mut acks = Acks::new();
         let mut d = acks.add();
