@@ -49,6 +49,9 @@ stop_broker() { kill -INT "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null ||
 trap 'stop_broker; rm -rf "$data" "$log"' EXIT
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$pid/status"; }
 fds() { ls "/proc/$pid/fd" | wc -l; }
+# Broker CPU (utime + stime) in clock ticks, and per record between two readings.
+ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+per_record() { echo "scale=2; 1000000 * ($2 - $1) / $(getconf CLK_TCK) / $records" | bc; }
 now() { date +%s.%N; }
 secs() { echo "$2 - $1" | bc -l | xargs printf '%.3f'; }
 
@@ -145,10 +148,17 @@ echo "after restart: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
 echo "== produce: one partition vs spread over $spread partitions ($records records of 100 bytes, 1 producer)"
 "$bin" topics create single --partitions 1 --broker "$addr" >/dev/null
 "$bin" topics create spread --partitions "$spread" --broker "$addr" >/dev/null
+# Throughput depends on the load; the broker's CPU per record is the steadier figure.
+t0=$(ticks)
 single=$("$bin" perf produce --broker "$addr" --topic single --records "$records" --json)
+t1=$(ticks)
 echo "single: $single"
+echo "  broker CPU $(per_record "$t0" "$t1") us per record (load $(cut -d' ' -f1-3 /proc/loadavg))"
+t0=$(ticks)
 spreadr=$("$bin" perf produce --broker "$addr" --topic spread --partitions-spread "$spread" --records "$records" --json)
+t1=$(ticks)
 echo "spread: $spreadr"
+echo "  broker CPU $(per_record "$t0" "$t1") us per record (load $(cut -d' ' -f1-3 /proc/loadavg))"
 python3 - "$single" "$spreadr" <<'EOF'
 import json, sys
 a, b = (json.loads(x)["records_per_s"] for x in sys.argv[1:3])

@@ -14,6 +14,9 @@
 //! - Memory: at most `buffer_max_bytes` of records wait in the client.
 //!   Sends wait for room (default), or fail fast with [`Error::BufferFull`]
 //!   when [`ProducerConfig::fail_when_full`] is set.
+//! - Acknowledgements: the records of a batch share one acknowledgement
+//!   (one allocation and one wake-up per batch); each [`Delivery`] reads its
+//!   record's place from it.
 //! - Routing: with no explicit partition the broker routes by key (FNV-1a of
 //!   the key modulo the partition count, `flume_protocol::partition_for_key`);
 //!   null keys go to one partition per batch.
@@ -24,7 +27,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use event_listener::Event;
-use futures::channel::oneshot;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
@@ -222,7 +224,12 @@ impl ProducerRecord {
 /// The acknowledgement of a record handed over by [`Producer::enqueue`]:
 /// resolves to where the record landed, or why it failed.
 #[must_use = "a Delivery does nothing unless awaited; dropping it does not cancel the send"]
-pub struct Delivery(oneshot::Receiver<Result<RecordMetadata>>);
+pub struct Delivery {
+    batch: Arc<BatchAck>,
+    /// The record's place in its batch.
+    index: usize,
+    listener: Option<event_listener::EventListener>,
+}
 
 impl std::fmt::Debug for Delivery {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -236,18 +243,100 @@ impl std::future::Future for Delivery {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Self::Output> {
-        std::pin::Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::Closed)))
+        loop {
+            if let Some(outcome) = self.batch.outcome.get() {
+                return std::task::Poll::Ready(outcome.of(self.index));
+            }
+            // Listen, then look again before waiting, so a completion in between is not missed.
+            match self.listener.as_mut() {
+                None => self.listener = Some(self.batch.done.listen()),
+                Some(l) => {
+                    futures::ready!(std::pin::Pin::new(l).poll(cx));
+                    self.listener = None;
+                }
+            }
+        }
     }
 }
 
-type Ack = oneshot::Sender<Result<RecordMetadata>>;
+/// How a batch ended, for each of its records.
+#[derive(Debug)]
+struct Outcome {
+    /// Where the first records landed, in order.
+    placed: Vec<RecordMetadata>,
+    /// The error of every record past `placed` (none when all were placed).
+    rest: Option<Error>,
+}
 
-#[derive(Default)]
+impl Outcome {
+    fn failed(e: Error) -> Self {
+        Outcome {
+            placed: Vec::new(),
+            rest: Some(e),
+        }
+    }
+
+    fn of(&self, index: usize) -> Result<RecordMetadata> {
+        match self.placed.get(index) {
+            Some(m) => Ok(*m),
+            None => Err(self.rest.clone().unwrap_or(Error::Closed)),
+        }
+    }
+}
+
+/// The acknowledgement of one batch, shared by its records' [`Delivery`]s:
+/// one allocation and one wake-up per batch instead of a channel per record.
+#[derive(Debug, Default)]
+struct BatchAck {
+    outcome: std::sync::OnceLock<Outcome>,
+    done: Event,
+}
+
+/// The producer's side of a [`BatchAck`]: completes it once; dropped
+/// without completing (the producer went away), its records fail with
+/// [`Error::Closed`].
+#[derive(Debug)]
+struct Acks {
+    batch: Arc<BatchAck>,
+    /// Records in the batch.
+    count: usize,
+}
+
+impl Acks {
+    fn new() -> Self {
+        Acks {
+            batch: Arc::new(BatchAck::default()),
+            count: 0,
+        }
+    }
+
+    /// A [`Delivery`] for the next record of the batch.
+    fn add(&mut self) -> Delivery {
+        let d = Delivery {
+            batch: Arc::clone(&self.batch),
+            index: self.count,
+            listener: None,
+        };
+        self.count += 1;
+        d
+    }
+
+    fn complete(&self, outcome: Outcome) {
+        if self.batch.outcome.set(outcome).is_ok() {
+            self.batch.done.notify(usize::MAX);
+        }
+    }
+}
+
+impl Drop for Acks {
+    fn drop(&mut self) {
+        self.complete(Outcome::failed(Error::Closed));
+    }
+}
+
 struct Batch {
     buf: Vec<u8>,
-    acks: Vec<Ack>,
+    acks: Acks,
 }
 
 struct Shared {
@@ -354,11 +443,9 @@ impl Producer {
             Ok(result) => return result,
             Err(rec) => rec,
         };
-        Delivery(
-            self.enqueue_inner(rec, !self.shared.config.fail_when_full)
-                .await?,
-        )
-        .await
+        self.enqueue_inner(rec, !self.shared.config.fail_when_full)
+            .await?
+            .await
     }
 
     /// One record at a time on an idle producer: the caller writes its own
@@ -413,9 +500,10 @@ impl Producer {
             Ok(fut) => fut.await,
             Err(e) => Err(e),
         };
-        let (tx, rx) = oneshot::channel();
-        complete(sh, (vec![(len, vec![tx])], result));
-        Ok(rx.await.unwrap_or(Err(Error::Closed)))
+        let mut acks = Acks::new();
+        let delivery = acks.add();
+        complete(sh, (vec![(len, acks)], result));
+        Ok(delivery.await)
     }
 
     /// Hands a record to the producer and returns once it is buffered
@@ -442,14 +530,10 @@ impl Producer {
     /// empty topic, a record above `max_record_bytes` (RECORD_TOO_LARGE).
     pub async fn enqueue(&self, rec: ProducerRecord) -> Result<Delivery> {
         let wait = !self.shared.config.fail_when_full;
-        Ok(Delivery(self.enqueue_inner(rec, wait).await?))
+        self.enqueue_inner(rec, wait).await
     }
 
-    async fn enqueue_inner(
-        &self,
-        rec: ProducerRecord,
-        wait: bool,
-    ) -> Result<oneshot::Receiver<Result<RecordMetadata>>> {
+    async fn enqueue_inner(&self, rec: ProducerRecord, wait: bool) -> Result<Delivery> {
         let sh = &self.shared;
         if rec.topic.is_empty() {
             return Err(Error::InvalidArgument("topic must not be empty".into()));
@@ -470,7 +554,6 @@ impl Producer {
         }
         let timestamp = rec.timestamp.unwrap_or_else(now_ms);
         let partition = rec.partition.unwrap_or(-1);
-        let (tx, rx) = oneshot::channel();
         let mut listener: Option<event_listener::EventListener> = None;
         loop {
             {
@@ -485,13 +568,17 @@ impl Producer {
                         st.batches.insert(rec.topic.clone(), BTreeMap::new());
                     }
                     let mut full = false;
+                    let mut delivery = None;
                     if let Some(queue) = st
                         .batches
                         .get_mut(&rec.topic)
                         .map(|t| t.entry(partition).or_default())
                     {
                         if queue.back().is_none_or(|b| b.buf.len() + len > max) {
-                            queue.push_back(Batch::default());
+                            queue.push_back(Batch {
+                                buf: Vec::new(),
+                                acks: Acks::new(),
+                            });
                         }
                         full = queue.len() > 1;
                         if let Some(b) = queue.back_mut() {
@@ -504,12 +591,15 @@ impl Producer {
                                 &rec.value,
                                 &rec.headers,
                             );
-                            b.acks.push(tx);
+                            delivery = Some(b.acks.add());
                             full |= b.buf.len() >= max;
                         }
                     }
                     st.full |= full;
-                    break;
+                    drop(st);
+                    sh.added.notify(1);
+                    // The queue was just given a batch, so there was one to add the record to.
+                    return delivery.ok_or(Error::Closed);
                 }
             }
             if !wait {
@@ -523,8 +613,6 @@ impl Producer {
                 None => listener = Some(sh.freed.listen()),
             }
         }
-        sh.added.notify(1);
-        Ok(rx)
     }
 
     /// Waits until every record sent before the call is acknowledged (or failed).
@@ -557,7 +645,7 @@ impl Drop for Producer {
     }
 }
 
-type Sent = (Vec<(usize, Vec<Ack>)>, Result<ProduceResponse>);
+type Sent = (Vec<(usize, Acks)>, Result<ProduceResponse>);
 
 async fn sender_loop(sh: Arc<Shared>) {
     let mut inflight: FuturesUnordered<futures::future::BoxFuture<'static, Sent>> =
@@ -664,7 +752,7 @@ fn complete(sh: &Shared, (acks, result): Sent) {
     let freed: usize = acks.iter().map(|(n, _)| n).sum();
     match result {
         Ok(resp) if resp.results.len() == acks.len() => {
-            for ((_, waiters), r) in acks.into_iter().zip(resp.results) {
+            for ((_, batch), r) in acks.into_iter().zip(resp.results) {
                 if !r.error.is_ok() {
                     let context = if r.error == ErrorCode::RecordTooLarge {
                         format!(
@@ -674,29 +762,25 @@ fn complete(sh: &Shared, (acks, result): Sent) {
                     } else {
                         format!("{}/{}", r.topic, r.partition)
                     };
-                    let err = Error::broker(r.error, context);
-                    for w in waiters {
-                        let _ = w.send(Err(err.clone()));
-                    }
+                    batch.complete(Outcome::failed(Error::broker(r.error, context)));
                     continue;
                 }
-                let offsets = r.record_offsets();
-                let n = waiters.len();
-                for (i, w) in waiters.into_iter().enumerate() {
-                    let meta = offsets.get(i).map(|(p, o)| RecordMetadata {
-                        partition: *p,
-                        offset: *o,
-                    });
-                    let _ = w.send(meta.ok_or_else(|| {
-                        Error::protocol(format!(
-                            "{}/{}: the broker acknowledged {} records of {} sent",
-                            r.topic,
-                            r.partition,
-                            offsets.len(),
-                            n
-                        ))
-                    }));
-                }
+                let placed: Vec<RecordMetadata> = r
+                    .record_offsets()
+                    .into_iter()
+                    .take(batch.count)
+                    .map(|(partition, offset)| RecordMetadata { partition, offset })
+                    .collect();
+                let rest = (placed.len() < batch.count).then(|| {
+                    Error::protocol(format!(
+                        "{}/{}: the broker acknowledged {} records of {} sent",
+                        r.topic,
+                        r.partition,
+                        placed.len(),
+                        batch.count
+                    ))
+                });
+                batch.complete(Outcome { placed, rest });
             }
         }
         Ok(resp) => {
@@ -705,17 +789,13 @@ fn complete(sh: &Shared, (acks, result): Sent) {
                 resp.results.len(),
                 acks.len()
             ));
-            for (_, waiters) in acks {
-                for w in waiters {
-                    let _ = w.send(Err(err.clone()));
-                }
+            for (_, batch) in acks {
+                batch.complete(Outcome::failed(err.clone()));
             }
         }
         Err(e) => {
-            for (_, waiters) in acks {
-                for w in waiters {
-                    let _ = w.send(Err(e.clone()));
-                }
+            for (_, batch) in acks {
+                batch.complete(Outcome::failed(e.clone()));
             }
         }
     }
@@ -724,4 +804,93 @@ fn complete(sh: &Shared, (acks, result): Sent) {
         st.buffered = st.buffered.saturating_sub(freed);
     }
     sh.freed.notify(usize::MAX);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::task::ArcWake;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct CountingWaker(AtomicUsize);
+
+    impl ArcWake for CountingWaker {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn meta(partition: i32, offset: i64) -> RecordMetadata {
+        RecordMetadata { partition, offset }
+    }
+
+    #[test]
+    fn each_delivery_of_a_batch_gets_its_own_record_s_place() {
+        let mut acks = Acks::new();
+        let d: Vec<Delivery> = (0..3).map(|_| acks.add()).collect();
+        assert_eq!(acks.count, 3);
+        acks.complete(Outcome {
+            placed: vec![meta(2, 10), meta(2, 11)],
+            rest: Some(Error::protocol("short")),
+        });
+        let got: Vec<Result<RecordMetadata>> = d
+            .into_iter()
+            .map(|d| d.now_or_never().expect("complete"))
+            .collect();
+        assert_eq!(got[0].as_ref().ok(), Some(&meta(2, 10)));
+        assert_eq!(got[1].as_ref().ok(), Some(&meta(2, 11)));
+        assert!(
+            matches!(&got[2], Err(Error::Protocol { detail }) if detail == "short"),
+            "{:?}",
+            got[2]
+        );
+    }
+
+    #[test]
+    fn a_waiting_delivery_is_woken_once_its_batch_completes() {
+        let mut acks = Acks::new();
+        let mut first = acks.add();
+        let mut second = acks.add();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = futures::task::waker(Arc::clone(&counter));
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut first).poll(&mut cx).is_pending());
+        assert!(std::pin::Pin::new(&mut second).poll(&mut cx).is_pending());
+        acks.complete(Outcome {
+            placed: vec![meta(0, 5), meta(0, 6)],
+            rest: None,
+        });
+        assert_eq!(counter.0.load(Ordering::SeqCst), 2, "both waiters woken");
+        assert!(matches!(
+            std::pin::Pin::new(&mut second).poll(&mut cx),
+            std::task::Poll::Ready(Ok(m)) if m == meta(0, 6)
+        ));
+        assert!(matches!(
+            std::pin::Pin::new(&mut first).poll(&mut cx),
+            std::task::Poll::Ready(Ok(m)) if m == meta(0, 5)
+        ));
+        // Completing again changes nothing.
+        acks.complete(Outcome::failed(Error::Closed));
+        drop(acks);
+    }
+
+    #[test]
+    fn a_delivery_can_be_awaited_from_another_task_or_thread() {
+        fn send_sync<T: Send + Sync + Unpin + 'static>() {}
+        send_sync::<Delivery>();
+    }
+
+    #[test]
+    fn a_batch_dropped_unsent_fails_its_deliveries_with_closed() {
+        let mut acks = Acks::new();
+        let mut d = acks.add();
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut d).poll(&mut cx).is_pending());
+        drop(acks);
+        assert!(matches!(
+            std::pin::Pin::new(&mut d).poll(&mut cx),
+            std::task::Poll::Ready(Err(Error::Closed))
+        ));
+    }
 }

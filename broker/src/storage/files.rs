@@ -1,9 +1,11 @@
-//! A broker-wide LRU of open segment files, so the number of file
-//! descriptors does not grow with the number of partitions.
+//! A broker-wide cache of open segment files (least recently used ones go,
+//! approximated by CLOCK), so the number of file descriptors does not grow
+//! with the number of partitions.
 //!
 //! A segment names its two files by a [`CachedFile`]; each use asks the cache
 //! for the open file ([`CachedFile::get`]), which opens it on a miss and
-//! closes the least recently used one when more than `capacity` are open. A
+//! closes one not used lately (the first the clock hand finds not used since
+//! it last passed) when more than `capacity` are open. A
 //! caller holds the returned `Arc<File>` only for one read or write, so an
 //! evicted file in use stays valid until that call is done (the descriptors
 //! open at once are at most `capacity` plus the calls in progress).
@@ -18,7 +20,7 @@
 //! [`crate::storage::segment`]); under `Never` there is no fsync promise to
 //! keep and every file goes through the cache.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,34 +31,71 @@ use super::{io_err, StorageError};
 /// Default of [`FileCache`] capacity (`max_open_files`).
 pub const DEFAULT_MAX_OPEN_FILES: usize = 16_384;
 
+/// An open file in the cache.
+#[derive(Debug)]
+struct Entry {
+    file: Arc<File>,
+    /// Used since the clock hand last passed (second chance).
+    referenced: bool,
+    /// Its place in `Lru::ring`.
+    slot: usize,
+}
+
+/// The open files, evicted by the CLOCK approximation of least-recently-used:
+/// a use only sets the entry's `referenced` bit (a hash lookup, no
+/// reordering: with thousands of partitions written round-robin, the ordered
+/// map this replaced cost a few cache misses per append); an eviction moves
+/// the hand over the ring, clearing bits, to the first entry not used since
+/// the hand last passed it.
 #[derive(Debug, Default)]
 struct Lru {
-    /// key -> (file, last use)
-    open: HashMap<u64, (Arc<File>, u64)>,
-    /// last use -> key, oldest first
-    order: BTreeMap<u64, u64>,
-    tick: u64,
+    open: HashMap<u64, Entry>,
+    /// The keys of `open`, in the order the hand visits them.
+    ring: Vec<u64>,
+    hand: usize,
 }
 
 impl Lru {
     fn touch(&mut self, key: u64) -> Option<Arc<File>> {
-        self.tick += 1;
-        let tick = self.tick;
-        let (file, used) = self.open.get_mut(&key)?;
-        self.order.remove(used);
-        *used = tick;
-        self.order.insert(tick, key);
-        Some(Arc::clone(file))
+        let e = self.open.get_mut(&key)?;
+        e.referenced = true;
+        Some(Arc::clone(&e.file))
     }
 
     fn remove(&mut self, key: u64) -> Option<Arc<File>> {
-        let (file, used) = self.open.remove(&key)?;
-        self.order.remove(&used);
-        Some(file)
+        let e = self.open.remove(&key)?;
+        self.ring.swap_remove(e.slot);
+        if let Some(&moved) = self.ring.get(e.slot) {
+            if let Some(m) = self.open.get_mut(&moved) {
+                m.slot = e.slot;
+            }
+        }
+        Some(e.file)
+    }
+
+    /// The slot of the file to evict: the hand's next entry not used since
+    /// the hand last passed it (bits are cleared on the way).
+    fn victim(&mut self) -> Option<usize> {
+        // Two sweeps at most: the first clears every bit it passes.
+        for _ in 0..2 * self.ring.len() {
+            if self.hand >= self.ring.len() {
+                self.hand = 0;
+            }
+            let key = *self.ring.get(self.hand)?;
+            let e = self.open.get_mut(&key)?;
+            if !e.referenced {
+                return Some(self.hand);
+            }
+            e.referenced = false;
+            self.hand += 1;
+        }
+        None
     }
 
     /// Inserts `file` (or returns the one another caller inserted first);
     /// evicted files are pushed to `closed` to be dropped outside the lock.
+    /// When full, the new file takes the evicted one's slot and the hand
+    /// moves past it, so it is the last the hand comes back to.
     fn insert(
         &mut self,
         key: u64,
@@ -68,17 +107,26 @@ impl Lru {
             closed.push(file);
             return existing;
         }
-        self.tick += 1;
-        self.open.insert(key, (Arc::clone(&file), self.tick));
-        self.order.insert(self.tick, key);
-        while self.open.len() > capacity {
-            let Some((_, oldest)) = self.order.pop_first() else {
-                break;
-            };
-            if let Some((f, _)) = self.open.remove(&oldest) {
-                closed.push(f);
+        let entry = |slot| Entry {
+            file: Arc::clone(&file),
+            referenced: false,
+            slot,
+        };
+        if self.open.len() >= capacity {
+            if let Some(slot) = self.victim() {
+                if let Some(old) = self.ring.get(slot).and_then(|k| self.open.remove(k)) {
+                    closed.push(old.file);
+                }
+                if let Some(k) = self.ring.get_mut(slot) {
+                    *k = key;
+                }
+                self.open.insert(key, entry(slot));
+                self.hand = slot + 1;
+                return file;
             }
         }
+        self.open.insert(key, entry(self.ring.len()));
+        self.ring.push(key);
         file
     }
 }
@@ -254,6 +302,41 @@ mod tests {
         assert_eq!(cache.opens(), before);
         drop(handles);
         assert_eq!(cache.open_files(), 0, "dropped handles close their files");
+    }
+
+    #[test]
+    fn a_file_used_since_the_hand_passed_gets_a_second_chance() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cache = FileCache::new(3);
+        let h: Vec<CachedFile> = files(dir.path(), 5)
+            .into_iter()
+            .map(|p| cache.file(p))
+            .collect();
+        for f in &h[..3] {
+            f.get().expect("fill");
+        }
+        h[0].get().expect("0 used again");
+        h[3].get().expect("3 evicts 1, the first not used again");
+        let opens = cache.opens();
+        h[0].get().expect("0 still open");
+        h[2].get().expect("2 still open");
+        assert_eq!(cache.opens(), opens);
+        // 0 and 2 were used again, 3 not since it was opened: 3 goes.
+        h[4].get().expect("4");
+        assert_eq!(cache.open_files(), 3);
+        let opens = cache.opens();
+        h[0].get().expect("0");
+        h[2].get().expect("2");
+        h[4].get().expect("4");
+        assert_eq!(cache.opens(), opens, "0, 2 and 4 stayed");
+        h[3].get().expect("3 is reopened");
+        h[1].get().expect("1 is reopened");
+        assert_eq!(cache.opens(), opens + 2);
+        assert_eq!(cache.open_files(), 3);
+        // Closing handles keeps the ring consistent.
+        drop(h);
+        assert_eq!(cache.open_files(), 0);
+        assert!(cache.lock().ring.is_empty());
     }
 
     #[test]
