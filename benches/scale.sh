@@ -6,19 +6,30 @@
 #   - shutdown time, restart time until serving METADATA again;
 #   - METADATA of all topics (time of one request, measured by the client in this script);
 #   - produce spread over 10,000 partitions vs one partition (flume-cli perf produce);
-#   - 10,000 connections held at once, each answered.
+#   - 10,000 connections held at once, each answered;
+#   - 1,000 consumer groups of 10 members (flume-cli perf groups, on a broker of their own):
+#     the broker's CPU while they idle, heartbeating at the default interval (with their fetches
+#     waiting the SDK's default 500 ms, then waiting 30 s: heartbeats alone), its RSS and fds, the time one group takes to be stable
+#     again after a member leaves and one joins while all run, and the probe heartbeat round
+#     trips of another group meanwhile.
 # Not run by CI; takes a few minutes. The soft RLIMIT_NOFILE is raised to the hard limit
 # (the broker needs max_open_files + max_connections + 64 = 26,448 descriptors by default,
 # this script's client 10,000 more for the connection test).
-# Not measured here yet: 1,000 groups x 10 members (a later session).
 #
 # usage: benches/scale.sh            env: TOPICS (12500) SPREAD (10000) CONNS (10000) RECORDS (2000000)
+#                                         GROUP_COUNT (1000) MEMBERS (10) GROUP_PARTITIONS (10) IDLE_SECS (30)
+#                                         ONLY=groups: just the groups section
 set -euo pipefail
 cd "$(dirname "$0")/.."
 topics=${TOPICS:-12500}
 spread=${SPREAD:-10000}
 conns=${CONNS:-10000}
 records=${RECORDS:-2000000}
+groups=${GROUP_COUNT:-1000}  # not GROUPS: bash sets that (the user's group ids)
+members=${MEMBERS:-10}
+group_partitions=${GROUP_PARTITIONS:-10}
+idle_secs=${IDLE_SECS:-30}
+only=${ONLY:-}
 partitions=$((topics * 4))
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 cargo build --release -q -p flume-cli
@@ -108,7 +119,8 @@ def connections(count):
 {"metadata": metadata_all, "connections": lambda: connections(int(sys.argv[3]))}[sys.argv[1]]()
 EOF
 
-echo "== scale benchmark: $(nproc) cores, $(date -u +%FT%TZ); fd limit $(ulimit -Sn)/$(ulimit -Hn). The machine is shared: figures are indicative."
+echo "== scale benchmark: $(nproc) cores, $(date -u +%FT%TZ); fd limit $(ulimit -Sn)/$(ulimit -Hn); load average $(cut -d' ' -f1-3 /proc/loadavg). The machine is shared: figures are indicative."
+if [ -z "$only" ]; then
 start_broker
 wait_port
 sleep 0.5
@@ -178,3 +190,33 @@ sleep 2
 echo "broker with $conns connections: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
 echo >&4; exec 4>&-
 wait "$cpid"; rm -f "$fifo"
+stop_broker
+fi
+
+if [ -z "$only" ] || [ "$only" = groups ]; then
+  # A broker of its own (fresh data directory), so the figures are the groups' alone. One
+  # connection per member: the broker holds groups*members connections plus a few (the admin
+  # connection, the probe, a joining member while the leaver's closes), so max_connections is
+  # raised just above the member count; the file cache shrinks to fit the fd limit if needed.
+  echo "== $groups groups x $members members, topic of $group_partitions partitions (flume-cli perf groups)"
+  rm -rf "$data"; data=$(mktemp -d)
+  gconns=$((groups * members + 100))
+  gextra=(--max-connections "$gconns")
+  if [ "$hard" != unlimited ] && [ "$hard" -lt $((16384 + gconns + 64)) ]; then
+    gextra+=(--max-open-files $((hard - gconns - 64 - 200)))
+  fi
+  "$bin" broker --port "$port" --data "$data" "${gextra[@]}" >>"$log" 2>&1 &
+  pid=$!
+  wait_port
+  echo "broker flags: ${gextra[*]}; empty broker: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
+  # Twice: members whose fetches wait the SDK's default 500 ms (each member's empty fetch comes
+  # back twice a second), and members that only heartbeat (fetches waiting 30 s, the broker's cap).
+  for wait in 500 30000; do
+    "$bin" perf groups --broker "$addr" --broker-pid "$pid" --groups "$groups" --members "$members" \
+      --topic-partitions "$group_partitions" --idle-secs "$idle_secs" --rebalances 5 \
+      --fetch-wait-ms "$wait" --group-prefix "w$wait" 2>&1 | grep -v '^progress'
+    # The first run's members are gone with its process: wait until their sessions expire.
+    sleep 12
+  done
+  echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+fi

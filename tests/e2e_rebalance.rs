@@ -282,3 +282,83 @@ fn plain_heartbeat_still_works_and_a_wait_ends_at_its_deadline() {
         broker.shutdown().await;
     });
 }
+
+/// A waiting heartbeat is answered when shutdown begins (woken through its
+/// group, not a listener on the shutdown signal of its own), and one sent
+/// after that does not wait at all.
+#[test]
+fn waiting_heartbeats_end_when_shutdown_begins() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, _addr, _clock) = common::with_topic_manual(dir.path(), "t", 2).await;
+        let engine = broker.engine().clone();
+        let (member, generation) = join_one(&engine).await;
+        let e = engine.clone();
+        let m = member.clone();
+        let waiting = rt::spawn(async move {
+            e.heartbeat_wait("g", &m, generation, Duration::from_secs(600))
+                .await
+        });
+        common::wait_until("the heartbeat waits", Duration::from_secs(2), || {
+            let n = engine.parked_heartbeats();
+            async move { n == 1 }
+        })
+        .await;
+        engine.begin_shutdown();
+        let r = rt::timeout(Duration::from_secs(2), waiting)
+            .await
+            .expect("the waiting heartbeat is answered at shutdown");
+        assert_eq!(r, Ok(()));
+        assert_eq!(engine.parked_heartbeats(), 0);
+        let r = rt::timeout(
+            Duration::from_secs(2),
+            engine.heartbeat_wait("g", &member, generation, Duration::from_secs(600)),
+        )
+        .await
+        .expect("a heartbeat after shutdown began does not wait");
+        assert_eq!(r, Ok(()));
+        assert_eq!(engine.parked_heartbeats(), 0);
+        broker.shutdown().await;
+    });
+}
+
+/// A GroupConsumer holds one connection at the broker: its heartbeats share
+/// it with its fetches and commits. On a broker that admits one connection,
+/// the member keeps its session alive (10,000 members fit the default
+/// `max_connections` of 10,000; with a heartbeat connection of their own they
+/// would need twice that).
+#[test]
+fn a_group_member_needs_one_connection() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut cfg, clock) = common::manual_config(dir.path());
+        cfg.max_connections = 1;
+        let broker = Broker::start(cfg).await.unwrap();
+        let engine = broker.engine().clone();
+        engine.create_topic("t", common::topic(2)).unwrap();
+        let addr = broker.local_addr().to_string();
+        let c = GroupConsumer::builder(&addr, "g")
+            .topic("t")
+            .session_timeout(Duration::from_millis(1000))
+            .heartbeat_interval(Duration::from_millis(20))
+            .build()
+            .await
+            .unwrap();
+        let member = c.member_id().await;
+        let generation = c.generation().await;
+        // Five session timeouts on the broker's clock: only heartbeats keep it a member.
+        common::advance_keeping_alive(
+            &engine,
+            &clock,
+            "g",
+            std::slice::from_ref(&member),
+            Duration::from_secs(5),
+            Duration::from_millis(500),
+        )
+        .await;
+        assert_eq!(engine.group_members("g"), Some(1));
+        assert_eq!(c.generation().await, generation, "no rebalance");
+        c.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}

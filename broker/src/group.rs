@@ -424,6 +424,14 @@ struct Group<R> {
     /// Notified when a rebalance starts or a member is removed: wakes the
     /// members' waiting heartbeats (HEARTBEAT_WAIT), which then answer.
     changed: event_listener::Event,
+    /// The earliest time (ms) the tick has anything to do here: a session
+    /// that may lapse, a rebalance or sync deadline, a handed-out id to drop
+    /// (see [`Group::next_check`]); 0 after any change but a heartbeat. A
+    /// heartbeat only moves a session's end later, so this stays a safe lower
+    /// bound without being touched on the hot path, and the tick skips the
+    /// group until then: its work per tick follows the groups with something
+    /// due, not every member of every group.
+    check_at: u64,
 }
 
 impl<R> Group<R> {
@@ -444,7 +452,27 @@ impl<R> Group<R> {
             new_ids: BTreeMap::new(),
             held: 0,
             changed: event_listener::Event::new(),
+            check_at: 0,
         }
+    }
+
+    /// When the tick next has something to do in this group, as of its
+    /// current members, state and handed-out ids: the first moment a session
+    /// could have lapsed (`now - last_seen > session_timeout`), the state's
+    /// deadline, the first moment a handed-out id is past its lapse.
+    fn next_check(&self) -> u64 {
+        let sessions = self.members.values().map(|m| {
+            m.last_seen
+                .saturating_add(m.session_timeout_ms)
+                .saturating_add(1)
+        });
+        let ids = self.new_ids.values().map(|lapse| lapse.saturating_add(1));
+        let state = match self.state {
+            GroupState::PreparingRebalance { deadline }
+            | GroupState::CompletingRebalance { deadline } => deadline,
+            GroupState::Empty | GroupState::Stable => u64::MAX,
+        };
+        sessions.chain(ids).fold(state, u64::min)
     }
 
     fn recount(&mut self) {
@@ -502,6 +530,8 @@ pub struct Coordinator<R> {
     nonce: u64,
     /// Heartbeats waiting (HEARTBEAT_WAIT), over all groups.
     parked_heartbeats: usize,
+    /// Groups the last [`Coordinator::tick`] looked into (tests, metrics).
+    last_tick_checked: usize,
 }
 
 impl<R> Coordinator<R> {
@@ -512,6 +542,7 @@ impl<R> Coordinator<R> {
             seq: 0,
             nonce,
             parked_heartbeats: 0,
+            last_tick_checked: 0,
         }
     }
 
@@ -699,6 +730,7 @@ impl<R> Coordinator<R> {
             .groups
             .entry(group.to_owned())
             .or_insert_with(Group::new);
+        g.check_at = 0;
         if g.is_client() {
             if !g.is_idle() {
                 return vec![(responder, Err(GroupError::InconsistentProtocol))];
@@ -799,6 +831,7 @@ impl<R> Coordinator<R> {
             .groups
             .entry(group.to_owned())
             .or_insert_with(Group::new);
+        g.check_at = 0;
         // The mode and protocols must fit the group's while it has members.
         if !g.members.is_empty() || !g.pending.is_empty() {
             let fits = match &g.mode {
@@ -941,6 +974,7 @@ impl<R> Coordinator<R> {
         let Some(g) = self.groups.get_mut(group) else {
             return vec![fail(responder, ErrorCode::UnknownMember)];
         };
+        g.check_at = 0;
         let Some(m) = g.members.get_mut(member) else {
             return vec![fail(responder, ErrorCode::UnknownMember)];
         };
@@ -1125,6 +1159,7 @@ impl<R> Coordinator<R> {
         partitions_of: &dyn Fn(&str) -> u32,
     ) -> Result<Vec<Ready<R>>, ErrorCode> {
         let g = self.groups.get_mut(group).ok_or(ErrorCode::UnknownMember)?;
+        g.check_at = 0;
         if g.new_ids.remove(member).is_some() {
             return Ok(Vec::new());
         }
@@ -1185,9 +1220,19 @@ impl<R> Coordinator<R> {
     /// Expires silent members and member ids handed out but never used,
     /// completes rebalances past their deadline, and removes the members of
     /// a client-assigned group that did not send SyncGroup in time.
+    ///
+    /// Looks only into the groups with something due by now (`check_at`):
+    /// with every member heartbeating, a group is looked into about once
+    /// per session timeout, not on every tick.
     pub fn tick(&mut self, now: u64, partitions_of: &dyn Fn(&str) -> u32) -> Vec<Ready<R>> {
         let mut ready = Vec::new();
+        let mut checked = 0;
+        let mut emptied = false;
         for (name, g) in &mut self.groups {
+            if now < g.check_at {
+                continue;
+            }
+            checked += 1;
             g.new_ids.retain(|_, lapse| *lapse >= now);
             let expired: Vec<String> = g
                 .members
@@ -1225,21 +1270,32 @@ impl<R> Coordinator<R> {
                     ready.extend(try_complete(g, now, true, partitions_of));
                 }
             }
-        }
-        // Empty groups hold no state worth keeping (their offsets live in the offset
-        // store), so memory follows the live groups, not every name ever used.
-        self.groups.retain(|_, g| !g.is_idle());
-        // Members that left or expired since the last tick free their share.
-        for g in self.groups.values_mut() {
+            // Members that left or expired free their share.
             g.recount();
+            emptied |= g.is_idle();
+            g.check_at = g.next_check();
+        }
+        self.last_tick_checked = checked;
+        // Empty groups hold no state worth keeping (their offsets live in the offset
+        // store), so memory follows the live groups, not every name ever used. A group
+        // becomes idle only through a change, which has it looked into at this tick.
+        if emptied {
+            self.groups.retain(|_, g| !g.is_idle());
         }
         ready
+    }
+
+    /// Groups the last [`Coordinator::tick`] looked into.
+    pub fn last_tick_checked(&self) -> usize {
+        self.last_tick_checked
     }
 
     /// Answers every parked join and sync with `code` (shutdown).
     pub fn drain(&mut self, code: ErrorCode) -> Vec<Ready<R>> {
         let mut out = Vec::new();
         for g in self.groups.values_mut() {
+            // Waiting heartbeats answer now (they check for shutdown under this lock).
+            g.changed.notify(usize::MAX);
             for p in std::mem::take(&mut g.pending).into_values() {
                 out.push(fail(p.responder, code));
             }

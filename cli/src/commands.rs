@@ -133,13 +133,29 @@ pub struct BrokerArgs {
     #[arg(long, value_parser = range_u64(64, 1 << 30))]
     max_record_bytes: Option<u64>,
     /// Most concurrent connections; each holds a file descriptor, a task and
-    /// its read/write buffers (a few KB idle, more while it has requests in flight).
+    /// its read/write buffers (a few KB idle, more while it has requests in
+    /// flight: about 30 KB with a group member's waiting fetch and heartbeat).
+    /// A GroupConsumer, Producer or Admin holds one each.
     #[arg(long, default_value_t = 10_000, value_parser = range_u64(1, 1_000_000))]
     max_connections: u64,
     /// Most partitions over all topics; an idle partition costs a few KB of
     /// memory, no file descriptor and no task. A topic past it gets LIMIT_REACHED.
     #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, 10_000_000))]
     max_partitions: u64,
+    /// Most consumer groups with members at once. A group costs about 1 KB of
+    /// coordinator state plus its members' (see --max-members-per-group) and
+    /// no task; its members' heartbeats cost CPU, not memory (1,000 groups of
+    /// 10: README, Scale). A join that would create one more gets
+    /// LIMIT_REACHED, logged with the limit's name and value.
+    #[arg(long, default_value_t = 10_000, value_parser = range_u64(1, 10_000_000))]
+    max_groups: u64,
+    /// Most members of one group. A member costs about 0.5 KB of coordinator
+    /// state (its id, topics, assignment) plus its connection (see
+    /// --max-connections; a GroupConsumer holds one); a rebalance of a group
+    /// of N members takes O(N x partitions) work. A new member past it gets
+    /// LIMIT_REACHED, logged with the limit's name and value.
+    #[arg(long, default_value_t = 1_000, value_parser = range_u64(1, 1_000_000))]
+    max_members_per_group: u64,
     /// Most segment files open at once over all partitions (an LRU; sealed and
     /// idle segments are opened again on demand). The broker needs about
     /// max-open-files + max-connections + 64 file descriptors and raises its
@@ -478,6 +494,8 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     };
     c.max_connections = usize::try_from(a.max_connections)?;
     c.max_partitions = a.max_partitions;
+    c.max_groups = usize::try_from(a.max_groups)?;
+    c.max_members_per_group = usize::try_from(a.max_members_per_group)?;
     c.max_open_files = usize::try_from(a.max_open_files)?;
     // Raised before the broker opens its topics; reported once it has started.
     let fds = c.ensure_fd_limit();

@@ -17,6 +17,8 @@ use serde_json::json;
 use crate::commands::range_u64;
 use crate::commands::BrokerAddr;
 
+mod groups;
+
 #[derive(Debug, Subcommand)]
 pub enum PerfCommand {
     /// Produce N records as fast as possible and report throughput and latency.
@@ -25,6 +27,9 @@ pub enum PerfCommand {
     Consume(ConsumeArgs),
     /// Produce at a fixed rate while a group consumer reads: latency from send to delivery.
     E2e(E2eArgs),
+    /// Many consumer groups at once (default 1,000 x 10 members): the broker's
+    /// idle CPU, RSS and descriptors, and one group's rebalance time while all run.
+    Groups(groups::GroupsArgs),
 }
 
 /// How every perf run prints its summary: one definition flattened into each.
@@ -136,6 +141,7 @@ pub async fn run(cmd: PerfCommand) -> Result<()> {
         PerfCommand::Produce(a) => produce(a).await,
         PerfCommand::Consume(a) => consume(a).await,
         PerfCommand::E2e(a) => e2e(a).await,
+        PerfCommand::Groups(a) => groups::groups(a).await,
     }
 }
 

@@ -270,18 +270,24 @@ impl Engine {
             let now = self.mono_ms();
             let mut g = lock(&self.groups);
             let listened = g.heartbeat_listen(group, member, generation, now)?;
-            if max_wait.is_zero() || !g.park_heartbeat(self.config.max_connections) {
+            // Shutdown begins by closing the signal, then notifies every group's
+            // listeners under this lock (`Coordinator::drain`): a wait that starts
+            // after that returns here, one that started before is woken. So a
+            // waiting heartbeat needs no listener on the shutdown signal of its
+            // own (10,000 of those on one event cost more than the heartbeats).
+            if max_wait.is_zero()
+                || self.is_shutting_down()
+                || !g.park_heartbeat(self.config.max_connections)
+            {
                 return Ok(());
             }
             listened
         };
         let place = ParkedHeartbeat(Arc::clone(self));
         let wait = max_wait.min(Duration::from_millis(session_ms));
-        let stop = self.shutdown_signal();
         futures::select! {
             () = listener.fuse() => {},
             () = rt::sleep(wait).fuse() => {},
-            _ = stop.recv().fuse() => {},
         }
         // A statement of its own: the guard goes before `place` takes the lock.
         let answer = lock(&self.groups).check_member(group, member, generation);

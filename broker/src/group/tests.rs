@@ -420,3 +420,71 @@ fn waiting_heartbeats_wake_on_leave_join_and_expiry() {
     c.unpark_heartbeat();
     assert_eq!(c.parked_heartbeats(), 0);
 }
+
+/// The tick looks into a group only when something there is due: with every
+/// member heartbeating, about once per session timeout, not every tick; a
+/// silent member still expires on the first tick past its session, and a
+/// change (a join, a leave) has the group looked into at the next tick.
+#[test]
+fn tick_skips_groups_with_nothing_due() {
+    let mut c = Coordinator::new(1);
+    let mut members = Vec::new();
+    for g in 0..100 {
+        let name = format!("g{g}");
+        let r = ok(c.join(&name, params(""), 0, 1, &six));
+        members.push((name, r[0].1.member_id.clone()));
+    }
+    assert!(c.tick(1, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 100, "new groups are looked into");
+    // Sessions of 1000 ms from 0: nothing due before 1001, whatever the heartbeats.
+    for t in (100..=1000).step_by(100) {
+        for (g, m) in &members {
+            c.heartbeat(g, m, 1, t - 50).unwrap();
+        }
+        assert!(c.tick(t, &six).is_empty());
+        assert_eq!(c.last_tick_checked(), 0, "tick at {t}");
+    }
+    // At 1001 each group is looked into once, finds its member alive (seen at
+    // 950), and is next due at 1951.
+    assert!(c.tick(1001, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 100);
+    assert!(c.tick(1500, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 0);
+    // A leave has its group looked into at the next tick (and dropped: it is empty).
+    let (g0, m0) = members.remove(0);
+    c.leave(&g0, &m0, 1600, &six).unwrap();
+    assert!(c.tick(1601, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 1);
+    assert!(c.state(&g0).is_none(), "an empty group is dropped");
+    // Only g1's member heartbeats from here on: everyone else expires at 1951.
+    let (g1, m1) = members[0].clone();
+    c.heartbeat(&g1, &m1, 1, 1900).unwrap();
+    assert!(c.tick(1950, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 0);
+    assert!(c.tick(1951, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 99);
+    assert_eq!(c.state(&g1).map(|s| s.2), Some(1), "g1's member is alive");
+    for (g, _) in &members[1..] {
+        assert!(c.state(g).is_none(), "{g}'s silent member expired");
+    }
+    // A join makes its group due at once, and its rebalance deadline is kept.
+    assert!(c.join(&g1, params(""), 2000, 2, &six).is_empty());
+    assert!(c.tick(2001, &six).is_empty());
+    assert_eq!(c.last_tick_checked(), 1);
+    assert!(matches!(
+        c.state(&g1).unwrap().0,
+        GroupState::PreparingRebalance { deadline: 7000 }
+    ));
+    // g1's first member does not rejoin: at the deadline the rebalance completes
+    // without it (its session, kept alive by heartbeats, is not what ends it).
+    for t in (2100..7000).step_by(300) {
+        let _ = c.heartbeat(&g1, &m1, 1, t);
+        assert!(c.tick(t, &six).is_empty());
+    }
+    let r = ok(c.tick(7000, &six));
+    assert_eq!(r.len(), 1, "the parked join completes at the deadline");
+    assert_eq!(
+        c.state(&g1).map(|s| (s.0, s.2)),
+        Some((GroupState::Stable, 1))
+    );
+}
