@@ -676,11 +676,12 @@ fn quota_metrics(
     use crate::security::quota::{Mechanism, PrincipalClass};
     family(
         enc,
-        "flume_quota_throttle_ms",
-        "Milliseconds of produce throttling given (--produce-quota-bytes-per-sec), by principal class.",
-        PrincipalClass::ALL
-            .iter()
-            .map(|c| ([("class", c.label())], ConstCounter::new(q.throttle_ms(*c)))),
+        "flume_quota_throttle_seconds",
+        "Seconds of produce throttling given (--produce-quota-bytes-per-sec), by principal class.",
+        PrincipalClass::ALL.iter().map(|c| {
+            let seconds = q.throttle_ms(*c) as f64 / 1000.0;
+            ([("class", c.label())], ConstCounter::new(seconds))
+        }),
     )?;
     counter(
         enc,
