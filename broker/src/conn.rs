@@ -785,7 +785,20 @@ impl ConnState {
                 self.peer_closed = true;
                 self.drained = true;
                 if self.reading() {
-                    self.phase = Phase::PeerClosed;
+                    // With no whole frame left to admit (the usual case: a
+                    // dead client), nothing more is admitted at all.
+                    let whole = !matches!(
+                        frame::decode_request(&self.rbuf, self.cfg.max_frame_bytes),
+                        Ok(Decoded::NeedMore(_))
+                    );
+                    self.phase = if whole {
+                        Phase::PeerClosed
+                    } else {
+                        if !self.rbuf.is_empty() {
+                            tracing::debug!(bytes = self.rbuf.len(), "peer closed mid-frame");
+                        }
+                        Phase::Draining { failure: None }
+                    };
                 }
                 if self.inflight.iter().any(|c| c.drop_on_close) {
                     self.inflight = std::mem::take(&mut self.inflight)

@@ -446,16 +446,29 @@ impl Inbox {
         if self.eof || room == 0 {
             return futures::future::pending().await;
         }
-        self.ahead.resize(len + room, 0);
-        let mut kept = Truncate {
-            buf: &mut self.ahead,
-            len,
-        };
-        let r = self.stream.read(&mut kept.buf[len..]).await;
-        if let Ok(n) = r {
-            kept.len += n;
+        loop {
+            // Room is made only once the socket has something (bytes or EOF):
+            // most requests are served before anything arrives.
+            self.stream.tcp().readable().await?;
+            self.ahead.resize(len + room, 0);
+            let mut kept = Truncate {
+                buf: &mut self.ahead,
+                len,
+            };
+            let r = match &mut self.stream {
+                Transport::Plain(s) => s.try_read(&mut kept.buf[len..]),
+                // rustls keeps what it decrypted but was not read; a cancelled read loses nothing.
+                Transport::Tls(t) => t.read(&mut kept.buf[len..]).await,
+            };
+            match r {
+                Err(e) if rt::retry(&e) => continue,
+                Ok(n) => {
+                    kept.len += n;
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        r
     }
 
     /// Runs `work` (serving a request, or a throttle) while watching the
