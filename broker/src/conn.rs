@@ -22,6 +22,17 @@
 //! for `read_timeout` is cut off; one that does not read its responses for
 //! `write_timeout` too. Shutdown stops the reading; the requests in flight
 //! are still answered.
+//!
+//! The peer closing is noticed at once, whatever the connection is waiting
+//! for: while it may not admit (its in-flight places taken, the memory budget
+//! spent, a produce throttle) it still reads up to [`WATCH_AHEAD_BYTES`]
+//! ahead, only to see EOF or a reset. A reset ends the connection there. EOF
+//! is a half-close: the whole frames already read are still admitted and
+//! answered, except requests that wait on others rather than on the broker's
+//! own work (a FETCH with `max_wait_ms` > 0, HEARTBEAT_WAIT, JOIN_GROUP; see
+//! [`waits_on_others`]): those are dropped, unanswered, in flight or not,
+//! and their memory released, so a dead client's connections close at once
+//! (Kafka closes on EOF outright).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -92,7 +103,8 @@ pub enum Event {
     Done(Option<(Vec<u8>, Option<Charge>)>),
     /// The broker is shutting down.
     Stop,
-    /// The memory budget has room again.
+    /// The memory budget has room again, or `respond` freed an in-flight
+    /// place a frame already read waits for.
     Room,
     /// The peer sent part of a frame and went quiet for `read_timeout`.
     Idle,
@@ -104,8 +116,12 @@ pub enum Event {
 #[derive(Debug)]
 enum Phase {
     Reading,
-    /// No more requests: the peer closed, sent a bad frame (`failure`) or
-    /// the broker is shutting down. What is in flight is still answered.
+    /// The peer closed its side (EOF): the whole frames already read are
+    /// still admitted, except requests that wait on others (dropped).
+    PeerClosed,
+    /// No more requests: the peer closed and every whole frame it sent was
+    /// admitted, it sent a bad frame (`failure`), or the broker is shutting
+    /// down. What is in flight is still answered.
     Draining {
         failure: Option<std::io::Error>,
     },
@@ -116,10 +132,35 @@ enum Phase {
 struct Charged {
     response: InFlight,
     charge: Option<Charge>,
-    /// A waiting heartbeat (HEARTBEAT_WAIT): once the peer has closed, its
-    /// answer tells nobody anything, so it is dropped, not waited for.
+    /// A request that waits on others ([`waits_on_others`]): once the peer
+    /// has closed, its answer is dropped, not waited for.
     drop_on_close: bool,
 }
+
+/// Whether a request may wait on others rather than only on the broker's own
+/// work: a FETCH with `max_wait_ms` > 0 (new records), HEARTBEAT_WAIT (a
+/// rebalance), JOIN_GROUP (the other members). Once the peer has closed its
+/// side, such a request is dropped unanswered: its answer could take up to
+/// its wait, and a peer that closed is almost always gone. Every other
+/// request is still answered (a half-closed peer may read its answers).
+fn waits_on_others(api_key: i16, payload: &[u8]) -> bool {
+    match ApiKey::from_i16(api_key) {
+        // FetchRequest starts with max_wait_ms:i32 (docs/protocol.md); one too
+        // short to hold it is answered INVALID_REQUEST at once.
+        Some(ApiKey::Fetch) => payload
+            .first_chunk::<4>()
+            .is_some_and(|w| i32::from_be_bytes(*w) > 0),
+        Some(ApiKey::HeartbeatWait | ApiKey::JoinGroup) => true,
+        _ => false,
+    }
+}
+
+/// Most bytes a connection that may not admit (its in-flight places taken,
+/// the memory budget spent, a produce throttle) reads ahead into its read
+/// buffer, only so that it notices at once the peer closing or resetting.
+/// Bounded by its 64 KiB read chunk; a peer that has more than this ahead
+/// is noticed once its earlier requests are admitted.
+pub const WATCH_AHEAD_BYTES: usize = 64 * 1024;
 
 impl std::future::Future for Charged {
     type Output = (Vec<u8>, Option<Charge>);
@@ -186,10 +227,16 @@ pub struct ConnState {
     inflight: FuturesUnordered<Charged>,
     /// The last admission pass stopped at a spent memory budget.
     held_back: bool,
+    /// The last admission pass stopped for want of an in-flight place: once
+    /// `respond` frees one, admission runs again before waiting for bytes (a
+    /// peer that pipelined past the limit may send nothing more).
+    slot_wanted: bool,
     /// The last time the peer's bytes arrived (or we were not reading).
     last_progress: Instant,
     /// How long `wait` spins for the next event before parking (`busy_poll`).
     spin: SpinBudget,
+    /// The peer closed its side (a read returned EOF): nothing more is read.
+    peer_closed: bool,
 }
 
 impl ConnState {
@@ -228,8 +275,10 @@ impl ConnState {
             unwritten: Vec::new(),
             inflight: FuturesUnordered::new(),
             held_back: false,
+            slot_wanted: false,
             last_progress: Instant::now(),
             spin: SpinBudget::new(spin_policy),
+            peer_closed: false,
         })
     }
 
@@ -240,6 +289,12 @@ impl ConnState {
 
     fn reading(&self) -> bool {
         matches!(self.phase, Phase::Reading)
+    }
+
+    /// Whether whole frames are still admitted (reading, or the peer closed
+    /// after sending them).
+    fn admitting(&self) -> bool {
+        matches!(self.phase, Phase::Reading | Phase::PeerClosed)
     }
 
     fn has_slot(&self) -> bool {
@@ -260,10 +315,16 @@ impl ConnState {
 
     /// Admits every whole frame read so far, in order, while a slot is free
     /// and the memory budget has room. A malformed frame stops the reading;
-    /// the responses already in flight are still written.
+    /// the responses already in flight are still written. Once the peer has
+    /// closed, the first incomplete frame ends the admitting.
     pub async fn admit(&mut self) {
         self.held_back = false;
-        while self.reading() && self.has_slot() && !self.muted() {
+        self.slot_wanted = false;
+        while self.admitting() && !self.muted() {
+            if !self.has_slot() {
+                self.slot_wanted = true;
+                return;
+            }
             if self.memory.is_spent() {
                 self.held_back = true;
                 return;
@@ -273,6 +334,13 @@ impl ConnState {
                 self.cfg.max_frame_bytes,
             ) {
                 Ok(Decoded::Frame(f, used)) => (f.api_key, f.request_id, used),
+                Ok(Decoded::NeedMore(_)) if self.peer_closed => {
+                    if !self.rbuf.is_empty() {
+                        tracing::debug!(bytes = self.rbuf.len(), "peer closed mid-frame");
+                    }
+                    self.phase = Phase::Draining { failure: None };
+                    return;
+                }
                 Ok(Decoded::NeedMore(total)) => {
                     if let Some(total) = total {
                         reserve_for_frame(&mut self.rbuf, total);
@@ -299,8 +367,17 @@ impl ConnState {
     /// slices of it), then the decoded request.
     async fn dispatch(&mut self, api_key: i16, request_id: i32, used: usize) {
         let frame = self.rbuf.split_to(used).freeze();
-        let mut charge = self.memory.charge(frame.len());
         let payload = frame.slice(4 + frame::REQUEST_HEADER_LEN..);
+        let waits = waits_on_others(api_key, &payload);
+        if waits && self.peer_closed {
+            tracing::debug!(
+                api_key,
+                request_id,
+                "peer closed: a request that waits is dropped unanswered"
+            );
+            return;
+        }
+        let mut charge = self.memory.charge(frame.len());
         if api_key == ApiKey::Authenticate as i16 {
             let response = self.authenticate(request_id, &payload);
             self.inflight.push(Charged {
@@ -386,7 +463,7 @@ impl ConnState {
         self.inflight.push(Charged {
             response,
             charge: Some(charge),
-            drop_on_close: api_key == flume_protocol::ApiKey::HeartbeatWait as i16,
+            drop_on_close: waits,
         });
     }
 
@@ -538,9 +615,9 @@ impl ConnState {
         Ok(())
     }
 
-    /// True once nothing more is read and every response is written.
+    /// True once nothing more is read or admitted and every response is written.
     pub fn is_finished(&self) -> bool {
-        !self.reading() && self.inflight.is_empty() && self.wbuf.is_empty()
+        !self.admitting() && self.inflight.is_empty() && self.wbuf.is_empty()
     }
 
     /// Ends the connection: Ok after a clean close, the malformed frame's
@@ -557,15 +634,32 @@ impl ConnState {
         }
     }
 
-    /// Waits for the next event. Past the memory budget nothing more is read
-    /// until requests complete (they do on their own: see `crate::budget`);
+    /// Waits for the next event. Past the memory budget no more requests are
+    /// read until requests complete (they do on their own: see `crate::budget`);
     /// frames held back wait for room, not for bytes, since their peer may be
-    /// waiting for their responses and send nothing more.
+    /// waiting for their responses and send nothing more. Whenever requests
+    /// are not read, the socket is still watched for the peer closing: up to
+    /// [`WATCH_AHEAD_BYTES`] are read ahead into the read buffer (or, once no
+    /// more requests are admitted, read and dropped).
     pub async fn wait(&mut self) -> Event {
+        if self.slot_wanted && self.has_slot() && self.admitting() {
+            // `respond` freed a place: admit before waiting.
+            return Event::Room;
+        }
         let reading = self.reading();
+        let admitting = self.admitting();
         let spent = self.held_back || self.memory.is_spent();
         let muted = self.muted();
         let can_read = reading && self.has_slot() && !spent && !muted;
+        let watch_len = if can_read || self.peer_closed {
+            0
+        } else if reading {
+            WATCH_AHEAD_BYTES
+                .saturating_sub(self.rbuf.len())
+                .min(self.chunk.len())
+        } else {
+            self.chunk.len()
+        };
         let muted_until = self.muted_until;
         let partial = !self.rbuf.is_empty();
         // The idle timer is armed only for a partial frame: one per request
@@ -592,7 +686,14 @@ impl ConnState {
         let (io, chunk, missed_ref) = (&mut self.io, &mut self.chunk, &missed);
         let read = async {
             if !can_read {
-                return futures::future::pending().await;
+                // Only watching for EOF or a reset (watch_len > 0, so a 0 is EOF).
+                let Some(buf) = chunk.get_mut(..watch_len).filter(|b| !b.is_empty()) else {
+                    return futures::future::pending().await;
+                };
+                return match io {
+                    Transport::Plain(reader) => reader.read_ready(buf).await,
+                    Transport::Tls(t) => t.read(buf).await,
+                };
             }
             match io {
                 Transport::Plain(reader) if drained => {
@@ -611,7 +712,7 @@ impl ConnState {
         };
         let memory = &self.memory;
         let room = async {
-            if reading && spent {
+            if admitting && spent {
                 memory.wait_for_room().await;
             } else {
                 futures::future::pending::<()>().await;
@@ -630,7 +731,7 @@ impl ConnState {
         // waits for its requests (and could not be cancelled).
         let stop = &self.stop;
         let stopped = async {
-            if reading {
+            if admitting {
                 let _ = stop.recv().await;
             } else {
                 futures::future::pending::<()>().await;
@@ -648,7 +749,9 @@ impl ConnState {
         };
         let unmute = async {
             match muted_until {
-                Some(t) if reading => rt::sleep(t.saturating_duration_since(Instant::now())).await,
+                Some(t) if admitting => {
+                    rt::sleep(t.saturating_duration_since(Instant::now())).await
+                }
                 _ => futures::future::pending::<()>().await,
             }
         };
@@ -677,11 +780,26 @@ impl ConnState {
     pub fn apply(&mut self, event: Event) -> std::io::Result<()> {
         match event {
             Event::Read(Ok(0)) => {
-                if !self.rbuf.is_empty() {
-                    tracing::debug!(bytes = self.rbuf.len(), "peer closed mid-frame");
-                }
+                // Half-closed or gone: what is read is still admitted (see
+                // `admit`), what waits on others is dropped now.
+                self.peer_closed = true;
                 self.drained = true;
-                self.phase = Phase::Draining { failure: None };
+                if self.reading() {
+                    // With no whole frame left to admit (the usual case: a
+                    // dead client), nothing more is admitted at all.
+                    let whole = !matches!(
+                        frame::decode_request(&self.rbuf, self.cfg.max_frame_bytes),
+                        Ok(Decoded::NeedMore(_))
+                    );
+                    self.phase = if whole {
+                        Phase::PeerClosed
+                    } else {
+                        if !self.rbuf.is_empty() {
+                            tracing::debug!(bytes = self.rbuf.len(), "peer closed mid-frame");
+                        }
+                        Phase::Draining { failure: None }
+                    };
+                }
                 if self.inflight.iter().any(|c| c.drop_on_close) {
                     self.inflight = std::mem::take(&mut self.inflight)
                         .into_iter()
@@ -690,9 +808,12 @@ impl ConnState {
                 }
             }
             Event::Read(Ok(n)) => {
-                self.rbuf.extend_from_slice(&self.chunk[..n]);
                 self.drained = n < self.chunk.len();
-                self.last_progress = Instant::now();
+                // Draining, bytes are read only to notice the peer closing.
+                if self.reading() {
+                    self.rbuf.extend_from_slice(&self.chunk[..n]);
+                    self.last_progress = Instant::now();
+                }
             }
             Event::Read(Err(e)) => return Err(e),
             Event::Done(Some(resp)) => self.take(resp),

@@ -268,6 +268,21 @@ impl Broker {
         self.conns.memory.usage()
     }
 
+    /// Open Kafka connections (0 without a Kafka listener).
+    pub fn kafka_connection_count(&self) -> usize {
+        self.kafka
+            .as_ref()
+            .map_or(0, crate::kafka::KafkaListener::connection_count)
+    }
+
+    /// Memory of the requests the Kafka connections are serving (the Kafka
+    /// listener has its own budget), when it is configured.
+    pub fn kafka_request_memory(&self) -> Option<MemoryUse> {
+        self.kafka
+            .as_ref()
+            .map(crate::kafka::KafkaListener::request_memory)
+    }
+
     /// Graceful shutdown: stop accepting, let connections finish their
     /// in-flight requests (up to `shutdown_timeout`), cancel the connection
     /// tasks still running then, drain every partition queue to disk, fsync,

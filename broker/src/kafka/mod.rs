@@ -9,8 +9,9 @@
 //! - this file: the listener (accept loop, connection limit, shutdown) and
 //!   the connection loop (frame size checked before allocating, memory
 //!   budget, read/idle and write timeouts; one request at a time per
-//!   connection, as Kafka serves them; TLS when the broker has it, the
-//!   handshake within the read timeout);
+//!   connection, as Kafka serves them, while the socket is watched for the
+//!   peer closing; TLS when the broker has it, the handshake within the read
+//!   timeout);
 //! - [`apis`]: the header, the version check and one module per API;
 //! - [`records`]: Kafka record batches <-> Flume records;
 //! - [`backend`]: every call into the engine, and nothing else does.
@@ -261,6 +262,11 @@ impl KafkaListener {
         self.conns.open()
     }
 
+    /// Memory of the requests the Kafka connections are serving.
+    pub fn request_memory(&self) -> crate::budget::MemoryUse {
+        self.conns.memory.usage()
+    }
+
     /// Who the open Kafka connections are (past their TLS handshake).
     pub fn connection_principals(&self) -> Vec<Principal> {
         self.conns.principals()
@@ -382,22 +388,159 @@ enum ConnError {
     Quota(#[from] crate::security::quota::QuotaError),
 }
 
+/// Most bytes a connection reads ahead while it serves a request, only so
+/// that it notices at once the peer closing or resetting (what arrives is kept
+/// for the next frames). A peer with more than this ahead is noticed once
+/// those frames are read.
+const WATCH_AHEAD_BYTES: usize = 64 * 1024;
+
+/// Bytes read ahead per watching read.
+const WATCH_READ_BYTES: usize = 16 * 1024;
+
+/// The connection's byte stream, with the bytes read ahead while a request
+/// was served and whether the peer has closed its side.
+struct Inbox {
+    stream: Transport,
+    /// Read ahead, not yet consumed (at most [`WATCH_AHEAD_BYTES`]).
+    ahead: Vec<u8>,
+    /// The peer closed its side (EOF seen by a watching read).
+    eof: bool,
+}
+
+/// Keeps a buffer at `len` bytes when the read that grew it ends or is cancelled.
+struct Truncate<'a> {
+    buf: &'a mut Vec<u8>,
+    len: usize,
+}
+
+impl Drop for Truncate<'_> {
+    fn drop(&mut self) {
+        self.buf.truncate(self.len);
+    }
+}
+
+impl Inbox {
+    /// Fills `buf`: from the bytes read ahead, then from the socket.
+    async fn read_exact(&mut self, buf: &mut [u8]) -> std::io::Result<()> {
+        let n = buf.len().min(self.ahead.len());
+        let (from_ahead, rest) = buf.split_at_mut(n);
+        from_ahead.copy_from_slice(&self.ahead[..n]);
+        self.ahead.drain(..n);
+        if self.ahead.is_empty() && self.ahead.capacity() > 0 {
+            self.ahead = Vec::new();
+        }
+        if rest.is_empty() {
+            return Ok(());
+        }
+        if self.eof {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        self.stream.read_exact(rest).await
+    }
+
+    /// Reads what arrives into `ahead`: `Ok(0)` is EOF. Never completes once
+    /// EOF was seen or `ahead` is full. Cancel-safe: bytes read are kept.
+    async fn watch(&mut self) -> std::io::Result<usize> {
+        let len = self.ahead.len();
+        let room = WATCH_AHEAD_BYTES.saturating_sub(len).min(WATCH_READ_BYTES);
+        if self.eof || room == 0 {
+            return futures::future::pending().await;
+        }
+        loop {
+            // Room is made only once the socket has something (bytes or EOF):
+            // most requests are served before anything arrives.
+            self.stream.tcp().readable().await?;
+            self.ahead.resize(len + room, 0);
+            let mut kept = Truncate {
+                buf: &mut self.ahead,
+                len,
+            };
+            let r = match &mut self.stream {
+                Transport::Plain(s) => s.try_read(&mut kept.buf[len..]),
+                // rustls keeps what it decrypted but was not read; a cancelled read loses nothing.
+                Transport::Tls(t) => t.read(&mut kept.buf[len..]).await,
+            };
+            match r {
+                Err(e) if rt::retry(&e) => continue,
+                Ok(n) => {
+                    kept.len += n;
+                    return Ok(n);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Runs `work` (serving a request, or a throttle) while watching the
+    /// socket: a reset ends the connection (an error); at EOF, `work` is
+    /// dropped when `drop_at_eof` (`Ok(None)`), finished otherwise.
+    async fn watching<F: std::future::Future>(
+        &mut self,
+        work: F,
+        drop_at_eof: bool,
+    ) -> std::io::Result<Option<F::Output>> {
+        let work = work.fuse();
+        futures::pin_mut!(work);
+        loop {
+            if self.eof {
+                if drop_at_eof {
+                    return Ok(None);
+                }
+                return Ok(Some(work.await));
+            }
+            futures::select_biased! {
+                out = work => return Ok(Some(out)),
+                r = self.watch().fuse() => {
+                    if r? == 0 {
+                        self.eof = true;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a Kafka request may wait on others rather than only on the
+/// broker's own work (new records, the other members, the leader's
+/// assignment): once the peer has closed its side, it is dropped.
+fn waits_on_others(key: i16) -> bool {
+    use kafka_protocol::messages::ApiKey;
+    key == ApiKey::Fetch as i16
+        || key == ApiKey::JoinGroup as i16
+        || key == ApiKey::SyncGroup as i16
+}
+
 /// One connection: read a frame, answer it, repeat. Between requests the
 /// connection may stay idle up to the read timeout; a started frame must be
 /// complete within it too.
+///
+/// While a request is served the socket is watched, so the peer closing is
+/// noticed at once. A reset ends the connection there. EOF is a half-close:
+/// the request being served is answered, and then the frames already
+/// received, in order, until one that waits on others (Fetch, JoinGroup,
+/// SyncGroup: [`waits_on_others`]) or a produce throttle: the connection
+/// closes there, dropping it (Kafka closes on EOF outright).
 async fn serve(
     ctx: &Ctx,
     limits: &Proto,
-    mut stream: Transport,
+    stream: Transport,
     handle: &crate::listener::ConnHandle,
     mut quota: ConnQuota,
 ) -> Result<(), ConnError> {
     let stop = ctx.backend.shutdown_signal();
     let mut sasl = sasl::KafkaSasl::new(Arc::clone(&limits.auth));
+    let mut inbox = Inbox {
+        stream,
+        ahead: Vec::new(),
+        eof: false,
+    };
     loop {
+        if inbox.eof && inbox.ahead.is_empty() {
+            return Ok(());
+        }
         let mut len = [0u8; 4];
         let read = futures::select! {
-            r = rt::timeout(limits.read_timeout, stream.read_exact(&mut len)).fuse() => r,
+            r = rt::timeout(limits.read_timeout, inbox.read_exact(&mut len)).fuse() => r,
             _ = stop.recv().fuse() => return Ok(()),
         };
         match read {
@@ -420,11 +563,12 @@ async fn serve(
         };
         // Room in the budget before the frame is read into memory.
         if ctx.memory.is_spent() {
-            ctx.memory.wait_for_room().await;
+            // Watched too, so a reset ends the wait; EOF does not (the frame may be whole).
+            inbox.watching(ctx.memory.wait_for_room(), false).await?;
         }
         let mut charge = ctx.memory.charge(size);
         let mut frame = vec![0u8; size];
-        rt::timeout(limits.read_timeout, stream.read_exact(&mut frame))
+        rt::timeout(limits.read_timeout, inbox.read_exact(&mut frame))
             .await
             .ok_or(ConnError::Slow(limits.read_timeout))??;
         // The frame is at least 8 bytes (checked above): the API key is its first two.
@@ -449,7 +593,7 @@ async fn serve(
                 sasl::Outcome::ReplyThenClose(r) => (r, true),
             };
             charge.add(resp.len());
-            rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;
+            rt::write_all_timeout(&mut inbox.stream, &resp, limits.write_timeout).await?;
             if close {
                 return Ok(());
             }
@@ -470,18 +614,30 @@ async fn serve(
         // The Produce response reports the throttle (per connection, so one field serves).
         let throttle_ms = i32::try_from(throttle.as_millis()).unwrap_or(i32::MAX);
         ctx.throttle_ms.store(throttle_ms, Ordering::Relaxed);
-        let response = apis::handle(ctx, Bytes::from(frame)).await?;
-        if let Some(resp) = response {
+        let handled = apis::handle(ctx, Bytes::from(frame));
+        let Some(response) = inbox.watching(handled, waits_on_others(key)).await? else {
+            tracing::debug!(
+                key,
+                "peer closed: a request that waits is dropped unanswered"
+            );
+            return Ok(());
+        };
+        if let Some(resp) = response? {
             charge.add(resp.len());
-            rt::write_all_timeout(&mut stream, &resp, limits.write_timeout).await?;
+            rt::write_all_timeout(&mut inbox.stream, &resp, limits.write_timeout).await?;
         }
         drop(charge);
         if !throttle.is_zero() {
-            // Past its produce quota the connection reads nothing for the
+            // Past its produce quota the connection reads no request for the
             // throttle time (KIP-219); the response said how long.
-            futures::select! {
-                () = rt::sleep(throttle).fuse() => {}
-                _ = stop.recv().fuse() => return Ok(()),
+            let throttled = async {
+                futures::select! {
+                    () = rt::sleep(throttle).fuse() => true,
+                    _ = stop.recv().fuse() => false,
+                }
+            };
+            if inbox.watching(throttled, true).await? != Some(true) {
+                return Ok(());
             }
         }
     }
