@@ -488,3 +488,44 @@ fn tick_skips_groups_with_nothing_due() {
         Some((GroupState::Stable, 1))
     );
 }
+
+/// Issue #17 follow-up: waves of groups whose members all go (LEAVE_GROUP in
+/// half of them, silence until the session lapses in the others) leave no
+/// state behind in the coordinator: its memory follows the live groups, so the
+/// RSS a broker keeps after such waves is not Flume's (see README, RSS row).
+#[test]
+fn waves_of_members_that_come_and_go_leave_no_state_behind() {
+    let mut c = Coordinator::new(1);
+    for wave in 0..3u64 {
+        let t0 = wave * 100_000;
+        for g in 0..20 {
+            let group = format!("w{wave}-g{g}");
+            for m in 0..5 {
+                let _ = c.join(&group, params(""), t0, m, &six);
+            }
+        }
+        // The rebalances complete at their deadline with the parked joins.
+        assert!(!c.tick(t0 + 5_000, &six).is_empty());
+        assert_eq!(c.live_groups(), 20, "wave {wave}: every group is live");
+        // The even groups' members leave; the odd ones' go silent.
+        for g in (0..20).step_by(2) {
+            let group = format!("w{wave}-g{g}");
+            while let Some(id) = c
+                .describe(&group)
+                .and_then(|d| d.members.first().map(|m| m.member_id.clone()))
+            {
+                let _ = c
+                    .leave(&group, &id, t0 + 5_100, &six)
+                    .expect("a member leaves");
+            }
+        }
+        let _ = c.tick(t0 + 50_000, &six);
+        assert!(
+            c.groups.is_empty(),
+            "wave {wave}: the coordinator still holds {} groups after every member went",
+            c.groups.len()
+        );
+        assert_eq!(c.held(), 0);
+        assert_eq!(c.parked_heartbeats(), 0);
+    }
+}
