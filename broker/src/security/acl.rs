@@ -625,16 +625,7 @@ impl Authorizer {
     /// The file cannot be read or does not parse (the line that is wrong).
     pub fn open(data_dir: &Path, enabled: bool, admins: &[String]) -> Result<Self, BrokerError> {
         let path = data_dir.join(ACLS_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(source) => {
-                return Err(BrokerError::Io {
-                    what: format!("read {}", path.display()),
-                    source,
-                })
-            }
-        };
+        let text = crate::storage::read_optional(&path)?;
         let acls = Self::parse(&path, &text)?;
         Ok(Authorizer {
             enabled,

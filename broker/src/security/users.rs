@@ -94,16 +94,7 @@ impl UserStore {
     /// The file cannot be read or does not parse.
     pub fn open(data_dir: &Path) -> Result<UserStore, BrokerError> {
         let path = data_dir.join(USERS_FILE);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(source) => {
-                return Err(BrokerError::Io {
-                    what: format!("read {}", path.display()),
-                    source,
-                })
-            }
-        };
+        let text = crate::storage::read_optional(&path)?;
         let users = Self::parse(&path, &text)?;
         Ok(UserStore {
             path,

@@ -57,6 +57,19 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StorageError> {
     Ok(())
 }
 
+/// Reads a small text file written by [`write_atomic`]; a file that does not
+/// exist yet reads as empty.
+///
+/// # Errors
+/// I/O errors other than "not found", naming the file.
+pub fn read_optional(path: &Path) -> Result<String, StorageError> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+        Err(e) => Err(io_err("read", path)(e)),
+    }
+}
+
 /// Creates a directory and any missing parents; each one created is made
 /// durable by an fsync of its parent. An existing directory is left alone.
 ///

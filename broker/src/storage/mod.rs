@@ -27,7 +27,7 @@ pub mod files;
 pub mod log;
 pub mod segment;
 
-pub use dirs::{create_dir_durable, fsync_dir, write_atomic, DataDirLock};
+pub use dirs::{create_dir_durable, fsync_dir, read_optional, write_atomic, DataDirLock};
 pub use fault::FaultInjector;
 pub use files::FileCache;
 pub use log::{FsyncPolicy, Log, LogConfig, ReadResult};
