@@ -154,3 +154,28 @@ pub(crate) async fn secure(
         None => Ok((Transport::Plain(stream), Principal::Anonymous)),
     }
 }
+
+/// The next connection on `listener`, or `None` once `stop` fires (the
+/// engine's shutdown signal). A failed accept (out of file descriptors and
+/// the like) is logged under `what` and retried after a short pause rather
+/// than in a tight loop.
+pub(crate) async fn next_connection(
+    listener: &rt::TcpListener,
+    stop: &async_channel::Receiver<()>,
+    what: &str,
+) -> Option<(rt::TcpStream, std::net::SocketAddr)> {
+    use futures::FutureExt;
+    loop {
+        let accepted = futures::select! {
+            r = listener.accept().fuse() => r,
+            _ = stop.recv().fuse() => return None,
+        };
+        match accepted {
+            Ok(x) => return Some(x),
+            Err(e) => {
+                tracing::warn!(error = %e, listener = what, "accept failed");
+                rt::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}

@@ -16,11 +16,10 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
-use futures::FutureExt;
 
 use crate::budget::{MemoryBudget, MemoryUse};
 use crate::config::BrokerConfig;
@@ -28,7 +27,7 @@ use crate::conn::serve;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::flume::COUNTING_BYTES;
-use crate::listener::{secure, Connections};
+use crate::listener::{next_connection, secure, Connections};
 use crate::security::auth::{AuthMode, Authenticator};
 use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::ServerTls;
@@ -315,20 +314,7 @@ async fn accept_loop(
     quotas: Arc<Quotas>,
 ) {
     let stop = engine.shutdown_signal();
-    loop {
-        let accepted = futures::select! {
-            r = listener.accept().fuse() => r,
-            _ = stop.recv().fuse() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                rt::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    while let Some((stream, peer)) = next_connection(&listener, &stop, "flume").await {
         let max = engine.config().max_connections;
         let memory = MemoryBudget::within(
             &conns.memory,

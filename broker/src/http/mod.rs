@@ -149,19 +149,9 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, tls: Option<Arc<S
     let stop = state.engine.shutdown_signal();
     let cfg = state.engine.config().clone();
     let max = max_http_connections(cfg.max_connections);
-    loop {
-        let accepted = futures::select! {
-            r = listener.accept().fuse() => r,
-            _ = stop.recv().fuse() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "HTTP accept failed");
-                rt::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    while let Some((stream, peer)) =
+        crate::listener::next_connection(&listener, &stop, "http").await
+    {
         if state.open.load(Ordering::Acquire) >= max {
             tracing::warn!(%peer, max, "HTTP connection limit reached; closing the new connection");
             state.engine.metrics().http_connection_refused();

@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
 use futures::io::AsyncReadExt;
 use futures::FutureExt;
@@ -190,7 +191,7 @@ pub fn handle_sasl_frames<'a>(
 pub struct KafkaListener {
     addr: SocketAddr,
     conns: Arc<Connections>,
-    accept: Mutex<Option<rt::Task<()>>>,
+    accept: TaskSlot<()>,
     shutdown_timeout: Duration,
 }
 
@@ -247,7 +248,7 @@ impl KafkaListener {
         Ok(KafkaListener {
             addr,
             conns,
-            accept: Mutex::new(Some(accept)),
+            accept: TaskSlot::new(accept),
             shutdown_timeout,
         })
     }
@@ -277,14 +278,7 @@ impl KafkaListener {
     /// shutdown timeout, then cancels the rest. Call after the engine began
     /// shutting down. Idempotent.
     pub async fn shutdown(&self) {
-        let accept = self
-            .accept
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(a) = accept {
-            a.await;
-        }
+        self.accept.join().await;
         let deadline = Instant::now() + self.shutdown_timeout;
         self.conns.drain(deadline).await;
     }
@@ -316,19 +310,9 @@ struct Proto {
 
 async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
     let stop = proto.backend.shutdown_signal();
-    loop {
-        let accepted = futures::select! {
-            r = listener.accept().fuse() => r,
-            _ = stop.recv().fuse() => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::warn!(error = %e, "kafka accept failed");
-                rt::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+    while let Some((stream, peer)) =
+        crate::listener::next_connection(&listener, &stop, "kafka").await
+    {
         let _ = stream.set_nodelay(true);
         let ctx = Ctx {
             backend: proto.backend.clone(),
