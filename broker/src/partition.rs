@@ -472,6 +472,12 @@ impl Partition {
         self.shared.data.listen()
     }
 
+    /// Wakes every reader waiting for data (they look again and find the
+    /// broker shutting down).
+    pub fn wake_readers(&self) {
+        self.shared.data.notify(usize::MAX);
+    }
+
     fn try_inline(
         &self,
         batch: &Bytes,

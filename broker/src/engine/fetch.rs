@@ -62,7 +62,9 @@ impl Engine {
         let counting = memory.map(|m| m.counting);
         let memory = memory.map(|m| m.response);
         let cap = std::time::Duration::from_millis(MAX_FETCH_WAIT_MS.unsigned_abs().into());
-        let deadline = Instant::now() + req.max_wait.min(cap);
+        // A long wait ends on a shared tick: thousands of idle consumers' fetches
+        // then time out together, a wake-up per tick instead of one each.
+        let deadline = rt::coarse_from_now(Instant::now(), req.max_wait.min(cap));
         // The whole response must fit a frame: records, each partition's header, and
         // the one whole record that may go past the budget.
         let headers: usize = req.partitions.iter().map(|p| p.at.topic.len() + 40).sum();
@@ -155,10 +157,12 @@ impl Engine {
                 break;
             }
             let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
+            // No listener on the shutdown signal: `begin_shutdown` wakes every
+            // partition's readers after it closes the signal (a listener per
+            // waiting fetch on that one event costs more than the fetch).
             futures::select! {
                 _ = any_data.fuse() => {}
                 _ = rt::sleep(deadline - now).fuse() => {}
-                _ = self.shutdown_rx.recv().fuse() => {}
             }
         }
         // Room for the records: the response is charged while it is built. With

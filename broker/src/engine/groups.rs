@@ -287,7 +287,7 @@ impl Engine {
         let wait = max_wait.min(Duration::from_millis(session_ms));
         futures::select! {
             () = listener.fuse() => {},
-            () = rt::sleep(wait).fuse() => {},
+            () = rt::sleep_coarse(wait).fuse() => {},
         }
         // A statement of its own: the guard goes before `place` takes the lock.
         let answer = lock(&self.groups).check_member(group, member, generation);

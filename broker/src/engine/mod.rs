@@ -294,6 +294,13 @@ impl Engine {
         self.shutdown_tx.close();
         let ready = lock(&self.groups).drain(ErrorCode::ShuttingDown);
         Self::deliver(ready);
+        // Waiting fetches listen on their partitions only: wake them (each
+        // looks again, after the signal closed, and returns).
+        for t in self.topics() {
+            for p in &t.partitions {
+                p.wake_readers();
+            }
+        }
     }
 
     /// Stops the engine: wakes long polls and parked joins, drains every

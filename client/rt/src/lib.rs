@@ -13,7 +13,7 @@ use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_io::Async;
 
@@ -296,6 +296,47 @@ pub async fn sleep(d: Duration) {
     async_std::task::sleep(d).await;
 }
 
+/// The granularity of [`sleep_coarse`]: long waits end on a multiple of
+/// this since the process started.
+pub const COARSE_TICK: Duration = Duration::from_millis(8);
+
+/// Waits that last at least this long are rounded by [`sleep_coarse`].
+pub const COARSE_FROM: Duration = Duration::from_millis(100);
+
+/// When a wait of `d` that starts at `now` ends under [`sleep_coarse`]: `d`
+/// under [`COARSE_FROM`] exactly, a longer one rounded up to the next
+/// [`COARSE_TICK`] boundary counted from `epoch` (so at most one tick late).
+pub fn coarse_deadline(epoch: Instant, now: Instant, d: Duration) -> Instant {
+    let end = now + d;
+    if d < COARSE_FROM {
+        return end;
+    }
+    let since = end.saturating_duration_since(epoch).as_nanos();
+    let tick = COARSE_TICK.as_nanos();
+    let rounded = since.div_ceil(tick) * tick;
+    let extra = u64::try_from(rounded - since).unwrap_or(0);
+    end + Duration::from_nanos(extra)
+}
+
+/// Waits for `d`, ending a long wait on a shared tick (see
+/// [`coarse_deadline`]): thousands of long polls that time out within the
+/// same few milliseconds then wake the timer thread, and the executor,
+/// once per tick instead of once each (as Kafka's purgatory does with its
+/// timing wheel). For waits whose exact end does not matter: a parked
+/// fetch or heartbeat.
+pub async fn sleep_coarse(d: Duration) {
+    let now = Instant::now();
+    sleep(coarse_from_now(now, d).saturating_duration_since(now)).await;
+}
+
+/// [`coarse_deadline`] from `now`, on the process's own ticks: for a long
+/// poll that sleeps until its deadline in pieces.
+pub fn coarse_from_now(now: Instant, d: Duration) -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| now);
+    coarse_deadline(epoch, now, d)
+}
+
 /// Runs `fut` for at most `d`; `None` when the time ran out.
 pub async fn timeout<F: Future>(d: Duration, fut: F) -> Option<F::Output> {
     async_std::future::timeout(d, fut).await.ok()
@@ -386,6 +427,30 @@ where
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn long_waits_end_on_a_shared_tick_and_short_ones_exactly() {
+        let epoch = Instant::now();
+        let ms = Duration::from_millis;
+        // Short waits are exact.
+        assert_eq!(
+            coarse_deadline(epoch, epoch + ms(3), ms(50)),
+            epoch + ms(53)
+        );
+        // Long ones end on the next tick boundary, at most one tick late.
+        for start in 0..40u64 {
+            let now = epoch + Duration::from_micros(start * 917);
+            let end = coarse_deadline(epoch, now, ms(500));
+            let late = end - (now + ms(500));
+            assert!(late < COARSE_TICK, "{late:?}");
+            assert_eq!((end - epoch).as_nanos() % COARSE_TICK.as_nanos(), 0);
+        }
+        // Two waits that would end within one tick end together.
+        assert_eq!(
+            coarse_deadline(epoch, epoch + Duration::from_micros(100), ms(500)),
+            coarse_deadline(epoch, epoch + Duration::from_micros(3_900), ms(500)),
+        );
+    }
+
     use super::*;
     use futures::io::AsyncWriteExt;
 
