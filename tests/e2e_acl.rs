@@ -3,7 +3,7 @@
 //! HTTP API; changes in force on open connections; kept across a restart; a
 //! damaged `__acls` refused at start.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

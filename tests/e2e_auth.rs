@@ -2,7 +2,7 @@
 //! `--auth required|optional`, users added and removed without a restart,
 //! failed logins rate-limited and cut off, garbage AUTHENTICATE payloads.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

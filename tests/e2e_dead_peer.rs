@@ -3,7 +3,7 @@
 //! others (a parked fetch) and releases its memory; a half-closed peer still
 //! gets the answers that need no waiting (issue #17 follow-up).
 
-mod common;
+use crate::common;
 
 use std::net::Shutdown;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! Consumer groups end to end: assignment, close, kill, commits, broker restart.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};

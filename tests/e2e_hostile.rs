@@ -1,6 +1,6 @@
 //! Hostile and slow peers, connection limits, group liveness with a frozen member.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

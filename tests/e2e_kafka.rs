@@ -2,7 +2,7 @@
 //! (rskafka, on a test-only tokio runtime) and by raw frames; and the same
 //! topic through both protocols (Flume SDK <-> Kafka).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

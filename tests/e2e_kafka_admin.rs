@@ -2,7 +2,7 @@
 //! (rskafka): ListOffsets by timestamp and DeleteTopics, with the engine's
 //! effects checked through the Flume side.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! test moves it; a request that parks (JoinGroup, SyncGroup) runs on its own
 //! thread and the test waits for the group's state with a deadline.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! requests (encoded with the `kafka-protocol` crate) over TCP to a broker on
 //! port 0, read back through Kafka's Fetch (rskafka).
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -2,7 +2,7 @@
 //! (rskafka, its SASL from rsasl): SCRAM-SHA-256 and PLAIN against the
 //! broker's users, wrong passwords and missing logins refused.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

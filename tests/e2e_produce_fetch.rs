@@ -1,6 +1,6 @@
 //! Producer, partition consumer, routing, backpressure, long poll, shutdown, raw frames.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::Arc;

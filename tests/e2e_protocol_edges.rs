@@ -2,7 +2,7 @@
 //! ranges, a routed PRODUCE that fails on one partition, the record size
 //! limit, UNKNOWN_TOPIC with auto-create on, and JOIN_GROUP's `members`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! protocols, and their metrics. Brokers run on a manual clock, so a bucket
 //! refills only when a test moves the clock.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -3,7 +3,7 @@
 //! heartbeats are bounded and released when their connection closes, and
 //! the plain HEARTBEAT still works.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! with TLS on its Flume, Kafka and HTTP ports, the SDK over TLS, refusals,
 //! mTLS principals, certificate reload, and the handshake deadline.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

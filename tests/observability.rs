@@ -2,7 +2,7 @@
 //! workload over the wire, then `/metrics` scraped and parsed with a
 //! Prometheus text-format parser, `/api/overview`, `/healthz` and the page.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -385,58 +385,4 @@ fn a_silent_http_peer_is_cut_off_after_the_read_timeout() {
         assert!(started.elapsed() >= Duration::from_millis(150));
         broker.shutdown().await;
     });
-}
-
-/// Collects what a `tracing` subscriber writes.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-#[test]
-fn a_request_runs_in_a_span_with_its_api_topic_and_partition() {
-    use flume_protocol::messages::Encode;
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_env_filter("flume_broker=debug")
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let dir = tempfile::tempdir().unwrap();
-    tracing::subscriber::with_default(subscriber, || {
-        rt::block_on(async {
-            let engine = flume_broker::Engine::open(common::config(dir.path())).unwrap();
-            engine.create_topic("traced", common::topic(2)).unwrap();
-            let mut payload = Vec::new();
-            ProduceRequest {
-                entries: vec![ProduceEntry {
-                    topic: "traced".into(),
-                    partition: 1,
-                    records: records(3),
-                }],
-            }
-            .encode(&mut payload);
-            flume_broker::server::handle_request(&engine, 0, 42, &payload).await;
-            engine.shutdown().await;
-        })
-    });
-    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
-    let line = log
-        .lines()
-        .find(|l| l.contains("request done"))
-        .unwrap_or_else(|| panic!("no request event in {log}"));
-    assert!(
-        line.contains(r#"request{api="produce" request_id=42 topic="traced" partition=1}"#),
-        "{line}"
-    );
-    assert!(line.contains(r#"error="NONE""#), "{line}");
 }

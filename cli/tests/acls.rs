@@ -2,7 +2,7 @@
 //! read on one topic; the user reads it and nothing else; a non-admin cannot
 //! change ACLs.
 
-mod common;
+use crate::common;
 
 use common::{bin, BrokerProc};
 

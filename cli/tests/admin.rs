@@ -1,7 +1,7 @@
 //! The admin commands as a user drives them against a real broker: topics
 //! delete and alter, consume --from-time, groups reset-offsets and delete.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};

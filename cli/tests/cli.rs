@@ -1,6 +1,6 @@
 //! The binary as a user drives it.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::process::Stdio;

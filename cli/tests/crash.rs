@@ -1,7 +1,7 @@
 //! Crash safety with the real binary: SIGKILL during produce and during commits, damaged files,
 //! a failing disk. Every test prints its seed on failure (set FLUME_TEST_SEED to replay).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

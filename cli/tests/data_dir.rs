@@ -1,6 +1,6 @@
 //! Two broker processes on one data directory, and a directory that is not Flume's.
 
-mod common;
+use crate::common;
 
 use common::{ok, run, stderr, BrokerProc};
 

@@ -1,7 +1,7 @@
 //! `groups list` and `groups describe` against a real broker, with a group
 //! whose member runs in this process (the SDK's GroupConsumer).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
 //! What the binary says when something is wrong, and what its help promises.
 
-mod common;
+use crate::common;
 
 use std::net::TcpListener;
 

@@ -1,6 +1,6 @@
 //! Produce and consume as kcat and rpk users expect, and the bugs of issue 15.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Output, Stdio};

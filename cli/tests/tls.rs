@@ -1,7 +1,7 @@
 //! `flume-cli` with TLS: the broker's --tls-cert/--tls-key, the client
 //! commands' --tls-ca, and SIGHUP reloading the certificate.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! `flume-cli users` and `--auth required`: the first admin made offline,
 //! users added through the broker by that admin, logins from client commands.
 
-mod common;
+use crate::common;
 
 use common::{bin, BrokerProc};
 

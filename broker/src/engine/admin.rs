@@ -328,8 +328,11 @@ mod tests {
         let parts: Vec<_> = e.topic("t").unwrap().partitions.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let mut readers = Vec::new();
+        // Readers that have read at least once: the delete waits for all of them.
+        let reading = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         for p in parts.clone() {
             let stop = Arc::clone(&stop);
+            let reading = Arc::clone(&reading);
             readers.push(std::thread::spawn(move || {
                 let mut reads = 0u64;
                 loop {
@@ -338,6 +341,9 @@ mod tests {
                             // Every read is whole records with intact CRCs.
                             let recs = record::decode_all(&Bytes::from(r.records)).unwrap();
                             assert!(!recs.is_empty());
+                            if reads == 0 {
+                                reading.fetch_add(1, Ordering::AcqRel);
+                            }
                             reads += 1;
                         }
                         Err(e) => {
@@ -384,6 +390,9 @@ mod tests {
             })
         };
         wait_for("the writer to append", || parts[0].offsets().log_end > 110);
+        wait_for("every reader to read", || {
+            reading.load(Ordering::Acquire) == parts.len()
+        });
         rt::block_on(e.commit_offsets(
             crate::domain::Member {
                 group: "g",

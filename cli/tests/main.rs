@@ -1,0 +1,17 @@
+//! The command-line tool's tests: every file beside this one is a module of
+//! this one test binary (`cargo test -p flume-cli --test cli`; one file:
+//! `cargo test -p flume-cli --test cli crash::`), with the shared helpers in
+//! `common/`.
+
+mod common;
+
+mod acls;
+mod admin;
+mod cli;
+mod crash;
+mod data_dir;
+mod groups;
+mod messages;
+mod produce_consume;
+mod tls;
+mod users;
