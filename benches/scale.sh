@@ -8,8 +8,8 @@
 #   - produce spread over 10,000 partitions vs one partition (flume-cli perf produce);
 #   - 10,000 connections held at once, each answered;
 #   - 1,000 consumer groups of 10 members (flume-cli perf groups, on a broker of their own):
-#     the broker's CPU while they idle, heartbeating at the default interval (with their fetches
-#     waiting the SDK's default 500 ms, then waiting 30 s: heartbeats alone), its RSS and fds, the time one group takes to be stable
+#     the broker's CPU while they idle, heartbeating at the default interval (on the SDK's
+#     defaults, fetches waiting 5 s; then with Kafka's 500 ms), its RSS and fds, the time one group takes to be stable
 #     again after a member leaves and one joins while all run, and the probe heartbeat round
 #     trips of another group meanwhile.
 # Not run by CI; takes a few minutes. The soft RLIMIT_NOFILE is raised to the hard limit
@@ -209,12 +209,15 @@ if [ -z "$only" ] || [ "$only" = groups ]; then
   pid=$!
   wait_port
   echo "broker flags: ${gextra[*]}; empty broker: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
-  # Twice: members whose fetches wait the SDK's default 500 ms (each member's empty fetch comes
-  # back twice a second), and members that only heartbeat (fetches waiting 30 s, the broker's cap).
-  for wait in 500 30000; do
+  # Twice: members on the SDK's defaults (fetches wait 5 s: each idle member asks again every
+  # 5 s, heartbeats wait for a rebalance), then with Kafka's fetch wait of 500 ms (each idle
+  # member's empty fetch comes back twice a second).
+  for wait in default 500; do
+    wflag=()
+    [ "$wait" = default ] || wflag=(--fetch-wait-ms "$wait")
     "$bin" perf groups --broker "$addr" --broker-pid "$pid" --groups "$groups" --members "$members" \
       --topic-partitions "$group_partitions" --idle-secs "$idle_secs" --rebalances 5 \
-      --fetch-wait-ms "$wait" --group-prefix "w$wait" 2>&1 | grep -v '^progress'
+      "${wflag[@]}" --group-prefix "w$wait" 2>&1 | grep -v '^progress'
     # The first run's members are gone with its process: wait until their sessions expire.
     sleep 12
   done

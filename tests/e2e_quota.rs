@@ -42,7 +42,7 @@ fn start(
     let (mut c, clock) = common::manual_config(dir.path());
     c.kafka_listen = Some("127.0.0.1:0".into());
     c.auth = AuthMode::Optional;
-    c.max_connections_per_principal = max_per_principal;
+    c.max_connections_per_principal = Some(max_per_principal);
     c.produce_quota_bytes_per_sec = produce_rate;
     let broker = flume_rt::block_on(async {
         let b = Broker::start(c).await?;

@@ -392,8 +392,11 @@ pub struct BrokerConfig {
     pub authorizer: bool,
     /// Most connections one principal may have open over the Flume and Kafka
     /// listeners (the anonymous principal: per peer IP address); see
-    /// [`crate::security::quota`].
-    pub max_connections_per_principal: usize,
+    /// [`crate::security::quota`]. `None` (the default): `max_connections`,
+    /// so one principal (or one client host, anonymous) may hold every
+    /// connection, as Kafka's `max.connections.per.ip` allows; a
+    /// multi-tenant broker sets it lower.
+    pub max_connections_per_principal: Option<usize>,
     /// Produce bytes per second each principal may send before it is
     /// throttled (`None`: no produce quota, the default).
     pub produce_quota_bytes_per_sec: Option<u64>,
@@ -405,6 +408,13 @@ pub struct BrokerConfig {
 }
 
 impl BrokerConfig {
+    /// The connection limit per principal in force:
+    /// `max_connections_per_principal`, or `max_connections` when unset.
+    pub fn connections_per_principal(&self) -> usize {
+        self.max_connections_per_principal
+            .unwrap_or(self.max_connections)
+    }
+
     /// Defaults with the given data directory.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
         BrokerConfig {
@@ -447,8 +457,7 @@ impl BrokerConfig {
             auth: crate::security::auth::AuthMode::Off,
             admin_users: Vec::new(),
             authorizer: false,
-            max_connections_per_principal:
-                crate::security::quota::DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL,
+            max_connections_per_principal: None,
             produce_quota_bytes_per_sec: None,
             file_cache: Arc::default(),
             producer_limits: Arc::default(),
@@ -589,7 +598,7 @@ impl BrokerConfig {
             ("max_topics_per_join", self.max_topics_per_join),
             (
                 "max_connections_per_principal",
-                self.max_connections_per_principal,
+                self.connections_per_principal(),
             ),
         ] {
             if v == 0 {
@@ -668,6 +677,19 @@ pub fn valid_name(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_connection_limit_per_principal_follows_max_connections_unless_set() {
+        let mut c = BrokerConfig::new("/nonexistent");
+        assert_eq!(c.connections_per_principal(), c.max_connections);
+        // A broker raised for one big client host lets that host use it all.
+        c.max_connections = 20_100;
+        assert_eq!(c.connections_per_principal(), 20_100);
+        c.max_connections_per_principal = Some(50);
+        assert_eq!(c.connections_per_principal(), 50);
+        c.max_connections_per_principal = Some(0);
+        assert!(c.validate().is_err());
+    }
 
     #[test]
     fn topic_config_round_trips_through_text() {

@@ -71,7 +71,7 @@ impl Broker {
         let quotas = {
             let c = engine.config();
             Quotas::new(
-                c.max_connections_per_principal,
+                c.connections_per_principal(),
                 c.produce_quota_bytes_per_sec,
                 c.clock.clone(),
                 Arc::clone(engine.metrics()),

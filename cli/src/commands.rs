@@ -219,8 +219,10 @@ pub struct BrokerArgs {
     authorizer: String,
     /// Most connections one principal (user, client certificate; anonymous
     /// clients: per IP address) may have open on the Flume and Kafka ports.
-    #[arg(long, default_value_t = 1000, value_name = "N")]
-    max_connections_per_principal: usize,
+    /// By default --max-connections (one tenant may use them all); set it
+    /// lower to keep tenants from starving each other.
+    #[arg(long, value_name = "N")]
+    max_connections_per_principal: Option<usize>,
     /// Produce bytes per second each principal may send; past it, its
     /// connections are throttled (Kafka: throttle_time_ms). Off by default.
     #[arg(long, value_name = "BYTES")]

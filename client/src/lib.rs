@@ -59,7 +59,7 @@ pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
 pub use group::{
     ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent, RebalanceEvents,
-    TopicPartition,
+    TopicPartition, DEFAULT_FETCH_WAIT,
 };
 pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 /// Value types of the wire protocol that the SDK's signatures use, re-exported

@@ -2,7 +2,10 @@
 //! another, and the per-address login rate limit.
 //!
 //! - **Connections per principal** (`--max-connections-per-principal`,
-//!   default [`DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL`]), counted over the
+//!   by default the broker's `--max-connections`, so out of the box one
+//!   principal, or one client host, may hold every connection, as Kafka's
+//!   `max.connections.per.ip` allows; a fixed default of 1,000 refused the
+//!   1,001st member of 1,000 groups of 10 run from one host), counted over the
 //!   Flume and Kafka listeners together. A user counts from its login, a
 //!   client certificate's subject from the TLS handshake; the anonymous
 //!   principal counts *per peer IP address* (many unrelated clients share
@@ -42,8 +45,6 @@ use super::Principal;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 
-/// Default of `--max-connections-per-principal`.
-pub const DEFAULT_MAX_CONNECTIONS_PER_PRINCIPAL: usize = 1000;
 /// Most keys a bucket map tracks (principals for produce, addresses for logins).
 pub const MAX_TRACKED: usize = 10_000;
 /// Longest throttle time: the most debt a principal's bucket can run up.

@@ -59,9 +59,10 @@ pub struct GroupsArgs {
     /// Rebalances to time, each in another group (a member leaves, one joins).
     #[arg(long, default_value_t = 5, value_parser = range_u64(0, 1000))]
     rebalances: u64,
-    /// How long a member's fetch waits at the broker (ms; the SDK's default is 500).
-    #[arg(long, default_value_t = 500, value_parser = range_u64(0, 30_000))]
-    fetch_wait_ms: u64,
+    /// How long a member's fetch waits at the broker (ms; by default the
+    /// SDK's default, `GroupConsumerBuilder::max_wait`: 5,000).
+    #[arg(long, value_parser = range_u64(0, 30_000))]
+    fetch_wait_ms: Option<u64>,
     /// Members joining at once while the groups are built.
     #[arg(long, default_value_t = 256, value_parser = range_u64(1, 100_000))]
     join_concurrency: u64,
@@ -393,7 +394,9 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
         last_error: Mutex::new(None),
     });
     let name = |g: usize| format!("{}-{g}", a.group_prefix);
-    let fetch_wait = Duration::from_millis(a.fetch_wait_ms);
+    let fetch_wait = a
+        .fetch_wait_ms
+        .map_or(flume_client::DEFAULT_FETCH_WAIT, Duration::from_millis);
     let permits = async_channel::bounded(usize::try_from(a.join_concurrency)?);
     for _ in 0..a.join_concurrency {
         let _ = permits.0.try_send(());
@@ -494,7 +497,7 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
          broker CPU {} of a core over {secs:.0} s, RSS {} MB, {} fds; this process {}; \
          probe heartbeat round trip p50 {:.2} ms p99 {:.2} ms max {:.2} ms ({} samples); \
          groups that rebalanced meanwhile: {idle_changed}; joined in {:.1} s",
-        a.fetch_wait_ms,
+        fetch_wait.as_millis(),
         fmt_pct(broker_cpu),
         rss_kb.map_or("n/a".into(), |k| (k / 1024).to_string()),
         fds.map_or("n/a".into(), |f| f.to_string()),
@@ -607,7 +610,7 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
                 "members_per_group": members,
                 "members": total,
                 "topic_partitions": partitions,
-                "fetch_wait_ms": a.fetch_wait_ms,
+                "fetch_wait_ms": u64::try_from(fetch_wait.as_millis()).unwrap_or(u64::MAX),
                 "joined_s": settled.as_secs_f64(),
                 "idle_s": secs,
                 "broker_cpu_pct": broker_cpu,
