@@ -518,6 +518,21 @@ pub enum Answer {
 /// A response that became ready: send `result` to `responder`.
 pub type Ready<R> = (R, Result<Answer, GroupError>);
 
+/// Whether a group of `members` (members and ids handed out) has room for
+/// no new one; a refusal is logged with the limit and its value.
+fn is_full(group: &str, members: usize, limits: &GroupLimits) -> bool {
+    let full = members >= limits.max_members;
+    if full {
+        tracing::warn!(
+            group,
+            max_members_per_group = limits.max_members,
+            "join refused: the group has max_members_per_group ({}) members",
+            limits.max_members
+        );
+    }
+    full
+}
+
 fn fail<R>(r: R, code: ErrorCode) -> Ready<R> {
     (r, Err(GroupError::Code(code)))
 }
@@ -678,6 +693,34 @@ impl<R> Coordinator<R> {
         self.groups.values().map(|g| g.held).sum()
     }
 
+    /// Whether a join may go on as far as the group goes: a group that does
+    /// not exist yet is made only for a new member (an id it never gave out
+    /// is UNKNOWN_MEMBER_ID) and only under `max_groups` live groups.
+    fn admit_group(
+        &self,
+        group: &str,
+        member_id: &str,
+        limits: &GroupLimits,
+    ) -> Result<(), ErrorCode> {
+        if self.groups.contains_key(group) {
+            return Ok(());
+        }
+        if !member_id.is_empty() {
+            return Err(ErrorCode::UnknownMember);
+        }
+        // Groups without members are dropped at the next tick; only live ones count.
+        if self.live_groups() >= limits.max_groups {
+            tracing::warn!(
+                group,
+                max_groups = limits.max_groups,
+                "join refused: the broker has max_groups ({}) groups",
+                limits.max_groups
+            );
+            return Err(ErrorCode::LimitReached);
+        }
+        Ok(())
+    }
+
     fn live_groups(&self) -> usize {
         self.groups.values().filter(|g| !g.is_idle()).count()
     }
@@ -706,20 +749,8 @@ impl<R> Coordinator<R> {
         responder: R,
         partitions_of: &dyn Fn(&str) -> u32,
     ) -> Vec<Ready<R>> {
-        if !self.groups.contains_key(group) {
-            if !p.member_id.is_empty() {
-                return vec![fail(responder, ErrorCode::UnknownMember)];
-            }
-            // Groups without members are dropped at the next tick; only live ones count.
-            if self.live_groups() >= p.limits.max_groups {
-                tracing::warn!(
-                    group,
-                    max_groups = p.limits.max_groups,
-                    "join refused: the broker has max_groups ({}) groups",
-                    p.limits.max_groups
-                );
-                return vec![fail(responder, ErrorCode::LimitReached)];
-            }
+        if let Err(code) = self.admit_group(group, &p.member_id, &p.limits) {
+            return vec![fail(responder, code)];
         }
         let seq = if p.member_id.is_empty() {
             Some(self.new_member_id(""))
@@ -740,13 +771,7 @@ impl<R> Coordinator<R> {
         if !p.member_id.is_empty() && !g.members.contains_key(&p.member_id) {
             return vec![fail(responder, ErrorCode::UnknownMember)];
         }
-        if p.member_id.is_empty() && g.members.len() >= p.limits.max_members {
-            tracing::warn!(
-                group,
-                max_members_per_group = p.limits.max_members,
-                "join refused: the group has max_members_per_group ({}) members",
-                p.limits.max_members
-            );
+        if p.member_id.is_empty() && is_full(group, g.members.len(), &p.limits) {
             return vec![fail(responder, ErrorCode::LimitReached)];
         }
         let (id, order) = match seq {
@@ -807,19 +832,8 @@ impl<R> Coordinator<R> {
         if p.protocol_type.is_empty() || p.protocols.is_empty() {
             return vec![(responder, Err(GroupError::InconsistentProtocol))];
         }
-        if !self.groups.contains_key(group) {
-            if !p.member_id.is_empty() {
-                return vec![fail(responder, ErrorCode::UnknownMember)];
-            }
-            if self.live_groups() >= p.limits.max_groups {
-                tracing::warn!(
-                    group,
-                    max_groups = p.limits.max_groups,
-                    "join refused: the broker has max_groups ({}) groups",
-                    p.limits.max_groups
-                );
-                return vec![fail(responder, ErrorCode::LimitReached)];
-            }
+        if let Err(code) = self.admit_group(group, &p.member_id, &p.limits) {
+            return vec![fail(responder, code)];
         }
         let held = self.held();
         let fresh = if p.member_id.is_empty() {
@@ -852,13 +866,7 @@ impl<R> Coordinator<R> {
         }
         let (id, fresh) = match fresh {
             Some((id, order)) => {
-                if g.members.len() + g.new_ids.len() >= p.limits.max_members {
-                    tracing::warn!(
-                        group,
-                        max_members_per_group = p.limits.max_members,
-                        "join refused: the group has max_members_per_group ({}) members",
-                        p.limits.max_members
-                    );
+                if is_full(group, g.members.len() + g.new_ids.len(), &p.limits) {
                     return vec![fail(responder, ErrorCode::LimitReached)];
                 }
                 if p.require_member_id {

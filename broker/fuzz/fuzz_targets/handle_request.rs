@@ -4,28 +4,16 @@
 //! with its request id, and nothing may panic.
 #![no_main]
 
-use std::sync::{Arc, OnceLock};
+mod engine;
+
 use std::time::Duration;
 
-use flume_broker::{BrokerConfig, Engine};
 use flume_protocol::frame::{decode_response, Decoded};
 use flume_rt as rt;
 use libfuzzer_sys::fuzz_target;
 
-fn engine() -> &'static Arc<Engine> {
-    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("flume-fuzz-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut cfg = BrokerConfig::new(dir);
-        cfg.default_topic.segment_bytes = 4096;
-        cfg.default_topic.partitions = 2;
-        Engine::open(cfg).expect("engine opens")
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
-    let e = engine();
+    let e = engine::engine("fuzz");
     let mut rest = data;
     let mut id = 0i32;
     while rest.len() >= 2 {

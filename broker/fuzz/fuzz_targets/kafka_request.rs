@@ -5,27 +5,15 @@
 //! answer carries the request's correlation id.
 #![no_main]
 
-use std::sync::{Arc, OnceLock};
+mod engine;
+
 use std::time::Duration;
 
-use flume_broker::{BrokerConfig, Engine};
 use flume_rt as rt;
 use libfuzzer_sys::fuzz_target;
 
-fn engine() -> &'static Arc<Engine> {
-    static ENGINE: OnceLock<Arc<Engine>> = OnceLock::new();
-    ENGINE.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("flume-kafka-fuzz-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut cfg = BrokerConfig::new(dir);
-        cfg.default_topic.segment_bytes = 4096;
-        cfg.default_topic.partitions = 2;
-        Engine::open(cfg).expect("engine opens")
-    })
-}
-
 fuzz_target!(|data: &[u8]| {
-    let e = engine();
+    let e = engine::engine("kafka-fuzz");
     let mut rest = data;
     while let Some((&len, tail)) = rest.split_first() {
         let len = usize::from(len).min(tail.len());
