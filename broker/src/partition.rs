@@ -19,7 +19,11 @@
 //! that finds the partition idle (nothing queued or being written) is written
 //! to the page cache inline by the connection task, saving the two thread
 //! hand-offs that dominate one-record-at-a-time latency. Order is kept: the
-//! fast path is taken only while no earlier request is pending.
+//! fast path is taken only while no earlier request is pending. Reads have
+//! the same fast path: a read of at most [`HOT_READ_BYTES`] from the tail of
+//! the active segment that this process wrote within [`HOT_READ_FRESH`] (a
+//! consumer keeping up) is a page-cache copy and runs inline, unless an
+//! append holds the log at that moment.
 //!
 //! Idempotent producers: an append may carry a [`ProducerBatch`]; its
 //! sequence is checked against the partition's [`ProducerTable`] under the
@@ -85,6 +89,18 @@ fn appended(base: u64) -> Acked {
 
 /// Largest append taken by the inline fast path.
 pub const INLINE_MAX_BYTES: usize = 64 * 1024;
+
+/// A read's result: a storage error, or the records or the code to answer
+/// (UNKNOWN_TOPIC once the topic is deleted).
+type ReadOutcome = Result<Result<ReadResult, ErrorCode>, StorageError>;
+
+/// A read runs inline when all it touches lies in the last this many bytes
+/// of the active segment ([`Partition::read`]'s fast path)...
+pub const HOT_READ_BYTES: u64 = 256 * 1024;
+
+/// ... and this process appended to the segment within this long: the
+/// bytes are in the page cache.
+pub const HOT_READ_FRESH: std::time::Duration = std::time::Duration::from_secs(10);
 
 thread_local! {
     /// The inline fast path's copy of an append, reused: at most
@@ -632,15 +648,20 @@ impl Partition {
                 log_end: offset,
             });
         }
-        let shared = Arc::clone(&self.shared);
-        let r = rt::unblock(move || {
-            let log = read_lock(&shared.log);
-            if shared.deleted.load(Ordering::Acquire) {
-                return Ok(Err(ErrorCode::UnknownTopic));
+        let r = match self.try_read_hot(offset, max_bytes) {
+            Some(r) => r,
+            None => {
+                let shared = Arc::clone(&self.shared);
+                rt::unblock(move || {
+                    let log = read_lock(&shared.log);
+                    if shared.deleted.load(Ordering::Acquire) {
+                        return Ok(Err(ErrorCode::UnknownTopic));
+                    }
+                    log.read(offset, max_bytes).map(Ok)
+                })
+                .await
             }
-            log.read(offset, max_bytes).map(Ok)
-        })
-        .await;
+        };
         let r = match r {
             Ok(Err(code)) => return Err(code.into()),
             Ok(Ok(read)) => Ok(read),
@@ -652,6 +673,26 @@ impl Partition {
             }
             BrokerError::from(e)
         })
+    }
+
+    /// The read's fast path: a small read of the tail this process has just
+    /// written (see [`Log::is_hot`]: page-cache bytes, a memory copy) runs on
+    /// the calling task, saving the two thread hand-offs of the blocking pool
+    /// that dominate a tailing consumer's latency. `None` (take the pool)
+    /// when the read is not hot or an append holds the log.
+    fn try_read_hot(&self, offset: u64, max_bytes: usize) -> Option<ReadOutcome> {
+        let log = match self.shared.log.try_read() {
+            Ok(l) => l,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        if !log.is_hot(offset, HOT_READ_BYTES, HOT_READ_FRESH) {
+            return None;
+        }
+        if self.shared.deleted.load(Ordering::Acquire) {
+            return Some(Ok(Err(ErrorCode::UnknownTopic)));
+        }
+        Some(log.read(offset, max_bytes).map(Ok))
     }
 
     /// Reads synchronously (embedded mode, tests).

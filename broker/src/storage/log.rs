@@ -98,6 +98,9 @@ pub struct Log {
     /// The segment appends go to.
     active: Segment,
     last_sync: Instant,
+    /// When the last append was written (`None` until this process appends):
+    /// the tail it wrote is in the page cache.
+    appended_at: Option<Instant>,
     dirty: bool,
     /// Why the log stopped taking appends, once a write or fsync failed.
     failed: Option<String>,
@@ -191,6 +194,7 @@ impl Log {
             sealed: segments,
             active,
             last_sync: Instant::now(),
+            appended_at: None,
             dirty: false,
             failed: None,
             faults,
@@ -324,6 +328,7 @@ impl Log {
             return Err(self.fail_stop(Some(mark), e));
         }
         self.dirty = true;
+        self.appended_at = Some(Instant::now());
         let due = match self.config.fsync {
             FsyncPolicy::Always => true,
             FsyncPolicy::Interval(d) => self.last_sync.elapsed() >= d,
@@ -456,6 +461,22 @@ impl Log {
         }
         result.records = seg.read(offset, max_bytes)?;
         Ok(result)
+    }
+
+    /// True when [`Log::read`] of `offset` touches only the last `window`
+    /// bytes of the active segment (whatever its `max_bytes`: a read ends at
+    /// the segment's end) and this process
+    /// appended there within `fresh`: the bytes were written moments ago and
+    /// are in the page cache, so the read costs a memory copy, not a disk
+    /// access (a consumer at the tail). Decided from memory (the sparse
+    /// index), without I/O.
+    pub fn is_hot(&self, offset: u64, window: u64, fresh: Duration) -> bool {
+        let a = &self.active;
+        if offset < a.base || offset >= a.next_offset {
+            return false;
+        }
+        self.appended_at.is_some_and(|t| t.elapsed() <= fresh)
+            && a.size.saturating_sub(a.scan_start(offset)) <= window
     }
 
     /// The first record whose timestamp is at least `ts`: its offset and

@@ -675,6 +675,15 @@ impl Segment {
             .map_err(io_err("fsync", &self.index_path))
     }
 
+    /// Where [`Segment::position_of`] starts scanning for `offset`: the
+    /// position of the sparse index entry at or before it (no I/O).
+    pub fn scan_start(&self, offset: u64) -> u64 {
+        let rel = offset.saturating_sub(self.base);
+        let idx = self.entries.partition_point(|e| u64::from(e.rel) <= rel);
+        idx.checked_sub(1)
+            .map_or(FILE_HEADER_LEN, |i| u64::from(self.entries[i].pos))
+    }
+
     /// Byte position of the record with `offset` (which must be in this
     /// segment), found by a binary search of the index and a forward scan.
     ///

@@ -462,3 +462,33 @@ fn find_time_reads_records_larger_than_its_chunk() {
     assert_eq!(log.find_time(25).unwrap(), Some((2, 30)));
     assert_eq!(log.find_time(31).unwrap(), None);
 }
+
+#[test]
+fn only_a_read_of_the_tail_this_process_just_wrote_is_hot() {
+    let dir = tempfile::tempdir().unwrap();
+    let fresh = Duration::from_secs(3600);
+    {
+        let mut log = Log::open(dir.path(), small()).unwrap();
+        assert!(!log.is_hot(0, 1 << 20, fresh), "an empty log has no tail");
+        append_n(&mut log, 0, 20);
+        let end = log.end_offset();
+        let active_base = log.active().base;
+        assert!(active_base > 0, "the small segments rolled");
+        // The newest record: its index entry's position is within the segment.
+        assert!(log.is_hot(end - 1, 1 << 20, fresh));
+        // A window smaller than what the read would scan from its index entry.
+        assert!(!log.is_hot(end - 1, 1, fresh));
+        // A sealed segment, or no record there yet.
+        assert!(!log.is_hot(active_base - 1, 1 << 20, fresh));
+        assert!(!log.is_hot(end, 1 << 20, fresh));
+        // The hot read is the ordinary read.
+        let r = log.read(end - 1, 1000).unwrap();
+        let recs = decode_all(&Bytes::from(r.records)).unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(&recs[0].value[..], &value(end - 1)[..]);
+    }
+    // Reopened: nothing was appended by this process, so its page cache is not
+    // vouched for.
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert!(!log.is_hot(log.end_offset() - 1, 1 << 20, fresh));
+}
