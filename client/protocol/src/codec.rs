@@ -143,7 +143,7 @@ impl<T: WireField> WireField for Vec<T> {
 /// Fields are written and read in declaration order, each by its type's
 /// [`WireField`] impl; `MIN_BYTES` is the sum of the fields'.
 ///
-/// ```ignore
+/// ```text
 /// message! {
 ///     /// LEAVE_GROUP request: `[group][member_id]`.
 ///     #[derive(Debug, Clone, PartialEq, Eq, Default)]
