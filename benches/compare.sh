@@ -11,6 +11,8 @@ if [ "${1:-}" = --latency ]; then all=; shift; fi
 records=${1:-2000000}
 cargo build --release -q -p flume-cli
 bin=target/release/flume-cli
+# The scheduling floor beside the e2e rows (benches/sched_floor.rs).
+floor=$(cargo bench --bench sched_floor --no-run 2>&1 | grep -o 'target/release/deps/sched_floor-[0-9a-f]*' | head -1)
 redis=../shared/bench/redis-streams.sh
 data=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
@@ -91,6 +93,14 @@ for i in 1 2 3; do sync_run psync; done
 for i in 1 2 3; do sync_run pspin --busy-poll-us 50; done
 [ -z "$all" ] || $c consume $b --topic p100 --records "$records"
 for i in 1 2 3; do $c e2e $b --topic "e2e$i" --records 200000 --rate 50000; echo "  (load average $(load))"; done
+# What the broker's CPU allows: a thread that only wakes on the same 20 us schedule,
+# alone on CPU 0 and with CPU 1 kept busy (the e2e client keeps it busy).
+for i in 1 2 3; do taskset -c 0 "$floor" 200000 50000; done
+for i in 1 2 3; do
+  taskset -c 1 "$floor" --spin 5 & spin=$!
+  echo -n "(CPU 1 busy) "; taskset -c 0 "$floor" 200000 50000
+  wait "$spin"
+done
 # Last: the gigabytes they leave to write back would disturb the latency runs.
 for i in 1 2 3; do
   [ -n "$all" ] || break
