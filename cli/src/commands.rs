@@ -262,6 +262,17 @@ pub struct BrokerAddr {
     pub password_file: Option<PathBuf>,
 }
 
+/// `--broker` (with its TLS and login flags) and `--topic`: what the
+/// commands that move records (produce, consume, perf) start with.
+#[derive(Debug, Clone, Args)]
+pub struct TopicAt {
+    #[command(flatten)]
+    pub broker: BrokerAddr,
+    /// Topic.
+    #[arg(long)]
+    pub topic: String,
+}
+
 /// A password from `file` (its first line), or else from the environment variable `var`.
 pub fn read_password(file: Option<&std::path::Path>, var: &str) -> Result<String> {
     match file {

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
-use crate::commands::BrokerAddr;
+use crate::commands::TopicAt;
 use crate::commands::{describe, interrupt, non_neg_i32};
 use crate::output::{record_line, Format};
 
@@ -25,10 +25,7 @@ const RECONNECT_WITHOUT_FOLLOW: Duration = Duration::from_secs(10);
 #[command(allow_negative_numbers = true)]
 pub struct ConsumeArgs {
     #[command(flatten)]
-    broker: BrokerAddr,
-    /// Topic.
-    #[arg(long)]
-    topic: String,
+    at: TopicAt,
     /// Read only this partition (default: every partition of the topic).
     #[arg(long, conflicts_with = "group", value_parser = non_neg_i32())]
     partition: Option<i32>,
@@ -107,30 +104,30 @@ fn idle_timer(timeout: Option<u64>) -> futures::future::Fuse<BoxFuture<'static, 
 
 async fn partitions(a: ConsumeArgs) -> Result<()> {
     let stop = interrupt()?;
-    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection()?)
+    let admin = Admin::connect_with(&a.at.broker.addr, a.at.broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let meta = admin
-        .topics(std::slice::from_ref(&a.topic))
+        .topics(std::slice::from_ref(&a.at.topic))
         .await
         .map_err(describe)?
         .into_iter()
         .next()
         .filter(|t| t.error.is_ok())
-        .ok_or_else(|| anyhow::anyhow!("topic {} does not exist", a.topic))?;
+        .ok_or_else(|| anyhow::anyhow!("topic {} does not exist", a.at.topic))?;
     let mut chosen: Vec<_> = meta.partitions.clone();
     if let Some(p) = a.partition {
         chosen.retain(|m| m.partition == p);
         if chosen.is_empty() {
             bail!(
                 "topic {} has no partition {p} (it has partitions 0 to {})",
-                a.topic,
+                a.at.topic,
                 meta.partitions.len().saturating_sub(1)
             );
         }
     }
     let client = Arc::new(
-        Client::connect(&a.broker.addr, a.broker.connection()?)
+        Client::connect(&a.at.broker.addr, a.at.broker.connection()?)
             .await
             .context("cannot reach the broker")?,
     );
@@ -142,7 +139,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
                 chosen
                     .iter()
                     .map(|m| flume_client::ListOffsetsPartition {
-                        topic: a.topic.clone(),
+                        topic: a.at.topic.clone(),
                         partition: m.partition,
                         timestamp: t.0,
                     })
@@ -155,7 +152,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
                 bail!(
                     "looking up partition {} of {} by time failed: {}",
                     f.partition,
-                    a.topic,
+                    a.at.topic,
                     f.error
                 );
             }
@@ -184,7 +181,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
             m.partition,
             PartitionConsumer::with_client(
                 Arc::clone(&client),
-                &a.topic,
+                &a.at.topic,
                 m.partition,
                 from,
                 fetch.clone(),
@@ -209,7 +206,7 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
         let batch = match r {
             Ok(b) => {
                 if down_since.take().is_some() {
-                    eprintln!("reconnected to the broker at {}", a.broker.addr);
+                    eprintln!("reconnected to the broker at {}", a.at.broker.addr);
                 }
                 b
             }
@@ -217,7 +214,10 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
                 // The broker went away (restart, crash): the client reconnects with backoff
                 // on the next fetch. Without --follow, give up after a while.
                 let since = *down_since.get_or_insert_with(|| {
-                    eprintln!("lost the broker at {} ({e}); reconnecting", a.broker.addr);
+                    eprintln!(
+                        "lost the broker at {} ({e}); reconnecting",
+                        a.at.broker.addr
+                    );
                     Instant::now()
                 });
                 if !follow && a.timeout.is_none() && since.elapsed() > RECONNECT_WITHOUT_FOLLOW {
@@ -280,9 +280,9 @@ async fn group(a: ConsumeArgs) -> Result<()> {
     };
     // Committed on an interval and on exit, always after the printed records are flushed:
     // at-least-once, without a round trip per record.
-    let mut c = GroupConsumer::builder(&a.broker.addr, &group)
-        .connection(a.broker.connection()?)
-        .topic(&a.topic)
+    let mut c = GroupConsumer::builder(&a.at.broker.addr, &group)
+        .connection(a.at.broker.connection()?)
+        .topic(&a.at.topic)
         .start(start)
         .session_timeout(Duration::from_millis(a.session_timeout_ms))
         .auto_commit(false)
@@ -290,7 +290,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
         .await
         .map_err(describe)
         .context("cannot join the group")?;
-    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection()?)
+    let admin = Admin::connect_with(&a.at.broker.addr, a.at.broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let max = a.max.unwrap_or(u64::MAX);
@@ -326,7 +326,7 @@ async fn group(a: ConsumeArgs) -> Result<()> {
                             why = Stop::Idle;
                             break;
                         }
-                        if stop_at_end && at_end(&c, &admin, &group, &a.topic, start, &next).await? {
+                        if stop_at_end && at_end(&c, &admin, &group, &a.at.topic, start, &next).await? {
                             why = Stop::End;
                             break;
                         }

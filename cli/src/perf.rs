@@ -15,7 +15,7 @@ use flume_client::{
 use serde_json::json;
 
 use crate::commands::range_u64;
-use crate::commands::BrokerAddr;
+use crate::commands::{BrokerAddr, TopicAt};
 
 mod groups;
 
@@ -70,10 +70,7 @@ pub struct E2eArgs {
 #[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
     #[command(flatten)]
-    broker: BrokerAddr,
-    /// Topic.
-    #[arg(long)]
-    topic: String,
+    at: TopicAt,
     /// Records to send (the first goes before the clock starts).
     #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, 100_000_000))]
     records: u64,
@@ -122,10 +119,7 @@ pub struct ProduceArgs {
 #[command(allow_negative_numbers = true)]
 pub struct ConsumeArgs {
     #[command(flatten)]
-    broker: BrokerAddr,
-    /// Topic.
-    #[arg(long)]
-    topic: String,
+    at: TopicAt,
     /// Records to read.
     #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, i64::MAX))]
     records: u64,
@@ -246,11 +240,11 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let config = ProducerConfig::default()
         .linger(Duration::from_millis(a.linger_ms))
         .batch_max_bytes(usize::try_from(a.batch_bytes)?)
-        .connection(a.broker.connection()?.busy_poll(a.busy_poll_us));
+        .connection(a.at.broker.connection()?.busy_poll(a.busy_poll_us));
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
-            Producer::with_config(&a.broker.addr, config.clone())
+            Producer::with_config(&a.at.broker.addr, config.clone())
                 .await
                 .context("cannot reach the broker")?,
         ));
@@ -259,7 +253,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     // topic if needed and warms the connection. It counts as one of the N (no extra
     // record lands in the topic) but not in the timing.
     let spread = Spread {
-        topic: a.topic.clone(),
+        topic: a.at.topic.clone(),
         topics: a.topics_spread,
         partitions: a.partitions_spread,
     };
@@ -424,23 +418,23 @@ const GROUP_IDLE: Duration = Duration::from_secs(10);
 async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
-    let admin = Admin::connect_with(&a.broker.addr, a.broker.connection()?)
+    let admin = Admin::connect_with(&a.at.broker.addr, a.at.broker.connection()?)
         .await
         .context("cannot reach the broker")?;
     let t = admin
-        .topics(std::slice::from_ref(&a.topic))
+        .topics(std::slice::from_ref(&a.at.topic))
         .await
         .map_err(crate::commands::describe)?
         .into_iter()
         .next();
     let Some(t) = t.filter(|t| t.error.is_ok()) else {
-        bail!("topic {} does not exist", a.topic);
+        bail!("topic {} does not exist", a.at.topic);
     };
     // What there is to read: everything, or for a group what follows its commits.
     let available: i64 = match &a.group {
         None => t.partitions.iter().map(|p| p.log_end - p.log_start).sum(),
         Some(g) => admin
-            .group_offsets(g, std::slice::from_ref(&a.topic))
+            .group_offsets(g, std::slice::from_ref(&a.at.topic))
             .await
             .map_err(crate::commands::describe)?
             .iter()
@@ -450,7 +444,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     if available < i64::try_from(a.records).unwrap_or(i64::MAX) {
         bail!(
             "topic {} holds {available} records{}, fewer than --records {}",
-            a.topic,
+            a.at.topic,
             if a.group.is_some() {
                 " after the group's committed offsets"
             } else {
@@ -462,9 +456,9 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let start;
     let mut failure: Option<anyhow::Error> = None;
     if let Some(group) = &a.group {
-        let mut c = GroupConsumer::builder(&a.broker.addr, group)
-            .connection(a.broker.connection()?)
-            .topic(&a.topic)
+        let mut c = GroupConsumer::builder(&a.at.broker.addr, group)
+            .connection(a.at.broker.connection()?)
+            .topic(&a.at.topic)
             .build()
             .await
             .map_err(crate::commands::describe)?;
@@ -508,10 +502,11 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         // run stops at exactly --records however the partitions' batches fall.
         let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
-            let client = Arc::new(Client::connect(&a.broker.addr, a.broker.connection()?).await?);
+            let client =
+                Arc::new(Client::connect(&a.at.broker.addr, a.at.broker.connection()?).await?);
             let mut c = PartitionConsumer::with_client(
                 client,
-                &a.topic,
+                &a.at.topic,
                 p.partition,
                 StartOffset::Earliest,
                 flume_client::FetchConfig::default(),

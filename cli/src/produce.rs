@@ -10,7 +10,7 @@ use flume_client::{Header, Producer, ProducerConfig, ProducerRecord, RecordMetad
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::json;
 
-use crate::commands::BrokerAddr;
+use crate::commands::TopicAt;
 use crate::commands::{describe, non_neg_i32};
 use crate::output::{json_bytes, ranges, Format, InputFormat};
 
@@ -25,10 +25,7 @@ const READ_AHEAD: usize = 1024;
 #[command(allow_negative_numbers = true)]
 pub struct ProduceArgs {
     #[command(flatten)]
-    broker: BrokerAddr,
-    /// Topic.
-    #[arg(long)]
-    topic: String,
+    at: TopicAt,
     /// Key for every record (routes them to one partition); decoded per --key-format.
     #[arg(long)]
     key: Option<String>,
@@ -91,7 +88,7 @@ enum Outcome {
 }
 
 pub async fn produce(a: ProduceArgs) -> Result<()> {
-    if a.topic.is_empty() {
+    if a.at.topic.is_empty() {
         bail!("--topic must not be empty");
     }
     let key = match &a.key {
@@ -116,8 +113,8 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     // and whatever has arrived is sent at once, without a linger.
     let config = ProducerConfig::default()
         .batch_max_bytes(1)
-        .connection(a.broker.connection()?);
-    let producer = Producer::with_config(&a.broker.addr, config)
+        .connection(a.at.broker.connection()?);
+    let producer = Producer::with_config(&a.at.broker.addr, config)
         .await
         .context("cannot reach the broker")?;
     let headers: Vec<Header> = a
@@ -129,7 +126,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
         })
         .collect();
     let build = |input: &Input| {
-        let mut rec = ProducerRecord::new(a.topic.clone(), Bytes::copy_from_slice(&input.value))
+        let mut rec = ProducerRecord::new(a.at.topic.clone(), Bytes::copy_from_slice(&input.value))
             .headers(headers.iter().cloned());
         if let Some(k) = &input.key {
             rec = rec.key(k.clone());
@@ -151,7 +148,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
             .map_err(|e| explain(e, &input))?;
         producer.close().await;
         if a.quiet {
-            println!("1 record sent to {}", a.topic);
+            println!("1 record sent to {}", a.at.topic);
         } else {
             print_ack(&a, &input, meta);
         }
@@ -256,7 +253,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     producer.close().await;
     let n_written = written.len();
     if a.quiet {
-        println!("{n_written} records sent to {}", a.topic);
+        println!("{n_written} records sent to {}", a.at.topic);
     }
     let Some((line, _)) = first_failure else {
         return Ok(());

@@ -96,6 +96,13 @@ impl Who<'_> {
         !self.engine.acl().enabled() || topics.all(|t| self.may(op, Resource::topic(t)))
     }
 
+    /// May it act in `group` on these topics (join, commit, read offsets):
+    /// READ on the group and on every topic named?
+    fn may_read_group<'t>(&self, group: &str, topics: impl Iterator<Item = &'t str>) -> bool {
+        self.may(Operation::Read, Resource::group(group))
+            && self.may_topics(Operation::Read, topics)
+    }
+
     /// May it create `topic` (CREATE on the topic or on the cluster)?
     fn may_create(&self, topic: &str) -> bool {
         let acl = self.engine.acl();
@@ -233,11 +240,8 @@ async fn admit_request(
         },
         ApiKey::OffsetCommit => match decode::<OffsetCommitRequest>(id, payload) {
             Ok(req)
-                if !who.may(Operation::Read, Resource::group(&req.group))
-                    || !who.may_topics(
-                        Operation::Read,
-                        req.offsets.iter().map(|o| o.topic.as_str()),
-                    ) =>
+                if !who
+                    .may_read_group(&req.group, req.offsets.iter().map(|o| o.topic.as_str())) =>
             {
                 denied(id)
             }
@@ -256,11 +260,7 @@ async fn admit_request(
         },
         ApiKey::OffsetFetch => match decode::<OffsetFetchRequest>(id, payload) {
             Ok(req)
-                if !who.may(Operation::Read, Resource::group(&req.group))
-                    || !who.may_topics(
-                        Operation::Read,
-                        req.topics.iter().map(|t| t.topic.as_str()),
-                    ) =>
+                if !who.may_read_group(&req.group, req.topics.iter().map(|t| t.topic.as_str())) =>
             {
                 denied(id)
             }
@@ -568,9 +568,7 @@ fn join(
             return error_frame(id, ErrorCode::InvalidRequest);
         }
     };
-    if !who.may(Operation::Read, Resource::group(&req.group))
-        || !who.may_topics(Operation::Read, req.topics.iter().map(String::as_str))
-    {
+    if !who.may_read_group(&req.group, req.topics.iter().map(String::as_str)) {
         return denied(id);
     }
     *decoded = req
