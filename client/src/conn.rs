@@ -73,7 +73,10 @@ pub struct ConnectionConfig {
     /// spins only as long as spinning has recently paid off and falls to zero
     /// for a slow or idle broker (see [`flume_rt::spin`]); [`BusyPoll::Off`]
     /// never spins; [`BusyPoll::Fixed`] always spins its time. One waiter of a
-    /// connection spins at a time (its reads hand the others their responses).
+    /// connection spins at a time (its reads hand the others their responses),
+    /// and while more of the process's connections wait than it has CPUs, an
+    /// adaptive spin lasts at most 10 µs (it would hold the CPU the others
+    /// need: [`flume_rt::spin::crowded`]).
     /// The builder takes a [`Duration`] too: zero is off, more is fixed.
     pub busy_poll: BusyPoll,
     /// TLS, off by default: with it, the connection runs a TLS handshake
@@ -219,6 +222,10 @@ struct Inner {
     spin: Mutex<SpinBudget>,
     /// A waiter is spinning now: the others park (its reads serve them too).
     spinning: AtomicBool,
+    /// Requests awaiting their responses, and while there are any, this
+    /// connection's mark in the process's count of waiting connections
+    /// ([`rt::spin::crowded`]).
+    waiters: Mutex<(usize, Option<rt::spin::Waiting>)>,
     config: ConnectionConfig,
 }
 
@@ -290,6 +297,7 @@ impl Connection {
             born: std::time::Instant::now(),
             spin: Mutex::new(SpinBudget::new(config.busy_poll)),
             spinning: AtomicBool::new(false),
+            waiters: Mutex::new((0, None)),
             config,
         });
         // One timer per connection fails requests past their deadline; a timer
@@ -760,6 +768,7 @@ async fn wait_response(
     mut rx: oneshot::Receiver<Result<Bytes>>,
 ) -> Result<Bytes> {
     use futures::future::{select, Either};
+    let _waiting = WaitMark::new(inner);
     // Spin at most once per wait, right after the request went out.
     let mut may_spin = true;
     loop {
@@ -820,7 +829,12 @@ async fn spin(
     rx: &mut oneshot::Receiver<Result<Bytes>>,
 ) -> Option<Result<Bytes>> {
     let _spinner = Spinner::take(&inner.spinning)?;
-    let budget = lock(&inner.spin).budget();
+    let cap = if rt::spin::crowded() {
+        rt::spin::CROWDED_MAX
+    } else {
+        Duration::MAX
+    };
+    let budget = lock(&inner.spin).budget_within(cap);
     if budget.is_zero() {
         return None;
     }
@@ -833,6 +847,31 @@ async fn spin(
         None => b.missed(),
     }
     r
+}
+
+/// One request waiting for its response: the connection counts as waiting
+/// in the process while it has any ([`rt::spin::crowded`]).
+struct WaitMark<'a>(&'a Inner);
+
+impl<'a> WaitMark<'a> {
+    fn new(inner: &'a Inner) -> Self {
+        let mut w = lock(&inner.waiters);
+        w.0 += 1;
+        if w.0 == 1 {
+            w.1 = Some(rt::spin::Waiting::start());
+        }
+        WaitMark(inner)
+    }
+}
+
+impl Drop for WaitMark<'_> {
+    fn drop(&mut self) {
+        let mut w = lock(&self.0.waiters);
+        w.0 = w.0.saturating_sub(1);
+        if w.0 == 0 {
+            w.1 = None;
+        }
+    }
 }
 
 /// The right to spin on a connection, given back when dropped (also when

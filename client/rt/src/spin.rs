@@ -26,7 +26,56 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+/// The longest adaptive spin while the process is crowded (see [`crowded`]).
+pub const CROWDED_MAX: Duration = Duration::from_micros(10);
+
+/// Connections of this process with a request waiting for its response.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks a connection as waiting (one or more of its requests await their
+/// responses) while it lives: create one when the connection's first waiter
+/// starts, drop it when its last one ends.
+#[derive(Debug)]
+pub struct Waiting(());
+
+impl Waiting {
+    /// Counts one more waiting connection.
+    pub fn start() -> Self {
+        WAITING.fetch_add(1, Ordering::Relaxed);
+        Waiting(())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        WAITING.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// True when more connections of this process wait at once than it may run
+/// threads (its CPU affinity and quota: `available_parallelism`). A spinning
+/// waiter then holds a CPU the others' tasks, and the reactor thread that
+/// wakes them, need: a producer and a consumer pinned to one CPU delayed
+/// each other's records by milliseconds (`perf e2e` p99 0.5-4.5 ms with
+/// 50 µs spins, 0.2-0.5 ms with 10 µs). Go's scheduler spins only with a
+/// processor to spare for the same reason. Adaptive spins are then capped at
+/// [`CROWDED_MAX`].
+pub fn crowded() -> bool {
+    crowded_with(WAITING.load(Ordering::Relaxed), cpus())
+}
+
+/// [`crowded`] for `waiting` connections and `cpus` CPUs.
+pub fn crowded_with(waiting: usize, cpus: usize) -> bool {
+    waiting > cpus
+}
+
+fn cpus() -> usize {
+    static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, usize::from))
+}
 
 /// How a connection waits for its peer's next message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,17 +200,23 @@ impl SpinBudget {
     /// wait, and report a non-zero spin's outcome with [`SpinBudget::caught`]
     /// or [`SpinBudget::missed`] (or neither, when the wait was cut short).
     pub fn budget(&mut self) -> Duration {
+        self.budget_within(Duration::MAX)
+    }
+
+    /// [`SpinBudget::budget`], an adaptive spin capped at `cap` (a fixed one
+    /// is what its user asked for and stays as it is): see [`crowded`].
+    pub fn budget_within(&mut self, cap: Duration) -> Duration {
         match self.policy {
             BusyPoll::Off => Duration::ZERO,
             BusyPoll::Fixed(d) => d,
             BusyPoll::Adaptive { max } => {
                 if !self.budget.is_zero() {
-                    return self.budget;
+                    return self.budget.min(cap);
                 }
                 self.since_probe += 1;
                 if self.since_probe >= PROBE_EVERY {
                     self.since_probe = 0;
-                    max
+                    max.min(cap)
                 } else {
                     Duration::ZERO
                 }
@@ -356,5 +411,23 @@ mod tests {
             assert!(bad.parse::<BusyPoll>().is_err(), "{bad}");
         }
         assert_eq!(BusyPoll::from(Duration::ZERO), BusyPoll::Off);
+    }
+
+    #[test]
+    fn a_crowded_process_caps_adaptive_spins_but_not_fixed_ones() {
+        assert!(
+            !crowded_with(1, 1),
+            "one waiting connection on one CPU spins"
+        );
+        assert!(crowded_with(2, 1));
+        assert!(!crowded_with(2, 2));
+        let mut b = SpinBudget::new(BusyPoll::default());
+        b.caught(40 * US);
+        assert_eq!(b.budget(), BusyPoll::DEFAULT_MAX);
+        assert_eq!(b.budget_within(CROWDED_MAX), CROWDED_MAX);
+        let mut f = SpinBudget::new(BusyPoll::Fixed(30 * US));
+        assert_eq!(f.budget_within(CROWDED_MAX), 30 * US);
+        let mut off = SpinBudget::new(BusyPoll::Off);
+        assert_eq!(off.budget_within(CROWDED_MAX), Duration::ZERO);
     }
 }
