@@ -356,12 +356,68 @@ struct Shared {
 struct State {
     /// Per (topic, partition), batches of at most `batch_max_bytes` (one record may exceed it), oldest first.
     batches: BTreeMap<String, BTreeMap<i32, VecDeque<Batch>>>,
+    /// Where the last request that filled up stopped: the next one starts
+    /// there, so every partition waits the same number of requests and fills
+    /// its batch meanwhile (as Kafka's accumulator drains from a rotating
+    /// index). Starting each request at the first partition instead sent the
+    /// first ones again and again with a record or two each, while the last
+    /// ones waited.
+    cursor: (String, i32),
     buffered: usize,
     full: bool,
     closed: bool,
 }
 
 use crate::rt::sync::lock;
+
+impl State {
+    /// Takes batches for one request of at most `limit` bytes (at least one
+    /// batch): each round the next batch of every partition, from the cursor
+    /// round to just before it (first the partitions at or after it, then
+    /// those before); where the request fills up becomes the next cursor.
+    fn take_request(
+        &mut self,
+        limit: usize,
+        entries: &mut Vec<ProduceEntry>,
+        acks: &mut Vec<(usize, Acks)>,
+    ) {
+        let mut size = 0usize;
+        'fill: loop {
+            let mut took = false;
+            for after_cursor in [true, false] {
+                for (topic, parts) in self.batches.iter_mut() {
+                    for (partition, queue) in parts.iter_mut() {
+                        let at_or_after =
+                            (topic.as_str(), *partition) >= (self.cursor.0.as_str(), self.cursor.1);
+                        if at_or_after != after_cursor {
+                            continue;
+                        }
+                        let Some(cost) = queue.front().map(|b| b.buf.len() + topic.len() + 16)
+                        else {
+                            continue;
+                        };
+                        if size > 0 && size + cost > limit {
+                            self.cursor = (topic.clone(), *partition);
+                            break 'fill;
+                        }
+                        let Some(b) = queue.pop_front() else { continue };
+                        size += cost;
+                        took = true;
+                        acks.push((b.buf.len(), b.acks));
+                        entries.push(ProduceEntry {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            records: Bytes::from(b.buf),
+                        });
+                    }
+                }
+            }
+            if !took {
+                break;
+            }
+        }
+    }
+}
 
 /// A batching producer. Cheap to share behind an `Arc`; `send` takes `&self`.
 pub struct Producer {
@@ -692,34 +748,9 @@ async fn sender_loop(sh: Arc<Shared>) {
         let mut acks = Vec::new();
         let order = sh.order.lock().await;
         {
-            let mut st = lock(&sh.state);
-            let mut size = 0usize;
-            'fill: loop {
-                let mut took = false;
-                for (topic, parts) in st.batches.iter_mut() {
-                    for (partition, queue) in parts.iter_mut() {
-                        let Some(cost) = queue.front().map(|b| b.buf.len() + topic.len() + 16)
-                        else {
-                            continue;
-                        };
-                        if size > 0 && size + cost > limit {
-                            break 'fill;
-                        }
-                        let Some(b) = queue.pop_front() else { continue };
-                        size += cost;
-                        took = true;
-                        acks.push((b.buf.len(), b.acks));
-                        entries.push(ProduceEntry {
-                            topic: topic.clone(),
-                            partition: *partition,
-                            records: Bytes::from(b.buf),
-                        });
-                    }
-                }
-                if !took {
-                    break;
-                }
-            }
+            let mut guard = lock(&sh.state);
+            let st = &mut *guard;
+            st.take_request(limit, &mut entries, &mut acks);
             for parts in st.batches.values_mut() {
                 parts.retain(|_, q| !q.is_empty());
             }
@@ -892,5 +923,67 @@ mod tests {
             std::pin::Pin::new(&mut d).poll(&mut cx),
             std::task::Poll::Ready(Err(Error::Closed))
         ));
+    }
+
+    fn state_with(parts: &[(&str, i32, usize)]) -> State {
+        let mut st = State::default();
+        for &(topic, partition, batches) in parts {
+            let q = st
+                .batches
+                .entry(topic.to_string())
+                .or_default()
+                .entry(partition)
+                .or_default();
+            for seq in 0..batches {
+                q.push_back(Batch {
+                    // The batch's place in its partition, to check the order.
+                    buf: vec![u8::try_from(seq).unwrap(); 84],
+                    acks: Acks::new(),
+                });
+            }
+        }
+        st
+    }
+
+    fn take(st: &mut State, limit: usize) -> Vec<(String, i32, u8)> {
+        let (mut entries, mut acks) = (Vec::new(), Vec::new());
+        st.take_request(limit, &mut entries, &mut acks);
+        assert_eq!(acks.len(), entries.len());
+        entries
+            .into_iter()
+            .map(|e| (e.topic, e.partition, e.records[0]))
+            .collect()
+    }
+
+    #[test]
+    fn requests_take_partitions_round_robin_from_where_the_last_one_filled_up() {
+        // Batches cost 84 + 1 + 16 = 101 bytes: two fit a 250-byte request.
+        let mut st = state_with(&[("a", 0, 3), ("a", 1, 3), ("a", 2, 3), ("b", 0, 3)]);
+        let at = |t: &str, p: i32, seq: u8| (t.to_string(), p, seq);
+        assert_eq!(take(&mut st, 250), [at("a", 0, 0), at("a", 1, 0)]);
+        assert_eq!(take(&mut st, 250), [at("a", 2, 0), at("b", 0, 0)]);
+        // Round the end: the first partitions again, not the last ones twice.
+        assert_eq!(take(&mut st, 250), [at("a", 0, 1), at("a", 1, 1)]);
+        // A large request takes the next batch of each, from the cursor round,
+        // then the ones after, each partition's oldest first.
+        assert_eq!(
+            take(&mut st, 10_000),
+            [
+                at("a", 2, 1),
+                at("b", 0, 1),
+                at("a", 0, 2),
+                at("a", 1, 2),
+                at("a", 2, 2),
+                at("b", 0, 2)
+            ]
+        );
+        assert!(st
+            .batches
+            .values()
+            .flat_map(|p| p.values())
+            .all(|q| q.is_empty()));
+        // A batch larger than the limit still goes, alone.
+        let mut one = state_with(&[("t", 0, 2)]);
+        assert_eq!(take(&mut one, 1), [at("t", 0, 0)]);
     }
 }
