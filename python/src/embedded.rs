@@ -24,7 +24,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::{broker_error, closed, code_error};
-use crate::record::{as_bytes, opt_bytes, RawRecord, Record, RecordMetadata};
+use crate::record::{as_bytes, for_each_keyed, opt_bytes, RawRecord, RecordMetadata};
 
 /// Most bytes of records in one produce entry of `produce_many`.
 const ENTRY_MAX_BYTES: usize = 1024 * 1024;
@@ -95,6 +95,14 @@ impl EmbeddedBroker {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
             .ok_or_else(|| closed("EmbeddedBroker"))
+    }
+
+    /// Takes the engine out at close: later calls raise Closed.
+    fn take(&self) -> Option<Arc<flume_broker::EmbeddedBroker>> {
+        self.inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
     }
 
     /// Up to `max` uncommitted records of the consumer's partitions, rotating
@@ -236,6 +244,37 @@ impl EmbeddedBroker {
             py.check_signals()?;
         }
     }
+}
+
+/// Appends `entries` (encoded records) to `topic` in order and returns the
+/// metadata of every record. Admits every batch first (in order), then waits
+/// for all: the writer appends one while the next is being queued.
+fn append(
+    py: Python<'_>,
+    b: &flume_broker::EmbeddedBroker,
+    topic: &str,
+    route: Route,
+    entries: Vec<Vec<u8>>,
+) -> PyResult<Vec<RecordMetadata>> {
+    let engine = Arc::clone(b.engine());
+    let topic_owned = topic.to_owned();
+    let results = crate::bridge::run(py, async move {
+        let mut pending = Vec::with_capacity(entries.len());
+        for e in entries {
+            let batch = ProduceBatch {
+                topic: topic_owned.clone(),
+                route,
+                records: Bytes::from(e),
+            };
+            pending.push(engine.admit_produce(batch).await);
+        }
+        let mut results = Vec::with_capacity(pending.len());
+        for p in pending {
+            results.push(ProduceResult::from(p.finish().await));
+        }
+        results
+    });
+    metadata(&results, topic)
 }
 
 /// Adds context to a broker error (the decode error of a corrupt record).
@@ -415,16 +454,7 @@ impl EmbeddedBroker {
             &value,
             &headers,
         );
-        let batch = ProduceBatch {
-            topic: topic.to_owned(),
-            route: Route::to(partition),
-            records: Bytes::from(buf),
-        };
-        let engine = Arc::clone(b.engine());
-        let result = crate::bridge::run(py, async move {
-            ProduceResult::from(engine.admit_produce(batch).await.finish().await)
-        });
-        metadata(std::slice::from_ref(&result), topic)?
+        append(py, &b, topic, Route::to(partition), vec![buf])?
             .into_iter()
             .next()
             .ok_or_else(|| code_error(ErrorCode::Unknown, format!("produce to {topic}: no offset")))
@@ -447,52 +477,22 @@ impl EmbeddedBroker {
         let b = self.get()?;
         let now = flume_broker::now_ms();
         let part = Route::to(partition);
-        let mut keys_iter = match keys {
-            Some(k) if !k.is_none() => Some(k.try_iter()?),
-            _ => None,
-        };
         let mut entries = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
-        for value in values.try_iter()? {
-            let value = value?;
+        for_each_keyed(values, keys, |value, key| {
             let v = as_bytes(&value, "value")?;
-            let key = match keys_iter.as_mut() {
-                Some(it) => match it.next() {
-                    Some(k) => opt_bytes(Some(&k?), "key")?,
-                    None => return Err(PyValueError::new_err("keys is shorter than values")),
-                },
-                None => None,
-            };
+            let key = opt_bytes(key.as_ref(), "key")?;
             let len = record::encoded_len(key.as_deref(), &v, &[]);
             if !buf.is_empty() && buf.len() + len > ENTRY_MAX_BYTES {
                 entries.push(std::mem::take(&mut buf));
             }
             record::encode(&mut buf, 0, now, key.as_deref(), &v, &[]);
-        }
+            Ok(())
+        })?;
         if !buf.is_empty() {
             entries.push(buf);
         }
-        let engine = Arc::clone(b.engine());
-        let topic_owned = topic.to_owned();
-        let results = crate::bridge::run(py, async move {
-            // Admit every batch first (in order), then wait for all: the writer
-            // appends one while the next is being queued.
-            let mut pending = Vec::with_capacity(entries.len());
-            for e in entries {
-                let batch = ProduceBatch {
-                    topic: topic_owned.clone(),
-                    route: part,
-                    records: Bytes::from(e),
-                };
-                pending.push(engine.admit_produce(batch).await);
-            }
-            let mut results = Vec::with_capacity(pending.len());
-            for p in pending {
-                results.push(ProduceResult::from(p.finish().await));
-            }
-            results
-        });
-        metadata(&results, topic)
+        append(py, &b, topic, part, entries)
     }
 
     /// Adds `consumer` to the (topic, group); the topic's partitions are split
@@ -528,12 +528,9 @@ impl EmbeddedBroker {
         group: &str,
         consumer: &str,
         timeout: Option<f64>,
-    ) -> PyResult<Option<Py<Record>>> {
+    ) -> PyResult<Option<RawRecord>> {
         let got = self.poll_wait(py, topic, group, consumer, 1, timeout)?;
-        got.into_iter()
-            .next()
-            .map(|r| Py::new(py, Record::from_raw(py, r)))
-            .transpose()
+        Ok(got.into_iter().next())
     }
 
     /// Up to `max_records` uncommitted records, from each of the consumer's
@@ -548,12 +545,9 @@ impl EmbeddedBroker {
         consumer: &str,
         max_records: usize,
         timeout: Option<f64>,
-    ) -> PyResult<Vec<Py<Record>>> {
+    ) -> PyResult<Vec<RawRecord>> {
         let max = max_records.clamp(1, POLL_MANY_LIMIT);
-        let got = self.poll_wait(py, topic, group, consumer, max, timeout)?;
-        got.into_iter()
-            .map(|r| Py::new(py, Record::from_raw(py, r)))
-            .collect()
+        self.poll_wait(py, topic, group, consumer, max, timeout)
     }
 
     /// Marks the record at `offset` of `partition` as processed (stores
@@ -589,12 +583,7 @@ impl EmbeddedBroker {
     /// Drains every queue to disk, fsyncs and releases the directory.
     /// Further calls raise Closed. Idempotent.
     fn close(&self, py: Python<'_>) {
-        let b = self
-            .inner
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(b) = b {
+        if let Some(b) = self.take() {
             py.detach(|| rt::block_on(b.close()));
         }
     }
@@ -620,12 +609,7 @@ impl EmbeddedBroker {
 
 impl Drop for EmbeddedBroker {
     fn drop(&mut self) {
-        let b = self
-            .inner
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(b) = b {
+        if let Some(b) = self.take() {
             // Flush and release the directory now, not whenever the engine's
             // background tasks let go of it.
             rt::block_on(b.close().fuse());

@@ -166,6 +166,14 @@ pub fn closed(what: &str) -> PyErr {
     exc::<Closed>(format!("{what} is closed"))
 }
 
+/// `__next__` of an iterator over `poll`: `Closed` ends the iteration (None).
+pub fn until_closed<T>(py: Python<'_>, polled: PyResult<Option<T>>) -> PyResult<Option<T>> {
+    match polled {
+        Err(e) if e.is_instance_of::<Closed>(py) => Ok(None),
+        other => other,
+    }
+}
+
 /// Adds the exception classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();

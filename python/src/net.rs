@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::deps::protocol::CreateTopicRequest;
+use crate::deps::rt::sync::lock;
 use bytes::Bytes;
 use flume_client::{ConsumerRecord, ProducerConfig, ProducerRecord, StartOffset};
 use futures::lock::Mutex as AsyncMutex;
@@ -17,8 +18,10 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::bridge::{run, seconds, to_asyncio, wait};
-use crate::errors::{broker_error, client_error, closed, code_error};
-use crate::record::{as_bytes, headers, opt_bytes, RawRecord, Record, RecordMetadata};
+use crate::errors::{broker_error, client_error, closed, code_error, until_closed};
+use crate::record::{
+    as_bytes, for_each_keyed, headers, opt_bytes, RawRecord, Record, RecordMetadata,
+};
 
 fn meta(m: flume_client::RecordMetadata) -> RecordMetadata {
     RecordMetadata {
@@ -53,10 +56,7 @@ pub struct Broker {
 
 impl Broker {
     fn take(&self) -> Option<Arc<flume_broker::Broker>> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
+        lock(&self.inner).take()
     }
 }
 
@@ -167,23 +167,33 @@ fn send_records(
     keys: Option<&Bound<'_, PyAny>>,
     partition: Option<u32>,
 ) -> PyResult<Vec<ProducerRecord>> {
-    let mut keys_iter = match keys {
-        Some(k) if !k.is_none() => Some(k.try_iter()?),
-        _ => None,
-    };
     let mut out = Vec::new();
-    for v in values.try_iter()? {
-        let v = v?;
-        let key = match keys_iter.as_mut() {
-            Some(it) => match it.next() {
-                Some(k) => Some(k?),
-                None => return Err(PyValueError::new_err("keys is shorter than values")),
-            },
-            None => None,
-        };
+    for_each_keyed(values, keys, |v, key| {
         out.push(send_record(topic, &v, key.as_ref(), None, partition, None)?);
-    }
+        Ok(())
+    })?;
     Ok(out)
+}
+
+async fn producer_connect(address: String, config: ProducerConfig) -> PyResult<Producer> {
+    let p = flume_client::Producer::with_config(&address, config)
+        .await
+        .map_err(client_error)?;
+    Ok(Producer { inner: Arc::new(p) })
+}
+
+async fn producer_flush(p: Arc<flume_client::Producer>) -> PyResult<()> {
+    p.flush().await;
+    Ok(())
+}
+
+async fn producer_close(p: Arc<flume_client::Producer>) -> PyResult<()> {
+    p.close().await;
+    Ok(())
+}
+
+async fn send_one(p: Arc<flume_client::Producer>, rec: ProducerRecord) -> PyResult<RecordMetadata> {
+    p.send_record(rec).await.map(meta).map_err(client_error)
 }
 
 async fn send_all(
@@ -224,9 +234,7 @@ impl Producer {
             .buffer_max_bytes(buffer_max_bytes)
             .max_in_flight(max_in_flight);
         config.connection.request_timeout = ms(request_timeout_ms);
-        let p =
-            run(py, flume_client::Producer::with_config(address, config)).map_err(client_error)?;
-        Ok(Producer { inner: Arc::new(p) })
+        run(py, producer_connect(address.to_owned(), config))
     }
 
     /// Connects without blocking the event loop; resolves to a Producer.
@@ -237,13 +245,8 @@ impl Producer {
         address: String,
         linger_ms: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        to_asyncio(py, async move {
-            let config = ProducerConfig::default().linger(ms(linger_ms));
-            let p = flume_client::Producer::with_config(&address, config)
-                .await
-                .map_err(client_error)?;
-            Ok(Producer { inner: Arc::new(p) })
-        })
+        let config = ProducerConfig::default().linger(ms(linger_ms));
+        to_asyncio(py, producer_connect(address, config))
     }
 
     /// Sends one record and waits for the broker's acknowledgement.
@@ -261,10 +264,7 @@ impl Producer {
         timestamp: Option<i64>,
     ) -> PyResult<RecordMetadata> {
         let rec = send_record(topic, value, key, headers, partition, timestamp)?;
-        let p = Arc::clone(&self.inner);
-        run(py, async move { p.send_record(rec).await })
-            .map(meta)
-            .map_err(client_error)
+        run(py, send_one(Arc::clone(&self.inner), rec))
     }
 
     /// `send` for asyncio: returns an awaitable of RecordMetadata.
@@ -281,10 +281,7 @@ impl Producer {
         timestamp: Option<i64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let rec = send_record(topic, value, key, headers, partition, timestamp)?;
-        let p = Arc::clone(&self.inner);
-        to_asyncio(py, async move {
-            p.send_record(rec).await.map(meta).map_err(client_error)
-        })
+        to_asyncio(py, send_one(Arc::clone(&self.inner), rec))
     }
 
     /// Sends many records with many in flight and returns their metadata in order.
@@ -316,33 +313,23 @@ impl Producer {
     }
 
     /// Waits until every record sent before is acknowledged (or failed).
-    fn flush(&self, py: Python<'_>) {
-        let p = Arc::clone(&self.inner);
-        run(py, async move { p.flush().await });
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, producer_flush(Arc::clone(&self.inner)))
     }
 
     /// `flush` for asyncio.
     fn flush_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let p = Arc::clone(&self.inner);
-        to_asyncio(py, async move {
-            p.flush().await;
-            Ok(())
-        })
+        to_asyncio(py, producer_flush(Arc::clone(&self.inner)))
     }
 
     /// Flushes and closes the connection. Idempotent.
-    fn close(&self, py: Python<'_>) {
-        let p = Arc::clone(&self.inner);
-        run(py, async move { p.close().await });
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, producer_close(Arc::clone(&self.inner)))
     }
 
     /// `close` for asyncio.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let p = Arc::clone(&self.inner);
-        to_asyncio(py, async move {
-            p.close().await;
-            Ok(())
-        })
+        to_asyncio(py, producer_close(Arc::clone(&self.inner)))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -350,9 +337,9 @@ impl Producer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 }
 
@@ -376,7 +363,11 @@ fn topics_arg(topics: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     topics.extract::<Vec<String>>()
 }
 
-fn start_arg(start: &Bound<'_, PyAny>) -> PyResult<StartOffset> {
+/// `start=`: "earliest" (also None), "latest" or an offset.
+fn start_arg(start: Option<&Bound<'_, PyAny>>) -> PyResult<StartOffset> {
+    let Some(start) = start else {
+        return Ok(StartOffset::Earliest);
+    };
     if let Ok(o) = start.extract::<u64>() {
         return Ok(StartOffset::At(o));
     }
@@ -479,7 +470,7 @@ impl GroupConsumer {
         assignor: String,
     ) -> PyResult<Self> {
         let topics = topics_arg(topics)?;
-        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
+        let start = start_arg(start)?;
         run(
             py,
             group_build(
@@ -513,7 +504,7 @@ impl GroupConsumer {
         assignor: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         let topics = topics_arg(topics)?;
-        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
+        let start = start_arg(start)?;
         to_asyncio(
             py,
             group_build(
@@ -533,10 +524,8 @@ impl GroupConsumer {
     /// The next record, waiting up to `timeout` seconds (None: until one
     /// arrives). None when the time ran out.
     #[pyo3(signature = (timeout = None))]
-    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<Record>>> {
-        let got = wait(py, group_recv(Arc::clone(&self.inner)), seconds(timeout)?)?;
-        got.map(|r| Py::new(py, Record::from_raw(py, r)))
-            .transpose()
+    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<RawRecord>> {
+        wait(py, group_recv(Arc::clone(&self.inner)), seconds(timeout)?)
     }
 
     /// The next record, for asyncio.
@@ -548,11 +537,8 @@ impl GroupConsumer {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<Record>>> {
-        match self.poll(py, None) {
-            Err(e) if e.is_instance_of::<crate::errors::Closed>(py) => Ok(None),
-            other => other,
-        }
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<RawRecord>> {
+        until_closed(py, self.poll(py, None))
     }
 
     /// Commits `record.offset + 1` for its partition (manual commits).
@@ -637,6 +623,32 @@ async fn partition_recv(
     Ok(raw(topic, partition, r))
 }
 
+/// Connects to read `topic`/`partition` from `start`.
+async fn partition_connect(
+    address: String,
+    topic: String,
+    partition: i32,
+    start: StartOffset,
+) -> PyResult<PartitionConsumer> {
+    let c = flume_client::PartitionConsumer::connect(&address, &topic, partition, start)
+        .await
+        .map_err(client_error)?;
+    Ok(PartitionConsumer {
+        inner: Arc::new(AsyncMutex::new(Some(c))),
+        topic,
+        partition,
+    })
+}
+
+fn partition_arg(partition: u32) -> PyResult<i32> {
+    i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))
+}
+
+async fn partition_close(inner: SharedPartition) -> PyResult<()> {
+    inner.lock().await.take();
+    Ok(())
+}
+
 #[pymethods]
 impl PartitionConsumer {
     /// Connects to `address` to read `topic`/`partition` from `start`.
@@ -649,19 +661,9 @@ impl PartitionConsumer {
         partition: u32,
         start: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
-        let p =
-            i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
-        let c = run(
-            py,
-            flume_client::PartitionConsumer::connect(address, &topic, p, start),
-        )
-        .map_err(client_error)?;
-        Ok(PartitionConsumer {
-            inner: Arc::new(AsyncMutex::new(Some(c))),
-            topic,
-            partition: p,
-        })
+        let start = start_arg(start)?;
+        let p = partition_arg(partition)?;
+        run(py, partition_connect(address.to_owned(), topic, p, start))
     }
 
     /// `PartitionConsumer(...)` for asyncio.
@@ -674,28 +676,16 @@ impl PartitionConsumer {
         partition: u32,
         start: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let start = start.map_or(Ok(StartOffset::Earliest), start_arg)?;
-        let p =
-            i32::try_from(partition).map_err(|_| PyValueError::new_err("partition too large"))?;
-        to_asyncio(py, async move {
-            let c = flume_client::PartitionConsumer::connect(&address, &topic, p, start)
-                .await
-                .map_err(client_error)?;
-            Ok(PartitionConsumer {
-                inner: Arc::new(AsyncMutex::new(Some(c))),
-                topic,
-                partition: p,
-            })
-        })
+        let start = start_arg(start)?;
+        let p = partition_arg(partition)?;
+        to_asyncio(py, partition_connect(address, topic, p, start))
     }
 
     /// The next record, waiting up to `timeout` seconds (None: until one arrives).
     #[pyo3(signature = (timeout = None))]
-    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<Record>>> {
+    fn poll(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<RawRecord>> {
         let fut = partition_recv(Arc::clone(&self.inner), self.topic.clone(), self.partition);
-        let got = wait(py, fut, seconds(timeout)?)?;
-        got.map(|r| Py::new(py, Record::from_raw(py, r)))
-            .transpose()
+        wait(py, fut, seconds(timeout)?)
     }
 
     /// The next record, for asyncio.
@@ -710,11 +700,8 @@ impl PartitionConsumer {
         slf
     }
 
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<Record>>> {
-        match self.poll(py, None) {
-            Err(e) if e.is_instance_of::<crate::errors::Closed>(py) => Ok(None),
-            other => other,
-        }
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<RawRecord>> {
+        until_closed(py, self.poll(py, None))
     }
 
     /// The next offset this consumer reads, once known.
@@ -727,20 +714,13 @@ impl PartitionConsumer {
     }
 
     /// Closes the connection. Idempotent.
-    fn close(&self, py: Python<'_>) {
-        let inner = Arc::clone(&self.inner);
-        run(py, async move {
-            inner.lock().await.take();
-        });
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, partition_close(Arc::clone(&self.inner)))
     }
 
     /// `close` for asyncio.
     fn close_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let inner = Arc::clone(&self.inner);
-        to_asyncio(py, async move {
-            inner.lock().await.take();
-            Ok(())
-        })
+        to_asyncio(py, partition_close(Arc::clone(&self.inner)))
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -748,9 +728,9 @@ impl PartitionConsumer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close(py);
-        false
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
     }
 }
 
@@ -815,6 +795,17 @@ async fn lag(
     Ok(out)
 }
 
+async fn admin_connect(address: String) -> PyResult<Admin> {
+    let a = flume_client::Admin::connect(&address)
+        .await
+        .map_err(client_error)?;
+    Ok(Admin { inner: Arc::new(a) })
+}
+
+async fn create_topic(a: Arc<flume_client::Admin>, req: CreateTopicRequest) -> PyResult<()> {
+    a.create_topic(req).await.map_err(client_error)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn create_request(
     name: &str,
@@ -849,19 +840,13 @@ impl Admin {
     /// Connects to the broker at `address`.
     #[new]
     fn new(py: Python<'_>, address: &str) -> PyResult<Self> {
-        let a = run(py, flume_client::Admin::connect(address)).map_err(client_error)?;
-        Ok(Admin { inner: Arc::new(a) })
+        run(py, admin_connect(address.to_owned()))
     }
 
     /// `Admin(address)` for asyncio.
     #[staticmethod]
     fn connect_async(py: Python<'_>, address: String) -> PyResult<Bound<'_, PyAny>> {
-        to_asyncio(py, async move {
-            let a = flume_client::Admin::connect(&address)
-                .await
-                .map_err(client_error)?;
-            Ok(Admin { inner: Arc::new(a) })
-        })
+        to_asyncio(py, admin_connect(address))
     }
 
     /// Creates a topic; unset settings take the broker's defaults.
@@ -888,8 +873,7 @@ impl Admin {
             max_pending,
             backpressure,
         )?;
-        let a = Arc::clone(&self.inner);
-        run(py, async move { a.create_topic(req).await }).map_err(client_error)
+        run(py, create_topic(Arc::clone(&self.inner), req))
     }
 
     /// `create_topic` for asyncio.
@@ -915,10 +899,7 @@ impl Admin {
             max_pending,
             backpressure,
         )?;
-        let a = Arc::clone(&self.inner);
-        to_asyncio(py, async move {
-            a.create_topic(req).await.map_err(client_error)
-        })
+        to_asyncio(py, create_topic(Arc::clone(&self.inner), req))
     }
 
     /// `{topic: {partition: (start_offset, end_offset)}}` for every topic, or those named.

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use flume_client::Header;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
@@ -131,6 +131,31 @@ pub fn opt_bytes(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Option<
         Some(o) if o.is_none() => Ok(None),
         Some(o) => Ok(Some(Bytes::from(as_bytes(o, what)?.into_owned()))),
     }
+}
+
+/// Calls `f` with each of `values` and its key: None without `keys`, else the
+/// next of `keys` (None or one key per value; running out first is a ValueError).
+pub fn for_each_keyed<'py>(
+    values: &Bound<'py, PyAny>,
+    keys: Option<&Bound<'py, PyAny>>,
+    mut f: impl FnMut(Bound<'py, PyAny>, Option<Bound<'py, PyAny>>) -> PyResult<()>,
+) -> PyResult<()> {
+    let mut keys_iter = match keys {
+        Some(k) if !k.is_none() => Some(k.try_iter()?),
+        _ => None,
+    };
+    for value in values.try_iter()? {
+        let value = value?;
+        let key = match keys_iter.as_mut() {
+            Some(it) => match it.next() {
+                Some(k) => Some(k?),
+                None => return Err(PyValueError::new_err("keys is shorter than values")),
+            },
+            None => None,
+        };
+        f(value, key)?;
+    }
+    Ok(())
 }
 
 /// Headers from a list of (name, value) pairs or a dict.

@@ -18,7 +18,7 @@ records it was fetching are fetched again)::
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _flume
 from ._flume import Closed, Record, RecordMetadata
@@ -27,8 +27,38 @@ __all__ = ["Admin", "GroupConsumer", "PartitionConsumer", "Producer"]
 
 Bytes = Union[bytes, bytearray, str]
 
+_Self = TypeVar("_Self")
 
-class Producer:
+
+class _Closing:
+    """``close()`` and ``async with``, over the wrapped object's ``close_async``."""
+
+    _inner: Any
+
+    async def close(self) -> None:
+        await self._inner.close_async()
+
+    async def __aenter__(self: _Self) -> _Self:
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+
+class _Consumer(_Closing):
+    """``async for record in consumer``, until the consumer is closed."""
+
+    def __aiter__(self: _Self) -> _Self:
+        return self
+
+    async def __anext__(self) -> Record:
+        try:
+            return await self._inner.poll_async()
+        except Closed:
+            raise StopAsyncIteration from None
+
+
+class Producer(_Closing):
     """A batching producer; ``await Producer.connect(address)``."""
 
     def __init__(self, inner: _flume.Producer) -> None:
@@ -71,16 +101,10 @@ class Producer:
 
     async def close(self) -> None:
         """Flushes and closes."""
-        await self._inner.close_async()
-
-    async def __aenter__(self) -> "Producer":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+        await super().close()
 
 
-class GroupConsumer:
+class GroupConsumer(_Consumer):
     """A consumer-group member; ``async for record in consumer``."""
 
     def __init__(self, inner: _flume.GroupConsumer) -> None:
@@ -118,31 +142,16 @@ class GroupConsumer:
         """The next record (waits until one arrives; wrap in asyncio.wait_for for a timeout)."""
         return await self._inner.poll_async()
 
-    def __aiter__(self) -> "GroupConsumer":
-        return self
-
-    async def __anext__(self) -> Record:
-        try:
-            return await self._inner.poll_async()
-        except Closed:
-            raise StopAsyncIteration from None
-
     async def commit(self, record: Record) -> None:
         """Commits ``record.offset + 1`` for its partition."""
         await self._inner.commit_async(record)
 
     async def close(self) -> None:
         """Commits (auto-commit mode) and leaves the group."""
-        await self._inner.close_async()
-
-    async def __aenter__(self) -> "GroupConsumer":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
+        await super().close()
 
 
-class PartitionConsumer:
+class PartitionConsumer(_Consumer):
     """Reads one partition; ``async for record in consumer``."""
 
     def __init__(self, inner: _flume.PartitionConsumer) -> None:
@@ -158,24 +167,6 @@ class PartitionConsumer:
     async def poll(self) -> Record:
         """The next record (waits until one arrives)."""
         return await self._inner.poll_async()
-
-    def __aiter__(self) -> "PartitionConsumer":
-        return self
-
-    async def __anext__(self) -> Record:
-        try:
-            return await self._inner.poll_async()
-        except Closed:
-            raise StopAsyncIteration from None
-
-    async def close(self) -> None:
-        await self._inner.close_async()
-
-    async def __aenter__(self) -> "PartitionConsumer":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.close()
 
 
 class Admin:
