@@ -465,11 +465,10 @@ impl Log {
 
     /// True when [`Log::read`] of `offset` touches only the last `window`
     /// bytes of the active segment (whatever its `max_bytes`: a read ends at
-    /// the segment's end) and this process
-    /// appended there within `fresh`: the bytes were written moments ago and
-    /// are in the page cache, so the read costs a memory copy, not a disk
-    /// access (a consumer at the tail). Decided from memory (the sparse
-    /// index), without I/O.
+    /// the segment's end) and this process appended there within `fresh`:
+    /// the bytes were written moments ago and are in the page cache, so the
+    /// read costs a memory copy, not a disk access (a consumer at the tail).
+    /// Decided from memory (the sparse index), without I/O.
     pub fn is_hot(&self, offset: u64, window: u64, fresh: Duration) -> bool {
         let a = &self.active;
         if offset < a.base || offset >= a.next_offset {
