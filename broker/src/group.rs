@@ -255,29 +255,32 @@ pub struct JoinParams {
     pub limits: GroupLimits,
 }
 
-/// A join to a client-assigned group (Kafka's JoinGroup).
+/// A join to a client-assigned group (Kafka's JoinGroup): the member's
+/// request, its timeouts already checked by the engine (the session within
+/// [`crate::domain::CLIENT_SESSION_TIMEOUT_MS`], the rebalance at most 5 min).
 #[derive(Debug, Clone)]
 pub struct ClientJoinParams {
-    /// Member id, empty on first join.
-    pub member_id: String,
-    /// Answer a first join with a member id to rejoin with (KIP-394).
-    pub require_member_id: bool,
-    /// Client id (prefix of a new member id).
-    pub client_id: String,
-    /// Client host.
-    pub client_host: String,
-    /// Protocol type ("consumer").
-    pub protocol_type: String,
-    /// (protocol name, metadata), preferred first.
-    pub protocols: Vec<(String, Bytes)>,
-    /// Subscribed topics as read from the metadata (describe only).
-    pub topics: Vec<String>,
-    /// Session timeout.
-    pub session_timeout_ms: u64,
-    /// Rebalance timeout.
-    pub rebalance_timeout_ms: u64,
+    /// The request (its `group` is the one joined).
+    pub join: crate::domain::ClientJoinSpec,
     /// Caps on groups and members the join must fit in.
     pub limits: GroupLimits,
+}
+
+impl ClientJoinParams {
+    fn session_timeout_ms(&self) -> u64 {
+        u64::try_from(self.join.session_timeout.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn rebalance_timeout_ms(&self) -> u64 {
+        u64::try_from(self.join.rebalance_timeout.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The group a join goes to: created if new, due for a check at the next tick.
+fn join_target<'a, R>(groups: &'a mut HashMap<String, Group<R>>, group: &str) -> &'a mut Group<R> {
+    let g = groups.entry(group.to_owned()).or_insert_with(Group::new);
+    g.check_at = 0;
+    g
 }
 
 /// Caps on the coordinator's state, so its memory follows the configuration,
@@ -435,6 +438,16 @@ struct Group<R> {
 }
 
 impl<R> Group<R> {
+    /// How long a rebalance waits: the longest of the members' rebalance
+    /// timeouts (0 without members).
+    fn rebalance_timeout(&self) -> u64 {
+        self.members
+            .values()
+            .map(|m| m.rebalance_timeout_ms)
+            .max()
+            .unwrap_or(0)
+    }
+
     fn new() -> Self {
         Group {
             state: GroupState::Empty,
@@ -725,6 +738,12 @@ impl<R> Coordinator<R> {
         self.groups.values().filter(|g| !g.is_idle()).count()
     }
 
+    /// A new member id for a first join (no `member_id`), made from
+    /// `client_id`; `None` for a rejoin.
+    fn first_join_id(&mut self, member_id: &str, client_id: &str) -> Option<(String, u64)> {
+        member_id.is_empty().then(|| self.new_member_id(client_id))
+    }
+
     fn new_member_id(&mut self, prefix: &str) -> (String, u64) {
         self.seq += 1;
         let id = if prefix.is_empty() {
@@ -752,16 +771,8 @@ impl<R> Coordinator<R> {
         if let Err(code) = self.admit_group(group, &p.member_id, &p.limits) {
             return vec![fail(responder, code)];
         }
-        let seq = if p.member_id.is_empty() {
-            Some(self.new_member_id(""))
-        } else {
-            None
-        };
-        let g = self
-            .groups
-            .entry(group.to_owned())
-            .or_insert_with(Group::new);
-        g.check_at = 0;
+        let seq = self.first_join_id(&p.member_id, "");
+        let g = join_target(&mut self.groups, group);
         if g.is_client() {
             if !g.is_idle() {
                 return vec![(responder, Err(GroupError::InconsistentProtocol))];
@@ -829,39 +840,33 @@ impl<R> Coordinator<R> {
         now: u64,
         responder: R,
     ) -> Vec<Ready<R>> {
-        if p.protocol_type.is_empty() || p.protocols.is_empty() {
+        let (session_timeout_ms, rebalance_timeout_ms) =
+            (p.session_timeout_ms(), p.rebalance_timeout_ms());
+        if p.join.protocol_type.is_empty() || p.join.protocols.is_empty() {
             return vec![(responder, Err(GroupError::InconsistentProtocol))];
         }
-        if let Err(code) = self.admit_group(group, &p.member_id, &p.limits) {
+        if let Err(code) = self.admit_group(group, &p.join.member_id, &p.limits) {
             return vec![fail(responder, code)];
         }
         let held = self.held();
-        let fresh = if p.member_id.is_empty() {
-            Some(self.new_member_id(&p.client_id))
-        } else {
-            None
-        };
-        let g = self
-            .groups
-            .entry(group.to_owned())
-            .or_insert_with(Group::new);
-        g.check_at = 0;
+        let fresh = self.first_join_id(&p.join.member_id, &p.join.client_id);
+        let g = join_target(&mut self.groups, group);
         // The mode and protocols must fit the group's while it has members.
         if !g.members.is_empty() || !g.pending.is_empty() {
             let fits = match &g.mode {
                 Mode::Broker => false,
                 Mode::Client { protocol_type } => {
-                    *protocol_type == p.protocol_type
-                        && candidates(g, Some(&p.member_id))
-                            .is_none_or(|c| p.protocols.iter().any(|(n, _)| c.contains(n)))
+                    *protocol_type == p.join.protocol_type
+                        && candidates(g, Some(&p.join.member_id))
+                            .is_none_or(|c| p.join.protocols.iter().any(|(n, _)| c.contains(n)))
                 }
             };
             if !fits {
                 return vec![(responder, Err(GroupError::InconsistentProtocol))];
             }
-        } else if !g.is_client() || g.protocol_type() != p.protocol_type {
+        } else if !g.is_client() || g.protocol_type() != p.join.protocol_type {
             g.mode = Mode::Client {
-                protocol_type: p.protocol_type.clone(),
+                protocol_type: p.join.protocol_type.clone(),
             };
         }
         let (id, fresh) = match fresh {
@@ -869,14 +874,14 @@ impl<R> Coordinator<R> {
                 if is_full(group, g.members.len() + g.new_ids.len(), &p.limits) {
                     return vec![fail(responder, ErrorCode::LimitReached)];
                 }
-                if p.require_member_id {
+                if p.join.require_member_id {
                     g.new_ids
-                        .insert(id.clone(), now.saturating_add(p.session_timeout_ms));
+                        .insert(id.clone(), now.saturating_add(session_timeout_ms));
                     return vec![(responder, Err(GroupError::MemberIdRequired(id)))];
                 }
                 (id, Some(order))
             }
-            None => (p.member_id.clone(), None),
+            None => (p.join.member_id.clone(), None),
         };
         let handed_out = fresh.is_none() && g.new_ids.remove(&id).is_some();
         if fresh.is_none() && !handed_out && !g.members.contains_key(&id) {
@@ -885,7 +890,7 @@ impl<R> Coordinator<R> {
         let same = g.members.get(&id).is_some_and(|m| {
             m.client
                 .as_ref()
-                .is_some_and(|c| c.protocols == p.protocols)
+                .is_some_and(|c| c.protocols == p.join.protocols)
         });
         // Join order: a member keeps its place; a handed-out id takes its place now.
         let order = match (g.members.get(&id), fresh) {
@@ -917,9 +922,9 @@ impl<R> Coordinator<R> {
             }
         }
         let client = ClientMember {
-            client_id: p.client_id,
-            client_host: p.client_host,
-            protocols: p.protocols,
+            client_id: p.join.client_id,
+            client_host: p.join.client_host,
+            protocols: p.join.protocols,
             assignment: Bytes::new(),
             partitions: Vec::new(),
         };
@@ -942,9 +947,9 @@ impl<R> Coordinator<R> {
         g.members.insert(
             id.clone(),
             Member {
-                topics: p.topics,
-                session_timeout_ms: p.session_timeout_ms,
-                rebalance_timeout_ms: p.rebalance_timeout_ms,
+                topics: p.join.topics,
+                session_timeout_ms,
+                rebalance_timeout_ms,
                 last_seen: now,
                 joined_at: old.as_ref().map_or(now, |m| m.joined_at),
                 seq: order,
@@ -1359,14 +1364,8 @@ fn choose_protocol<R>(g: &Group<R>) -> String {
 fn start_rebalance<R>(g: &mut Group<R>, now: u64) -> Vec<Ready<R>> {
     g.rebalances += 1;
     g.changed.notify(usize::MAX);
-    let timeout = g
-        .members
-        .values()
-        .map(|m| m.rebalance_timeout_ms)
-        .max()
-        .unwrap_or(0);
     g.state = GroupState::PreparingRebalance {
-        deadline: now.saturating_add(timeout),
+        deadline: now.saturating_add(g.rebalance_timeout()),
     };
     // Syncs waiting for a generation that will not complete: rejoin.
     g.unsynced.clear();
@@ -1444,14 +1443,8 @@ fn try_complete<R>(
                 c.partitions.clear();
             }
         }
-        let timeout = g
-            .members
-            .values()
-            .map(|m| m.rebalance_timeout_ms)
-            .max()
-            .unwrap_or(0);
         g.state = GroupState::CompletingRebalance {
-            deadline: now.saturating_add(timeout),
+            deadline: now.saturating_add(g.rebalance_timeout()),
         };
         g.unsynced = g.members.keys().cloned().collect();
         tracing::info!(

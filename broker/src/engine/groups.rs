@@ -127,19 +127,11 @@ impl Engine {
         if !(lo..=hi).contains(&session) {
             return Err(GroupError::InvalidSessionTimeout(session));
         }
-        let rebalance = u64::try_from(req.rebalance_timeout.as_millis())
-            .unwrap_or(u64::MAX)
-            .min(300_000);
+        let mut join = req;
+        join.rebalance_timeout = join.rebalance_timeout.min(Duration::from_secs(300));
+        let group = join.group.clone();
         let params = ClientJoinParams {
-            member_id: req.member_id,
-            require_member_id: req.require_member_id,
-            client_id: req.client_id,
-            client_host: req.client_host,
-            protocol_type: req.protocol_type,
-            protocols: req.protocols,
-            topics: req.topics,
-            session_timeout_ms: session,
-            rebalance_timeout_ms: rebalance,
+            join,
             limits: self.limits(),
         };
         let (tx, rx) = oneshot::channel();
@@ -148,7 +140,7 @@ impl Engine {
         }
         let ready = {
             let now = self.mono_ms();
-            lock(&self.groups).join_client(&req.group, params, now, tx)
+            lock(&self.groups).join_client(&group, params, now, tx)
         };
         Self::deliver(ready);
         match rx.await {

@@ -1,5 +1,6 @@
 //! Unit tests of client-assigned groups (Kafka's JoinGroup/SyncGroup), no sleeping: time is `now`.
 use super::*;
+use std::time::Duration;
 
 fn none(_: &str) -> u32 {
     0
@@ -7,18 +8,21 @@ fn none(_: &str) -> u32 {
 
 fn kjoin(id: &str, protocols: &[&str]) -> ClientJoinParams {
     ClientJoinParams {
-        member_id: id.to_owned(),
-        require_member_id: false,
-        client_id: "app".into(),
-        client_host: "/127.0.0.1".into(),
-        protocol_type: "consumer".into(),
-        protocols: protocols
-            .iter()
-            .map(|p| ((*p).to_owned(), Bytes::from(format!("md-{p}-{id}"))))
-            .collect(),
-        topics: vec!["t".into()],
-        session_timeout_ms: 6000,
-        rebalance_timeout_ms: 10_000,
+        join: crate::domain::ClientJoinSpec {
+            group: "g".into(),
+            member_id: id.to_owned(),
+            require_member_id: false,
+            client_id: "app".into(),
+            client_host: "/127.0.0.1".into(),
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|p| ((*p).to_owned(), Bytes::from(format!("md-{p}-{id}"))))
+                .collect(),
+            topics: vec!["t".into()],
+            session_timeout: Duration::from_millis(6000),
+            rebalance_timeout: Duration::from_millis(10_000),
+        },
         limits: GroupLimits::default(),
     }
 }
@@ -79,7 +83,7 @@ fn first(c: &mut Coordinator<u32>) -> String {
 fn a_first_join_without_id_gets_one_to_rejoin_with_then_joins() {
     let mut c = Coordinator::new(7);
     let mut p = kjoin("", &["range"]);
-    p.require_member_id = true;
+    p.join.require_member_id = true;
     let r = c.join_client("g", p, 0, 1);
     let Err(GroupError::MemberIdRequired(id)) = &r[0].1 else {
         panic!("{r:?}")
@@ -98,7 +102,7 @@ fn a_first_join_without_id_gets_one_to_rejoin_with_then_joins() {
 fn a_handed_out_id_lapses_after_the_session_timeout() {
     let mut c = Coordinator::new(7);
     let mut p = kjoin("", &["range"]);
-    p.require_member_id = true;
+    p.join.require_member_id = true;
     let r = c.join_client("g", p, 0, 1);
     let Err(GroupError::MemberIdRequired(id)) = r[0].1.clone() else {
         panic!("{r:?}")
@@ -260,11 +264,11 @@ fn members_without_a_common_protocol_or_of_the_other_mode_are_refused() {
     let r = c.join_client("g", kjoin("", &["roundrobin"]), 5, 3);
     assert_eq!(r[0].1, Err(GroupError::InconsistentProtocol));
     let mut other = kjoin("", &["range"]);
-    other.protocol_type = "connect".into();
+    other.join.protocol_type = "connect".into();
     let r = c.join_client("g", other, 5, 3);
     assert_eq!(r[0].1, Err(GroupError::InconsistentProtocol));
     let mut empty = kjoin("", &[]);
-    empty.protocols.clear();
+    empty.join.protocols.clear();
     let r = c.join_client("h", empty, 5, 3);
     assert_eq!(r[0].1, Err(GroupError::InconsistentProtocol));
     // A Flume (broker-assigned) member meets a Kafka group, and the other way round.
@@ -388,7 +392,7 @@ fn the_bytes_client_members_hold_are_capped_and_freed_when_they_go() {
     let mut c = Coordinator::new(7);
     let big = |id: &str, size: usize| {
         let mut p = kjoin(id, &["range"]);
-        p.protocols[0].1 = Bytes::from(vec![0u8; size]);
+        p.join.protocols[0].1 = Bytes::from(vec![0u8; size]);
         p.limits.max_client_bytes = 10_000;
         p
     };

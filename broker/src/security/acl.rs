@@ -186,16 +186,19 @@ impl Permission {
 }
 
 macro_rules! parse_by_name {
-    ($t:ty, $what:literal, [$($v:expr),*]) => {
+    ($t:ty, $what:literal, $all:expr) => {
         impl FromStr for $t {
             type Err = String;
             fn from_str(s: &str) -> Result<Self, String> {
                 let lower = s.to_ascii_lowercase();
-                $(if lower == $v.name() { return Ok($v); })*
+                if let Some(v) = $all.into_iter().find(|v| lower == v.name()) {
+                    return Ok(v);
+                }
+                let names: Vec<&str> = $all.iter().map(|v| v.name()).collect();
                 Err(format!(
                     concat!("unknown ", $what, " {:?} (one of: {})"),
                     s,
-                    [$($v.name()),*].join(", ")
+                    names.join(", ")
                 ))
             }
         }
@@ -207,19 +210,7 @@ macro_rules! parse_by_name {
     };
 }
 
-parse_by_name!(
-    Operation,
-    "operation",
-    [
-        Operation::All,
-        Operation::Read,
-        Operation::Write,
-        Operation::Create,
-        Operation::Delete,
-        Operation::Alter,
-        Operation::Describe
-    ]
-);
+parse_by_name!(Operation, "operation", OPERATIONS);
 parse_by_name!(
     ResourceType,
     "resource type",
