@@ -195,6 +195,26 @@ pub fn peek_header(buf: &[u8], pos: usize) -> Option<(u64, u32)> {
     Some((u64::from_be_bytes(off), u32::from_be_bytes(size)))
 }
 
+/// The number of whole records at the start of `buf`, from their headers
+/// alone: no CRC is computed. For a buffer already checked (a read the log
+/// verified record by record); [`RecordIter`] checks.
+pub fn count_unchecked(buf: &[u8]) -> usize {
+    let (mut at, mut n) = (0usize, 0usize);
+    while let Some((_, size)) = peek_header(buf, at) {
+        let next = usize::try_from(size)
+            .ok()
+            .and_then(|s| at.checked_add(RECORD_HEADER_LEN)?.checked_add(s));
+        match next {
+            Some(next) if next <= buf.len() => {
+                n += 1;
+                at = next;
+            }
+            _ => break,
+        }
+    }
+    n
+}
+
 /// Iterates over the records of a buffer, checking each CRC.
 ///
 /// Stops with an error at the first torn or corrupt record; the error's `at`
@@ -440,6 +460,20 @@ mod tests {
             }],
         );
         buf
+    }
+
+    #[test]
+    fn count_unchecked_counts_whole_records_by_their_headers() {
+        let buf = sample();
+        assert_eq!(count_unchecked(&buf), 2);
+        assert_eq!(count_unchecked(&[]), 0);
+        // A torn last record is not counted; a short header ends the count.
+        assert_eq!(count_unchecked(&buf[..buf.len() - 1]), 1);
+        assert_eq!(count_unchecked(&buf[..RECORD_HEADER_LEN - 1]), 0);
+        // A size that runs past the buffer (or overflows) ends it too.
+        let mut huge = buf.clone();
+        huge[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(count_unchecked(&huge), 0);
     }
 
     #[test]
