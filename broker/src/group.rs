@@ -65,12 +65,28 @@ pub struct Subscription {
     pub topics: Vec<String>,
 }
 
-/// Computes an assignment: member -> topic -> partitions. Deterministic.
+/// An assignment: member -> topic -> partitions.
+pub type Assignment = BTreeMap<String, BTreeMap<String, Vec<i32>>>;
+
+/// Computes an assignment from scratch. Deterministic.
 pub fn assign(
     assignor: Assignor,
     subs: &[Subscription],
     partitions_of: &dyn Fn(&str) -> u32,
-) -> BTreeMap<String, BTreeMap<String, Vec<i32>>> {
+) -> Assignment {
+    assign_from(assignor, subs, partitions_of, &Assignment::new())
+}
+
+/// Computes an assignment that follows `prev` (the group's last one) as far
+/// as the assignor allows: with [`Assignor::Sticky`] a member keeps what it
+/// had up to its share, so a member leaving moves only its partitions (and
+/// the few a change of the shares moves). Deterministic.
+pub fn assign_from(
+    assignor: Assignor,
+    subs: &[Subscription],
+    partitions_of: &dyn Fn(&str) -> u32,
+    prev: &Assignment,
+) -> Assignment {
     let mut out: BTreeMap<String, BTreeMap<String, Vec<i32>>> = subs
         .iter()
         .map(|s| (s.member.clone(), BTreeMap::new()))
@@ -114,7 +130,18 @@ pub fn assign(
                     .filter(|s| s.topics.iter().any(|t| t == topic))
                     .map(|s| s.member.as_str())
                     .collect();
-                for (member, parts) in sticky_topic(topic, &members, partitions_of(topic)) {
+                let owners: BTreeMap<i32, &str> = prev
+                    .iter()
+                    .flat_map(|(member, topics)| {
+                        topics
+                            .get(topic)
+                            .into_iter()
+                            .flatten()
+                            .map(move |p| (*p, member.as_str()))
+                    })
+                    .collect();
+                for (member, parts) in sticky_topic(topic, &members, partitions_of(topic), &owners)
+                {
                     if let Some(a) = out.get_mut(member) {
                         a.insert(topic.to_owned(), parts);
                     }
@@ -174,7 +201,19 @@ fn score(parts: &[&[u8]]) -> u64 {
 /// partitions, and the few a change of the shares moves, go elsewhere), and
 /// a member that joins takes about its share, from everyone. The coordinator
 /// needs no memory of the previous assignment for this.
-fn sticky_topic<'a>(topic: &str, members: &[&'a str], n: u32) -> BTreeMap<&'a str, Vec<i32>> {
+///
+/// `prev` (partition -> its owner in the last assignment) comes first: a
+/// partition stays with its owner while the owner is a member, and only
+/// then do the preferences above place it (a member over its new share
+/// still gives up those it prefers least). Without it, a member's
+/// partitions could move when another left: a partition its favourite had
+/// given up for lack of room went back to the favourite once there was room.
+fn sticky_topic<'a>(
+    topic: &str,
+    members: &[&'a str],
+    n: u32,
+    prev: &BTreeMap<i32, &str>,
+) -> BTreeMap<&'a str, Vec<i32>> {
     let mut members: Vec<&'a str> = members.to_vec();
     members.sort_unstable();
     members.dedup();
@@ -202,18 +241,30 @@ fn sticky_topic<'a>(topic: &str, members: &[&'a str], n: u32) -> BTreeMap<&'a st
             std::cmp::Reverse(members[i]),
         )
     };
-    // 1. Every partition to its favourite member.
+    // 1. Every partition to its last owner if still here, else its favourite member.
+    let index: HashMap<&str, usize> = members.iter().enumerate().map(|(i, m)| (*m, i)).collect();
     let mut owned: Vec<Vec<u32>> = vec![Vec::new(); m];
+    let mut kept = vec![false; n_us];
     for p in 0..n {
-        if let Some(best) = (0..m).max_by_key(|&i| pscore(p, i)) {
+        let owner = i32::try_from(p)
+            .ok()
+            .and_then(|p| prev.get(&p))
+            .and_then(|owner| index.get(owner).copied());
+        if let (Some(_), Some(k)) = (owner, kept.get_mut(p as usize)) {
+            *k = true;
+        }
+        if let Some(best) = owner.or_else(|| (0..m).max_by_key(|&i| pscore(p, i))) {
             owned[best].push(p);
         }
     }
-    // 2. Members above their share give up what they prefer least.
+    // 2. Members above their share give up what they prefer least, what they
+    //    had before last.
     let mut released = Vec::new();
     for (i, parts) in owned.iter_mut().enumerate() {
         if parts.len() > cap[i] {
-            parts.sort_unstable_by_key(|&p| std::cmp::Reverse(pscore(p, i)));
+            parts.sort_unstable_by_key(|&p| {
+                std::cmp::Reverse((kept.get(p as usize).copied().unwrap_or(false), pscore(p, i)))
+            });
             released.extend(parts.drain(cap[i]..));
         }
     }
@@ -1473,7 +1524,7 @@ fn try_complete<R>(
             topics: m.topics.clone(),
         })
         .collect();
-    g.assignment = assign(g.assignor, &subs, partitions_of);
+    g.assignment = assign_from(g.assignor, &subs, partitions_of, &g.assignment);
     g.leader = g
         .members
         .iter()

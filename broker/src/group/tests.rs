@@ -368,6 +368,38 @@ fn sticky_keeps_partitions_of_members_that_stay_when_one_leaves_or_joins() {
     assert_eq!(Assignor::parse("sticky"), Some(Assignor::Sticky));
 }
 
+#[test]
+fn with_the_last_assignment_a_leave_moves_only_the_leavers_partitions() {
+    // Member ids are random in the coordinator (nonce + sequence): try many.
+    for seed in 0..200u32 {
+        let names: Vec<String> = (0..5).map(|i| format!("member-{seed:x}-{i}")).collect();
+        for n in [6u32, 7, 12, 30] {
+            let parts = |_: &str| n;
+            for m in 2..=5usize {
+                let all: Vec<&str> = names[..m].iter().map(String::as_str).collect();
+                let first = assign(Assignor::Sticky, &subs_of(&all, &["t"]), &parts);
+                let leaver = (seed as usize) % m;
+                let stay: Vec<&str> = all.iter().copied().filter(|x| *x != all[leaver]).collect();
+                let after = assign_from(Assignor::Sticky, &subs_of(&stay, &["t"]), &parts, &first);
+                let (b, a) = (owners(&first), owners(&after));
+                assert_eq!(moved(&b, &a), 0, "seed={seed} n={n} m={m}");
+                assert_eq!(a.len(), n as usize);
+                let loads: Vec<usize> = after.values().map(|t| t["t"].len()).collect();
+                let (lo, hi) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+                assert!(hi - lo <= 1, "balanced: {loads:?}");
+                // A join takes its share; the others lose only what it takes.
+                let back = assign_from(Assignor::Sticky, &subs_of(&all, &["t"]), &parts, &after);
+                let o = owners(&back);
+                let taken = o.values().filter(|x| **x == all[leaver]).count();
+                assert!(moved(&a, &o) <= taken, "seed={seed} n={n} m={m}");
+                let loads: Vec<usize> = back.values().map(|t| t["t"].len()).collect();
+                let (lo, hi) = (loads.iter().min().unwrap(), loads.iter().max().unwrap());
+                assert!(hi - lo <= 1, "balanced after the join: {loads:?}");
+            }
+        }
+    }
+}
+
 /// A waiting heartbeat's listener fires when the group starts a rebalance
 /// (a leave, a join) or loses a member to expiry, and not otherwise; the end
 /// of a wait checks the member without counting as a heartbeat.
