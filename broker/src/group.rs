@@ -197,17 +197,16 @@ fn score(parts: &[&[u8]]) -> u64 {
 /// `score(topic, member)`); a member above its share gives up the partitions
 /// it prefers least, each to the next member in that partition's order with
 /// room. A partition's preferences do not depend on the other members, so
-/// when a member leaves, the others keep what they had (only the leaver's
-/// partitions, and the few a change of the shares moves, go elsewhere), and
-/// a member that joins takes about its share, from everyone. The coordinator
-/// needs no memory of the previous assignment for this.
+/// a member that joins takes about its share, from everyone.
 ///
 /// `prev` (partition -> its owner in the last assignment) comes first: a
 /// partition stays with its owner while the owner is a member, and only
 /// then do the preferences above place it (a member over its new share
-/// still gives up those it prefers least). Without it, a member's
-/// partitions could move when another left: a partition its favourite had
-/// given up for lack of room went back to the favourite once there was room.
+/// gives up what it had before last). So when a member leaves, the others
+/// keep everything they had and share the leaver's partitions. The
+/// preferences alone did not ensure that: a partition its favourite had
+/// given up for lack of room went back to the favourite once there was
+/// room, away from a member that stayed.
 fn sticky_topic<'a>(
     topic: &str,
     members: &[&'a str],
