@@ -339,6 +339,15 @@ pub(crate) fn write_lock(log: &RwLock<Log>) -> std::sync::RwLockWriteGuard<'_, L
 }
 
 impl Shared {
+    /// Reads from `log` (locked by the caller) unless the topic was deleted
+    /// (checked under the lock: UNKNOWN_TOPIC then).
+    fn read_from(&self, log: &Log, offset: u64, max_bytes: usize) -> ReadOutcome {
+        if self.deleted.load(Ordering::Acquire) {
+            return Ok(Err(ErrorCode::UnknownTopic));
+        }
+        log.read(offset, max_bytes).map(Ok)
+    }
+
     /// Appends `batch` (already contiguous) under the lock; updates the
     /// cached end offset and wakes long polls.
     fn append(&self, log: &mut Log, batch: &mut [u8], count: u64, max_ts: i64) -> AppendResult {
@@ -652,14 +661,8 @@ impl Partition {
             Some(r) => r,
             None => {
                 let shared = Arc::clone(&self.shared);
-                rt::unblock(move || {
-                    let log = read_lock(&shared.log);
-                    if shared.deleted.load(Ordering::Acquire) {
-                        return Ok(Err(ErrorCode::UnknownTopic));
-                    }
-                    log.read(offset, max_bytes).map(Ok)
-                })
-                .await
+                rt::unblock(move || shared.read_from(&read_lock(&shared.log), offset, max_bytes))
+                    .await
             }
         };
         let r = match r {
@@ -686,13 +689,8 @@ impl Partition {
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        if !log.is_hot(offset, HOT_READ_BYTES, HOT_READ_FRESH) {
-            return None;
-        }
-        if self.shared.deleted.load(Ordering::Acquire) {
-            return Some(Ok(Err(ErrorCode::UnknownTopic)));
-        }
-        Some(log.read(offset, max_bytes).map(Ok))
+        log.is_hot(offset, HOT_READ_BYTES, HOT_READ_FRESH)
+            .then(|| self.shared.read_from(&log, offset, max_bytes))
     }
 
     /// Reads synchronously (embedded mode, tests).

@@ -678,10 +678,18 @@ impl Segment {
     /// Where [`Segment::position_of`] starts scanning for `offset`: the
     /// position of the sparse index entry at or before it (no I/O).
     pub fn scan_start(&self, offset: u64) -> u64 {
+        self.entry_before(offset).0
+    }
+
+    /// The sparse index entry at or before `offset`: its position and offset
+    /// (the segment's start when there is none).
+    fn entry_before(&self, offset: u64) -> (u64, u64) {
         let rel = offset.saturating_sub(self.base);
         let idx = self.entries.partition_point(|e| u64::from(e.rel) <= rel);
-        idx.checked_sub(1)
-            .map_or(FILE_HEADER_LEN, |i| u64::from(self.entries[i].pos))
+        match idx.checked_sub(1).and_then(|i| self.entries.get(i)) {
+            Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
+            None => (FILE_HEADER_LEN, self.base),
+        }
     }
 
     /// Byte position of the record with `offset` (which must be in this
@@ -690,12 +698,7 @@ impl Segment {
     /// # Errors
     /// I/O errors, or a record header that does not lead to the offset.
     pub fn position_of(&self, offset: u64) -> Result<u64, StorageError> {
-        let rel = offset.saturating_sub(self.base);
-        let idx = self.entries.partition_point(|e| u64::from(e.rel) <= rel);
-        let (mut pos, mut cur) = match idx.checked_sub(1).map(|i| self.entries[i]) {
-            Some(e) => (u64::from(e.pos), self.base + u64::from(e.rel)),
-            None => (FILE_HEADER_LEN, self.base),
-        };
+        let (mut pos, mut cur) = self.entry_before(offset);
         let mut buf = vec![0u8; 0];
         let mut buf_start = pos;
         while cur < offset {
