@@ -99,6 +99,9 @@ pub struct ProduceArgs {
     /// Largest batch per partition (bytes).
     #[arg(long, default_value_t = 1024 * 1024, value_parser = range_u64(1, 1 << 30))]
     batch_bytes: u64,
+    /// PRODUCE requests outstanding per producer (the producer's `max_in_flight`).
+    #[arg(long, default_value_t = 8, value_parser = range_u64(1, 1024))]
+    max_in_flight: u64,
     /// Records in flight per producer (ignored with --sync).
     #[arg(long, default_value_t = 20_000, value_parser = range_u64(1, 10_000_000))]
     window: u64,
@@ -240,6 +243,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let config = ProducerConfig::default()
         .linger(Duration::from_millis(a.linger_ms))
         .batch_max_bytes(usize::try_from(a.batch_bytes)?)
+        .max_in_flight(usize::try_from(a.max_in_flight)?)
         .connection(a.at.broker.connection()?.busy_poll(a.busy_poll_us));
     let mut producers = Vec::new();
     for _ in 0..a.producers {
