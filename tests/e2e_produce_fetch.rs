@@ -149,6 +149,57 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
     });
 }
 
+/// Records spread thin over many partitions (the producer holds such
+/// requests while one is in flight, `State::spread_thin`): every record is
+/// acknowledged, each partition's offsets are dense and in send order.
+#[test]
+fn spread_over_many_partitions_every_record_lands_in_order() {
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        let partitions = 64i32;
+        broker
+            .engine()
+            .create_topic("spread", common::topic(partitions as u32))
+            .unwrap();
+        let producer = Producer::connect(&broker.local_addr().to_string())
+            .await
+            .unwrap();
+        let mut pending = std::collections::VecDeque::new();
+        let mut acks: HashMap<i32, Vec<(i64, u32)>> = HashMap::new();
+        for i in 0..20_000u32 {
+            let p = (i % partitions as u32) as i32;
+            let rec = ProducerRecord::new("spread", format!("{i}")).partition(p);
+            pending.push_back((i, producer.enqueue(rec).await.unwrap()));
+            // A window of in-flight records, as `perf produce` keeps.
+            if pending.len() >= 2_000 {
+                let (i, d) = pending.pop_front().unwrap();
+                let m = d.await.unwrap();
+                acks.entry(m.partition).or_default().push((m.offset, i));
+            }
+        }
+        for (i, d) in pending {
+            let m = d.await.unwrap();
+            acks.entry(m.partition).or_default().push((m.offset, i));
+        }
+        assert_eq!(acks.len(), partitions as usize);
+        for (p, got) in acks {
+            let offsets: Vec<i64> = got.iter().map(|&(o, _)| o).collect();
+            assert_eq!(
+                offsets,
+                (0..offsets.len() as i64).collect::<Vec<_>>(),
+                "partition {p}"
+            );
+            assert!(
+                got.windows(2).all(|w| w[0].1 < w[1].1),
+                "partition {p}: send order"
+            );
+        }
+        producer.close().await;
+        broker.shutdown().await;
+    });
+}
+
 #[test]
 fn long_poll_wakes_on_new_data_and_times_out_empty() {
     long_poll(

@@ -364,13 +364,37 @@ struct State {
     /// ones waited.
     cursor: (String, i32),
     buffered: usize,
+    /// Bytes of the batches not yet taken into a request.
+    unsent: usize,
+    /// Partitions with a batch not yet taken.
+    partitions: usize,
     full: bool,
     closed: bool,
 }
 
 use crate::rt::sync::lock;
 
+/// A request carrying at least this many partitions' batches...
+const SPREAD_MIN_PARTITIONS: usize = 16;
+/// ... that average less than this many bytes waits while another request
+/// is in flight (see [`State::spread_thin`]).
+const THIN_BATCH_BYTES: usize = 4096;
+
 impl State {
+    /// True when the batches waiting are many and small: at least
+    /// [`SPREAD_MIN_PARTITIONS`] partitions averaging under
+    /// [`THIN_BATCH_BYTES`]. The broker writes each partition's batch on its
+    /// own (one write per partition), so a request of thousands of batches
+    /// of a record or two costs it thousands of writes for little data. While
+    /// another request is in flight, such a request waits for its answer and
+    /// then carries everything that arrived meanwhile: Nagle's rule, applied
+    /// to partitions, which lets batches grow with the broker's own pace.
+    /// Few partitions, or full batches, go at once as before.
+    fn spread_thin(&self) -> bool {
+        self.partitions >= SPREAD_MIN_PARTITIONS
+            && self.unsent < self.partitions.saturating_mul(THIN_BATCH_BYTES)
+    }
+
     /// Takes batches for one request of at most `limit` bytes (at least one
     /// batch): each round the next batch of every partition, from the cursor
     /// round to just before it (first the partitions at or after it, then
@@ -401,6 +425,7 @@ impl State {
                             break 'fill;
                         }
                         let Some(b) = queue.pop_front() else { continue };
+                        self.unsent = self.unsent.saturating_sub(b.buf.len());
                         size += cost;
                         took = true;
                         acks.push((b.buf.len(), b.acks));
@@ -625,11 +650,14 @@ impl Producer {
                     }
                     let mut full = false;
                     let mut delivery = None;
+                    st.unsent += len;
+                    let mut new_partition = false;
                     if let Some(queue) = st
                         .batches
                         .get_mut(&rec.topic)
                         .map(|t| t.entry(partition).or_default())
                     {
+                        new_partition = queue.is_empty();
                         if queue.back().is_none_or(|b| b.buf.len() + len > max) {
                             queue.push_back(Batch {
                                 buf: Vec::new(),
@@ -652,6 +680,7 @@ impl Producer {
                         }
                     }
                     st.full |= full;
+                    st.partitions += usize::from(new_partition);
                     drop(st);
                     sh.added.notify(1);
                     // The queue was just given a batch, so there was one to add the record to.
@@ -708,9 +737,9 @@ async fn sender_loop(sh: Arc<Shared>) {
         FuturesUnordered::new();
     loop {
         let listener = sh.added.listen();
-        let (has_data, closed, full) = {
+        let (has_data, closed, full, thin) = {
             let st = lock(&sh.state);
-            (!st.batches.is_empty(), st.closed, st.full)
+            (!st.batches.is_empty(), st.closed, st.full, st.spread_thin())
         };
         if closed && !has_data && inflight.is_empty() {
             return;
@@ -728,6 +757,13 @@ async fn sender_loop(sh: Arc<Shared>) {
                 d = next.fuse() => d,
             };
             if let Some(d) = done {
+                complete(&sh, d);
+            }
+            continue;
+        }
+        if !full && !closed && !inflight.is_empty() && thin && sh.config.linger.is_zero() {
+            // Many small batches: wait for the request in flight (State::spread_thin).
+            if let Some(d) = inflight.next().await {
                 complete(&sh, d);
             }
             continue;
@@ -755,6 +791,7 @@ async fn sender_loop(sh: Arc<Shared>) {
                 parts.retain(|_, q| !q.is_empty());
             }
             st.batches.retain(|_, parts| !parts.is_empty());
+            st.partitions = st.batches.values().map(BTreeMap::len).sum();
             let max = sh.config.batch_max_bytes;
             st.full = st
                 .batches
@@ -941,8 +978,28 @@ mod tests {
                     acks: Acks::new(),
                 });
             }
+            st.partitions += usize::from(batches > 0);
+            st.unsent += batches * 84;
         }
         st
+    }
+
+    #[test]
+    fn many_partitions_of_small_batches_are_thin_few_or_large_are_not() {
+        let many: Vec<(&str, i32, usize)> = (0..16).map(|p| ("t", p, 1)).collect();
+        let mut st = state_with(&many);
+        assert!(st.spread_thin(), "16 partitions of 84 bytes each");
+        assert!(
+            !state_with(&many[..15]).spread_thin(),
+            "15 partitions go at once"
+        );
+        // Once the batches average THIN_BATCH_BYTES, they go.
+        st.unsent = 16 * THIN_BATCH_BYTES;
+        assert!(!st.spread_thin());
+        // What a request takes no longer counts.
+        let mut st = state_with(&many);
+        take(&mut st, 10_000);
+        assert_eq!(st.unsent, 0);
     }
 
     fn take(st: &mut State, limit: usize) -> Vec<(String, i32, u8)> {
