@@ -799,13 +799,18 @@ impl Partition {
         Arc::clone(read_lock(&self.shared.log).faults())
     }
 
-    /// Closes the queue, lets the writer drain it, and fsyncs the log, unless
+    /// Closes the queue, lets the writer drain it, writes the active
+    /// segment's pending index entries, and fsyncs the log, unless
     /// the fsync policy is `never`: then the broker flushes the whole data
     /// directory's filesystem once after every partition has drained
     /// ([`crate::storage::dirs::sync_filesystem`]), instead of one fdatasync
     /// (and one file reopen) per partition.
     pub async fn shutdown(&self) {
         self.shared.queue.close_and_drain().await;
+        if read_lock(&self.shared.log).index_pending() {
+            let shared = Arc::clone(&self.shared);
+            rt::unblock(move || write_lock(&shared.log).write_index_tail()).await;
+        }
         if self.inline_ok {
             // inline_ok is exactly "fsync policy is never".
             self.shared.data.notify(usize::MAX);

@@ -206,6 +206,18 @@ impl Log {
         &self.faults
     }
 
+    /// True when the active segment has index entries its `.index` file
+    /// does not hold yet (see [`super::segment::INDEX_WRITE_EVERY`]).
+    pub fn index_pending(&self) -> bool {
+        self.active.index_len() > self.active.index_written()
+    }
+
+    /// Writes the active segment's pending index entries (at shutdown, so
+    /// the next start does not scan for them).
+    pub fn write_index_tail(&mut self) {
+        self.active.write_index_tail();
+    }
+
     /// Why the log stopped taking appends, if it did (see the module docs).
     pub fn failure(&self) -> Option<&str> {
         self.failed.as_deref()
@@ -350,7 +362,9 @@ impl Log {
         // writes it back in its own time (an fsync of 64 MiB here would stall every
         // producer of the partition for tens of milliseconds).
         if self.config.fsync != FsyncPolicy::Never {
-            self.active().sync_all()?;
+            self.active_mut().sync_all()?;
+        } else {
+            self.active_mut().write_index_tail();
         }
         let seg = Segment::create(
             &self.dir,
@@ -556,7 +570,7 @@ impl Log {
     /// When the OS reports a failure.
     pub fn close(mut self) -> Result<(), StorageError> {
         self.sync()?;
-        self.active().sync_all()
+        self.active_mut().sync_all()
     }
 }
 

@@ -492,3 +492,80 @@ fn only_a_read_of_the_tail_this_process_just_wrote_is_hot() {
     let log = Log::open(dir.path(), small()).unwrap();
     assert!(!log.is_hot(log.end_offset() - 1, 1 << 20, fresh));
 }
+
+#[test]
+fn index_entries_a_crash_lost_before_they_were_written_are_found_again() {
+    // Entries reach the .index file INDEX_WRITE_EVERY at a time; a crash
+    // loses the rest, and reopening finds them again from the log. Two logs
+    // get the same appends: one closes cleanly, the other "crashes" (dropped
+    // with entries pending). Both end with the same index file.
+    let cfg = || LogConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 100,
+        ..LogConfig::default()
+    };
+    let (clean, crashed) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let index_file = |dir: &Path| std::fs::read(dir.join(segment::file_name(0, "index"))).unwrap();
+    let mut a = Log::open(clean.path(), cfg()).unwrap();
+    let mut b = Log::open(crashed.path(), cfg()).unwrap();
+    let mut n = 0;
+    // Enough entries for some to be written, and some left pending.
+    while n < 200 || !b.index_pending() {
+        append_n(&mut a, n, 1);
+        append_n(&mut b, n, 1);
+        n += 1;
+    }
+    let in_memory = b.active.index_len();
+    let on_disk = (index_file(crashed.path()).len() - 8) / 16;
+    assert!(on_disk >= segment::INDEX_WRITE_EVERY, "{on_disk} written");
+    assert!(on_disk < in_memory, "{on_disk} of {in_memory} written");
+    a.close().unwrap();
+    assert_eq!(
+        (index_file(clean.path()).len() - 8) / 16,
+        in_memory,
+        "close writes them"
+    );
+    drop(b);
+    let b = Log::open(crashed.path(), cfg()).unwrap();
+    assert_eq!(b.active.index_len(), in_memory);
+    assert!(!b.index_pending(), "the reopened log wrote what it found");
+    assert_eq!(index_file(crashed.path()), index_file(clean.path()));
+    let all = read_all(&b);
+    assert_eq!(all.len() as u64, n);
+    assert!(all
+        .iter()
+        .enumerate()
+        .all(|(i, r)| r.offset == i as u64 && r.value[..] == value(i as u64)[..]));
+}
+
+#[test]
+fn a_rollback_with_index_entries_pending_leaves_the_index_file_valid() {
+    // A failed append cuts the log back; pending entries past the mark go,
+    // and the file is never extended to cover entries it does not hold.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_bytes: 1 << 20,
+        index_interval_bytes: 100,
+        ..LogConfig::default()
+    };
+    let mut log = Log::open(dir.path(), cfg.clone()).unwrap();
+    let mut n = 0;
+    while n < 50 || !log.index_pending() {
+        append_n(&mut log, n, 1);
+        n += 1;
+    }
+    let mark = log.active.mark();
+    let entries_at_mark = log.active.index_len();
+    append_n(&mut log, n, 40);
+    // Entries past the mark reached the file: the rollback must cut them.
+    assert!(log.active.index_written() > entries_at_mark);
+    log.active.rollback(mark).unwrap();
+    assert_eq!(log.active.index_len(), entries_at_mark);
+    assert_eq!(log.active.index_written(), entries_at_mark);
+    let index = std::fs::read(dir.path().join(segment::file_name(0, "index"))).unwrap();
+    assert_eq!((index.len() - 8) / 16, log.active.index_written());
+    drop(log);
+    let log = Log::open(dir.path(), cfg).unwrap();
+    assert_eq!(log.end_offset(), n);
+    assert_eq!(read_all(&log).len() as u64, n);
+}
