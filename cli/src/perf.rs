@@ -102,8 +102,12 @@ pub struct ProduceArgs {
     /// PRODUCE requests outstanding per producer (the producer's `max_in_flight`).
     #[arg(long, default_value_t = 8, value_parser = range_u64(1, 1024))]
     max_in_flight: u64,
-    /// Records in flight per producer (ignored with --sync).
-    #[arg(long, default_value_t = 20_000, value_parser = range_u64(1, 10_000_000))]
+    /// Records in flight per producer (ignored with --sync); 0: no window of
+    /// its own, the producer's buffer (32 MiB of records) bounds them, as in
+    /// Kafka's producer-perf-test. A small window measures latency at less
+    /// than full load; no window lets batches grow as large as the broker's
+    /// pace allows, which a spread over many partitions needs.
+    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 10_000_000))]
     window: u64,
     /// One record per round trip: wait for each acknowledgement before the next send.
     #[arg(long)]
@@ -277,7 +281,10 @@ async fn produce(a: ProduceArgs) -> Result<()> {
     let start = Instant::now();
     let bar = progress(Arc::clone(&done), timed, start);
     let mut tasks = Vec::new();
-    let window = usize::try_from(a.window)?;
+    let window = match usize::try_from(a.window)? {
+        0 => usize::MAX,
+        n => n,
+    };
     for (i, producer) in producers.iter().enumerate() {
         let i = i as u64;
         let n = timed / a.producers + u64::from(i < timed % a.producers);
@@ -288,7 +295,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         let (sync, keys, producers_n) = (a.sync, a.key_cardinality, a.producers);
         let work = async move {
             let mut lat = Vec::with_capacity(usize::try_from(n / SAMPLE_EVERY + 1).unwrap_or(0));
-            let mut inflight = std::collections::VecDeque::with_capacity(window);
+            let mut inflight = std::collections::VecDeque::with_capacity(window.min(1 << 16));
             // Latencies measured so far are kept when the run fails half-way.
             let run = async {
                 for j in 0..n {
@@ -312,14 +319,26 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                     let t0 = (j % SAMPLE_EVERY == 0).then(Instant::now);
                     let fut = producer.enqueue(rec).await?;
                     inflight.push_back((t0, fut));
-                    while inflight.len() >= window {
-                        if let Some((t, f)) = inflight.pop_front() {
-                            f.await?;
-                            if let Some(t) = t {
-                                lat.push(t.elapsed().as_micros() as u64);
-                            }
-                            done.fetch_add(1, Ordering::Relaxed);
+                    // Acknowledgements that have arrived are taken as they come (a
+                    // failure stops the run at once, and only records not yet
+                    // acknowledged are held); past the window, the oldest is waited for.
+                    loop {
+                        let full = inflight.len() >= window;
+                        let Some((t, f)) = inflight.front_mut() else {
+                            break;
+                        };
+                        let outcome = if full {
+                            Some(f.await)
+                        } else {
+                            futures::FutureExt::now_or_never(f)
+                        };
+                        let Some(outcome) = outcome else { break };
+                        outcome?;
+                        if let Some(t) = t {
+                            lat.push(t.elapsed().as_micros() as u64);
                         }
+                        inflight.pop_front();
+                        done.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 // The remaining acknowledgements arrive in order: waiting for each in turn measures each.
