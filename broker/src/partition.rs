@@ -756,10 +756,12 @@ impl Partition {
         self.shared.data.notify(usize::MAX);
     }
 
-    /// Runs retention and the interval fsync; called by the broker's ticker.
-    pub async fn maintain(&self, now_ms: i64) {
-        let shared = Arc::clone(&self.shared);
-        let r = rt::unblock(move || {
+    /// Runs retention and the interval fsync now, on this thread (it may
+    /// block on the disk: the broker's ticker calls it from a blocking
+    /// thread, for many partitions at a time, see [`maintain_all`]).
+    pub fn maintain_blocking(&self, now_ms: i64) {
+        let shared = &self.shared;
+        let r = (|| {
             let mut l = write_lock(&shared.log);
             let synced = l.sync_if_due();
             if l.failure().is_some() {
@@ -778,8 +780,7 @@ impl Partition {
                 tracing::debug!(topic = %shared.topic, partition = shared.id, expired, "idle producers' state dropped");
             }
             Ok::<u64, StorageError>(start)
-        })
-        .await;
+        })();
         match r {
             Ok(start) => self.shared.start.store(start, Ordering::Release),
             Err(e) => {
@@ -830,6 +831,27 @@ impl Partition {
             tracing::error!(topic = %self.topic, partition = self.id, error = %e, "fsync at shutdown failed");
         }
         self.shared.data.notify(usize::MAX);
+    }
+}
+
+/// Partitions maintained per trip to a blocking thread.
+const MAINTAIN_CHUNK: usize = 1024;
+
+/// Runs [`Partition::maintain_blocking`] for every partition, on blocking
+/// threads, [`MAINTAIN_CHUNK`] partitions per trip: one trip per partition
+/// cost two thread wake-ups each, 13 % of a core at idle with 10,000
+/// partitions (every second under the `never` fsync policy, every tick
+/// under the others).
+pub async fn maintain_all(partitions: Vec<Arc<Partition>>, now_ms: i64) {
+    let mut rest = partitions;
+    while !rest.is_empty() {
+        let chunk: Vec<Arc<Partition>> = rest.drain(..rest.len().min(MAINTAIN_CHUNK)).collect();
+        rt::unblock(move || {
+            for p in &chunk {
+                p.maintain_blocking(now_ms);
+            }
+        })
+        .await;
     }
 }
 

@@ -248,11 +248,12 @@ impl Engine {
 
     async fn maintain(&self) {
         let now = self.config.clock.wall_ms();
-        for t in self.topics() {
-            for p in &t.partitions {
-                p.maintain(now).await;
-            }
-        }
+        let partitions = self
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions.iter().cloned())
+            .collect();
+        crate::partition::maintain_all(partitions, now).await;
         self.offsets.maintain().await;
     }
 
