@@ -144,6 +144,9 @@ sleep 3
 rss=$(rss_kb); nfds=$(fds)
 echo "idle with $partitions partitions: RSS $((rss / 1024)) MB ($(( (rss - base_rss) * 1000 / partitions / 1000 )).$(( (rss - base_rss) * 1000 / partitions % 1000 )) KB per partition over the empty broker), $nfds fds"
 grep -E '^(VmHWM|RssAnon|RssFile)' "/proc/$pid/status" | tr -s ' \t' ' ' | paste -sd, | sed 's/^/  /'
+t0=$(ticks); sleep 10; t1=$(ticks)
+echo "idle CPU with $partitions partitions: $(echo "scale=1; 100 * ($t1 - $t0) / $(getconf CLK_TCK) / 10" | bc) % of a core over 10 s"
+
 python3 "$py" metadata "$addr"
 
 echo "== restart"

@@ -200,6 +200,10 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
 /// One in this many records is timed when sends are pipelined.
 const SAMPLE_EVERY: u64 = 8;
 
+/// `perf produce` looks for acknowledgements that have arrived once every
+/// this many records it sends (a look costs about as much as a send).
+const ACK_CHECK_EVERY: u64 = 256;
+
 /// Where `perf produce --topics-spread/--partitions-spread` sends record `j`.
 #[derive(Debug, Clone)]
 struct Spread {
@@ -319,11 +323,16 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                     let t0 = (j % SAMPLE_EVERY == 0).then(Instant::now);
                     let fut = producer.enqueue(rec).await?;
                     inflight.push_back((t0, fut));
-                    // Acknowledgements that have arrived are taken as they come (a
-                    // failure stops the run at once, and only records not yet
-                    // acknowledged are held); past the window, the oldest is waited for.
+                    // Acknowledgements that have arrived are taken every
+                    // ACK_CHECK_EVERY records (a failure stops the run soon, and
+                    // records acknowledged are not held); past the window, the
+                    // oldest is waited for.
+                    let check = j % ACK_CHECK_EVERY == 0;
                     loop {
                         let full = inflight.len() >= window;
+                        if !full && !check {
+                            break;
+                        }
                         let Some((t, f)) = inflight.front_mut() else {
                             break;
                         };

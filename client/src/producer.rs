@@ -374,6 +374,9 @@ struct State {
 
 use crate::rt::sync::lock;
 
+/// Bytes a new batch starts with room for (at most the batch limit).
+const FIRST_BATCH_CAPACITY: usize = 2048;
+
 /// A request carrying at least this many partitions' batches...
 const SPREAD_MIN_PARTITIONS: usize = 16;
 /// ... that average less than this many bytes waits while another request
@@ -660,7 +663,11 @@ impl Producer {
                         new_partition = queue.is_empty();
                         if queue.back().is_none_or(|b| b.buf.len() + len > max) {
                             queue.push_back(Batch {
-                                buf: Vec::new(),
+                                // Room for a few records at once: a batch grown from
+                                // nothing reallocates (and copies) every doubling.
+                                buf: Vec::with_capacity(
+                                    len.max(FIRST_BATCH_CAPACITY).min(max.max(len)),
+                                ),
                                 acks: Acks::new(),
                             });
                         }
