@@ -302,6 +302,13 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             let mut inflight = std::collections::VecDeque::with_capacity(window.min(1 << 16));
             // Latencies measured so far are kept when the run fails half-way.
             let run = async {
+                // An acknowledged record: counted, and its latency kept when it was timed.
+                let mut acked = |t: Option<Instant>| {
+                    if let Some(t) = t {
+                        lat.push(t.elapsed().as_micros() as u64);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                };
                 for j in 0..n {
                     let (topic, partition) = spread.target(j * producers_n + i + 1);
                     let rec = with_partition(
@@ -314,8 +321,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                     if sync {
                         let t0 = Instant::now();
                         producer.send_record(rec).await?;
-                        lat.push(t0.elapsed().as_micros() as u64);
-                        done.fetch_add(1, Ordering::Relaxed);
+                        acked(Some(t0));
                         continue;
                     }
                     // Latency is sampled (one record in SAMPLE_EVERY) so the clock reads do
@@ -343,20 +349,14 @@ async fn produce(a: ProduceArgs) -> Result<()> {
                         };
                         let Some(outcome) = outcome else { break };
                         outcome?;
-                        if let Some(t) = t {
-                            lat.push(t.elapsed().as_micros() as u64);
-                        }
+                        acked(*t);
                         inflight.pop_front();
-                        done.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 // The remaining acknowledgements arrive in order: waiting for each in turn measures each.
                 while let Some((t, f)) = inflight.pop_front() {
                     f.await?;
-                    if let Some(t) = t {
-                        lat.push(t.elapsed().as_micros() as u64);
-                    }
-                    done.fetch_add(1, Ordering::Relaxed);
+                    acked(t);
                 }
                 Ok::<(), flume_client::Error>(())
             };

@@ -708,9 +708,7 @@ impl Producer {
                             queue.push_back(Batch {
                                 // Room for a few records at once: a batch grown from
                                 // nothing reallocates (and copies) every doubling.
-                                buf: Vec::with_capacity(
-                                    len.max(FIRST_BATCH_CAPACITY).min(max.max(len)),
-                                ),
+                                buf: Vec::with_capacity(FIRST_BATCH_CAPACITY.min(max).max(len)),
                                 acks: Acks::new(),
                             });
                         }
