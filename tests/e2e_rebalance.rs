@@ -1,18 +1,22 @@
-//! Rebalances reach the members at once (HEARTBEAT_WAIT, extension key 16):
-//! a clean leave completes without waiting a heartbeat interval, waiting
-//! heartbeats are bounded and released when their connection closes, and
-//! the plain HEARTBEAT still works.
+//! Rebalances reach the members at once (HEARTBEAT_WAIT, extension key 16;
+//! GROUP_FETCH, key 17): a clean leave completes without waiting a heartbeat
+//! interval, waiting heartbeats are bounded and released when their
+//! connection closes, the plain HEARTBEAT still works, and a member's fetches
+//! are its heartbeats.
 
 use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use flume_broker::domain::JoinSpec;
+use flume_broker::domain::{FetchFrom, FetchSpec, JoinSpec, TopicPartition};
 use flume_broker::group::Assignor;
 use flume_broker::Broker;
 use flume_client::{GroupConsumer, RebalanceEvent};
-use flume_protocol::{self as protocol, ErrorCode, HeartbeatRequest, HeartbeatWaitRequest};
+use flume_protocol::{
+    self as protocol, ErrorCode, FetchPartition, FetchRequest, GroupFetchRequest, HeartbeatRequest,
+    HeartbeatWaitRequest,
+};
 use flume_rt::{self as rt, TcpStream};
 use futures::io::AsyncWriteExt;
 use futures::{FutureExt, StreamExt};
@@ -359,6 +363,203 @@ fn a_group_member_needs_one_connection() {
         assert_eq!(engine.group_members("g"), Some(1));
         assert_eq!(c.generation().await, generation, "no rebalance");
         c.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}
+
+fn group_fetch(
+    member: &str,
+    generation: i32,
+    max_wait_ms: i32,
+    partitions: &[i32],
+) -> GroupFetchRequest {
+    GroupFetchRequest {
+        group: "g".into(),
+        generation,
+        member_id: member.into(),
+        fetch: FetchRequest {
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            partitions: partitions
+                .iter()
+                .map(|&partition| FetchPartition {
+                    topic: "t".into(),
+                    partition,
+                    offset: 0,
+                    max_bytes: 1 << 20,
+                })
+                .collect(),
+        },
+    }
+}
+
+/// A GROUP_FETCH (extension key 17) counts as the member's heartbeat when it
+/// arrives, is answered with the member's error at once, and while it waits
+/// for records is answered REBALANCE_IN_PROGRESS the moment another member
+/// joins; one with no partitions waits for that alone, up to its wait.
+#[test]
+fn a_group_fetch_is_a_heartbeat_and_ends_when_the_group_rebalances() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr, clock) = common::with_topic_manual(dir.path(), "t", 2).await;
+        let engine = broker.engine().clone();
+        let (member, generation) = join_one(&engine).await;
+        let mut s = TcpStream::connect(&addr).await.unwrap();
+        let mut got = Vec::new();
+        send(
+            &mut s,
+            1,
+            &group_fetch(&member, generation + 1, 600_000, &[0]),
+        )
+        .await;
+        assert_eq!(
+            read(&mut s, &mut got).await,
+            (1, ErrorCode::IllegalGeneration)
+        );
+        send(&mut s, 2, &group_fetch("nobody", generation, 600_000, &[0])).await;
+        assert_eq!(read(&mut s, &mut got).await, (2, ErrorCode::UnknownMember));
+        send(&mut s, 3, &group_fetch(&member, generation, 20, &[])).await;
+        assert_eq!(
+            read(&mut s, &mut got).await,
+            (3, ErrorCode::None),
+            "a wait with no partitions and no rebalance ends with NONE"
+        );
+        // A fetch that waits for records counts as a heartbeat when it arrives.
+        let now = clock.advance(Duration::from_secs(100));
+        send(
+            &mut s,
+            4,
+            &group_fetch(&member, generation, 600_000, &[0, 1]),
+        )
+        .await;
+        common::wait_until(
+            "the fetch counted as a heartbeat",
+            Duration::from_secs(5),
+            || {
+                let seen = engine.member_last_seen("g", &member);
+                async move { seen == Some(now) }
+            },
+        )
+        .await;
+        // Another member joins: the waiting fetch is answered at once.
+        let e = engine.clone();
+        let second = rt::spawn(async move { join_one(&e).await });
+        let r = rt::timeout(Duration::from_secs(5), read(&mut s, &mut got))
+            .await
+            .expect("the waiting fetch is answered when the group rebalances");
+        assert_eq!(r, (4, ErrorCode::RebalanceInProgress));
+        drop(s);
+        engine.leave_group("g", &member).unwrap();
+        let _ = rt::timeout(Duration::from_secs(5), second).await;
+        broker.shutdown().await;
+    });
+}
+
+/// A GROUP_FETCH gets records as a FETCH does (at once when they are there).
+#[test]
+fn a_group_fetch_returns_records() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr, _clock) = common::with_topic_manual(dir.path(), "t", 1).await;
+        let engine = broker.engine().clone();
+        let (member, generation) = join_one(&engine).await;
+        let producer = flume_client::Producer::connect(&addr).await.unwrap();
+        producer
+            .send("t", Some(b"k".as_slice()), b"v")
+            .await
+            .unwrap();
+        let mut spec = FetchSpec {
+            max_wait: Duration::from_secs(600),
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            partitions: vec![FetchFrom {
+                at: TopicPartition::new("t".to_owned(), 0),
+                offset: 0,
+                max_bytes: 1 << 20,
+            }],
+        };
+        let fetched = rt::timeout(
+            Duration::from_secs(5),
+            engine.group_fetch("g", &member, generation, &mut spec, None),
+        )
+        .await
+        .expect("records there are answered at once")
+        .unwrap();
+        let records = protocol::record::decode_all(&bytes::Bytes::from(
+            fetched.partitions[0].records.clone(),
+        ))
+        .unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(&records[0].value[..], b"v");
+        broker.shutdown().await;
+    });
+}
+
+/// Idle members (each `recv` waiting) heartbeat with their fetches alone: no
+/// HEARTBEAT or HEARTBEAT_WAIT goes out while GROUP_FETCHes do, and nobody's
+/// session expires (600 ms sessions, several of them long).
+#[test]
+fn idle_members_heartbeat_with_their_fetches() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr) = common::with_topic(dir.path(), "t", 2).await;
+        let engine = broker.engine().clone();
+        let build = || {
+            GroupConsumer::builder(&addr, "g")
+                .topic("t")
+                .session_timeout(Duration::from_millis(900))
+                .auto_commit(false)
+                .build()
+        };
+        let a = spawn_member(build().await.unwrap());
+        let b = spawn_member(build().await.unwrap());
+        common::wait_until(
+            "both members have a partition",
+            Duration::from_secs(10),
+            || {
+                let (na, nb) = (a.now(), b.now());
+                async move { na.1.len() == 1 && nb.1.len() == 1 && na.0 == nb.0 }
+            },
+        )
+        .await;
+        let generation = a.now().0;
+        let count = |api: &str| -> u64 {
+            engine
+                .metrics()
+                .request_counts()
+                .iter()
+                .filter(|(a, _, _)| *a == api)
+                .map(|(_, _, n)| n)
+                .sum()
+        };
+        let beats = || count("heartbeat") + count("heartbeat_wait");
+        let (fetches, before) = (count("group_fetch"), beats());
+        common::wait_until(
+            "a few intervals of group fetches (over a session timeout)",
+            Duration::from_secs(20),
+            || {
+                let n = count("group_fetch");
+                async move { n >= fetches + 8 }
+            },
+        )
+        .await;
+        assert!(
+            beats() <= before + 1,
+            "heartbeats went out beside the fetches: {} -> {}",
+            before,
+            beats()
+        );
+        assert_eq!(engine.group_members("g"), Some(2));
+        assert_eq!(
+            (a.now().0, b.now().0),
+            (generation, generation),
+            "no rebalance"
+        );
+        for m in [a, b] {
+            drop(m.stop);
+            m.task.await;
+        }
         broker.shutdown().await;
     });
 }

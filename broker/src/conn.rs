@@ -29,7 +29,8 @@
 //! ahead, only to see EOF or a reset. A reset ends the connection there. EOF
 //! is a half-close: the whole frames already read are still admitted and
 //! answered, except requests that wait on others rather than on the broker's
-//! own work (a FETCH with `max_wait_ms` > 0, HEARTBEAT_WAIT, JOIN_GROUP; see
+//! own work (a FETCH with `max_wait_ms` > 0, HEARTBEAT_WAIT, GROUP_FETCH,
+//! JOIN_GROUP; see
 //! [`waits_on_others`]): those are dropped, unanswered, in flight or not,
 //! and their memory released, so a dead client's connections close at once
 //! (Kafka closes on EOF outright).
@@ -138,8 +139,8 @@ struct Charged {
 }
 
 /// Whether a request may wait on others rather than only on the broker's own
-/// work: a FETCH with `max_wait_ms` > 0 (new records), HEARTBEAT_WAIT (a
-/// rebalance), JOIN_GROUP (the other members). Once the peer has closed its
+/// work: a FETCH with `max_wait_ms` > 0 (new records), HEARTBEAT_WAIT and
+/// GROUP_FETCH (a rebalance, records), JOIN_GROUP (the other members). Once the peer has closed its
 /// side, such a request is dropped unanswered: its answer could take up to
 /// its wait, and a peer that closed is almost always gone. Every other
 /// request is still answered (a half-closed peer may read its answers).
@@ -150,7 +151,7 @@ fn waits_on_others(api_key: i16, payload: &[u8]) -> bool {
         Some(ApiKey::Fetch) => payload
             .first_chunk::<4>()
             .is_some_and(|w| i32::from_be_bytes(*w) > 0),
-        Some(ApiKey::HeartbeatWait | ApiKey::JoinGroup) => true,
+        Some(ApiKey::HeartbeatWait | ApiKey::JoinGroup | ApiKey::GroupFetch) => true,
         _ => false,
     }
 }

@@ -267,17 +267,17 @@ impl FetchTally {
     }
 }
 
-const NAPIS: usize = 21;
+const NAPIS: usize = 22;
 const NCODES: usize = 21;
 
-/// A dense row per API key (the keys have gaps: 17-19 are unused), the
+/// A dense row per API key (the keys have gaps: 18-19 are unused), the
 /// last row for keys the broker does not know.
 fn api_index(api_key: i16) -> usize {
     match ApiKey::from_i16(api_key) {
-        Some(ApiKey::Authenticate) => 17,
-        Some(ApiKey::Users) => 18,
-        Some(ApiKey::Acls) => 19,
-        Some(a) if (a as usize) < 17 => a as usize,
+        Some(ApiKey::Authenticate) => 18,
+        Some(ApiKey::Users) => 19,
+        Some(ApiKey::Acls) => 20,
+        Some(a) if (a as usize) < 18 => a as usize,
         _ => NAPIS - 1,
     }
 }
@@ -302,6 +302,7 @@ pub fn api_name(index: usize) -> &'static str {
         "list_groups",
         "describe_group",
         "heartbeat_wait",
+        "group_fetch",
         "authenticate",
         "users",
         "acls",

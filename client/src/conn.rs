@@ -952,6 +952,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         Users => "USERS",
         Acls => "ACLS",
         HeartbeatWait => "HEARTBEAT_WAIT",
+        GroupFetch => "GROUP_FETCH",
     }
 }
 

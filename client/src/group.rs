@@ -28,7 +28,7 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -42,9 +42,9 @@ use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
 use crate::protocol::record::{self, Record};
 use crate::protocol::{
-    ErrorCode, FetchPartition, FetchRequest, HeartbeatRequest, HeartbeatWaitRequest,
-    JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest, OffsetFetchRequest, PartitionOffset,
-    TopicPartitions,
+    ErrorCode, FetchPartition, FetchRequest, GroupFetchRequest, HeartbeatRequest,
+    HeartbeatWaitRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
+    OffsetFetchRequest, PartitionOffset, TopicPartitions,
 };
 use crate::rt;
 use crate::rt::sync::lock;
@@ -155,10 +155,14 @@ impl GroupConsumerBuilder {
         self.rebalance_timeout = d;
         self
     }
-    /// Whether heartbeats wait at the broker for a rebalance (HEARTBEAT_WAIT,
-    /// the default: the member learns of a rebalance at once) or are plain
-    /// HEARTBEATs every interval (learns of it at the next one). A broker
-    /// without HEARTBEAT_WAIT gets plain ones either way.
+    /// Whether the member's requests wait at the broker for a rebalance (the
+    /// default: the member learns of one at once) or are plain FETCHes and
+    /// HEARTBEATs every interval (it learns of one at the next heartbeat).
+    /// On, its fetches are GROUP_FETCHes, which count as heartbeats and wait
+    /// at most an interval (a HEARTBEAT goes out only when the application
+    /// has not fetched for an interval and a half); a broker without
+    /// GROUP_FETCH gets plain fetches and HEARTBEAT_WAITs, one without either
+    /// plain fetches and HEARTBEATs.
     pub fn heartbeat_wait(mut self, on: bool) -> Self {
         self.heartbeat_wait = on;
         self
@@ -231,13 +235,7 @@ impl GroupConsumerBuilder {
             ));
         }
         let client = Arc::new(Client::connect(&self.addr, self.connection.clone()).await?);
-        let shared = Arc::new(Shared {
-            member: Mutex::new(String::new()),
-            generation: AtomicI32::new(-1),
-            rejoin: AtomicBool::new(true),
-            rebalance: event_listener::Event::new(),
-            joined: event_listener::Event::new(),
-        });
+        let shared = Arc::new(Shared::new("", -1, self.heartbeat_wait));
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let (ev_tx, ev_rx) = async_channel::bounded(64);
         let interval = self
@@ -254,6 +252,7 @@ impl GroupConsumerBuilder {
         ));
         let state = State {
             client,
+            heartbeat_interval: interval,
             cfg: self,
             shared,
             assignment: Vec::new(),
@@ -281,16 +280,77 @@ struct Shared {
     member: Mutex<String>,
     generation: AtomicI32,
     rejoin: AtomicBool,
+    /// Whether the consumer's fetches are GROUP_FETCHes (extension key 17),
+    /// which count as heartbeats: on while waiting requests are (the
+    /// builder's `heartbeat_wait`) until the broker answers UNSUPPORTED_API.
+    fetch_beats: AtomicBool,
+    /// When the last request that counts as a heartbeat (a join, a
+    /// GROUP_FETCH, a heartbeat) went out, in ms since `epoch`.
+    last_sign_ms: AtomicU64,
+    epoch: Instant,
     /// Notified when `rejoin` is set by the heartbeat task: a waiting fetch
     /// stops waiting.
     rebalance: event_listener::Event,
     /// Notified when a join completes (a new member id or generation): a
-    /// paused heartbeat task heartbeats the new membership at once.
+    /// paused heartbeat task heartbeats the new membership at once. Also
+    /// when GROUP_FETCH turns out unsupported (the task changes its pace).
     joined: event_listener::Event,
+}
+
+impl Shared {
+    fn new(member: &str, generation: i32, fetch_beats: bool) -> Self {
+        Shared {
+            member: Mutex::new(member.to_owned()),
+            generation: AtomicI32::new(generation),
+            rejoin: AtomicBool::new(generation < 0),
+            fetch_beats: AtomicBool::new(fetch_beats),
+            last_sign_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            rebalance: event_listener::Event::new(),
+            joined: event_listener::Event::new(),
+        }
+    }
+
+    /// Notes that a request that counts as a heartbeat is going out now.
+    fn signed(&self) {
+        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_sign_ms.store(ms, Ordering::Release);
+    }
+
+    /// How long ago the last request that counts as a heartbeat went out.
+    fn since_sign(&self) -> Duration {
+        let then = Duration::from_millis(self.last_sign_ms.load(Ordering::Acquire));
+        self.epoch.elapsed().saturating_sub(then)
+    }
+
+    /// Acts on a membership error in the answer to a request that carried
+    /// `member` and `generation` (a heartbeat, a GROUP_FETCH), unless the
+    /// consumer rejoined while it was in flight: the answer is about that
+    /// membership, so a rejoin that has since obtained another id or
+    /// generation must not be undone.
+    fn fenced(&self, member_id: &str, generation: i32, e: &Error) {
+        if !is_fencing(e.code()) {
+            return;
+        }
+        let mut member = lock(&self.member);
+        if *member != member_id || self.generation.load(Ordering::Acquire) != generation {
+            tracing::debug!(error = %e, "answer is about a membership already replaced");
+            return;
+        }
+        tracing::debug!(error = %e, "the broker asks for a rejoin");
+        if e.code() == Some(ErrorCode::UnknownMember) {
+            member.clear();
+        }
+        self.rejoin.store(true, Ordering::Release);
+        // A fetch waiting on the broker gives way to the rejoin.
+        self.rebalance.notify(usize::MAX);
+    }
 }
 
 struct State {
     client: Arc<Client>,
+    /// The heartbeat task's pace: a GROUP_FETCH waits at most this long.
+    heartbeat_interval: Duration,
     cfg: GroupConsumerBuilder,
     shared: Arc<Shared>,
     assignment: Vec<TopicPartition>,
@@ -361,12 +421,22 @@ fn is_fencing(code: Option<ErrorCode>) -> bool {
     )
 }
 
-/// Heartbeats until `stop`. Against a broker that knows HEARTBEAT_WAIT
-/// (extension key 16) each heartbeat waits there for up to `interval`, and
-/// is answered at once when the group starts a rebalance: the consumer
-/// learns of it within milliseconds, not at its next heartbeat. A broker
-/// without the key answers UNSUPPORTED_API once, and plain HEARTBEATs every
-/// `interval` follow.
+/// Heartbeats until `stop`.
+///
+/// While the consumer's fetches are GROUP_FETCHes (extension key 17) they
+/// are its heartbeats: each counts as one when it reaches the broker and is
+/// answered at once when the group starts a rebalance. The task then only
+/// heartbeats when none of those has gone out for `interval` and a half
+/// (the application is busy between `recv`s): a plain HEARTBEAT, whose
+/// error (a rebalance) the next `recv` acts on, as the next GROUP_FETCH's
+/// would be answered at once anyway. An idle consumer thus sends one request
+/// per `interval`, not a fetch and a heartbeat.
+///
+/// Otherwise, against a broker that knows HEARTBEAT_WAIT (extension key
+/// 16), each heartbeat waits there for up to `interval` and is answered at
+/// once when the group starts a rebalance. A broker without either key
+/// answers UNSUPPORTED_API once, and plain HEARTBEATs every `interval`
+/// follow.
 async fn heartbeat_loop(
     client: Arc<Client>,
     group: String,
@@ -390,7 +460,19 @@ async fn heartbeat_loop(
             // Once: the new membership is heartbeated at once, then the pace resumes.
             refused = None;
         }
-        if pause && !rejoined {
+        let fetch_beats = waits && shared.fetch_beats.load(Ordering::Acquire);
+        if fetch_beats && !rejoined {
+            let quiet = shared.since_sign();
+            let due = interval + interval / 2;
+            if quiet < due {
+                futures::select! {
+                    _ = rt::sleep(due - quiet).fuse() => {}
+                    _ = joined.fuse() => {}
+                    _ = stop.recv().fuse() => break,
+                }
+                continue;
+            }
+        } else if pause && !rejoined {
             futures::select! {
                 _ = rt::sleep(interval).fuse() => {}
                 _ = joined.fuse() => {}
@@ -406,16 +488,19 @@ async fn heartbeat_loop(
             // Waiting would be answered at once (the rejoin is due): pace instead.
             pause = true;
             if member.is_empty() {
+                // Not a member yet: the join will count as the sign of life.
+                shared.signed();
                 continue;
             }
         } else {
-            pause = !waits;
+            pause = !waits || fetch_beats;
         }
         let req = HeartbeatRequest {
             group: group.clone(),
             generation,
             member_id: member,
         };
+        shared.signed();
         let call = async {
             if pause {
                 return client.call(&req).await.map(|_| ());
@@ -439,34 +524,12 @@ async fn heartbeat_loop(
                 pause = false;
                 continue;
             }
-            on_heartbeat_error(&shared, &req, &e);
+            shared.fenced(&req.member_id, req.generation, &e);
             refused = Some((req.member_id, req.generation));
             pause = true;
         }
     }
     client.close().await;
-}
-
-/// Acts on a failed heartbeat, unless the consumer rejoined while it was in
-/// flight: the answer is about the member id and generation it carried, so a
-/// rejoin that has since obtained another id or generation must not be undone
-/// (the next heartbeat reports on the new membership).
-fn on_heartbeat_error(shared: &Shared, sent: &HeartbeatRequest, e: &Error) {
-    if !is_fencing(e.code()) {
-        return;
-    }
-    let mut member = lock(&shared.member);
-    if *member != sent.member_id || shared.generation.load(Ordering::Acquire) != sent.generation {
-        tracing::debug!(error = %e, "heartbeat answer is about a membership already replaced");
-        return;
-    }
-    tracing::debug!(error = %e, "heartbeat asks for a rejoin");
-    if e.code() == Some(ErrorCode::UnknownMember) {
-        member.clear();
-    }
-    shared.rejoin.store(true, Ordering::Release);
-    // A fetch waiting on the broker gives way to the rejoin.
-    shared.rebalance.notify(usize::MAX);
 }
 
 impl GroupConsumer {
@@ -716,6 +779,8 @@ impl State {
                 .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.clone(), *p)))
                 .collect();
             self.shared.rejoin.store(false, Ordering::Release);
+            // The join counted as a heartbeat.
+            self.shared.signed();
             self.shared.joined.notify(usize::MAX);
             tracing::debug!(generation = resp.generation, member = %resp.member_id, assignment = ?self.assignment, "joined group");
             if let Err(e) = self.load_positions().await {
@@ -776,7 +841,8 @@ impl State {
         if self.shared.rejoin.load(Ordering::Acquire) {
             return Ok(());
         }
-        if self.assignment.is_empty() {
+        let fetch_beats = self.shared.fetch_beats.load(Ordering::Acquire);
+        if self.assignment.is_empty() && !fetch_beats {
             // Nothing assigned: wait for a rebalance to give us something.
             futures::select! {
                 () = rt::sleep(self.cfg.fetch.max_wait.min(Duration::from_millis(200))).fuse() => {}
@@ -804,22 +870,53 @@ impl State {
             partitions.rotate_left(first);
             self.rotation = self.rotation.wrapping_add(1);
         }
+        let mut max_wait = self.cfg.fetch.max_wait;
+        if fetch_beats {
+            // The fetch is this member's heartbeat: one at least every interval.
+            max_wait = max_wait.min(self.heartbeat_interval);
+        }
         let req = FetchRequest {
-            max_wait_ms: i32::try_from(self.cfg.fetch.max_wait.as_millis()).unwrap_or(i32::MAX),
+            max_wait_ms: i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX),
             min_bytes: 1,
             max_bytes: self.cfg.fetch.max_bytes,
             partitions,
         };
+        let conn = self.client.connection().await?;
         // Once written, the fetch may be abandoned: its answer is discarded.
-        let answer = self
-            .client
-            .connection()
-            .await?
-            .start_call(&req, self.cfg.fetch.max_wait)
-            .await?;
-        let resp = futures::select! {
-            r = answer.fuse() => r?,
-            () = rebalance.fuse() => return Ok(()),
+        let resp = if fetch_beats {
+            let req = GroupFetchRequest {
+                group: self.cfg.group.clone(),
+                generation: self.shared.generation.load(Ordering::Acquire),
+                member_id: lock_str(&self.shared.member),
+                fetch: req,
+            };
+            self.shared.signed();
+            let answer = conn.start_call(&req, max_wait).await?;
+            let r = futures::select! {
+                r = answer.fuse() => r,
+                () = rebalance.fuse() => return Ok(()),
+            };
+            match r {
+                Ok(resp) => resp,
+                Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => {
+                    tracing::debug!("the broker has no GROUP_FETCH; fetches and heartbeats");
+                    self.shared.fetch_beats.store(false, Ordering::Release);
+                    // The heartbeat task takes up its own pace.
+                    self.shared.joined.notify(usize::MAX);
+                    return Ok(());
+                }
+                Err(e) if is_fencing(e.code()) => {
+                    self.shared.fenced(&req.member_id, req.generation, &e);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        } else {
+            let answer = conn.start_call(&req, max_wait).await?;
+            futures::select! {
+                r = answer.fuse() => r?,
+                () = rebalance.fuse() => return Ok(()),
+            }
         };
         if self.shared.rejoin.load(Ordering::Acquire) {
             // A rebalance began while we waited: what we fetched may not be ours any more.
@@ -955,6 +1052,51 @@ mod tests {
         s.write_all(&out).await.unwrap();
     }
 
+    /// While fetches are heartbeats the task sends a plain HEARTBEAT only
+    /// once none has gone out for an interval and a half; when the broker
+    /// turns out not to know GROUP_FETCH, it waits at the broker again
+    /// (HEARTBEAT_WAIT) at once.
+    #[test]
+    fn heartbeats_only_when_no_fetch_went_out() {
+        rt::block_on(async {
+            let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let shared = Arc::new(Shared::new("m", 1, true));
+            let interval = Duration::from_millis(40);
+            let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+            let hb = rt::spawn(heartbeat_loop(
+                Arc::new(Client::new(&addr, ConnectionConfig::default())),
+                "g".into(),
+                Arc::clone(&shared),
+                interval,
+                true,
+                stop_rx,
+            ));
+            let started = Instant::now();
+            shared.signed();
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = Vec::new();
+            let (api, id, payload) = read_frame(&mut s, &mut buf).await;
+            assert_eq!(api, ApiKey::Heartbeat as i16, "a plain heartbeat");
+            assert!(
+                started.elapsed() >= interval + interval / 2,
+                "not before an interval and a half without a fetch"
+            );
+            let sent = HeartbeatRequest::decode_exact(&payload).unwrap();
+            assert_eq!((sent.member_id.as_str(), sent.generation), ("m", 1));
+            answer_code(&mut s, id, ErrorCode::None).await;
+            // The consumer learns that the broker has no GROUP_FETCH.
+            shared.fetch_beats.store(false, Ordering::Release);
+            shared.joined.notify(usize::MAX);
+            let (api, _, _) = rt::timeout(Duration::from_secs(5), read_frame(&mut s, &mut buf))
+                .await
+                .expect("a heartbeat that waits, at once");
+            assert_eq!(api, ApiKey::HeartbeatWait as i16);
+            drop(stop_tx);
+            hb.cancel().await;
+        });
+    }
+
     /// The race of the heartbeat task with a rejoin, driven step by step
     /// through a raw broker: a heartbeat leaves with member "old", a rejoin
     /// obtains "new" while it is in flight, then UNKNOWN_MEMBER comes back for
@@ -965,13 +1107,8 @@ mod tests {
         rt::block_on(async {
             let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap().to_string();
-            let shared = Arc::new(Shared {
-                member: Mutex::new("old".into()),
-                generation: AtomicI32::new(1),
-                rejoin: AtomicBool::new(false),
-                rebalance: event_listener::Event::new(),
-                joined: event_listener::Event::new(),
-            });
+            // Fetches that are heartbeats off: this is about HEARTBEAT_WAIT.
+            let shared = Arc::new(Shared::new("old", 1, false));
             let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
             let hb = rt::spawn(heartbeat_loop(
                 Arc::new(Client::new(&addr, ConnectionConfig::default())),

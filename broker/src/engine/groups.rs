@@ -10,11 +10,11 @@ use flume_rt as rt;
 use futures::channel::oneshot;
 use futures::FutureExt;
 
-use super::{lock, Engine, JoinReply};
+use super::{lock, Engine, FetchMemory, JoinReply};
 use crate::config::valid_name;
 use crate::domain::{
-    ClientJoinSpec, ClientJoined, GroupDescription, GroupError, GroupListing, GroupPhase,
-    GroupPosition, JoinSpec, Joined, Member, SyncSpec, Synced, TopicPartition,
+    ClientJoinSpec, ClientJoined, FetchSpec, Fetched, GroupDescription, GroupError, GroupListing,
+    GroupPhase, GroupPosition, JoinSpec, Joined, Member, SyncSpec, Synced, TopicPartition,
     CLIENT_SESSION_TIMEOUT_MS,
 };
 use crate::error::BrokerError;
@@ -285,6 +285,55 @@ impl Engine {
         let answer = lock(&self.groups).check_member(group, member, generation);
         drop(place);
         answer
+    }
+
+    /// A group member's fetch (GROUP_FETCH): checked and recorded as a
+    /// heartbeat when it starts (the member's error at once if it is not in
+    /// its generation), then served as [`Engine::fetch`], except that while
+    /// it waits for records it ends when the group starts a rebalance or
+    /// loses a member: answered then with what a heartbeat would answer
+    /// (usually REBALANCE_IN_PROGRESS), or, if that is nothing, with the
+    /// records there are at once. With no partitions it waits for that
+    /// alone, up to the fetch's wait. The wait is capped at the member's
+    /// session timeout; as with HEARTBEAT_WAIT, only the start counts as a
+    /// sign of life.
+    ///
+    /// # Errors
+    /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS.
+    pub async fn group_fetch(
+        &self,
+        group: &str,
+        member: &str,
+        generation: i32,
+        spec: &mut FetchSpec,
+        memory: Option<FetchMemory<'_>>,
+    ) -> Result<Fetched, ErrorCode> {
+        let (listener, session_ms) = {
+            let now = self.mono_ms();
+            lock(&self.groups).heartbeat_listen(group, member, generation, now)?
+        };
+        spec.max_wait = spec.max_wait.min(Duration::from_millis(session_ms));
+        if !spec.max_wait.is_zero() && !self.is_shutting_down() {
+            // Shutdown wakes every group's listeners (`Coordinator::drain`) and
+            // every partition's readers, so neither wait outlives it.
+            if spec.partitions.is_empty() {
+                futures::select! {
+                    () = listener.fuse() => {},
+                    () = rt::sleep_coarse(spec.max_wait).fuse() => {},
+                }
+            } else {
+                let fetched = futures::select! {
+                    f = self.fetch(spec, memory).fuse() => Some(f),
+                    () = listener.fuse() => None,
+                };
+                if let Some(f) = fetched {
+                    return Ok(f);
+                }
+            }
+        }
+        lock(&self.groups).check_member(group, member, generation)?;
+        spec.max_wait = Duration::ZERO;
+        Ok(self.fetch(spec, memory).await)
     }
 
     /// How many heartbeats wait now (HEARTBEAT_WAIT).

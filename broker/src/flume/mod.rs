@@ -17,9 +17,9 @@ use flume_protocol::messages::{Decode, Empty, Encode};
 use flume_protocol::{
     encode_response_frame, AlterTopicRequest, ApiKey, CreateTopicRequest, DeleteGroupRequest,
     DeleteGroupResponse, DeleteTopicRequest, DescribeTopicConfigRequest, ErrorCode, FetchRequest,
-    HeartbeatRequest, HeartbeatWaitRequest, JoinGroupResponse, LeaveGroupRequest,
-    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
-    ProduceResponse, ProduceResult,
+    GroupFetchRequest, HeartbeatRequest, HeartbeatWaitRequest, JoinGroupResponse,
+    LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, ProduceRequest, ProduceResponse, ProduceResult,
 };
 use flume_rt as rt;
 use futures::future::BoxFuture;
@@ -199,7 +199,32 @@ async fn admit_request(
             {
                 denied(id)
             }
-            Ok(req) => fetch(engine, memory, id, req, decoded, tracked),
+            Ok(req) => fetch(engine, memory, id, req, None, decoded, tracked),
+            Err(f) => f,
+        },
+        ApiKey::GroupFetch => match decode::<GroupFetchRequest>(id, payload) {
+            Ok(req)
+                if !who.may(Operation::Read, Resource::group(&req.group))
+                    || !who.may_topics(
+                        Operation::Read,
+                        req.fetch.partitions.iter().map(|p| p.topic.as_str()),
+                    ) =>
+            {
+                denied(id)
+            }
+            Ok(GroupFetchRequest {
+                group,
+                generation,
+                member_id,
+                fetch: req,
+            }) => {
+                let member = FetchingMember {
+                    group,
+                    member_id,
+                    generation,
+                };
+                fetch(engine, memory, id, req, Some(member), decoded, tracked)
+            }
             Err(f) => f,
         },
         ApiKey::JoinGroup => join(engine, who, id, payload, decoded),
@@ -503,11 +528,19 @@ async fn produce(
     .boxed()
 }
 
+/// Who sends a GROUP_FETCH: the fetch counts as this member's heartbeat.
+struct FetchingMember {
+    group: String,
+    member_id: String,
+    generation: i32,
+}
+
 fn fetch(
     engine: &Arc<Engine>,
     memory: FetchMemory<'_>,
     id: i32,
     req: FetchRequest,
+    member: Option<FetchingMember>,
     decoded: &mut usize,
     tracked: &Tracked,
 ) -> InFlight {
@@ -527,7 +560,7 @@ fn fetch(
     if let Some(p) = req.partitions.first() {
         tracked.about(&p.topic, p.partition);
     }
-    let spec = map::fetch_spec(&req);
+    let mut spec = map::fetch_spec(&req);
     drop(req);
     let note = tracked.note();
     let engine = Arc::clone(engine);
@@ -538,7 +571,24 @@ fn fetch(
             response: &response,
             counting: &counting,
         };
-        let fetched = engine.fetch(&spec, Some(budgets)).await;
+        let fetched = match &member {
+            None => engine.fetch(&spec, Some(budgets)).await,
+            Some(m) => {
+                let r = engine
+                    .group_fetch(
+                        &m.group,
+                        &m.member_id,
+                        m.generation,
+                        &mut spec,
+                        Some(budgets),
+                    )
+                    .await;
+                match r {
+                    Ok(f) => f,
+                    Err(code) => return respond::<Empty>(id, Err(code)),
+                }
+            }
+        };
         if let Some((i, code)) = fetched.first_error {
             if let Some(p) = spec.partitions.get(i) {
                 note.failed(code, &p.at.topic, p.at.partition);

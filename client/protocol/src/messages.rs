@@ -59,6 +59,9 @@ pub enum ApiKey {
     /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
     /// rebalance of the member's group, so members learn of one at once.
     HeartbeatWait = 16,
+    /// Extension: a FETCH by a group member that counts as its heartbeat and
+    /// is answered at once when the group starts a rebalance.
+    GroupFetch = 17,
 }
 
 impl ApiKey {
@@ -85,6 +88,7 @@ impl ApiKey {
             21 => ApiKey::Users,
             22 => ApiKey::Acls,
             16 => ApiKey::HeartbeatWait,
+            17 => ApiKey::GroupFetch,
             _ => return None,
         })
     }
@@ -435,6 +439,25 @@ message! {
         pub member_id: String,
         /// Longest wait in ms (0: answer at once, like HEARTBEAT).
         pub max_wait_ms: i32,
+    }
+
+    /// GROUP_FETCH request (extension, key 17): `[group][generation i32]
+    /// [member_id]` then a FETCH request. A group member's fetch that counts
+    /// as its heartbeat when it arrives (so a member that keeps fetching
+    /// needs no other) and, while it waits for records, is answered at once
+    /// with REBALANCE_IN_PROGRESS (or the member's other error) when the
+    /// group starts a rebalance or loses a member. The response is a FETCH
+    /// response; a broker without the key answers UNSUPPORTED_API.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct GroupFetchRequest {
+        /// Group id.
+        pub group: String,
+        /// The member's generation.
+        pub generation: i32,
+        /// Member id.
+        pub member_id: String,
+        /// The fetch (with no partitions: waits only for a rebalance).
+        pub fetch: FetchRequest,
     }
 }
 
@@ -990,4 +1013,5 @@ requests! {
     UsersRequest => UsersResponse: Users,
     AclsRequest => AclsResponse: Acls,
     HeartbeatWaitRequest => Empty: HeartbeatWait,
+    GroupFetchRequest => FetchResponse: GroupFetch,
 }

@@ -186,7 +186,9 @@ proptest! {
     fn small_requests_round_trip(g in name(), m in name(), gen in any::<i32>()) {
         check(&LeaveGroupRequest { group: g.clone(), member_id: m.clone() })?;
         check(&HeartbeatRequest { group: g.clone(), generation: gen, member_id: m.clone() })?;
-        check(&HeartbeatWaitRequest { group: g, generation: gen, member_id: m, max_wait_ms: gen })?;
+        check(&HeartbeatWaitRequest { group: g.clone(), generation: gen, member_id: m.clone(), max_wait_ms: gen })?;
+        let fetch = FetchRequest { max_wait_ms: gen, min_bytes: 1, max_bytes: gen, partitions: vec![FetchPartition { topic: g.clone(), partition: gen, offset: i64::from(gen), max_bytes: 7 }] };
+        check(&GroupFetchRequest { group: g, generation: gen, member_id: m, fetch })?;
     }
 
     #[test]
@@ -658,6 +660,7 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<LeaveGroupRequest>(bytes)?;
     survives::<HeartbeatRequest>(bytes)?;
     survives::<HeartbeatWaitRequest>(bytes)?;
+    survives::<GroupFetchRequest>(bytes)?;
     survives::<OffsetCommitRequest>(bytes)?;
     survives::<OffsetCommitResponse>(bytes)?;
     survives::<OffsetFetchRequest>(bytes)?;
