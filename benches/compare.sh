@@ -101,6 +101,14 @@ for i in 1 2 3; do
   echo -n "(CPU 1 busy) "; taskset -c 0 "$floor" 200000 50000
   wait "$spin"
 done
+# The whole e2e path done by bare threads (benches/sched_floor.rs --relay): a paced sender and a
+# receiver on CPU 1, a thread on CPU 0 that appends each message to a file and sends it back.
+for i in 1 2 3; do
+  relay_addr=127.0.0.1:$((port + 1))
+  taskset -c 0 "$floor" --relay-server "$relay_addr" & relay=$!
+  taskset -c 1 "$floor" --relay "$relay_addr" 200000 50000
+  wait "$relay"
+done
 # Last: the gigabytes they leave to write back would disturb the latency runs.
 for i in 1 2 3; do
   [ -n "$all" ] || break

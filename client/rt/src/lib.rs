@@ -112,6 +112,13 @@ impl TcpStream {
         loop {
             if attempt.is_multiple_of(16) {
                 yield_now().await;
+                if attempt > 0 {
+                    // And to the other threads on this CPU: the reactor thread
+                    // that wakes this process's other connections must not
+                    // wait for the spin to end (the executor polls the reactor
+                    // itself only every few hundred tasks).
+                    std::thread::yield_now();
+                }
             } else {
                 std::hint::spin_loop();
             }
