@@ -1504,7 +1504,7 @@ fn try_complete<R>(
             leader = %g.leader,
             "members joined; waiting for the leader's assignment"
         );
-        let pending = std::mem::take(&mut g.pending);
+        let pending = answered_joins(g, now);
         return pending
             .into_iter()
             .map(|(id, p)| {
@@ -1536,11 +1536,25 @@ fn try_complete<R>(
         members = g.members.len(),
         "rebalance complete"
     );
-    let pending = std::mem::take(&mut g.pending);
+    let pending = answered_joins(g, now);
     pending
         .into_iter()
         .map(|(id, p)| (p.responder, Ok(Answer::Joined(response(g, &id)))))
         .collect()
+}
+
+/// Takes the joins a completed rebalance answers. Their members are heard
+/// from now: a join may have waited longer than the session timeout for the
+/// others (the session does not run while it waits), and the member's
+/// session starts again with the answer, as in Kafka.
+fn answered_joins<R>(g: &mut Group<R>, now: u64) -> BTreeMap<String, Parked<R>> {
+    let pending = std::mem::take(&mut g.pending);
+    for id in pending.keys() {
+        if let Some(m) = g.members.get_mut(id) {
+            m.last_seen = now;
+        }
+    }
+    pending
 }
 
 fn broker_assignment<R>(g: &Group<R>, id: &str) -> Vec<TopicAssignment> {

@@ -6,11 +6,16 @@
 //!   commits (requests on a connection are served concurrently, so a waiting
 //!   fetch does not hold a heartbeat up), which keeps a member to one
 //!   connection at the broker (10,000 members, 10,000 connections: the
-//!   broker's default `max_connections`). Each waits at the broker
-//!   (HEARTBEAT_WAIT) until the group starts a rebalance or the heartbeat
-//!   interval passes, so a rebalance is known within milliseconds; a fetch
-//!   waiting at the broker is then broken off and the consumer rejoins at
-//!   once. Against a broker without it, plain HEARTBEATs every interval.
+//!   broker's default `max_connections`). The consumer's fetches are
+//!   GROUP_FETCHes, which count as heartbeats and are answered the moment
+//!   the group starts a rebalance; they wait at most a heartbeat interval,
+//!   so an idle member sends one request per interval. While the application
+//!   keeps it from fetching (it is processing), the task keeps a heartbeat
+//!   waiting at the broker instead (HEARTBEAT_WAIT), answered as soon as a
+//!   rebalance starts: either way a rebalance is known within milliseconds
+//!   and the consumer rejoins at its next `recv`. Against a broker without
+//!   GROUP_FETCH, plain fetches beside HEARTBEAT_WAITs; without either,
+//!   plain HEARTBEATs every interval.
 //! - On REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION or UNKNOWN_MEMBER (from a
 //!   heartbeat, fetch or commit) the consumer stops handing out records,
 //!   drops what it fetched, commits what was processed (auto-commit), emits
@@ -112,10 +117,11 @@ impl Stream for RebalanceEvents {
 }
 
 /// How long a group member's fetch waits on the broker by default: 5 s
-/// (Kafka's consumers: 500 ms, also [`FetchConfig`]'s default). A waiting
-/// fetch returns as soon as a record arrives, a rebalance breaks it off and
-/// heartbeats travel beside it on the same connection, so a longer wait
-/// costs no latency; it only makes an idle member ask again every 5 s
+/// (Kafka's consumers: 500 ms, also [`FetchConfig`]'s default), capped at
+/// the heartbeat interval while fetches are heartbeats (GROUP_FETCH: 3.3 s
+/// with the default 10 s session). A waiting fetch returns as soon as a
+/// record arrives and a rebalance breaks it off, so a longer wait costs no
+/// latency; it only makes an idle member ask again every few seconds
 /// instead of twice a second. With 10,000 idle members, the broker's CPU
 /// at 500 ms was 61 % of a core (20,000 empty fetches a second), most of
 /// it those fetches (`flume-cli perf groups`, README "Scale").
@@ -159,8 +165,8 @@ impl GroupConsumerBuilder {
     /// default: the member learns of one at once) or are plain FETCHes and
     /// HEARTBEATs every interval (it learns of one at the next heartbeat).
     /// On, its fetches are GROUP_FETCHes, which count as heartbeats and wait
-    /// at most an interval (a HEARTBEAT goes out only when the application
-    /// has not fetched for an interval and a half); a broker without
+    /// at most an interval, and a HEARTBEAT_WAIT waits at the broker only
+    /// while no fetch does (the application is processing); a broker without
     /// GROUP_FETCH gets plain fetches and HEARTBEAT_WAITs, one without either
     /// plain fetches and HEARTBEATs.
     pub fn heartbeat_wait(mut self, on: bool) -> Self {
@@ -202,9 +208,10 @@ impl GroupConsumerBuilder {
         self
     }
     /// Longest a fetch waits on the broker for a record (default
-    /// [`DEFAULT_FETCH_WAIT`]). A fetch returns as soon as a record arrives
-    /// and a rebalance breaks it off, so a long wait costs no latency; it
-    /// sets how often an idle member asks again.
+    /// [`DEFAULT_FETCH_WAIT`]; at most the heartbeat interval while fetches
+    /// are heartbeats). A fetch returns as soon as a record arrives and a
+    /// rebalance breaks it off, so a long wait costs no latency; it sets how
+    /// often an idle member asks again.
     pub fn max_wait(mut self, d: Duration) -> Self {
         self.fetch.max_wait = d;
         self
@@ -247,6 +254,7 @@ impl GroupConsumerBuilder {
             self.group.clone(),
             Arc::clone(&shared),
             interval,
+            self.session_timeout,
             self.heartbeat_wait,
             stop_rx,
         ));
@@ -284,9 +292,14 @@ struct Shared {
     /// which count as heartbeats: on while waiting requests are (the
     /// builder's `heartbeat_wait`) until the broker answers UNSUPPORTED_API.
     fetch_beats: AtomicBool,
-    /// When the last request that counts as a heartbeat (a join, a
-    /// GROUP_FETCH, a heartbeat) went out, in ms since `epoch`.
-    last_sign_ms: AtomicU64,
+    /// When the last GROUP_FETCH or heartbeat went out, in µs since `epoch`.
+    last_sign_us: AtomicU64,
+    /// Whether a GROUP_FETCH is in flight.
+    fetching: AtomicBool,
+    /// When the last GROUP_FETCH ended, in µs since `epoch`.
+    fetch_ended_us: AtomicU64,
+    /// Notified when a GROUP_FETCH starts or ends.
+    fetch_moved: event_listener::Event,
     epoch: Instant,
     /// Notified when `rejoin` is set by the heartbeat task: a waiting fetch
     /// stops waiting.
@@ -304,23 +317,47 @@ impl Shared {
             generation: AtomicI32::new(generation),
             rejoin: AtomicBool::new(generation < 0),
             fetch_beats: AtomicBool::new(fetch_beats),
-            last_sign_ms: AtomicU64::new(0),
+            last_sign_us: AtomicU64::new(0),
+            fetching: AtomicBool::new(false),
+            fetch_ended_us: AtomicU64::new(0),
+            fetch_moved: event_listener::Event::new(),
             epoch: Instant::now(),
             rebalance: event_listener::Event::new(),
             joined: event_listener::Event::new(),
         }
     }
 
-    /// Notes that a request that counts as a heartbeat is going out now.
-    fn signed(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.last_sign_ms.store(ms, Ordering::Release);
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    /// How long ago the last request that counts as a heartbeat went out.
-    fn since_sign(&self) -> Duration {
-        let then = Duration::from_millis(self.last_sign_ms.load(Ordering::Acquire));
+    fn since_us(&self, then: &AtomicU64) -> Duration {
+        let then = Duration::from_micros(then.load(Ordering::Acquire));
         self.epoch.elapsed().saturating_sub(then)
+    }
+
+    /// Notes that a GROUP_FETCH or a heartbeat is going out now.
+    fn signed(&self) {
+        self.last_sign_us.store(self.now_us(), Ordering::Release);
+    }
+
+    /// How long ago the last GROUP_FETCH or heartbeat went out.
+    fn since_sign(&self) -> Duration {
+        self.since_us(&self.last_sign_us)
+    }
+
+    /// A GROUP_FETCH went out: it is the member's heartbeat until it ends
+    /// (when the returned guard is dropped, also by a cancelled `recv`).
+    fn group_fetch_started(&self) -> GroupFetching<'_> {
+        self.signed();
+        self.fetching.store(true, Ordering::Release);
+        self.fetch_moved.notify(usize::MAX);
+        GroupFetching(self)
+    }
+
+    /// How long ago the last GROUP_FETCH ended.
+    fn since_fetch_ended(&self) -> Duration {
+        self.since_us(&self.fetch_ended_us)
     }
 
     /// Acts on a membership error in the answer to a request that carried
@@ -344,6 +381,20 @@ impl Shared {
         self.rejoin.store(true, Ordering::Release);
         // A fetch waiting on the broker gives way to the rejoin.
         self.rebalance.notify(usize::MAX);
+    }
+}
+
+/// A GROUP_FETCH in flight (see [`Shared::group_fetch_started`]).
+struct GroupFetching<'a>(&'a Shared);
+
+impl Drop for GroupFetching<'_> {
+    fn drop(&mut self) {
+        let shared = self.0;
+        shared
+            .fetch_ended_us
+            .store(shared.now_us(), Ordering::Release);
+        shared.fetching.store(false, Ordering::Release);
+        shared.fetch_moved.notify(usize::MAX);
     }
 }
 
@@ -421,30 +472,45 @@ fn is_fencing(code: Option<ErrorCode>) -> bool {
     )
 }
 
+/// How long after a GROUP_FETCH ended the heartbeat task waits for the next
+/// one before it keeps a heartbeat waiting at the broker instead (an idle
+/// consumer asks again within microseconds; a busy one is processing).
+const FETCH_GRACE: Duration = Duration::from_millis(100);
+
 /// Heartbeats until `stop`.
 ///
-/// While the consumer's fetches are GROUP_FETCHes (extension key 17) they
-/// are its heartbeats: each counts as one when it reaches the broker and is
-/// answered at once when the group starts a rebalance. The task then only
-/// heartbeats when none of those has gone out for `interval` and a half
-/// (the application is busy between `recv`s): a plain HEARTBEAT, whose
-/// error (a rebalance) the next `recv` acts on, as the next GROUP_FETCH's
-/// would be answered at once anyway. An idle consumer thus sends one request
-/// per `interval`, not a fetch and a heartbeat.
-///
-/// Otherwise, against a broker that knows HEARTBEAT_WAIT (extension key
-/// 16), each heartbeat waits there for up to `interval` and is answered at
-/// once when the group starts a rebalance. A broker without either key
+/// Against a broker that knows HEARTBEAT_WAIT (extension key 16) each
+/// heartbeat waits there for up to `interval` and is answered at once when
+/// the group starts a rebalance: the consumer learns of it within
+/// milliseconds, not at its next heartbeat. A broker without the key
 /// answers UNSUPPORTED_API once, and plain HEARTBEATs every `interval`
 /// follow.
+///
+/// While the consumer's fetches are GROUP_FETCHes (extension key 17) they
+/// do both jobs: each counts as a heartbeat when it reaches the broker and
+/// is answered at once when a rebalance starts, and it waits at most
+/// `interval`. The task then sends nothing while one is in flight, nor for
+/// [`FETCH_GRACE`] after one ended (an idle consumer sends the next within
+/// microseconds), so an idle consumer makes one request per `interval`, not
+/// a fetch and a heartbeat. Once the application keeps it from fetching
+/// longer than that (it is processing), the task keeps a HEARTBEAT_WAIT
+/// waiting as above. A fetch still in flight `due` after it went out (a
+/// slow broker) gets a plain HEARTBEAT beside it.
 async fn heartbeat_loop(
     client: Arc<Client>,
     group: String,
     shared: Arc<Shared>,
     interval: Duration,
+    session: Duration,
     mut waits: bool,
     stop: async_channel::Receiver<()>,
 ) {
+    // Under half the session, and no less than a fetch's longest wait.
+    let due = interval
+        .saturating_add(interval / 2)
+        .min(session / 2)
+        .max(interval);
+    let grace = FETCH_GRACE.min(interval / 2);
     // Whether to pause `interval` (or until a rejoin) before the next heartbeat.
     let mut pause = false;
     // The membership a heartbeat was last refused for.
@@ -460,19 +526,27 @@ async fn heartbeat_loop(
             // Once: the new membership is heartbeated at once, then the pace resumes.
             refused = None;
         }
-        let fetch_beats = waits && shared.fetch_beats.load(Ordering::Acquire);
-        if fetch_beats && !rejoined {
-            let quiet = shared.since_sign();
-            let due = interval + interval / 2;
-            if quiet < due {
+        let mut overdue = false;
+        if waits && shared.fetch_beats.load(Ordering::Acquire) && !rejoined {
+            let moved = shared.fetch_moved.listen();
+            let wait = if shared.fetching.load(Ordering::Acquire) {
+                let quiet = shared.since_sign();
+                overdue = quiet >= due;
+                due.saturating_sub(quiet)
+            } else {
+                grace.saturating_sub(shared.since_fetch_ended())
+            };
+            if !overdue && !wait.is_zero() {
                 futures::select! {
-                    _ = rt::sleep(due - quiet).fuse() => {}
+                    _ = moved.fuse() => {}
+                    _ = rt::sleep(wait).fuse() => {}
                     _ = joined.fuse() => {}
                     _ = stop.recv().fuse() => break,
                 }
                 continue;
             }
-        } else if pause && !rejoined {
+        }
+        if pause && !rejoined && !overdue {
             futures::select! {
                 _ = rt::sleep(interval).fuse() => {}
                 _ = joined.fuse() => {}
@@ -488,12 +562,11 @@ async fn heartbeat_loop(
             // Waiting would be answered at once (the rejoin is due): pace instead.
             pause = true;
             if member.is_empty() {
-                // Not a member yet: the join will count as the sign of life.
-                shared.signed();
                 continue;
             }
         } else {
-            pause = !waits || fetch_beats;
+            // Beside a fetch that is overdue, a plain one: the fetch watches for rebalances.
+            pause = !waits || overdue;
         }
         let req = HeartbeatRequest {
             group: group.clone(),
@@ -779,8 +852,11 @@ impl State {
                 .flat_map(|t| t.partitions.iter().map(move |p| (t.topic.clone(), *p)))
                 .collect();
             self.shared.rejoin.store(false, Ordering::Release);
-            // The join counted as a heartbeat.
-            self.shared.signed();
+            // The join counted as a heartbeat: the task waits its grace time
+            // for the first fetch, as after a fetch.
+            self.shared
+                .fetch_ended_us
+                .store(self.shared.now_us(), Ordering::Release);
             self.shared.joined.notify(usize::MAX);
             tracing::debug!(generation = resp.generation, member = %resp.member_id, assignment = ?self.assignment, "joined group");
             if let Err(e) = self.load_positions().await {
@@ -873,7 +949,12 @@ impl State {
         let mut max_wait = self.cfg.fetch.max_wait;
         if fetch_beats {
             // The fetch is this member's heartbeat: one at least every interval.
-            max_wait = max_wait.min(self.heartbeat_interval);
+            // With nothing assigned it only waits for a rebalance: a whole interval.
+            max_wait = if partitions.is_empty() {
+                self.heartbeat_interval
+            } else {
+                max_wait.min(self.heartbeat_interval)
+            };
         }
         let req = FetchRequest {
             max_wait_ms: i32::try_from(max_wait.as_millis()).unwrap_or(i32::MAX),
@@ -890,8 +971,8 @@ impl State {
                 member_id: lock_str(&self.shared.member),
                 fetch: req,
             };
-            self.shared.signed();
             let answer = conn.start_call(&req, max_wait).await?;
+            let _fetching = self.shared.group_fetch_started();
             let r = futures::select! {
                 r = answer.fuse() => r,
                 () = rebalance.fuse() => return Ok(()),
@@ -1052,46 +1133,47 @@ mod tests {
         s.write_all(&out).await.unwrap();
     }
 
-    /// While fetches are heartbeats the task sends a plain HEARTBEAT only
-    /// once none has gone out for an interval and a half; when the broker
-    /// turns out not to know GROUP_FETCH, it waits at the broker again
-    /// (HEARTBEAT_WAIT) at once.
+    /// While fetches are heartbeats the task sends nothing beside one in
+    /// flight until it is overdue (then a plain HEARTBEAT), and once none has
+    /// been in flight for the grace time it keeps a HEARTBEAT_WAIT waiting.
     #[test]
-    fn heartbeats_only_when_no_fetch_went_out() {
+    fn heartbeats_only_when_no_fetch_is_in_flight() {
         rt::block_on(async {
             let listener = rt::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap().to_string();
+            let started = Instant::now();
             let shared = Arc::new(Shared::new("m", 1, true));
             let interval = Duration::from_millis(40);
+            let fetching = shared.group_fetch_started();
             let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
             let hb = rt::spawn(heartbeat_loop(
                 Arc::new(Client::new(&addr, ConnectionConfig::default())),
                 "g".into(),
                 Arc::clone(&shared),
                 interval,
+                Duration::from_secs(10),
                 true,
                 stop_rx,
             ));
-            let started = Instant::now();
-            shared.signed();
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = Vec::new();
             let (api, id, payload) = read_frame(&mut s, &mut buf).await;
             assert_eq!(api, ApiKey::Heartbeat as i16, "a plain heartbeat");
             assert!(
                 started.elapsed() >= interval + interval / 2,
-                "not before an interval and a half without a fetch"
+                "not before the fetch in flight is overdue"
             );
             let sent = HeartbeatRequest::decode_exact(&payload).unwrap();
             assert_eq!((sent.member_id.as_str(), sent.generation), ("m", 1));
             answer_code(&mut s, id, ErrorCode::None).await;
-            // The consumer learns that the broker has no GROUP_FETCH.
-            shared.fetch_beats.store(false, Ordering::Release);
-            shared.joined.notify(usize::MAX);
+            // The fetch ends and no other follows: a heartbeat waits at the broker.
+            let ended = Instant::now();
+            drop(fetching);
             let (api, _, _) = rt::timeout(Duration::from_secs(5), read_frame(&mut s, &mut buf))
                 .await
-                .expect("a heartbeat that waits, at once");
+                .expect("a heartbeat that waits");
             assert_eq!(api, ApiKey::HeartbeatWait as i16);
+            assert!(ended.elapsed() >= interval / 2, "not within the grace time");
             drop(stop_tx);
             hb.cancel().await;
         });
@@ -1115,6 +1197,7 @@ mod tests {
                 "g".into(),
                 Arc::clone(&shared),
                 Duration::from_millis(10),
+                Duration::from_secs(10),
                 true,
                 stop_rx,
             ));

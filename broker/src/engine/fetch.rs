@@ -23,6 +23,10 @@ pub const COUNT_CHUNK_BYTES: usize = 1 << 20;
 /// The fewest bytes a stored record takes (header and empty payload).
 const MIN_STORED_RECORD: usize = record::RECORD_HEADER_LEN + record::MIN_PAYLOAD_LEN;
 
+/// A fetch given up while it waited ([`Engine::fetch_unless`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GaveUp;
+
 /// The budgets a FETCH served over the network is charged to.
 #[derive(Debug, Clone, Copy)]
 pub struct FetchMemory<'a> {
@@ -59,6 +63,31 @@ impl Engine {
     /// The records are charged to `response` until the front end has encoded
     /// them and drops [`Fetched::charge`].
     pub async fn fetch(&self, req: &FetchSpec, memory: Option<FetchMemory<'_>>) -> Fetched {
+        let mut never = futures::future::pending::<()>();
+        match self.fetch_unless(req, memory, &mut never).await {
+            Ok(f) => f,
+            // `never` does not end.
+            Err(GaveUp) => Fetched {
+                partitions: Vec::new(),
+                first_error: None,
+                charge: None,
+            },
+        }
+    }
+
+    /// [`Engine::fetch`], given up (`Err(GaveUp)`, nothing read) if `give_up`
+    /// ends while the fetch waits for records. Only the wait is given up: a
+    /// fetch that is counting or reading what arrived finishes, so no read
+    /// runs on without the memory charged for it.
+    pub async fn fetch_unless<G>(
+        &self,
+        req: &FetchSpec,
+        memory: Option<FetchMemory<'_>>,
+        give_up: &mut G,
+    ) -> Result<Fetched, GaveUp>
+    where
+        G: futures::future::FusedFuture<Output = ()> + Unpin,
+    {
         let counting = memory.map(|m| m.counting);
         let memory = memory.map(|m| m.response);
         let cap = std::time::Duration::from_millis(MAX_FETCH_WAIT_MS.unsigned_abs().into());
@@ -163,6 +192,7 @@ impl Engine {
             futures::select! {
                 _ = any_data.fuse() => {}
                 _ = rt::sleep(deadline - now).fuse() => {}
+                () = &mut *give_up => return Err(GaveUp),
             }
         }
         // Room for the records: the response is charged while it is built. With
@@ -184,11 +214,11 @@ impl Engine {
         let partitions = self
             .read_fetched(req, &resolved, budget, reserved.as_mut(), &mut tally)
             .await;
-        Fetched {
+        Ok(Fetched {
             partitions,
             first_error: tally.commit(),
             charge: reserved,
-        }
+        })
     }
 
     /// Counts, by reading, the bytes that arrived past `next` on each partition

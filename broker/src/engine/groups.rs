@@ -293,8 +293,9 @@ impl Engine {
     /// it waits for records it ends when the group starts a rebalance or
     /// loses a member: answered then with what a heartbeat would answer
     /// (usually REBALANCE_IN_PROGRESS), or, if that is nothing, with the
-    /// records there are at once. With no partitions it waits for that
-    /// alone, up to the fetch's wait. The wait is capped at the member's
+    /// records there are at once. Only the wait ends so (a fetch reading what
+    /// arrived finishes, its reads charged). With no partitions it waits for
+    /// that alone, up to the fetch's wait. The wait is capped at the member's
     /// session timeout; as with HEARTBEAT_WAIT, only the start counts as a
     /// sign of life.
     ///
@@ -312,23 +313,18 @@ impl Engine {
             let now = self.mono_ms();
             lock(&self.groups).heartbeat_listen(group, member, generation, now)?
         };
+        let mut changed = listener.fuse();
         spec.max_wait = spec.max_wait.min(Duration::from_millis(session_ms));
         if !spec.max_wait.is_zero() && !self.is_shutting_down() {
             // Shutdown wakes every group's listeners (`Coordinator::drain`) and
             // every partition's readers, so neither wait outlives it.
             if spec.partitions.is_empty() {
                 futures::select! {
-                    () = listener.fuse() => {},
+                    () = changed => {},
                     () = rt::sleep_coarse(spec.max_wait).fuse() => {},
                 }
-            } else {
-                let fetched = futures::select! {
-                    f = self.fetch(spec, memory).fuse() => Some(f),
-                    () = listener.fuse() => None,
-                };
-                if let Some(f) = fetched {
-                    return Ok(f);
-                }
+            } else if let Ok(f) = self.fetch_unless(spec, memory, &mut changed).await {
+                return Ok(f);
             }
         }
         lock(&self.groups).check_member(group, member, generation)?;

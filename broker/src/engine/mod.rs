@@ -38,7 +38,7 @@ mod produce;
 mod topics;
 
 pub use admin::TOMBSTONE_PREFIX;
-pub use fetch::{FetchMemory, COUNT_CHUNK_BYTES};
+pub use fetch::{FetchMemory, GaveUp, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
 pub use topics::Topic;
 #[cfg(test)]

@@ -137,6 +137,52 @@ fn session_expiry_removes_a_silent_member() {
     assert!(r.iter().all(|(_, resp)| parts(resp).len() == 3));
 }
 
+/// A join that waited for the others longer than its session timeout does
+/// not cost the member its session when the rebalance completes: the answer
+/// starts the session again (as in Kafka).
+#[test]
+fn a_join_that_waited_long_restarts_the_session() {
+    let mut c = Coordinator::new(1);
+    let a = ok(c.join("g", params(""), 0, 1, &six))[0]
+        .1
+        .member_id
+        .clone();
+    assert!(c.join("g", params(""), 10, 2, &six).is_empty());
+    let r = ok(c.join("g", params(&a), 20, 1, &six));
+    let b = r.iter().find(|(t, _)| *t == 2).unwrap().1.member_id.clone();
+    // c joins at 100; a rejoins at 110 and waits for b, which heartbeats but
+    // never rejoins: the rebalance completes at its deadline (5100), without b.
+    assert!(c.join("g", params(""), 100, 3, &six).is_empty());
+    assert!(c.join("g", params(&a), 110, 1, &six).is_empty());
+    let mut answered = Vec::new();
+    let mut done = 0;
+    for t in (200..=6000).step_by(100) {
+        let _ = c.heartbeat("g", &b, 2, t);
+        answered.extend(c.tick(t, &six));
+        if !answered.is_empty() {
+            done = t;
+            break;
+        }
+    }
+    let r = ok(answered);
+    assert_eq!(r.len(), 2, "a's and c's joins answered at {done}");
+    assert!(
+        done >= 5100,
+        "a waited {} ms, past its 1 s session",
+        done - 110
+    );
+    assert_eq!(
+        c.last_seen("g", &a),
+        Some(done),
+        "the answer restarted a's session"
+    );
+    assert!(
+        c.tick(done + 500, &six).is_empty(),
+        "nobody expired right after"
+    );
+    assert_eq!(c.state("g").unwrap().2, 2);
+}
+
 #[test]
 fn rebalance_deadline_drops_members_that_do_not_rejoin() {
     let mut c = Coordinator::new(1);

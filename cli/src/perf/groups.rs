@@ -60,7 +60,8 @@ pub struct GroupsArgs {
     #[arg(long, default_value_t = 5, value_parser = range_u64(0, 1000))]
     rebalances: u64,
     /// How long a member's fetch waits at the broker (ms; by default the
-    /// SDK's default, `GroupConsumerBuilder::max_wait`: 5,000).
+    /// SDK's default, `GroupConsumerBuilder::max_wait`: 5,000, capped at the
+    /// heartbeat interval, 3,333, since the fetches are the heartbeats).
     #[arg(long, value_parser = range_u64(0, 30_000))]
     fetch_wait_ms: Option<u64>,
     /// Members joining at once while the groups are built.

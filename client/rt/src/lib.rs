@@ -100,8 +100,10 @@ impl TcpStream {
     /// Tries to read for up to `budget`, never parking the thread. It yields to
     /// the other tasks of this thread first (a peer served by the same thread
     /// then answers before the first read) and every 16th attempt after that
-    /// (a yield can cost a poll of the reactor), spinning in between. `None`
-    /// when nothing arrived in time. Cancel safe.
+    /// (a yield can cost a poll of the reactor), then also the CPU to the
+    /// other threads on it (`sched_yield`: the reactor thread must not wait
+    /// for the spinner's time slice), spinning in between. `None` when
+    /// nothing arrived in time. Cancel safe.
     pub async fn read_spinning(
         &self,
         buf: &mut [u8],
