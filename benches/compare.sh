@@ -106,8 +106,8 @@ done
 for i in 1 2 3; do
   relay_addr=127.0.0.1:$((port + 1))
   taskset -c 0 "$floor" --relay-server "$relay_addr" & relay=$!
-  taskset -c 1 "$floor" --relay "$relay_addr" 200000 50000
-  wait "$relay"
+  taskset -c 1 "$floor" --relay "$relay_addr" 200000 50000 || kill "$relay" 2>/dev/null || true
+  wait "$relay" || true
 done
 # Last: the gigabytes they leave to write back would disturb the latency runs.
 for i in 1 2 3; do

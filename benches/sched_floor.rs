@@ -155,9 +155,8 @@ fn main() {
     };
     match args.first().map(String::as_str) {
         Some("--relay-server") => {
-            relay(relay_server(
-                args.get(1).map_or("127.0.0.1:0", String::as_str),
-            ));
+            let Some(addr) = args.get(1) else { usage() };
+            relay(relay_server(addr));
             return;
         }
         Some("--relay") => {
