@@ -17,7 +17,8 @@ fuzz_target!(|data: &[u8]| {
     let mut rest = data;
     let mut id = 0i32;
     while rest.len() >= 2 {
-        let api = i16::from(rest[0] % 10);
+        // Keys 0-17: the original seven, the admin extensions, HEARTBEAT_WAIT, GROUP_FETCH.
+        let api = i16::from(rest[0] % 18);
         let len = usize::from(rest[1]).min(rest.len() - 2);
         let payload = &rest[2..2 + len];
         rest = &rest[2 + len..];

@@ -16,7 +16,7 @@ fn round_trip<T: Encode + Decode + PartialEq + std::fmt::Debug>(data: &[u8]) {
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, body)) = data.split_first() else { return };
-    match which % 16 {
+    match which % 18 {
         0 => round_trip::<ProduceRequest>(body),
         1 => round_trip::<ProduceResponse>(body),
         2 => round_trip::<FetchRequest>(body),
@@ -35,6 +35,8 @@ fuzz_target!(|data: &[u8]| {
             let _ = decode_response::<FetchResponse>(body);
             let _ = decode_response::<JoinGroupResponse>(body);
         }
+        15 => round_trip::<HeartbeatWaitRequest>(body),
+        16 => round_trip::<GroupFetchRequest>(body),
         _ => {
             if record::validate_batch(body, u64::MAX).is_ok() {
                 let recs = record::decode_all(&bytes::Bytes::copy_from_slice(body)).expect("a valid batch decodes");
