@@ -467,10 +467,16 @@ fn a_silent_member_expires_on_the_manual_clock_and_the_other_rebalances() -> Res
     let engine = Arc::clone(broker.engine());
     let g = "g2";
     let (mut c, a, b) = two_members(&addr, &engine, &clock, g)?;
-    // A heartbeats as the clock moves; B (6 s session) stays silent.
-    for _ in 0..2 {
+    // A heartbeats as the clock moves; B (6 s session) stays silent. Once B's
+    // 6 s are up the broker's own 100 ms ticker may expire it before A's
+    // heartbeat, which then answers that the group rebalances.
+    for step in 0..2 {
         clock.advance(Duration::from_millis(3500));
-        assert_eq!(heartbeat(&mut c, g, &a, 2)?, NONE);
+        let r = heartbeat(&mut c, g, &a, 2)?;
+        assert!(
+            r == NONE || (step == 1 && r == REBALANCE_IN_PROGRESS),
+            "A's heartbeat at step {step}: {r}"
+        );
         flume_rt::block_on(engine.tick_now());
     }
     assert_eq!(heartbeat(&mut c, g, &b, 2)?, UNKNOWN_MEMBER_ID, "B expired");

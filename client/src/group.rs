@@ -552,6 +552,9 @@ async fn heartbeat_loop(
                 _ = joined.fuse() => {}
                 _ = stop.recv().fuse() => break,
             }
+            // Looked at again: a fetch may have started meanwhile.
+            pause = false;
+            continue;
         }
         let member = lock_str(&shared.member);
         let generation = shared.generation.load(Ordering::Acquire);
