@@ -456,7 +456,12 @@ fn two_members_join_the_leader_assigns_a_third_rebalances_everyone_and_one_leave
         l.member_id = StrBytes::from_string(m.clone());
         assert_eq!(c.call(0, &l)?.error_code, NONE);
     }
-    assert_eq!(phase(&engine, g), Some(GroupPhase::Empty));
+    // Empty, or already dropped by the broker's own 100 ms ticker (an idle group goes).
+    let left = phase(&engine, g);
+    assert!(
+        matches!(left, Some(GroupPhase::Empty) | None),
+        "after the last leave: {left:?}"
+    );
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
