@@ -109,6 +109,13 @@ for i in 1 2 3; do
   taskset -c 1 "$floor" --relay "$relay_addr" 200000 50000 || kill "$relay" 2>/dev/null || true
   wait "$relay" || true
 done
+# The floor under all of these (benches/sched_floor.rs --hiccup): a thread that makes no
+# syscall, only reads the clock, and counts the gaps when its CPU was taken from it: on CPU 0
+# with CPU 1 idle, then on both CPUs at once as an e2e run keeps them.
+echo -n "CPU 0, CPU 1 idle: "; taskset -c 0 "$floor" --hiccup 10
+taskset -c 1 "$floor" --hiccup 10 >"$data.hiccup" & hic=$!
+echo -n "CPU 0, both busy:  "; taskset -c 0 "$floor" --hiccup 10
+wait "$hic"; echo -n "CPU 1, both busy:  "; cat "$data.hiccup"; rm -f "$data.hiccup"
 # Last: the gigabytes they leave to write back would disturb the latency runs.
 for i in 1 2 3; do
   [ -n "$all" ] || break

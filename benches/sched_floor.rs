@@ -13,6 +13,7 @@
 //! cargo bench --bench sched_floor -- --spin SECONDS
 //! cargo bench --bench sched_floor -- --relay-server ADDR          # pinned like the broker
 //! cargo bench --bench sched_floor -- --relay ADDR [events] [rate] # pinned like the client
+//! cargo bench --bench sched_floor -- --hiccup SECONDS
 //! ```
 //!
 //! The relay is the floor of the whole e2e path, done by bare threads with
@@ -23,6 +24,14 @@
 //! thread beside the sender (the consumer shares the client's CPU with the
 //! producer) reads it and records the time since it was sent. No executor,
 //! no framing, no allocation per message.
+//!
+//! The hiccup meter (`--hiccup`) is the floor under all of them: a thread that
+//! never makes a syscall, only reads the clock in a loop, and counts the gaps
+//! between two readings: time its CPU was taken from it (by the guest's
+//! kernel, or by the host from the whole virtual CPU). compare.sh runs it on
+//! one CPU with the other idle and on both CPUs at once, as a `perf e2e` run
+//! keeps them. A gap of `g` ms on the broker's CPU delays every record of a
+//! 50,000/s stream that arrives in it, about `50 x (g - 2)` of them past 2 ms.
 //!
 //! Not a criterion benchmark: it reports percentiles of one run.
 
@@ -132,6 +141,44 @@ fn relay_client(addr: &str, events: usize, rate: u64) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Reads the clock in a loop for `secs` and reports the gaps between two
+/// readings: how often, and for how long, the thread lost its CPU.
+fn hiccup(secs: Duration) {
+    // Upper bounds of the buckets, in microseconds; the last is open.
+    const BOUNDS: [u64; 5] = [500, 1_000, 2_000, 4_000, 8_000];
+    let mut counts = [0u64; BOUNDS.len() + 1];
+    let (mut lost, mut max) = (Duration::ZERO, Duration::ZERO);
+    let start = Instant::now();
+    let mut prev = start;
+    loop {
+        let now = Instant::now();
+        let gap = now - prev;
+        prev = now;
+        if gap >= Duration::from_micros(100) {
+            lost += gap;
+            max = max.max(gap);
+            let us = u64::try_from(gap.as_micros()).unwrap_or(u64::MAX);
+            let bucket = BOUNDS.iter().position(|&b| us < b).unwrap_or(BOUNDS.len());
+            counts[bucket] += 1;
+        }
+        if now - start >= secs {
+            break;
+        }
+    }
+    let s = secs.as_secs_f64();
+    println!(
+        "hiccups over {s:.0} s: gaps 0.1-0.5 ms {}, 0.5-1 ms {}, 1-2 ms {}, 2-4 ms {}, 4-8 ms {}, >= 8 ms {}; lost {:.2} %, longest {:.2} ms",
+        counts[0],
+        counts[1],
+        counts[2],
+        counts[3],
+        counts[4],
+        counts[5],
+        100.0 * lost.as_secs_f64() / s,
+        max.as_secs_f64() * 1e3
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args()
         .skip(1)
@@ -139,7 +186,7 @@ fn main() {
         .collect();
     let usage = || -> ! {
         eprintln!(
-            "usage: sched_floor [events] [rate] | --spin SECONDS | --relay-server ADDR | --relay ADDR [events] [rate]"
+            "usage: sched_floor [events] [rate] | --spin SECONDS | --hiccup SECONDS | --relay-server ADDR | --relay ADDR [events] [rate]"
         );
         std::process::exit(2)
     };
@@ -168,6 +215,10 @@ fn main() {
             return;
         }
         _ => {}
+    }
+    if args.first().is_some_and(|a| a == "--hiccup") {
+        hiccup(Duration::from_secs(num(1, 10)));
+        return;
     }
     if args.first().is_some_and(|a| a == "--spin") {
         // The busy neighbour (the e2e client keeps its CPU busy): pin it to the
