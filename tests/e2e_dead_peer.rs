@@ -309,3 +309,41 @@ fn requests_pipelined_past_the_in_flight_limit_are_all_answered() -> Result<()> 
         Ok(())
     })
 }
+
+/// Connections that close leave their buffers in the allocator (glibc keeps
+/// what it freed): after a wave of them the broker hands the freed memory back
+/// to the system, soon after the wave (`flume_broker::allocator_trims`).
+#[test]
+fn a_wave_of_closed_connections_hands_its_memory_back() -> Result<()> {
+    rt::block_on(async {
+        let dir = tempfile::tempdir()?;
+        let broker = start(config(dir.path())).await?;
+        let before = flume_broker::allocator_trims();
+        let addr = broker.local_addr().to_string();
+        let mut wave = Vec::new();
+        for id in 0..100 {
+            // Each connection is used (one METADATA answered) before it closes.
+            let mut s = TcpStream::connect(&addr).await?;
+            let mut out = Vec::new();
+            protocol::encode_request(&mut out, id, &MetadataRequest { topics: vec![] });
+            s.write_all(&out).await?;
+            let mut head = [0u8; 8];
+            s.read_exact(&mut head).await?;
+            let size = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            let answered = i32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+            ensure!(answered == id, "answer {answered} to request {id}");
+            let mut body = vec![0u8; size.saturating_sub(4)];
+            s.read_exact(&mut body).await?;
+            wave.push(s);
+        }
+        drop(wave);
+        common::wait_until(
+            "the freed memory handed back after the wave",
+            Duration::from_secs(20),
+            || async { broker.connection_count() == 0 && flume_broker::allocator_trims() > before },
+        )
+        .await;
+        broker.shutdown().await;
+        Ok(())
+    })
+}

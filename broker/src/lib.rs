@@ -46,6 +46,7 @@ pub use domain::{ProduceBatch, Route};
 pub use embedded::EmbeddedBroker;
 pub use engine::Engine;
 pub use error::BrokerError;
+pub use listener::allocator_trims;
 pub use storage::FsyncPolicy;
 
 /// Wall-clock milliseconds since the Unix epoch (record timestamps, retention).

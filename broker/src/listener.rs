@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use event_listener::Event;
 use flume_rt::{self as rt, sync::lock};
@@ -59,7 +59,80 @@ impl Drop for ConnGuard {
         lock(&self.0.principals).remove(&self.1);
         self.0.open.fetch_sub(1, Ordering::AcqRel);
         self.0.closed.notify(usize::MAX);
+        connection_closed();
     }
+}
+
+/// Closed connections after which the freed memory is handed back to the
+/// system: each left its buffers (up to 192 KiB) in the allocator.
+const TRIM_AFTER_CLOSED: usize = 64;
+/// How long after the closing that asks for a trim it runs: a wave of
+/// connections ending together is trimmed once, after it.
+const TRIM_DELAY: Duration = Duration::from_secs(1);
+/// The least time between two trims (each walks and locks every arena).
+const TRIM_EVERY: Duration = Duration::from_secs(5);
+
+/// When the broker hands freed memory back to the system (see
+/// [`flume_rt::heap`]): after [`TRIM_AFTER_CLOSED`] connections closed, once,
+/// [`TRIM_DELAY`] later and at least [`TRIM_EVERY`] after the last trim. Time is
+/// passed in.
+#[derive(Debug, Default)]
+struct TrimPolicy {
+    closed: usize,
+    pending: bool,
+    last: Option<Instant>,
+}
+
+impl TrimPolicy {
+    /// A connection closed at `now`: how long to wait before trimming, when a
+    /// trim is now due and none is pending.
+    fn closed(&mut self, now: Instant) -> Option<Duration> {
+        self.closed = self.closed.saturating_add(1);
+        if self.pending || self.closed < TRIM_AFTER_CLOSED {
+            return None;
+        }
+        self.pending = true;
+        let earliest = self.last.map_or(now, |l| l + TRIM_EVERY);
+        Some(earliest.saturating_duration_since(now).max(TRIM_DELAY))
+    }
+
+    /// The trim starts at `now`: closings from here on count toward the next.
+    fn trimming(&mut self, now: Instant) {
+        self.closed = 0;
+        self.pending = false;
+        self.last = Some(now);
+    }
+}
+
+/// The process's policy (the allocator is the process's, whatever the listener).
+static TRIM: Mutex<TrimPolicy> = Mutex::new(TrimPolicy {
+    closed: 0,
+    pending: false,
+    last: None,
+});
+/// Trims run so far.
+static TRIMS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a closed connection and schedules a trim when one is due.
+fn connection_closed() {
+    let Some(delay) = lock(&TRIM).closed(Instant::now()) else {
+        return;
+    };
+    // Detached: it ends on its own; a broker shutting down meanwhile loses nothing.
+    drop(rt::spawn(async move {
+        rt::sleep(delay).await;
+        lock(&TRIM).trimming(Instant::now());
+        let released = rt::unblock(flume_rt::heap::release_free_memory).await;
+        TRIMS.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(released, "handed freed memory back to the system");
+    }));
+}
+
+/// How many times this process has handed the memory closed connections freed
+/// back to the system (glibc's `malloc_trim`): at most once per five seconds,
+/// a second after 64 connections closed.
+pub fn allocator_trims() -> u64 {
+    TRIMS.load(Ordering::Relaxed)
 }
 
 impl Connections {
@@ -177,5 +250,38 @@ pub(crate) async fn next_connection(
                 rt::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wave_of_closed_connections_is_trimmed_once_after_it() {
+        let t0 = Instant::now();
+        let mut p = TrimPolicy::default();
+        for _ in 1..TRIM_AFTER_CLOSED {
+            assert_eq!(p.closed(t0), None);
+        }
+        // The 64th asks for a trim a second later; the rest of the wave does not.
+        assert_eq!(p.closed(t0), Some(TRIM_DELAY));
+        for _ in 0..1_000 {
+            assert_eq!(p.closed(t0), None);
+        }
+        let t1 = t0 + TRIM_DELAY;
+        p.trimming(t1);
+        // The next wave, right after: not before five seconds after the last trim.
+        for _ in 1..TRIM_AFTER_CLOSED {
+            assert_eq!(p.closed(t1), None);
+        }
+        assert_eq!(p.closed(t1), Some(TRIM_EVERY));
+        p.trimming(t1 + TRIM_EVERY);
+        // Long after: a second after the wave again.
+        let t2 = t1 + Duration::from_secs(60);
+        for _ in 1..TRIM_AFTER_CLOSED {
+            assert_eq!(p.closed(t2), None);
+        }
+        assert_eq!(p.closed(t2), Some(TRIM_DELAY));
     }
 }

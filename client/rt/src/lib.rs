@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_io::Async;
 
+pub mod heap;
 pub mod spin;
 pub use spin::{BusyPoll, SpinBudget};
 
