@@ -246,6 +246,7 @@ if [ -z "$only" ] || [ "$only" = groups ]; then
       "${wflag[@]}" --group-prefix "w$wait" 2>&1 | grep -v '^progress'
     # The first run's members are gone with its process: wait until their sessions expire.
     sleep 12
+    echo "after the wave, its members gone: RSS $(( $(rss_kb) / 1024 )) MB, $(fds) fds"
   done
   echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
