@@ -66,52 +66,106 @@ impl Drop for ConnGuard {
 /// Closed connections after which the freed memory is handed back to the
 /// system: each left its buffers (up to 192 KiB) in the allocator.
 const TRIM_AFTER_CLOSED: usize = 64;
-/// How long after the closing that asks for a trim it runs: a wave of
+/// A trim runs once no connection has closed for this long: a wave of
 /// connections ending together is trimmed once, after it.
 const TRIM_DELAY: Duration = Duration::from_secs(1);
+/// The longest a trim waits for a wave that keeps closing.
+const TRIM_MAX_WAIT: Duration = Duration::from_secs(10);
 /// The least time between two trims (each walks and locks every arena).
 const TRIM_EVERY: Duration = Duration::from_secs(5);
 
 /// When the broker hands freed memory back to the system (see
-/// [`flume_rt::heap`]): after [`TRIM_AFTER_CLOSED`] connections closed, once,
-/// [`TRIM_DELAY`] later and at least [`TRIM_EVERY`] after the last trim. Time is
+/// [`flume_rt::heap`]): after a wave, that is once [`TRIM_AFTER_CLOSED`]
+/// connections have closed and the open ones are down to half their peak
+/// since the last trim (steady churn, connections closing as others open,
+/// reuses the memory it frees and never asks for one); the trim runs when no
+/// connection has closed for [`TRIM_DELAY`] (at most [`TRIM_MAX_WAIT`] after it
+/// was first due) and at least [`TRIM_EVERY`] after the last one. Time is
 /// passed in.
 #[derive(Debug, Default)]
 struct TrimPolicy {
+    /// Open connections, over all listeners, and their peak since the last trim.
+    open: usize,
+    peak: usize,
+    /// Connections closed since the last trim, and when the last one did.
     closed: usize,
+    last_close: Option<Instant>,
+    /// A trim is scheduled.
     pending: bool,
-    last: Option<Instant>,
+    last_trim: Option<Instant>,
 }
 
 impl TrimPolicy {
+    const fn new() -> Self {
+        TrimPolicy {
+            open: 0,
+            peak: 0,
+            closed: 0,
+            last_close: None,
+            pending: false,
+            last_trim: None,
+        }
+    }
+
+    /// A connection opened.
+    fn opened(&mut self) {
+        self.open = self.open.saturating_add(1);
+        self.peak = self.peak.max(self.open);
+    }
+
     /// A connection closed at `now`: how long to wait before trimming, when a
     /// trim is now due and none is pending.
     fn closed(&mut self, now: Instant) -> Option<Duration> {
+        self.open = self.open.saturating_sub(1);
         self.closed = self.closed.saturating_add(1);
-        if self.pending || self.closed < TRIM_AFTER_CLOSED {
+        self.last_close = Some(now);
+        if self.pending || self.closed < TRIM_AFTER_CLOSED || self.open > self.peak / 2 {
             return None;
         }
         self.pending = true;
-        let earliest = self.last.map_or(now, |l| l + TRIM_EVERY);
+        let earliest = self.last_trim.map_or(now, |l| l + TRIM_EVERY);
         Some(earliest.saturating_duration_since(now).max(TRIM_DELAY))
+    }
+
+    /// The scheduled trim, first awake at `first`, looks again at `now`: how
+    /// much longer to wait for the wave to end, or `None` to trim now.
+    fn wait_more(&self, first: Instant, now: Instant) -> Option<Duration> {
+        let quiet_at = self.last_close.map_or(now, |c| c + TRIM_DELAY);
+        let until = quiet_at.min(first + TRIM_MAX_WAIT);
+        (until > now).then(|| until - now)
     }
 
     /// The trim starts at `now`: closings from here on count toward the next.
     fn trimming(&mut self, now: Instant) {
         self.closed = 0;
         self.pending = false;
-        self.last = Some(now);
+        self.peak = self.open;
+        self.last_trim = Some(now);
+    }
+
+    /// The scheduled trim was dropped before it ran: the next closing may
+    /// schedule another.
+    fn abandoned(&mut self) {
+        self.pending = false;
     }
 }
 
 /// The process's policy (the allocator is the process's, whatever the listener).
-static TRIM: Mutex<TrimPolicy> = Mutex::new(TrimPolicy {
-    closed: 0,
-    pending: false,
-    last: None,
-});
-/// Trims run so far.
+static TRIM: Mutex<TrimPolicy> = Mutex::new(TrimPolicy::new());
+/// Trims attempted so far.
 static TRIMS: AtomicU64 = AtomicU64::new(0);
+
+/// A scheduled trim that has not started: dropping it (its task dropped
+/// unfinished) lets the policy schedule another.
+struct PendingTrim(bool);
+
+impl Drop for PendingTrim {
+    fn drop(&mut self) {
+        if self.0 {
+            lock(&TRIM).abandoned();
+        }
+    }
+}
 
 /// Counts a closed connection and schedules a trim when one is due.
 fn connection_closed() {
@@ -120,17 +174,33 @@ fn connection_closed() {
     };
     // Detached: it ends on its own; a broker shutting down meanwhile loses nothing.
     drop(rt::spawn(async move {
+        let mut pending = PendingTrim(true);
         rt::sleep(delay).await;
+        let first = Instant::now();
+        loop {
+            let more = lock(&TRIM).wait_more(first, Instant::now());
+            match more {
+                Some(d) => rt::sleep(d).await,
+                None => break,
+            }
+        }
         lock(&TRIM).trimming(Instant::now());
+        pending.0 = false;
+        let start = Instant::now();
         let released = rt::unblock(flume_rt::heap::release_free_memory).await;
         TRIMS.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(released, "handed freed memory back to the system");
+        tracing::debug!(
+            released,
+            took_us = start.elapsed().as_micros() as u64,
+            "handed freed memory back to the system"
+        );
     }));
 }
 
-/// How many times this process has handed the memory closed connections freed
-/// back to the system (glibc's `malloc_trim`): at most once per five seconds,
-/// a second after 64 connections closed.
+/// How many times this process has tried to hand the memory closed
+/// connections freed back to the system (a call of glibc's `malloc_trim`;
+/// nothing is called elsewhere): after a wave of closed connections, at most
+/// once per five seconds.
 pub fn allocator_trims() -> u64 {
     TRIMS.load(Ordering::Relaxed)
 }
@@ -171,6 +241,7 @@ impl Connections {
             return false;
         }
         self.open.fetch_add(1, Ordering::AcqRel);
+        lock(&TRIM).opened();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let guard = ConnGuard(Arc::clone(self), id);
         let serve = serve(ConnHandle {
@@ -257,31 +328,94 @@ pub(crate) async fn next_connection(
 mod tests {
     use super::*;
 
+    /// A policy with `n` connections open.
+    fn with_open(n: usize) -> TrimPolicy {
+        let mut p = TrimPolicy::new();
+        for _ in 0..n {
+            p.opened();
+        }
+        p
+    }
+
     #[test]
     fn a_wave_of_closed_connections_is_trimmed_once_after_it() {
         let t0 = Instant::now();
-        let mut p = TrimPolicy::default();
-        for _ in 1..TRIM_AFTER_CLOSED {
+        let mut p = with_open(2_000);
+        // Not before half of them are gone (and at least 64).
+        for _ in 0..999 {
             assert_eq!(p.closed(t0), None);
         }
-        // The 64th asks for a trim a second later; the rest of the wave does not.
         assert_eq!(p.closed(t0), Some(TRIM_DELAY));
         for _ in 0..1_000 {
             assert_eq!(p.closed(t0), None);
         }
+        // Woken a second later, the wave over: trim now.
         let t1 = t0 + TRIM_DELAY;
+        assert_eq!(p.wait_more(t1, t1), None);
         p.trimming(t1);
         // The next wave, right after: not before five seconds after the last trim.
+        let mut p2 = with_open(100);
+        p2.last_trim = p.last_trim;
         for _ in 1..TRIM_AFTER_CLOSED {
-            assert_eq!(p.closed(t1), None);
+            assert_eq!(p2.closed(t1), None);
         }
-        assert_eq!(p.closed(t1), Some(TRIM_EVERY));
-        p.trimming(t1 + TRIM_EVERY);
-        // Long after: a second after the wave again.
+        assert_eq!(p2.closed(t1), Some(TRIM_EVERY));
+        // Long after the last trim: a second after the wave again.
         let t2 = t1 + Duration::from_secs(60);
+        let mut p3 = with_open(64);
+        p3.last_trim = Some(t1);
         for _ in 1..TRIM_AFTER_CLOSED {
-            assert_eq!(p.closed(t2), None);
+            assert_eq!(p3.closed(t2), None);
         }
-        assert_eq!(p.closed(t2), Some(TRIM_DELAY));
+        assert_eq!(p3.closed(t2), Some(TRIM_DELAY));
+    }
+
+    #[test]
+    fn steady_churn_never_asks_for_a_trim() {
+        let t0 = Instant::now();
+        let mut p = with_open(100);
+        for i in 0..10_000u64 {
+            // One closes as another opens: the memory freed is reused.
+            assert_eq!(p.closed(t0 + Duration::from_millis(i)), None);
+            p.opened();
+        }
+        assert!(!p.pending);
+    }
+
+    #[test]
+    fn a_slow_wave_is_trimmed_when_it_ends_or_after_the_longest_wait() {
+        let t0 = Instant::now();
+        let mut p = with_open(100);
+        let mut at = t0;
+        let mut due = None;
+        for _ in 0..100 {
+            at += Duration::from_millis(100);
+            due = due.or(p.closed(at));
+        }
+        // Due at the 64th closing (6.4 s), the last one 3.6 s later.
+        assert_eq!(due, Some(TRIM_DELAY));
+        let first = t0 + Duration::from_millis(6_400) + TRIM_DELAY;
+        let last = t0 + Duration::from_millis(10_000);
+        assert_eq!(p.wait_more(first, first), Some(last + TRIM_DELAY - first));
+        assert_eq!(p.wait_more(first, last + TRIM_DELAY), None);
+        // A wave that never stops closing is trimmed after the longest wait.
+        let mut q = with_open(100);
+        q.last_close = Some(first + TRIM_MAX_WAIT + Duration::from_secs(5));
+        assert_eq!(q.wait_more(first, first), Some(TRIM_MAX_WAIT));
+        assert_eq!(q.wait_more(first, first + TRIM_MAX_WAIT), None);
+    }
+
+    #[test]
+    fn a_trim_dropped_before_it_ran_lets_the_next_closing_schedule_one() {
+        let t0 = Instant::now();
+        let mut p = with_open(200);
+        let mut due = None;
+        for _ in 0..100 {
+            due = due.or(p.closed(t0));
+        }
+        assert!(due.is_some() && p.pending);
+        assert_eq!(p.closed(t0), None);
+        p.abandoned();
+        assert_eq!(p.closed(t0), Some(TRIM_DELAY));
     }
 }
