@@ -18,7 +18,8 @@
 //! most `max_in_flight_per_connection` at once. Every request is charged to
 //! the connection's share of the memory budget ([`crate::budget`]) from
 //! admission until its response has been written; past the budget nothing
-//! more is admitted or read. A peer that sends part of a frame and goes quiet
+//! more is admitted or read, except what fits in the connection's own
+//! reserve (the fairness rule: a new connection is always served). A peer that sends part of a frame and goes quiet
 //! for `read_timeout` is cut off; one that does not read its responses for
 //! `write_timeout` too. Shutdown stops the reading; the requests in flight
 //! are still answered.
@@ -226,8 +227,9 @@ pub struct ConnState {
     /// Charges of the responses in `wbuf`, released once it is written.
     unwritten: Vec<Charge>,
     inflight: FuturesUnordered<Charged>,
-    /// The last admission pass stopped at a spent memory budget.
-    held_back: bool,
+    /// The last admission pass stopped at a frame of this many bytes that the
+    /// memory budget could not admit.
+    held_back: Option<usize>,
     /// The last admission pass stopped for want of an in-flight place: once
     /// `respond` frees one, admission runs again before waiting for bytes (a
     /// peer that pipelined past the limit may send nothing more).
@@ -275,7 +277,7 @@ impl ConnState {
             wbuf: Vec::with_capacity(64 * 1024),
             unwritten: Vec::new(),
             inflight: FuturesUnordered::new(),
-            held_back: false,
+            held_back: None,
             slot_wanted: false,
             last_progress: Instant::now(),
             spin: SpinBudget::new(spin_policy),
@@ -319,15 +321,11 @@ impl ConnState {
     /// the responses already in flight are still written. Once the peer has
     /// closed, the first incomplete frame ends the admitting.
     pub async fn admit(&mut self) {
-        self.held_back = false;
+        self.held_back = None;
         self.slot_wanted = false;
         while self.admitting() && !self.muted() {
             if !self.has_slot() {
                 self.slot_wanted = true;
-                return;
-            }
-            if self.memory.is_spent() {
-                self.held_back = true;
                 return;
             }
             let (api_key, request_id, used) = match frame::decode_request(
@@ -358,6 +356,13 @@ impl ConnState {
                     return;
                 }
             };
+            // The fairness rule (`crate::budget`): within the connection's
+            // reserve however spent the shared budget is, beyond it only
+            // while the shared budget has room.
+            if !self.memory.may_admit(used) {
+                self.held_back = Some(used);
+                return;
+            }
             self.dispatch(api_key, request_id, used).await;
         }
     }
@@ -649,7 +654,8 @@ impl ConnState {
         }
         let reading = self.reading();
         let admitting = self.admitting();
-        let spent = self.held_back || self.memory.is_spent();
+        let held_back = self.held_back;
+        let spent = held_back.is_some() || self.memory.is_spent();
         let muted = self.muted();
         let can_read = reading && self.has_slot() && !spent && !muted;
         let watch_len = if can_read || self.peer_closed {
@@ -713,10 +719,12 @@ impl ConnState {
         };
         let memory = &self.memory;
         let room = async {
-            if admitting && spent {
-                memory.wait_for_room().await;
-            } else {
-                futures::future::pending::<()>().await;
+            match held_back {
+                // A whole frame waits: until it may be admitted.
+                Some(bytes) if admitting => memory.wait_to_admit(bytes).await,
+                // Reading is held to watching: until the shared budget has room.
+                None if admitting && spent => memory.wait_for_room().await,
+                _ => futures::future::pending::<()>().await,
             }
         };
         let inflight = &mut self.inflight;

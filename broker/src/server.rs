@@ -21,7 +21,7 @@ use std::time::Instant;
 use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
 
-use crate::budget::{MemoryBudget, MemoryUse};
+use crate::budget::{MemoryBudget, MemoryUse, CONNECTION_RESERVE_BYTES};
 use crate::config::BrokerConfig;
 use crate::conn::serve;
 use crate::engine::Engine;
@@ -322,6 +322,7 @@ async fn accept_loop(
                 .config()
                 .max_connection_memory
                 .max(engine.config().max_frame_bytes),
+            CONNECTION_RESERVE_BYTES,
         );
         let counting = Arc::clone(&conns.counting);
         let served = Arc::clone(&engine);

@@ -2,6 +2,8 @@
 //! waiting for a condition with a deadline (never a fixed sleep).
 #![allow(dead_code)]
 
+pub mod abuse;
+
 use std::future::Future;
 use std::path::Path;
 use std::time::{Duration, Instant};

@@ -54,11 +54,12 @@ impl Engine {
     /// With [`FetchMemory`], counting chunks wait for room in its small
     /// `counting` budget (so waiting fetches never read more than that at once,
     /// and never hold the budget that lets connections read), and the final
-    /// read first waits for room in `response` (until the deadline) and charges
-    /// each partition's read while the response is built; if no room comes in
-    /// time the answer carries one record (the first always goes out whole),
-    /// so a spent budget neither keeps a fetch from answering nor a consumer
-    /// from moving on.
+    /// read charges each partition's read to `response` while the response is
+    /// built: within the shared budget while it has room, otherwise within
+    /// what is left of the connection's reserve (the first record always goes
+    /// out whole). A connection that has used its reserve while the shared
+    /// budget is spent waits for room, holding no records, past the deadline
+    /// if need be; no other connection waits for it ([`crate::budget`]).
     ///
     /// The records are charged to `response` until the front end has encoded
     /// them and drops [`Fetched::charge`].
@@ -195,18 +196,23 @@ impl Engine {
                 () = &mut *give_up => return Err(GaveUp),
             }
         }
-        // Room for the records: the response is charged while it is built. With
-        // no room by the deadline, the answer carries one record (the first one
-        // always goes out whole), so a consumer still moves on.
+        // Room for the records, charged as they are read: the shared budget's,
+        // or what is left of the connection's reserve (the fairness rule,
+        // `crate::budget`), in which the first record goes out whole. A response
+        // with no room waits for it holding no records, past its deadline if
+        // need be: a connection that has used its reserve waits, the others
+        // are served. Shutdown ends the wait.
         let mut reserved = None;
         let mut budget = budget;
         if let Some(m) = memory {
-            if m.is_spent() && !self.is_shutting_down() {
-                let left = deadline.saturating_duration_since(Instant::now());
-                let _ = rt::timeout(left, m.wait_for_room()).await;
+            if !m.may_admit(1) {
+                futures::select! {
+                    () = m.wait_to_admit(1).fuse() => {}
+                    _ = self.shutdown_rx.recv().fuse() => {}
+                }
             }
             if m.is_spent() {
-                budget = 1;
+                budget = budget.min(m.reserve_left().saturating_sub(headers).max(1));
             }
             reserved = Some(m.charge(headers));
         }

@@ -6,8 +6,9 @@
 //! from [`rt::TcpListener`] and reach hyper through smol-hyper's
 //! `FuturesIo` adapter (hyper's I/O traits over `futures-io`), timers are
 //! async-io's. The listener obeys the same kinds of limits as the broker's:
-//! at most [`max_http_connections`] connections (more are closed at once and
-//! counted), the request head must arrive within `read_timeout`, a connection
+//! at most [`max_http_connections`] connections (at the limit a new one closes
+//! the oldest that is not serving a request, or the oldest, and that is
+//! counted: no set of connections keeps a new one out), the request head must arrive within `read_timeout`, a connection
 //! lives at most `read_timeout + write_timeout` (so a peer that does not read
 //! its response cannot hold it), heads are at most [`MAX_HEAD_BYTES`], and
 //! requests with a body are refused (413): every route is a GET.
@@ -57,6 +58,37 @@ struct State {
     probe: Probe,
     history: Mutex<History>,
     open: AtomicUsize,
+    /// Every open connection by the order it came in: whether it is serving
+    /// a request, and the sender whose drop closes it (at most
+    /// [`max_http_connections`] entries).
+    conns: Mutex<std::collections::BTreeMap<u64, OpenConn>>,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+struct OpenConn {
+    busy: Arc<std::sync::atomic::AtomicBool>,
+    _close: async_channel::Sender<()>,
+}
+
+impl State {
+    fn conns(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, OpenConn>> {
+        self.conns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// At the limit, makes room for a new connection: closes the oldest one
+    /// that is not serving a request, or the oldest if every one is.
+    /// False when there is none left to close (each is closing already).
+    fn make_room(&self) -> bool {
+        let mut conns = self.conns();
+        let victim = conns
+            .iter()
+            .find(|(_, c)| !c.busy.load(Ordering::Acquire))
+            .or_else(|| conns.iter().next())
+            .map(|(id, _)| *id);
+        victim.is_some_and(|id| conns.remove(&id).is_some())
+    }
 }
 
 impl std::fmt::Debug for State {
@@ -103,6 +135,8 @@ impl HttpServer {
             probe,
             history: Mutex::new(History::default()),
             open: AtomicUsize::new(0),
+            conns: Mutex::new(std::collections::BTreeMap::new()),
+            next_id: std::sync::atomic::AtomicU64::new(0),
         });
         let sampler = rt::spawn(sample_loop(Arc::clone(&state)));
         let accept = rt::spawn(accept_loop(listener, state, tls));
@@ -138,9 +172,10 @@ async fn sample_loop(state: Arc<State>) {
     }
 }
 
-struct Slot(Arc<State>);
+struct Slot(Arc<State>, u64);
 impl Drop for Slot {
     fn drop(&mut self) {
+        self.0.conns().remove(&self.1);
         self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
@@ -153,50 +188,75 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, tls: Option<Arc<S
         crate::listener::next_connection(&listener, &stop, "http").await
     {
         if state.open.load(Ordering::Acquire) >= max {
-            tracing::warn!(%peer, max, "HTTP connection limit reached; closing the new connection");
+            // No set of connections keeps a new one out: the oldest idle one
+            // (or the oldest) makes room; it ends as soon as its task sees it.
+            tracing::info!(%peer, max, "HTTP connection limit reached; closing the oldest idle connection");
             state.engine.metrics().http_connection_refused();
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            continue;
+            if !state.make_room() {
+                // Every open one is already closing: this one waits for nothing.
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                continue;
+            }
         }
         state.open.fetch_add(1, Ordering::AcqRel);
-        let slot = Slot(Arc::clone(&state));
+        let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+        let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (close, closed) = async_channel::bounded::<()>(1);
+        state.conns().insert(
+            id,
+            OpenConn {
+                busy: Arc::clone(&busy),
+                _close: close,
+            },
+        );
+        let slot = Slot(Arc::clone(&state), id);
         let lifetime = cfg.read_timeout.saturating_add(cfg.write_timeout);
         let head_timeout = cfg.read_timeout;
         let stop = stop.clone();
         let tls = tls.clone();
         rt::spawn(async move {
-            let started = std::time::Instant::now();
-            let (stream, principal) =
-                match crate::listener::secure(tls.as_deref(), stream, head_timeout).await {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed");
-                        drop(slot);
-                        return;
-                    }
-                };
-            let lifetime = lifetime.saturating_sub(started.elapsed());
             let state = Arc::clone(&slot.0);
-            let principal = Arc::new(principal);
-            let service = hyper::service::service_fn(move |req| {
-                let state = Arc::clone(&state);
-                let principal = Arc::clone(&principal);
-                async move { Ok::<_, Infallible>(route(&state, &principal, req).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(smol_hyper::rt::SmolTimer::new())
-                .header_read_timeout(head_timeout)
-                .max_buf_size(MAX_HEAD_BYTES);
-            let conn = builder.serve_connection(smol_hyper::rt::FuturesIo::new(stream), service);
-            futures::select! {
-                r = conn.fuse() => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "HTTP connection ended");
+            let serve = async move {
+                let (stream, principal) =
+                    match crate::listener::secure(tls.as_deref(), stream, head_timeout).await {
+                        Ok(x) => x,
+                        Err(e) => {
+                            tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed");
+                            return;
+                        }
+                    };
+                let principal = Arc::new(principal);
+                let service = hyper::service::service_fn(move |req| {
+                    let state = Arc::clone(&state);
+                    let principal = Arc::clone(&principal);
+                    let busy = Arc::clone(&busy);
+                    async move {
+                        busy.store(true, Ordering::Release);
+                        let resp = route(&state, &principal, req).await;
+                        busy.store(false, Ordering::Release);
+                        Ok::<_, Infallible>(resp)
                     }
+                });
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder
+                    .timer(smol_hyper::rt::SmolTimer::new())
+                    .header_read_timeout(head_timeout)
+                    .max_buf_size(MAX_HEAD_BYTES);
+                let conn =
+                    builder.serve_connection(smol_hyper::rt::FuturesIo::new(stream), service);
+                if let Err(e) = conn.await {
+                    tracing::debug!(%peer, error = %e, "HTTP connection ended");
                 }
+            };
+            // The handshake and the requests, within the connection's lifetime,
+            // until it is closed to make room for a new one, or shutdown.
+            futures::select! {
+                () = serve.fuse() => {}
                 () = rt::sleep(lifetime).fuse() => {
                     tracing::debug!(%peer, "HTTP connection reached its lifetime; closed");
+                }
+                _ = closed.recv().fuse() => {
+                    tracing::debug!(%peer, "HTTP connection closed to make room for a new one");
                 }
                 _ = stop.recv().fuse() => {}
             }

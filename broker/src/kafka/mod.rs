@@ -36,7 +36,7 @@ use flume_rt::{self as rt, TcpListener};
 use futures::io::AsyncReadExt;
 use futures::FutureExt;
 
-use crate::budget::MemoryBudget;
+use crate::budget::{MemoryBudget, CONNECTION_RESERVE_BYTES};
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::listener::{secure, Connections};
@@ -320,7 +320,11 @@ async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections
             advertised_host: proto.host.clone(),
             advertised_port: proto.port,
             max_decoded_bytes: proto.max_frame,
-            memory: MemoryBudget::within(&conns.memory, proto.connection_memory),
+            memory: MemoryBudget::within(
+                &conns.memory,
+                proto.connection_memory,
+                CONNECTION_RESERVE_BYTES,
+            ),
             counting: Arc::clone(&conns.counting),
             client_host: format!("/{}", peer.ip()),
             principal: Mutex::new(Principal::Anonymous),
@@ -545,10 +549,14 @@ async fn serve(
                 })
             }
         };
-        // Room in the budget before the frame is read into memory.
-        if ctx.memory.is_spent() {
+        // Room in the budget before the frame is read into memory: within the
+        // connection's reserve however spent the shared budget is, beyond it
+        // only while the shared budget has room (`crate::budget`).
+        if !ctx.memory.may_admit(size) {
             // Watched too, so a reset ends the wait; EOF does not (the frame may be whole).
-            inbox.watching(ctx.memory.wait_for_room(), false).await?;
+            inbox
+                .watching(ctx.memory.wait_to_admit(size), false)
+                .await?;
         }
         let mut charge = ctx.memory.charge(size);
         let mut frame = vec![0u8; size];
