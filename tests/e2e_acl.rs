@@ -4,13 +4,13 @@
 //! damaged `__acls` refused at start.
 
 use crate::common;
+use crate::common::kafka::Kc;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use anyhow::{ensure, Context, Result};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use anyhow::{Context, Result};
 use flume_broker::security::acl::{
     Acl, AclPrincipal, Operation, PatternType, Permission, ResourceType,
 };
@@ -325,52 +325,6 @@ fn acls_survive_a_restart_and_a_damaged_file_stops_the_start() -> Result<()> {
 }
 
 // ---------------------------------------------------------------- Kafka
-
-struct Kc {
-    s: TcpStream,
-    correlation: i32,
-}
-
-impl Kc {
-    fn connect(addr: &str) -> Result<Self> {
-        let s = TcpStream::connect(addr)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(Kc { s, correlation: 0 })
-    }
-
-    fn call<R: kafka_protocol::protocol::Request>(
-        &mut self,
-        version: i16,
-        req: &R,
-    ) -> Result<R::Response> {
-        use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-        use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-        let key = ApiKey::try_from(R::KEY).map_err(|()| anyhow::anyhow!("api key"))?;
-        self.correlation += 1;
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_static_str("e2e")))
-            .encode(&mut buf, key.request_header_version(version))?;
-        req.encode(&mut buf, version)?;
-        let size = i32::try_from(buf.len() - 4)?;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.s.write_all(&buf)?;
-        let mut len = [0u8; 4];
-        self.s.read_exact(&mut len).context("response size")?;
-        let mut body = vec![0u8; usize::try_from(i32::from_be_bytes(len))?];
-        self.s.read_exact(&mut body).context("response body")?;
-        let mut body = Bytes::from(body);
-        let header = ResponseHeader::decode(&mut body, key.response_header_version(version))?;
-        ensure!(header.correlation_id == self.correlation, "correlation id");
-        let resp = R::Response::decode(&mut body, version)?;
-        ensure!(!body.has_remaining(), "trailing bytes in the response");
-        Ok(resp)
-    }
-}
 
 fn name(s: &str) -> kafka_protocol::messages::TopicName {
     kafka_protocol::messages::TopicName(kafka_protocol::protocol::StrBytes::from_string(

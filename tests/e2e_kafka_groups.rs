@@ -5,9 +5,8 @@
 //! thread and the test waits for the group's state with a deadline.
 
 use crate::common;
+use crate::common::kafka::Kc;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -29,10 +28,10 @@ use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
     consumer_protocol_assignment, ApiKey, ConsumerProtocolAssignment, ConsumerProtocolSubscription,
     DescribeGroupsRequest, GroupId, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest, TopicName,
+    LeaveGroupRequest, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest,
+    SyncGroupRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, Request, StrBytes};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 const NONE: i16 = 0;
 const ILLEGAL_GENERATION: i16 = 22;
@@ -56,47 +55,6 @@ fn start() -> Result<(tempfile::TempDir, Broker, String, Clock)> {
         .context("topic")?;
     let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
     Ok((dir, broker, kafka, clock))
-}
-
-/// One Kafka connection speaking raw requests.
-struct Kc {
-    s: TcpStream,
-    correlation: i32,
-}
-
-impl Kc {
-    fn connect(addr: &str) -> Result<Self> {
-        let s = TcpStream::connect(addr).context("connect")?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        Ok(Kc { s, correlation: 0 })
-    }
-
-    fn call<R: Request>(&mut self, version: i16, req: &R) -> Result<R::Response> {
-        let key = ApiKey::try_from(R::KEY).map_err(|()| anyhow::anyhow!("api key"))?;
-        self.correlation += 1;
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        RequestHeader::default()
-            .with_request_api_key(R::KEY)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation)
-            .with_client_id(Some(StrBytes::from_static_str("e2e")))
-            .encode(&mut buf, key.request_header_version(version))?;
-        req.encode(&mut buf, version)?;
-        let size = i32::try_from(buf.len() - 4)?;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        self.s.write_all(&buf)?;
-        let mut len = [0u8; 4];
-        self.s.read_exact(&mut len).context("response size")?;
-        let mut body = vec![0u8; usize::try_from(i32::from_be_bytes(len))?];
-        self.s.read_exact(&mut body).context("response body")?;
-        let mut body = Bytes::from(body);
-        let header = ResponseHeader::decode(&mut body, key.response_header_version(version))?;
-        ensure!(header.correlation_id == self.correlation, "correlation id");
-        let resp = R::Response::decode(&mut body, version)?;
-        ensure!(!body.has_remaining(), "trailing bytes in the response");
-        Ok(resp)
-    }
 }
 
 fn subscription() -> Bytes {
@@ -654,6 +612,52 @@ fn the_group_apis_are_advertised_with_their_versions() -> Result<()> {
     if range(ApiKey::ConsumerGroupHeartbeat).is_some() {
         bail!("KIP-848 groups are not served");
     }
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+/// A group that has no members waits `group.initial.rebalance.delay.ms`
+/// for more before its first generation (librdkafka's tests 0113 and 0118):
+/// two members that start together are both in generation 1, with one
+/// rebalance, instead of the first forming generation 1 alone and the
+/// second starting generation 2.
+#[test]
+fn members_starting_together_form_the_first_generation_together() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (mut cfg, clock) = common::manual_config(dir.path());
+    cfg.kafka_listen = Some("127.0.0.1:0".into());
+    cfg.group_initial_rebalance_delay = Duration::from_secs(3);
+    let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
+    broker.engine().create_topic(TOPIC, common::topic(4))?;
+    let addr = broker.kafka_addr().context("kafka listener")?.to_string();
+    let engine = Arc::clone(broker.engine());
+    let g = "together";
+    let a = join_new(&addr, g)?;
+    wait_for(&engine, g, 1, GroupPhase::PreparingRebalance);
+    // Within the delay the first member is still waiting for others.
+    clock.advance(Duration::from_millis(2000));
+    flume_rt::block_on(engine.tick_now());
+    assert!(
+        !a.is_finished(),
+        "answered before the initial delay ran out"
+    );
+    let b = join_new(&addr, g)?;
+    wait_for(&engine, g, 2, GroupPhase::PreparingRebalance);
+    // The second arrival extended the delay by 3 s from its join.
+    clock.advance(Duration::from_millis(2500));
+    flume_rt::block_on(engine.tick_now());
+    wait_for(&engine, g, 2, GroupPhase::PreparingRebalance);
+    clock.advance(Duration::from_millis(600));
+    flume_rt::block_on(engine.tick_now());
+    let (ra, rb) = (joined(a)?, joined(b)?);
+    assert_eq!((ra.generation_id, rb.generation_id), (1, 1));
+    assert_eq!(ra.leader, rb.leader);
+    let leader = if ra.leader == ra.member_id { &ra } else { &rb };
+    assert_eq!(
+        leader.members.len(),
+        2,
+        "the leader assigns to both at once"
+    );
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }

@@ -295,9 +295,10 @@ fn every_member_gets_the_member_list() {
         all.sort();
         assert_eq!(ra.members, all);
         assert_eq!(rb.members, all, "the non-leader gets the list too");
+        // Any non-empty group id is taken (as Kafka does); an empty one is not.
         let bad = a
             .call(&JoinGroupRequest {
-                group: "__reserved".into(),
+                group: String::new(),
                 ..join(String::new())
             })
             .await

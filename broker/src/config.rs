@@ -314,6 +314,14 @@ pub struct BrokerConfig {
     /// Most members of one group (default 1 000); a new member past it gets
     /// LIMIT_REACHED.
     pub max_members_per_group: usize,
+    /// How long a Kafka consumer group that has no members waits for more to
+    /// join before it forms its first generation (Kafka's
+    /// `group.initial.rebalance.delay.ms`, 3 s by default): members starting
+    /// together get their partitions in one rebalance instead of one per
+    /// arrival. Each member that joins meanwhile extends the wait by as much,
+    /// up to the group's rebalance timeout. Groups of Flume's protocol form
+    /// at once (the broker assigns and moves partitions itself).
+    pub group_initial_rebalance_delay: Duration,
     /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
     /// a longer list gets INVALID_REQUEST before its names are decoded.
     pub max_topics_per_join: usize,
@@ -434,6 +442,7 @@ impl BrokerConfig {
             max_request_memory: 64 * 1024 * 1024,
             max_connection_memory: 32 * 1024 * 1024,
             max_groups: 10_000,
+            group_initial_rebalance_delay: Duration::from_secs(3),
             max_members_per_group: 1_000,
             max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,
@@ -661,17 +670,31 @@ pub fn fetch_wait(max_wait_ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(max_wait_ms.clamp(0, MAX_FETCH_WAIT_MS)).unwrap_or(0))
 }
 
-/// Checks a topic or group name: 1 to 200 characters of `[A-Za-z0-9._-]`,
-/// not `.` or `..`, not starting with `__` (reserved).
+/// Longest topic name: Kafka's limit (a topic's directory name, 249 bytes,
+/// leaves room in a 255-byte file name).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Longest group id, in bytes.
+pub const MAX_GROUP_ID_LEN: usize = 1024;
+
+/// Checks a topic name: 1 to 249 characters of `[A-Za-z0-9._-]`, not `.`
+/// or `..`, not starting with `__` (reserved).
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
-        && name.len() <= 200
+        && name.len() <= MAX_TOPIC_NAME_LEN
         && name != "."
         && name != ".."
         && !name.starts_with("__")
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+}
+
+/// Checks a group id: any non-empty string of at most [`MAX_GROUP_ID_LEN`]
+/// bytes, as Kafka takes them (`roundrobin,range`, `my app/v2`, ...). Group
+/// ids name no file: they are keys of the offsets log.
+pub fn valid_group_id(group: &str) -> bool {
+    !group.is_empty() && group.len() <= MAX_GROUP_ID_LEN
 }
 
 #[cfg(test)]
@@ -822,10 +845,17 @@ mod tests {
             "a/b",
             "__consumer_offsets",
             "x y",
-            &"a".repeat(201),
+            &"a".repeat(250),
         ] {
             assert!(!valid_name(bad), "{bad}");
         }
+        assert!(valid_name(&"a".repeat(249)));
+        for good in ["g", "roundrobin,range", "my app/v2", "__group", "ünï"] {
+            assert!(valid_group_id(good), "{good}");
+        }
+        assert!(valid_group_id(&"g".repeat(MAX_GROUP_ID_LEN)));
+        assert!(!valid_group_id(""));
+        assert!(!valid_group_id(&"g".repeat(MAX_GROUP_ID_LEN + 1)));
     }
 
     #[test]

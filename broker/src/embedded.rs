@@ -145,7 +145,7 @@ impl EmbeddedBroker {
     /// # Errors
     /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME.
     pub fn join_group(&self, topic: &str, group: &str, consumer: &str) -> Result<(), BrokerError> {
-        if !crate::config::valid_name(group) {
+        if !crate::config::valid_group_id(group) {
             return Err(BrokerError::code_for(
                 ErrorCode::InvalidName,
                 format!("group name {group:?}"),

@@ -344,6 +344,11 @@ pub struct GroupLimits {
     /// Most bytes of protocol metadata and assignments that client-assigned
     /// members hold, over all groups (the peers choose those sizes).
     pub max_client_bytes: usize,
+    /// How long a client-assigned group that had no members waits for more
+    /// to join before it forms its first generation (Kafka's
+    /// `group.initial.rebalance.delay.ms`); each member that joins meanwhile
+    /// extends the wait by as much, up to the rebalance timeout. 0: none.
+    pub initial_rebalance_delay_ms: u64,
 }
 
 impl Default for GroupLimits {
@@ -352,6 +357,7 @@ impl Default for GroupLimits {
             max_groups: usize::MAX,
             max_members: usize::MAX,
             max_client_bytes: usize::MAX,
+            initial_rebalance_delay_ms: 0,
         }
     }
 }
@@ -485,6 +491,18 @@ struct Group<R> {
     /// group until then: its work per tick follows the groups with something
     /// due, not every member of every group.
     check_at: u64,
+    /// A client-assigned group forming from empty: its first generation is
+    /// not formed before `until` (ms), which each new member moves later by
+    /// the initial delay, never past `cap` (the rebalance's deadline).
+    initial: Option<InitialDelay>,
+}
+
+/// The initial rebalance delay of a forming group ([`GroupLimits::initial_rebalance_delay_ms`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct InitialDelay {
+    until: u64,
+    cap: u64,
+    delay: u64,
 }
 
 impl<R> Group<R> {
@@ -516,6 +534,7 @@ impl<R> Group<R> {
             held: 0,
             changed: event_listener::Event::new(),
             check_at: 0,
+            initial: None,
         }
     }
 
@@ -535,7 +554,8 @@ impl<R> Group<R> {
             | GroupState::CompletingRebalance { deadline } => deadline,
             GroupState::Empty | GroupState::Stable => u64::MAX,
         };
-        sessions.chain(ids).fold(state, u64::min)
+        let initial = self.initial.map_or(u64::MAX, |i| i.until);
+        sessions.chain(ids).fold(state.min(initial), u64::min)
     }
 
     fn recount(&mut self) {
@@ -709,11 +729,8 @@ impl<R> Coordinator<R> {
         Some(GroupDescription {
             group: group.to_owned(),
             phase: g.state.phase(),
-            protocol_type: if g.members.is_empty() {
-                String::new()
-            } else {
-                g.protocol_type()
-            },
+            // An empty group keeps its protocol type, as Kafka's does.
+            protocol_type: g.protocol_type(),
             protocol: if g.members.is_empty() {
                 String::new()
             } else if g.is_client() {
@@ -740,11 +757,7 @@ impl<R> Coordinator<R> {
             .map(|(id, g)| GroupListing {
                 group: id.clone(),
                 phase: g.state.phase(),
-                protocol_type: if g.members.is_empty() {
-                    String::new()
-                } else {
-                    g.protocol_type()
-                },
+                protocol_type: g.protocol_type(),
             })
             .collect();
         v.sort_by(|a, b| a.group.cmp(&b.group));
@@ -993,7 +1006,9 @@ impl<R> Coordinator<R> {
             );
             return vec![fail(responder, ErrorCode::LimitReached)];
         }
+        let forming = g.members.is_empty() && g.state == GroupState::Empty;
         let old = g.members.remove(&id);
+        let new_member = old.is_none();
         g.members.insert(
             id.clone(),
             Member {
@@ -1011,6 +1026,17 @@ impl<R> Coordinator<R> {
         }
         if !matches!(g.state, GroupState::PreparingRebalance { .. }) {
             ready.extend(start_rebalance(g, now));
+        }
+        let delay = p.limits.initial_rebalance_delay_ms;
+        if forming && delay > 0 {
+            let cap = now.saturating_add(g.rebalance_timeout());
+            g.initial = Some(InitialDelay {
+                until: now.saturating_add(delay).min(cap),
+                cap,
+                delay,
+            });
+        } else if let Some(i) = g.initial.as_mut().filter(|_| new_member) {
+            i.until = now.saturating_add(i.delay).min(i.cap);
         }
         ready.extend(try_complete(g, now, false, &|_| 0));
         g.recount();
@@ -1255,7 +1281,7 @@ impl<R> Coordinator<R> {
         group: &str,
         member: &str,
         generation: i32,
-    ) -> Result<(), ErrorCode> {
+    ) -> Result<String, ErrorCode> {
         let g = self.groups.get(group);
         if generation == -1 && member.is_empty() {
             return match g {
@@ -1264,7 +1290,8 @@ impl<R> Coordinator<R> {
                 } else {
                     ErrorCode::RebalanceInProgress
                 }),
-                _ => Ok(()),
+                Some(g) => Ok(g.protocol_type()),
+                None => Ok(String::new()),
             };
         }
         let g = g.ok_or(ErrorCode::UnknownMember)?;
@@ -1277,7 +1304,7 @@ impl<R> Coordinator<R> {
         if let GroupState::CompletingRebalance { .. } = g.state {
             return Err(ErrorCode::RebalanceInProgress);
         }
-        Ok(())
+        Ok(g.protocol_type())
     }
 
     /// Expires silent members and member ids handed out but never used,
@@ -1331,6 +1358,8 @@ impl<R> Coordinator<R> {
             if let GroupState::PreparingRebalance { deadline } = g.state {
                 if now >= deadline {
                     ready.extend(try_complete(g, now, true, partitions_of));
+                } else if g.initial.is_some_and(|i| now >= i.until) {
+                    ready.extend(try_complete(g, now, false, partitions_of));
                 }
             }
             // Members that left or expired free their share.
@@ -1433,6 +1462,7 @@ fn after_removal<R>(
     g.changed.notify(usize::MAX);
     if g.members.is_empty() {
         g.state = GroupState::Empty;
+        g.initial = None;
         g.assignment.clear();
         g.unsynced.clear();
         return std::mem::take(&mut g.syncs)
@@ -1460,6 +1490,11 @@ fn try_complete<R>(
     if !all_joined && !force {
         return Vec::new();
     }
+    if !force && g.initial.is_some_and(|i| now < i.until) {
+        // Forming: more members may come within the initial delay.
+        return Vec::new();
+    }
+    g.initial = None;
     let missing: Vec<String> = g
         .members
         .keys()

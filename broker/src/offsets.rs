@@ -1,8 +1,14 @@
 //! Committed offsets, in `<data>/__consumer_offsets/offsets.log`.
 //!
-//! The file is a segment header followed by records in the log's format (so
-//! each carries a CRC): key = group name, value = `[topic string][partition
-//! i32][offset i64]`. A commit appends one record per partition; on open the
+//! The file is a header (`FLMOFS`, version 2) followed by records in the
+//! log's format (so each carries a CRC): key = group id, value = `[topic
+//! string][partition i32][offset i64][leader epoch i32][metadata nullable
+//! bytes, utf-8][group protocol type string]` (what Kafka clients commit
+//! beside an offset, -1 and null when none; the group's protocol type when it
+//! committed). A file of version 1 (the log's header, `FLMLOG`, and values
+//! without the last three fields) is read and rewritten as version 2 on open, so a
+//! broker of an older version refuses the file instead of misreading it. A
+//! commit appends one record per partition; on open the
 //! file is replayed, and a torn or corrupt tail is cut off, so every
 //! partition's committed offset is the old value or the new one, never torn.
 //! When the file grows well past its live content it is compacted by writing
@@ -48,18 +54,58 @@ use crate::storage::FsyncPolicy;
 /// (group, topic, partition).
 pub type OffsetKey = (String, String, i32);
 
-/// Offsets of one commit: (topic, partition, next offset to read).
-pub type CommitOffsets = Vec<(String, i32, i64)>;
+/// What is committed for a (group, topic, partition): the next offset to
+/// read, and what a Kafka client keeps beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The next offset to read.
+    pub offset: i64,
+    /// The leader epoch of the record before `offset`, as the client saw it (-1: none).
+    pub leader_epoch: i32,
+    /// The client's metadata string (at most [`MAX_METADATA_BYTES`]).
+    pub metadata: Option<String>,
+    /// The protocol type of the group when it committed (`consumer` for
+    /// Kafka consumers, `flume` for Flume's groups; empty for a commit from
+    /// outside any membership), so a group known only by its offsets is
+    /// listed as what it was.
+    pub protocol_type: String,
+}
+
+impl Committed {
+    /// An offset with no epoch and no metadata.
+    pub fn at(offset: i64) -> Self {
+        Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: None,
+            protocol_type: String::new(),
+        }
+    }
+}
+
+/// Most bytes of one partition's commit metadata (Kafka's
+/// `offset.metadata.max.bytes`); a longer one is OFFSET_METADATA_TOO_LARGE.
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// Most bytes of commit metadata the store holds over all entries; a commit
+/// that would go past it is refused (INVALID_REQUEST).
+pub const MAX_METADATA_TOTAL_BYTES: usize = 64 << 20;
+
+/// Offsets of one commit: (topic, partition, what is committed).
+pub type CommitOffsets = Vec<(String, i32, Committed)>;
 
 /// One commit as the store takes it: the group and its offsets.
-pub type Commit<'a> = (&'a str, &'a [(String, i32, i64)]);
+pub type Commit<'a> = (&'a str, &'a [(String, i32, Committed)]);
+
+/// Magic and version at the start of the offsets file.
+pub const OFFSETS_MAGIC: [u8; 8] = *b"FLMOFS\x00\x02";
 
 /// Most commits waiting for the offsets writer; a full queue makes
 /// OFFSET_COMMIT wait for room (each waiting commit is a decoded request,
 /// already bounded by the frame size and the broker's request budget).
 pub const COMMIT_QUEUE_CAPACITY: usize = 1024;
 
-type Map = HashMap<OffsetKey, i64>;
+type Map = HashMap<OffsetKey, Committed>;
 
 fn read_map(m: &RwLock<Map>) -> std::sync::RwLockReadGuard<'_, Map> {
     m.read().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -97,6 +143,8 @@ pub struct OffsetStore {
     compact_min_bytes: u64,
     /// Most (group, topic, partition) entries kept: commits that would add more are refused.
     max_keys: usize,
+    /// Bytes of metadata the map holds.
+    metadata_bytes: usize,
     #[cfg(test)]
     hook: Option<FsyncHook>,
 }
@@ -130,29 +178,48 @@ impl OffsetStore {
             .map_err(io(format!("read {}", path.display())))?;
         let mut map = HashMap::new();
         let size;
+        let mut convert = false;
         if raw.len() < FILE_HEADER_LEN as usize {
             file.set_len(0)
                 .map_err(io(format!("truncate {}", path.display())))?;
-            file.write_all_at(&LOG_MAGIC, 0)
+            file.write_all_at(&OFFSETS_MAGIC, 0)
                 .map_err(io(format!("write {}", path.display())))?;
             size = FILE_HEADER_LEN;
         } else {
-            if raw[..8] != LOG_MAGIC {
-                return Err(BrokerError::Io {
-                    what: format!("open {}", path.display()),
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "not a Flume offsets file (bad magic)",
-                    ),
-                });
-            }
+            let version = match &raw[..8] {
+                m if *m == OFFSETS_MAGIC => 2,
+                m if *m == LOG_MAGIC => 1,
+                m if m[..6] == OFFSETS_MAGIC[..6] => {
+                    return Err(BrokerError::Io {
+                        what: format!("open {}", path.display()),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!(
+                                "offsets file version {} is newer than this broker reads (2): \
+                                 it was written by a newer Flume",
+                                u16::from_be_bytes([m[6], m[7]])
+                            ),
+                        ),
+                    })
+                }
+                _ => {
+                    return Err(BrokerError::Io {
+                        what: format!("open {}", path.display()),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "not a Flume offsets file (bad magic)",
+                        ),
+                    })
+                }
+            };
+            convert = version == 1;
             let body = &raw[8..];
             let mut valid = 0usize;
             let mut damage = None;
             for r in RecordIter::new(body) {
                 match r.map_err(|e| e.to_string()).and_then(|r| {
                     let end = r.pos + r.encoded_len();
-                    decode(&r)
+                    decode(&r, version)
                         .map(|kv| (kv, end))
                         .ok_or_else(|| "malformed offset record".to_owned())
                 }) {
@@ -173,7 +240,8 @@ impl OffsetStore {
                     .map_err(io(format!("truncate {}", path.display())))?;
             }
         }
-        Ok(OffsetStore {
+        let metadata_bytes = map.values().map(metadata_len).sum();
+        OffsetStore {
             path,
             file,
             size,
@@ -184,9 +252,21 @@ impl OffsetStore {
             syncs: Arc::new(AtomicU64::new(0)),
             compact_min_bytes: 1 << 20,
             max_keys: 1_000_000,
+            metadata_bytes,
             #[cfg(test)]
             hook: None,
-        })
+        }
+        .converted(convert)
+    }
+
+    /// A store opened from a version 1 file, rewritten as version 2 (the
+    /// compaction's temp file and rename: a crash leaves one or the other).
+    fn converted(mut self, convert: bool) -> Result<Self, BrokerError> {
+        if convert {
+            tracing::info!(file = %self.path.display(), "rewriting the offsets file in version 2 (commit metadata and leader epochs)");
+            self.compact()?;
+        }
+        Ok(self)
     }
 
     /// The committed offset (next to read), if any.
@@ -199,7 +279,8 @@ impl OffsetStore {
         for_topic(&self.map, group, topic)
     }
 
-    /// Stores one commit's offsets (see [`OffsetStore::commit_batch`]).
+    /// Stores one commit's offsets, with no epoch or metadata (see
+    /// [`OffsetStore::commit_batch`]).
     ///
     /// # Errors
     /// As [`OffsetStore::commit_batch`].
@@ -208,14 +289,20 @@ impl OffsetStore {
         group: &str,
         offsets: &[(String, i32, i64)],
     ) -> Result<(), BrokerError> {
-        let mut r = self.commit_batch(&[(group, offsets)]);
+        let offsets = plain(offsets);
+        let mut r = self.commit_batch(&[(group, &offsets)]);
         r.pop().unwrap_or(Ok(()))
+    }
+
+    /// What is committed for a (group, topic, partition), if anything.
+    pub fn get_committed(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
+        get_committed(&self.map, group, topic, partition)
     }
 
     /// Stores several commits with one write and, as the fsync policy says,
     /// one fsync; returns one result per commit, in order. A commit that
-    /// would take the store past its entry limit is refused (INVALID_REQUEST)
-    /// and the others go ahead. After a failed write or fsync the file is cut
+    /// would take the store past its entry limit or its metadata limit is
+    /// refused (INVALID_REQUEST) and the others go ahead. After a failed write or fsync the file is cut
     /// back to its previous size and none of the batch is applied.
     pub fn commit_batch(&mut self, commits: &[Commit<'_>]) -> Vec<Result<(), BrokerError>> {
         let mut results: Vec<Result<(), BrokerError>> = Vec::with_capacity(commits.len());
@@ -224,6 +311,7 @@ impl OffsetStore {
         {
             let map = read_map(&self.map);
             let mut added: HashSet<OffsetKey> = HashSet::new();
+            let mut metadata = self.metadata_bytes;
             for (group, offsets) in commits {
                 let new: Vec<OffsetKey> = offsets
                     .iter()
@@ -241,12 +329,28 @@ impl OffsetStore {
                     )));
                     continue;
                 }
+                // Metadata replaced by this commit frees its bytes (an estimate
+                // within a batch: what an earlier commit of it adds is not freed).
+                let freed: usize = offsets
+                    .iter()
+                    .filter_map(|(t, p, _)| map.get(&((*group).to_owned(), t.clone(), *p)))
+                    .map(metadata_len)
+                    .sum();
+                let adds: usize = offsets.iter().map(|(_, _, c)| metadata_len(c)).sum();
+                let after = (metadata + adds).saturating_sub(freed);
+                if adds > freed && after > MAX_METADATA_TOTAL_BYTES {
+                    results.push(Err(BrokerError::code_for(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "the offset store holds {metadata} bytes of commit metadata, the limit is {MAX_METADATA_TOTAL_BYTES}"
+                        ),
+                    )));
+                    continue;
+                }
+                metadata = after;
                 added.extend(new);
-                for (topic, partition, offset) in *offsets {
-                    let mut value = Vec::with_capacity(topic.len() + 14);
-                    value.put_string(topic);
-                    value.put_i32(*partition);
-                    value.put_i64(*offset);
+                for (topic, partition, c) in *offsets {
+                    let value = encode_value(topic, *partition, c);
                     record::encode(&mut buf, 0, ts, Some(group.as_bytes()), &value, &[]);
                 }
                 results.push(Ok(()));
@@ -268,8 +372,13 @@ impl OffsetStore {
             let mut map = write_map(&self.map);
             for ((group, offsets), r) in commits.iter().zip(&results) {
                 if r.is_ok() {
-                    for (topic, partition, offset) in *offsets {
-                        map.insert(((*group).to_owned(), topic.clone(), *partition), *offset);
+                    for (topic, partition, c) in *offsets {
+                        let key = ((*group).to_owned(), topic.clone(), *partition);
+                        self.metadata_bytes += metadata_len(c);
+                        if let Some(old) = map.insert(key, c.clone()) {
+                            self.metadata_bytes =
+                                self.metadata_bytes.saturating_sub(metadata_len(&old));
+                        }
                     }
                 }
             }
@@ -338,7 +447,9 @@ impl OffsetStore {
         self.compact_keeping(&|k| !drop(k))?;
         let mut map = write_map(&self.map);
         for k in &gone {
-            map.remove(k);
+            if let Some(old) = map.remove(k) {
+                self.metadata_bytes = self.metadata_bytes.saturating_sub(metadata_len(&old));
+            }
         }
         Ok(gone.len())
     }
@@ -346,14 +457,11 @@ impl OffsetStore {
     fn compact_keeping(&mut self, keep: &dyn Fn(&OffsetKey) -> bool) -> Result<(), BrokerError> {
         let tmp = self.path.with_extension("log.tmp");
         let mut buf = Vec::with_capacity(8);
-        buf.extend_from_slice(&LOG_MAGIC);
+        buf.extend_from_slice(&OFFSETS_MAGIC);
         let ts = crate::now_ms();
-        for (key, offset) in read_map(&self.map).iter().filter(|(k, _)| keep(k)) {
+        for (key, c) in read_map(&self.map).iter().filter(|(k, _)| keep(k)) {
             let (group, topic, partition) = key;
-            let mut value = Vec::new();
-            value.put_string(topic);
-            value.put_i32(*partition);
-            value.put_i64(*offset);
+            let value = encode_value(topic, *partition, c);
             record::encode(&mut buf, 0, ts, Some(group.as_bytes()), &value, &[]);
         }
         let mut f = File::create(&tmp).map_err(io(format!("create {}", tmp.display())))?;
@@ -431,21 +539,25 @@ fn entries(map: &RwLock<Map>, limit: usize) -> Vec<(OffsetKey, i64)> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
         .take(limit)
-        .map(|(k, o)| (k.clone(), *o))
+        .map(|(k, c)| (k.clone(), c.offset))
         .collect()
 }
 
 fn get(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<i64> {
+    get_committed(map, group, topic, partition).map(|c| c.offset)
+}
+
+fn get_committed(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<Committed> {
     read_map(map)
         .get(&(group.to_owned(), topic.to_owned(), partition))
-        .copied()
+        .cloned()
 }
 
 fn for_topic(map: &RwLock<Map>, group: &str, topic: &str) -> Vec<(i32, i64)> {
     let mut v: Vec<(i32, i64)> = read_map(map)
         .iter()
         .filter(|((g, t, _), _)| g == group && t == topic)
-        .map(|((_, _, p), o)| (*p, *o))
+        .map(|((_, _, p), c)| (*p, c.offset))
         .collect();
     v.sort_unstable();
     v
@@ -515,6 +627,11 @@ impl Offsets {
         get(&self.map, group, topic, partition)
     }
 
+    /// What is committed (offset, leader epoch, metadata), if anything.
+    pub fn get_committed(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
+        get_committed(&self.map, group, topic, partition)
+    }
+
     /// Every committed offset of a group for a topic.
     pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
         for_topic(&self.map, group, topic)
@@ -523,18 +640,57 @@ impl Offsets {
     /// Every committed offset of a group: (topic, partition, offset), sorted.
     /// Scans every entry (admin requests, not the commit path).
     pub fn for_group(&self, group: &str) -> Vec<(String, i32, i64)> {
-        let mut v: Vec<(String, i32, i64)> = read_map(&self.map)
-            .iter()
-            .filter(|((g, _, _), _)| g == group)
-            .map(|((_, t, p), o)| (t.clone(), *p, *o))
+        let mut v: Vec<(String, i32, i64)> = self
+            .for_group_committed(group)
+            .into_iter()
+            .map(|(t, p, c)| (t, p, c.offset))
             .collect();
         v.sort_unstable();
+        v
+    }
+
+    /// Every commit of a group, epochs and metadata included, sorted by
+    /// topic and partition. Scans every entry.
+    pub fn for_group_committed(&self, group: &str) -> Vec<(String, i32, Committed)> {
+        let mut v: Vec<(String, i32, Committed)> = read_map(&self.map)
+            .iter()
+            .filter(|((g, _, _), _)| g == group)
+            .map(|((_, t, p), c)| (t.clone(), *p, c.clone()))
+            .collect();
+        v.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
         v
     }
 
     /// Whether a group has any committed offset.
     pub fn has_group(&self, group: &str) -> bool {
         read_map(&self.map).keys().any(|(g, _, _)| g == group)
+    }
+
+    /// The groups with committed offsets and the protocol type each
+    /// committed with (a non-empty one if any), sorted. Scans every entry.
+    pub fn groups_with_type(&self) -> Vec<(String, String)> {
+        let map = read_map(&self.map);
+        let mut by: std::collections::BTreeMap<&String, &str> = std::collections::BTreeMap::new();
+        for ((g, _, _), c) in map.iter() {
+            let t = by.entry(g).or_insert("");
+            if t.is_empty() {
+                *t = &c.protocol_type;
+            }
+        }
+        by.into_iter()
+            .map(|(g, t)| (g.clone(), t.to_owned()))
+            .collect()
+    }
+
+    /// The protocol type a group's offsets were committed with (a non-empty
+    /// one if any; empty if none or no offsets).
+    pub fn group_protocol_type(&self, group: &str) -> String {
+        read_map(&self.map)
+            .iter()
+            .filter(|((g, _, _), c)| g == group && !c.protocol_type.is_empty())
+            .map(|(_, c)| c.protocol_type.clone())
+            .next()
+            .unwrap_or_default()
     }
 
     /// The groups with committed offsets, sorted. Scans every entry.
@@ -705,15 +861,47 @@ async fn writer_loop(
     }
 }
 
-fn decode(r: &record::RawRecord<'_>) -> Option<(OffsetKey, i64)> {
+/// Offsets of a commit with no epoch or metadata.
+fn plain(offsets: &[(String, i32, i64)]) -> Vec<(String, i32, Committed)> {
+    offsets
+        .iter()
+        .map(|(t, p, o)| (t.clone(), *p, Committed::at(*o)))
+        .collect()
+}
+
+fn metadata_len(c: &Committed) -> usize {
+    c.metadata.as_ref().map_or(0, String::len)
+}
+
+fn encode_value(topic: &str, partition: i32, c: &Committed) -> Vec<u8> {
+    let mut value = Vec::with_capacity(topic.len() + 24 + metadata_len(c));
+    value.put_string(topic);
+    value.put_i32(partition);
+    value.put_i64(c.offset);
+    value.put_i32(c.leader_epoch);
+    value.put_nullable_bytes(c.metadata.as_deref().map(str::as_bytes));
+    value.put_string(&c.protocol_type);
+    value
+}
+
+/// One record of a file of `version`: its key and what it commits.
+fn decode(r: &record::RawRecord<'_>, version: u8) -> Option<(OffsetKey, Committed)> {
     let (key, value) = r.key_value()?;
     let group = String::from_utf8(key?.to_vec()).ok()?;
     let mut rd = Reader::new(value);
     let topic = rd.string().ok()?;
     let partition = rd.i32().ok()?;
-    let offset = rd.i64().ok()?;
+    let mut c = Committed::at(rd.i64().ok()?);
+    if version >= 2 {
+        c.leader_epoch = rd.i32().ok()?;
+        c.metadata = match rd.nullable_bytes().ok()? {
+            None => None,
+            Some(b) => Some(String::from_utf8(b.to_vec()).ok()?),
+        };
+        c.protocol_type = rd.string().ok()?;
+    }
     rd.finish().ok()?;
-    Some(((group, topic, partition), offset))
+    Some(((group, topic, partition), c))
 }
 
 #[cfg(test)]
@@ -750,6 +938,135 @@ mod tests {
                 .unwrap()
                 .get("g", "t", 0),
             Some(9)
+        );
+    }
+
+    fn full(offset: i64, epoch: i32, metadata: Option<&str>, protocol: &str) -> Committed {
+        Committed {
+            offset,
+            leader_epoch: epoch,
+            metadata: metadata.map(str::to_owned),
+            protocol_type: protocol.to_owned(),
+        }
+    }
+
+    #[test]
+    fn epochs_metadata_and_protocol_types_survive_reopen_and_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        let a = full(5, 3, Some("checkpoint é"), "consumer");
+        let b = full(7, -1, Some(""), "consumer");
+        let c = full(1, -1, None, "");
+        let batch = vec![
+            ("t".to_owned(), 0, a.clone()),
+            ("t".to_owned(), 1, b.clone()),
+        ];
+        assert!(s
+            .commit_batch(&[("g", &batch), ("h", &[("t".into(), 0, c.clone())])])
+            .iter()
+            .all(Result::is_ok));
+        drop(s);
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        assert_eq!(s.get_committed("g", "t", 0), Some(a.clone()));
+        assert_eq!(
+            s.get_committed("g", "t", 1),
+            Some(b.clone()),
+            "empty is not null"
+        );
+        assert_eq!(s.get_committed("h", "t", 0), Some(c.clone()));
+        s.compact().unwrap();
+        drop(s);
+        let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        assert_eq!(s.get_committed("g", "t", 0), Some(a));
+        assert_eq!(s.get_committed("g", "t", 1), Some(b));
+        assert_eq!(s.metadata_bytes, "checkpoint é".len());
+        let raw = std::fs::read(dir.path().join("offsets.log")).unwrap();
+        assert_eq!(raw[..8], OFFSETS_MAGIC);
+    }
+
+    /// A version 1 file, as every broker before commit metadata wrote it:
+    /// the log's header and `[topic][partition][offset]` values.
+    fn write_v1(dir: &Path, entries: &[(&str, &str, i32, i64)]) {
+        let mut buf = LOG_MAGIC.to_vec();
+        for (group, topic, partition, offset) in entries {
+            let mut value = Vec::new();
+            value.put_string(topic);
+            value.put_i32(*partition);
+            value.put_i64(*offset);
+            record::encode(&mut buf, 0, 1, Some(group.as_bytes()), &value, &[]);
+        }
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("offsets.log"), buf).unwrap();
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_and_rewritten_as_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        write_v1(
+            dir.path(),
+            &[
+                ("g", "t", 0, 5),
+                ("g", "t", 1, 9),
+                ("g", "t", 0, 6),
+                ("h", "u", 2, 1),
+            ],
+        );
+        let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        assert_eq!(s.get("g", "t", 0), Some(6));
+        assert_eq!(s.get("g", "t", 1), Some(9));
+        assert_eq!(s.get_committed("h", "u", 2), Some(Committed::at(1)));
+        drop(s);
+        let raw = std::fs::read(dir.path().join("offsets.log")).unwrap();
+        assert_eq!(raw[..8], OFFSETS_MAGIC, "converted on open");
+        let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        assert_eq!(s.for_topic("g", "t"), vec![(0, 6), (1, 9)]);
+    }
+
+    #[test]
+    fn a_file_of_a_newer_version_is_refused_not_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut magic = OFFSETS_MAGIC;
+        magic[7] = 3;
+        std::fs::write(dir.path().join("offsets.log"), magic).unwrap();
+        let e = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap_err();
+        assert!(e.to_string().contains("newer Flume"), "{e}");
+        assert_eq!(
+            std::fs::read(dir.path().join("offsets.log")).unwrap(),
+            magic,
+            "left as it was"
+        );
+    }
+
+    #[test]
+    fn metadata_is_bounded_over_the_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        let big = "m".repeat(MAX_METADATA_BYTES);
+        let n = MAX_METADATA_TOTAL_BYTES / MAX_METADATA_BYTES;
+        let batch: Vec<_> = (0..n)
+            .map(|p| {
+                (
+                    "t".to_owned(),
+                    i32::try_from(p).unwrap(),
+                    full(1, -1, Some(&big), ""),
+                )
+            })
+            .collect();
+        assert!(s.commit_batch(&[("g", &batch)])[0].is_ok());
+        let one_more = [("t".to_owned(), -5, full(1, -1, Some("x"), ""))];
+        let r = s.commit_batch(&[("g", &one_more)]);
+        assert!(
+            r[0].as_ref()
+                .is_err_and(|e| e.to_string().contains("metadata")),
+            "{r:?}"
+        );
+        // Replacing metadata with less is fine; so is a commit without any.
+        let smaller = [("t".to_owned(), 0, full(2, -1, Some("s"), ""))];
+        assert!(s.commit_batch(&[("g", &smaller)])[0].is_ok());
+        assert!(s.commit_batch(&[("g", &[("u".to_owned(), 0, Committed::at(3))])])[0].is_ok());
+        assert_eq!(
+            s.metadata_bytes,
+            MAX_METADATA_TOTAL_BYTES - MAX_METADATA_BYTES + 1
         );
     }
 

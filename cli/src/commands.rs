@@ -156,6 +156,12 @@ pub struct BrokerArgs {
     /// LIMIT_REACHED, logged with the limit's name and value.
     #[arg(long, default_value_t = 1_000, value_parser = range_u64(1, 1_000_000))]
     max_members_per_group: u64,
+    /// How long a Kafka consumer group that has no members waits for more to
+    /// join before it forms its first generation, in milliseconds (Kafka's
+    /// group.initial.rebalance.delay.ms); each member joining meanwhile
+    /// extends it, up to the rebalance timeout. 0 forms it at once.
+    #[arg(long, default_value_t = 3_000, value_parser = range_u64(0, 300_000))]
+    group_initial_rebalance_delay_ms: u64,
     /// Most segment files open at once over all partitions (an LRU; sealed and
     /// idle segments are opened again on demand). The broker needs about
     /// max-open-files + max-connections + 64 file descriptors and raises its
@@ -509,6 +515,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.max_partitions = a.max_partitions;
     c.max_groups = usize::try_from(a.max_groups)?;
     c.max_members_per_group = usize::try_from(a.max_members_per_group)?;
+    c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;
     // Raised before the broker opens its topics; reported once it has started.
     let fds = c.ensure_fd_limit();
@@ -606,7 +613,7 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
             "the broker's ACLs do not allow this principal to do that: an admin can grant it with `flume-cli acls add`"
         }
         Some(ErrorCode::InvalidName) => {
-            "topic and group names are 1 to 200 characters of A-Z a-z 0-9 . _ -, not `.` or `..`, and do not start with `__`"
+            "topic names are 1 to 249 characters of A-Z a-z 0-9 . _ -, not `.` or `..`, and do not start with `__`; group ids are 1 to 1024 bytes"
         }
         _ => return e,
     };

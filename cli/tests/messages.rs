@@ -51,7 +51,7 @@ fn broker_errors_name_the_rules_and_no_partition_minus_one() {
     ]);
     assert!(!e.contains("-1"), "{e}");
     assert!(
-        e.contains("INVALID_NAME") && e.contains("1 to 200 characters"),
+        e.contains("INVALID_NAME") && e.contains("1 to 249 characters"),
         "{e}"
     );
     // Auto-create is on: consuming a missing topic does not suggest turning it on.

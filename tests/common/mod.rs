@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod abuse;
+pub mod kafka;
 
 use std::future::Future;
 use std::path::Path;
@@ -14,6 +15,9 @@ pub fn config(dir: &Path) -> BrokerConfig {
     let mut c = BrokerConfig::new(dir);
     c.listen = "127.0.0.1:0".into();
     c.tick = Duration::from_millis(20);
+    // Kafka groups form at once in tests, as in Kafka's own test setups; the
+    // tests of the delay set it.
+    c.group_initial_rebalance_delay = Duration::ZERO;
     c
 }
 

@@ -11,7 +11,9 @@ use flume_protocol::ErrorCode;
 use flume_rt as rt;
 
 use super::Engine;
-use crate::config::{valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES};
+use crate::config::{
+    valid_group_id, valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES,
+};
 use crate::domain::{FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
 use crate::error::BrokerError;
 use crate::storage::write_atomic;
@@ -21,11 +23,45 @@ use crate::storage::write_atomic;
 /// broker that finds one at start never loads it; it finishes the delete.
 pub const TOMBSTONE_PREFIX: &str = "__deleted-";
 
-/// The topic a tombstone directory name belongs to.
-pub(super) fn tombstone_topic(dir_name: &str) -> Option<&str> {
+/// In a tombstone whose directory name could not hold the whole topic name
+/// (a name is at most 255 bytes, a topic name 249): the topic's name.
+const TOMBSTONE_TOPIC_FILE: &str = "deleted-topic";
+
+/// Longest file name the data directory's file systems take.
+const MAX_FILE_NAME: usize = 255;
+
+/// The directory name of `topic`'s tombstone, deleted at `ms`: the topic's
+/// whole name when it fits, else its first bytes and a hash of it (the whole
+/// name is then written into the directory first: [`TOMBSTONE_TOPIC_FILE`]).
+fn tombstone_dir_name(topic: &str, ms: i64) -> (String, bool) {
+    let whole = format!("{TOMBSTONE_PREFIX}{ms}-{topic}");
+    if whole.len() <= MAX_FILE_NAME {
+        return (whole, false);
+    }
+    let hash = flume_protocol::fnv1a(topic.as_bytes());
+    // Topic names are ASCII, so any byte is a character boundary.
+    let head = topic.get(..160).unwrap_or(topic);
+    (format!("{TOMBSTONE_PREFIX}{ms}-{head}~{hash:08x}"), true)
+}
+
+/// Whether a directory name is a tombstone's.
+pub(super) fn is_tombstone(dir_name: &str) -> bool {
+    dir_name
+        .strip_prefix(TOMBSTONE_PREFIX)
+        .and_then(|rest| rest.split_once('-'))
+        .is_some()
+}
+
+/// The topic the tombstone at `path` belongs to: from the name file in it,
+/// else from the directory's name.
+pub(super) fn tombstone_topic(path: &Path) -> Option<String> {
+    if let Ok(name) = std::fs::read_to_string(path.join(TOMBSTONE_TOPIC_FILE)) {
+        return Some(name.trim_end().to_owned());
+    }
+    let dir_name = path.file_name()?.to_str()?;
     let rest = dir_name.strip_prefix(TOMBSTONE_PREFIX)?;
     let (_, topic) = rest.split_once('-')?;
-    Some(topic)
+    Some(topic.to_owned())
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> BrokerError {
@@ -69,10 +105,14 @@ impl Engine {
         }
         let data = self.config.data_dir.clone();
         let dir = data.join(name);
-        let tomb = data.join(format!("{TOMBSTONE_PREFIX}{}-{name}", crate::now_ms()));
+        let (tomb_name, name_file) = tombstone_dir_name(name, crate::now_ms());
+        let tomb = data.join(tomb_name);
         let renamed = {
-            let (data, tomb) = (data.clone(), tomb.clone());
+            let (data, tomb, owned) = (data.clone(), tomb.clone(), name.to_owned());
             rt::unblock(move || {
+                if name_file {
+                    write_atomic(&dir.join(TOMBSTONE_TOPIC_FILE), owned.as_bytes())?;
+                }
                 std::fs::rename(&dir, &tomb).map_err(io(format!(
                     "rename {} to {}",
                     dir.display(),
@@ -227,7 +267,7 @@ impl Engine {
     /// INVALID_NAME, GROUP_NOT_EMPTY, UNKNOWN_GROUP (no members and no
     /// committed offsets: nothing to delete), STORAGE_ERROR.
     pub async fn delete_group(&self, group: &str) -> Result<usize, ErrorCode> {
-        if !valid_name(group) {
+        if !valid_group_id(group) {
             return Err(ErrorCode::InvalidName);
         }
         let members = self.group_members(group);
@@ -646,7 +686,7 @@ mod tests {
             Err(ErrorCode::UnknownGroup)
         );
         assert_eq!(
-            rt::block_on(e.delete_group("__x")),
+            rt::block_on(e.delete_group("")),
             Err(ErrorCode::InvalidName)
         );
         e.leave_group("h", &member.member_id).unwrap();

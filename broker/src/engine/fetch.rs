@@ -332,7 +332,16 @@ impl Engine {
                     if let Some(c) = reserved.as_deref_mut() {
                         c.add(want);
                     }
-                    let r = part.read(o, want).await;
+                    let mut r = part.read(o, want).await;
+                    // Only the first record of the first partition that has
+                    // any may go past the limits (as Kafka's first batch):
+                    // past it, a record that does not fit waits for the next
+                    // fetch, so the response stays within `max_bytes`.
+                    if let Ok(read) = r.as_mut() {
+                        if total > 0 && read.records.len() > want {
+                            read.records = Vec::new();
+                        }
+                    }
                     if let Some(c) = reserved.as_deref_mut() {
                         c.shrink_to(c.bytes().saturating_sub(want));
                         c.add(r.as_ref().map_or(0, |r| r.records.len()));

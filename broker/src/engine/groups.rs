@@ -11,7 +11,7 @@ use futures::channel::oneshot;
 use futures::FutureExt;
 
 use super::{lock, Engine, FetchMemory, JoinReply};
-use crate::config::valid_name;
+use crate::config::valid_group_id;
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchSpec, Fetched, GroupDescription, GroupError, GroupListing,
     GroupPhase, GroupPosition, JoinSpec, Joined, Member, SyncSpec, Synced, TopicPartition,
@@ -19,7 +19,7 @@ use crate::domain::{
 };
 use crate::error::BrokerError;
 use crate::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
-use crate::offsets::{NotQueued, Offsets};
+use crate::offsets::{Committed, NotQueued, Offsets};
 
 /// Most bytes of protocol metadata and assignments (chosen by the peers)
 /// that the members of client-assigned (Kafka) groups hold, over all groups.
@@ -51,7 +51,7 @@ impl Engine {
     /// INVALID_NAME, INVALID_REQUEST (no topics, or more than
     /// `max_topics_per_join`), UNKNOWN_MEMBER, LIMIT_REACHED, SHUTTING_DOWN.
     pub async fn join_group(&self, req: JoinSpec) -> Result<Joined, ErrorCode> {
-        if !valid_name(&req.group) {
+        if !valid_group_id(&req.group) {
             return Err(ErrorCode::InvalidName);
         }
         let max_topics = self.config.max_topics_per_join;
@@ -105,6 +105,10 @@ impl Engine {
             max_groups: self.config.max_groups,
             max_members: self.config.max_members_per_group,
             max_client_bytes: CLIENT_GROUP_BYTES,
+            initial_rebalance_delay_ms: u64::try_from(
+                self.config.group_initial_rebalance_delay.as_millis(),
+            )
+            .unwrap_or(u64::MAX),
         }
     }
 
@@ -119,7 +123,7 @@ impl Engine {
     /// [`GroupError::InconsistentProtocol`], [`GroupError::InvalidSessionTimeout`],
     /// and the codes INVALID_NAME, UNKNOWN_MEMBER, LIMIT_REACHED, SHUTTING_DOWN.
     pub async fn join_client_group(&self, req: ClientJoinSpec) -> Result<ClientJoined, GroupError> {
-        if !valid_name(&req.group) {
+        if !valid_group_id(&req.group) {
             return Err(ErrorCode::InvalidName.into());
         }
         let session = u64::try_from(req.session_timeout.as_millis()).unwrap_or(u64::MAX);
@@ -196,7 +200,7 @@ impl Engine {
         self.offsets.has_group(group).then(|| GroupDescription {
             group: group.to_owned(),
             phase: GroupPhase::Empty,
-            protocol_type: String::new(),
+            protocol_type: self.offsets.group_protocol_type(group),
             protocol: String::new(),
             generation: 0,
             leader_id: String::new(),
@@ -209,12 +213,12 @@ impl Engine {
     pub fn list_groups(&self) -> Vec<GroupListing> {
         let mut v = lock(&self.groups).list();
         let known: std::collections::BTreeSet<String> = v.iter().map(|l| l.group.clone()).collect();
-        for g in self.offsets.groups() {
+        for (g, protocol_type) in self.offsets.groups_with_type() {
             if !known.contains(&g) {
                 v.push(GroupListing {
                     group: g,
                     phase: GroupPhase::Empty,
-                    protocol_type: String::new(),
+                    protocol_type,
                 });
             }
         }
@@ -391,18 +395,43 @@ impl Engine {
         member: Member<'_>,
         offsets: &[(TopicPartition, i64)],
     ) -> Result<Vec<ErrorCode>, ErrorCode> {
-        if !valid_name(member.group) {
+        let offsets: Vec<(TopicPartition, Committed)> = offsets
+            .iter()
+            .map(|(tp, o)| (tp.clone(), Committed::at(*o)))
+            .collect();
+        self.commit_offsets_with(member, &offsets).await
+    }
+
+    /// [`Engine::commit_offsets`] with what Kafka clients keep beside each
+    /// offset (its leader epoch and metadata string, returned as committed by
+    /// [`Engine::committed_full`]): metadata over
+    /// [`crate::offsets::MAX_METADATA_BYTES`] leaves that partition alone
+    /// with OFFSET_METADATA_TOO_LARGE.
+    ///
+    /// # Errors
+    /// As [`Engine::commit_offsets`].
+    pub async fn commit_offsets_with(
+        &self,
+        member: Member<'_>,
+        offsets: &[(TopicPartition, Committed)],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        if !valid_group_id(member.group) {
             return Err(ErrorCode::InvalidName);
         }
         let mut results = Vec::with_capacity(offsets.len());
         let mut store = Vec::with_capacity(offsets.len());
-        for (tp, offset) in offsets {
+        for (tp, c) in offsets {
+            let too_long = c
+                .metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > crate::offsets::MAX_METADATA_BYTES);
             results.push(match self.topic(&tp.topic) {
                 None => ErrorCode::UnknownTopic,
                 Some(t) if t.partition(tp.partition).is_none() => ErrorCode::UnknownPartition,
-                Some(_) if *offset < 0 => ErrorCode::OffsetOutOfRange,
+                Some(_) if c.offset < 0 => ErrorCode::OffsetOutOfRange,
+                Some(_) if too_long => ErrorCode::OffsetMetadataTooLarge,
                 Some(_) => {
-                    store.push((tp.topic.clone(), tp.partition, *offset));
+                    store.push((tp.topic.clone(), tp.partition, c.clone()));
                     ErrorCode::None
                 }
             });
@@ -411,9 +440,13 @@ impl Engine {
             let room = self.offsets.room();
             let queued = {
                 let groups = lock(&self.groups);
-                groups.check_commit(member.group, member.member_id, member.generation)?;
+                let protocol_type =
+                    groups.check_commit(member.group, member.member_id, member.generation)?;
                 if store.is_empty() {
                     return Ok(results);
+                }
+                for (_, _, c) in &mut store {
+                    c.protocol_type.clone_from(&protocol_type);
                 }
                 self.offsets.try_queue(member.group, store)
             };
@@ -449,6 +482,16 @@ impl Engine {
     /// The committed offset of one partition, if any.
     pub fn committed(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
         self.offsets.get(group, topic, partition)
+    }
+
+    /// What is committed for one partition (offset, leader epoch, metadata), if anything.
+    pub fn committed_full(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
+        self.offsets.get_committed(group, topic, partition)
+    }
+
+    /// Every commit of a group, epochs and metadata included, sorted.
+    pub fn committed_for_group_full(&self, group: &str) -> Vec<(String, i32, Committed)> {
+        self.offsets.for_group_committed(group)
     }
 
     /// The committed offsets (tests, observability).

@@ -71,7 +71,7 @@ fn open_topics(
     for entry in entries.flatten() {
         let path = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if admin::tombstone_topic(&name).is_some() && path.is_dir() {
+        if admin::is_tombstone(&name) && path.is_dir() {
             tombstones.push((path, name));
         } else if valid_name(&name) && path.is_dir() {
             candidates.push((name, path));
@@ -189,8 +189,8 @@ impl Engine {
         let (topics, tombstones) = open_topics(&config)?;
         let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
         // Deletes a crash interrupted: finish them (docs/storage.md, "Deleting a topic").
-        for (path, name) in tombstones {
-            let topic = admin::tombstone_topic(&name).unwrap_or_default().to_owned();
+        for (path, _) in tombstones {
+            let topic = admin::tombstone_topic(&path).unwrap_or_default();
             if !topics.contains_key(&topic) {
                 offsets.remove_where_now(&|k| k.1 == topic)?;
             }

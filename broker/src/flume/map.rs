@@ -16,7 +16,7 @@ use flume_protocol::{
     TopicMetadata, TopicPartitions,
 };
 
-use crate::config::{fetch_wait, valid_name};
+use crate::config::{fetch_wait, valid_group_id};
 use crate::domain::{
     Appended, FetchFrom, FetchSpec, Fetched, FoundOffset, GroupPosition, JoinSpec, Joined, Member,
     OffsetSpec, ProduceBatch, Route, TopicChanges, TopicDescription, TopicPartition,
@@ -107,7 +107,7 @@ pub fn encode_fetched(out: &mut Vec<u8>, spec: &FetchSpec, fetched: Fetched) {
 /// for a bad group name, as the engine checks).
 pub fn join_spec(req: JoinGroupRequest) -> Result<JoinSpec, ErrorCode> {
     let Some(assignor) = Assignor::parse(&req.assignor) else {
-        if !valid_name(&req.group) {
+        if !valid_group_id(&req.group) {
             return Err(ErrorCode::InvalidName);
         }
         return Err(ErrorCode::InvalidRequest);

@@ -178,7 +178,7 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
         let want = if x.0 == 5 { "for-b" } else { "for-a" };
         assert_eq!(synced(x), Bytes::from(want));
     }
-    assert_eq!(c.check_commit("g", &b, 2), Ok(()));
+    assert_eq!(c.check_commit("g", &b, 2), Ok("consumer".to_owned()));
     // Stable: a late sync gets the stored assignment at once.
     let r = c.sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 16, 7);
     assert_eq!(synced(&r[0]), Bytes::from("for-b"));
@@ -353,7 +353,7 @@ fn a_silent_member_expires_and_the_others_rebalance_and_a_leave_rebalances_too()
     // b leaves: the group is empty and forgotten at the next tick.
     assert!(c.leave("g", &b, 6_030, &none).unwrap().is_empty());
     assert_eq!(c.state("g").unwrap().0, GroupState::Empty);
-    assert_eq!(c.check_commit("g", "", -1), Ok(()));
+    assert_eq!(c.check_commit("g", "", -1), Ok("consumer".to_owned()));
     let _ = c.tick(6_031, &none);
     assert!(c.describe("g").is_none());
 }
@@ -424,4 +424,71 @@ fn the_bytes_client_members_hold_are_capped_and_freed_when_they_go() {
     assert!(c.leave("g", &a.member_id, 3, &none).unwrap().is_empty());
     let r = c.join_client("h", big("", 6_000), 4, 5);
     assert!(matches!(r[0].1, Ok(Answer::ClientJoined(_))), "{r:?}");
+}
+
+fn delayed(id: &str, delay_ms: u64) -> ClientJoinParams {
+    let mut p = kjoin(id, &["range"]);
+    p.limits.initial_rebalance_delay_ms = delay_ms;
+    p
+}
+
+#[test]
+fn a_forming_group_waits_the_initial_delay_and_each_arrival_extends_it() {
+    let mut c: Coordinator<u32> = Coordinator::new(1);
+    // The first member of an empty group is not answered at once.
+    assert!(c.join_client("g", delayed("", 3000), 0, 1).is_empty());
+    assert_eq!(
+        c.state("g").unwrap().0,
+        GroupState::PreparingRebalance { deadline: 10_000 }
+    );
+    // A second arrives within the delay: it moves the end to 1000 + 3000.
+    assert!(c.join_client("g", delayed("", 3000), 1000, 2).is_empty());
+    assert!(c.tick(3500, &none).is_empty(), "the delay was extended");
+    // At its end both form generation 1 together: one rebalance, not two.
+    let ready = c.tick(4000, &none);
+    assert_eq!(ready.len(), 2);
+    let gens: Vec<i32> = ready.into_iter().map(|r| joined(r).1.generation).collect();
+    assert_eq!(gens, vec![1, 1]);
+    assert_eq!(c.describe("g").unwrap().members.len(), 2);
+}
+
+#[test]
+fn the_initial_delay_never_passes_the_rebalance_timeout() {
+    let mut c: Coordinator<u32> = Coordinator::new(1);
+    assert!(c.join_client("g", delayed("", 3000), 0, 1).is_empty());
+    // Members keep arriving every 2 s: each extends the delay, but the
+    // group forms by its rebalance timeout (10 s) at the latest.
+    let mut now = 0;
+    let mut answered = Vec::new();
+    for i in 2..10 {
+        now += 2000;
+        answered.extend(c.join_client("g", delayed("", 3000), now, i));
+        answered.extend(c.tick(now, &none));
+        if !answered.is_empty() {
+            break;
+        }
+    }
+    assert!(!answered.is_empty(), "formed");
+    assert!(
+        now <= 10_000,
+        "formed at {now} ms, past the rebalance timeout"
+    );
+    assert!(answered
+        .iter()
+        .all(|r| matches!(&r.1, Ok(Answer::ClientJoined(j)) if j.generation == 1)));
+}
+
+#[test]
+fn without_the_delay_or_once_formed_a_group_rebalances_as_before() {
+    let mut c: Coordinator<u32> = Coordinator::new(1);
+    // Delay 0: the first member forms generation 1 at once.
+    let r = c.join_client("g", delayed("", 0), 0, 1);
+    assert_eq!(joined(r.into_iter().next().unwrap()).1.generation, 1);
+    // A delay applies only to a group forming from empty: a member joining a
+    // live group starts an ordinary rebalance.
+    let mut c: Coordinator<u32> = Coordinator::new(1);
+    let a = first(&mut c);
+    assert!(c.join_client("g", delayed("", 3000), 10, 3).is_empty());
+    let r = c.join_client("g", delayed(&a, 3000), 20, 4);
+    assert_eq!(r.len(), 2, "both answered once every known member rejoined");
 }

@@ -212,7 +212,10 @@ fn rebalance_deadline_drops_members_that_do_not_rejoin() {
         Err(ErrorCode::UnknownMember)
     );
     let gen = r[0].1.generation;
-    assert_eq!(c.check_commit("g", &ids[0], gen), Ok(()));
+    assert_eq!(
+        c.check_commit("g", &ids[0], gen),
+        Ok(BROKER_ASSIGNED_PROTOCOL_TYPE.to_owned())
+    );
     assert_eq!(
         c.check_commit("g", &ids[0], gen - 1),
         Err(ErrorCode::IllegalGeneration)
@@ -224,8 +227,8 @@ fn fencing_and_tool_commits() {
     let mut c: Coordinator<u32> = Coordinator::new(1);
     assert_eq!(
         c.check_commit("g", "", -1),
-        Ok(()),
-        "no group: a tool may commit"
+        Ok(String::new()),
+        "no group: a tool may commit, outside any protocol"
     );
     let ids = three(&mut c);
     assert_eq!(
@@ -244,7 +247,11 @@ fn fencing_and_tool_commits() {
         c.leave("g", id, 0, &six).unwrap();
     }
     assert_eq!(c.state("g").unwrap().0, GroupState::Empty);
-    assert_eq!(c.check_commit("g", "", -1), Ok(()));
+    // The empty group keeps its protocol type, which the commit records.
+    assert_eq!(
+        c.check_commit("g", "", -1),
+        Ok(BROKER_ASSIGNED_PROTOCOL_TYPE.to_owned())
+    );
     // A stale member id must rejoin from scratch.
     let r = c.join("g", params(&ids[0]), 0, 9, &six);
     assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::UnknownMember)));

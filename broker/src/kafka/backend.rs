@@ -19,6 +19,7 @@ use crate::domain::{
     Member, ProduceBatch, ProducerBatch, ProducerError, Route, SyncSpec, Synced, TopicPartition,
 };
 use crate::engine::{Engine, FetchMemory};
+use crate::offsets::Committed;
 
 /// One record as both protocols see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +97,7 @@ pub fn kafka_code(code: ErrorCode) -> i16 {
         ErrorCode::IllegalGeneration => kerr::ILLEGAL_GENERATION,
         ErrorCode::RebalanceInProgress => kerr::REBALANCE_IN_PROGRESS,
         ErrorCode::UnsupportedApi => kerr::UNSUPPORTED_VERSION,
+        ErrorCode::OffsetMetadataTooLarge => kerr::OFFSET_METADATA_TOO_LARGE,
         _ => kerr::UNKNOWN_SERVER_ERROR,
     }
 }
@@ -522,27 +524,29 @@ impl Backend {
         group: &str,
         member: &str,
         generation: i32,
-        offsets: &[(TopicPartition, i64)],
+        offsets: &[(TopicPartition, Committed)],
     ) -> Result<Vec<i16>, i16> {
         let m = Member {
             group,
             member_id: member,
             generation,
         };
-        match self.engine.commit_offsets(m, offsets).await {
+        match self.engine.commit_offsets_with(m, offsets).await {
             Ok(codes) => Ok(codes.into_iter().map(kafka_code).collect()),
             Err(c) => Err(group_code(&GroupError::Code(c))),
         }
     }
 
-    /// A group's committed offset of one partition (-1 if none).
-    pub fn committed(&self, group: &str, topic: &str, partition: i32) -> i64 {
-        self.engine.committed(group, topic, partition).unwrap_or(-1)
+    /// What a group committed for one partition (offset -1 if nothing).
+    pub fn committed(&self, group: &str, topic: &str, partition: i32) -> Committed {
+        self.engine
+            .committed_full(group, topic, partition)
+            .unwrap_or(Committed::at(-1))
     }
 
-    /// Every committed offset of a group: (topic, partition, offset), sorted.
-    pub fn committed_for_group(&self, group: &str) -> Vec<(String, i32, i64)> {
-        self.engine.committed_for_group(group)
+    /// Every commit of a group: (topic, partition, what), sorted.
+    pub fn committed_for_group(&self, group: &str) -> Vec<(String, i32, Committed)> {
+        self.engine.committed_for_group_full(group)
     }
 
     /// A group's description; `None` if the broker knows nothing of it.

@@ -51,6 +51,9 @@ use backend::Backend;
 /// controller and every partition's leader).
 pub const NODE_ID: i32 = 0;
 
+/// The cluster id Metadata and DescribeCluster give.
+pub const CLUSTER_ID: &str = "flume";
+
 /// Bytes waiting fetches may read at once to count what arrived (over all
 /// Kafka connections).
 const COUNTING_BYTES: usize = 4 << 20;
@@ -109,6 +112,52 @@ impl Ctx {
         let who = self.who();
         acl.is_admin(&who)
             || (acl.enabled() && acl.check(Protocol::Kafka, &who, op, Resource::cluster()))
+    }
+
+    /// Kafka's bit field of the operations the principal may do on `res`
+    /// (`1 << code` per AclOperation code), over the operations Kafka
+    /// defines for its type: what Metadata, DescribeGroups and
+    /// DescribeCluster answer when asked to include authorized operations.
+    /// DESCRIBE_CONFIGS and ALTER_CONFIGS follow Flume's DESCRIBE and ALTER,
+    /// CLUSTER_ACTION its ALTER and IDEMPOTENT_WRITE its WRITE.
+    pub fn authorized_operations(&self, res: Resource<'_>) -> i32 {
+        use crate::security::acl::ResourceType;
+        // (Kafka's AclOperation code, the Flume operation that grants it).
+        const READ: (u32, Operation) = (3, Operation::Read);
+        const WRITE: (u32, Operation) = (4, Operation::Write);
+        const CREATE: (u32, Operation) = (5, Operation::Create);
+        const DELETE: (u32, Operation) = (6, Operation::Delete);
+        const ALTER: (u32, Operation) = (7, Operation::Alter);
+        const DESCRIBE: (u32, Operation) = (8, Operation::Describe);
+        const CLUSTER_ACTION: (u32, Operation) = (9, Operation::Alter);
+        const DESCRIBE_CONFIGS: (u32, Operation) = (10, Operation::Describe);
+        const ALTER_CONFIGS: (u32, Operation) = (11, Operation::Alter);
+        const IDEMPOTENT_WRITE: (u32, Operation) = (12, Operation::Write);
+        let ops: &[(u32, Operation)] = match res.kind {
+            ResourceType::Topic => &[
+                READ,
+                WRITE,
+                CREATE,
+                DELETE,
+                ALTER,
+                DESCRIBE,
+                DESCRIBE_CONFIGS,
+                ALTER_CONFIGS,
+            ],
+            ResourceType::Group => &[READ, DELETE, DESCRIBE],
+            ResourceType::Cluster => &[
+                CREATE,
+                ALTER,
+                DESCRIBE,
+                CLUSTER_ACTION,
+                DESCRIBE_CONFIGS,
+                ALTER_CONFIGS,
+                IDEMPOTENT_WRITE,
+            ],
+        };
+        ops.iter()
+            .filter(|(_, op)| self.sees(*op, res))
+            .fold(0i32, |bits, (code, _)| bits | (1 << code))
     }
 
     /// May it create `topic` (CREATE on the cluster or on the topic)?

@@ -46,6 +46,9 @@ pub enum ErrorCode {
     GroupNotEmpty,
     /// 19: no group of that name: no members and no committed offsets.
     UnknownGroup,
+    /// 20: a commit's metadata string is longer than the broker keeps
+    /// (4096 bytes, Kafka's `offset.metadata.max.bytes`).
+    OffsetMetadataTooLarge,
     /// 40: AUTHENTICATE failed (wrong user name or password, a malformed
     /// message, an unsupported mechanism). Codes 40-49 are security's.
     AuthenticationFailed,
@@ -86,6 +89,7 @@ impl ErrorCode {
             ErrorCode::LimitReached => 17,
             ErrorCode::GroupNotEmpty => 18,
             ErrorCode::UnknownGroup => 19,
+            ErrorCode::OffsetMetadataTooLarge => 20,
             ErrorCode::AuthenticationFailed => 40,
             ErrorCode::AuthenticationRequired => 41,
             ErrorCode::NotAuthorized => 42,
@@ -118,6 +122,7 @@ impl ErrorCode {
             17 => ErrorCode::LimitReached,
             18 => ErrorCode::GroupNotEmpty,
             19 => ErrorCode::UnknownGroup,
+            20 => ErrorCode::OffsetMetadataTooLarge,
             40 => ErrorCode::AuthenticationFailed,
             41 => ErrorCode::AuthenticationRequired,
             42 => ErrorCode::NotAuthorized,
@@ -154,6 +159,7 @@ impl ErrorCode {
             ErrorCode::LimitReached => "LIMIT_REACHED",
             ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
             ErrorCode::UnknownGroup => "UNKNOWN_GROUP",
+            ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
             ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
@@ -175,7 +181,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in (0..=19).chain(40..=43) {
+        for c in (0..=20).chain(40..=43) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -25,8 +25,12 @@ pub(super) fn handle(
             let name = id.0.as_str().to_owned();
             g.group_id = id;
             if version >= 3 {
-                // Not computed (Kafka's "not requested" value).
-                g.authorized_operations = i32::MIN;
+                g.authorized_operations = if req.include_authorized_operations {
+                    ctx.authorized_operations(Resource::group(&name))
+                } else {
+                    // Kafka's "not requested" value.
+                    i32::MIN
+                };
             }
             if !ctx.may(Operation::Describe, Resource::group(&name)) {
                 g.error_code = errors::GROUP_AUTHORIZATION_FAILED;

@@ -1,5 +1,7 @@
 //! Metadata: this one broker leads every partition; topics asked for by
 //! name are created when the broker auto-creates and the client allows it.
+//! Authorized operations (v8+) are computed when asked for
+//! ([`Ctx::authorized_operations`]).
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -11,10 +13,21 @@ use super::super::backend::TopicInfo;
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
-fn topic(ctx: &Ctx, t: Result<TopicInfo, (String, i16)>, version: i16) -> MetadataResponseTopic {
+fn topic(
+    ctx: &Ctx,
+    t: Result<TopicInfo, (String, i16)>,
+    version: i16,
+    with_operations: bool,
+) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
+    // Kafka's "not asked for" value.
+    out.topic_authorized_operations = i32::MIN;
     match t {
         Ok(t) => {
+            if with_operations {
+                out.topic_authorized_operations =
+                    ctx.authorized_operations(Resource::topic(&t.name));
+            }
             out.name = Some(TopicName(StrBytes::from_string(t.name)));
             out.partitions = (0..t.partitions)
                 .map(|p| {
@@ -49,8 +62,15 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
         resp.controller_id = BrokerId(ctx.node_id);
     }
     if version >= 2 {
-        resp.cluster_id = Some(StrBytes::from_static_str("flume"));
+        resp.cluster_id = Some(StrBytes::from_static_str(super::super::CLUSTER_ID));
     }
+    resp.cluster_authorized_operations =
+        if (8..=10).contains(&version) && req.include_cluster_authorized_operations {
+            ctx.authorized_operations(Resource::cluster())
+        } else {
+            i32::MIN
+        };
+    let with_operations = version >= 8 && req.include_topic_authorized_operations;
     // v0: an empty list means every topic; v1+: null means every topic.
     let names: Option<Vec<Option<String>>> = match req.topics {
         None => None,
@@ -69,7 +89,7 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
             .into_iter()
             // Only what the principal may describe: the rest is not there for it.
             .filter(|t| ctx.sees(Operation::Describe, Resource::topic(&t.name)))
-            .map(|t| topic(ctx, Ok(t), version))
+            .map(|t| topic(ctx, Ok(t), version, with_operations))
             .collect(),
         Some(names) => {
             let mut out = Vec::with_capacity(names.len().min(1024));
@@ -86,6 +106,7 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                         ctx,
                         Err((name, errors::TOPIC_AUTHORIZATION_FAILED)),
                         version,
+                        false,
                     ));
                     continue;
                 }
@@ -99,7 +120,7 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                     }
                     None => Err((name.clone(), errors::UNKNOWN_TOPIC_OR_PARTITION)),
                 };
-                out.push(topic(ctx, found, version));
+                out.push(topic(ctx, found, version, with_operations));
             }
             out
         }

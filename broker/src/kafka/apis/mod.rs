@@ -11,6 +11,7 @@ mod acls;
 mod api_versions;
 mod create_topics;
 mod delete_topics;
+mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod fetch;
@@ -57,6 +58,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
     // Answered by the connection loop (crate::kafka::sasl), not here.
@@ -256,6 +258,14 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::ListGroups => {
             let req = decode(&mut buf, version).map_err(malformed)?;
             encode(&list_groups::handle(ctx, req, version), &mut out, version)
+        }
+        ApiKey::DescribeCluster => {
+            let req = decode(&mut buf, version).map_err(malformed)?;
+            encode(
+                &describe_cluster::handle(ctx, req, version),
+                &mut out,
+                version,
+            )
         }
         ApiKey::DescribeAcls => {
             let req = decode(&mut buf, version).map_err(malformed)?;

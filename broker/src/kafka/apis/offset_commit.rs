@@ -1,8 +1,9 @@
 //! OffsetCommit: a group's offsets into Flume's committed-offset store (the
 //! one `flume-cli groups lag` and the Flume SDK read), fenced by member and
 //! generation as Flume's own commits are. Generation -1 with an empty member
-//! id commits from outside the group, allowed while it has no members.
-//! Commit metadata strings and leader epochs are not kept.
+//! id commits from outside the group, allowed while it has no members. Each
+//! offset's metadata string (at most 4096 bytes) and leader epoch are kept
+//! with it and returned by OffsetFetch.
 
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
@@ -11,6 +12,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
+use crate::offsets::Committed;
 use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
@@ -26,7 +28,7 @@ pub(super) async fn handle(
         .iter()
         .map(|t| group_denied || !ctx.may(Operation::Read, Resource::topic(t.name.0.as_str())))
         .collect();
-    let offsets: Vec<(TopicPartition, i64)> = req
+    let offsets: Vec<(TopicPartition, Committed)> = req
         .topics
         .iter()
         .zip(&topic_denied)
@@ -36,7 +38,13 @@ pub(super) async fn handle(
             t.partitions.iter().map(|p| {
                 (
                     TopicPartition::new(t.name.0.as_str(), p.partition_index),
-                    p.committed_offset,
+                    Committed {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(|m| m.as_str().to_owned()),
+                        // Set from the group by the engine.
+                        protocol_type: String::new(),
+                    },
                 )
             })
         })

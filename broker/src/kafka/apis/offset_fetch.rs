@@ -1,8 +1,9 @@
 //! OffsetFetch: a group's committed offsets from Flume's committed-offset
 //! store (-1 where none), for the partitions named or (topics null) every
 //! partition the group committed. v8+ asks for several groups at once. The
-//! metadata string is always empty and the leader epoch -1 (not kept); v9's
-//! member id and epoch are not checked (classic groups), and
+//! leader epoch and metadata string are those committed (-1 and empty when
+//! the commit had none); v9's member id and epoch are not checked (classic
+//! groups), and
 //! `require_stable` needs nothing: a commit is visible once acknowledged.
 
 use kafka_protocol::messages::offset_fetch_response::{
@@ -13,10 +14,11 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::offsets::Committed;
 use crate::security::acl::{Operation, Resource};
 
-/// One group's answer: per topic, (partition, offset, error).
-type Answer = Vec<(TopicName, Vec<(i32, i64, i16)>)>;
+/// One group's answer: per topic, (partition, what is committed, error).
+type Answer = Vec<(TopicName, Vec<(i32, Committed, i16)>)>;
 
 fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>>) -> Answer {
     match topics {
@@ -27,7 +29,7 @@ fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>
                 if !ctx.may(Operation::Describe, Resource::topic(&topic)) {
                     let rows = parts
                         .into_iter()
-                        .map(|p| (p, -1, errors::TOPIC_AUTHORIZATION_FAILED))
+                        .map(|p| (p, Committed::at(-1), errors::TOPIC_AUTHORIZATION_FAILED))
                         .collect();
                     return (name, rows);
                 }
@@ -39,7 +41,7 @@ fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>
                             (p, ctx.backend.committed(group, &topic, p), errors::NONE)
                         }
                         // Kafka answers -1 without an error for a partition it has no commit of.
-                        _ => (p, -1, errors::NONE),
+                        _ => (p, Committed::at(-1), errors::NONE),
                     })
                     .collect();
                 (name, rows)
@@ -66,8 +68,13 @@ fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>
     }
 }
 
+/// A commit's metadata as OffsetFetch answers it: empty when there was none.
+fn metadata(m: Option<String>) -> StrBytes {
+    m.map(StrBytes::from_string).unwrap_or_default()
+}
+
 fn group_error(ctx: &Ctx, group: &str) -> i16 {
-    if !crate::config::valid_name(group) {
+    if !crate::config::valid_group_id(group) {
         errors::INVALID_GROUP_ID
     } else if !ctx.may(Operation::Describe, Resource::group(group)) {
         errors::GROUP_AUTHORIZATION_FAILED
@@ -99,12 +106,12 @@ pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> Offset
                             tr.name = tname;
                             tr.partitions = rows
                                 .into_iter()
-                                .map(|(p, o, e)| {
+                                .map(|(p, c, e)| {
                                     let mut pr = OffsetFetchResponsePartitions::default();
                                     pr.partition_index = p;
-                                    pr.committed_offset = o;
-                                    pr.committed_leader_epoch = -1;
-                                    pr.metadata = Some(StrBytes::default());
+                                    pr.committed_offset = c.offset;
+                                    pr.committed_leader_epoch = c.leader_epoch;
+                                    pr.metadata = Some(metadata(c.metadata));
                                     pr.error_code = e;
                                     pr
                                 })
@@ -139,14 +146,14 @@ pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> Offset
             tr.name = tname;
             tr.partitions = rows
                 .into_iter()
-                .map(|(p, o, e)| {
+                .map(|(p, c, e)| {
                     let mut pr = OffsetFetchResponsePartition::default();
                     pr.partition_index = p;
-                    pr.committed_offset = o;
+                    pr.committed_offset = c.offset;
                     if version >= 5 {
-                        pr.committed_leader_epoch = -1;
+                        pr.committed_leader_epoch = c.leader_epoch;
                     }
-                    pr.metadata = Some(StrBytes::default());
+                    pr.metadata = Some(metadata(c.metadata));
                     pr.error_code = e;
                     pr
                 })
