@@ -209,7 +209,7 @@ fn kafka_produce_over_quota_is_throttled_and_another_tenant_is_not() -> Result<(
         matches!(&pending, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
         "A was answered while throttled: {pending:?}"
     );
-    let q = broker.engine().metrics().quota();
+    let q = broker.engine().quotas().stats();
     assert_eq!(q.throttle_ms(PrincipalClass::User), u64::try_from(debt)?);
     assert_eq!(q.throttle_ms(PrincipalClass::Anonymous), 0);
     flume_rt::block_on(broker.shutdown());
@@ -250,7 +250,7 @@ fn flume_produce_over_quota_stops_reading_while_another_tenant_is_served() -> Re
             rx.try_recv().is_err(),
             "A was served while throttled, before B"
         );
-        let q = broker.engine().metrics().quota();
+        let q = broker.engine().quotas().stats();
         assert!(
             q.throttle_ms(PrincipalClass::User) > 3000,
             "{}",
@@ -303,7 +303,7 @@ fn connections_per_principal_are_limited_on_both_listeners() -> Result<()> {
         // ... but a connection over it may still log in as someone with room.
         let b = Client::connect(&addr, login("b")).await?;
         b.call(&meta).await?;
-        assert_eq!(broker.engine().metrics().quota().connections_refused(), 4);
+        assert_eq!(broker.engine().quotas().stats().connections_refused(), 4);
         broker.shutdown().await;
         Ok(())
     })
@@ -337,7 +337,7 @@ fn failed_logins_are_limited_per_address_over_both_protocols() -> Result<()> {
         Client::connect(&addr, login("u")).await?;
         Ok::<_, anyhow::Error>(())
     })?;
-    let q = broker.engine().metrics().quota();
+    let q = broker.engine().quotas().stats();
     assert_eq!(q.logins(Mechanism::Plain), (0, LOGIN_BURST));
     assert_eq!(q.logins(Mechanism::ScramSha256), (1, 0));
     assert_eq!(q.logins_limited(), 2);

@@ -9,8 +9,8 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use flume_broker::domain::Assignor;
 use flume_broker::domain::{FetchFrom, FetchSpec, JoinSpec, TopicPartition};
-use flume_broker::group::Assignor;
 use flume_broker::Broker;
 use flume_client::{GroupConsumer, RebalanceEvent};
 use flume_protocol::{

@@ -2,7 +2,6 @@
 //! (`topic.conf`, `key=value` lines) and reloaded on restart.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use flume_protocol::ErrorCode;
@@ -10,7 +9,7 @@ pub use flume_rt::BusyPoll;
 
 use crate::clock::Clock;
 use crate::error::BrokerError;
-use crate::storage::{FileCache, FsyncPolicy, LogConfig};
+use crate::storage::FsyncPolicy;
 
 /// What a producer meets when a partition queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,19 +241,6 @@ impl TopicConfig {
             },
         })
     }
-
-    /// Log settings for one partition of the topic.
-    pub fn log_config(&self, broker: &BrokerConfig) -> LogConfig {
-        LogConfig {
-            segment_bytes: self.segment_bytes,
-            index_interval_bytes: broker.index_interval_bytes,
-            fsync: broker.fsync,
-            retention_bytes: self.retention_bytes,
-            retention_ms: self.retention_ms,
-            verify_sealed: broker.verify_on_open,
-            files: broker.file_cache(),
-        }
-    }
 }
 
 /// Broker settings. `BrokerConfig::new(dir)` gives the defaults of a bare
@@ -368,7 +354,7 @@ pub struct BrokerConfig {
     pub kafka_advertised: Option<String>,
     /// Most idempotent producers whose sequences one partition tracks
     /// (default 1 000); a new one evicts the least recently used (see
-    /// [`crate::producers`]).
+    /// [`crate::partition::producers`]).
     pub max_producers_per_partition: usize,
     /// Most idempotent producer entries over all partitions (default 100 000,
     /// a few hundred bytes each).
@@ -408,11 +394,6 @@ pub struct BrokerConfig {
     /// Produce bytes per second each principal may send before it is
     /// throttled (`None`: no produce quota, the default).
     pub produce_quota_bytes_per_sec: Option<u64>,
-    /// The broker's file cache, made on first use with `max_open_files` and
-    /// shared by the clones of this config (the engine's own).
-    file_cache: Arc<OnceLock<Arc<FileCache>>>,
-    /// The producer-state limits every partition shares, made on first use.
-    producer_limits: Arc<OnceLock<Arc<crate::producers::ProducerLimits>>>,
 }
 
 impl BrokerConfig {
@@ -468,30 +449,7 @@ impl BrokerConfig {
             authorizer: false,
             max_connections_per_principal: None,
             produce_quota_bytes_per_sec: None,
-            file_cache: Arc::default(),
-            producer_limits: Arc::default(),
         }
-    }
-
-    /// The producer-state limits and count every partition shares (made on
-    /// first use from the settings above).
-    pub fn producer_limits(&self) -> Arc<crate::producers::ProducerLimits> {
-        Arc::clone(self.producer_limits.get_or_init(|| {
-            Arc::new(crate::producers::ProducerLimits::new(
-                self.max_producers_per_partition,
-                self.max_producer_states,
-                u64::try_from(self.producer_expiry.as_millis()).unwrap_or(u64::MAX),
-                self.clock.clone(),
-            ))
-        }))
-    }
-
-    /// The broker-wide cache of open segment files (made on first use).
-    pub fn file_cache(&self) -> Arc<FileCache> {
-        Arc::clone(
-            self.file_cache
-                .get_or_init(|| FileCache::new(self.max_open_files)),
-        )
     }
 
     /// File descriptors the broker may need: the file cache, the
@@ -523,34 +481,6 @@ impl BrokerConfig {
             return Err(BrokerError::code_for(ErrorCode::LimitReached, detail));
         }
         Ok(())
-    }
-
-    /// Raises the soft RLIMIT_NOFILE towards [`BrokerConfig::fd_needed`]
-    /// (as far as the hard limit allows) and reports what there is.
-    pub fn ensure_fd_limit(&self) -> FdLimit {
-        let needed = self.fd_needed();
-        let current = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-        let soft = current.current.unwrap_or(u64::MAX);
-        let hard = current.maximum.unwrap_or(u64::MAX);
-        let mut now = soft;
-        if soft < needed {
-            let want = needed.min(hard);
-            let raised = rustix::process::setrlimit(
-                rustix::process::Resource::Nofile,
-                rustix::process::Rlimit {
-                    current: Some(want),
-                    maximum: current.maximum,
-                },
-            );
-            if raised.is_ok() {
-                now = want;
-            }
-        }
-        FdLimit {
-            needed,
-            soft: now,
-            hard,
-        }
     }
 
     /// The TLS files, when TLS is configured.
@@ -631,34 +561,6 @@ impl BrokerConfig {
 /// HTTP server, directory handles while listing or fsyncing, the data
 /// directory's lock, the poller.
 pub const FD_MARGIN: u64 = 64;
-
-/// The file-descriptor limit at start, from [`BrokerConfig::ensure_fd_limit`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FdLimit {
-    /// What the settings may use (`max_open_files + max_connections + 64`).
-    pub needed: u64,
-    /// The soft limit now (raised towards `needed` if the hard limit allowed).
-    pub soft: u64,
-    /// The hard limit.
-    pub hard: u64,
-}
-
-impl FdLimit {
-    /// True when the soft limit covers what the settings may use.
-    pub fn is_enough(&self) -> bool {
-        self.soft >= self.needed
-    }
-}
-
-impl std::fmt::Display for FdLimit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "the settings need {} file descriptors (max_open_files + max_connections + {FD_MARGIN}); the limit is {} (hard {})",
-            self.needed, self.soft, self.hard
-        )
-    }
-}
 
 /// Longest a FETCH may wait for `min_bytes`: a larger `max_wait_ms` is capped
 /// to this, so every parked fetch, and the memory it holds, goes within it.

@@ -22,7 +22,6 @@ use bytes::Bytes;
 use flume_protocol::ErrorCode;
 
 use crate::budget::Charge;
-use crate::group::Assignor;
 
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -208,6 +207,32 @@ pub struct Fetched {
 }
 
 // ------------------------------------------------------------ groups
+
+/// How partitions are spread over members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Assignor {
+    /// Per topic, consecutive ranges of partitions to members sorted by id.
+    Range,
+    /// Every (topic, partition), sorted, dealt to members in turn.
+    RoundRobin,
+    /// Balanced like range, but a member keeps its partitions across
+    /// rebalances where it can: when one member leaves only its partitions
+    /// (and few others) move (see `sticky_topic`). The default.
+    #[default]
+    Sticky,
+}
+
+impl Assignor {
+    /// Parses the JOIN_GROUP assignor string ("" means sticky, the default).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "" | "sticky" => Some(Assignor::Sticky),
+            "range" => Some(Assignor::Range),
+            "roundrobin" => Some(Assignor::RoundRobin),
+            _ => None,
+        }
+    }
+}
 
 /// A member's request to join a group.
 ///
@@ -545,4 +570,20 @@ pub struct TopicChanges {
     pub retention_ms: Option<Option<u64>>,
     /// Segment size (taken at the next roll).
     pub segment_bytes: Option<u64>,
+}
+
+/// One group's summary (see the coordinator's summaries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupSummary {
+    /// Group id.
+    pub group: String,
+    /// `empty`, `preparing_rebalance`, `completing_rebalance` (Kafka groups
+    /// waiting for the leader's assignment) or `stable`.
+    pub state: &'static str,
+    /// Generation.
+    pub generation: i32,
+    /// Members.
+    pub members: usize,
+    /// Rebalances started.
+    pub rebalances: u64,
 }

@@ -25,10 +25,11 @@ use flume_rt as rt;
 use flume_rt::sync::lock;
 
 use crate::config::{BrokerConfig, TopicConfig};
+use crate::coordinator::assignor::{assign, Subscription};
+use crate::domain::Assignor;
 use crate::domain::{ProduceBatch, Route, TopicChanges};
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::group::{assign, Assignor, Subscription};
 use crate::partition::Partition;
 
 type Members = HashMap<(String, String), BTreeSet<String>>;

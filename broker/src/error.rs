@@ -1,5 +1,8 @@
 //! The broker's error type.
 
+use std::io;
+use std::path::PathBuf;
+
 use flume_protocol::ErrorCode;
 
 use crate::storage::StorageError;
@@ -24,7 +27,7 @@ pub enum BrokerError {
     },
     /// TLS could not be set up (certificate or key files).
     #[error(transparent)]
-    Tls(#[from] crate::security::tls::TlsError),
+    Tls(#[from] TlsError),
     /// A request failed with a protocol error code.
     #[error("{code}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Code {
@@ -62,4 +65,34 @@ impl From<ErrorCode> for BrokerError {
     fn from(code: ErrorCode) -> Self {
         BrokerError::Code { code, detail: None }
     }
+}
+
+/// Why TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("cannot read {what} {path}: {source}")]
+    Read {
+        /// Which file it is (certificate, key, client CA).
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A file is not the PEM it should be.
+    #[error("{what} {path}: {reason}")]
+    Pem {
+        /// Which file it is.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// rustls refused the certificates or the key (a key that does not match
+    /// the certificate, say).
+    #[error("TLS configuration refused: {0}")]
+    Config(String),
 }

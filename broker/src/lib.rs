@@ -20,20 +20,17 @@
 pub mod budget;
 pub mod clock;
 pub mod config;
-pub mod conn;
+pub mod coordinator;
 pub mod domain;
 pub mod embedded;
 pub mod engine;
 pub mod error;
 pub mod flume;
-pub mod group;
 pub mod http;
 pub mod kafka;
-mod listener;
 pub mod metrics;
-pub mod offsets;
+mod net;
 pub mod partition;
-pub mod producers;
 pub mod security;
 pub mod server;
 pub mod storage;
@@ -46,7 +43,7 @@ pub use domain::{ProduceBatch, Route};
 pub use embedded::EmbeddedBroker;
 pub use engine::Engine;
 pub use error::BrokerError;
-pub use listener::allocator_trims;
+pub use net::allocator_trims;
 pub use storage::FsyncPolicy;
 
 /// Wall-clock milliseconds since the Unix epoch (record timestamps, retention).

@@ -1,7 +1,9 @@
 //! Metrics and request tracing: counters that the serving code bumps at the
-//! points where the work happens, read at scrape time by [`Scrape`] (for
-//! Prometheus, through the official `prometheus-client` encoders) and by
-//! [`crate::http`]'s `/api/overview` (for the dashboard).
+//! points where the work happens. This module is a leaf: every layer may
+//! bump its counters, and it imports none of them. They are read at scrape
+//! time by `http::scrape` (for Prometheus, through the official
+//! `prometheus-client` encoders) and by `http::overview` (for the dashboard),
+//! at the top.
 //!
 //! Layout:
 //! - [`Latency`]: a fixed-bucket histogram of atomics (no lock, no allocation
@@ -23,7 +25,6 @@
 //! id or a key.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,16 +32,9 @@ use std::time::{Duration, Instant};
 use flume_protocol::{ApiKey, ErrorCode};
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
-use prometheus_client::metrics::counter::ConstCounter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::{MetricType, TypedMetric};
-use prometheus_client::registry::Registry;
 use tracing::Instrument;
-
-use crate::budget::MemoryUse;
-use crate::engine::Engine;
 
 /// Upper bounds of the latency buckets, in seconds (the last bucket is +Inf).
 pub const LATENCY_BUCKETS: [f64; 17] = [
@@ -226,47 +220,6 @@ impl PartitionStats {
     }
 }
 
-/// What one FETCH served, counted once it answers (a long poll that reads
-/// again discards what it read before, and so does the tally).
-#[derive(Debug, Default)]
-pub struct FetchTally {
-    served: Vec<(Arc<crate::partition::Partition>, u64, usize)>,
-    first_error: Option<(usize, ErrorCode)>,
-}
-
-impl FetchTally {
-    /// Starts a new read of every partition.
-    pub fn clear(&mut self) {
-        self.served.clear();
-        self.first_error = None;
-    }
-
-    /// Partition `p` served `records` (stored format, as the log read and
-    /// checked them: counted by their headers, not checked again).
-    pub fn served(&mut self, p: &Arc<crate::partition::Partition>, records: &[u8]) {
-        if !records.is_empty() {
-            let n = flume_protocol::record::count_unchecked(records) as u64;
-            self.served.push((Arc::clone(p), n, records.len()));
-        }
-    }
-
-    /// The partition at `index` of the request failed with `code`.
-    pub fn failed(&mut self, index: usize, code: ErrorCode) {
-        if self.first_error.is_none() {
-            self.first_error = Some((index, code));
-        }
-    }
-
-    /// Adds what was served to the partitions' counters; returns the first
-    /// failed partition (its index in the request) and its error.
-    pub fn commit(&mut self) -> Option<(usize, ErrorCode)> {
-        for (p, n, bytes) in self.served.drain(..) {
-            p.stats().served(n, bytes);
-        }
-        self.first_error
-    }
-}
-
 const NAPIS: usize = 22;
 const NCODES: usize = 21;
 
@@ -347,8 +300,6 @@ pub struct Metrics {
     http_connections_refused: AtomicU64,
     recent: Mutex<VecDeque<RecentError>>,
     started: Instant,
-    /// Per-principal limits and logins (`crate::security::quota`).
-    quota: crate::security::quota::QuotaStats,
 }
 
 impl Default for Metrics {
@@ -360,7 +311,6 @@ impl Default for Metrics {
             http_connections_refused: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_ERRORS)),
             started: Instant::now(),
-            quota: Default::default(),
         }
     }
 }
@@ -397,9 +347,12 @@ impl Metrics {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// The counters of the per-principal limits and of logins.
-    pub fn quota(&self) -> &crate::security::quota::QuotaStats {
-        &self.quota
+    /// The request latency histogram of each API row (see [`api_name`]).
+    pub fn latency_histograms(&self) -> impl Iterator<Item = (&'static str, &Latency)> {
+        self.latency
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (api_name(i), l))
     }
 
     /// Connections refused so far (broker protocol, HTTP).
@@ -563,496 +516,6 @@ impl Tracked {
         .instrument(span)
         .boxed()
     }
-}
-
-/// What the server knows that the engine does not, read at scrape time.
-#[derive(Debug, Clone, Copy)]
-pub struct ServerStats {
-    /// Open broker-protocol connections.
-    pub connections_open: usize,
-    /// The request memory budget.
-    pub memory: MemoryUse,
-}
-
-/// Reads [`ServerStats`] from the running server.
-pub type Probe = Arc<dyn Fn() -> ServerStats + Send + Sync>;
-
-/// Resident memory and open file descriptors of this process, from /proc
-/// (`None` where /proc is not there).
-pub fn process_stats() -> (Option<u64>, Option<u64>) {
-    let rss = std::fs::read_to_string("/proc/self/statm")
-        .ok()
-        .and_then(|s| {
-            let pages: u64 = s.split_whitespace().nth(1)?.parse().ok()?;
-            Some(pages.saturating_mul(4096))
-        });
-    let fds = std::fs::read_dir("/proc/self/fd")
-        .ok()
-        .map(|d| d.count() as u64);
-    (rss, fds)
-}
-
-/// The metrics of one broker, encoded at scrape time.
-pub struct Scrape {
-    engine: Arc<Engine>,
-    probe: Probe,
-}
-
-impl std::fmt::Debug for Scrape {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Scrape").finish_non_exhaustive()
-    }
-}
-
-impl Scrape {
-    /// A scrape of `engine`, with the server's numbers from `probe`.
-    pub fn new(engine: Arc<Engine>, probe: Probe) -> Self {
-        Scrape { engine, probe }
-    }
-
-    /// Encodes every metric: OpenMetrics text when `openmetrics`, else the
-    /// Prometheus text format 0.0.4. Blocking (reads /proc, takes log locks).
-    pub fn render(self, openmetrics: bool) -> String {
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(self));
-        let mut out = String::new();
-        let r = if openmetrics {
-            prometheus_client::encoding::text::encode(&mut out, &registry)
-        } else {
-            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
-        };
-        if let Err(e) = r {
-            // Writing to a String does not fail; a collector error would be ours.
-            tracing::error!(error = %e, "encoding metrics failed");
-            let _ = writeln!(out, "# encoding failed");
-        }
-        out
-    }
-}
-
-fn counter(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    v: u64,
-) -> Result<(), std::fmt::Error> {
-    let c = ConstCounter::new(v);
-    c.encode(enc.encode_descriptor(name, help, None, c.metric_type())?)
-}
-
-fn gauge(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    v: i64,
-) -> Result<(), std::fmt::Error> {
-    let g = ConstGauge::new(v);
-    g.encode(enc.encode_descriptor(name, help, None, g.metric_type())?)
-}
-
-fn to_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// One labelled family: every (labels, value) with the same descriptor.
-fn family<L: prometheus_client::encoding::EncodeLabelSet, M: EncodeMetric + TypedMetric>(
-    enc: &mut DescriptorEncoder<'_>,
-    name: &str,
-    help: &str,
-    items: impl IntoIterator<Item = (L, M)>,
-) -> Result<(), std::fmt::Error> {
-    let mut me = enc.encode_descriptor(name, help, None, M::TYPE)?;
-    for (labels, m) in items {
-        m.encode(me.encode_family(&labels)?)?;
-    }
-    Ok(())
-}
-
-/// The per-principal limits' and the logins' counters (labels: principal
-/// class and mechanism, both bounded; never a user name).
-fn quota_metrics(
-    enc: &mut DescriptorEncoder<'_>,
-    q: &crate::security::quota::QuotaStats,
-) -> Result<(), std::fmt::Error> {
-    use crate::security::quota::{Mechanism, PrincipalClass};
-    family(
-        enc,
-        "flume_quota_throttle_seconds",
-        "Seconds of produce throttling given (--produce-quota-bytes-per-sec), by principal class.",
-        PrincipalClass::ALL.iter().map(|c| {
-            let seconds = q.throttle_ms(*c) as f64 / 1000.0;
-            ([("class", c.label())], ConstCounter::new(seconds))
-        }),
-    )?;
-    counter(
-        enc,
-        "flume_quota_connections_refused",
-        "Connections refused by --max-connections-per-principal (Flume and Kafka listeners).",
-        q.connections_refused(),
-    )?;
-    counter(
-        enc,
-        "flume_logins_rate_limited",
-        "Logins refused by the per-address limit on failed logins.",
-        q.logins_limited(),
-    )?;
-    family(
-        enc,
-        "flume_logins",
-        "Logins (Flume AUTHENTICATE, Kafka SASL) by mechanism and result.",
-        Mechanism::ALL.iter().flat_map(|m| {
-            let (ok, failed) = q.logins(*m);
-            [
-                (
-                    [("mechanism", m.label()), ("result", "success")],
-                    ConstCounter::new(ok),
-                ),
-                (
-                    [("mechanism", m.label()), ("result", "failure")],
-                    ConstCounter::new(failed),
-                ),
-            ]
-        }),
-    )
-}
-
-impl Collector for Scrape {
-    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let e = &self.engine;
-        let m = e.metrics();
-        let server = (self.probe)();
-
-        // Partitions.
-        let topics = e.topics();
-        let parts: Vec<_> = topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .map(|p| (p, p.id.to_string(), p.stats().counts()))
-            .collect();
-        let labels = |p: &Arc<crate::partition::Partition>, id: &str| {
-            [("topic", p.topic.clone()), ("partition", id.to_owned())]
-        };
-        type CounterOf = fn(&PartitionCounts) -> u64;
-        let counters: [(&str, &str, CounterOf); 4] = [
-            (
-                "flume_partition_records_in",
-                "Records appended to the partition.",
-                |c| c.records_in,
-            ),
-            (
-                "flume_partition_bytes_in",
-                "Bytes appended to the partition (stored format).",
-                |c| c.bytes_in,
-            ),
-            (
-                "flume_partition_records_out",
-                "Records served by fetches from the partition.",
-                |c| c.records_out,
-            ),
-            (
-                "flume_partition_bytes_out",
-                "Bytes served by fetches from the partition (stored format).",
-                |c| c.bytes_out,
-            ),
-        ];
-        for (name, help, f) in counters {
-            family(
-                &mut enc,
-                name,
-                help,
-                parts
-                    .iter()
-                    .map(|(p, id, c)| (labels(p, id), ConstCounter::new(f(c)))),
-            )?;
-        }
-        family(
-            &mut enc,
-            "flume_partition_end_offset",
-            "Offset the next record of the partition gets.",
-            parts
-                .iter()
-                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.end_offset())))),
-        )?;
-        family(
-            &mut enc,
-            "flume_partition_log_start_offset",
-            "Oldest offset still stored in the partition.",
-            parts
-                .iter()
-                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.start_offset())))),
-        )?;
-        let disk: Vec<(u64, usize)> = parts.iter().map(|(p, _, _)| p.disk_usage()).collect();
-        family(
-            &mut enc,
-            "flume_partition_size_bytes",
-            "Bytes of the partition's segment files on disk.",
-            parts
-                .iter()
-                .zip(&disk)
-                .map(|((p, id, _), d)| (labels(p, id), ConstGauge::new(to_i64(d.0)))),
-        )?;
-        family(
-            &mut enc,
-            "flume_partition_segments",
-            "Segment files of the partition.",
-            parts
-                .iter()
-                .zip(&disk)
-                .map(|((p, id, _), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
-        )?;
-        family(
-            &mut enc,
-            "flume_partition_queue_depth",
-            "Append requests waiting in the partition's queue.",
-            parts
-                .iter()
-                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.queued() as u64)))),
-        )?;
-
-        // Groups.
-        let groups = e.group_summaries();
-        let states = [
-            "empty",
-            "preparing_rebalance",
-            "completing_rebalance",
-            "stable",
-        ];
-        family(
-            &mut enc,
-            "flume_group_state",
-            "1 for the group's current state, 0 for the others.",
-            groups.iter().flat_map(|g| {
-                states.iter().map(move |s| {
-                    (
-                        [("group", g.group.clone()), ("state", (*s).to_owned())],
-                        ConstGauge::new(i64::from(g.state == *s)),
-                    )
-                })
-            }),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_generation",
-            "The group's generation.",
-            groups.iter().map(|g| {
-                (
-                    [("group", g.group.clone())],
-                    ConstGauge::new(i64::from(g.generation)),
-                )
-            }),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_members",
-            "Members of the group.",
-            groups.iter().map(|g| {
-                (
-                    [("group", g.group.clone())],
-                    ConstGauge::new(to_i64(g.members as u64)),
-                )
-            }),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_rebalances",
-            "Rebalances the group has started.",
-            groups.iter().map(|g| {
-                (
-                    [("group", g.group.clone())],
-                    ConstCounter::new(g.rebalances),
-                )
-            }),
-        )?;
-        let lags = group_lags(e);
-        let lag_labels = |l: &GroupLag| {
-            [
-                ("group", l.group.clone()),
-                ("topic", l.topic.clone()),
-                ("partition", l.partition.to_string()),
-            ]
-        };
-        family(
-            &mut enc,
-            "flume_group_committed_offset",
-            "The group's committed offset (the next offset it reads).",
-            lags.iter()
-                .map(|l| (lag_labels(l), ConstGauge::new(l.committed))),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_lag_records",
-            "Records between the group's committed offset and the partition's end.",
-            lags.iter().map(|l| (lag_labels(l), ConstGauge::new(l.lag))),
-        )?;
-
-        // Broker.
-        gauge(
-            &mut enc,
-            "flume_connections_open",
-            "Open broker-protocol connections.",
-            to_i64(server.connections_open as u64),
-        )?;
-        let (refused, http_refused) = m.connections_refused();
-        counter(
-            &mut enc,
-            "flume_connections_refused",
-            "Connections closed at once by the connection limit.",
-            refused,
-        )?;
-        counter(
-            &mut enc,
-            "flume_http_connections_refused",
-            "HTTP connections closed at once by the HTTP connection limit.",
-            http_refused,
-        )?;
-        quota_metrics(&mut enc, m.quota())?;
-        family(
-            &mut enc,
-            "flume_authorization_denied",
-            "Requests (or parts of them) refused by the ACLs, by protocol, operation and resource type.",
-            e.acl()
-                .denied_counts()
-                .into_iter()
-                .map(|(protocol, operation, resource_type, n)| {
-                    (
-                        [
-                            ("protocol", protocol),
-                            ("operation", operation),
-                            ("resource_type", resource_type),
-                        ],
-                        ConstCounter::new(n),
-                    )
-                }),
-        )?;
-        family(
-            &mut enc,
-            "flume_requests",
-            "Requests answered, by API and error code (the request's, else its first entry's or partition's).",
-            m.request_counts().into_iter().map(|(api, error, n)| {
-                (
-                    [("api", api.to_owned()), ("error", error.to_owned())],
-                    ConstCounter::new(n),
-                )
-            }),
-        )?;
-        {
-            let mut me = enc.encode_descriptor(
-                "flume_request_duration_seconds",
-                "Time from a request's admission to its response, by API.",
-                None,
-                MetricType::Histogram,
-            )?;
-            for (a, l) in m.latency.iter().enumerate() {
-                l.encode(me.encode_family(&[("api", api_name(a))])?)?;
-            }
-        }
-        APPEND_LATENCY.encode(enc.encode_descriptor(
-            "flume_append_duration_seconds",
-            "Time to append one group commit to a partition log (process-wide).",
-            None,
-            MetricType::Histogram,
-        )?)?;
-        FSYNC_LATENCY.encode(enc.encode_descriptor(
-            "flume_fsync_duration_seconds",
-            "Time of one fdatasync of a segment (process-wide).",
-            None,
-            MetricType::Histogram,
-        )?)?;
-        gauge(
-            &mut enc,
-            "flume_request_memory_bytes",
-            "Bytes of produce requests being served (the request memory budget in use).",
-            to_i64(server.memory.used as u64),
-        )?;
-        gauge(
-            &mut enc,
-            "flume_request_memory_limit_bytes",
-            "The request memory budget.",
-            to_i64(server.memory.limit as u64),
-        )?;
-        gauge(
-            &mut enc,
-            "flume_uptime_seconds",
-            "Seconds since the broker started.",
-            to_i64(m.uptime().as_secs()),
-        )?;
-        let (rss, fds) = process_stats();
-        if let Some(rss) = rss {
-            gauge(
-                &mut enc,
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                to_i64(rss),
-            )?;
-        }
-        if let Some(fds) = fds {
-            gauge(
-                &mut enc,
-                "process_open_fds",
-                "Number of open file descriptors.",
-                to_i64(fds),
-            )?;
-        }
-        Ok(())
-    }
-}
-
-/// One group's summary (see [`crate::group::Coordinator::summaries`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupSummary {
-    /// Group id.
-    pub group: String,
-    /// `empty`, `preparing_rebalance`, `completing_rebalance` (Kafka groups
-    /// waiting for the leader's assignment) or `stable`.
-    pub state: &'static str,
-    /// Generation.
-    pub generation: i32,
-    /// Members.
-    pub members: usize,
-    /// Rebalances started.
-    pub rebalances: u64,
-}
-
-/// The lag of one (group, topic, partition) with a committed offset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GroupLag {
-    /// Group id.
-    pub group: String,
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Committed offset.
-    pub committed: i64,
-    /// End offset of the partition (-1 when the partition is gone).
-    pub end: i64,
-    /// `end - committed`, at least 0 (0 when the partition is gone).
-    pub lag: i64,
-}
-
-/// Every committed offset (at most [`MAX_GROUP_SERIES`]) with its lag, sorted.
-pub fn group_lags(e: &Engine) -> Vec<GroupLag> {
-    let mut v: Vec<GroupLag> = e
-        .committed_offsets(MAX_GROUP_SERIES)
-        .into_iter()
-        .map(|((group, topic, partition), committed)| {
-            let end = e
-                .topic(&topic)
-                .and_then(|t| t.partition(partition).map(|p| to_i64(p.end_offset())))
-                .unwrap_or(-1);
-            let lag = if end < 0 { 0 } else { (end - committed).max(0) };
-            GroupLag {
-                group,
-                topic,
-                partition,
-                committed,
-                end,
-                lag,
-            }
-        })
-        .collect();
-    v.sort_by(|a, b| (&a.group, &a.topic, a.partition).cmp(&(&b.group, &b.topic, b.partition)));
-    v
 }
 
 #[cfg(test)]

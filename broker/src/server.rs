@@ -1,5 +1,5 @@
 //! The TCP server: the listener, the connection limit, one task per
-//! connection (its state machine is [`crate::conn`]), shutdown.
+//! connection (its state machine is [`crate::flume::conn`]), shutdown.
 //!
 //! Every connection's requests are charged to one broker-wide memory budget
 //! ([`crate::budget`]), each connection to its share of it, from admission
@@ -22,19 +22,19 @@ use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
 
 use crate::budget::{MemoryBudget, MemoryUse, CONNECTION_RESERVE_BYTES};
-use crate::config::BrokerConfig;
-use crate::conn::serve;
+use crate::config::{BrokerConfig, FD_MARGIN};
 use crate::engine::Engine;
 use crate::error::BrokerError;
+use crate::flume::conn::serve;
 use crate::flume::COUNTING_BYTES;
-use crate::listener::{next_connection, secure, Connections};
+use crate::net::{next_connection, secure, Connections};
 use crate::security::auth::{AuthMode, Authenticator};
 use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
 
 pub use crate::flume::{handle_request, MAX_FETCH_PARTITIONS};
-use crate::metrics::ServerStats;
+use crate::http::scrape::ServerStats;
 
 /// A running broker.
 #[derive(Debug)]
@@ -68,15 +68,7 @@ impl Broker {
         let engine = Engine::open(config)?;
         let (dir, mode) = (engine.data_dir().to_path_buf(), engine.config().auth);
         let auth = Arc::new(rt::unblock(move || Authenticator::open(&dir, mode)).await?);
-        let quotas = {
-            let c = engine.config();
-            Quotas::new(
-                c.connections_per_principal(),
-                c.produce_quota_bytes_per_sec,
-                c.clock.clone(),
-                Arc::clone(engine.metrics()),
-            )
-        };
+        let quotas = Arc::clone(engine.quotas());
         let listener = TcpListener::bind(&listen)
             .await
             .map_err(|source| BrokerError::Io {
@@ -345,9 +337,10 @@ async fn accept_loop(
             }
             handle.set_principal(principal.clone());
             let handle = Arc::new(handle);
-            let sink: crate::conn::PrincipalSink = Arc::new(move |p| handle.set_principal(p));
+            let sink: crate::flume::conn::PrincipalSink =
+                Arc::new(move |p| handle.set_principal(p));
             let quota = ConnQuota::new(quotas, peer.ip(), &principal);
-            let security = crate::conn::Security {
+            let security = crate::flume::conn::Security {
                 principal,
                 auth,
                 sink,
@@ -375,4 +368,61 @@ fn is_disconnect(e: &std::io::Error) -> bool {
         e.kind(),
         ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
     )
+}
+
+/// The file-descriptor limit at start, from [`ensure_fd_limit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FdLimit {
+    /// What the settings may use (`max_open_files + max_connections + 64`).
+    pub needed: u64,
+    /// The soft limit now (raised towards `needed` if the hard limit allowed).
+    pub soft: u64,
+    /// The hard limit.
+    pub hard: u64,
+}
+
+impl FdLimit {
+    /// True when the soft limit covers what the settings may use.
+    pub fn is_enough(&self) -> bool {
+        self.soft >= self.needed
+    }
+}
+
+impl std::fmt::Display for FdLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the settings need {} file descriptors (max_open_files + max_connections + {}); the limit is {} (hard {})",
+            self.needed, FD_MARGIN, self.soft, self.hard
+        )
+    }
+}
+
+/// Raises the soft RLIMIT_NOFILE towards [`BrokerConfig::fd_needed`] (as far
+/// as the hard limit allows) and reports what there is: a start-up system
+/// call, made before the broker opens its topics.
+pub fn ensure_fd_limit(config: &BrokerConfig) -> FdLimit {
+    let needed = config.fd_needed();
+    let current = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    let soft = current.current.unwrap_or(u64::MAX);
+    let hard = current.maximum.unwrap_or(u64::MAX);
+    let mut now = soft;
+    if soft < needed {
+        let want = needed.min(hard);
+        let raised = rustix::process::setrlimit(
+            rustix::process::Resource::Nofile,
+            rustix::process::Rlimit {
+                current: Some(want),
+                maximum: current.maximum,
+            },
+        );
+        if raised.is_ok() {
+            now = want;
+        }
+    }
+    FdLimit {
+        needed,
+        soft: now,
+        hard,
+    }
 }

@@ -518,7 +518,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;
     // Raised before the broker opens its topics; reported once it has started.
-    let fds = c.ensure_fd_limit();
+    let fds = flume_broker::server::ensure_fd_limit(&c);
     c.max_request_memory = match a.max_request_memory {
         Some(n) => usize::try_from(n)?,
         None => c.max_request_memory.max(c.max_frame_bytes),

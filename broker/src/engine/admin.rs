@@ -128,9 +128,9 @@ impl Engine {
                 // Renamed but not known durable: it is gone now, the next start cleans up.
                 return Err(e);
             }
-            let config = self.config.clone();
+            let (config, shared) = (self.config.clone(), self.shared.clone());
             let (owned, tc) = (name.to_owned(), topic.config.clone());
-            match rt::unblock(move || Self::open_topic(&config, &owned, tc)).await {
+            match rt::unblock(move || Self::open_topic(&config, &shared, &owned, tc)).await {
                 Ok(t) => {
                     self.topics
                         .write()
@@ -669,7 +669,7 @@ mod tests {
                     topics: vec!["t".into()],
                     session_timeout: Duration::from_secs(30),
                     rebalance_timeout: Duration::from_secs(1),
-                    assignor: crate::group::Assignor::Range,
+                    assignor: crate::domain::Assignor::Range,
                 }))
             })
         };

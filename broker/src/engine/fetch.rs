@@ -13,7 +13,6 @@ use super::Engine;
 use crate::budget::{Charge, MemoryBudget};
 use crate::config::MAX_FETCH_WAIT_MS;
 use crate::domain::{FetchSpec, Fetched, PartitionRecords};
-use crate::metrics::FetchTally;
 use crate::partition::Partition;
 
 /// Most bytes a waiting FETCH reads at once to count what has arrived; the
@@ -376,5 +375,39 @@ impl Engine {
             });
         }
         out
+    }
+}
+
+/// What one FETCH served, counted once it answers.
+#[derive(Debug, Default)]
+struct FetchTally {
+    served: Vec<(Arc<Partition>, u64, usize)>,
+    first_error: Option<(usize, ErrorCode)>,
+}
+
+impl FetchTally {
+    /// Partition `p` served `records` (stored format, as the log read and
+    /// checked them: counted by their headers, not checked again).
+    pub fn served(&mut self, p: &Arc<Partition>, records: &[u8]) {
+        if !records.is_empty() {
+            let n = flume_protocol::record::count_unchecked(records) as u64;
+            self.served.push((Arc::clone(p), n, records.len()));
+        }
+    }
+
+    /// The partition at `index` of the request failed with `code`.
+    pub fn failed(&mut self, index: usize, code: ErrorCode) {
+        if self.first_error.is_none() {
+            self.first_error = Some((index, code));
+        }
+    }
+
+    /// Adds what was served to the partitions' counters; returns the first
+    /// failed partition (its index in the request) and its error.
+    pub fn commit(&mut self) -> Option<(usize, ErrorCode)> {
+        for (p, n, bytes) in self.served.drain(..) {
+            p.stats().served(n, bytes);
+        }
+        self.first_error
     }
 }

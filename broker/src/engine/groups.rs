@@ -12,14 +12,14 @@ use futures::FutureExt;
 
 use super::{lock, Engine, FetchMemory, JoinReply};
 use crate::config::valid_group_id;
+use crate::coordinator::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
+use crate::coordinator::offsets::{Committed, NotQueued, Offsets};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchSpec, Fetched, GroupDescription, GroupError, GroupListing,
     GroupPhase, GroupPosition, JoinSpec, Joined, Member, SyncSpec, Synced, TopicPartition,
     CLIENT_SESSION_TIMEOUT_MS,
 };
 use crate::error::BrokerError;
-use crate::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
-use crate::offsets::{Committed, NotQueued, Offsets};
 
 /// Most bytes of protocol metadata and assignments (chosen by the peers)
 /// that the members of client-assigned (Kafka) groups hold, over all groups.
@@ -405,7 +405,7 @@ impl Engine {
     /// [`Engine::commit_offsets`] with what Kafka clients keep beside each
     /// offset (its leader epoch and metadata string, returned as committed by
     /// [`Engine::committed_full`]): metadata over
-    /// [`crate::offsets::MAX_METADATA_BYTES`] leaves that partition alone
+    /// [`crate::coordinator::offsets::MAX_METADATA_BYTES`] leaves that partition alone
     /// with OFFSET_METADATA_TOO_LARGE.
     ///
     /// # Errors
@@ -424,7 +424,7 @@ impl Engine {
             let too_long = c
                 .metadata
                 .as_ref()
-                .is_some_and(|m| m.len() > crate::offsets::MAX_METADATA_BYTES);
+                .is_some_and(|m| m.len() > crate::coordinator::offsets::MAX_METADATA_BYTES);
             results.push(match self.topic(&tp.topic) {
                 None => ErrorCode::UnknownTopic,
                 Some(t) if t.partition(tp.partition).is_none() => ErrorCode::UnknownPartition,
@@ -460,7 +460,7 @@ impl Engine {
                 Err(NotQueued::Closed) => return Err(ErrorCode::ShuttingDown),
             }
         };
-        if let Err(e) = crate::offsets::finish(rx).await {
+        if let Err(e) = crate::coordinator::offsets::finish(rx).await {
             tracing::error!(group = %member.group, error = %e, "offset commit failed");
             return Err(e.code());
         }

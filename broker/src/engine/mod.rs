@@ -24,12 +24,14 @@ use futures::channel::oneshot;
 use futures::FutureExt;
 
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
+use crate::coordinator::group::{Answer, Coordinator};
+use crate::coordinator::offsets::Offsets;
 use crate::domain::GroupError;
+use crate::domain::GroupSummary;
 use crate::error::BrokerError;
-use crate::group::{Answer, Coordinator};
-use crate::metrics::{GroupSummary, Metrics};
-use crate::offsets::Offsets;
+use crate::metrics::Metrics;
 use crate::storage::{DataDirLock, FsyncPolicy};
+use topics::Shared;
 
 mod admin;
 mod fetch;
@@ -60,6 +62,7 @@ const OPEN_THREADS: usize = 16;
 #[allow(clippy::type_complexity)]
 fn open_topics(
     config: &BrokerConfig,
+    shared: &Shared,
 ) -> Result<(BTreeMap<String, Arc<Topic>>, Vec<(PathBuf, String)>), BrokerError> {
     let dir = &config.data_dir;
     let entries = std::fs::read_dir(dir).map_err(|source| BrokerError::Io {
@@ -101,7 +104,7 @@ fn open_topics(
         .collect();
     let mut opened = parallel_map(&work, |&(t, p)| {
         let (name, tc) = &found[t];
-        Topic::open_partition(config, name, tc, p)
+        Topic::open_partition(config, shared, name, tc, p)
     })
     .into_iter();
     let mut topics = BTreeMap::new();
@@ -166,10 +169,14 @@ pub struct Engine {
     data_lock: Mutex<Option<DataDirLock>>,
     /// Request counters and latencies (see [`crate::metrics`]).
     metrics: Arc<Metrics>,
-    /// Idempotent producers' ids (see [`crate::producers`]).
-    producer_ids: Arc<crate::producers::ProducerIds>,
+    /// Idempotent producers' ids (see [`crate::coordinator::producer_ids`]).
+    producer_ids: Arc<crate::coordinator::producer_ids::ProducerIds>,
     /// The ACLs and the authorisation check (see [`crate::security::acl`]).
     acl: Arc<crate::security::acl::Authorizer>,
+    /// The per-principal limits every listener applies (see [`crate::security::quota`]).
+    quotas: Arc<crate::security::quota::Quotas>,
+    /// What every partition shares (the file cache, the producer-state limits).
+    shared: Shared,
 }
 
 impl Engine {
@@ -186,7 +193,8 @@ impl Engine {
         config.validate()?;
         let dir = &config.data_dir;
         let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
-        let (topics, tombstones) = open_topics(&config)?;
+        let shared = Shared::new(&config);
+        let (topics, tombstones) = open_topics(&config, &shared)?;
         let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
         // Deletes a crash interrupted: finish them (docs/storage.md, "Deleting a topic").
         for (path, _) in tombstones {
@@ -198,12 +206,19 @@ impl Engine {
             admin::remove_tombstone(dir, &path)?;
         }
         let producer_ids =
-            crate::producers::ProducerIds::open(dir).map_err(|e| BrokerError::Io {
-                what: "producer ids".into(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            crate::coordinator::producer_ids::ProducerIds::open(dir).map_err(|e| {
+                BrokerError::Io {
+                    what: "producer ids".into(),
+                    source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+                }
             })?;
         let acl =
             crate::security::acl::Authorizer::open(dir, config.authorizer, &config.admin_users)?;
+        let quotas = crate::security::quota::Quotas::new(
+            config.connections_per_principal(),
+            config.produce_quota_bytes_per_sec,
+            config.clock.clone(),
+        );
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
@@ -219,6 +234,8 @@ impl Engine {
             metrics: Arc::new(Metrics::default()),
             producer_ids: Arc::new(producer_ids),
             acl: Arc::new(acl),
+            quotas,
+            shared,
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -331,6 +348,12 @@ impl Engine {
         self.config.data_dir.clone()
     }
 
+    /// The per-principal limits (connections, produce rate, failed logins)
+    /// and their counters.
+    pub fn quotas(&self) -> &Arc<crate::security::quota::Quotas> {
+        &self.quotas
+    }
+
     /// Request counters and latencies.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -347,7 +370,13 @@ impl Engine {
     }
 
     /// Up to `limit` committed offsets: ((group, topic, partition), offset).
-    pub fn committed_offsets(&self, limit: usize) -> Vec<(crate::offsets::OffsetKey, i64)> {
+    pub fn committed_offsets(
+        &self,
+        limit: usize,
+    ) -> Vec<(crate::coordinator::offsets::OffsetKey, i64)> {
         self.offsets.entries(limit)
     }
 }
+
+#[cfg(test)]
+mod offsets_tests;

@@ -9,9 +9,9 @@ use flume_protocol::record::{self, RecordError, RecordIter};
 use flume_protocol::ErrorCode;
 
 use super::Engine;
+use crate::coordinator::producer_ids::ProducerIdError;
 use crate::domain::{Appended, AppendedSpan, ProduceBatch, ProducerBatch, ProducerError, Route};
 use crate::partition::{Admission, Refusal};
-use crate::producers::ProducerIdError;
 
 /// A batch admitted to its partition queues, waiting for acknowledgements.
 #[derive(Debug)]
@@ -224,7 +224,7 @@ impl Engine {
     }
 
     /// Issues a new producer id (epoch 0) for an idempotent producer. Ids
-    /// never repeat, across restarts too (see [`crate::producers`]).
+    /// never repeat, across restarts too (see [`crate::coordinator::producer_ids`]).
     ///
     /// # Errors
     /// The id block could not be persisted (STORAGE_ERROR; no id is issued).

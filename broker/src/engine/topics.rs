@@ -13,8 +13,9 @@ use super::Engine;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::domain::{PartitionOffsets, TopicDescription};
 use crate::error::BrokerError;
+use crate::partition::producers::ProducerLimits;
 use crate::partition::Partition;
-use crate::storage::{write_atomic, Log};
+use crate::storage::{write_atomic, FileCache, Log, LogConfig};
 
 /// A topic and its partitions.
 #[derive(Debug)]
@@ -35,16 +36,55 @@ impl Topic {
     }
 }
 
+/// What every partition of a broker shares, made once at open from the
+/// settings and owned by the engine: the cache of open segment files and the
+/// producer-state limits (with their broker-wide count).
+#[derive(Debug, Clone)]
+pub(crate) struct Shared {
+    /// Open segment files over all partitions (`max_open_files`).
+    pub(crate) files: Arc<FileCache>,
+    /// Idempotent producers' state, bounded per partition and overall.
+    pub(crate) producer_limits: Arc<ProducerLimits>,
+}
+
+impl Shared {
+    pub(crate) fn new(config: &BrokerConfig) -> Self {
+        Shared {
+            files: FileCache::new(config.max_open_files),
+            producer_limits: Arc::new(ProducerLimits::new(
+                config.max_producers_per_partition,
+                config.max_producer_states,
+                u64::try_from(config.producer_expiry.as_millis()).unwrap_or(u64::MAX),
+                config.clock.clone(),
+            )),
+        }
+    }
+}
+
+/// Log settings for one partition of a topic with settings `tc`.
+fn log_config(tc: &TopicConfig, config: &BrokerConfig, files: &Arc<FileCache>) -> LogConfig {
+    LogConfig {
+        segment_bytes: tc.segment_bytes,
+        index_interval_bytes: config.index_interval_bytes,
+        fsync: config.fsync,
+        retention_bytes: tc.retention_bytes,
+        retention_ms: tc.retention_ms,
+        verify_sealed: config.verify_on_open,
+        files: Arc::clone(files),
+    }
+}
+
 impl Topic {
     /// Opens (recovering) partition `p` of topic `name`.
     pub(super) fn open_partition(
         config: &BrokerConfig,
+        shared: &Shared,
         name: &str,
         tc: &TopicConfig,
         p: u32,
     ) -> Result<Arc<Partition>, BrokerError> {
         let dir = config.data_dir.join(name).join(format!("partition-{p}"));
-        let log = Log::open(&dir, tc.log_config(config))?;
+        let log = Log::open(&dir, log_config(tc, config, &shared.files))?;
         Ok(Arc::new(Partition::start(
             name,
             p,
@@ -52,7 +92,7 @@ impl Topic {
             tc.max_pending,
             tc.backpressure,
             config.writer_batch_bytes,
-            config.producer_limits(),
+            Arc::clone(&shared.producer_limits),
         )))
     }
 
@@ -100,6 +140,7 @@ impl Engine {
     /// creates whatever partition directory is missing.
     pub(super) fn open_topic(
         config: &BrokerConfig,
+        shared: &Shared,
         name: &str,
         tc: TopicConfig,
     ) -> Result<Topic, BrokerError> {
@@ -122,10 +163,11 @@ impl Engine {
             crate::storage::fsync_dir(&dir)?;
         }
         let numbers: Vec<u32> = (0..tc.partitions).collect();
-        let partitions =
-            super::parallel_map(&numbers, |&p| Topic::open_partition(config, name, &tc, p))
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()?;
+        let partitions = super::parallel_map(&numbers, |&p| {
+            Topic::open_partition(config, shared, name, &tc, p)
+        })
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()?;
         Ok(Topic::from_parts(name.to_owned(), tc, partitions))
     }
 
@@ -189,6 +231,7 @@ impl Engine {
         self.config
             .check_partition_limit(name, existing, tc.partitions)?;
         let config = self.config.clone();
+        let shared = self.shared.clone();
         let owned = name.to_owned();
         let topic = rt::unblock(move || {
             #[cfg(test)]
@@ -197,7 +240,7 @@ impl Engine {
             let dir = config.data_dir.join(&owned);
             crate::storage::create_dir_durable(&dir)?;
             write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
-            Self::open_topic(&config, &owned, tc)
+            Self::open_topic(&config, &shared, &owned, tc)
         })
         .await?;
         let topic = Arc::new(topic);

@@ -17,11 +17,11 @@ use flume_protocol::{
 };
 
 use crate::config::{fetch_wait, valid_group_id};
+use crate::domain::Assignor;
 use crate::domain::{
     Appended, FetchFrom, FetchSpec, Fetched, FoundOffset, GroupPosition, JoinSpec, Joined, Member,
     OffsetSpec, ProduceBatch, Route, TopicChanges, TopicDescription, TopicPartition,
 };
-use crate::group::Assignor;
 
 /// A PRODUCE entry as a batch: partition -1 routes by key. The records stay
 /// the slice of the frame they arrived in.

@@ -1,5 +1,5 @@
 //! The Flume protocol front end: decode a request, call the engine in the
-//! domain's terms, encode the response. A connection ([`crate::conn`]) hands
+//! domain's terms, encode the response. A connection ([`crate::flume::conn`]) hands
 //! each frame here and writes back what comes out; the wire <-> domain
 //! translations themselves are in [`map`].
 //!
@@ -33,6 +33,7 @@ use crate::security::acl::{Operation, Protocol, Resource};
 use crate::security::Principal;
 use tracing::Instrument;
 
+pub mod conn;
 pub mod map;
 
 /// A response being prepared: resolves to its whole frame.
@@ -444,7 +445,7 @@ async fn admit_request(
                 Err(f) => f,
             }
         }
-        // A connection answers AUTHENTICATE itself (crate::conn); here there
+        // A connection answers AUTHENTICATE itself (crate::flume::conn); here there
         // is no connection state to authenticate.
         ApiKey::Authenticate => error_frame(id, ErrorCode::AuthenticationFailed),
         ApiKey::Users => error_frame(id, ErrorCode::NotAuthorized),

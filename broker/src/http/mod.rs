@@ -17,6 +17,7 @@
 //! the connection's task within `read_timeout`, inside its lifetime.
 
 mod overview;
+pub mod scrape;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -35,11 +36,11 @@ use tracing::Instrument;
 
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::metrics::{Probe, Scrape};
 use crate::security::acl::{AclPrincipal, Operation, Protocol, Resource};
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
 pub use overview::{History, Sample, HISTORY_INTERVAL, HISTORY_SAMPLES};
+use scrape::{Probe, Scrape};
 
 /// The dashboard page (HTML, CSS and JavaScript in one file, no external resources).
 pub const DASHBOARD_HTML: &str = include_str!("dashboard/index.html");
@@ -184,9 +185,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, tls: Option<Arc<S
     let stop = state.engine.shutdown_signal();
     let cfg = state.engine.config().clone();
     let max = max_http_connections(cfg.max_connections);
-    while let Some((stream, peer)) =
-        crate::listener::next_connection(&listener, &stop, "http").await
-    {
+    while let Some((stream, peer)) = crate::net::next_connection(&listener, &stop, "http").await {
         if state.open.load(Ordering::Acquire) >= max {
             // No set of connections keeps a new one out: the oldest idle one
             // (or the oldest) makes room; it ends as soon as its task sees it.
@@ -218,7 +217,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, tls: Option<Arc<S
             let state = Arc::clone(&slot.0);
             let serve = async move {
                 let (stream, principal) =
-                    match crate::listener::secure(tls.as_deref(), stream, head_timeout).await {
+                    match crate::net::secure(tls.as_deref(), stream, head_timeout).await {
                         Ok(x) => x,
                         Err(e) => {
                             tracing::debug!(%peer, error = %e, "HTTP TLS handshake failed");

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::scrape::{group_lags, process_stats, ServerStats};
 use crate::engine::Engine;
-use crate::metrics::{group_lags, process_stats, ServerStats};
 
 /// Time between history samples.
 pub const HISTORY_INTERVAL: Duration = Duration::from_secs(2);

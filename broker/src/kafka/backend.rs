@@ -14,12 +14,12 @@ use flume_protocol::ErrorCode;
 use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
+use crate::coordinator::offsets::Committed;
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
     Member, ProduceBatch, ProducerBatch, ProducerError, Route, SyncSpec, Synced, TopicPartition,
 };
 use crate::engine::{Engine, FetchMemory};
-use crate::offsets::Committed;
 
 /// One record as both protocols see it.
 #[derive(Debug, Clone, PartialEq, Eq)]

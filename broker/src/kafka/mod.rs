@@ -39,7 +39,7 @@ use futures::FutureExt;
 use crate::budget::{MemoryBudget, CONNECTION_RESERVE_BYTES};
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::listener::{secure, Connections};
+use crate::net::{secure, Connections};
 use crate::security::acl::{Operation, Protocol, Resource};
 use crate::security::auth::Authenticator;
 use crate::security::quota::{ConnQuota, Quotas};
@@ -359,9 +359,7 @@ struct Proto {
 
 async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
     let stop = proto.backend.shutdown_signal();
-    while let Some((stream, peer)) =
-        crate::listener::next_connection(&listener, &stop, "kafka").await
-    {
+    while let Some((stream, peer)) = crate::net::next_connection(&listener, &stop, "kafka").await {
         let _ = stream.set_nodelay(true);
         let ctx = Ctx {
             backend: proto.backend.clone(),
@@ -561,7 +559,7 @@ async fn serve(
     ctx: &Ctx,
     limits: &Proto,
     stream: Transport,
-    handle: &crate::listener::ConnHandle,
+    handle: &crate::net::ConnHandle,
     mut quota: ConnQuota,
 ) -> Result<(), ConnError> {
     let stop = ctx.backend.shutdown_signal();

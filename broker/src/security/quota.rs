@@ -43,7 +43,6 @@ use flume_rt::sync::lock;
 
 use super::Principal;
 use crate::clock::Clock;
-use crate::metrics::Metrics;
 
 /// Most keys a bucket map tracks (principals for produce, addresses for logins).
 pub const MAX_TRACKED: usize = 10_000;
@@ -343,20 +342,15 @@ pub struct Quotas {
     produce: Mutex<Buckets<QuotaKey>>,
     logins: Mutex<Buckets<IpAddr>>,
     clock: Clock,
-    /// The broker's metrics, where [`QuotaStats`] live.
-    metrics: Arc<Metrics>,
+    /// What the limits did, for `/metrics`.
+    stats: QuotaStats,
 }
 
 impl Quotas {
     /// Limits of `max_connections` per principal and, when set, a produce
     /// rate in bytes per second per principal, on `clock`.
-    pub fn new(
-        max_connections: usize,
-        produce_rate: Option<u64>,
-        clock: Clock,
-        metrics: Arc<Metrics>,
-    ) -> Arc<Quotas> {
-        Self::with_cap(max_connections, produce_rate, clock, metrics, MAX_TRACKED)
+    pub fn new(max_connections: usize, produce_rate: Option<u64>, clock: Clock) -> Arc<Quotas> {
+        Self::with_cap(max_connections, produce_rate, clock, MAX_TRACKED)
     }
 
     /// As [`Quotas::new`] with bucket maps of at most `cap` keys (tests).
@@ -364,7 +358,6 @@ impl Quotas {
         max_connections: usize,
         produce_rate: Option<u64>,
         clock: Clock,
-        metrics: Arc<Metrics>,
         cap: usize,
     ) -> Arc<Quotas> {
         Arc::new(Quotas {
@@ -374,18 +367,18 @@ impl Quotas {
             produce: Mutex::new(Buckets::new(cap)),
             logins: Mutex::new(Buckets::new(cap)),
             clock,
-            metrics,
+            stats: QuotaStats::default(),
         })
     }
 
     /// No limits worth the name (tests and fuzzing).
     pub fn unlimited() -> Arc<Quotas> {
-        Self::new(usize::MAX, None, Clock::system(), Arc::default())
+        Self::new(usize::MAX, None, Clock::system())
     }
 
     /// The counters.
     pub fn stats(&self) -> &QuotaStats {
-        self.metrics.quota()
+        &self.stats
     }
 
     /// Takes a connection slot for `key`.
@@ -628,7 +621,7 @@ mod tests {
     #[test]
     fn produce_throttle_is_per_principal_on_the_injected_clock() {
         let clock = Clock::manual();
-        let q = Quotas::new(10, Some(1000), clock.clone(), Arc::default());
+        let q = Quotas::new(10, Some(1000), clock.clone());
         let (a, b) = (QuotaKey::new(&user("a"), A), QuotaKey::new(&user("b"), A));
         assert_eq!(q.produce(&a, 1000), Duration::ZERO);
         assert_eq!(q.produce(&a, 2000), Duration::from_secs(2));
@@ -642,7 +635,7 @@ mod tests {
         assert_eq!(q.stats().throttle_ms(PrincipalClass::User), 2500);
         assert_eq!(q.stats().throttle_ms(PrincipalClass::Anonymous), 0);
         // Off: never throttled.
-        let off = Quotas::new(10, None, clock, Arc::default());
+        let off = Quotas::new(10, None, clock);
         assert_eq!(off.produce(&a, usize::MAX), Duration::ZERO);
         assert_eq!(off.tracked_producers(), 0);
     }
@@ -650,7 +643,7 @@ mod tests {
     #[test]
     fn the_bucket_map_is_bounded_and_drops_idle_entries_first() {
         let clock = Clock::manual();
-        let q = Quotas::with_cap(10, Some(100), clock.clone(), Arc::default(), 3);
+        let q = Quotas::with_cap(10, Some(100), clock.clone(), 3);
         let key = |n: &str| QuotaKey::new(&user(n), A);
         q.produce(&key("busy"), 1000); // in debt for 9 s
         clock.advance(Duration::from_millis(10));
@@ -674,7 +667,7 @@ mod tests {
 
     #[test]
     fn connections_are_limited_per_principal_and_anonymous_per_address() {
-        let q = Quotas::new(2, None, Clock::manual(), Arc::default());
+        let q = Quotas::new(2, None, Clock::manual());
         let anon = Principal::Anonymous;
         let c1 = ConnQuota::new(Arc::clone(&q), A, &anon);
         let c2 = ConnQuota::new(Arc::clone(&q), A, &anon);
@@ -710,7 +703,7 @@ mod tests {
     #[test]
     fn failed_logins_are_limited_per_address_on_the_injected_clock() {
         let clock = Clock::manual();
-        let q = Quotas::new(10, None, clock.clone(), Arc::default());
+        let q = Quotas::new(10, None, clock.clone());
         let (ca, cb) = (
             ConnQuota::new(Arc::clone(&q), A, &Principal::Anonymous),
             ConnQuota::new(Arc::clone(&q), B, &Principal::Anonymous),
@@ -739,7 +732,7 @@ mod tests {
 
     #[test]
     fn the_login_map_is_bounded() {
-        let q = Quotas::with_cap(10, None, Clock::manual(), Arc::default(), 100);
+        let q = Quotas::with_cap(10, None, Clock::manual(), 100);
         for i in 0..1000u32 {
             q.login_result(IpAddr::V4(i.into()), Mechanism::Plain, false);
         }

@@ -36,35 +36,7 @@ use super::Principal;
 /// The TLS stream type of an accepted connection.
 pub type TlsStream = futures_rustls::server::TlsStream<TcpStream>;
 
-/// Why TLS could not be set up.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum TlsError {
-    /// A file could not be read.
-    #[error("cannot read {what} {path}: {source}")]
-    Read {
-        /// Which file it is (certificate, key, client CA).
-        what: &'static str,
-        /// Its path.
-        path: PathBuf,
-        /// The OS error.
-        source: io::Error,
-    },
-    /// A file is not the PEM it should be.
-    #[error("{what} {path}: {reason}")]
-    Pem {
-        /// Which file it is.
-        what: &'static str,
-        /// Its path.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// rustls refused the certificates or the key (a key that does not match
-    /// the certificate, say).
-    #[error("TLS configuration refused: {0}")]
-    Config(String),
-}
+pub use crate::error::TlsError;
 
 /// The files TLS is made from.
 #[derive(Debug, Clone, PartialEq, Eq)]

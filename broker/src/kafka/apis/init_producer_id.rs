@@ -4,7 +4,7 @@
 //! transactional id, every request gets a fresh id with epoch 0, whatever
 //! id and epoch it names (an epoch bump after UNKNOWN_PRODUCER_ID, KIP-360,
 //! thus gets a new id, and the client starts its sequences over). Ids never
-//! repeat, across restarts too ([`crate::producers`]). A transactional id is
+//! repeat, across restarts too ([`crate::partition::producers`]). A transactional id is
 //! answered COORDINATOR_NOT_AVAILABLE, as FindCoordinator answers a request
 //! for a transaction coordinator: what Kafka says while it has no
 //! transaction coordinator to offer. An empty transactional id is

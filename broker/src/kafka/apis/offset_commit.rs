@@ -11,8 +11,8 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::super::{errors, Ctx};
+use crate::coordinator::offsets::Committed;
 use crate::domain::TopicPartition;
-use crate::offsets::Committed;
 use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(

@@ -4,7 +4,7 @@
 //!
 //! An idempotent producer's batch carries its producer id, epoch and base
 //! sequence to the partition, which checks the sequence as it appends (see
-//! [`crate::producers`]): a retry of a stored batch is answered with its
+//! [`crate::partition::producers`]): a retry of a stored batch is answered with its
 //! original base offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER, an old
 //! epoch with INVALID_PRODUCER_EPOCH (as Kafka 2.7+ answers every produce
 //! version), an id this broker never issued with UNKNOWN_PRODUCER_ID.

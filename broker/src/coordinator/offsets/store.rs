@@ -1,33 +1,8 @@
-//! Committed offsets, in `<data>/__consumer_offsets/offsets.log`.
-//!
-//! The file is a header (`FLMOFS`, version 2) followed by records in the
-//! log's format (so each carries a CRC): key = group id, value = `[topic
-//! string][partition i32][offset i64][leader epoch i32][metadata nullable
-//! bytes, utf-8][group protocol type string]` (what Kafka clients commit
-//! beside an offset, -1 and null when none; the group's protocol type when it
-//! committed). A file of version 1 (the log's header, `FLMLOG`, and values
-//! without the last three fields) is read and rewritten as version 2 on open, so a
-//! broker of an older version refuses the file instead of misreading it. A
-//! commit appends one record per partition; on open the
-//! file is replayed, and a torn or corrupt tail is cut off, so every
-//! partition's committed offset is the old value or the new one, never torn.
-//! When the file grows well past its live content it is compacted by writing
-//! `offsets.log.tmp`, fsyncing it, renaming it over the old file and fsyncing
-//! the directory; a stray temp file from an interrupted compaction is removed
-//! on open.
-//!
-//! Layout:
-//! - [`OffsetStore`]: the file and the map of live offsets, synchronous.
-//! - [`Offsets`]: what the engine uses. Commits go through a bounded queue to
-//!   one writer task (group commit, as the partitions do): it takes every
-//!   commit waiting, appends them with one write, applies the broker's fsync
-//!   policy once for the batch (`always`: fdatasync before any is
-//!   acknowledged; `<ms>`: an fdatasync at most `<ms>` after a commit, by
-//!   the writer or the broker's ticker; `never`: left to the OS), then makes
-//!   them visible and acknowledges each. The file work runs on the blocking
-//!   pool, so an fsync never holds a lock that heartbeats or joins need, and
-//!   never blocks an executor thread. Reads (`get`, `for_topic`) take a
-//!   read lock on the map, which the writer holds only to insert.
+//! The committed-offset file and the map of live offsets, synchronous:
+//! `<data>/__consumer_offsets/offsets.log` (format in the parent module's
+//! docs and `docs/storage.md`). [`OffsetStore`] appends commits, replays the
+//! file on open (cutting a torn or corrupt tail), converts a version 1 file,
+//! and compacts the file when it grows well past its live content.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -35,17 +10,13 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use bytes::BufMut;
-use event_listener::{Event, EventListener};
 use flume_protocol::record::{self, RecordIter};
 use flume_protocol::wire::{Reader, WriteExt};
 use flume_protocol::ErrorCode;
-use flume_rt as rt;
-use flume_rt::sync::lock;
-use futures::channel::oneshot;
 
 use crate::error::BrokerError;
 use crate::storage::segment::{FILE_HEADER_LEN, LOG_MAGIC};
@@ -105,9 +76,9 @@ pub const OFFSETS_MAGIC: [u8; 8] = *b"FLMOFS\x00\x02";
 /// already bounded by the frame size and the broker's request budget).
 pub const COMMIT_QUEUE_CAPACITY: usize = 1024;
 
-type Map = HashMap<OffsetKey, Committed>;
+pub(super) type Map = HashMap<OffsetKey, Committed>;
 
-fn read_map(m: &RwLock<Map>) -> std::sync::RwLockReadGuard<'_, Map> {
+pub(super) fn read_map(m: &RwLock<Map>) -> std::sync::RwLockReadGuard<'_, Map> {
     m.read().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -134,19 +105,19 @@ pub struct OffsetStore {
     path: PathBuf,
     file: File,
     size: u64,
-    map: Arc<RwLock<Map>>,
+    pub(super) map: Arc<RwLock<Map>>,
     policy: FsyncPolicy,
     /// Bytes written since the last fsync.
     dirty: bool,
     last_sync: Instant,
-    syncs: Arc<AtomicU64>,
+    pub(super) syncs: Arc<AtomicU64>,
     compact_min_bytes: u64,
     /// Most (group, topic, partition) entries kept: commits that would add more are refused.
     max_keys: usize,
     /// Bytes of metadata the map holds.
     metadata_bytes: usize,
     #[cfg(test)]
-    hook: Option<FsyncHook>,
+    pub(super) hook: Option<FsyncHook>,
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> BrokerError {
@@ -534,7 +505,7 @@ impl OffsetStore {
 }
 
 /// Up to `limit` committed offsets, in no particular order.
-fn entries(map: &RwLock<Map>, limit: usize) -> Vec<(OffsetKey, i64)> {
+pub(super) fn entries(map: &RwLock<Map>, limit: usize) -> Vec<(OffsetKey, i64)> {
     map.read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .iter()
@@ -543,17 +514,22 @@ fn entries(map: &RwLock<Map>, limit: usize) -> Vec<(OffsetKey, i64)> {
         .collect()
 }
 
-fn get(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<i64> {
+pub(super) fn get(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<i64> {
     get_committed(map, group, topic, partition).map(|c| c.offset)
 }
 
-fn get_committed(map: &RwLock<Map>, group: &str, topic: &str, partition: i32) -> Option<Committed> {
+pub(super) fn get_committed(
+    map: &RwLock<Map>,
+    group: &str,
+    topic: &str,
+    partition: i32,
+) -> Option<Committed> {
     read_map(map)
         .get(&(group.to_owned(), topic.to_owned(), partition))
         .cloned()
 }
 
-fn for_topic(map: &RwLock<Map>, group: &str, topic: &str) -> Vec<(i32, i64)> {
+pub(super) fn for_topic(map: &RwLock<Map>, group: &str, topic: &str) -> Vec<(i32, i64)> {
     let mut v: Vec<(i32, i64)> = read_map(map)
         .iter()
         .filter(|((g, t, _), _)| g == group && t == topic)
@@ -561,304 +537,6 @@ fn for_topic(map: &RwLock<Map>, group: &str, topic: &str) -> Vec<(i32, i64)> {
         .collect();
     v.sort_unstable();
     v
-}
-
-/// One commit waiting for the writer.
-#[derive(Debug)]
-struct CommitJob {
-    group: String,
-    offsets: CommitOffsets,
-    ack: oneshot::Sender<Result<(), BrokerError>>,
-}
-
-/// Why a commit was not queued.
-#[derive(Debug)]
-pub enum NotQueued {
-    /// The queue is full: the offsets come back; wait on [`Offsets::room`] and retry.
-    Full(CommitOffsets),
-    /// The writer has stopped (shutdown).
-    Closed,
-}
-
-/// The committed offsets with their writer task (see the module docs).
-#[derive(Debug)]
-pub struct Offsets {
-    store: Arc<Mutex<OffsetStore>>,
-    map: Arc<RwLock<Map>>,
-    syncs: Arc<AtomicU64>,
-    queue: async_channel::Sender<CommitJob>,
-    room: Arc<Event>,
-    writer: rt::sync::TaskSlot<()>,
-}
-
-impl Offsets {
-    /// Up to `limit` committed offsets, in no particular order (metrics).
-    pub fn entries(&self, limit: usize) -> Vec<(OffsetKey, i64)> {
-        entries(&self.map, limit)
-    }
-
-    /// Opens the store in `dir` and starts its writer task.
-    ///
-    /// # Errors
-    /// As [`OffsetStore::open`].
-    pub fn open(dir: &Path, policy: FsyncPolicy) -> Result<Self, BrokerError> {
-        Ok(Self::start(OffsetStore::open(dir, policy)?))
-    }
-
-    fn start(store: OffsetStore) -> Self {
-        let map = Arc::clone(&store.map);
-        let syncs = Arc::clone(&store.syncs);
-        let store = Arc::new(Mutex::new(store));
-        let (tx, rx) = async_channel::bounded(COMMIT_QUEUE_CAPACITY);
-        let room = Arc::new(Event::new());
-        let writer = rt::spawn(writer_loop(rx, Arc::clone(&store), Arc::clone(&room)));
-        Offsets {
-            store,
-            map,
-            syncs,
-            queue: tx,
-            room,
-            writer: rt::sync::TaskSlot::new(writer),
-        }
-    }
-
-    /// The committed offset (next to read), if any. Commits are visible once acknowledged.
-    pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
-        get(&self.map, group, topic, partition)
-    }
-
-    /// What is committed (offset, leader epoch, metadata), if anything.
-    pub fn get_committed(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
-        get_committed(&self.map, group, topic, partition)
-    }
-
-    /// Every committed offset of a group for a topic.
-    pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
-        for_topic(&self.map, group, topic)
-    }
-
-    /// Every committed offset of a group: (topic, partition, offset), sorted.
-    /// Scans every entry (admin requests, not the commit path).
-    pub fn for_group(&self, group: &str) -> Vec<(String, i32, i64)> {
-        let mut v: Vec<(String, i32, i64)> = self
-            .for_group_committed(group)
-            .into_iter()
-            .map(|(t, p, c)| (t, p, c.offset))
-            .collect();
-        v.sort_unstable();
-        v
-    }
-
-    /// Every commit of a group, epochs and metadata included, sorted by
-    /// topic and partition. Scans every entry.
-    pub fn for_group_committed(&self, group: &str) -> Vec<(String, i32, Committed)> {
-        let mut v: Vec<(String, i32, Committed)> = read_map(&self.map)
-            .iter()
-            .filter(|((g, _, _), _)| g == group)
-            .map(|((_, t, p), c)| (t.clone(), *p, c.clone()))
-            .collect();
-        v.sort_unstable_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-        v
-    }
-
-    /// Whether a group has any committed offset.
-    pub fn has_group(&self, group: &str) -> bool {
-        read_map(&self.map).keys().any(|(g, _, _)| g == group)
-    }
-
-    /// The groups with committed offsets and the protocol type each
-    /// committed with (a non-empty one if any), sorted. Scans every entry.
-    pub fn groups_with_type(&self) -> Vec<(String, String)> {
-        let map = read_map(&self.map);
-        let mut by: std::collections::BTreeMap<&String, &str> = std::collections::BTreeMap::new();
-        for ((g, _, _), c) in map.iter() {
-            let t = by.entry(g).or_insert("");
-            if t.is_empty() {
-                *t = &c.protocol_type;
-            }
-        }
-        by.into_iter()
-            .map(|(g, t)| (g.clone(), t.to_owned()))
-            .collect()
-    }
-
-    /// The protocol type a group's offsets were committed with (a non-empty
-    /// one if any; empty if none or no offsets).
-    pub fn group_protocol_type(&self, group: &str) -> String {
-        read_map(&self.map)
-            .iter()
-            .filter(|((g, _, _), c)| g == group && !c.protocol_type.is_empty())
-            .map(|(_, c)| c.protocol_type.clone())
-            .next()
-            .unwrap_or_default()
-    }
-
-    /// The groups with committed offsets, sorted. Scans every entry.
-    pub fn groups(&self) -> Vec<String> {
-        let map = read_map(&self.map);
-        let set: std::collections::BTreeSet<&String> = map.keys().map(|(g, _, _)| g).collect();
-        set.into_iter().cloned().collect()
-    }
-
-    /// Queues a commit without waiting; the receiver gets its result once it
-    /// is written (and fsynced if the policy is `always`). Commits are written
-    /// in the order they are queued.
-    ///
-    /// # Errors
-    /// [`NotQueued::Full`] (retry after [`Offsets::room`]) or [`NotQueued::Closed`].
-    pub fn try_queue(
-        &self,
-        group: &str,
-        offsets: CommitOffsets,
-    ) -> Result<oneshot::Receiver<Result<(), BrokerError>>, NotQueued> {
-        let (ack, rx) = oneshot::channel();
-        let job = CommitJob {
-            group: group.to_owned(),
-            offsets,
-            ack,
-        };
-        match self.queue.try_send(job) {
-            Ok(()) => Ok(rx),
-            Err(async_channel::TrySendError::Full(job)) => Err(NotQueued::Full(job.offsets)),
-            Err(async_channel::TrySendError::Closed(_)) => Err(NotQueued::Closed),
-        }
-    }
-
-    /// A listener woken when the writer takes commits off the queue. Create
-    /// it before [`Offsets::try_queue`], so no wake-up is missed.
-    pub fn room(&self) -> EventListener {
-        self.room.listen()
-    }
-
-    /// Queues a commit, waiting for room, and waits for its result.
-    ///
-    /// # Errors
-    /// Storage errors, INVALID_REQUEST (entry limit), SHUTTING_DOWN.
-    pub async fn commit(&self, group: &str, offsets: CommitOffsets) -> Result<(), BrokerError> {
-        let mut offsets = offsets;
-        loop {
-            let room = self.room();
-            match self.try_queue(group, offsets) {
-                Ok(rx) => return finish(rx).await,
-                Err(NotQueued::Full(back)) => {
-                    offsets = back;
-                    room.await;
-                }
-                Err(NotQueued::Closed) => return Err(ErrorCode::ShuttingDown.into()),
-            }
-        }
-    }
-
-    /// Stores offsets at once on the calling thread, bypassing the queue
-    /// (embedded mode, which has no executor of its own to wait on).
-    ///
-    /// # Errors
-    /// As [`OffsetStore::commit`].
-    pub fn commit_now(
-        &self,
-        group: &str,
-        offsets: &[(String, i32, i64)],
-    ) -> Result<(), BrokerError> {
-        lock(&self.store).commit(group, offsets)
-    }
-
-    /// Under the interval policy, fsyncs the file if a commit is older than
-    /// the interval; off the executor. Called by the broker's ticker.
-    pub async fn maintain(&self) {
-        let store = Arc::clone(&self.store);
-        let r = rt::unblock(move || lock(&store).sync_if_due(Instant::now())).await;
-        if let Err(e) = r {
-            tracing::error!(error = %e, "interval fsync of committed offsets failed");
-        }
-    }
-
-    /// Number of fsyncs of the offsets file so far.
-    pub fn fsync_count(&self) -> u64 {
-        self.syncs.load(Ordering::Relaxed)
-    }
-
-    /// [`Offsets::remove_where`] on the calling thread (at open).
-    ///
-    /// # Errors
-    /// I/O errors; nothing is dropped then.
-    pub fn remove_where_now(
-        &self,
-        drop: &dyn Fn(&OffsetKey) -> bool,
-    ) -> Result<usize, BrokerError> {
-        lock(&self.store).remove_where(drop)
-    }
-
-    /// Drops every committed offset `drop` selects, durably (see
-    /// [`OffsetStore::remove_where`]), off the executor; commits queued
-    /// meanwhile are written after it. Returns how many went.
-    ///
-    /// # Errors
-    /// I/O errors; nothing is dropped then.
-    pub async fn remove_where(
-        &self,
-        drop: impl Fn(&OffsetKey) -> bool + Send + 'static,
-    ) -> Result<usize, BrokerError> {
-        let store = Arc::clone(&self.store);
-        rt::unblock(move || lock(&store).remove_where(&drop)).await
-    }
-
-    /// Stops taking commits, lets the writer finish the queued ones and fsyncs the file.
-    pub async fn shutdown(&self) {
-        self.queue.close();
-        self.writer.join().await;
-        let store = Arc::clone(&self.store);
-        if let Err(e) = rt::unblock(move || lock(&store).sync()).await {
-            tracing::error!(error = %e, "fsync of committed offsets failed at shutdown");
-        }
-    }
-
-    /// Test-only: `f` runs just before every fsync of the offsets file.
-    #[cfg(test)]
-    pub(crate) fn set_fsync_hook(&self, f: Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>) {
-        lock(&self.store).hook = Some(FsyncHook(f));
-    }
-}
-
-/// Waits for a queued commit's result.
-///
-/// # Errors
-/// The commit's failure, or SHUTTING_DOWN if the writer went away.
-pub async fn finish(rx: oneshot::Receiver<Result<(), BrokerError>>) -> Result<(), BrokerError> {
-    rx.await
-        .unwrap_or_else(|_| Err(ErrorCode::ShuttingDown.into()))
-}
-
-/// Most commits the writer takes in one group commit.
-const WRITER_BATCH: usize = 256;
-
-async fn writer_loop(
-    rx: async_channel::Receiver<CommitJob>,
-    store: Arc<Mutex<OffsetStore>>,
-    room: Arc<Event>,
-) {
-    while let Ok(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        while jobs.len() < WRITER_BATCH {
-            match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
-            }
-        }
-        room.notify(usize::MAX);
-        let store = Arc::clone(&store);
-        let (jobs, results) = rt::unblock(move || {
-            let commits: Vec<Commit<'_>> = jobs
-                .iter()
-                .map(|j| (j.group.as_str(), j.offsets.as_slice()))
-                .collect();
-            let results = lock(&store).commit_batch(&commits);
-            (jobs, results)
-        })
-        .await;
-        for (job, r) in jobs.into_iter().zip(results) {
-            let _ = job.ack.send(r);
-        }
-    }
 }
 
 /// Offsets of a commit with no epoch or metadata.
@@ -1152,276 +830,5 @@ mod tests {
         let s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
         assert!(!dir.path().join("offsets.log.tmp").exists());
         assert_eq!(s.for_topic("g", "t"), vec![(0, 498), (1, 499), (2, 497)]);
-    }
-}
-
-/// The offsets writer inside a running engine: lock-free heartbeats and
-/// joins while a commit waits for its fsync, group commit, fsync policies.
-#[cfg(test)]
-mod engine_tests {
-    use std::sync::mpsc;
-    use std::time::Duration;
-
-    use crate::domain::{JoinSpec, Member, TopicPartition};
-    use crate::group::Assignor;
-
-    use super::*;
-    use crate::config::{BrokerConfig, TopicConfig};
-    use crate::engine::Engine;
-
-    fn engine(dir: &Path, fsync: FsyncPolicy) -> Arc<Engine> {
-        let mut c = BrokerConfig::new(dir);
-        c.fsync = fsync;
-        c.tick = Duration::from_millis(10);
-        let e = Engine::open(c).unwrap();
-        e.create_topic(
-            "t",
-            TopicConfig {
-                partitions: 2,
-                ..TopicConfig::default()
-            },
-        )
-        .unwrap();
-        e
-    }
-
-    /// Commits `offset` for partition 0 of "t" outside group membership.
-    async fn commit_at(e: &Engine, group: &str, offset: i64) -> Result<Vec<ErrorCode>, ErrorCode> {
-        let member = Member {
-            group,
-            member_id: "",
-            generation: -1,
-        };
-        e.commit_offsets(member, &[(TopicPartition::new("t", 0), offset)])
-            .await
-    }
-
-    fn join(group: &str) -> JoinSpec {
-        JoinSpec {
-            group: group.into(),
-            member_id: String::new(),
-            topics: vec!["t".into()],
-            session_timeout: Duration::from_secs(10),
-            rebalance_timeout: Duration::ZERO,
-            assignor: Assignor::Range,
-        }
-    }
-
-    /// A gate for the fsync hook: `entered` reports each fsync that starts;
-    /// every fsync waits until `release` is dropped (at most 10 s, so a
-    /// failing test cannot hang).
-    fn gate(e: &Engine) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
-        let (entered_tx, entered) = mpsc::channel();
-        let (release, release_rx) = mpsc::channel::<()>();
-        let entered_tx = Mutex::new(entered_tx);
-        let release_rx = Mutex::new(release_rx);
-        e.offsets().set_fsync_hook(Arc::new(move || {
-            let _ = lock(&entered_tx).send(());
-            let _ = lock(&release_rx).recv_timeout(Duration::from_secs(10));
-            Ok(())
-        }));
-        (entered, release)
-    }
-
-    /// Runs `f` on its own thread; its result, or None if it took longer than `limit`.
-    fn within<T: Send + 'static>(
-        limit: Duration,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> Option<T> {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = tx.send(f());
-        });
-        rx.recv_timeout(limit).ok()
-    }
-
-    #[test]
-    fn a_commit_stuck_in_fsync_stalls_neither_heartbeats_nor_joins() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Always);
-        let member = rt::block_on(rt::timeout(
-            Duration::from_secs(5),
-            e.join_group(join("g1")),
-        ))
-        .expect("first join completes")
-        .unwrap();
-        let (entered, release) = gate(&e);
-        let ec = Arc::clone(&e);
-        let stuck = rt::spawn(async move { commit_at(&ec, "tools", 5).await });
-        entered
-            .recv_timeout(Duration::from_secs(5))
-            .expect("the commit reaches its fsync");
-
-        let eh = Arc::clone(&e);
-        let hb = within(Duration::from_secs(1), move || {
-            eh.heartbeat("g1", &member.member_id, member.generation)
-        });
-        let ej = Arc::clone(&e);
-        let joined = within(Duration::from_secs(1), move || {
-            rt::block_on(rt::timeout(
-                Duration::from_secs(5),
-                ej.join_group(join("g2")),
-            ))
-        });
-        // Not acknowledged (nor visible) before it is durable.
-        let visible_early = e.committed("tools", "t", 0);
-        drop(release);
-        assert_eq!(
-            hb,
-            Some(Ok(())),
-            "a heartbeat completes while a commit waits for its fsync"
-        );
-        assert!(
-            matches!(joined, Some(Some(Ok(_)))),
-            "a JOIN of another group completes while a commit waits for its fsync: {joined:?}"
-        );
-        assert_eq!(visible_early, None);
-        let r = rt::block_on(stuck).unwrap();
-        assert!(r.iter().all(|p| p.is_ok()));
-        assert_eq!(e.committed("tools", "t", 0), Some(5));
-        rt::block_on(e.shutdown());
-    }
-
-    #[test]
-    fn commits_waiting_behind_an_fsync_share_the_next_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Always);
-        let (entered, release) = gate(&e);
-        let ec = Arc::clone(&e);
-        let first = rt::spawn(async move { commit_at(&ec, "g0", 1).await });
-        entered.recv_timeout(Duration::from_secs(5)).unwrap();
-        let before = e.offsets().fsync_count();
-        let rest: Vec<_> = (1..=10)
-            .map(|i| {
-                let ec = Arc::clone(&e);
-                rt::spawn(async move { commit_at(&ec, &format!("g{i}"), i).await })
-            })
-            .collect();
-        // Wait until all ten are queued behind the stuck writer.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while e.offsets().queue.len() < 10 {
-            assert!(Instant::now() < deadline, "commits did not queue");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        drop(release);
-        rt::block_on(first).unwrap();
-        for t in rest {
-            rt::block_on(t).unwrap();
-        }
-        assert_eq!(before, 0);
-        assert_eq!(
-            e.offsets().fsync_count(),
-            2,
-            "one fsync for the first commit, one for the ten queued behind it"
-        );
-        for i in 0..=10 {
-            assert_eq!(e.committed(&format!("g{i}"), "t", 0), Some(i.max(1)));
-        }
-        rt::block_on(e.shutdown());
-    }
-
-    /// A full commit queue makes further commits wait for room (nothing is
-    /// dropped or refused); they complete once the writer moves on.
-    #[test]
-    fn a_full_commit_queue_makes_commits_wait_for_room() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Always);
-        let (entered, release) = gate(&e);
-        let ec = Arc::clone(&e);
-        let first = rt::spawn(async move { commit_at(&ec, "g", 0).await });
-        entered.recv_timeout(Duration::from_secs(5)).unwrap();
-        let n = i64::try_from(COMMIT_QUEUE_CAPACITY).unwrap() + 1;
-        let waiting: Vec<_> = (1..=n)
-            .map(|i| {
-                let ec = Arc::clone(&e);
-                rt::spawn(async move { commit_at(&ec, "g", i).await })
-            })
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while e.offsets().queue.len() < COMMIT_QUEUE_CAPACITY {
-            assert!(Instant::now() < deadline, "the queue did not fill");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(e.offsets().queue.len(), COMMIT_QUEUE_CAPACITY, "bounded");
-        drop(release);
-        rt::block_on(first).unwrap();
-        for t in waiting {
-            rt::block_on(t).unwrap();
-        }
-        let c = e.committed("g", "t", 0).unwrap();
-        assert!((1..=n).contains(&c), "{c}");
-        rt::block_on(e.shutdown());
-    }
-
-    #[test]
-    fn interval_policy_fsyncs_committed_offsets() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Interval(Duration::from_millis(20)));
-        rt::block_on(commit_at(&e, "g", 3)).unwrap();
-        // The ticker (every 10 ms) fsyncs what is older than the interval.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while e.offsets().fsync_count() == 0 {
-            assert!(Instant::now() < deadline, "committed offsets never fsynced");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        rt::block_on(e.shutdown());
-    }
-
-    /// Auto-creation (first PRODUCE or JOIN_GROUP of a topic) does its file
-    /// work on the blocking pool, not on the thread running the request.
-    #[test]
-    fn auto_creation_does_its_file_work_off_the_calling_thread() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Never);
-        let name = format!("auto-{}", std::process::id());
-        let caller = std::thread::current().id();
-        rt::block_on(e.auto_create(&name)).unwrap();
-        let threads: Vec<_> = lock(&crate::engine::FILE_WORK_THREADS)
-            .iter()
-            .filter(|(n, _)| *n == name)
-            .map(|(_, t)| *t)
-            .collect();
-        assert_eq!(threads.len(), 1);
-        assert_ne!(threads[0], caller, "file work ran on the request's thread");
-        assert!(e.topic(&name).is_some());
-    }
-
-    /// A failed fsync answers STORAGE_ERROR, and the commit is neither
-    /// visible nor found in the file after a restart.
-    #[test]
-    fn a_failed_fsync_stores_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Always);
-        rt::block_on(commit_at(&e, "g", 1)).unwrap();
-        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let f = Arc::clone(&fail);
-        e.offsets().set_fsync_hook(Arc::new(move || {
-            if f.swap(false, Ordering::AcqRel) {
-                Err(std::io::Error::other("injected fsync failure"))
-            } else {
-                Ok(())
-            }
-        }));
-        let err = rt::block_on(commit_at(&e, "g", 2)).unwrap_err();
-        assert_eq!(err, ErrorCode::StorageError);
-        assert_eq!(e.committed("g", "t", 0), Some(1));
-        rt::block_on(e.shutdown());
-        drop(e);
-        let s =
-            OffsetStore::open(&dir.path().join("__consumer_offsets"), FsyncPolicy::Never).unwrap();
-        assert_eq!(
-            s.get("g", "t", 0),
-            Some(1),
-            "the failed commit is not in the file"
-        );
-    }
-
-    #[test]
-    fn never_policy_leaves_commits_to_the_os() {
-        let dir = tempfile::tempdir().unwrap();
-        let e = engine(dir.path(), FsyncPolicy::Never);
-        rt::block_on(commit_at(&e, "g", 3)).unwrap();
-        assert_eq!(e.offsets().fsync_count(), 0);
-        assert_eq!(e.committed("g", "t", 0), Some(3));
     }
 }

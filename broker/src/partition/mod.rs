@@ -40,6 +40,8 @@
 //! partition answers every later append with STORAGE_ERROR at once, keeps
 //! serving what was acknowledged, and recovers only at the broker's restart.
 
+pub mod producers;
+
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -53,8 +55,8 @@ use futures::channel::oneshot;
 use crate::config::Backpressure;
 use crate::domain::{ProducerBatch, ProducerError};
 use crate::error::BrokerError;
-use crate::producers::{ProducerLimits, ProducerTable, Verdict};
 use crate::storage::{FsyncPolicy, Log, ReadResult, StorageError};
+use producers::{ProducerLimits, ProducerTable, Verdict};
 
 /// The outcome of an append: the base offset, or an error code.
 pub type AppendResult = Result<u64, ErrorCode>;

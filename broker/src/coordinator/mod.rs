@@ -1,0 +1,18 @@
+//! The coordinator layer: what the broker keeps about its clients rather
+//! than their records.
+//!
+//! - [`group`]: the consumer-group coordinator, a state machine per group
+//!   with time passed in (joins, rebalances, generations, fencing, session
+//!   expiry), for broker-assigned (Flume) and client-assigned (Kafka) groups;
+//! - [`assignor`]: the assignors of broker-assigned groups, pure functions;
+//! - [`offsets`]: committed offsets, the file ([`offsets::OffsetStore`]) and
+//!   the writer task that group-commits them ([`offsets::Offsets`]);
+//! - [`producer_ids`]: idempotent producers' ids, never issued twice.
+//!
+//! It sits on the storage layer and the domain types, below the engine,
+//! which owns one of each and is the only caller.
+
+pub mod assignor;
+pub mod group;
+pub mod offsets;
+pub mod producer_ids;
