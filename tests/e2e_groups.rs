@@ -259,9 +259,12 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
         let delivered: std::collections::HashSet<(i32, u64)> =
             seen.iter().map(|(_, _, p, o)| (*p, *o)).collect();
         let t = broker.engine().topic("t6").unwrap();
-        let total: u64 = t.partitions.iter().map(|p| p.end_offset()).sum();
+        let parts: Vec<_> = (0..t.partition_count())
+            .filter_map(|p| t.partition(p as i32))
+            .collect();
+        let total: u64 = parts.iter().map(|p| p.end_offset()).sum();
         assert_eq!(total, 600);
-        for p in &t.partitions {
+        for p in &parts {
             for o in 0..p.end_offset() {
                 assert!(
                     delivered.contains(&(p.id as i32, o)),

@@ -271,9 +271,9 @@ fn many_connections_and_a_clean_refusal_past_the_limit() {
             .engine()
             .topic("many")
             .unwrap()
-            .partitions
+            .offsets()
             .iter()
-            .map(|p| p.end_offset())
+            .map(|o| o.log_end as u64)
             .sum();
         assert_eq!(total, LIMIT as u64);
         drop(clients);
@@ -495,7 +495,13 @@ fn clients_that_vanish_mid_request_leave_nothing_wedged() {
         // The partition still takes appends and its offsets stay dense.
         let p = Producer::connect(&addr).await.unwrap();
         let m = p.send("v", None, b"after").await.unwrap();
-        let part = broker.engine().topic("v").unwrap().partitions[0].clone();
+        let part = broker
+            .engine()
+            .topic("v")
+            .unwrap()
+            .partition(0)
+            .unwrap()
+            .clone();
         common::wait_until("queue drained", Duration::from_secs(10), || {
             let part = part.clone();
             async move { part.queued() == 0 }

@@ -337,7 +337,7 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         bases.sort_unstable();
         assert!(bases.windows(2).all(|w| w[1] - w[0] == 50));
         // Block: the queue never holds more than max_pending, nothing is rejected.
-        let part = e.topic("blk").unwrap().partitions[0].clone();
+        let part = e.topic("blk").unwrap().partition(0).unwrap().clone();
         let watcher = {
             let part = part.clone();
             flume_rt::spawn(async move {
@@ -395,10 +395,12 @@ fn graceful_shutdown_loses_no_acknowledged_record() {
         drop(producer);
         let broker = Broker::start(common::config(dir.path())).await.unwrap();
         let t = broker.engine().topic("s").unwrap();
-        let total: u64 = t.partitions.iter().map(|p| p.end_offset()).sum();
+        let total: u64 = t.offsets().iter().map(|o| o.log_end as u64).sum();
         assert_eq!(total, 500);
         for a in acked.iter().step_by(37) {
-            let r = t.partitions[a.partition as usize]
+            let r = t
+                .partition(a.partition)
+                .unwrap()
                 .read_now(a.offset as u64, 1)
                 .unwrap();
             assert!(!r.records.is_empty());

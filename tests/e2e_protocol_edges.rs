@@ -99,7 +99,7 @@ fn routed_produce_failing_on_one_partition_says_which_records_were_stored() {
         let (broker, addr) = common::with_topic(dir.path(), "r", 2).await;
         // Partition 1 stops taking appends (its queue is closed): SHUTTING_DOWN there only.
         let t = broker.engine().topic("r").unwrap();
-        t.partitions[1].shutdown().await;
+        t.partition(1).unwrap().shutdown().await;
         let (k0, k1) = keys_for_both_partitions();
         let mut batch = Vec::new();
         record::encode(&mut batch, 0, 1, Some(&k1), b"lost", &[]);
@@ -124,11 +124,11 @@ fn routed_produce_failing_on_one_partition_says_which_records_were_stored() {
         assert_eq!(r.record_partitions, vec![1, 0]);
         assert_eq!(r.record_offsets(), vec![(1, -1), (0, 0)]);
         assert_eq!(
-            t.partitions[0].end_offset(),
+            t.partition(0).unwrap().end_offset(),
             1,
             "partition 0 stored its record"
         );
-        assert_eq!(t.partitions[1].end_offset(), 0);
+        assert_eq!(t.partition(1).unwrap().end_offset(), 0);
         broker.shutdown().await;
     });
 }

@@ -324,7 +324,13 @@ fn the_http_side_serves_health_the_page_and_refuses_the_rest() {
 
         // Health fails once a partition has stopped after a storage failure.
         broker.engine().create_topic("t", common::topic(1)).unwrap();
-        let part = broker.engine().topic("t").unwrap().partitions[0].clone();
+        let part = broker
+            .engine()
+            .topic("t")
+            .unwrap()
+            .partition(0)
+            .unwrap()
+            .clone();
         part.faults().fail_writes(1);
         let _ = part.append(records(1), 1, 1).await;
         let (status, _, body) = get(http, "/healthz").await.unwrap();

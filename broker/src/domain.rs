@@ -587,3 +587,25 @@ pub struct GroupSummary {
     /// Rebalances started.
     pub rebalances: u64,
 }
+
+/// One partition's state at a moment, for observers (metrics, the
+/// dashboard, health checks): offsets, queue, counters, disk, failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionStatus {
+    /// Topic.
+    pub topic: String,
+    /// Partition number.
+    pub partition: u32,
+    /// Oldest offset still stored.
+    pub log_start: u64,
+    /// Offset the next record gets.
+    pub log_end: u64,
+    /// Bytes of segment files and their count, when asked for.
+    pub disk: Option<(u64, usize)>,
+    /// Append requests waiting in its queue.
+    pub queued: usize,
+    /// Records and bytes in and out.
+    pub counts: crate::metrics::PartitionCounts,
+    /// Stopped by a storage failure (reads still served).
+    pub failed: bool,
+}

@@ -30,7 +30,6 @@ use crate::domain::Assignor;
 use crate::domain::{ProduceBatch, Route, TopicChanges};
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::partition::Partition;
 
 type Members = HashMap<(String, String), BTreeSet<String>>;
 
@@ -180,10 +179,7 @@ impl EmbeddedBroker {
                 topics: vec![topic.to_owned()],
             })
             .collect();
-        let n = self
-            .engine
-            .topic(topic)
-            .map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0));
+        let n = self.engine.topic(topic).map_or(0, |t| t.partition_count());
         assign(Assignor::Range, &subs, &|_| n)
             .get(consumer)
             .and_then(|a| a.get(topic))
@@ -218,6 +214,27 @@ impl EmbeddedBroker {
         group: &str,
         consumer: &str,
     ) -> Result<Option<(u32, Record)>, BrokerError> {
+        Ok(self
+            .poll_batch(topic, group, consumer, 1)?
+            .into_iter()
+            .next())
+    }
+
+    /// Up to `max` uncommitted records of the consumer's partitions, from
+    /// where the group reads each next ([`Engine::resume_offset`]), taking the
+    /// partitions in turn (the one after the last that gave records first),
+    /// in offset order per partition. Reads on the calling thread
+    /// ([`Engine::read_now`]); empty when there is nothing new.
+    ///
+    /// # Errors
+    /// UNKNOWN_MEMBER (not joined), UNKNOWN_TOPIC, storage errors.
+    pub fn poll_batch(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max: usize,
+    ) -> Result<Vec<(u32, Record)>, BrokerError> {
         let joined = lock(&self.members)
             .get(&(topic.to_owned(), group.to_owned()))
             .is_some_and(|s| s.contains(consumer));
@@ -228,31 +245,41 @@ impl EmbeddedBroker {
             ));
         }
         let parts = self.assignment(topic, group, consumer);
-        let Some(t) = self.engine.topic(topic) else {
+        if self.engine.topic(topic).is_none() {
             return Err(ErrorCode::UnknownTopic.into());
-        };
+        }
         let key = (topic.to_owned(), group.to_owned(), consumer.to_owned());
         let first = lock(&self.turn).get(&key).copied().unwrap_or(0);
+        let mut out = Vec::new();
         for i in 0..parts.len() {
+            if out.len() >= max {
+                break;
+            }
             let idx = (first + i) % parts.len();
-            let p = parts[idx];
-            let Some(part) = t.partitions.get(p as usize) else {
+            let p = i32::try_from(parts[idx]).unwrap_or(i32::MAX);
+            let Ok(from) = self.engine.resume_offset(group, topic, p) else {
                 continue;
             };
-            let from = self.resume_offset(group, topic, part);
-            if from >= part.end_offset() {
-                continue;
-            }
-            let r = part.read(from, 1).await?;
-            let mut recs = record::decode_all(&Bytes::from(r.records))
-                .map_err(|e| BrokerError::code_for(ErrorCode::CorruptRecord, e.to_string()))?;
+            let recs = self.engine.read_now(topic, p, from, max - out.len())?;
             if recs.is_empty() {
                 continue;
             }
-            lock(&self.turn).insert(key, idx + 1);
-            return Ok(Some((p, recs.swap_remove(0))));
+            lock(&self.turn).insert(key.clone(), idx + 1);
+            out.extend(recs.into_iter().map(|r| (parts[idx], r)));
         }
-        Ok(None)
+        Ok(out)
+    }
+
+    /// Listeners woken when a partition the consumer owns gets records
+    /// (create them, then poll again, so an append in between is not missed).
+    pub fn listen(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+    ) -> Vec<event_listener::EventListener> {
+        self.engine
+            .listen(topic, &self.assignment(topic, group, consumer))
     }
 
     /// Marks the record at `offset` of `partition` as processed: stores `offset + 1`.
@@ -270,7 +297,7 @@ impl EmbeddedBroker {
             .engine
             .topic(topic)
             .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
-        if partition as usize >= t.partitions.len() {
+        if partition >= t.partition_count() {
             return Err(ErrorCode::UnknownPartition.into());
         }
         let next = i64::try_from(offset.saturating_add(1)).unwrap_or(i64::MAX);
@@ -284,34 +311,13 @@ impl EmbeddedBroker {
         )
     }
 
-    /// Where the group reads `part` next: its committed offset, or the log start
-    /// when nothing is committed or retention has passed the commit.
-    fn resume_offset(&self, group: &str, topic: &str, part: &Partition) -> u64 {
-        let committed =
-            self.engine
-                .committed(group, topic, i32::try_from(part.id).unwrap_or(i32::MAX));
-        committed
-            .and_then(|c| u64::try_from(c).ok())
-            .unwrap_or(0)
-            .max(part.start_offset())
-    }
-
-    /// Records not yet committed by the group, per partition.
+    /// Records not yet committed by the group, per partition
+    /// ([`flume_protocol::lag`]).
     ///
     /// # Errors
     /// UNKNOWN_TOPIC.
     pub fn lag(&self, topic: &str, group: &str) -> Result<BTreeMap<u32, u64>, BrokerError> {
-        let t = self
-            .engine
-            .topic(topic)
-            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
-        Ok(t.partitions
-            .iter()
-            .map(|p| {
-                let from = self.resume_offset(group, topic, p);
-                (p.id, p.end_offset().saturating_sub(from))
-            })
-            .collect())
+        Ok(self.engine.group_lag(group, topic)?)
     }
 
     /// Deletes a topic, its records and its committed offsets (see

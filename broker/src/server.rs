@@ -21,13 +21,12 @@ use std::time::Instant;
 use flume_rt::sync::TaskSlot;
 use flume_rt::{self as rt, TcpListener};
 
-use crate::budget::{MemoryBudget, MemoryUse, CONNECTION_RESERVE_BYTES};
+use crate::budget::MemoryUse;
 use crate::config::{BrokerConfig, FD_MARGIN};
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::flume::conn::serve;
-use crate::flume::COUNTING_BYTES;
-use crate::net::{next_connection, secure, Connections};
+use crate::net::{accept_loop, Accepted, Connections, Listening, COUNTING_BYTES};
 use crate::security::auth::{AuthMode, Authenticator};
 use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::ServerTls;
@@ -116,13 +115,27 @@ impl Broker {
             }
             None => None,
         };
+        let how = Listening {
+            name: "flume",
+            max_connections: engine.config().max_connections,
+            connection_memory: engine
+                .config()
+                .max_connection_memory
+                .max(engine.config().max_frame_bytes),
+            handshake: engine.config().read_timeout,
+            tls: tls.clone(),
+            metrics: Arc::clone(engine.metrics()),
+        };
+        let served = (Arc::clone(&engine), Arc::clone(&auth), quotas);
         let accept = rt::spawn(accept_loop(
             listener,
-            Arc::clone(&engine),
             Arc::clone(&conns),
-            tls.clone(),
-            Arc::clone(&auth),
-            quotas,
+            how,
+            engine.shutdown_signal(),
+            move |c| {
+                let (engine, auth, quotas) = served.clone();
+                serve_flume(engine, auth, quotas, c)
+            },
         ));
         Ok(Broker {
             engine,
@@ -297,68 +310,29 @@ impl Broker {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+/// Serves one accepted Flume-protocol connection until it ends.
+async fn serve_flume(
     engine: Arc<Engine>,
-    conns: Arc<Connections>,
-    tls: Option<Arc<ServerTls>>,
     auth: Arc<Authenticator>,
     quotas: Arc<Quotas>,
+    c: Accepted,
 ) {
-    let stop = engine.shutdown_signal();
-    while let Some((stream, peer)) = next_connection(&listener, &stop, "flume").await {
-        let max = engine.config().max_connections;
-        let memory = MemoryBudget::within(
-            &conns.memory,
-            engine
-                .config()
-                .max_connection_memory
-                .max(engine.config().max_frame_bytes),
-            CONNECTION_RESERVE_BYTES,
-        );
-        let counting = Arc::clone(&conns.counting);
-        let served = Arc::clone(&engine);
-        let tls = tls.clone();
-        let auth = Arc::clone(&auth);
-        let quotas = Arc::clone(&quotas);
-        let handshake = engine.config().read_timeout;
-        let admitted = conns.spawn(max, move |handle| async move {
-            tracing::debug!(%peer, "connection open");
-            let _ = stream.set_nodelay(true);
-            let (io, principal) = match secure(tls.as_deref(), stream, handshake).await {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::info!(%peer, error = %e, "TLS handshake failed; connection closed");
-                    return;
-                }
-            };
-            if !principal.is_anonymous() {
-                tracing::debug!(%peer, %principal, "connection authenticated by its certificate");
-            }
-            handle.set_principal(principal.clone());
-            let handle = Arc::new(handle);
-            let sink: crate::flume::conn::PrincipalSink =
-                Arc::new(move |p| handle.set_principal(p));
-            let quota = ConnQuota::new(quotas, peer.ip(), &principal);
-            let security = crate::flume::conn::Security {
-                principal,
-                auth,
-                sink,
-                quota,
-            };
-            match serve(served, memory, counting, io, security).await {
-                Ok(()) => tracing::debug!(%peer, "connection closed"),
-                Err(e) if is_disconnect(&e) => {
-                    tracing::debug!(%peer, error = %e, "connection closed by peer")
-                }
-                Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
-            }
-        });
-        if !admitted {
-            tracing::warn!(%peer, max, "connection limit reached; closing the new connection");
-            // The refused socket was moved into the unspawned task and closed with it.
-            engine.metrics().connection_refused();
+    let peer = c.peer;
+    let handle = Arc::new(c.handle);
+    let sink: crate::flume::conn::PrincipalSink = Arc::new(move |p| handle.set_principal(p));
+    let quota = ConnQuota::new(quotas, peer.ip(), &c.principal);
+    let security = crate::flume::conn::Security {
+        principal: c.principal,
+        auth,
+        sink,
+        quota,
+    };
+    match serve(engine, c.memory, c.counting, c.stream, security).await {
+        Ok(()) => tracing::debug!(%peer, "connection closed"),
+        Err(e) if is_disconnect(&e) => {
+            tracing::debug!(%peer, error = %e, "connection closed by peer")
         }
+        Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
     }
 }
 

@@ -49,7 +49,13 @@ fn a_second_open_of_a_data_directory_is_refused_until_the_first_closes() {
     first.blocking().close();
     let second = rt::block_on(flume_broker::Broker::start(config)).unwrap();
     assert_eq!(
-        second.engine().topic("t").unwrap().partitions[0].end_offset(),
+        second
+            .engine()
+            .topic("t")
+            .unwrap()
+            .partition(0)
+            .unwrap()
+            .end_offset(),
         1
     );
     rt::block_on(second.shutdown());
@@ -106,7 +112,7 @@ fn partition_fails_stop(config: BrokerConfig, arm: impl Fn(&flume_broker::storag
     assert_eq!(produce(0, b"a").unwrap(), (0, 0));
     assert_eq!(produce(0, b"b").unwrap(), (0, 1));
     let t = broker.engine().topic("t").unwrap();
-    let p0 = &t.partitions[0];
+    let p0 = t.partition(0).unwrap();
     arm(&p0.faults());
     assert_eq!(
         code(produce(0, b"lost").unwrap_err()),
@@ -189,9 +195,9 @@ fn a_restart_opens_every_topic_and_partition_and_refuses_a_damaged_topic_conf() 
     assert_eq!(topics.len(), 12);
     for t in 0..12u32 {
         let topic = b.engine().topic(&format!("t{t}")).unwrap();
-        assert_eq!(topic.partitions.len() as u32, 1 + t % 5);
-        for (p, part) in topic.partitions.iter().enumerate() {
-            assert_eq!(part.end_offset(), p as u64 + 1, "t{t} partition {p}");
+        assert_eq!(topic.partition_count(), 1 + t % 5);
+        for (p, o) in topic.offsets().iter().enumerate() {
+            assert_eq!(o.log_end, p as i64 + 1, "t{t} partition {p}");
         }
     }
     b.blocking().close();

@@ -62,7 +62,13 @@ fn retention() {
     }
     // Retention runs on the broker's ticker about once a second; run its pass now.
     flume_rt::block_on(broker.engine().tick_now());
-    let part = broker.engine().topic("test").unwrap().partitions[0].clone();
+    let part = broker
+        .engine()
+        .topic("test")
+        .unwrap()
+        .partition(0)
+        .unwrap()
+        .clone();
     let deadline = Instant::now() + Duration::from_secs(10);
     while part.start_offset() < 2 {
         assert!(Instant::now() < deadline, "retention never ran");
@@ -105,7 +111,13 @@ fn retention_by_age_follows_the_injected_clock() {
     for v in [b"1", b"2", b"3"] {
         b.produce("aged", v, None).unwrap();
     }
-    let part = broker.engine().topic("aged").unwrap().partitions[0].clone();
+    let part = broker
+        .engine()
+        .topic("aged")
+        .unwrap()
+        .partition(0)
+        .unwrap()
+        .clone();
     flume_rt::block_on(broker.engine().tick_now());
     assert_eq!(part.start_offset(), 0, "no record is a minute old yet");
     clock.advance(Duration::from_secs(120));
@@ -207,7 +219,7 @@ fn reopen_restores_topics_records_and_offsets() {
     let b = broker.blocking();
     let lag = b.lag("t", "g").unwrap();
     assert_eq!(lag.values().sum::<u64>(), 5);
-    assert_eq!(broker.engine().topic("t").unwrap().partitions.len(), 2);
+    assert_eq!(broker.engine().topic("t").unwrap().partition_count(), 2);
     b.join_group("t", "g", "c").unwrap();
     let mut n = 0;
     while let Some((p, (o, _))) = b.poll("t", "g", "c").unwrap() {

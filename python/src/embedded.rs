@@ -2,19 +2,18 @@
 //!
 //! Built on `flume_broker::EmbeddedBroker` and its engine. Every call that
 //! touches the disk or waits runs with the GIL released, so Python threads
-//! produce and poll in parallel. Polling reads synchronously from the
-//! partition (no hand-off to another thread) and rotates over the
-//! consumer's partitions as the Rust `poll` does.
+//! produce and poll in parallel. Polling is the Rust broker's
+//! (`EmbeddedBroker::poll_batch`): it reads on the calling thread (no
+//! hand-off to another) and rotates over the consumer's partitions.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use crate::deps::protocol::record;
 use crate::deps::protocol::{ErrorCode, ProduceResult};
 use crate::deps::rt;
-use crate::deps::rt::sync::lock;
 use bytes::Bytes;
 use flume_broker::{
     Backpressure, BrokerConfig, BrokerError, FsyncPolicy, ProduceBatch, Route, TopicConfig,
@@ -33,13 +32,10 @@ const POLL_MANY_LIMIT: usize = 100_000;
 /// How long one wait for data lasts before signals are checked.
 const SLICE: Duration = Duration::from_millis(100);
 
-type Turns = HashMap<(String, String, String), usize>;
-
 /// An in-process broker on a data directory.
 #[pyclass(module = "flume", frozen)]
 pub struct EmbeddedBroker {
     inner: RwLock<Option<Arc<flume_broker::EmbeddedBroker>>>,
-    turn: Mutex<Turns>,
     path: PathBuf,
 }
 
@@ -106,7 +102,8 @@ impl EmbeddedBroker {
     }
 
     /// Up to `max` uncommitted records of the consumer's partitions, rotating
-    /// over them. `Err` for a consumer that has not joined.
+    /// over them ([`flume_broker::EmbeddedBroker::poll_batch`]). `Err` for a
+    /// consumer that has not joined.
     fn poll_now(
         &self,
         b: &flume_broker::EmbeddedBroker,
@@ -115,79 +112,14 @@ impl EmbeddedBroker {
         consumer: &str,
         max: usize,
     ) -> Result<Vec<RawRecord>, BrokerError> {
-        let parts = b.assignment(topic, group, consumer);
-        if parts.is_empty() {
-            // Tells "not joined" (an error) from "joined, no partitions" (nothing).
-            b.blocking().poll(topic, group, consumer)?;
-            return Ok(Vec::new());
-        }
-        let engine = b.engine();
-        let t = engine
-            .topic(topic)
-            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
-        let key = (topic.to_owned(), group.to_owned(), consumer.to_owned());
-        let first = lock(&self.turn).get(&key).copied().unwrap_or(0);
-        let mut out = Vec::new();
-        for i in 0..parts.len() {
-            let idx = (first + i) % parts.len();
-            let p = parts[idx];
-            let Some(part) = t.partitions.get(p as usize) else {
-                continue;
-            };
-            let committed = engine
-                .committed(group, topic, i32::try_from(p).unwrap_or(i32::MAX))
-                .and_then(|c| u64::try_from(c).ok())
-                .unwrap_or(0);
-            let from = committed.max(part.start_offset());
-            if from >= part.end_offset() {
-                continue;
-            }
-            let before = out.len();
-            let mut next = from;
-            while out.len() < max && next < part.end_offset() {
-                let want = max - out.len();
-                // About what `want` records take (at least one whole record is read).
-                let bytes = want.saturating_mul(256).clamp(1, ENTRY_MAX_BYTES);
-                let r = part.read_now(next, if want == 1 { 1 } else { bytes })?;
-                let buf = Bytes::from(r.records);
-                // Find where the wanted records end, then decode only those.
-                let mut end = 0;
-                let mut taken = 0;
-                for raw in record::RecordIter::new(&buf) {
-                    let raw =
-                        raw.map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
-                    if raw.offset < next {
-                        continue;
-                    }
-                    end = raw.pos + raw.encoded_len();
-                    taken += 1;
-                    if taken == want {
-                        break;
-                    }
-                }
-                if taken == 0 {
-                    break;
-                }
-                let recs = record::decode_all(&buf.slice(..end))
-                    .map_err(|e| BrokerError::from(ErrorCode::CorruptRecord).context(e))?;
-                let first = next;
-                for r in recs.into_iter().filter(|r| r.offset >= first) {
-                    next = r.offset + 1;
-                    out.push(RawRecord {
-                        topic: topic.to_owned(),
-                        partition: p,
-                        record: r,
-                    });
-                }
-            }
-            if out.len() > before {
-                lock(&self.turn).insert(key.clone(), idx + 1);
-            }
-            if out.len() >= max {
-                break;
-            }
-        }
-        Ok(out)
+        Ok(b.poll_batch(topic, group, consumer, max)?
+            .into_iter()
+            .map(|(partition, record)| RawRecord {
+                topic: topic.to_owned(),
+                partition,
+                record,
+            })
+            .collect())
     }
 
     /// Polls, waiting up to `timeout` (None: forever) for a record to arrive.
@@ -209,16 +141,7 @@ impl EmbeddedBroker {
                     return (got, Vec::new());
                 }
                 // Listen, then look again, so an append in between is not missed.
-                let listeners: Vec<_> = b
-                    .engine()
-                    .topic(topic)
-                    .map(|t| {
-                        b.assignment(topic, group, consumer)
-                            .into_iter()
-                            .filter_map(|p| t.partitions.get(p as usize).map(|p| p.listen()))
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let listeners = b.listen(topic, group, consumer);
                 (self.poll_now(&b, topic, group, consumer, max), listeners)
             });
             let got = got.map_err(broker_error)?;
@@ -277,22 +200,6 @@ fn append(
     metadata(&results, topic)
 }
 
-/// Adds context to a broker error (the decode error of a corrupt record).
-trait Context {
-    fn context(self, e: impl std::fmt::Display) -> BrokerError;
-}
-impl Context for BrokerError {
-    fn context(self, e: impl std::fmt::Display) -> BrokerError {
-        match self {
-            BrokerError::Code { code, .. } => BrokerError::Code {
-                code,
-                detail: Some(e.to_string()),
-            },
-            other => other,
-        }
-    }
-}
-
 #[pymethods]
 impl EmbeddedBroker {
     /// Opens (or creates) a broker on the directory `path`.
@@ -327,7 +234,6 @@ impl EmbeddedBroker {
             .map_err(broker_error)?;
         Ok(EmbeddedBroker {
             inner: RwLock::new(Some(Arc::new(b))),
-            turn: Mutex::new(HashMap::new()),
             path,
         })
     }
@@ -417,9 +323,15 @@ impl EmbeddedBroker {
             .engine()
             .topic(topic)
             .ok_or_else(|| not_found(topic))?;
-        Ok(t.partitions
-            .iter()
-            .map(|p| (p.id, (p.start_offset(), p.end_offset())))
+        Ok(t.offsets()
+            .into_iter()
+            .map(|o| {
+                let at = |v: i64| u64::try_from(v).unwrap_or(0);
+                (
+                    u32::try_from(o.partition).unwrap_or(0),
+                    (at(o.log_start), at(o.log_end)),
+                )
+            })
             .collect())
     }
 

@@ -786,10 +786,9 @@ async fn lag(
         if !p.error.is_ok() {
             return Err(code_error(p.error, format!("topic {topic:?}: {}", p.error)));
         }
-        let from = p.committed.max(p.log_start);
         out.insert(
             u32::try_from(p.partition).unwrap_or(0),
-            u64::try_from(p.log_end.saturating_sub(from)).unwrap_or(0),
+            u64::try_from(p.lag()).unwrap_or(0),
         );
     }
     Ok(out)

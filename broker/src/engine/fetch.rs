@@ -13,6 +13,7 @@ use super::Engine;
 use crate::budget::{Charge, MemoryBudget};
 use crate::config::MAX_FETCH_WAIT_MS;
 use crate::domain::{FetchSpec, Fetched, PartitionRecords};
+use crate::error::BrokerError;
 use crate::partition::Partition;
 
 /// Most bytes a waiting FETCH reads at once to count what has arrived; the
@@ -409,5 +410,123 @@ impl FetchTally {
             p.stats().served(n, bytes);
         }
         self.first_error
+    }
+}
+
+/// Most bytes one in-process read takes at once ([`Engine::read_now`]).
+const READ_NOW_MAX_BYTES: usize = 1024 * 1024;
+
+impl Engine {
+    /// Where `group` reads `partition` of `topic` next: its committed offset,
+    /// or the log start when nothing is committed or retention has passed
+    /// the commit (the rule [`flume_protocol::lag`] counts from).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, UNKNOWN_PARTITION.
+    pub fn resume_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<u64, ErrorCode> {
+        let t = self.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
+        let part = t.partition(partition).ok_or(ErrorCode::UnknownPartition)?;
+        let committed = self
+            .committed(group, topic, partition)
+            .and_then(|c| u64::try_from(c).ok())
+            .unwrap_or(0);
+        Ok(committed.max(part.start_offset()))
+    }
+
+    /// Up to `max` records (at least one, if there is any) of `partition` of
+    /// `topic` from offset `from`, read on the calling thread and decoded:
+    /// the read path of the in-process consumers (embedded mode, Python),
+    /// where the reader is the caller's own thread.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, UNKNOWN_PARTITION, OFFSET_OUT_OF_RANGE, a corrupt record.
+    pub fn read_now(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<record::Record>, BrokerError> {
+        let t = self
+            .topic(topic)
+            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
+        let part = t
+            .partition(partition)
+            .ok_or(BrokerError::from(ErrorCode::UnknownPartition))?;
+        let mut out = Vec::new();
+        let mut next = from;
+        while out.len() < max.max(1) && next < part.end_offset() {
+            let want = max.max(1) - out.len();
+            // About what `want` records take (a read returns at least one whole record).
+            let bytes = if want == 1 {
+                1
+            } else {
+                want.saturating_mul(256).clamp(1, READ_NOW_MAX_BYTES)
+            };
+            let buf = bytes::Bytes::from(part.read_now(next, bytes)?.records);
+            // Where the wanted records end; only those are decoded.
+            let (mut end, mut taken) = (0, 0);
+            for raw in record::RecordIter::new(&buf) {
+                let raw = raw
+                    .map_err(|e| BrokerError::code_for(ErrorCode::CorruptRecord, e.to_string()))?;
+                end = raw.pos + raw.encoded_len();
+                taken += 1;
+                if taken == want {
+                    break;
+                }
+            }
+            if taken == 0 {
+                break;
+            }
+            let recs = record::decode_all(&buf.slice(..end))
+                .map_err(|e| BrokerError::code_for(ErrorCode::CorruptRecord, e.to_string()))?;
+            if let Some(last) = recs.last() {
+                next = last.offset + 1;
+            }
+            out.extend(recs);
+        }
+        Ok(out)
+    }
+
+    /// Listeners woken when any of `partitions` of `topic` gets records
+    /// (create them before looking, so an append in between is not missed).
+    pub fn listen(&self, topic: &str, partitions: &[u32]) -> Vec<event_listener::EventListener> {
+        self.topic(topic)
+            .map(|t| {
+                partitions
+                    .iter()
+                    .filter_map(|p| i32::try_from(*p).ok().and_then(|p| t.partition(p)))
+                    .map(|p| p.listen())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// A group's lag on every partition of `topic` ([`flume_protocol::lag`]).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC.
+    pub fn group_lag(
+        &self,
+        group: &str,
+        topic: &str,
+    ) -> Result<std::collections::BTreeMap<u32, u64>, ErrorCode> {
+        let t = self.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
+        Ok(t.offsets()
+            .into_iter()
+            .map(|o| {
+                let committed = self.committed(group, topic, o.partition).unwrap_or(-1);
+                let lag = flume_protocol::lag(committed, o.log_start, o.log_end);
+                (
+                    u32::try_from(o.partition).unwrap_or(0),
+                    u64::try_from(lag).unwrap_or(0),
+                )
+            })
+            .collect())
     }
 }

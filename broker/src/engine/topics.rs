@@ -11,7 +11,7 @@ use flume_rt as rt;
 
 use super::Engine;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
-use crate::domain::{PartitionOffsets, TopicDescription};
+use crate::domain::{PartitionOffsets, PartitionStatus, TopicDescription};
 use crate::error::BrokerError;
 use crate::partition::producers::ProducerLimits;
 use crate::partition::Partition;
@@ -24,8 +24,9 @@ pub struct Topic {
     pub name: String,
     /// Settings.
     pub config: TopicConfig,
-    /// Partitions, by number.
-    pub partitions: Vec<Arc<Partition>>,
+    /// Partitions, by number: the engine's own; others see their offsets
+    /// and [`PartitionStatus`] snapshots.
+    pub(super) partitions: Vec<Arc<Partition>>,
     sticky: AtomicU32,
 }
 
@@ -33,6 +34,30 @@ impl Topic {
     /// A partition by its wire number.
     pub fn partition(&self, p: i32) -> Option<&Arc<Partition>> {
         usize::try_from(p).ok().and_then(|p| self.partitions.get(p))
+    }
+
+    /// How many partitions it has.
+    pub fn partition_count(&self) -> u32 {
+        u32::try_from(self.partitions.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Every partition's state now, in order, for observers (metrics, the
+    /// dashboard, health); the size on disk only `with_disk` (it takes each
+    /// log's lock).
+    pub fn statuses(&self, with_disk: bool) -> Vec<PartitionStatus> {
+        self.partitions
+            .iter()
+            .map(|p| PartitionStatus {
+                topic: self.name.clone(),
+                partition: p.id,
+                log_start: p.start_offset(),
+                log_end: p.end_offset(),
+                disk: with_disk.then(|| p.disk_usage()),
+                queued: p.queued(),
+                counts: p.stats().counts(),
+                failed: p.has_failed_write(),
+            })
+            .collect()
     }
 }
 

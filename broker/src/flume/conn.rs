@@ -26,7 +26,7 @@
 //!
 //! The peer closing is noticed at once, whatever the connection is waiting
 //! for: while it may not admit (its in-flight places taken, the memory budget
-//! spent, a produce throttle) it still reads up to [`WATCH_AHEAD_BYTES`]
+//! spent, a produce throttle) it still reads up to [`crate::net::WATCH_AHEAD_BYTES`]
 //! ahead, only to see EOF or a reset. A reset ends the connection there. EOF
 //! is a half-close: the whole frames already read are still admitted and
 //! answered, except requests that wait on others rather than on the broker's
@@ -156,13 +156,6 @@ fn waits_on_others(api_key: i16, payload: &[u8]) -> bool {
         _ => false,
     }
 }
-
-/// Most bytes a connection that may not admit (its in-flight places taken,
-/// the memory budget spent, a produce throttle) reads ahead into its read
-/// buffer, only so that it notices at once the peer closing or resetting.
-/// Bounded by its 64 KiB read chunk; a peer that has more than this ahead
-/// is noticed once its earlier requests are admitted.
-pub const WATCH_AHEAD_BYTES: usize = 64 * 1024;
 
 impl std::future::Future for Charged {
     type Output = (Vec<u8>, Option<Charge>);
@@ -645,7 +638,7 @@ impl ConnState {
     /// frames held back wait for room, not for bytes, since their peer may be
     /// waiting for their responses and send nothing more. Whenever requests
     /// are not read, the socket is still watched for the peer closing: up to
-    /// [`WATCH_AHEAD_BYTES`] are read ahead into the read buffer (or, once no
+    /// [`crate::net::WATCH_AHEAD_BYTES`] are read ahead into the read buffer (or, once no
     /// more requests are admitted, read and dropped).
     pub async fn wait(&mut self) -> Event {
         if self.slot_wanted && self.has_slot() && self.admitting() {
@@ -661,7 +654,7 @@ impl ConnState {
         let watch_len = if can_read || self.peer_closed {
             0
         } else if reading {
-            WATCH_AHEAD_BYTES
+            crate::net::WATCH_AHEAD_BYTES
                 .saturating_sub(self.rbuf.len())
                 .min(self.chunk.len())
         } else {

@@ -37,6 +37,7 @@ use tracing::Instrument;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::security::acl::{AclPrincipal, Operation, Protocol, Resource};
+use crate::security::authz::Subject;
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
 pub use overview::{History, Sample, HISTORY_INTERVAL, HISTORY_SAMPLES};
@@ -290,13 +291,9 @@ async fn route(state: &Arc<State>, principal: &Principal, req: Request<Incoming>
         return text(StatusCode::PAYLOAD_TOO_LARGE, "requests carry no body\n");
     }
     let span = tracing::debug_span!("http", path = req.uri().path());
+    let who = Subject::new(state.engine.acl(), principal, Protocol::Http);
     if needs_describe_cluster(req.uri().path())
-        && !state.engine.acl().check(
-            Protocol::Http,
-            principal,
-            Operation::Describe,
-            Resource::cluster(),
-        )
+        && !who.may(Operation::Describe, Resource::cluster())
     {
         return text(
             StatusCode::FORBIDDEN,
@@ -365,13 +362,11 @@ async fn health(engine: &Arc<Engine>) -> Result<(), String> {
         return Err("shutting down".into());
     }
     for t in engine.topics() {
-        for p in &t.partitions {
-            if p.has_failed_write() {
-                return Err(format!(
-                    "partition {}/{} stopped after a storage failure",
-                    p.topic, p.id
-                ));
-            }
+        if let Some(p) = t.statuses(false).into_iter().find(|p| p.failed) {
+            return Err(format!(
+                "partition {}/{} stopped after a storage failure",
+                p.topic, p.partition
+            ));
         }
     }
     let dir = engine.data_dir();

@@ -100,9 +100,8 @@ pub fn sample(engine: &Engine) -> Sample {
         .iter()
         .take(HISTORY_TOPICS)
         .map(|t| {
-            let (rin, rout) = t.partitions.iter().fold((0u64, 0u64), |(a, b), p| {
-                let c = p.stats().counts();
-                (a + c.records_in, b + c.records_out)
+            let (rin, rout) = t.statuses(false).iter().fold((0u64, 0u64), |(a, b), p| {
+                (a + p.counts.records_in, b + p.counts.records_out)
             });
             (t.name.clone(), rin, rout)
         })
@@ -132,33 +131,37 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
         .topics()
         .iter()
         .map(|t| {
-            let parts: Vec<Value> = t
-                .partitions
-                .iter()
-                .filter(|_| {
-                    listed += 1;
-                    truncated |= listed > OVERVIEW_PARTITIONS;
-                    listed <= OVERVIEW_PARTITIONS
-                })
+            let room = OVERVIEW_PARTITIONS.saturating_sub(listed);
+            let shown = usize::try_from(t.partition_count()).unwrap_or(usize::MAX);
+            truncated |= shown > room;
+            listed = listed.saturating_add(shown.min(room));
+            let statuses = if room == 0 {
+                Vec::new()
+            } else {
+                t.statuses(true)
+            };
+            let parts: Vec<Value> = statuses
+                .into_iter()
+                .take(room)
                 .map(|p| {
-                    let c = p.stats().counts();
-                    let (size, segments) = p.disk_usage();
+                    let c = p.counts;
+                    let (size, segments) = p.disk.unwrap_or_default();
                     json!({
-                        "partition": p.id,
-                        "end_offset": p.end_offset(),
-                        "log_start": p.start_offset(),
+                        "partition": p.partition,
+                        "end_offset": p.log_end,
+                        "log_start": p.log_start,
                         "size_bytes": size,
                         "segments": segments,
-                        "queue_depth": p.queued(),
+                        "queue_depth": p.queued,
                         "records_in": c.records_in,
                         "records_out": c.records_out,
                         "bytes_in": c.bytes_in,
                         "bytes_out": c.bytes_out,
-                        "failed": p.has_failed_write(),
+                        "failed": p.failed,
                     })
                 })
                 .collect();
-            json!({"name": t.name, "partition_count": t.partitions.len(), "partitions": parts})
+            json!({"name": t.name, "partition_count": t.partition_count(), "partitions": parts})
         })
         .collect();
     let lags = group_lags(engine);

@@ -16,6 +16,7 @@ use prometheus_client::metrics::{MetricType, TypedMetric};
 use prometheus_client::registry::Registry;
 
 use crate::budget::MemoryUse;
+use crate::domain::PartitionStatus;
 use crate::engine::Engine;
 use crate::metrics::{PartitionCounts, APPEND_LATENCY, FSYNC_LATENCY, MAX_GROUP_SERIES};
 use crate::security::quota::QuotaStats;
@@ -175,13 +176,16 @@ impl Collector for Scrape {
         let server = (self.probe)();
 
         // Partitions.
-        let topics = e.topics();
-        let parts: Vec<_> = topics
+        let parts: Vec<(PartitionStatus, String)> = e
+            .topics()
             .iter()
-            .flat_map(|t| t.partitions.iter())
-            .map(|p| (p, p.id.to_string(), p.stats().counts()))
+            .flat_map(|t| t.statuses(true))
+            .map(|p| {
+                let id = p.partition.to_string();
+                (p, id)
+            })
             .collect();
-        let labels = |p: &Arc<crate::partition::Partition>, id: &str| {
+        let labels = |p: &PartitionStatus, id: &str| {
             [("topic", p.topic.clone()), ("partition", id.to_owned())]
         };
         type CounterOf = fn(&PartitionCounts) -> u64;
@@ -214,7 +218,7 @@ impl Collector for Scrape {
                 help,
                 parts
                     .iter()
-                    .map(|(p, id, c)| (labels(p, id), ConstCounter::new(f(c)))),
+                    .map(|(p, id)| (labels(p, id), ConstCounter::new(f(&p.counts)))),
             )?;
         }
         family(
@@ -223,7 +227,7 @@ impl Collector for Scrape {
             "Offset the next record of the partition gets.",
             parts
                 .iter()
-                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.end_offset())))),
+                .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.log_end)))),
         )?;
         family(
             &mut enc,
@@ -231,9 +235,12 @@ impl Collector for Scrape {
             "Oldest offset still stored in the partition.",
             parts
                 .iter()
-                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.start_offset())))),
+                .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.log_start)))),
         )?;
-        let disk: Vec<(u64, usize)> = parts.iter().map(|(p, _, _)| p.disk_usage()).collect();
+        let disk: Vec<(u64, usize)> = parts
+            .iter()
+            .map(|(p, _)| p.disk.unwrap_or_default())
+            .collect();
         family(
             &mut enc,
             "flume_partition_size_bytes",
@@ -241,7 +248,7 @@ impl Collector for Scrape {
             parts
                 .iter()
                 .zip(&disk)
-                .map(|((p, id, _), d)| (labels(p, id), ConstGauge::new(to_i64(d.0)))),
+                .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.0)))),
         )?;
         family(
             &mut enc,
@@ -250,7 +257,7 @@ impl Collector for Scrape {
             parts
                 .iter()
                 .zip(&disk)
-                .map(|((p, id, _), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
+                .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
         )?;
         family(
             &mut enc,
@@ -258,7 +265,7 @@ impl Collector for Scrape {
             "Append requests waiting in the partition's queue.",
             parts
                 .iter()
-                .map(|(p, id, _)| (labels(p, id), ConstGauge::new(to_i64(p.queued() as u64)))),
+                .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.queued as u64)))),
         )?;
 
         // Groups.
@@ -472,11 +479,13 @@ pub fn group_lags(e: &Engine) -> Vec<GroupLag> {
         .committed_offsets(MAX_GROUP_SERIES)
         .into_iter()
         .map(|((group, topic, partition), committed)| {
-            let end = e
+            let offsets = e
                 .topic(&topic)
-                .and_then(|t| t.partition(partition).map(|p| to_i64(p.end_offset())))
-                .unwrap_or(-1);
-            let lag = if end < 0 { 0 } else { (end - committed).max(0) };
+                .and_then(|t| t.partition(partition).map(|p| p.offsets()));
+            let end = offsets.map_or(-1, |o| o.log_end);
+            let lag = offsets.map_or(0, |o| {
+                flume_protocol::lag(committed, o.log_start, o.log_end)
+            });
             GroupLag {
                 group,
                 topic,

@@ -155,7 +155,7 @@ impl Backend {
         configs.push(("compression.type".to_owned(), "producer".to_owned()));
         TopicInfo {
             name: t.name.clone(),
-            partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
+            partitions: i32::try_from(t.partition_count()).unwrap_or(i32::MAX),
             configs,
         }
     }

@@ -36,12 +36,13 @@ use flume_rt::{self as rt, TcpListener};
 use futures::io::AsyncReadExt;
 use futures::FutureExt;
 
-use crate::budget::{MemoryBudget, CONNECTION_RESERVE_BYTES};
+use crate::budget::MemoryBudget;
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::net::{secure, Connections};
+use crate::net::Connections;
 use crate::security::acl::{Operation, Protocol, Resource};
 use crate::security::auth::Authenticator;
+use crate::security::authz::Subject;
 use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::{ServerTls, Transport};
 use crate::security::Principal;
@@ -53,10 +54,6 @@ pub const NODE_ID: i32 = 0;
 
 /// The cluster id Metadata and DescribeCluster give.
 pub const CLUSTER_ID: &str = "flume";
-
-/// Bytes waiting fetches may read at once to count what arrived (over all
-/// Kafka connections).
-const COUNTING_BYTES: usize = 4 << 20;
 
 /// What a request handler needs: the engine (through [`Backend`]), what
 /// Metadata advertises, and the budgets a request is charged to.
@@ -85,33 +82,23 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// Runs `f` with the connection's principal as a [`Subject`] of the
+    /// ACLs (the rules every front end shares).
+    pub fn with_subject<T>(&self, f: impl FnOnce(Subject<'_>) -> T) -> T {
+        let who = self.who();
+        f(Subject::new(self.backend.acl(), &who, Protocol::Kafka))
+    }
+
     /// May the connection's principal do `op` on `res`? Always with the
     /// authorizer off; a denial is counted ([`crate::security::acl`]).
     pub fn may(&self, op: Operation, res: Resource<'_>) -> bool {
-        let acl = self.backend.acl();
-        !acl.enabled() || acl.check(Protocol::Kafka, &self.who(), op, res)
+        self.with_subject(|s| s.may(op, res))
     }
 
     /// As [`Ctx::may`] without counting a denial: for what is left out of a
     /// listing (Metadata of every topic, ListGroups).
     pub fn sees(&self, op: Operation, res: Resource<'_>) -> bool {
-        let acl = self.backend.acl();
-        !acl.enabled() || acl.permits(&self.who(), op, res)
-    }
-
-    /// May it do `op` on the cluster or on some resource of type `kind`?
-    pub fn may_any(&self, op: Operation, kind: crate::security::acl::ResourceType) -> bool {
-        let acl = self.backend.acl();
-        !acl.enabled() || acl.check_any(Protocol::Kafka, &self.who(), op, kind)
-    }
-
-    /// May it list (`Describe`) or change (`Alter`) the ACLs? Admins may,
-    /// and with the authorizer on whoever the ACLs allow that on the cluster.
-    pub fn may_manage_acls(&self, op: Operation) -> bool {
-        let acl = self.backend.acl();
-        let who = self.who();
-        acl.is_admin(&who)
-            || (acl.enabled() && acl.check(Protocol::Kafka, &who, op, Resource::cluster()))
+        self.with_subject(|s| s.sees(op, res))
     }
 
     /// Kafka's bit field of the operations the principal may do on `res`
@@ -160,12 +147,6 @@ impl Ctx {
             .fold(0i32, |bits, (code, _)| bits | (1 << code))
     }
 
-    /// May it create `topic` (CREATE on the cluster or on the topic)?
-    pub fn may_create(&self, topic: &str) -> bool {
-        self.sees(Operation::Create, Resource::cluster())
-            || self.may(Operation::Create, Resource::topic(topic))
-    }
-
     fn who(&self) -> std::sync::MutexGuard<'_, Principal> {
         self.principal
             .lock()
@@ -189,7 +170,7 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         advertised_port: 9092,
         max_decoded_bytes: engine.config().max_frame_bytes,
         memory: MemoryBudget::new(usize::MAX),
-        counting: MemoryBudget::new(COUNTING_BYTES),
+        counting: MemoryBudget::new(crate::net::COUNTING_BYTES),
         client_host: "/127.0.0.1".into(),
         principal: Mutex::new(Principal::Anonymous),
         throttle_ms: AtomicI32::new(0),
@@ -278,7 +259,7 @@ impl KafkaListener {
         };
         tracing::info!(%addr, advertised = %format!("{host}:{port}"), "kafka listener listening");
         let cfg = engine.config();
-        let conns = Connections::new(cfg.max_request_memory, COUNTING_BYTES);
+        let conns = Connections::new(cfg.max_request_memory, crate::net::COUNTING_BYTES);
         let shutdown_timeout = cfg.shutdown_timeout;
         let proto = Proto {
             backend: Backend::new(Arc::clone(&engine)),
@@ -293,7 +274,22 @@ impl KafkaListener {
             auth,
             quotas,
         };
-        let accept = rt::spawn(accept_loop(listener, proto, Arc::clone(&conns)));
+        let how = crate::net::Listening {
+            name: "kafka",
+            max_connections: proto.max_connections,
+            connection_memory: proto.connection_memory,
+            handshake: proto.read_timeout,
+            tls: proto.tls.clone(),
+            metrics: Arc::clone(engine.metrics()),
+        };
+        let stop = engine.shutdown_signal();
+        let accept = rt::spawn(crate::net::accept_loop(
+            listener,
+            Arc::clone(&conns),
+            how,
+            stop,
+            move |c| serve_kafka(proto.clone(), c),
+        ));
         Ok(KafkaListener {
             addr,
             conns,
@@ -357,48 +353,25 @@ struct Proto {
     quotas: Arc<Quotas>,
 }
 
-async fn accept_loop(listener: TcpListener, proto: Proto, conns: Arc<Connections>) {
-    let stop = proto.backend.shutdown_signal();
-    while let Some((stream, peer)) = crate::net::next_connection(&listener, &stop, "kafka").await {
-        let _ = stream.set_nodelay(true);
-        let ctx = Ctx {
-            backend: proto.backend.clone(),
-            node_id: NODE_ID,
-            advertised_host: proto.host.clone(),
-            advertised_port: proto.port,
-            max_decoded_bytes: proto.max_frame,
-            memory: MemoryBudget::within(
-                &conns.memory,
-                proto.connection_memory,
-                CONNECTION_RESERVE_BYTES,
-            ),
-            counting: Arc::clone(&conns.counting),
-            client_host: format!("/{}", peer.ip()),
-            principal: Mutex::new(Principal::Anonymous),
-            throttle_ms: AtomicI32::new(0),
-        };
-        let limits = proto.clone();
-        let admitted = conns.spawn(proto.max_connections, move |handle| async move {
-            let (stream, principal) =
-                match secure(limits.tls.as_deref(), stream, limits.read_timeout).await {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::info!(%peer, error = %e, "kafka TLS handshake failed; connection closed");
-                        return;
-                    }
-                };
-            ctx.set_principal(principal.clone());
-            let quota = ConnQuota::new(Arc::clone(&limits.quotas), peer.ip(), &principal);
-            handle.set_principal(principal);
-            match serve(&ctx, &limits, stream, &handle, quota).await {
-                Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
-                Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
-            }
-        });
-        if !admitted {
-            // The refused socket was moved into the unspawned task and closed with it.
-            tracing::warn!(%peer, max = proto.max_connections, "kafka connection limit reached; closing the new connection");
-        }
+/// Serves one accepted Kafka connection until it ends.
+async fn serve_kafka(proto: Proto, c: crate::net::Accepted) {
+    let peer = c.peer;
+    let ctx = Ctx {
+        backend: proto.backend.clone(),
+        node_id: NODE_ID,
+        advertised_host: proto.host.clone(),
+        advertised_port: proto.port,
+        max_decoded_bytes: proto.max_frame,
+        memory: c.memory,
+        counting: c.counting,
+        client_host: format!("/{}", peer.ip()),
+        principal: Mutex::new(c.principal.clone()),
+        throttle_ms: AtomicI32::new(0),
+    };
+    let quota = ConnQuota::new(Arc::clone(&proto.quotas), peer.ip(), &c.principal);
+    match serve(&ctx, &proto, c.stream, &c.handle, quota).await {
+        Ok(()) => tracing::debug!(%peer, "kafka connection closed"),
+        Err(e) => tracing::debug!(%peer, error = %e, "kafka connection closed"),
     }
 }
 
@@ -423,12 +396,6 @@ enum ConnError {
     Quota(#[from] crate::security::quota::QuotaError),
 }
 
-/// Most bytes a connection reads ahead while it serves a request, only so
-/// that it notices at once the peer closing or resetting (what arrives is kept
-/// for the next frames). A peer with more than this ahead is noticed once
-/// those frames are read.
-const WATCH_AHEAD_BYTES: usize = 64 * 1024;
-
 /// Bytes read ahead per watching read.
 const WATCH_READ_BYTES: usize = 16 * 1024;
 
@@ -436,7 +403,7 @@ const WATCH_READ_BYTES: usize = 16 * 1024;
 /// was served and whether the peer has closed its side.
 struct Inbox {
     stream: Transport,
-    /// Read ahead, not yet consumed (at most [`WATCH_AHEAD_BYTES`]).
+    /// Read ahead, not yet consumed (at most [`crate::net::WATCH_AHEAD_BYTES`]).
     ahead: Vec<u8>,
     /// The peer closed its side (EOF seen by a watching read).
     eof: bool,
@@ -477,7 +444,9 @@ impl Inbox {
     /// EOF was seen or `ahead` is full. Cancel-safe: bytes read are kept.
     async fn watch(&mut self) -> std::io::Result<usize> {
         let len = self.ahead.len();
-        let room = WATCH_AHEAD_BYTES.saturating_sub(len).min(WATCH_READ_BYTES);
+        let room = crate::net::WATCH_AHEAD_BYTES
+            .saturating_sub(len)
+            .min(WATCH_READ_BYTES);
         if self.eof || room == 0 {
             return futures::future::pending().await;
         }

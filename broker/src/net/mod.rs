@@ -1,8 +1,14 @@
-//! What every TCP listener of the broker (the Flume protocol, the Kafka
-//! protocol) shares: the count of open connections with its limit, the
-//! request-memory budgets, the connection tasks that shutdown drains and,
-//! past its deadline, cancels, the TLS handshake ([`secure`]) and who each
-//! open connection is (its [`Principal`]).
+//! The network layer every listener shares: the accept loop (a failed
+//! accept retried after a pause, the connection limit, refused connections
+//! counted), the TLS handshake in the connection's own task, the memory
+//! budgets of a listener and each connection's share of them (with its
+//! reserve: [`crate::budget`]), the connection tasks that shutdown drains and,
+//! past its deadline, cancels, who each open connection is, and when the
+//! memory closed connections freed is handed back to the system. Each
+//! protocol's connection loop lives in its front end (`flume::conn`,
+//! `kafka`); HTTP takes connections with [`next_connection`] and [`secure`]
+//! and keeps its own limit (it closes the oldest idle connection instead of
+//! refusing a new one).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -13,7 +19,8 @@ use std::time::{Duration, Instant};
 use event_listener::Event;
 use flume_rt::{self as rt, sync::lock};
 
-use crate::budget::MemoryBudget;
+use crate::budget::{MemoryBudget, CONNECTION_RESERVE_BYTES};
+use crate::metrics::Metrics;
 use crate::security::tls::{self, ServerTls, Transport};
 use crate::security::Principal;
 
@@ -277,6 +284,103 @@ impl Connections {
                 return open;
             }
             rt::timeout(deadline - now, listener).await;
+        }
+    }
+}
+
+/// Bytes waiting fetches may read at once to count what arrived, over all
+/// the connections of a listener.
+pub(crate) const COUNTING_BYTES: usize = 4 << 20;
+
+/// Most bytes a connection that may not admit reads ahead, only to notice the
+/// peer closing or resetting: as much as its reserve, so a request that fits
+/// the reserve is whole in its buffer by then ([`crate::budget`]).
+pub(crate) const WATCH_AHEAD_BYTES: usize = CONNECTION_RESERVE_BYTES;
+
+/// How a listener takes connections.
+#[derive(Clone)]
+pub(crate) struct Listening {
+    /// The listener's name in logs (`flume`, `kafka`).
+    pub(crate) name: &'static str,
+    /// Most connections open at once; past it a new one is closed and counted.
+    pub(crate) max_connections: usize,
+    /// One connection's share of the listener's request memory.
+    pub(crate) connection_memory: usize,
+    /// The TLS handshake's time limit (the read timeout).
+    pub(crate) handshake: std::time::Duration,
+    /// TLS, when the broker has it.
+    pub(crate) tls: Option<Arc<ServerTls>>,
+    /// Where refused connections are counted.
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+/// A connection past its TLS handshake, as a protocol's connection loop gets it.
+pub(crate) struct Accepted {
+    /// The byte stream (TLS or plain).
+    pub(crate) stream: Transport,
+    /// The peer's address.
+    pub(crate) peer: std::net::SocketAddr,
+    /// Who the peer is so far (its certificate's subject, or anonymous).
+    pub(crate) principal: Principal,
+    /// The connection's share of the listener's request memory, with its reserve.
+    pub(crate) memory: Arc<MemoryBudget>,
+    /// The listener's budget of waiting fetches' counting reads.
+    pub(crate) counting: Arc<MemoryBudget>,
+    /// Records who the connection is, for the listener's list.
+    pub(crate) handle: ConnHandle,
+}
+
+/// Takes connections on `listener` until `stop` fires: each within
+/// `how.max_connections` gets a task of its own that runs the TLS handshake
+/// and then `serve`; one past the limit is closed at once, logged and
+/// counted.
+pub(crate) async fn accept_loop<F, Fut>(
+    listener: rt::TcpListener,
+    conns: Arc<Connections>,
+    how: Listening,
+    stop: async_channel::Receiver<()>,
+    serve: F,
+) where
+    F: Fn(Accepted) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    while let Some((stream, peer)) = next_connection(&listener, &stop, how.name).await {
+        let _ = stream.set_nodelay(true);
+        let memory = MemoryBudget::within(
+            &conns.memory,
+            how.connection_memory,
+            CONNECTION_RESERVE_BYTES,
+        );
+        let counting = Arc::clone(&conns.counting);
+        let (tls, handshake, name, serve) =
+            (how.tls.clone(), how.handshake, how.name, serve.clone());
+        let admitted = conns.spawn(how.max_connections, move |handle| async move {
+            tracing::debug!(%peer, listener = name, "connection open");
+            let (stream, principal) = match secure(tls.as_deref(), stream, handshake).await {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::info!(%peer, listener = name, error = %e, "TLS handshake failed; connection closed");
+                    return;
+                }
+            };
+            if !principal.is_anonymous() {
+                tracing::debug!(%peer, %principal, "connection authenticated by its certificate");
+            }
+            handle.set_principal(principal.clone());
+            serve(Accepted {
+                stream,
+                peer,
+                principal,
+                memory,
+                counting,
+                handle,
+            })
+            .await;
+        });
+        if !admitted {
+            // The refused socket was moved into the unspawned task and closed with it.
+            tracing::warn!(%peer, listener = how.name, max = how.max_connections, "connection limit reached; closing the new connection");
+            how.metrics.connection_refused();
         }
     }
 }

@@ -1,13 +1,16 @@
-//! Security of the broker's listeners (issue #20): TLS on every port
-//! ([`tls`]) and who a connection is ([`Principal`]).
+//! Security of the broker's listeners: TLS on every port ([`tls`]), who a
+//! connection is ([`Principal`]), logins ([`auth`], [`users`]), the ACLs
+//! ([`acl`]) and the rule of each domain action built on them ([`authz`]),
+//! and per-principal limits ([`quota`]).
 //!
 //! A connection's principal is known after the TLS handshake (a client
-//! certificate's subject) and replaced by the user after AUTHENTICATE and is kept with the
-//! connection in the listener (see `Broker::connection_principals`), so
-//! authorisation and per-principal limits can hang off it.
+//! certificate's subject) and replaced by the user after a login, and is kept
+//! with the connection in the listener (see `Broker::connection_principals`),
+//! so authorisation and per-principal limits can hang off it.
 
 pub mod acl;
 pub mod auth;
+pub mod authz;
 pub mod quota;
 pub mod tls;
 pub mod users;

@@ -52,6 +52,21 @@ pub fn partition_for_key(key: &[u8], partitions: u32) -> u32 {
     fnv1a(key) % partitions.max(1)
 }
 
+/// A group's lag on one partition, the one definition every tool shares
+/// (the CLI, the SDK's `Admin`, the dashboard and `/metrics`, embedded mode,
+/// Python): the offsets from where the group reads next to the log end.
+/// Where the group reads next is its committed offset, or the log start when
+/// nothing is committed (`committed` < 0) or retention has passed the commit;
+/// never negative.
+pub fn lag(committed: i64, log_start: i64, log_end: i64) -> i64 {
+    let from = if committed < 0 {
+        log_start
+    } else {
+        committed.max(log_start)
+    };
+    (log_end - from).max(0)
+}
+
 /// Encodes a whole request frame into `buf`.
 pub fn encode_request<R: Request>(buf: &mut Vec<u8>, request_id: i32, req: &R) {
     let start = frame::begin_request(buf, R::API_KEY as i16, request_id);

@@ -553,15 +553,9 @@ message! {
 }
 
 impl OffsetFetchPartition {
-    /// Records not yet consumed by the group: `log_end - committed`, counting
-    /// from the log start when nothing is committed or the commit fell behind retention.
+    /// Records not yet consumed by the group ([`crate::lag`]).
     pub fn lag(&self) -> i64 {
-        let from = if self.committed < 0 {
-            self.log_start
-        } else {
-            self.committed.max(self.log_start)
-        };
-        (self.log_end - from).max(0)
+        crate::lag(self.committed, self.log_start, self.log_end)
     }
 }
 

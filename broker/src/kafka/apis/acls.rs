@@ -162,7 +162,7 @@ fn to_acl(
 
 pub(super) fn describe(ctx: &Ctx, req: DescribeAclsRequest, _version: i16) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
-    if !ctx.may_manage_acls(Operation::Describe) {
+    if !ctx.with_subject(|s| s.manage_acls(Operation::Describe)) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }
@@ -212,7 +212,7 @@ pub(super) fn describe(ctx: &Ctx, req: DescribeAclsRequest, _version: i16) -> De
 
 pub(super) async fn create(ctx: &Ctx, req: CreateAclsRequest, _version: i16) -> CreateAclsResponse {
     let mut resp = CreateAclsResponse::default();
-    let allowed = ctx.may_manage_acls(Operation::Alter);
+    let allowed = ctx.with_subject(|s| s.manage_acls(Operation::Alter));
     for c in req.creations {
         let mut r = AclCreationResult::default();
         let outcome = if !allowed {
@@ -251,7 +251,7 @@ pub(super) async fn create(ctx: &Ctx, req: CreateAclsRequest, _version: i16) -> 
 
 pub(super) async fn delete(ctx: &Ctx, req: DeleteAclsRequest, _version: i16) -> DeleteAclsResponse {
     let mut resp = DeleteAclsResponse::default();
-    let allowed = ctx.may_manage_acls(Operation::Alter);
+    let allowed = ctx.with_subject(|s| s.manage_acls(Operation::Alter));
     for f in req.filters {
         let mut r = DeleteAclsFilterResult::default();
         if !allowed {

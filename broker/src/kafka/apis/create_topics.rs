@@ -20,7 +20,7 @@ pub(super) async fn handle(
     for t in req.topics {
         let mut r = CreatableTopicResult::default();
         let name = t.name.0.as_str().to_owned();
-        let outcome = if !ctx.may_create(&name) {
+        let outcome = if !ctx.with_subject(|s| s.create_topic(&name)) {
             Err((
                 errors::TOPIC_AUTHORIZATION_FAILED,
                 format!("not authorized to create topic {name:?}"),

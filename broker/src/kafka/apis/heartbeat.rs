@@ -5,11 +5,10 @@
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(ctx: &Ctx, req: HeartbeatRequest, _version: i16) -> HeartbeatResponse {
     let mut resp = HeartbeatResponse::default();
-    if !ctx.may(Operation::Read, Resource::group(req.group_id.0.as_str())) {
+    if !ctx.with_subject(|s| s.in_group(req.group_id.0.as_str())) {
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         return resp;
     }

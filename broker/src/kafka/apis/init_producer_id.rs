@@ -37,7 +37,7 @@ pub(super) async fn handle(ctx: &Ctx, req: InitProducerIdRequest) -> InitProduce
         }
     }
     // As Kafka 3: WRITE on the cluster (Flume has no IDEMPOTENT_WRITE) or on any topic.
-    if !ctx.may_any(Operation::Write, ResourceType::Topic) {
+    if !ctx.with_subject(|s| s.may_any(Operation::Write, ResourceType::Topic)) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }

@@ -18,7 +18,6 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 use super::super::backend::group_code;
 use super::super::{errors, Ctx};
 use crate::domain::{ClientJoinSpec, GroupError};
-use crate::security::acl::{Operation, Resource};
 
 /// The protocol type of Kafka's consumers, whose metadata and assignments
 /// have a known format (read for describe and lag, never required).
@@ -49,7 +48,7 @@ pub(super) async fn handle(
     req: JoinGroupRequest,
     version: i16,
 ) -> JoinGroupResponse {
-    if !ctx.may(Operation::Read, Resource::group(req.group_id.0.as_str())) {
+    if !ctx.with_subject(|s| s.in_group(req.group_id.0.as_str())) {
         let mut resp = JoinGroupResponse::default();
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         resp.generation_id = -1;

@@ -6,12 +6,11 @@ use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
     let group = req.group_id.0.as_str();
     let mut resp = LeaveGroupResponse::default();
-    if !ctx.may(Operation::Read, Resource::group(group)) {
+    if !ctx.with_subject(|s| s.in_group(group)) {
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         return resp;
     }

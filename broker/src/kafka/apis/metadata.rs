@@ -112,7 +112,10 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                 }
                 let found = match ctx.backend.topic(&name) {
                     Some(t) => Ok(t),
-                    None if allow_create && ctx.backend.auto_create() && ctx.may_create(&name) => {
+                    None if allow_create
+                        && ctx.backend.auto_create()
+                        && ctx.with_subject(|s| s.create_topic(&name)) =>
+                    {
                         ctx.backend
                             .topic_or_create(&name)
                             .await

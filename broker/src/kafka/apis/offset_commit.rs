@@ -22,7 +22,7 @@ pub(super) async fn handle(
 ) -> OffsetCommitResponse {
     // READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED)
     // and on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED).
-    let group_denied = !ctx.may(Operation::Read, Resource::group(req.group_id.0.as_str()));
+    let group_denied = !ctx.with_subject(|s| s.in_group(req.group_id.0.as_str()));
     let topic_denied: Vec<bool> = req
         .topics
         .iter()

@@ -15,7 +15,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::super::records::{self, RecordsError};
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -35,13 +34,12 @@ pub(super) async fn handle(
     for t in req.topic_data {
         let name = t.name.0.as_str().to_owned();
         let mut tr = TopicProduceResponse::default();
-        // WRITE on the topic (and CREATE, when the produce would create it).
         let denied = refuse.is_none()
             && ctx.backend.acl().enabled()
-            && !(ctx.may(Operation::Write, Resource::topic(&name))
-                && (!ctx.backend.auto_create()
-                    || ctx.backend.topic(&name).is_some()
-                    || ctx.may_create(&name)));
+            && !ctx.with_subject(|s| {
+                let creates = ctx.backend.auto_create() && ctx.backend.topic(&name).is_none();
+                s.produce(&name, creates)
+            });
         for p in t.partition_data {
             let mut pr = PartitionProduceResponse::default();
             pr.index = p.index;

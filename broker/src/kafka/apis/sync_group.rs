@@ -11,7 +11,6 @@ use super::super::backend::group_code;
 use super::super::{errors, Ctx};
 use super::join_group::CONSUMER;
 use crate::domain::{MemberAssignment, SyncSpec, TopicAssignment};
-use crate::security::acl::{Operation, Resource};
 
 /// The partitions of a consumer assignment (version, topics, user data);
 /// empty if it does not decode.
@@ -36,7 +35,7 @@ pub(super) fn assignment_partitions(assignment: &Bytes) -> Vec<TopicAssignment> 
 }
 
 pub(super) async fn handle(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
-    if !ctx.may(Operation::Read, Resource::group(req.group_id.0.as_str())) {
+    if !ctx.with_subject(|s| s.in_group(req.group_id.0.as_str())) {
         let mut resp = SyncGroupResponse::default();
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         return resp;

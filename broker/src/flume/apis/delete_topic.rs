@@ -1,0 +1,27 @@
+//! DELETE_TOPIC: DELETE on the topic.
+
+use std::sync::Arc;
+
+use flume_protocol::messages::Empty;
+use flume_protocol::DeleteTopicRequest;
+use futures::FutureExt;
+
+use super::super::InFlight;
+use super::{respond, Cx};
+use crate::security::acl::{Operation, Resource};
+
+pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
+    let id = cx.id;
+    match cx.decode::<DeleteTopicRequest>(payload) {
+        Ok(req) if !cx.who.may(Operation::Delete, Resource::topic(&req.name)) => cx.denied(),
+        Ok(req) => {
+            let engine = Arc::clone(cx.engine);
+            async move {
+                let r = engine.delete_topic(&req.name).await;
+                respond(id, r.map(|()| Empty).as_ref().map_err(|e| e.code()))
+            }
+            .boxed()
+        }
+        Err(f) => f,
+    }
+}

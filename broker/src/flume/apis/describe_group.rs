@@ -1,0 +1,28 @@
+//! DESCRIBE_GROUP: DESCRIBE on the group; its state, members, assignments
+//! and committed offsets with their lag.
+
+use flume_protocol::{DescribeGroupRequest, ErrorCode};
+
+use super::super::{map, InFlight};
+use super::Cx;
+use crate::security::acl::{Operation, Resource};
+
+pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
+    match cx.decode::<DescribeGroupRequest>(payload) {
+        Ok(req) if !cx.who.may(Operation::Describe, Resource::group(&req.group)) => cx.denied(),
+        Ok(req) => {
+            let engine = cx.engine;
+            let described = engine.describe_group(&req.group).map(|d| {
+                let end_of = |topic: &str, partition: i32| {
+                    engine
+                        .topic(topic)
+                        .and_then(|t| t.partition(partition).map(|p| p.end_offset()))
+                        .map_or(-1, |e| i64::try_from(e).unwrap_or(i64::MAX))
+                };
+                map::group_description(d, engine.committed_for_group(&req.group), &end_of)
+            });
+            cx.ready(described.ok_or(ErrorCode::UnknownGroup))
+        }
+        Err(f) => f,
+    }
+}

@@ -1,0 +1,21 @@
+//! METADATA: the topics named (or every topic), only those the principal
+//! may describe: the rest is not there for it.
+
+use flume_protocol::MetadataRequest;
+
+use super::super::{map, InFlight};
+use super::Cx;
+use crate::security::acl::{Operation, Resource};
+
+pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
+    match cx.decode::<MetadataRequest>(payload) {
+        Ok(req) => {
+            let mut described = cx.engine.describe(&req.topics);
+            if cx.who.enforced() {
+                described.retain(|t| cx.who.sees(Operation::Describe, Resource::topic(&t.name)));
+            }
+            cx.ready(Ok(map::metadata_response(described)))
+        }
+        Err(f) => f,
+    }
+}

@@ -1,0 +1,114 @@
+//! Authorization as one rule per domain action, the same for every front
+//! end (the Flume protocol, the Kafka listener, HTTP): a front end names what
+//! a request does ("produce to these topics", "act in this group") and
+//! [`Subject`] answers with the ACLs ([`super::acl`]). Which Kafka and Flume
+//! APIs need which action is in `docs/security.md`.
+//!
+//! With the authorizer off every rule allows everything (admins may do
+//! everything with it on); a denial is counted by protocol, operation and
+//! resource type, except for the `sees_*` filters, which only leave out of a
+//! listing what may not be described.
+
+use super::acl::{Authorizer, Operation, Protocol, Resource, ResourceType};
+use super::Principal;
+
+/// Who asks, through which protocol, and the ACLs that decide.
+#[derive(Clone, Copy)]
+pub struct Subject<'a> {
+    acl: &'a Authorizer,
+    principal: &'a Principal,
+    protocol: Protocol,
+}
+
+impl std::fmt::Debug for Subject<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subject")
+            .field("principal", self.principal)
+            .field("protocol", &self.protocol)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Subject<'a> {
+    /// `principal` asking through `protocol`, decided by `acl`.
+    pub fn new(acl: &'a Authorizer, principal: &'a Principal, protocol: Protocol) -> Self {
+        Subject {
+            acl,
+            principal,
+            protocol,
+        }
+    }
+
+    /// Who asks.
+    pub fn principal(&self) -> &'a Principal {
+        self.principal
+    }
+
+    /// Whether ACLs are enforced at all (off: every rule allows everything).
+    pub fn enforced(&self) -> bool {
+        self.acl.enabled()
+    }
+
+    /// May it do `op` on `res`? The primitive every rule is made of; a
+    /// denial is counted.
+    #[inline]
+    pub fn may(&self, op: Operation, res: Resource<'_>) -> bool {
+        self.acl.check(self.protocol, self.principal, op, res)
+    }
+
+    /// May it do `op` on every topic named?
+    pub fn may_topics<'t>(&self, op: Operation, mut topics: impl Iterator<Item = &'t str>) -> bool {
+        !self.acl.enabled() || topics.all(|t| self.may(op, Resource::topic(t)))
+    }
+
+    /// May it do `op` on the cluster or on some resource of type `kind`
+    /// (Kafka 3's rule for InitProducerId: WRITE on any topic)?
+    pub fn may_any(&self, op: Operation, kind: ResourceType) -> bool {
+        self.acl.check_any(self.protocol, self.principal, op, kind)
+    }
+
+    /// Whether `res` is listed for it (DESCRIBE), without counting a denial:
+    /// what a listing (every topic's metadata, the groups) leaves out.
+    pub fn sees(&self, op: Operation, res: Resource<'_>) -> bool {
+        self.acl.permits(self.principal, op, res)
+    }
+
+    /// Produce to `topic`: WRITE on it, and, when the produce would create it
+    /// (`creates`: it does not exist and the broker auto-creates), CREATE.
+    pub fn produce(&self, topic: &str, creates: bool) -> bool {
+        self.may(Operation::Write, Resource::topic(topic)) && (!creates || self.create_topic(topic))
+    }
+
+    /// Read records of every topic named (FETCH, ListOffsets).
+    pub fn read_topics<'t>(&self, topics: impl Iterator<Item = &'t str>) -> bool {
+        self.may_topics(Operation::Read, topics)
+    }
+
+    /// Act in `group` on these topics (join, fetch as a member, commit, read
+    /// its offsets): READ on the group and on every topic named.
+    pub fn group_member<'t>(&self, group: &str, topics: impl Iterator<Item = &'t str>) -> bool {
+        self.may(Operation::Read, Resource::group(group)) && self.read_topics(topics)
+    }
+
+    /// Be a member of `group` without naming topics (heartbeat, leave).
+    pub fn in_group(&self, group: &str) -> bool {
+        self.may(Operation::Read, Resource::group(group))
+    }
+
+    /// Create `topic`: CREATE on the cluster (not counted as a denial when
+    /// absent) or on the topic.
+    pub fn create_topic(&self, topic: &str) -> bool {
+        self.sees(Operation::Create, Resource::cluster())
+            || self.may(Operation::Create, Resource::topic(topic))
+    }
+
+    /// Manage the ACLs (list them: DESCRIBE; change them: ALTER): admins, and
+    /// with the authorizer on whoever the ACLs allow `op` on the cluster.
+    pub fn manage_acls(&self, op: Operation) -> bool {
+        self.acl.is_admin(self.principal)
+            || (self.acl.enabled()
+                && self
+                    .acl
+                    .check(self.protocol, self.principal, op, Resource::cluster()))
+    }
+}
