@@ -1,4 +1,4 @@
-//! Rebalance time after a member goes, on loopback (issue #15): three group
+//! Rebalance time after a member goes, on loopback: three group
 //! members share a 6-partition topic while a producer writes to every
 //! partition; one member leaves (clean: LEAVE_GROUP; kill: it stops without
 //! a word, as after SIGKILL, and its session expires); the time is from its

@@ -1,4 +1,4 @@
-//! Authorisation end to end (issue #20): ACLs with `--authorizer on` over the
+//! Authorisation end to end: ACLs with `--authorizer on` over the
 //! Flume protocol, the Kafka protocol (raw `kafka-protocol` frames) and the
 //! HTTP API; changes in force on open connections; kept across a restart; a
 //! damaged `__acls` refused at start.

@@ -1,4 +1,4 @@
-//! Authentication end to end (issue #20): SCRAM-SHA-256 over AUTHENTICATE,
+//! Authentication end to end: SCRAM-SHA-256 over AUTHENTICATE,
 //! `--auth required|optional`, users added and removed without a restart,
 //! failed logins rate-limited and cut off, garbage AUTHENTICATE payloads.
 

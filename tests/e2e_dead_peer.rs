@@ -1,7 +1,7 @@
 //! A client that dies (or half-closes) while its requests wait: the broker
 //! notices the peer closing at once, on both listeners, drops what waits on
 //! others (a parked fetch) and releases its memory; a half-closed peer still
-//! gets the answers that need no waiting (issue #17 follow-up).
+//! gets the answers that need no waiting.
 
 use crate::common;
 

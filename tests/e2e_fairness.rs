@@ -127,7 +127,7 @@ fn broker_config(dir: &std::path::Path) -> BrokerConfig {
     c
 }
 
-/// Issue 29's scenario on the Flume port: a topic of 4 partitions holding
+/// The starving scenario on the Flume port: a topic of 4 partitions holding
 /// 16 MiB, 8 connections that each pipeline 64 FETCHes of all of it that can
 /// never be satisfied (and never read what they are sent), then a fresh
 /// connection produces one record (to that topic and to a new one) and

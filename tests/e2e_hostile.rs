@@ -644,7 +644,7 @@ fn topic_creation_is_bounded_by_broker_wide_budgets() {
 /// test prints its figures (`--nocapture`).
 const SERVED_WITHIN: Duration = Duration::from_secs(1);
 
-/// Issue 12: 8 connections each parking 64 FETCH requests (`min_bytes` i32::MAX,
+/// 8 connections each parking 64 FETCH requests (`min_bytes` i32::MAX,
 /// 16 MiB `max_bytes`) on a partition that holds 1 MiB (eight 128 KiB records),
 /// and 4 connections each
 /// sending a ~15 MiB JOIN_GROUP whose topic list repeats one name, against a

@@ -1,4 +1,4 @@
-//! SASL on the Kafka listener (#20, part 3) with an independent client
+//! SASL on the Kafka listener with an independent client
 //! (rskafka, its SASL from rsasl): SCRAM-SHA-256 and PLAIN against the
 //! broker's users, wrong passwords and missing logins refused.
 

@@ -1,4 +1,4 @@
-//! Limits per principal end to end (issue #20): the connection limit per
+//! Limits per principal end to end: the connection limit per
 //! principal on both listeners, the produce quota's throttle (Kafka's
 //! throttle_time_ms, and a throttled connection reads nothing while another
 //! tenant is served), the per-address limit on failed logins over both

@@ -1,4 +1,4 @@
-//! TLS end to end (issue #20): certificates made here with rcgen, a broker
+//! TLS end to end: certificates made here with rcgen, a broker
 //! with TLS on its Flume, Kafka and HTTP ports, the SDK over TLS, refusals,
 //! mTLS principals, certificate reload, and the handshake deadline.
 

@@ -1,4 +1,4 @@
-//! Scale limits (issue 17): the partition limit's error names the limit and
+//! Scale limits: the partition limit's error names the limit and
 //! its value; the file cache bounds the open segment files of many
 //! partitions, and an evicted segment is reopened transparently, also while
 //! reads and retention run at once.

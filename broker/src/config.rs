@@ -274,7 +274,7 @@ pub struct BrokerConfig {
     /// README's Scale section); a topic that would go past it gets LIMIT_REACHED.
     pub max_partitions: u64,
     /// Most segment files kept open at once over all partitions (default
-    /// 16 384, [`crate::storage::files::DEFAULT_MAX_OPEN_FILES`]): an LRU,
+    /// 16 384, `storage::files::DEFAULT_MAX_OPEN_FILES`): an LRU,
     /// files are opened again on demand. Logs with an fsync policy other
     /// than `never` keep their active segment's two files open besides.
     /// The broker needs about `max_open_files + max_connections + 64`

@@ -1,8 +1,8 @@
 //! What the engine speaks: topics, partitions, record batches, offsets,
 //! members and assignments, as Flume's own types. No wire type crosses this
-//! line; each front end ([`crate::flume`] for the Flume protocol,
-//! [`crate::embedded`] in-process, a Kafka listener next) maps its requests
-//! to these and these to its responses.
+//! line; each front end (`flume` for the Flume protocol, `kafka` for
+//! Kafka's, [`crate::embedded`] in-process) maps its requests to these and
+//! these to its responses.
 //!
 //! Conventions every front end relies on:
 //! - Partition numbers are `i32` and offsets `i64`, the widths both the Flume

@@ -1,32 +1,32 @@
 //! The Flume broker.
 //!
-//! Layout:
-//! - [`storage`]: the log engine (segments, sparse index, recovery, retention).
-//! - [`partition`]: a log plus its bounded queue and writer task (group commit).
-//! - [`group`]: the consumer-group coordinator state machine.
-//! - [`offsets`]: the committed-offset store.
-//! - [`config`]: broker and topic settings.
-//! - [`clock`]: the injected clock (system, or manual for tests).
-//! - [`domain`]: the types the engine speaks (topics, batches, offsets, members).
-//! - [`engine`]: topics, produce, fetch, groups and offsets, shared by every front end.
-//! - [`flume`]: the Flume protocol front end (wire <-> domain).
-//! - [`conn`]: one connection as a state machine (admit, respond, wait, apply).
-//! - [`server`]: the TCP server (listener, connection limit, shutdown).
-//! - [`embedded`]: the in-process API, no network (the other front end).
-//! - [`metrics`]: counters, latency histograms, request spans, the Prometheus scrape.
-//! - [`http`]: `/metrics`, `/api/overview`, `/healthz` and the dashboard.
-//! - [`kafka`]: the Kafka wire-protocol listener (second front end).
+//! Layout, bottom to top: a module imports only from the layers below it
+//! (checked by `tests/layers.rs`).
+//!
+//! | Layer | Modules | What it holds |
+//! |---|---|---|
+//! | leaves | [`clock`], [`budget`], [`metrics`] | the injected clock; memory budgets with each connection's reserve; the counters every layer bumps |
+//! | storage | [`storage`] | the log engine: segments, sparse index, recovery, retention, the data directory's lock |
+//! | errors | [`error`] | [`BrokerError`] |
+//! | security | [`security`] | TLS, principals, logins, ACLs and the rule of each domain action (`security::authz`), per-principal limits |
+//! | settings, domain | [`config`], [`domain`] | plain settings; the types the engine speaks |
+//! | partitions | [`partition`] | a log with its bounded queue, writer task (group commit) and idempotent producers' state |
+//! | coordinator | `coordinator` | consumer groups (a state machine with time passed in), the assignors, committed offsets (file and writer), producer ids |
+//! | engine | [`engine`] | topics, produce, fetch, groups and offsets for every front end, in the domain's terms |
+//! | network | `net` | the accept loop, connection limit, TLS handshake, per-connection budgets, shutdown drain, memory trim |
+//! | front ends | `flume`, [`kafka`], `http`, [`embedded`] | the Flume protocol (one module per API), Kafka's, `/metrics` and the dashboard, the in-process API |
+//! | server | [`server`] | [`Broker`]: the engine and its listeners, started and stopped together |
 
 pub mod budget;
 pub mod clock;
 pub mod config;
-pub mod coordinator;
+pub(crate) mod coordinator;
 pub mod domain;
 pub mod embedded;
 pub mod engine;
 pub mod error;
-pub mod flume;
-pub mod http;
+pub(crate) mod flume;
+pub(crate) mod http;
 pub mod kafka;
 pub mod metrics;
 mod net;

@@ -1,5 +1,5 @@
 //! The TCP server: the listener, the connection limit, one task per
-//! connection (its state machine is [`crate::flume::conn`]), shutdown.
+//! connection (its state machine is `flume::conn`), shutdown.
 //!
 //! Every connection's requests are charged to one broker-wide memory budget
 //! ([`crate::budget`]), each connection to its share of it, from admission

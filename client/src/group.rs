@@ -122,9 +122,8 @@ impl Stream for RebalanceEvents {
 /// with the default 10 s session). A waiting fetch returns as soon as a
 /// record arrives and a rebalance breaks it off, so a longer wait costs no
 /// latency; it only makes an idle member ask again every few seconds
-/// instead of twice a second. With 10,000 idle members, the broker's CPU
-/// at 500 ms was 61 % of a core (20,000 empty fetches a second), most of
-/// it those fetches (`flume-cli perf groups`, README "Scale").
+/// instead of twice a second, which is most of what many idle members cost
+/// the broker (`flume-cli perf groups`, README "Scale").
 pub const DEFAULT_FETCH_WAIT: Duration = Duration::from_secs(5);
 
 /// Builder for [`GroupConsumer`].

@@ -12,7 +12,7 @@
 //! It sits on the storage layer and the domain types, below the engine,
 //! which owns one of each and is the only caller.
 
-pub mod assignor;
-pub mod group;
-pub mod offsets;
-pub mod producer_ids;
+pub(crate) mod assignor;
+pub(crate) mod group;
+pub(crate) mod offsets;
+pub(crate) mod producer_ids;

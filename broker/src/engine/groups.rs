@@ -405,7 +405,7 @@ impl Engine {
     /// [`Engine::commit_offsets`] with what Kafka clients keep beside each
     /// offset (its leader epoch and metadata string, returned as committed by
     /// [`Engine::committed_full`]): metadata over
-    /// [`crate::coordinator::offsets::MAX_METADATA_BYTES`] leaves that partition alone
+    /// `coordinator::offsets::MAX_METADATA_BYTES` leaves that partition alone
     /// with OFFSET_METADATA_TOO_LARGE.
     ///
     /// # Errors

@@ -180,7 +180,7 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Opens the data directory: locks it (see [`crate::storage::dirs`]),
+    /// Opens the data directory: locks it (see `storage::dirs`),
     /// loads every topic (recovering its logs) and the committed offsets, and
     /// starts the maintenance ticker.
     ///

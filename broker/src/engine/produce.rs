@@ -224,7 +224,7 @@ impl Engine {
     }
 
     /// Issues a new producer id (epoch 0) for an idempotent producer. Ids
-    /// never repeat, across restarts too (see [`crate::coordinator::producer_ids`]).
+    /// never repeat, across restarts too (see `coordinator::producer_ids`).
     ///
     /// # Errors
     /// The id block could not be persisted (STORAGE_ERROR; no id is issued).

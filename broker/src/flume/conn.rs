@@ -278,11 +278,6 @@ impl ConnState {
         })
     }
 
-    /// Who the peer is.
-    pub fn principal(&self) -> &Principal {
-        &self.principal
-    }
-
     fn reading(&self) -> bool {
         matches!(self.phase, Phase::Reading)
     }

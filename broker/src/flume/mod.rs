@@ -23,8 +23,8 @@ use crate::security::Principal;
 use tracing::Instrument;
 
 mod apis;
-pub mod conn;
-pub mod map;
+pub(crate) mod conn;
+pub(crate) mod map;
 
 /// A response being prepared: resolves to its whole frame.
 pub type InFlight = BoxFuture<'static, Vec<u8>>;

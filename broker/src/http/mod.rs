@@ -17,7 +17,7 @@
 //! the connection's task within `read_timeout`, inside its lifetime.
 
 mod overview;
-pub mod scrape;
+pub(crate) mod scrape;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -40,7 +40,7 @@ use crate::security::acl::{AclPrincipal, Operation, Protocol, Resource};
 use crate::security::authz::Subject;
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
-pub use overview::{History, Sample, HISTORY_INTERVAL, HISTORY_SAMPLES};
+pub use overview::{History, HISTORY_INTERVAL};
 use scrape::{Probe, Scrape};
 
 /// The dashboard page (HTML, CSS and JavaScript in one file, no external resources).

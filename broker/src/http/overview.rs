@@ -54,13 +54,9 @@ impl History {
     }
 
     /// Samples kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.samples.len()
-    }
-
-    /// True when no sample was taken yet.
-    pub fn is_empty(&self) -> bool {
-        self.samples.is_empty()
     }
 
     /// `{interval_ms, time_ms: [..], topics: {name: {in: [..], out: [..]}}, lag: {key: [..]}}`;

@@ -172,288 +172,303 @@ fn quota_metrics(enc: &mut DescriptorEncoder<'_>, q: &QuotaStats) -> Result<(), 
 impl Collector for Scrape {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
         let e = &self.engine;
-        let m = e.metrics();
-        let server = (self.probe)();
+        partition_metrics(&mut enc, e)?;
+        group_metrics(&mut enc, e)?;
+        broker_metrics(&mut enc, e, (self.probe)())
+    }
+}
 
-        // Partitions.
-        let parts: Vec<(PartitionStatus, String)> = e
-            .topics()
+/// Per partition: records and bytes in and out, offsets, size on disk, queue depth.
+fn partition_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
+    let parts: Vec<(PartitionStatus, String)> = e
+        .topics()
+        .iter()
+        .flat_map(|t| t.statuses(true))
+        .map(|p| {
+            let id = p.partition.to_string();
+            (p, id)
+        })
+        .collect();
+    let labels =
+        |p: &PartitionStatus, id: &str| [("topic", p.topic.clone()), ("partition", id.to_owned())];
+    type CounterOf = fn(&PartitionCounts) -> u64;
+    let counters: [(&str, &str, CounterOf); 4] = [
+        (
+            "flume_partition_records_in",
+            "Records appended to the partition.",
+            |c| c.records_in,
+        ),
+        (
+            "flume_partition_bytes_in",
+            "Bytes appended to the partition (stored format).",
+            |c| c.bytes_in,
+        ),
+        (
+            "flume_partition_records_out",
+            "Records served by fetches from the partition.",
+            |c| c.records_out,
+        ),
+        (
+            "flume_partition_bytes_out",
+            "Bytes served by fetches from the partition (stored format).",
+            |c| c.bytes_out,
+        ),
+    ];
+    for (name, help, f) in counters {
+        family(
+            enc,
+            name,
+            help,
+            parts
+                .iter()
+                .map(|(p, id)| (labels(p, id), ConstCounter::new(f(&p.counts)))),
+        )?;
+    }
+    family(
+        enc,
+        "flume_partition_end_offset",
+        "Offset the next record of the partition gets.",
+        parts
             .iter()
-            .flat_map(|t| t.statuses(true))
-            .map(|p| {
-                let id = p.partition.to_string();
-                (p, id)
+            .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.log_end)))),
+    )?;
+    family(
+        enc,
+        "flume_partition_log_start_offset",
+        "Oldest offset still stored in the partition.",
+        parts
+            .iter()
+            .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.log_start)))),
+    )?;
+    let disk: Vec<(u64, usize)> = parts
+        .iter()
+        .map(|(p, _)| p.disk.unwrap_or_default())
+        .collect();
+    family(
+        enc,
+        "flume_partition_size_bytes",
+        "Bytes of the partition's segment files on disk.",
+        parts
+            .iter()
+            .zip(&disk)
+            .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.0)))),
+    )?;
+    family(
+        enc,
+        "flume_partition_segments",
+        "Segment files of the partition.",
+        parts
+            .iter()
+            .zip(&disk)
+            .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
+    )?;
+    family(
+        enc,
+        "flume_partition_queue_depth",
+        "Append requests waiting in the partition's queue.",
+        parts
+            .iter()
+            .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.queued as u64)))),
+    )?;
+
+    Ok(())
+}
+
+/// Per group: state, generation, members, rebalances; committed offsets and lag.
+fn group_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
+    let groups = e.group_summaries();
+    let states = [
+        "empty",
+        "preparing_rebalance",
+        "completing_rebalance",
+        "stable",
+    ];
+    family(
+        enc,
+        "flume_group_state",
+        "1 for the group's current state, 0 for the others.",
+        groups.iter().flat_map(|g| {
+            states.iter().map(move |s| {
+                (
+                    [("group", g.group.clone()), ("state", (*s).to_owned())],
+                    ConstGauge::new(i64::from(g.state == *s)),
+                )
             })
-            .collect();
-        let labels = |p: &PartitionStatus, id: &str| {
-            [("topic", p.topic.clone()), ("partition", id.to_owned())]
-        };
-        type CounterOf = fn(&PartitionCounts) -> u64;
-        let counters: [(&str, &str, CounterOf); 4] = [
+        }),
+    )?;
+    family(
+        enc,
+        "flume_group_generation",
+        "The group's generation.",
+        groups.iter().map(|g| {
             (
-                "flume_partition_records_in",
-                "Records appended to the partition.",
-                |c| c.records_in,
-            ),
+                [("group", g.group.clone())],
+                ConstGauge::new(i64::from(g.generation)),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "flume_group_members",
+        "Members of the group.",
+        groups.iter().map(|g| {
             (
-                "flume_partition_bytes_in",
-                "Bytes appended to the partition (stored format).",
-                |c| c.bytes_in,
-            ),
+                [("group", g.group.clone())],
+                ConstGauge::new(to_i64(g.members as u64)),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "flume_group_rebalances",
+        "Rebalances the group has started.",
+        groups.iter().map(|g| {
             (
-                "flume_partition_records_out",
-                "Records served by fetches from the partition.",
-                |c| c.records_out,
-            ),
-            (
-                "flume_partition_bytes_out",
-                "Bytes served by fetches from the partition (stored format).",
-                |c| c.bytes_out,
-            ),
-        ];
-        for (name, help, f) in counters {
-            family(
-                &mut enc,
-                name,
-                help,
-                parts
-                    .iter()
-                    .map(|(p, id)| (labels(p, id), ConstCounter::new(f(&p.counts)))),
-            )?;
-        }
-        family(
-            &mut enc,
-            "flume_partition_end_offset",
-            "Offset the next record of the partition gets.",
-            parts
-                .iter()
-                .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.log_end)))),
-        )?;
-        family(
-            &mut enc,
-            "flume_partition_log_start_offset",
-            "Oldest offset still stored in the partition.",
-            parts
-                .iter()
-                .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.log_start)))),
-        )?;
-        let disk: Vec<(u64, usize)> = parts
-            .iter()
-            .map(|(p, _)| p.disk.unwrap_or_default())
-            .collect();
-        family(
-            &mut enc,
-            "flume_partition_size_bytes",
-            "Bytes of the partition's segment files on disk.",
-            parts
-                .iter()
-                .zip(&disk)
-                .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.0)))),
-        )?;
-        family(
-            &mut enc,
-            "flume_partition_segments",
-            "Segment files of the partition.",
-            parts
-                .iter()
-                .zip(&disk)
-                .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
-        )?;
-        family(
-            &mut enc,
-            "flume_partition_queue_depth",
-            "Append requests waiting in the partition's queue.",
-            parts
-                .iter()
-                .map(|(p, id)| (labels(p, id), ConstGauge::new(to_i64(p.queued as u64)))),
-        )?;
+                [("group", g.group.clone())],
+                ConstCounter::new(g.rebalances),
+            )
+        }),
+    )?;
+    let lags = group_lags(e);
+    let lag_labels = |l: &GroupLag| {
+        [
+            ("group", l.group.clone()),
+            ("topic", l.topic.clone()),
+            ("partition", l.partition.to_string()),
+        ]
+    };
+    family(
+        enc,
+        "flume_group_committed_offset",
+        "The group's committed offset (the next offset it reads).",
+        lags.iter()
+            .map(|l| (lag_labels(l), ConstGauge::new(l.committed))),
+    )?;
+    family(
+        enc,
+        "flume_group_lag_records",
+        "Records between the group's committed offset and the partition's end.",
+        lags.iter().map(|l| (lag_labels(l), ConstGauge::new(l.lag))),
+    )?;
 
-        // Groups.
-        let groups = e.group_summaries();
-        let states = [
-            "empty",
-            "preparing_rebalance",
-            "completing_rebalance",
-            "stable",
-        ];
-        family(
-            &mut enc,
-            "flume_group_state",
-            "1 for the group's current state, 0 for the others.",
-            groups.iter().flat_map(|g| {
-                states.iter().map(move |s| {
-                    (
-                        [("group", g.group.clone()), ("state", (*s).to_owned())],
-                        ConstGauge::new(i64::from(g.state == *s)),
-                    )
-                })
-            }),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_generation",
-            "The group's generation.",
-            groups.iter().map(|g| {
-                (
-                    [("group", g.group.clone())],
-                    ConstGauge::new(i64::from(g.generation)),
-                )
-            }),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_members",
-            "Members of the group.",
-            groups.iter().map(|g| {
-                (
-                    [("group", g.group.clone())],
-                    ConstGauge::new(to_i64(g.members as u64)),
-                )
-            }),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_rebalances",
-            "Rebalances the group has started.",
-            groups.iter().map(|g| {
-                (
-                    [("group", g.group.clone())],
-                    ConstCounter::new(g.rebalances),
-                )
-            }),
-        )?;
-        let lags = group_lags(e);
-        let lag_labels = |l: &GroupLag| {
-            [
-                ("group", l.group.clone()),
-                ("topic", l.topic.clone()),
-                ("partition", l.partition.to_string()),
-            ]
-        };
-        family(
-            &mut enc,
-            "flume_group_committed_offset",
-            "The group's committed offset (the next offset it reads).",
-            lags.iter()
-                .map(|l| (lag_labels(l), ConstGauge::new(l.committed))),
-        )?;
-        family(
-            &mut enc,
-            "flume_group_lag_records",
-            "Records between the group's committed offset and the partition's end.",
-            lags.iter().map(|l| (lag_labels(l), ConstGauge::new(l.lag))),
-        )?;
+    Ok(())
+}
 
-        // Broker.
-        gauge(
-            &mut enc,
-            "flume_connections_open",
-            "Open broker-protocol connections.",
-            to_i64(server.connections_open as u64),
-        )?;
-        let (refused, http_refused) = m.connections_refused();
-        counter(
-            &mut enc,
-            "flume_connections_refused",
-            "Connections closed at once by the connection limit.",
-            refused,
-        )?;
-        counter(
-            &mut enc,
-            "flume_http_connections_refused",
-            "HTTP connections closed at once by the HTTP connection limit.",
-            http_refused,
-        )?;
-        quota_metrics(&mut enc, e.quotas().stats())?;
-        family(
-            &mut enc,
-            "flume_authorization_denied",
-            "Requests (or parts of them) refused by the ACLs, by protocol, operation and resource type.",
-            e.acl()
-                .denied_counts()
-                .into_iter()
-                .map(|(protocol, operation, resource_type, n)| {
-                    (
-                        [
-                            ("protocol", protocol),
-                            ("operation", operation),
-                            ("resource_type", resource_type),
-                        ],
-                        ConstCounter::new(n),
-                    )
-                }),
-        )?;
-        family(
-            &mut enc,
-            "flume_requests",
-            "Requests answered, by API and error code (the request's, else its first entry's or partition's).",
-            m.request_counts().into_iter().map(|(api, error, n)| {
+/// The broker as a whole: connections, limits, authorization, requests, latencies, memory, process.
+fn broker_metrics(
+    enc: &mut DescriptorEncoder<'_>,
+    e: &Engine,
+    server: ServerStats,
+) -> Result<(), std::fmt::Error> {
+    let m = e.metrics();
+    gauge(
+        enc,
+        "flume_connections_open",
+        "Open broker-protocol connections.",
+        to_i64(server.connections_open as u64),
+    )?;
+    let (refused, http_refused) = m.connections_refused();
+    counter(
+        enc,
+        "flume_connections_refused",
+        "Connections closed at once by the connection limit.",
+        refused,
+    )?;
+    counter(
+        enc,
+        "flume_http_connections_refused",
+        "HTTP connections closed at once by the HTTP connection limit.",
+        http_refused,
+    )?;
+    quota_metrics(enc, e.quotas().stats())?;
+    family(
+        enc,
+        "flume_authorization_denied",
+        "Requests (or parts of them) refused by the ACLs, by protocol, operation and resource type.",
+        e.acl()
+            .denied_counts()
+            .into_iter()
+            .map(|(protocol, operation, resource_type, n)| {
                 (
-                    [("api", api.to_owned()), ("error", error.to_owned())],
+                    [
+                        ("protocol", protocol),
+                        ("operation", operation),
+                        ("resource_type", resource_type),
+                    ],
                     ConstCounter::new(n),
                 )
             }),
-        )?;
-        {
-            let mut me = enc.encode_descriptor(
-                "flume_request_duration_seconds",
-                "Time from a request's admission to its response, by API.",
-                None,
-                MetricType::Histogram,
-            )?;
-            for (api, l) in m.latency_histograms() {
-                l.encode(me.encode_family(&[("api", api)])?)?;
-            }
-        }
-        APPEND_LATENCY.encode(enc.encode_descriptor(
-            "flume_append_duration_seconds",
-            "Time to append one group commit to a partition log (process-wide).",
+    )?;
+    family(
+        enc,
+        "flume_requests",
+        "Requests answered, by API and error code (the request's, else its first entry's or partition's).",
+        m.request_counts().into_iter().map(|(api, error, n)| {
+            (
+                [("api", api.to_owned()), ("error", error.to_owned())],
+                ConstCounter::new(n),
+            )
+        }),
+    )?;
+    {
+        let mut me = enc.encode_descriptor(
+            "flume_request_duration_seconds",
+            "Time from a request's admission to its response, by API.",
             None,
             MetricType::Histogram,
-        )?)?;
-        FSYNC_LATENCY.encode(enc.encode_descriptor(
-            "flume_fsync_duration_seconds",
-            "Time of one fdatasync of a segment (process-wide).",
-            None,
-            MetricType::Histogram,
-        )?)?;
-        gauge(
-            &mut enc,
-            "flume_request_memory_bytes",
-            "Bytes of produce requests being served (the request memory budget in use).",
-            to_i64(server.memory.used as u64),
         )?;
-        gauge(
-            &mut enc,
-            "flume_request_memory_limit_bytes",
-            "The request memory budget.",
-            to_i64(server.memory.limit as u64),
-        )?;
-        gauge(
-            &mut enc,
-            "flume_uptime_seconds",
-            "Seconds since the broker started.",
-            to_i64(m.uptime().as_secs()),
-        )?;
-        let (rss, fds) = process_stats();
-        if let Some(rss) = rss {
-            gauge(
-                &mut enc,
-                "process_resident_memory_bytes",
-                "Resident memory size in bytes.",
-                to_i64(rss),
-            )?;
+        for (api, l) in m.latency_histograms() {
+            l.encode(me.encode_family(&[("api", api)])?)?;
         }
-        if let Some(fds) = fds {
-            gauge(
-                &mut enc,
-                "process_open_fds",
-                "Number of open file descriptors.",
-                to_i64(fds),
-            )?;
-        }
-        Ok(())
     }
+    APPEND_LATENCY.encode(enc.encode_descriptor(
+        "flume_append_duration_seconds",
+        "Time to append one group commit to a partition log (process-wide).",
+        None,
+        MetricType::Histogram,
+    )?)?;
+    FSYNC_LATENCY.encode(enc.encode_descriptor(
+        "flume_fsync_duration_seconds",
+        "Time of one fdatasync of a segment (process-wide).",
+        None,
+        MetricType::Histogram,
+    )?)?;
+    gauge(
+        enc,
+        "flume_request_memory_bytes",
+        "Bytes of produce requests being served (the request memory budget in use).",
+        to_i64(server.memory.used as u64),
+    )?;
+    gauge(
+        enc,
+        "flume_request_memory_limit_bytes",
+        "The request memory budget.",
+        to_i64(server.memory.limit as u64),
+    )?;
+    gauge(
+        enc,
+        "flume_uptime_seconds",
+        "Seconds since the broker started.",
+        to_i64(m.uptime().as_secs()),
+    )?;
+    let (rss, fds) = process_stats();
+    if let Some(rss) = rss {
+        gauge(
+            enc,
+            "process_resident_memory_bytes",
+            "Resident memory size in bytes.",
+            to_i64(rss),
+        )?;
+    }
+    if let Some(fds) = fds {
+        gauge(
+            enc,
+            "process_open_fds",
+            "Number of open file descriptors.",
+            to_i64(fds),
+        )?;
+    }
+    Ok(())
 }
 
 /// The lag of one (group, topic, partition) with a committed offset.

@@ -1,4 +1,4 @@
-//! The Kafka wire-protocol listener (issue #14, phase 1).
+//! The Kafka wire-protocol listener.
 //!
 //! A second TCP listener on the broker's host that speaks Kafka's protocol
 //! to the same engine, so Kafka clients (librdkafka and kcat, the Java
@@ -12,16 +12,16 @@
 //!   connection, as Kafka serves them, while the socket is watched for the
 //!   peer closing; TLS when the broker has it, the handshake within the read
 //!   timeout);
-//! - [`apis`]: the header, the version check and one module per API;
+//! - `apis`: the header, the version check and one module per API;
 //! - [`records`]: Kafka record batches <-> Flume records;
-//! - [`backend`]: every call into the engine, and nothing else does.
+//! - `backend`: every call into the engine, and nothing else does.
 //!
 //! Messages and record batches are encoded and decoded with the
 //! `kafka-protocol` crate, generated from Kafka's own JSON schemas.
 
-pub mod apis;
-pub mod backend;
-pub mod errors;
+pub(crate) mod apis;
+pub(crate) mod backend;
+pub(crate) mod errors;
 pub mod records;
 mod sasl;
 
@@ -55,7 +55,7 @@ pub const NODE_ID: i32 = 0;
 /// The cluster id Metadata and DescribeCluster give.
 pub const CLUSTER_ID: &str = "flume";
 
-/// What a request handler needs: the engine (through [`Backend`]), what
+/// What a request handler needs: the engine (through `Backend`), what
 /// Metadata advertises, and the budgets a request is charged to.
 #[derive(Debug)]
 pub struct Ctx {

@@ -2,7 +2,7 @@
 //!
 //! Produce: each batch of a partition's record set is checked (length,
 //! magic, CRC-32C), its records decompressed (gzip, snappy, lz4, zstd) and
-//! parsed into [`Rec`]s, which the engine stores in Flume's own record format.
+//! parsed into `Rec`s, which the engine stores in Flume's own record format.
 //!
 //! Decompression is bounded: the codecs run as streams into a buffer that
 //! stops growing at the record set's limit (`max_decoded_bytes`, counted over

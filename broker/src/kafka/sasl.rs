@@ -1,4 +1,4 @@
-//! SASL on the Kafka listener (#20, part 3): SaslHandshake v0-1 and
+//! SASL on the Kafka listener: SaslHandshake v0-1 and
 //! SaslAuthenticate v0-2 with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, against the same
 //! users as the Flume protocol's AUTHENTICATE (`--auth`, `<data>/__users`;
 //! a user without a SHA-512 verifier fails SCRAM-SHA-512 like a wrong password).

@@ -1,7 +1,7 @@
 //! A partition: a [`Log`] plus a bounded queue drained by a writer task.
 //!
 //! Idle cost: a partition holds no writer task, no queue storage and no write
-//! buffer while nothing is queued. The queue ([`AppendQueue`]) is bounded by
+//! buffer while nothing is queued. The queue (`AppendQueue`) is bounded by
 //! `max_pending` (a producer waits for room, or gets QUEUE_FULL in reject
 //! mode, exactly as a preallocated channel would) but allocates its slots as
 //! requests arrive and lets them go when it drains. The writer task is spawned
@@ -36,7 +36,7 @@
 //! fails the partition stops taking appends anyway (fail-stop, below).
 //!
 //! Fail-stop: once a write or fsync has failed, the log has cut off what was
-//! not acknowledged and refuses appends (see [`crate::storage::log`]); the
+//! not acknowledged and refuses appends (see `storage::log`); the
 //! partition answers every later append with STORAGE_ERROR at once, keeps
 //! serving what was acknowledged, and recovers only at the broker's restart.
 
@@ -806,7 +806,7 @@ impl Partition {
     /// segment's pending index entries, and fsyncs the log, unless
     /// the fsync policy is `never`: then the broker flushes the whole data
     /// directory's filesystem once after every partition has drained
-    /// ([`crate::storage::dirs::sync_filesystem`]), instead of one fdatasync
+    /// (`storage::dirs::sync_filesystem`), instead of one fdatasync
     /// (and one file reopen) per partition.
     pub async fn shutdown(&self) {
         self.shared.queue.close_and_drain().await;
@@ -840,10 +840,10 @@ impl Partition {
 const MAINTAIN_CHUNK: usize = 1024;
 
 /// Runs [`Partition::maintain_blocking`] for every partition, on blocking
-/// threads, [`MAINTAIN_CHUNK`] partitions per trip: one trip per partition
-/// cost two thread wake-ups each, 13 % of a core at idle with 10,000
-/// partitions (every second under the `never` fsync policy, every tick
-/// under the others).
+/// threads, `MAINTAIN_CHUNK` partitions per trip: a trip per partition
+/// would cost two thread wake-ups each, every second under the `never` fsync
+/// policy and every tick under the others (an idle broker's CPU with many
+/// partitions: README, "Scale").
 pub async fn maintain_all(partitions: Vec<Arc<Partition>>, now_ms: i64) {
     let mut rest = partitions;
     while !rest.is_empty() {

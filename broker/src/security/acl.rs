@@ -415,7 +415,7 @@ pub enum Protocol {
     Http,
 }
 
-/// Every protocol, in the order of [`Protocol::index`].
+/// Every protocol, in the order of `Protocol::index`.
 pub const PROTOCOLS: [Protocol; 3] = [Protocol::Flume, Protocol::Kafka, Protocol::Http];
 
 impl Protocol {

@@ -1,12 +1,12 @@
-//! Limits per principal (issue #20, part 4), so one tenant cannot starve
+//! Limits per principal, so one tenant cannot starve
 //! another, and the per-address login rate limit.
 //!
 //! - **Connections per principal** (`--max-connections-per-principal`,
 //!   by default the broker's `--max-connections`, so out of the box one
 //!   principal, or one client host, may hold every connection, as Kafka's
-//!   `max.connections.per.ip` allows; a fixed default of 1,000 refused the
-//!   1,001st member of 1,000 groups of 10 run from one host), counted over the
-//!   Flume and Kafka listeners together. A user counts from its login, a
+//!   `max.connections.per.ip` allows; a fixed default would refuse the members
+//!   of many groups run from one host), counted over the Flume and Kafka
+//!   listeners together. A user counts from its login, a
 //!   client certificate's subject from the TLS handshake; the anonymous
 //!   principal counts *per peer IP address* (many unrelated clients share
 //!   it). A connection over the limit is refused once its principal is final:

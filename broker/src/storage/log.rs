@@ -68,7 +68,7 @@ impl Default for LogConfig {
 impl LogConfig {
     /// Whether the active segment keeps its files open outside the file
     /// cache: when an fsync is promised, the descriptor that wrote the data
-    /// must be the one that fsyncs it (see [`super::files`]).
+    /// must be the one that fsyncs it (see `super::files`).
     pub fn pins_active(&self) -> bool {
         self.fsync != FsyncPolicy::Never
     }
@@ -207,7 +207,7 @@ impl Log {
     }
 
     /// True when the active segment has index entries its `.index` file
-    /// does not hold yet (see [`super::segment::INDEX_WRITE_EVERY`]).
+    /// does not hold yet (see `super::segment::INDEX_WRITE_EVERY`).
     pub fn index_pending(&self) -> bool {
         self.active.index_len() > self.active.index_written()
     }
@@ -498,7 +498,7 @@ impl Log {
     /// lowest offset with a timestamp at or after `ts`. Segments whose
     /// newest record is older are skipped when that is known; within a
     /// segment the index's timestamps skip to the last entry before the
-    /// answer (see [`Segment::find_time`]).
+    /// answer (see `Segment::find_time`).
     ///
     /// # Errors
     /// I/O errors, or a damaged record on the way.

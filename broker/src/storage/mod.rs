@@ -11,21 +11,21 @@
 //! the wire: `[offset u64][size u32][crc32 u32][payload]`. `docs/storage.md`
 //! documents every byte, and the recovery rules.
 //!
-//! - [`segment`]: one segment file and its index.
-//! - [`log`]: the segments of a partition: append, read, recovery, retention,
+//! - `segment`: one segment file and its index.
+//! - `log`: the segments of a partition: append, read, recovery, retention,
 //!   and fail-stop after a failed write or fsync.
-//! - [`dirs`]: directory fsync ([`fsync_dir`]), durable directory creation,
+//! - `dirs`: directory fsync ([`fsync_dir`]), durable directory creation,
 //!   the data directory's lock and marker.
-//! - [`fault`]: the fault hook tests use to make writes and fsyncs fail.
-//! - [`files`]: the broker-wide LRU of open segment files (`max_open_files`):
+//! - `fault`: the fault hook tests use to make writes and fsyncs fail.
+//! - `files`: the broker-wide LRU of open segment files (`max_open_files`):
 //!   sealed segments are opened on demand, so descriptors do not grow with
 //!   partitions.
 
-pub mod dirs;
-pub mod fault;
-pub mod files;
-pub mod log;
-pub mod segment;
+pub(crate) mod dirs;
+pub(crate) mod fault;
+pub(crate) mod files;
+pub(crate) mod log;
+pub(crate) mod segment;
 
 pub use dirs::{create_dir_durable, fsync_dir, read_optional, write_atomic, DataDirLock};
 pub use fault::FaultInjector;

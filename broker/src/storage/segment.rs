@@ -986,11 +986,6 @@ impl Segment {
         self.index.close();
     }
 
-    /// True while this segment keeps its files open outside the cache.
-    pub fn is_pinned(&self) -> bool {
-        matches!(self.log, SegFile::Pinned(_))
-    }
-
     /// Path of the `.log` file.
     pub fn log_path(&self) -> &Path {
         &self.log_path

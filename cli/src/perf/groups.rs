@@ -1,4 +1,4 @@
-//! `flume-cli perf groups`: many consumer groups on one broker (issue #17).
+//! `flume-cli perf groups`: many consumer groups on one broker.
 //!
 //! Starts `--groups` x `--members` real [`GroupConsumer`]s in this process
 //! (one connection each, all on one executor), every group subscribed to the

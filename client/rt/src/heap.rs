@@ -3,10 +3,10 @@
 //! glibc's malloc keeps what was freed in the arena it came from and returns
 //! pages to the system only from the top of an arena, so after a burst (a wave
 //! of connections, each with its buffers, that closed again) the freed pages
-//! stay resident below the allocations that outlived it: a broker at 13 MB
-//! with no connections stood at 358 MB after two waves of 2,000 connections
-//! that were all gone (`benches/conn-waves.sh`). `malloc_trim` walks every
-//! arena and returns the free pages inside it too.
+//! stay resident below the allocations that outlived it, long after the
+//! connections are gone (`benches/conn-waves.sh` measures it; the README's
+//! "Scale" section has the figures). `malloc_trim` walks every arena and
+//! returns the free pages inside it too.
 //!
 //! This is the crate's one `unsafe` block: the rest of the workspace forbids it.
 

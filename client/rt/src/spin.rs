@@ -58,11 +58,10 @@ impl Drop for Waiting {
 /// True when more connections of this process wait at once than it may run
 /// threads (its CPU affinity and quota: `available_parallelism`). A spinning
 /// waiter then holds a CPU the others' tasks, and the reactor thread that
-/// wakes them, need: a producer and a consumer pinned to one CPU delayed
-/// each other's records by milliseconds (`perf e2e` p99 0.5-4.5 ms with
-/// 50 µs spins, 0.2-0.5 ms with 10 µs). Go's scheduler spins only with a
-/// processor to spare for the same reason. Adaptive spins are then capped at
-/// [`CROWDED_MAX`].
+/// wakes them, need: a producer and a consumer pinned to one CPU delay each
+/// other's records by milliseconds (`perf e2e` shows it; README,
+/// "Benchmarks"). Go's scheduler spins only with a processor to spare for
+/// the same reason. Adaptive spins are then capped at [`CROWDED_MAX`].
 pub fn crowded() -> bool {
     crowded_with(WAITING.load(Ordering::Relaxed), cpus())
 }

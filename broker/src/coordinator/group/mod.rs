@@ -1121,6 +1121,7 @@ impl<R> Coordinator<R> {
     }
 
     /// Groups the last [`Coordinator::tick`] looked into.
+    #[cfg(test)]
     pub fn last_tick_checked(&self) -> usize {
         self.last_tick_checked
     }

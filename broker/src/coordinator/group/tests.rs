@@ -418,7 +418,7 @@ fn tick_skips_groups_with_nothing_due() {
     );
 }
 
-/// Issue #17 follow-up: waves of groups whose members all go (LEAVE_GROUP in
+/// Waves of groups whose members all go (LEAVE_GROUP in
 /// half of them, silence until the session lapses in the others) leave no
 /// state behind in the coordinator: its memory follows the live groups, so the
 /// RSS a broker keeps after such waves is not Flume's (see README, RSS row).

@@ -50,7 +50,7 @@ use store::FsyncHook;
 use store::{entries, for_topic, get, get_committed, read_map, Map};
 pub use store::{
     Commit, CommitOffsets, Committed, OffsetKey, OffsetStore, COMMIT_QUEUE_CAPACITY,
-    MAX_METADATA_BYTES, MAX_METADATA_TOTAL_BYTES, OFFSETS_MAGIC,
+    MAX_METADATA_BYTES,
 };
 
 /// One commit waiting for the writer.

@@ -241,11 +241,13 @@ impl OffsetStore {
     }
 
     /// The committed offset (next to read), if any.
+    #[cfg(test)]
     pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<i64> {
         get(&self.map, group, topic, partition)
     }
 
     /// Every committed offset of a group for a topic.
+    #[cfg(test)]
     pub fn for_topic(&self, group: &str, topic: &str) -> Vec<(i32, i64)> {
         for_topic(&self.map, group, topic)
     }
@@ -266,6 +268,7 @@ impl OffsetStore {
     }
 
     /// What is committed for a (group, topic, partition), if anything.
+    #[cfg(test)]
     pub fn get_committed(&self, group: &str, topic: &str, partition: i32) -> Option<Committed> {
         get_committed(&self.map, group, topic, partition)
     }
@@ -489,6 +492,7 @@ impl OffsetStore {
     }
 
     /// Number of fsyncs of the offsets file so far.
+    #[cfg(test)]
     pub fn fsync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }

@@ -143,19 +143,16 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
             version,
             detail: format!("{e:#}"),
         })?;
+    // Each API: decode the request at its version, answer it, encode the answer.
+    macro_rules! answer {
+        ($req:ident => $answer:expr) => {{
+            let $req = decode(&mut buf, version).map_err(malformed)?;
+            encode(&$answer, &mut out, version)
+        }};
+    }
     let encoded = match api {
-        ApiKey::ApiVersions => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&api_versions::handle(&req), &mut out, version)
-        }
-        ApiKey::Metadata => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &metadata::handle(ctx, req, version).await,
-                &mut out,
-                version,
-            )
-        }
+        ApiKey::ApiVersions => answer!(req => api_versions::handle(&req)),
+        ApiKey::Metadata => answer!(req => metadata::handle(ctx, req, version).await),
         ApiKey::Produce => {
             let req = decode(&mut buf, version).map_err(malformed)?;
             match produce::handle(ctx, req, version).await {
@@ -163,122 +160,25 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
                 None => return Ok(None),
             }
         }
-        ApiKey::Fetch => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&fetch::handle(ctx, req, version).await, &mut out, version)
-        }
-        ApiKey::ListOffsets => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &list_offsets::handle(ctx, req, version).await,
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::FindCoordinator => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &find_coordinator::handle(ctx, req, version),
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::CreateTopics => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &create_topics::handle(ctx, req, version).await,
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::DescribeConfigs => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &describe_configs::handle(ctx, req, version),
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::DeleteTopics => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &delete_topics::handle(ctx, req, version).await,
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::InitProducerId => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&init_producer_id::handle(ctx, req).await, &mut out, version)
-        }
-        ApiKey::JoinGroup => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &join_group::handle(ctx, client_id, req, version).await,
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::SyncGroup => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &sync_group::handle(ctx, req, version).await,
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::Heartbeat => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&heartbeat::handle(ctx, req, version), &mut out, version)
-        }
-        ApiKey::LeaveGroup => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&leave_group::handle(ctx, req, version), &mut out, version)
-        }
-        ApiKey::OffsetCommit => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &offset_commit::handle(ctx, req, version).await,
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::OffsetFetch => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&offset_fetch::handle(ctx, req, version), &mut out, version)
-        }
-        ApiKey::DescribeGroups => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &describe_groups::handle(ctx, req, version),
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::ListGroups => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&list_groups::handle(ctx, req, version), &mut out, version)
-        }
-        ApiKey::DescribeCluster => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(
-                &describe_cluster::handle(ctx, req, version),
-                &mut out,
-                version,
-            )
-        }
-        ApiKey::DescribeAcls => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&acls::describe(ctx, req, version), &mut out, version)
-        }
-        ApiKey::CreateAcls => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&acls::create(ctx, req, version).await, &mut out, version)
-        }
-        ApiKey::DeleteAcls => {
-            let req = decode(&mut buf, version).map_err(malformed)?;
-            encode(&acls::delete(ctx, req, version).await, &mut out, version)
-        }
+        ApiKey::Fetch => answer!(req => fetch::handle(ctx, req, version).await),
+        ApiKey::ListOffsets => answer!(req => list_offsets::handle(ctx, req, version).await),
+        ApiKey::FindCoordinator => answer!(req => find_coordinator::handle(ctx, req, version)),
+        ApiKey::CreateTopics => answer!(req => create_topics::handle(ctx, req, version).await),
+        ApiKey::DescribeConfigs => answer!(req => describe_configs::handle(ctx, req, version)),
+        ApiKey::DeleteTopics => answer!(req => delete_topics::handle(ctx, req, version).await),
+        ApiKey::InitProducerId => answer!(req => init_producer_id::handle(ctx, req).await),
+        ApiKey::JoinGroup => answer!(req => join_group::handle(ctx, client_id, req, version).await),
+        ApiKey::SyncGroup => answer!(req => sync_group::handle(ctx, req, version).await),
+        ApiKey::Heartbeat => answer!(req => heartbeat::handle(ctx, req, version)),
+        ApiKey::LeaveGroup => answer!(req => leave_group::handle(ctx, req, version)),
+        ApiKey::OffsetCommit => answer!(req => offset_commit::handle(ctx, req, version).await),
+        ApiKey::OffsetFetch => answer!(req => offset_fetch::handle(ctx, req, version)),
+        ApiKey::DescribeGroups => answer!(req => describe_groups::handle(ctx, req, version)),
+        ApiKey::ListGroups => answer!(req => list_groups::handle(ctx, req, version)),
+        ApiKey::DescribeCluster => answer!(req => describe_cluster::handle(ctx, req, version)),
+        ApiKey::DescribeAcls => answer!(req => acls::describe(ctx, req, version)),
+        ApiKey::CreateAcls => answer!(req => acls::create(ctx, req, version).await),
+        ApiKey::DeleteAcls => answer!(req => acls::delete(ctx, req, version).await),
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };
     encoded.map_err(|detail| RequestError::Encode {

@@ -1,0 +1,183 @@
+//! The broker's layers, checked: data flows down. Every `crate::` path in the
+//! broker's code (tests, comments and doc links aside) must name a module of
+//! a lower layer than the file's own, or its own module. A new import that
+//! goes up (storage reaching for the engine, the engine for a front end)
+//! fails here, with the file, the path and the two layers.
+//!
+//! The layers, bottom to top (README, "Architecture"):
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const LAYERS: &[(&str, &[&str])] = &[
+    ("leaves", &["clock", "budget", "metrics"]),
+    ("storage", &["storage"]),
+    ("errors", &["error"]),
+    ("security", &["security"]),
+    ("settings and domain types", &["config", "domain"]),
+    ("partitions", &["partition"]),
+    ("coordinator", &["coordinator"]),
+    ("engine", &["engine"]),
+    ("network", &["net"]),
+    ("front ends", &["flume", "kafka", "http", "embedded"]),
+    ("server", &["server"]),
+];
+
+fn layer_of(module: &str) -> Option<usize> {
+    LAYERS.iter().position(|(_, ms)| ms.contains(&module))
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read broker/src") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file without comments and without its `#[cfg(test)]` items
+/// (a test module may reach anything).
+fn code_of(text: &str) -> String {
+    let mut out = String::new();
+    let mut skip_depth: Option<usize> = None;
+    let mut depth = 0usize;
+    let mut pending_test = false;
+    for line in text.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let trimmed = code.trim();
+        if skip_depth.is_none() && trimmed.starts_with("#[cfg(test)]") {
+            pending_test = true;
+            continue;
+        }
+        let opens = code.matches('{').count();
+        let closes = code.matches('}').count();
+        if pending_test && skip_depth.is_none() {
+            if trimmed.is_empty() {
+                continue;
+            }
+            pending_test = false;
+            if opens > closes {
+                skip_depth = Some(depth);
+                depth += opens - closes;
+                continue;
+            }
+            // A one-line item (`mod tests;`, a `use`): skipped.
+            continue;
+        }
+        depth = (depth + opens).saturating_sub(closes);
+        if let Some(d) = skip_depth {
+            if depth <= d {
+                skip_depth = None;
+            }
+            continue;
+        }
+        out.push_str(code);
+        out.push('\n');
+    }
+    out
+}
+
+/// Every top-level module a file's code names with `crate::`, including
+/// those inside `use crate::{...}` groups.
+fn modules_named(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while let Some(i) = code[at..].find("crate::") {
+        let start = at + i + "crate::".len();
+        at = start;
+        if bytes.get(start) == Some(&b'{') {
+            let end = code[start..].find('}').map_or(code.len(), |e| start + e);
+            for part in code[start + 1..end].split(',') {
+                let name: String = part
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+            continue;
+        }
+        let name: String = code[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if !name.is_empty() {
+            out.insert(name);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_module_imports_only_from_lower_layers() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for file in &files {
+        let rel = file.strip_prefix(&src).expect("under src");
+        let name = rel.to_string_lossy();
+        if name == "lib.rs" || name.ends_with("tests.rs") {
+            continue;
+        }
+        let module = rel
+            .components()
+            .next()
+            .map(|c| {
+                c.as_os_str()
+                    .to_string_lossy()
+                    .trim_end_matches(".rs")
+                    .to_owned()
+            })
+            .expect("a path");
+        let Some(own) = layer_of(&module) else {
+            wrong.push(format!(
+                "{name}: module `{module}` is in no layer (add it to LAYERS)"
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("read a source file");
+        for used in modules_named(&code_of(&text)) {
+            if used == module || used == "now_ms" {
+                continue;
+            }
+            let Some(theirs) = layer_of(&used) else {
+                continue; // a root re-export (`crate::BrokerError`)
+            };
+            seen.entry(module.clone()).or_default().insert(used.clone());
+            if theirs >= own {
+                wrong.push(format!(
+                    "{name}: `{module}` ({}) uses `crate::{used}` ({}): imports must go down",
+                    LAYERS[own].0, LAYERS[theirs].0
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+    // The check saw the graph it is meant to judge.
+    assert!(seen.get("engine").is_some_and(|u| u.contains("storage")));
+    assert!(seen.get("flume").is_some_and(|u| u.contains("engine")));
+}
+
+#[test]
+fn the_checker_finds_upward_imports() {
+    let code = code_of(
+        "use crate::engine::Engine; // crate::server in a comment\n\
+         #[cfg(test)]\nmod tests {\n    use crate::server::Broker;\n}\n\
+         fn f() { crate::{budget, net}::x(); }\n",
+    );
+    let named = modules_named(&code);
+    assert!(named.contains("engine") && named.contains("budget") && named.contains("net"));
+    assert!(
+        !named.contains("server"),
+        "comments and test modules are not code: {named:?}"
+    );
+}
