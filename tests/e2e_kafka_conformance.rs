@@ -456,3 +456,39 @@ fn topic_names_of_249_characters_work_end_to_end() -> Result<()> {
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+/// librdkafka 0118 saw its coordinator connection closed after 30 s without
+/// a request: Kafka keeps an idle connection for `connections.max.idle.ms`
+/// (10 minutes), and clients keep idle connections to the coordinator and
+/// each leader. An idle connection outlives the read timeout (which still
+/// bounds a started frame) and is closed at the idle limit.
+#[test]
+fn an_idle_kafka_connection_lives_until_connections_max_idle() -> Result<()> {
+    use std::io::Read;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir()?;
+    let mut c = common::config(dir.path());
+    c.kafka_listen = Some("127.0.0.1:0".into());
+    c.read_timeout = Duration::from_millis(200);
+    c.connections_max_idle = Duration::from_millis(1500);
+    let broker = flume_rt::block_on(Broker::start(c))?;
+    let mut k = kafka(&broker)?;
+    k.call(9, &MetadataRequest::default().with_topics(None))?;
+    // Idle past the read timeout (the time passing is what is tested).
+    std::thread::sleep(Duration::from_millis(600));
+    let m = k.call(9, &MetadataRequest::default().with_topics(None))?;
+    ensure!(m.brokers.len() == 1, "answered after an idle spell: {m:?}");
+    // Idle past connections_max_idle: closed by the broker.
+    let started = Instant::now();
+    k.s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut byte = [0u8; 1];
+    let n = k.s.read(&mut byte)?;
+    ensure!(n == 0, "EOF expected");
+    let took = started.elapsed();
+    ensure!(
+        took >= Duration::from_millis(1000),
+        "closed after {took:?}, before the idle limit"
+    );
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}

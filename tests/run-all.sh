@@ -3,9 +3,10 @@
 # check with real components (promtool, a Prometheus server, headless Chromium:
 # tests/observability/run.sh), real Kafka clients against the Kafka listener
 # (kcat, confluent-kafka, kafka-python, kafkajs: tests/kafka-clients/run.sh; a
-# failing scenario fails the run; FLUME_SKIP_KAFKA_CLIENTS=1 skips it), then the
-# Python package (python/) built into a cached virtual environment and its
-# pytest suite.
+# failing scenario fails the run; FLUME_SKIP_KAFKA_CLIENTS=1 skips it), a subset
+# of librdkafka's own integration tests (tests/librdkafka/run.sh, built from
+# Debian's source package; FLUME_SKIP_LIBRDKAFKA=1 skips it), then the Python
+# package (python/) built into a cached virtual environment and its pytest suite.
 #
 # Cache: ${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache} keeps the venv and the
 # extension's cargo target directory between runs, so a re-run rebuilds only
@@ -28,6 +29,16 @@ else
     # Installs kcat, the Python clients and kafkajs into the cache on the first run.
     bash tests/kafka-clients/run.sh
     echo "kafka clients took $(( $(date +%s) - kstart )) s"
+fi
+
+if [ "${FLUME_SKIP_LIBRDKAFKA:-}" = 1 ]; then
+    echo "== tests/librdkafka/run.sh: SKIPPED (FLUME_SKIP_LIBRDKAFKA=1)"
+else
+    echo "== tests/librdkafka/run.sh (librdkafka's own test suite, the CI subset; FLUME_SKIP_LIBRDKAFKA=1 skips)"
+    lstart=$(date +%s)
+    # Builds librdkafka's test runner from Debian's source package into the cache on the first run.
+    bash tests/librdkafka/run.sh
+    echo "librdkafka's tests took $(( $(date +%s) - lstart )) s"
 fi
 
 cache="${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}"
@@ -55,7 +66,10 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet "pytest>=7"
 # A real install from the source tree, as a user does: pip runs maturin (PEP 517).
-"$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
+# Optimised at level 1 here (a user's install is a full release build): the
+# extension's tests need no more, and the build takes minutes less.
+CARGO_PROFILE_RELEASE_OPT_LEVEL=${CARGO_PROFILE_RELEASE_OPT_LEVEL:-1} \
+    "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps ./python
 
 echo "== pytest python/tests (python/ lint and build took $(( $(date +%s) - start )) s)"
 set +e

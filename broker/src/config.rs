@@ -315,6 +315,12 @@ pub struct BrokerConfig {
     pub writer_batch_bytes: usize,
     /// A connection that sends part of a frame and then nothing for this long is closed.
     pub read_timeout: Duration,
+    /// A Kafka connection that sends no request for this long is closed
+    /// (Kafka's `connections.max.idle.ms`, 10 minutes): clients keep idle
+    /// connections to the coordinator and to each leader. Until it has logged
+    /// in (`--auth required`), `read_timeout` bounds it instead. Flume's own
+    /// connections are never closed for being idle.
+    pub connections_max_idle: Duration,
     /// A connection whose responses cannot be written for this long is closed.
     pub write_timeout: Duration,
     /// How often group session expiry and rebalance deadlines are checked
@@ -428,6 +434,7 @@ impl BrokerConfig {
             max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,
             read_timeout: Duration::from_secs(30),
+            connections_max_idle: Duration::from_secs(600),
             write_timeout: Duration::from_secs(30),
             tick: Duration::from_millis(100),
             maintenance_interval: Duration::from_secs(1),

@@ -162,6 +162,12 @@ pub struct BrokerArgs {
     /// extends it, up to the rebalance timeout. 0 forms it at once.
     #[arg(long, default_value_t = 3_000, value_parser = range_u64(0, 300_000))]
     group_initial_rebalance_delay_ms: u64,
+    /// Close a Kafka connection that sends no request for this long, in
+    /// milliseconds (Kafka's connections.max.idle.ms; clients keep idle
+    /// connections to the coordinator and each leader). Flume's own
+    /// connections are never closed for being idle.
+    #[arg(long, default_value_t = 600_000, value_parser = range_u64(1_000, 86_400_000))]
+    connections_max_idle_ms: u64,
     /// Most segment files open at once over all partitions (an LRU; sealed and
     /// idle segments are opened again on demand). The broker needs about
     /// max-open-files + max-connections + 64 file descriptors and raises its
@@ -516,6 +522,7 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.max_groups = usize::try_from(a.max_groups)?;
     c.max_members_per_group = usize::try_from(a.max_members_per_group)?;
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
+    c.connections_max_idle = Duration::from_millis(a.connections_max_idle_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;
     // Raised before the broker opens its topics; reported once it has started.
     let fds = flume_broker::server::ensure_fd_limit(&c);

@@ -269,6 +269,7 @@ impl KafkaListener {
             max_connections: cfg.max_connections,
             connection_memory: cfg.max_connection_memory.max(cfg.max_frame_bytes),
             read_timeout: cfg.read_timeout,
+            idle_timeout: cfg.connections_max_idle,
             write_timeout: cfg.write_timeout,
             tls,
             auth,
@@ -347,6 +348,7 @@ struct Proto {
     max_connections: usize,
     connection_memory: usize,
     read_timeout: Duration,
+    idle_timeout: Duration,
     write_timeout: Duration,
     tls: Option<Arc<ServerTls>>,
     auth: Arc<Authenticator>,
@@ -515,8 +517,9 @@ fn waits_on_others(key: i16) -> bool {
 }
 
 /// One connection: read a frame, answer it, repeat. Between requests the
-/// connection may stay idle up to the read timeout; a started frame must be
-/// complete within it too.
+/// connection may stay idle up to `connections_max_idle` (the read timeout
+/// while a login is owed); a started frame must be complete within the read
+/// timeout.
 ///
 /// While a request is served the socket is watched, so the peer closing is
 /// noticed at once. A reset ends the connection there. EOF is a half-close:
@@ -542,16 +545,27 @@ async fn serve(
         if inbox.eof && inbox.ahead.is_empty() {
             return Ok(());
         }
+        // Idle between requests up to `connections.max.idle.ms` (the read
+        // timeout before a login that is owed); a started frame's size must
+        // then come within the read timeout.
+        let idle = if sasl.allows(kafka_protocol::messages::ApiKey::Metadata as i16) {
+            limits.idle_timeout
+        } else {
+            limits.read_timeout
+        };
         let mut len = [0u8; 4];
         let read = futures::select! {
-            r = rt::timeout(limits.read_timeout, inbox.read_exact(&mut len)).fuse() => r,
+            r = rt::timeout(idle, inbox.read_exact(&mut len[..1])).fuse() => r,
             _ = stop.recv().fuse() => return Ok(()),
         };
         match read {
-            None => return Err(ConnError::Idle(limits.read_timeout)),
+            None => return Err(ConnError::Idle(idle)),
             Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Some(r) => r?,
         }
+        rt::timeout(limits.read_timeout, inbox.read_exact(&mut len[1..]))
+            .await
+            .ok_or(ConnError::Slow(limits.read_timeout))??;
         let size = i32::from_be_bytes(len);
         // After SaslHandshake v0 a frame is a raw SASL token (PLAIN's may be short).
         let raw = sasl.wants_raw_token();
