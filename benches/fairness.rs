@@ -280,7 +280,7 @@ async fn missing(addr: &str, acked: &BTreeMap<(i32, i64), Vec<u8>>) -> Result<us
                 .await
                 .context("read-back stalled")?
                 .context("read-back ended")??;
-            got.insert(i64::try_from(r.offset)?, r.value.to_vec());
+            got.insert(i64::try_from(r.offset)?, r.payload().to_vec());
         }
         for ((_, o), v) in want {
             if got.get(o) != Some(v) {

@@ -92,7 +92,7 @@ async fn fresh_round_trip(addr: &str, topic: &str) -> Result<(Duration, Duration
     let p = f.partitions.first().context("a partition")?;
     ensure!(p.error == ErrorCode::None, "fetch: {:?}", p.error);
     let got: Vec<_> = protocol::record::RecordIter::new(&p.records)
-        .map(|r| r.map(|r| r.key_value().map(|(_, v)| v.to_vec())))
+        .map(|r| r.map(|r| r.key_value().map(|(_, v)| v.unwrap_or_default().to_vec())))
         .collect::<Result<_, _>>()?;
     ensure!(
         got.first().cloned().flatten().as_deref() == Some(&b"fresh"[..]),
@@ -323,7 +323,7 @@ async fn normal_client(ports: &Ports, rounds: usize) -> Result<Duration> {
                 .await
                 .context("a consumer starved")?
                 .context("the consumer ended")??;
-            let value = String::from_utf8(r.value.to_vec())?;
+            let value = String::from_utf8(r.payload().to_vec())?;
             read.insert((partition, i64::try_from(r.offset)?), value);
         }
     }

@@ -64,7 +64,7 @@ async fn take(c: &mut GroupConsumer, n: usize) -> Vec<(i32, u64, String)> {
         out.push((
             r.partition,
             r.offset,
-            String::from_utf8(r.value.to_vec()).unwrap(),
+            String::from_utf8(r.payload().to_vec()).unwrap(),
         ));
     }
     out

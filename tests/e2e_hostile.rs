@@ -118,7 +118,7 @@ fn thousands_of_hostile_frames_then_normal_service() {
             .await
             .unwrap();
         assert_eq!(
-            &c.next().await.unwrap().unwrap().value[..],
+            &c.next().await.unwrap().unwrap().payload(),
             b"still here",
             "seed {seed}"
         );
@@ -518,7 +518,7 @@ fn clients_that_vanish_mid_request_leave_nothing_wedged() {
             for rec in &recs {
                 assert_eq!(rec.offset, next, "dense offsets");
                 if rec.offset == m.offset as u64 {
-                    assert_eq!(&rec.value[..], b"after");
+                    assert_eq!(rec.payload(), b"after");
                 }
                 next += 1;
             }

@@ -34,10 +34,7 @@ fn send_then_consume_with_keys_and_headers() {
             .send_record(
                 ProducerRecord::new("orders", "gadget")
                     .key("user-123")
-                    .headers(vec![protocol::Header {
-                        key: "trace".into(),
-                        value: "abc".into(),
-                    }]),
+                    .headers(vec![protocol::Header::new("trace", "abc")]),
             )
             .await
             .unwrap();
@@ -55,12 +52,57 @@ fn send_then_consume_with_keys_and_headers() {
         let r1 = c.next().await.unwrap().unwrap();
         let r2 = c.next().await.unwrap().unwrap();
         assert_eq!(
-            (r1.offset, r1.key.as_deref().unwrap(), &r1.value[..]),
+            (r1.offset, r1.key.as_deref().unwrap(), r1.payload()),
             (0, &b"user-123"[..], &br#"{"item":"widget"}"#[..])
         );
-        assert_eq!(&r2.value[..], b"gadget");
+        assert_eq!(r2.payload(), b"gadget");
         assert_eq!(r2.headers[0].key, "trace");
         producer.close().await;
+        broker.shutdown().await;
+    });
+}
+
+#[test]
+fn a_tombstone_reads_back_null_and_an_empty_value_empty_after_a_restart() {
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let broker = common::start(dir.path()).await;
+        broker
+            .engine()
+            .create_topic("ch", common::topic(1))
+            .unwrap();
+        let addr = broker.local_addr().to_string();
+        let producer = Producer::connect(&addr).await.unwrap();
+        producer.send("ch", Some(b"k"), b"").await.unwrap();
+        producer.send_tombstone("ch", b"k").await.unwrap();
+        producer
+            .send_record(
+                ProducerRecord::new("ch", "v").headers(vec![protocol::Header {
+                    key: "gone".into(),
+                    value: None,
+                }]),
+            )
+            .await
+            .unwrap();
+        producer.close().await;
+        broker.shutdown().await;
+
+        let broker = common::start(dir.path()).await;
+        let addr = broker.local_addr().to_string();
+        let mut c = PartitionConsumer::connect(&addr, "ch", 0, StartOffset::Earliest)
+            .await
+            .unwrap();
+        let empty = c.next().await.unwrap().unwrap();
+        let tomb = c.next().await.unwrap().unwrap();
+        let with_header = c.next().await.unwrap().unwrap();
+        assert_eq!(empty.value.as_deref(), Some(&b""[..]));
+        assert!(!empty.is_tombstone());
+        assert_eq!(
+            (tomb.key.as_deref(), tomb.value.as_deref()),
+            (Some(&b"k"[..]), None)
+        );
+        assert!(tomb.is_tombstone());
+        assert_eq!(with_header.headers[0].value, None);
         broker.shutdown().await;
     });
 }
@@ -264,7 +306,7 @@ fn long_poll(conn: ConnectionConfig, broker_busy_poll: BusyPoll) {
             .await
             .expect("long poll woke")
             .unwrap();
-        assert_eq!(&got[0].value[..], b"wake");
+        assert_eq!(got[0].payload(), b"wake");
         broker.shutdown().await;
     });
 }
@@ -706,7 +748,7 @@ fn abandoned_request_futures_do_not_stall_the_connection() {
             .expect("the future left alone completes once polled")
             .unwrap();
         let records = record::decode_all(&fetched.partitions[0].records).unwrap();
-        assert_eq!(&records[0].value[..], b"wake");
+        assert_eq!(records[0].payload(), b"wake");
         producer.close().await;
         broker.shutdown().await;
     });

@@ -491,7 +491,7 @@ fn a_group_fetch_returns_records() {
         ))
         .unwrap();
         assert_eq!(records.len(), 1);
-        assert_eq!(&records[0].value[..], b"v");
+        assert_eq!(records[0].payload(), b"v");
         broker.shutdown().await;
     });
 }

@@ -137,7 +137,10 @@ async fn fetch_values(client: &Client, topic: &str) -> Result<Vec<Bytes>> {
         .next()
         .context("one partition")?;
     let records = flume_protocol::record::decode_all(&p.records)?;
-    Ok(records.into_iter().map(|r| r.value).collect())
+    Ok(records
+        .into_iter()
+        .map(|r| r.value.unwrap_or_default())
+        .collect())
 }
 
 #[test]

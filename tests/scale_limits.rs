@@ -84,7 +84,7 @@ fn many_logs_share_a_bounded_file_cache_and_read_back_everything() {
             let r = log.read(off, 1).unwrap();
             let recs = record::decode_all(&r.records.into()).unwrap();
             assert_eq!(
-                &recs[0].value[..],
+                recs[0].payload(),
                 format!("log {i} record {off}").as_bytes()
             );
             assert!(files.open_files() <= 4);
@@ -131,7 +131,7 @@ fn evicted_segments_are_reopened_under_concurrent_reads_and_retention() {
                     let r = l.read(off, 64).expect("a read of a stored offset succeeds");
                     let recs = record::decode_all(&r.records.into()).unwrap();
                     assert_eq!(recs[0].offset, off);
-                    assert_eq!(&recs[0].value[..], format!("record {off}").as_bytes());
+                    assert_eq!(recs[0].payload(), format!("record {off}").as_bytes());
                     reads += 1;
                 }
             }

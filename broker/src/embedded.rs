@@ -33,8 +33,9 @@ use crate::error::BrokerError;
 
 type Members = HashMap<(String, String), BTreeSet<String>>;
 
-/// What `poll` returns: `(partition, (offset, value))`, as in NanoKafka.
-pub type Polled = (u32, (u64, Bytes));
+/// What `poll` returns: `(partition, (offset, value))`, as in NanoKafka
+/// (`None` for a tombstone, a null value).
+pub type Polled = (u32, (u64, Option<Bytes>));
 
 /// An in-process broker.
 #[derive(Debug)]

@@ -58,7 +58,20 @@ fn flag_error(e: &clap::Error) -> ExitCode {
     }
     let text = e.render().to_string();
     let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-    let first = lines.next().unwrap_or("error: invalid arguments");
+    let mut first = lines
+        .next()
+        .unwrap_or("error: invalid arguments")
+        .to_owned();
+    // "the following required arguments were not provided:" lists them on the next lines.
+    if first.ends_with(':') {
+        let listed: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .map(str::trim)
+            .collect();
+        first = format!("{} {}", first, listed.join(", "));
+    }
     let tip = lines
         .find_map(|l| l.strip_prefix("tip: "))
         .map(|t| format!("; {t}"))

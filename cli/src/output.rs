@@ -199,25 +199,25 @@ pub fn record_line(fmt: Format, partition: i32, r: &flume_client::Record) -> Str
                     }
                     line.push_str(&plain_field(Some(h.key.as_bytes()), Field::Header));
                     line.push('=');
-                    line.push_str(&plain_field(Some(&h.value), Field::Header));
+                    line.push_str(&plain_field(h.value.as_deref(), Field::Header));
                 }
             }
             line.push_str(" value=");
-            line.push_str(&plain_field(Some(&r.value), Field::Last));
+            line.push_str(&plain_field(r.value.as_deref(), Field::Last));
             line
         }
         Format::Json => {
             let headers: serde_json::Map<String, serde_json::Value> = r
                 .headers
                 .iter()
-                .map(|h| (h.key.clone(), json_bytes(Some(&h.value))))
+                .map(|h| (h.key.clone(), json_bytes(h.value.as_deref())))
                 .collect();
             json!({
                 "partition": partition,
                 "offset": r.offset,
                 "timestamp": r.timestamp,
                 "key": json_bytes(r.key.as_deref()),
-                "value": json_bytes(Some(&r.value)),
+                "value": json_bytes(r.value.as_deref()),
                 "headers": headers,
             })
             .to_string()

@@ -519,7 +519,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
                 }
                 Some(Some(Ok(r))) => r,
             };
-            bytes.fetch_add(r.value.len() as u64, Ordering::Relaxed);
+            bytes.fetch_add(r.payload().len() as u64, Ordering::Relaxed);
             done.fetch_add(1, Ordering::Relaxed);
         }
         end_progress(bar).await;
@@ -565,7 +565,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
                     let b: u64 = batch
                         .iter()
                         .take(usize::try_from(claimed).unwrap_or(usize::MAX))
-                        .map(|r| r.value.len() as u64)
+                        .map(|r| r.payload().len() as u64)
                         .sum();
                     bytes.fetch_add(b, Ordering::Relaxed);
                     done.fetch_add(claimed, Ordering::Relaxed);
@@ -677,7 +677,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
             };
             // Records this run did not send (other producers, earlier runs) are counted
             // and skipped, never taken as latency samples.
-            let Some(sent) = e2e_sent_at(&r.value, run) else {
+            let Some(sent) = e2e_sent_at(r.payload(), run) else {
                 skipped.fetch_add(1, Ordering::Relaxed);
                 continue;
             };

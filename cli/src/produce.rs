@@ -39,6 +39,10 @@ pub struct ProduceArgs {
     /// Send the whole content of this file as one record's value (any bytes).
     #[arg(long)]
     value_file: Option<PathBuf>,
+    /// Send one tombstone for --key: a record with a null value (not an empty one),
+    /// which deletes the key from a compacted topic.
+    #[arg(long, requires = "key", conflicts_with_all = ["message", "value_file"])]
+    tombstone: bool,
     /// With stdin: split each line at the first S into key and value.
     #[arg(long)]
     key_separator: Option<String>,
@@ -78,7 +82,8 @@ struct Input {
     /// 1-based line number, or 0 for --message / --value-file.
     line: u64,
     key: Option<Vec<u8>>,
-    value: Vec<u8>,
+    /// `None`: a tombstone.
+    value: Option<Vec<u8>>,
 }
 
 /// What happened to one record.
@@ -100,12 +105,13 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
         None => None,
     };
     let single = match (&a.message, &a.value_file) {
-        (Some(m), _) => Some(
+        _ if a.tombstone => Some(None),
+        (Some(m), _) => Some(Some(
             a.value_format
                 .decode(m.as_bytes())
                 .map_err(|e| anyhow::anyhow!("--message is {e}"))?,
-        ),
-        (None, Some(path)) => Some(read_value_file(path)?),
+        )),
+        (None, Some(path)) => Some(Some(read_value_file(path)?)),
         (None, None) => None,
     };
     // Each record is its own batch, so the broker accepts or refuses each line on its own
@@ -120,14 +126,12 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     let headers: Vec<Header> = a
         .headers
         .iter()
-        .map(|(k, v)| Header {
-            key: k.clone(),
-            value: Bytes::copy_from_slice(v.as_bytes()),
-        })
+        .map(|(k, v)| Header::new(k.clone(), Bytes::copy_from_slice(v.as_bytes())))
         .collect();
     let build = |input: &Input| {
-        let mut rec = ProducerRecord::new(a.at.topic.clone(), Bytes::copy_from_slice(&input.value))
-            .headers(headers.iter().cloned());
+        let value = input.value.as_deref().map(Bytes::copy_from_slice);
+        let mut rec =
+            ProducerRecord::nullable(a.at.topic.clone(), value).headers(headers.iter().cloned());
         if let Some(k) = &input.key {
             rec = rec.key(k.clone());
         }
@@ -223,7 +227,7 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
                     Input {
                         line,
                         key: None,
-                        value: Vec::new(),
+                        value: None,
                     },
                     Outcome::Failed(msg),
                 )
@@ -291,7 +295,7 @@ fn print_ack(a: &ProduceArgs, input: &Input, meta: RecordMetadata) {
                 "partition": meta.partition,
                 "offset": meta.offset,
                 "key": json_bytes(input.key.as_deref()),
-                "value": json_bytes(Some(&input.value)),
+                "value": json_bytes(input.value.as_deref()),
             });
             if n > 0 {
                 v["line"] = json!(n);
@@ -304,7 +308,7 @@ fn print_ack(a: &ProduceArgs, input: &Input, meta: RecordMetadata) {
 
 /// A send error, with the record's size when the size is the problem.
 fn explain(e: flume_client::Error, input: &Input) -> anyhow::Error {
-    let size = input.value.len() + input.key.as_ref().map_or(0, Vec::len);
+    let size = input.value.as_ref().map_or(0, Vec::len) + input.key.as_ref().map_or(0, Vec::len);
     let too_large = e.code() == Some(flume_client::ErrorCode::RecordTooLarge);
     let e = describe(e);
     if too_large {
@@ -371,7 +375,11 @@ fn read_lines(
                         None => default_key.map(<[u8]>::to_vec),
                     };
                     let value = vf.decode(v).map_err(|e| format!("value is {e}"))?;
-                    Ok(Input { line, key, value })
+                    Ok(Input {
+                        line,
+                        key,
+                        value: Some(value),
+                    })
                 })()
                 .map_err(|e: String| format!("line {line}: {e}"))
             }

@@ -64,8 +64,12 @@ fn read_all(addr: &str, topic: &str) -> HashMap<i32, Vec<(u64, String, String)>>
             while (recs.len() as i64) < p.log_end {
                 // A CRC failure would be an error here: the test fails.
                 for r in c.poll_batch().await.expect("no CRC error after recovery") {
-                    let key = String::from_utf8(r.key.unwrap().to_vec()).unwrap();
-                    recs.push((r.offset, key, String::from_utf8(r.value.to_vec()).unwrap()));
+                    let key = String::from_utf8(r.key.as_ref().unwrap().to_vec()).unwrap();
+                    recs.push((
+                        r.offset,
+                        key,
+                        String::from_utf8(r.payload().to_vec()).unwrap(),
+                    ));
                 }
             }
             out.insert(p.partition, recs);

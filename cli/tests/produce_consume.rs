@@ -672,3 +672,50 @@ fn stdin_line_longer_than_any_record_is_refused_without_reading_it_whole() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("line 1:"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_tombstone_is_a_null_value_not_an_empty_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    let a = b.addr.as_str();
+    create(a, "ch", "1");
+    ok(&[
+        "produce",
+        "--broker",
+        a,
+        "--topic",
+        "ch",
+        "--key",
+        "k",
+        "--message",
+        "",
+    ]);
+    ok(&[
+        "produce",
+        "--broker",
+        a,
+        "--topic",
+        "ch",
+        "--key",
+        "k",
+        "--tombstone",
+    ]);
+    let plain = ok(&["consume", "--broker", a, "--topic", "ch"]);
+    assert_eq!(
+        plain,
+        "partition=0 offset=0 key=k value=\"\"\npartition=0 offset=1 key=k value=-\n"
+    );
+    let json = ok(&[
+        "consume", "--broker", a, "--topic", "ch", "--format", "json",
+    ]);
+    let recs: Vec<serde_json::Value> = json
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(recs[0]["value"], "");
+    assert!(recs[1]["value"].is_null(), "{json}");
+    // A tombstone needs a key, and is no message.
+    let o = run(&["produce", "--broker", a, "--topic", "ch", "--tombstone"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--key"), "{}", stderr(&o));
+}

@@ -42,7 +42,7 @@ fn main() {
                 record.topic,
                 record.partition,
                 record.offset,
-                String::from_utf8_lossy(&record.value)
+                String::from_utf8_lossy(record.payload())
             );
             consumer.commit(&record).await?;
             seen += 1;

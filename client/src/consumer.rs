@@ -113,7 +113,7 @@ impl FetchConfig {
 /// let mut consumer =
 ///     PartitionConsumer::connect(&addr, "orders", sent.partition, StartOffset::Earliest).await?;
 /// let record = consumer.next().await.expect("the stream is open")?;
-/// assert_eq!(&record.value[..], b"widget");
+/// assert_eq!(record.payload(), b"widget");
 /// # broker.shutdown().await;
 /// # Ok::<(), flume_client::Error>(())
 /// # }).unwrap();

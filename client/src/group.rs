@@ -435,7 +435,7 @@ struct State {
 ///     .build()
 ///     .await?;
 /// let record = consumer.next().await.expect("open while not closed")?;
-/// assert_eq!(&record.value[..], b"widget");
+/// assert_eq!(record.payload(), b"widget");
 /// consumer.commit(&record).await?; // stores record.offset + 1 for its partition
 /// consumer.close().await?;
 /// # broker.shutdown().await;

@@ -167,7 +167,8 @@ pub struct RecordMetadata {
 pub struct ProducerRecord {
     topic: String,
     key: Option<Bytes>,
-    value: Bytes,
+    /// `None`: a tombstone (a null value).
+    value: Option<Bytes>,
     headers: Vec<Header>,
     partition: Option<i32>,
     timestamp: Option<i64>,
@@ -178,7 +179,25 @@ impl ProducerRecord {
     pub fn new(topic: impl Into<String>, value: impl Into<Bytes>) -> Self {
         ProducerRecord {
             topic: topic.into(),
-            value: value.into(),
+            value: Some(value.into()),
+            ..ProducerRecord::default()
+        }
+    }
+
+    /// A tombstone for `key` in `topic`: a record with a null value, which
+    /// deletes the key on a compacted topic (distinct from an empty value).
+    pub fn tombstone(topic: impl Into<String>, key: impl Into<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            key: Some(key.into()),
+            ..ProducerRecord::default()
+        }
+    }
+    /// A record whose value may be null (`None`), as Kafka's records are.
+    pub fn nullable(topic: impl Into<String>, value: Option<Bytes>) -> Self {
+        ProducerRecord {
+            topic: topic.into(),
+            value,
             ..ProducerRecord::default()
         }
     }
@@ -191,10 +210,7 @@ impl ProducerRecord {
     /// Adds a header (headers keep their order; names may repeat).
     #[must_use]
     pub fn header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
-        self.headers.push(Header {
-            key: key.into(),
-            value: value.into(),
-        });
+        self.headers.push(Header::new(key, value));
         self
     }
     /// Adds these headers after any already set.
@@ -555,9 +571,22 @@ impl Producer {
         self.send_record(ProducerRecord {
             topic: topic.to_owned(),
             key: key.map(Bytes::copy_from_slice),
-            value: Bytes::copy_from_slice(value),
+            value: Some(Bytes::copy_from_slice(value)),
             ..ProducerRecord::default()
         })
+        .await
+    }
+
+    /// Sends a tombstone for `key` (a null value: a delete of the key on a
+    /// compacted topic) and waits for the acknowledgement.
+    ///
+    /// # Errors
+    /// As [`Producer::send`].
+    pub async fn send_tombstone(&self, topic: &str, key: &[u8]) -> Result<RecordMetadata> {
+        self.send_record(ProducerRecord::tombstone(
+            topic,
+            Bytes::copy_from_slice(key),
+        ))
         .await
     }
 
@@ -590,7 +619,8 @@ impl Producer {
         let Some(order) = sh.order.try_lock() else {
             return Err(rec);
         };
-        let len = record::encoded_len(rec.key.as_deref(), &rec.value, &rec.headers);
+        let len =
+            record::encoded_len_nullable(rec.key.as_deref(), rec.value.as_deref(), &rec.headers);
         {
             let mut st = lock(&sh.state);
             if st.closed
@@ -603,12 +633,12 @@ impl Producer {
             st.buffered += len;
         }
         let mut buf = Vec::with_capacity(len);
-        record::encode(
+        record::encode_nullable(
             &mut buf,
             0,
             rec.timestamp.unwrap_or_else(now_ms),
             rec.key.as_deref(),
-            &rec.value,
+            rec.value.as_deref(),
             &rec.headers,
         );
         let req = ProduceRequest {
@@ -665,7 +695,8 @@ impl Producer {
         if rec.topic.is_empty() {
             return Err(Error::InvalidArgument("topic must not be empty".into()));
         }
-        let len = record::encoded_len(rec.key.as_deref(), &rec.value, &rec.headers);
+        let len =
+            record::encoded_len_nullable(rec.key.as_deref(), rec.value.as_deref(), &rec.headers);
         let limit = sh
             .config
             .max_record_bytes
@@ -715,12 +746,12 @@ impl Producer {
                         full = queue.len() > 1;
                         if let Some(b) = queue.back_mut() {
                             // Encoded straight into the batch: no per-record buffer.
-                            record::encode(
+                            record::encode_nullable(
                                 &mut b.buf,
                                 0,
                                 timestamp,
                                 rec.key.as_deref(),
-                                &rec.value,
+                                rec.value.as_deref(),
                                 &rec.headers,
                             );
                             delivery = Some(b.acks.add());

@@ -23,7 +23,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::errors::{broker_error, closed, code_error};
-use crate::record::{as_bytes, for_each_keyed, opt_bytes, RawRecord, RecordMetadata};
+use crate::record::{for_each_keyed, opt_bytes, RawRecord, RecordMetadata};
 
 /// Most bytes of records in one produce entry of `produce_many`.
 const ENTRY_MAX_BYTES: usize = 1024 * 1024;
@@ -354,16 +354,20 @@ impl EmbeddedBroker {
         timestamp: Option<i64>,
     ) -> PyResult<RecordMetadata> {
         let b = self.get()?;
-        let value = as_bytes(value, "value")?;
+        let value = opt_bytes(Some(value), "value")?;
         let key = opt_bytes(key, "key")?;
         let headers = crate::record::headers(headers)?;
-        let mut buf = Vec::with_capacity(record::encoded_len(key.as_deref(), &value, &headers));
-        record::encode(
+        let mut buf = Vec::with_capacity(record::encoded_len_nullable(
+            key.as_deref(),
+            value.as_deref(),
+            &headers,
+        ));
+        record::encode_nullable(
             &mut buf,
             0,
             timestamp.unwrap_or_else(flume_broker::now_ms),
             key.as_deref(),
-            &value,
+            value.as_deref(),
             &headers,
         );
         append(py, &b, topic, Route::to(partition), vec![buf])?
@@ -392,13 +396,13 @@ impl EmbeddedBroker {
         let mut entries = Vec::new();
         let mut buf: Vec<u8> = Vec::new();
         for_each_keyed(values, keys, |value, key| {
-            let v = as_bytes(&value, "value")?;
+            let v = opt_bytes(Some(&value), "value")?;
             let key = opt_bytes(key.as_ref(), "key")?;
-            let len = record::encoded_len(key.as_deref(), &v, &[]);
+            let len = record::encoded_len_nullable(key.as_deref(), v.as_deref(), &[]);
             if !buf.is_empty() && buf.len() + len > ENTRY_MAX_BYTES {
                 entries.push(std::mem::take(&mut buf));
             }
-            record::encode(&mut buf, 0, now, key.as_deref(), &v, &[]);
+            record::encode_nullable(&mut buf, 0, now, key.as_deref(), v.as_deref(), &[]);
             Ok(())
         })?;
         if !buf.is_empty() {

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use crate::deps::protocol::CreateTopicRequest;
 use crate::deps::rt::sync::lock;
-use bytes::Bytes;
 use flume_client::{ConsumerRecord, ProducerConfig, ProducerRecord, StartOffset};
 use futures::lock::Mutex as AsyncMutex;
 use futures::StreamExt;
@@ -19,9 +18,7 @@ use pyo3::prelude::*;
 
 use crate::bridge::{run, seconds, to_asyncio, wait};
 use crate::errors::{broker_error, client_error, closed, code_error, until_closed};
-use crate::record::{
-    as_bytes, for_each_keyed, headers, opt_bytes, RawRecord, Record, RecordMetadata,
-};
+use crate::record::{for_each_keyed, headers, opt_bytes, RawRecord, Record, RecordMetadata};
 
 fn meta(m: flume_client::RecordMetadata) -> RecordMetadata {
     RecordMetadata {
@@ -147,8 +144,8 @@ fn send_record(
     partition: Option<u32>,
     timestamp: Option<i64>,
 ) -> PyResult<ProducerRecord> {
-    let mut rec = ProducerRecord::new(topic, Bytes::from(as_bytes(value, "value")?.into_owned()))
-        .headers(headers(hdrs)?);
+    let mut rec =
+        ProducerRecord::nullable(topic, opt_bytes(Some(value), "value")?).headers(headers(hdrs)?);
     if let Some(k) = opt_bytes(key, "key")? {
         rec = rec.key(k);
     }
@@ -395,7 +392,7 @@ fn consumer_record(r: &Record) -> ConsumerRecord {
             offset: r.offset,
             timestamp: r.timestamp,
             key: None,
-            value: Bytes::new(),
+            value: None,
             headers: Vec::new(),
         },
     }

@@ -21,10 +21,10 @@ pub struct Record {
     pub timestamp: i64,
     /// The key, or None.
     pub key: Option<Py<PyBytes>>,
-    /// The value.
-    pub value: Py<PyBytes>,
-    /// Headers as (name, value) pairs, in order.
-    pub headers: Vec<(String, Py<PyBytes>)>,
+    /// The value, or None for a tombstone (a null value, distinct from b"").
+    pub value: Option<Py<PyBytes>>,
+    /// Headers as (name, value) pairs, in order; a null header value is None.
+    pub headers: Vec<(String, Option<Py<PyBytes>>)>,
 }
 
 /// A record from Rust, converted to Python with the GIL held.
@@ -52,11 +52,11 @@ impl Record {
             offset: r.offset,
             timestamp: r.timestamp,
             key: r.key.map(|k| PyBytes::new(py, &k).unbind()),
-            value: PyBytes::new(py, &r.value).unbind(),
+            value: r.value.map(|v| PyBytes::new(py, &v).unbind()),
             headers: r
                 .headers
                 .into_iter()
-                .map(|h| (h.key, PyBytes::new(py, &h.value).unbind()))
+                .map(|h| (h.key, h.value.map(|v| PyBytes::new(py, &v).unbind())))
                 .collect(),
         }
     }
@@ -65,7 +65,12 @@ impl Record {
 #[pymethods]
 impl Record {
     fn __repr__(&self, py: Python<'_>) -> String {
-        let value = self.value.bind(py).as_bytes();
+        let Some(value) = self.value.as_ref().map(|v| v.bind(py).as_bytes()) else {
+            return format!(
+                "Record(topic={:?}, partition={}, offset={}, timestamp={}, value=None)",
+                self.topic, self.partition, self.offset, self.timestamp
+            );
+        };
         let shown = if value.len() > 40 {
             format!("{:?}...", String::from_utf8_lossy(&value[..40]))
         } else {
@@ -179,7 +184,7 @@ pub fn headers(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<Header>> {
         })?;
         out.push(Header {
             key: k,
-            value: Bytes::from(as_bytes(&v, "a header value")?.into_owned()),
+            value: opt_bytes(Some(&v), "a header value")?,
         });
     }
     Ok(out)

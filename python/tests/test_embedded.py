@@ -115,3 +115,14 @@ def test_reopen_restores_records_and_offsets(tmp_path):
     assert b.lag("t", "g") == {0: 2}
     assert b.poll("t", "g", "c").value == b"2"
     b.close()
+
+
+def test_a_null_value_reads_back_as_none(tmp_path):
+    with flume.EmbeddedBroker(tmp_path / "d") as b:
+        b.create_topic("t", 1)
+        b.produce("t", None, b"k", headers={"h": None})
+        b.produce_many("t", [b"", None], keys=[b"k", b"k"])
+        b.join_group("t", "g", "c")
+        got = b.poll_many("t", "g", "c", max_records=10)
+        assert [r.value for r in got] == [None, b"", None]
+        assert got[0].headers == [("h", None)]

@@ -95,3 +95,16 @@ def test_broker_restart_keeps_data(tmp_path):
     with flume.Broker.start(tmp_path / "d", port=0) as b2:
         with flume.PartitionConsumer(b2.address, "t", 0) as pc:
             assert pc.poll(timeout=5).value == b"kept"
+
+
+def test_null_values_and_null_headers_are_none_not_empty(tcp_broker):
+    addr = tcp_broker.address
+    flume.Admin(addr).create_topic("changelog", 1)
+    with flume.Producer(addr) as p:
+        p.send("changelog", None, key=b"k", headers=[("gone", None), ("empty", b"")])
+        p.send("changelog", b"", key=b"k")
+    with flume.PartitionConsumer(addr, "changelog", 0, start="earliest") as pc:
+        tomb, empty = pc.poll(timeout=5), pc.poll(timeout=5)
+    assert (tomb.key, tomb.value, tomb.headers) == (b"k", None, [("gone", None), ("empty", b"")])
+    assert "value=None" in repr(tomb)
+    assert empty.value == b""

@@ -30,10 +30,10 @@ pub struct Rec {
     pub timestamp: i64,
     /// Key, if any.
     pub key: Option<Bytes>,
-    /// Value (a Kafka null value is stored empty).
-    pub value: Bytes,
-    /// Headers in order (a Kafka null header value is stored empty).
-    pub headers: Vec<(String, Bytes)>,
+    /// Value (`None`: null, a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers in order (`None`: a null value).
+    pub headers: Vec<(String, Option<Bytes>)>,
 }
 
 /// A topic: its name and partition count.
@@ -362,10 +362,10 @@ impl Backend {
         let size: usize = records
             .iter()
             .map(|r| {
-                record::encoded_len(r.key.as_deref(), &r.value, &[])
+                record::encoded_len_nullable(r.key.as_deref(), r.value.as_deref(), &[])
                     + r.headers
                         .iter()
-                        .map(|(k, v)| 6 + k.len() + v.len())
+                        .map(|(k, v)| 6 + k.len() + v.as_ref().map_or(0, Bytes::len))
                         .sum::<usize>()
             })
             .sum();
@@ -386,12 +386,12 @@ impl Backend {
                     value: v.clone(),
                 })
                 .collect();
-            record::encode(
+            record::encode_nullable(
                 &mut buf,
                 0,
                 r.timestamp,
                 r.key.as_deref(),
-                &r.value,
+                r.value.as_deref(),
                 &headers,
             );
         }

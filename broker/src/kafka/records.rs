@@ -21,9 +21,9 @@
 //! order, and so does Flume.
 //!
 //! Mapping: key, value, timestamp and headers carry over (a batch with
-//! LogAppendTime gives its records the batch's max timestamp); a Kafka null
-//! value is stored as an empty value and a null header value as an empty
-//! one; control batches are skipped. The producer id, epoch and base
+//! LogAppendTime gives its records the batch's max timestamp); a null value
+//! (a tombstone) and a null header value stay null, distinct from empty
+//! ones; control batches are skipped. The producer id, epoch and base
 //! sequence of an idempotent producer's batch come out beside the records
 //! ([`Decoded::producer`]) for the partition's sequence check; they are not
 //! stored with the records.
@@ -207,11 +207,11 @@ pub fn decode_set(records: &Bytes, limit: usize) -> Result<Decoded, RecordsError
             offset: -1,
             timestamp: r.timestamp,
             key: r.key.map(Bytes::copy_from_slice),
-            value: Bytes::copy_from_slice(r.value),
+            value: r.value.map(Bytes::copy_from_slice),
             headers: r
                 .headers
                 .iter()
-                .map(|(k, v)| ((*k).to_owned(), Bytes::copy_from_slice(v)))
+                .map(|(k, v)| ((*k).to_owned(), v.map(Bytes::copy_from_slice)))
                 .collect(),
         });
         Ok(())
@@ -259,23 +259,15 @@ pub fn transcode(
         out.extend_from_slice(&[0u8; 16]); // offset 0, size and CRC patched below
         out.push(0);
         out.extend_from_slice(&r.timestamp.to_be_bytes());
-        match r.key {
-            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-            Some(k) => {
-                out.extend_from_slice(&len_i32(k.len())?.to_be_bytes());
-                out.extend_from_slice(k);
-            }
-        }
-        out.extend_from_slice(&len_i32(r.value.len())?.to_be_bytes());
-        out.extend_from_slice(r.value);
+        put_stored(&mut out, r.key)?;
+        put_stored(&mut out, r.value)?;
         out.extend_from_slice(&n.to_be_bytes());
         for (k, v) in r.headers {
             let kl = u16::try_from(k.len())
                 .map_err(|_| RecordsError::Invalid(format!("header name of {} bytes", k.len())))?;
             out.extend_from_slice(&kl.to_be_bytes());
             out.extend_from_slice(k.as_bytes());
-            out.extend_from_slice(&len_i32(v.len())?.to_be_bytes());
-            out.extend_from_slice(v);
+            put_stored(&mut out, *v)?;
         }
         let size = out.len() - start;
         if size > max_record_bytes {
@@ -311,6 +303,18 @@ fn len_i32(n: usize) -> Result<i32, RecordsError> {
     i32::try_from(n).map_err(|_| RecordsError::Invalid(format!("a field of {n} bytes")))
 }
 
+/// A nullable field in Flume's stored format: `[len i32, -1 = null][bytes]`.
+fn put_stored(out: &mut Vec<u8>, b: Option<&[u8]>) -> Result<(), RecordsError> {
+    match b {
+        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        Some(b) => {
+            out.extend_from_slice(&len_i32(b.len())?.to_be_bytes());
+            out.extend_from_slice(b);
+        }
+    }
+    Ok(())
+}
+
 /// One record of a produced batch, borrowed from the (decompressed) batch.
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a, 'h> {
@@ -318,10 +322,10 @@ pub struct RecordView<'a, 'h> {
     pub timestamp: i64,
     /// Key (null: none).
     pub key: Option<&'a [u8]>,
-    /// Value (null: empty).
-    pub value: &'a [u8],
-    /// Headers in order (a null value: empty), names checked to be UTF-8.
-    pub headers: &'h [(&'a str, &'a [u8])],
+    /// Value (`None`: null, a tombstone).
+    pub value: Option<&'a [u8]>,
+    /// Headers in order (`None`: a null value), names checked to be UTF-8.
+    pub headers: &'h [(&'a str, Option<&'a [u8]>)],
 }
 
 /// A forward-only reader over a slice, for the records inside a batch.
@@ -467,7 +471,7 @@ pub fn parse_set(
         inflated += data.len();
         let count = usize::try_from(count).map_err(|_| corrupt(format!("record count {count}")))?;
         let mut cur = Cur { b: &data[..] };
-        let mut headers: Vec<(&str, &[u8])> = Vec::new();
+        let mut headers: Vec<(&str, Option<&[u8]>)> = Vec::new();
         for i in 0..count {
             let rlen = cur.varint()?;
             let rlen =
@@ -482,16 +486,16 @@ pub fn parse_set(
             let ts_delta = r.varlong()?;
             let _offset_delta = r.varint()?;
             let key = r.nullable("key")?;
-            let value = r.nullable("value")?.unwrap_or_default();
+            let value = r.nullable("value")?;
             let n = r.varint()?;
             let n = usize::try_from(n).map_err(|_| corrupt(format!("header count {n}")))?;
             headers.clear();
-            let mut size = key.map_or(0, <[u8]>::len) + value.len();
+            let mut size = key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
             for _ in 0..n {
                 let k = r.nullable("header name")?.unwrap_or_default();
                 let k = std::str::from_utf8(k).map_err(|_| corrupt("header name is not UTF-8"))?;
-                let v = r.nullable("header value")?.unwrap_or_default();
-                size += k.len() + v.len();
+                let v = r.nullable("header value")?;
+                size += k.len() + v.map_or(0, <[u8]>::len);
                 headers.push((k, v));
             }
             if !r.b.is_empty() {
@@ -545,7 +549,8 @@ fn put_nullable(out: &mut BytesMut, b: Option<&[u8]>) {
 }
 
 /// Encodes stored records as one uncompressed magic-2 batch (empty when
-/// there are none). Offsets must be consecutive, as Flume's are.
+/// there are none). Offsets must increase; they need not be consecutive (a
+/// compacted log's are not): each record's offset delta is its own.
 pub fn encode(records: &[Rec]) -> Bytes {
     let Some(first) = records.first() else {
         return Bytes::new();
@@ -558,10 +563,10 @@ pub fn encode(records: &[Rec]) -> Bytes {
                 .iter()
                 .map(|r| {
                     32 + r.key.as_ref().map_or(0, Bytes::len)
-                        + r.value.len()
+                        + r.value.as_ref().map_or(0, Bytes::len)
                         + r.headers
                             .iter()
-                            .map(|(k, v)| 10 + k.len() + v.len())
+                            .map(|(k, v)| 10 + k.len() + v.as_ref().map_or(0, Bytes::len))
                             .sum::<usize>()
                 })
                 .sum::<usize>(),
@@ -572,7 +577,8 @@ pub fn encode(records: &[Rec]) -> Bytes {
     out.put_i8(2);
     out.put_u32(0); // crc, patched below
     out.put_i16(0); // no compression, CreateTime
-    out.put_i32(i32::try_from(records.len() - 1).unwrap_or(i32::MAX));
+    let last = records.last().map_or(first.offset, |r| r.offset);
+    out.put_i32(i32::try_from(last - first.offset).unwrap_or(i32::MAX));
     out.put_i64(base_ts);
     out.put_i64(max_ts);
     out.put_i64(-1); // producer id
@@ -580,17 +586,17 @@ pub fn encode(records: &[Rec]) -> Bytes {
     out.put_i32(-1); // base sequence
     out.put_i32(i32::try_from(records.len()).unwrap_or(i32::MAX));
     let mut rec = BytesMut::new();
-    for (i, r) in records.iter().enumerate() {
+    for r in records {
         rec.clear();
         rec.put_i8(0);
         put_varlong(&mut rec, r.timestamp.wrapping_sub(base_ts));
-        put_varlong(&mut rec, i64::try_from(i).unwrap_or(i64::MAX));
+        put_varlong(&mut rec, r.offset - first.offset);
         put_nullable(&mut rec, r.key.as_deref());
-        put_nullable(&mut rec, Some(&r.value));
+        put_nullable(&mut rec, r.value.as_deref());
         put_varlong(&mut rec, i64::try_from(r.headers.len()).unwrap_or(i64::MAX));
         for (k, v) in &r.headers {
             put_nullable(&mut rec, Some(k.as_bytes()));
-            put_nullable(&mut rec, Some(v));
+            put_nullable(&mut rec, v.as_deref());
         }
         put_varlong(&mut out, i64::try_from(rec.len()).unwrap_or(i64::MAX));
         out.put_slice(&rec);
@@ -617,10 +623,10 @@ mod tests {
             offset,
             timestamp: 1_700_000_000_000 + offset,
             key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-            value: Bytes::copy_from_slice(value.as_bytes()),
+            value: Some(Bytes::copy_from_slice(value.as_bytes())),
             headers: headers
                 .iter()
-                .map(|(k, v)| ((*k).to_owned(), Bytes::copy_from_slice(v.as_bytes())))
+                .map(|(k, v)| ((*k).to_owned(), Some(Bytes::copy_from_slice(v.as_bytes()))))
                 .collect(),
         }
     }
@@ -680,7 +686,7 @@ mod tests {
                 .map(|r| {
                     let mut h = IndexMap::new();
                     for (k, v) in &r.headers {
-                        h.insert(StrBytes::from_string(k.clone()), Some(v.clone()));
+                        h.insert(StrBytes::from_string(k.clone()), v.clone());
                     }
                     Record {
                         transactional: false,
@@ -694,7 +700,7 @@ mod tests {
                         sequence: -1,
                         timestamp: r.timestamp,
                         key: r.key.clone(),
-                        value: Some(r.value.clone()),
+                        value: r.value.clone(),
                         headers: h,
                     }
                 })
@@ -738,12 +744,12 @@ mod tests {
                     value: v.clone(),
                 })
                 .collect();
-            flume_protocol::record::encode(
+            flume_protocol::record::encode_nullable(
                 &mut buf,
                 0,
                 r.timestamp,
                 r.key.as_deref(),
-                &r.value,
+                r.value.as_deref(),
                 &headers,
             );
         }
@@ -811,7 +817,7 @@ mod proptests {
 
         #[test]
         fn decode_never_panics_on_a_damaged_valid_batch(at in 0usize..200, byte in any::<u8>()) {
-            let rs = vec![Rec { offset: 0, timestamp: 5, key: Some(Bytes::from_static(b"k")), value: Bytes::from_static(b"value"), headers: vec![("h".into(), Bytes::from_static(b"v"))] }];
+            let rs = vec![Rec { offset: 0, timestamp: 5, key: Some(Bytes::from_static(b"k")), value: Some(Bytes::from_static(b"value")), headers: vec![("h".into(), Some(Bytes::from_static(b"v")))] }];
             let mut b = encode(&rs).to_vec();
             let i = at % b.len();
             b[i] = byte;

@@ -1072,7 +1072,7 @@ mod tests {
                 flume_protocol::record::decode_all(&Bytes::from(read.records))
                     .unwrap()
                     .into_iter()
-                    .map(|r| r.value.to_vec())
+                    .map(|r| r.payload().to_vec())
                     .collect();
             assert_eq!(values, [&b"first"[..], b"a", b"b", b"c"]);
             p.shutdown().await;
@@ -1100,7 +1100,7 @@ mod tests {
             }
             let read = p.read(0, 1 << 20).await.unwrap();
             let recs = flume_protocol::record::decode_all(&Bytes::from(read.records)).unwrap();
-            let values: Vec<Vec<u8>> = recs.iter().map(|r| r.value.to_vec()).collect();
+            let values: Vec<Vec<u8>> = recs.iter().map(|r| r.payload().to_vec()).collect();
             assert_eq!(values.len(), 5);
             assert_eq!(values[3], b"b");
             assert_eq!(values[4], b"cc");

@@ -2,11 +2,18 @@
 //!
 //! ```text
 //! record  = [offset u64][size u32][crc u32][payload: size bytes]        (big-endian)
-//! payload = [attributes u8 = 0][timestamp i64 ms]
+//! payload = [attributes u8][timestamp i64 ms]
 //!           [key_len i32, -1 = null][key]
-//!           [value_len i32][value]
-//!           [header_count u16] header_count * ([name_len u16][name utf-8][value_len i32][value])
+//!           [value_len i32, -1 = null][value]
+//!           [header_count u16] header_count * ([name_len u16][name utf-8][value_len i32, -1 = null][value])
 //! ```
+//!
+//! A null value is a tombstone (a delete of its key on a compacted topic),
+//! distinct from an empty one; a header's value may be null too.
+//! `attributes` is 0 in everything a producer sends. The broker sets
+//! [`ATTR_AFTER_GAP`] on a record it stores after a gap in the offsets (a
+//! compacted log keeps its records' offsets, so they need not be dense): a
+//! reader then knows the jump is meant, and any other jump is damage.
 //!
 //! `crc` is CRC-32 (IEEE, as computed by `crc32fast`) of the payload only, so
 //! the broker can fill in `offset` without touching the checksum: the CRC a
@@ -25,6 +32,10 @@ pub const RECORD_HEADER_LEN: usize = 16;
 pub const DEFAULT_MAX_RECORD_BYTES: usize = 1024 * 1024;
 /// Smallest payload: attributes, timestamp, key len, value len, header count.
 pub const MIN_PAYLOAD_LEN: usize = 1 + 8 + 4 + 4 + 2;
+
+/// Attribute bit: the record's offset is more than one past the previous
+/// record's in its segment (or the segment's base). Set by the broker only.
+pub const ATTR_AFTER_GAP: u8 = 0x01;
 
 /// A record that fails validation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -72,13 +83,28 @@ pub enum RecordError {
     },
 }
 
-/// One record header, as in Kafka: a name and a value.
+/// One record header, as in Kafka: a name and a value, which may be null.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
     /// Header name.
     pub key: String,
-    /// Header value.
-    pub value: Bytes,
+    /// Header value (`None`: null).
+    pub value: Option<Bytes>,
+}
+
+impl Header {
+    /// A header with a value.
+    pub fn new(key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        Header {
+            key: key.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    /// The value's bytes (empty when null).
+    pub fn value_bytes(&self) -> &[u8] {
+        self.value.as_deref().unwrap_or_default()
+    }
 }
 
 /// A decoded record, sharing the fetch buffer (no copy of key or value).
@@ -90,10 +116,22 @@ pub struct Record {
     pub timestamp: i64,
     /// The key, if any.
     pub key: Option<Bytes>,
-    /// The value.
-    pub value: Bytes,
+    /// The value; `None` for a tombstone (a null value).
+    pub value: Option<Bytes>,
     /// Headers, possibly none.
     pub headers: Vec<Header>,
+}
+
+impl Record {
+    /// The value's bytes (empty for a tombstone).
+    pub fn payload(&self) -> &[u8] {
+        self.value.as_deref().unwrap_or_default()
+    }
+
+    /// Whether the value is null: a delete of the key on a compacted topic.
+    pub fn is_tombstone(&self) -> bool {
+        self.value.is_none()
+    }
 }
 
 /// Borrowed view of one stored record, CRC already checked.
@@ -108,13 +146,21 @@ pub struct RawRecord<'a> {
 }
 
 impl<'a> RawRecord<'a> {
-    /// The key and value, borrowed from the payload; `None` if the payload is malformed.
-    pub fn key_value(&self) -> Option<(Option<&'a [u8]>, &'a [u8])> {
+    /// The key and value (`None`: null), borrowed from the payload; `None`
+    /// if the payload is malformed.
+    #[allow(clippy::type_complexity)]
+    pub fn key_value(&self) -> Option<(Option<&'a [u8]>, Option<&'a [u8]>)> {
         let mut r = crate::wire::Reader::new(self.payload);
         r.take(9).ok()?;
         let key = r.nullable_bytes().ok()?;
-        let value = r.bytes().ok()?;
+        let value = r.nullable_bytes().ok()?;
         Some((key, value))
+    }
+
+    /// The attributes byte (0, or [`ATTR_AFTER_GAP`]).
+    pub fn attributes(&self) -> u8 {
+        // Payload length was validated to be at least MIN_PAYLOAD_LEN.
+        self.payload[0]
     }
 
     /// Encoded length of the whole record.
@@ -133,13 +179,18 @@ impl<'a> RawRecord<'a> {
 
 /// Size of a record once encoded.
 pub fn encoded_len(key: Option<&[u8]>, value: &[u8], headers: &[Header]) -> usize {
+    encoded_len_nullable(key, Some(value), headers)
+}
+
+/// Size of a record whose value may be null, once encoded.
+pub fn encoded_len_nullable(key: Option<&[u8]>, value: Option<&[u8]>, headers: &[Header]) -> usize {
     RECORD_HEADER_LEN
         + MIN_PAYLOAD_LEN
         + key.map_or(0, <[u8]>::len)
-        + value.len()
+        + value.map_or(0, <[u8]>::len)
         + headers
             .iter()
-            .map(|h| 2 + h.key.len() + 4 + h.value.len())
+            .map(|h| 2 + h.key.len() + 4 + h.value_bytes().len())
             .sum::<usize>()
 }
 
@@ -152,31 +203,45 @@ pub fn encode(
     value: &[u8],
     headers: &[Header],
 ) {
+    encode_nullable(buf, offset, timestamp, key, Some(value), headers);
+}
+
+fn put_nullable(buf: &mut Vec<u8>, b: Option<&[u8]>) {
+    match b {
+        None => buf.put_i32(-1),
+        Some(b) => {
+            buf.put_i32(crate::wire::len_i32(b.len()));
+            buf.put_slice(b);
+        }
+    }
+}
+
+/// Appends one encoded record whose value may be null (a tombstone) to `buf`.
+pub fn encode_nullable(
+    buf: &mut Vec<u8>,
+    offset: u64,
+    timestamp: i64,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[Header],
+) {
     let start = buf.len();
-    buf.reserve(encoded_len(key, value, headers));
+    buf.reserve(encoded_len_nullable(key, value, headers));
     buf.put_u64(offset);
     buf.put_u32(0); // size, patched below
     buf.put_u32(0); // crc, patched below
     let payload_start = buf.len();
     buf.put_u8(0);
     buf.put_i64(timestamp);
-    match key {
-        None => buf.put_i32(-1),
-        Some(k) => {
-            buf.put_i32(crate::wire::len_i32(k.len()));
-            buf.put_slice(k);
-        }
-    }
-    buf.put_i32(crate::wire::len_i32(value.len()));
-    buf.put_slice(value);
+    put_nullable(buf, key);
+    put_nullable(buf, value);
     buf.put_u16(u16::try_from(headers.len()).unwrap_or(u16::MAX));
     for h in headers.iter().take(u16::MAX as usize) {
         let name = h.key.as_bytes();
         let name = &name[..name.len().min(u16::MAX as usize)];
         buf.put_u16(name.len() as u16);
         buf.put_slice(name);
-        buf.put_i32(crate::wire::len_i32(h.value.len()));
-        buf.put_slice(&h.value);
+        put_nullable(buf, h.value.as_deref());
     }
     let size = u32::try_from(buf.len() - payload_start).unwrap_or(u32::MAX);
     let crc = crc32fast::hash(&buf[payload_start..]);
@@ -328,18 +393,14 @@ fn parse_payload(owner: &Bytes, raw: &RawRecord<'_>) -> Option<Record> {
         owner.slice(start..start + len)
     };
     let key = r.nullable_bytes().ok()?.map(|k| slice(&r, k.len()));
-    let v = r.bytes().ok()?;
-    let value = slice(&r, v.len());
+    let value = r.nullable_bytes().ok()?.map(|v| slice(&r, v.len()));
     let n = r.u16().ok()?;
     let mut headers = Vec::new();
     for _ in 0..n {
         let nl = usize::from(r.u16().ok()?);
         let name = std::str::from_utf8(r.take(nl).ok()?).ok()?.to_owned();
-        let hv = r.bytes().ok()?;
-        headers.push(Header {
-            key: name,
-            value: slice(&r, hv.len()),
-        });
+        let value = r.nullable_bytes().ok()?.map(|hv| slice(&r, hv.len()));
+        headers.push(Header { key: name, value });
     }
     r.finish().ok()?;
     Some(Record {
@@ -389,7 +450,8 @@ pub fn validate_batch(batch: &[u8], max_record: u64) -> Result<BatchInfo, Record
     };
     for raw in RecordIter::with_limit(batch, max_record) {
         let raw = raw?;
-        if !payload_is_well_formed(raw.payload) {
+        // What a producer sends carries no attribute: only the broker sets them.
+        if raw.attributes() != 0 || !payload_is_well_formed(raw.payload) {
             return Err(RecordError::Malformed {
                 at: raw.pos,
                 offset: raw.offset,
@@ -414,14 +476,14 @@ fn payload_is_well_formed(payload: &[u8]) -> bool {
         r.u8()?;
         r.i64()?;
         r.nullable_bytes()?;
-        r.bytes()?;
+        r.nullable_bytes()?;
         for _ in 0..r.u16()? {
             let nl = usize::from(r.u16()?);
             let name = r.take(nl)?;
             if std::str::from_utf8(name).is_err() {
                 return Err(crate::wire::WireError::InvalidUtf8 { at: 0 });
             }
-            r.bytes()?;
+            r.nullable_bytes()?;
         }
         r.finish()
     })();
@@ -456,7 +518,7 @@ mod tests {
             b"v2",
             &[Header {
                 key: "h".into(),
-                value: Bytes::from_static(b"x"),
+                value: Some(Bytes::from_static(b"x")),
             }],
         );
         buf
@@ -488,7 +550,7 @@ mod tests {
         assert_eq!(recs[1].offset, 42);
         assert_eq!(recs[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(recs[1].key, None);
-        assert_eq!(&recs[1].value[..], b"v2");
+        assert_eq!(recs[1].payload(), b"v2");
         assert_eq!(recs[1].headers[0].key, "h");
     }
 
@@ -524,5 +586,48 @@ mod tests {
             validate_batch(&buf, 20),
             Err(RecordError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn a_null_value_and_a_null_header_are_not_empty_ones() {
+        let mut buf = Vec::new();
+        let headers = [
+            Header {
+                key: "null".into(),
+                value: None,
+            },
+            Header::new("empty", Bytes::new()),
+        ];
+        encode_nullable(&mut buf, 0, 5, Some(b"k"), None, &headers);
+        encode(&mut buf, 0, 6, Some(b"k"), b"", &[]);
+        assert_eq!(
+            buf.len(),
+            encoded_len_nullable(Some(b"k"), None, &headers) + encoded_len(Some(b"k"), b"", &[])
+        );
+        assert_eq!(validate_batch(&buf, u64::MAX).unwrap().count, 2);
+        let recs = decode_all(&Bytes::from(buf.clone())).unwrap();
+        assert!(recs[0].is_tombstone() && recs[0].payload().is_empty());
+        assert_eq!(recs[0].headers[0].value, None);
+        assert_eq!(recs[0].headers[1].value.as_deref(), Some(&b""[..]));
+        assert!(!recs[1].is_tombstone());
+        assert_eq!(recs[1].value.as_deref(), Some(&b""[..]));
+        let raw = RecordIter::new(&buf).next().unwrap().unwrap();
+        assert_eq!(raw.key_value(), Some((Some(&b"k"[..]), None)));
+    }
+
+    #[test]
+    fn producers_may_not_set_attributes() {
+        let mut buf = Vec::new();
+        encode(&mut buf, 0, 5, None, b"v", &[]);
+        // Set the after-gap bit and fix the CRC: a well-formed record a producer may not send.
+        buf[RECORD_HEADER_LEN] = ATTR_AFTER_GAP;
+        let crc = crc32fast::hash(&buf[RECORD_HEADER_LEN..]);
+        buf[12..16].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            validate_batch(&buf, u64::MAX),
+            Err(RecordError::Malformed { .. })
+        ));
+        let raw = RecordIter::new(&buf).next().unwrap().unwrap();
+        assert_eq!(raw.attributes(), ATTR_AFTER_GAP);
     }
 }

@@ -6,7 +6,7 @@ import os
 from typing import Any, Awaitable, overload, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 _Bytes = Union[bytes, bytearray, str]
-_Headers = Union[Mapping[str, _Bytes], Iterable[Tuple[str, _Bytes]], None]
+_Headers = Union[Mapping[str, Optional[_Bytes]], Iterable[Tuple[str, Optional[_Bytes]]], None]
 _Path = Union[str, "os.PathLike[str]"]
 _Start = Union[str, int, None]
 
@@ -45,9 +45,10 @@ class Record:
     @property
     def key(self) -> Optional[bytes]: ...
     @property
-    def value(self) -> bytes: ...
+    def value(self) -> Optional[bytes]:
+        """None for a tombstone (a null value), distinct from b""."""
     @property
-    def headers(self) -> List[Tuple[str, bytes]]: ...
+    def headers(self) -> List[Tuple[str, Optional[bytes]]]: ...
 
 class RecordMetadata:
     """Where an acknowledged record landed; unpacks as (partition, offset)."""
@@ -92,7 +93,7 @@ class EmbeddedBroker:
     def produce(
         self,
         topic: str,
-        value: _Bytes,
+        value: Optional[_Bytes],
         key: Optional[_Bytes] = None,
         *,
         headers: _Headers = None,
@@ -102,7 +103,7 @@ class EmbeddedBroker:
     def produce_many(
         self,
         topic: str,
-        values: Iterable[_Bytes],
+        values: Iterable[Optional[_Bytes]],
         *,
         keys: Optional[Iterable[Optional[_Bytes]]] = None,
         partition: Optional[int] = None,
@@ -161,7 +162,7 @@ class Producer:
     def send(
         self,
         topic: str,
-        value: _Bytes,
+        value: Optional[_Bytes],
         key: Optional[_Bytes] = None,
         *,
         headers: _Headers = None,
@@ -171,7 +172,7 @@ class Producer:
     def send_async(
         self,
         topic: str,
-        value: _Bytes,
+        value: Optional[_Bytes],
         key: Optional[_Bytes] = None,
         *,
         headers: _Headers = None,
@@ -181,7 +182,7 @@ class Producer:
     def send_many(
         self,
         topic: str,
-        values: Iterable[_Bytes],
+        values: Iterable[Optional[_Bytes]],
         *,
         keys: Optional[Iterable[Optional[_Bytes]]] = None,
         partition: Optional[int] = None,
@@ -189,7 +190,7 @@ class Producer:
     def send_many_async(
         self,
         topic: str,
-        values: Iterable[_Bytes],
+        values: Iterable[Optional[_Bytes]],
         *,
         keys: Optional[Iterable[Optional[_Bytes]]] = None,
         partition: Optional[int] = None,

@@ -570,7 +570,7 @@ fn encode_value(topic: &str, partition: i32, c: &Committed) -> Vec<u8> {
 fn decode(r: &record::RawRecord<'_>, version: u8) -> Option<(OffsetKey, Committed)> {
     let (key, value) = r.key_value()?;
     let group = String::from_utf8(key?.to_vec()).ok()?;
-    let mut rd = Reader::new(value);
+    let mut rd = Reader::new(value?);
     let topic = rd.string().ok()?;
     let partition = rd.i32().ok()?;
     let mut c = Committed::at(rd.i64().ok()?);

@@ -27,7 +27,7 @@ fn values(log: &Log, from: u64) -> Vec<Vec<u8>> {
     decode_all(&Bytes::from(r.records))
         .unwrap()
         .into_iter()
-        .map(|r| r.value.to_vec())
+        .map(|r| r.payload().to_vec())
         .collect()
 }
 

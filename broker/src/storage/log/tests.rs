@@ -73,7 +73,7 @@ fn round_trip_over_rollovers_and_every_index_boundary() {
         let recs = decode_all(&Bytes::from(r.records)).unwrap();
         assert_eq!(recs.len(), 1, "offset {off}");
         assert_eq!(recs[0].offset, off);
-        assert_eq!(&recs[0].value[..], &value(off)[..]);
+        assert_eq!(recs[0].payload(), &value(off)[..]);
     }
     let all = read_all(&log);
     assert_eq!(all.len(), 230);
@@ -99,7 +99,7 @@ fn a_big_record_is_returned_whole() {
     let r = log.read(0, 10).unwrap();
     let recs = decode_all(&Bytes::from(r.records)).unwrap();
     assert_eq!(recs.len(), 1);
-    assert_eq!(recs[0].value.len(), 10_000);
+    assert_eq!(recs[0].payload().len(), 10_000);
 }
 
 #[test]
@@ -135,7 +135,7 @@ fn torn_write_keeps_whole_records_and_appends_continue() {
     append_n(&mut log, 49, 3);
     let all = read_all(&log);
     assert_eq!(all.len(), 52);
-    assert_eq!(&all[49].value[..], &value(49)[..]);
+    assert_eq!(all[49].payload(), &value(49)[..]);
 }
 
 #[test]
@@ -312,7 +312,7 @@ proptest! {
                             }
                             for (i, rec) in recs.iter().enumerate() {
                                 prop_assert_eq!(rec.offset, off + i as u64);
-                                prop_assert_eq!(&rec.value[..], &model[(off as usize) + i][..]);
+                                prop_assert_eq!(rec.payload(), &model[(off as usize) + i][..]);
                             }
                         }
                         Err(StorageError::OffsetOutOfRange { .. }) => prop_assert!(off > model.len() as u64),
@@ -485,7 +485,7 @@ fn only_a_read_of_the_tail_this_process_just_wrote_is_hot() {
         let r = log.read(end - 1, 1000).unwrap();
         let recs = decode_all(&Bytes::from(r.records)).unwrap();
         assert_eq!(recs.len(), 1);
-        assert_eq!(&recs[0].value[..], &value(end - 1)[..]);
+        assert_eq!(recs[0].payload(), &value(end - 1)[..]);
     }
     // Reopened: nothing was appended by this process, so its page cache is not
     // vouched for.
@@ -535,7 +535,7 @@ fn index_entries_a_crash_lost_before_they_were_written_are_found_again() {
     assert!(all
         .iter()
         .enumerate()
-        .all(|(i, r)| r.offset == i as u64 && r.value[..] == value(i as u64)[..]));
+        .all(|(i, r)| r.offset == i as u64 && *r.payload() == value(i as u64)[..]));
 }
 
 #[test]
