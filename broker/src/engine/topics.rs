@@ -303,7 +303,7 @@ impl Engine {
             return Err(BrokerError::code_for(ErrorCode::UnknownTopic, name));
         }
         match self
-            .create_topic_async(name, self.config.default_topic.clone())
+            .create_topic_async(name, self.default_topic())
             .await
         {
             Err(BrokerError::Code {
