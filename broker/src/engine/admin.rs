@@ -562,7 +562,11 @@ mod tests {
             ..changed.clone()
         };
         assert!(e.set_default_topic(bad).is_err());
-        assert_eq!(e.default_topic(), changed, "a refused change changes nothing");
+        assert_eq!(
+            e.default_topic(),
+            changed,
+            "a refused change changes nothing"
+        );
     }
 
     #[test]
