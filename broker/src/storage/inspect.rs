@@ -976,14 +976,16 @@ pub fn read_records(
                 offset,
                 needed,
                 available,
-            } => return Err(StorageError::Corrupt {
-                segment: seg.log.clone(),
-                offset,
-                position,
-                reason: format!(
+            } => {
+                return Err(StorageError::Corrupt {
+                    segment: seg.log.clone(),
+                    offset,
+                    position,
+                    reason: format!(
                     "torn record in a sealed segment: it needs {needed} bytes, {available} remain"
                 ),
-            }),
+                })
+            }
             End::Bad {
                 position,
                 offset,
