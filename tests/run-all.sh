@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's one test command: the Rust workspace's tests, the observability
+# The project's one test command: the Rust workspace's tests, the systemd unit
+# checked by systemd-analyze (tests/deploy/run.sh), the observability
 # check with real components (promtool, a Prometheus server, headless Chromium:
 # tests/observability/run.sh), real Kafka clients against the Kafka listener
 # (kcat, confluent-kafka, kafka-python, kafkajs: tests/kafka-clients/run.sh; a
@@ -17,6 +18,9 @@ cd "$(dirname "$0")/.."
 
 echo "== cargo test --workspace --locked"
 cargo test --workspace --locked
+
+echo "== tests/deploy/run.sh (systemd-analyze verify deploy/flume.service)"
+bash tests/deploy/run.sh
 
 echo "== tests/observability/run.sh"
 bash tests/observability/run.sh

@@ -46,6 +46,17 @@ pub use error::BrokerError;
 pub use net::allocator_trims;
 pub use storage::FsyncPolicy;
 
+/// The committed-offsets file read without changing it (`flume-cli data
+/// check`); the segments are in [`storage::inspect`].
+pub use coordinator::offsets::{check_offsets_file, OffsetsFileReport};
+
+/// Every on-disk format this build reads and writes (`flume-cli --version`).
+pub fn disk_formats() -> Vec<storage::inspect::DiskFormat> {
+    let mut formats = storage::inspect::storage_formats();
+    formats.push(coordinator::offsets::offsets_format());
+    formats
+}
+
 /// Wall-clock milliseconds since the Unix epoch (record timestamps, retention).
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

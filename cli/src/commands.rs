@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use clap::builder::TypedValueParser;
+use clap::builder::{BoolishValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
 use flume_broker::security::auth::AuthMode;
-use flume_broker::{Backpressure, Broker, BrokerConfig, FsyncPolicy};
+use flume_broker::{Backpressure, Broker, BrokerConfig, FsyncPolicy, TopicConfig};
 use flume_client::{Admin, ConnectionConfig, TlsConfig};
 use flume_protocol::{CreateTopicRequest, ErrorCode};
 
@@ -53,6 +53,12 @@ pub enum Command {
         #[command(subcommand)]
         command: crate::acls::AclsCommand,
     },
+    /// Look at a stopped broker's data directory: check it, dump records,
+    /// show its disk usage (read-only).
+    Data {
+        #[command(subcommand)]
+        command: crate::data::DataCommand,
+    },
     /// Measure whole-system throughput and latency.
     Perf {
         #[command(subcommand)]
@@ -74,6 +80,14 @@ fn parse_fsync(s: &str) -> Result<FsyncPolicy, String> {
     }
 }
 
+/// A log filter `tracing_subscriber::EnvFilter` takes (a level or directives).
+fn parse_log_level(s: &str) -> Result<String, String> {
+    tracing_subscriber::EnvFilter::builder()
+        .parse(s)
+        .map(|_| s.to_owned())
+        .map_err(|e| format!("{s:?} is not a log level or filter ({e}): use error, warn, info, debug, trace or directives like info,flume_broker=debug"))
+}
+
 /// A whole number in `lo..=hi`: negative input reaches the parser (rather than looking
 /// like a flag) and gets the same range error as any other number out of range.
 pub fn range_u64(lo: i64, hi: i64) -> impl TypedValueParser<Value = u64> {
@@ -90,154 +104,184 @@ pub fn non_neg_i32() -> impl TypedValueParser<Value = i32> {
 #[derive(Debug, Args)]
 #[command(allow_negative_numbers = true)]
 pub struct BrokerArgs {
+    /// Read settings from this TOML file, whose keys are these flags' long
+    /// names (`port = 9092`, `fsync = "always"`, `admin-user = ["admin"]`).
+    /// Each setting comes from its flag, else its FLUME_<FLAG> environment
+    /// variable, else the file, else the default. SIGHUP reads the file again.
+    #[arg(long, env = "FLUME_CONFIG", value_name = "PATH")]
+    pub(crate) config: Option<PathBuf>,
+    /// Print the effective settings as a TOML file (every key, with where its
+    /// value came from as a comment) and exit: `--print-config > flume.toml`
+    /// starts a configuration file.
+    #[arg(long)]
+    pub(crate) print_config: bool,
+    /// Log format on stderr: human, or json (one object per line, for log
+    /// shippers).
+    #[arg(long, env = "FLUME_LOG_FORMAT", default_value = "human", value_parser = ["human", "json"])]
+    pub(crate) log_format: String,
+    /// What to log: a level (error, warn, info, debug, trace) or filter
+    /// directives (`info,flume_broker=debug`) [default: RUST_LOG when set,
+    /// else info]. SIGHUP applies a changed one.
+    #[arg(long, env = "FLUME_LOG_LEVEL", value_name = "FILTER", value_parser = parse_log_level)]
+    pub(crate) log_level: Option<String>,
     /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1")]
+    #[arg(long, env = "FLUME_HOST", default_value = "127.0.0.1")]
     host: String,
     /// Port (0 picks a free one).
-    #[arg(long, default_value_t = 9092, value_parser = range_u64(0, 65535))]
+    #[arg(long, env = "FLUME_PORT", default_value_t = 9092, value_parser = range_u64(0, 65535))]
     port: u64,
     /// Data directory, held by one broker at a time (lock file `.lock`).
-    #[arg(long, default_value = "./data")]
+    #[arg(long, env = "FLUME_DATA", default_value = "./data")]
     data: PathBuf,
     /// Use a --data directory that is not empty and is not a Flume data
     /// directory (by default such a directory is refused).
-    #[arg(long)]
+    #[arg(long, env = "FLUME_ALLOW_FOREIGN_DATA_DIR", value_parser = BoolishValueParser::new())]
     allow_foreign_data_dir: bool,
     /// Partitions of auto-created topics.
-    #[arg(long, default_value_t = 3, value_parser = range_u64(1, 10000))]
+    #[arg(long, env = "FLUME_PARTITIONS", default_value_t = 3, value_parser = range_u64(1, 10000))]
     partitions: u64,
     /// When to fsync appended records: always, never, or every N milliseconds.
-    #[arg(long, default_value = "never", value_parser = parse_fsync)]
+    #[arg(long, env = "FLUME_FSYNC", default_value = "never", value_parser = parse_fsync)]
     fsync: FsyncPolicy,
     /// Retention by size per partition (bytes).
-    #[arg(long, value_parser = range_u64(1, i64::MAX))]
+    #[arg(long, env = "FLUME_RETENTION_BYTES", value_parser = range_u64(1, i64::MAX))]
     retention_bytes: Option<u64>,
     /// Retention by age (milliseconds).
-    #[arg(long, value_parser = range_u64(1, i64::MAX))]
+    #[arg(long, env = "FLUME_RETENTION_MS", value_parser = range_u64(1, i64::MAX))]
     retention_ms: Option<u64>,
     /// Segment size (bytes).
-    #[arg(long, default_value_t = 64 * 1024 * 1024, value_parser = range_u64(1024, 1 << 31))]
+    #[arg(long, env = "FLUME_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024, value_parser = range_u64(1024, 1 << 31))]
     segment_bytes: u64,
     /// Partition queue capacity (pending append requests).
-    #[arg(long, default_value_t = 1024, value_parser = range_u64(1, 100_000))]
+    #[arg(long, env = "FLUME_MAX_PENDING", default_value_t = 1024, value_parser = range_u64(1, 100_000))]
     max_pending: u64,
     /// When a partition queue is full: block (wait) or reject (QUEUE_FULL).
-    #[arg(long, default_value = "block")]
+    #[arg(long, env = "FLUME_BACKPRESSURE", default_value = "block")]
     backpressure: Backpressure,
     /// Largest request frame (bytes).
-    #[arg(long, default_value_t = 16 * 1024 * 1024, value_parser = range_u64(4096, 1 << 30))]
+    #[arg(long, env = "FLUME_MAX_FRAME_BYTES", default_value_t = 16 * 1024 * 1024, value_parser = range_u64(4096, 1 << 30))]
     max_frame_bytes: u64,
     /// Largest record in bytes, counting its 16-byte header (offset, size,
     /// crc), 64 or more and at most max-frame-bytes - 1024 [default: 1048576
     /// (1 MiB), the producer's default too]. Larger records get RECORD_TOO_LARGE.
-    #[arg(long, value_parser = range_u64(64, 1 << 30))]
+    #[arg(long, env = "FLUME_MAX_RECORD_BYTES", value_parser = range_u64(64, 1 << 30))]
     max_record_bytes: Option<u64>,
     /// Most concurrent connections; each holds a file descriptor, a task and
     /// its read/write buffers (a few KB idle, more while it has requests in
     /// flight: about 30 KB with a group member's waiting fetch and heartbeat).
     /// A GroupConsumer, Producer or Admin holds one each.
-    #[arg(long, default_value_t = 10_000, value_parser = range_u64(1, 1_000_000))]
+    #[arg(long, env = "FLUME_MAX_CONNECTIONS", default_value_t = 10_000, value_parser = range_u64(1, 1_000_000))]
     max_connections: u64,
     /// Most partitions over all topics; an idle partition costs a few KB of
     /// memory, no file descriptor and no task. A topic past it gets LIMIT_REACHED.
-    #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, 10_000_000))]
+    #[arg(long, env = "FLUME_MAX_PARTITIONS", default_value_t = 100_000, value_parser = range_u64(1, 10_000_000))]
     max_partitions: u64,
     /// Most consumer groups with members at once. A group costs about 1 KB of
     /// coordinator state plus its members' (see --max-members-per-group) and
     /// no task; its members' heartbeats cost CPU, not memory (1,000 groups of
     /// 10: README, Scale). A join that would create one more gets
     /// LIMIT_REACHED, logged with the limit's name and value.
-    #[arg(long, default_value_t = 10_000, value_parser = range_u64(1, 10_000_000))]
+    #[arg(long, env = "FLUME_MAX_GROUPS", default_value_t = 10_000, value_parser = range_u64(1, 10_000_000))]
     max_groups: u64,
     /// Most members of one group. A member costs about 0.5 KB of coordinator
     /// state (its id, topics, assignment) plus its connection (see
     /// --max-connections; a GroupConsumer holds one); a rebalance of a group
     /// of N members takes O(N x partitions) work. A new member past it gets
     /// LIMIT_REACHED, logged with the limit's name and value.
-    #[arg(long, default_value_t = 1_000, value_parser = range_u64(1, 1_000_000))]
+    #[arg(long, env = "FLUME_MAX_MEMBERS_PER_GROUP", default_value_t = 1_000, value_parser = range_u64(1, 1_000_000))]
     max_members_per_group: u64,
     /// How long a Kafka consumer group that has no members waits for more to
     /// join before it forms its first generation, in milliseconds (Kafka's
     /// group.initial.rebalance.delay.ms); each member joining meanwhile
     /// extends it, up to the rebalance timeout. 0 forms it at once.
-    #[arg(long, default_value_t = 3_000, value_parser = range_u64(0, 300_000))]
+    #[arg(long, env = "FLUME_GROUP_INITIAL_REBALANCE_DELAY_MS", default_value_t = 3_000, value_parser = range_u64(0, 300_000))]
     group_initial_rebalance_delay_ms: u64,
     /// Close a Kafka connection that sends no request for this long, in
     /// milliseconds (Kafka's connections.max.idle.ms; clients keep idle
     /// connections to the coordinator and each leader). Flume's own
     /// connections are never closed for being idle.
-    #[arg(long, default_value_t = 600_000, value_parser = range_u64(1_000, 86_400_000))]
+    #[arg(long, env = "FLUME_CONNECTIONS_MAX_IDLE_MS", default_value_t = 600_000, value_parser = range_u64(1_000, 86_400_000))]
     connections_max_idle_ms: u64,
     /// Most segment files open at once over all partitions (an LRU; sealed and
     /// idle segments are opened again on demand). The broker needs about
     /// max-open-files + max-connections + 64 file descriptors and raises its
     /// soft RLIMIT_NOFILE towards that at start (warning if the hard limit is lower).
-    #[arg(long, default_value_t = 16_384, value_parser = range_u64(1, 10_000_000))]
+    #[arg(long, env = "FLUME_MAX_OPEN_FILES", default_value_t = 16_384, value_parser = range_u64(1, 10_000_000))]
     max_open_files: u64,
     /// Most bytes of requests being served at once; past it the broker stops
     /// reading until requests complete [default: 64 MiB, or max-frame-bytes if larger].
-    #[arg(long, value_parser = range_u64(4096, 1 << 40))]
+    #[arg(long, env = "FLUME_MAX_REQUEST_MEMORY", value_parser = range_u64(4096, 1 << 40))]
     max_request_memory: Option<u64>,
     /// Do not create topics on first use.
-    #[arg(long)]
+    #[arg(long, env = "FLUME_NO_AUTO_CREATE", value_parser = BoolishValueParser::new())]
     no_auto_create: bool,
     /// Check every record of sealed segments at startup.
-    #[arg(long)]
+    #[arg(long, env = "FLUME_VERIFY", value_parser = BoolishValueParser::new())]
     verify: bool,
     /// After each response, keep trying to read the connection's next request
     /// before parking: `0` never spins (the default: spinning connections
     /// delay the broker's other work, e.g. consumers' latency), `auto` spins
     /// only as long as it recently paid off (up to 50 µs; `auto:N` up to N
     /// µs; about 2x one-at-a-time throughput), N spins N µs every time.
-    #[arg(long, default_value = "0")]
+    #[arg(long, env = "FLUME_BUSY_POLL_US", default_value = "0")]
     busy_poll_us: flume_broker::config::BusyPoll,
     /// Serve /metrics (Prometheus), /api/overview, /healthz and the dashboard
     /// (/) over HTTP on this port of --host (0 picks a free one).
-    #[arg(long)]
+    #[arg(long, env = "FLUME_HTTP_PORT")]
     http_port: Option<u16>,
     /// Also serve Kafka clients (the Kafka wire protocol, see docs/kafka.md)
     /// on this port of --host (0 picks a free one).
-    #[arg(long)]
+    #[arg(long, env = "FLUME_KAFKA_PORT")]
     kafka_port: Option<u16>,
     /// HOST:PORT that Kafka clients are told to connect to (Metadata), when
     /// --host:--kafka-port is not what they can reach [default: the bound address].
-    #[arg(long, requires = "kafka_port")]
+    #[arg(long, env = "FLUME_KAFKA_ADVERTISED", requires = "kafka_port")]
     kafka_advertised: Option<String>,
     /// Certificate chain (PEM) of the broker: every port (Flume, Kafka, HTTP)
     /// then speaks TLS 1.2 or 1.3 only. SIGHUP reads it (and the key and
     /// client CA) again; open connections keep their session.
-    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    #[arg(long, env = "FLUME_TLS_CERT", value_name = "PEM", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// Private key (PEM) of --tls-cert.
-    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    #[arg(long, env = "FLUME_TLS_KEY", value_name = "PEM", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
     /// CA certificates (PEM): clients must present a certificate signed by
     /// one (mTLS); its subject becomes the connection's principal.
-    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    #[arg(
+        long,
+        env = "FLUME_TLS_CLIENT_CA",
+        value_name = "PEM",
+        requires = "tls_cert"
+    )]
     tls_client_ca: Option<PathBuf>,
     /// Authentication on the Flume port: off (the default; a warning when
     /// --host is not loopback), optional, or required (SCRAM-SHA-256 users,
     /// see `flume-cli users`).
-    #[arg(long, default_value = "off")]
+    #[arg(long, env = "FLUME_AUTH", default_value = "off")]
     auth: AuthMode,
     /// A user who may add and remove users (repeat for more). Make the first
     /// one with `flume-cli users add NAME --data DIR` while the broker is stopped.
-    #[arg(long, value_name = "NAME")]
+    #[arg(
+        long,
+        env = "FLUME_ADMIN_USER",
+        value_delimiter = ',',
+        value_name = "NAME"
+    )]
     admin_user: Vec<String>,
     /// Enforce ACLs (`flume-cli acls`): on, a request is served only if an
     /// ACL allows it (--admin-user admins may do everything); off (the
     /// default), every client may do everything.
-    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
+    #[arg(long, env = "FLUME_AUTHORIZER", default_value = "off", value_parser = ["on", "off"])]
     authorizer: String,
     /// Most connections one principal (user, client certificate; anonymous
     /// clients: per IP address) may have open on the Flume and Kafka ports.
     /// By default --max-connections (one tenant may use them all); set it
     /// lower to keep tenants from starving each other.
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "FLUME_MAX_CONNECTIONS_PER_PRINCIPAL", value_name = "N")]
     max_connections_per_principal: Option<usize>,
     /// Produce bytes per second each principal may send; past it, its
     /// connections are throttled (Kafka: throttle_time_ms). Off by default.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, env = "FLUME_PRODUCE_QUOTA_BYTES_PER_SEC", value_name = "BYTES")]
     produce_quota_bytes_per_sec: Option<u64>,
 }
 
@@ -445,9 +489,13 @@ pub enum GroupsCommand {
     },
 }
 
-pub async fn run(cli: Cli) -> Result<()> {
+pub async fn run(cli: Cli, settings: Option<crate::settings::Effective>) -> Result<()> {
     match cli.command {
-        Command::Broker(a) => broker(a).await,
+        Command::Broker(a) => match settings {
+            Some(s) => broker(a, s).await,
+            None => bail!("the broker's settings were not resolved"),
+        },
+        Command::Data { command } => crate::data::run(command),
         Command::Produce(a) => crate::produce::produce(a).await,
         Command::Consume(a) => crate::consume::consume(a).await,
         Command::Topics { command } => topics(command).await,
@@ -496,21 +544,22 @@ fn broker_signals() -> Result<(async_channel::Receiver<()>, async_channel::Recei
     Ok((stop_rx, hup_rx))
 }
 
-async fn broker(a: BrokerArgs) -> Result<()> {
-    if a.data.exists() && !a.data.is_dir() {
-        bail!(
-            "data path {} is not a directory (pass --data a directory, or a path to create one)",
-            a.data.display()
-        );
-    }
+/// The settings of topics created without explicit ones.
+fn topic_defaults(a: &BrokerArgs) -> Result<TopicConfig> {
+    Ok(TopicConfig {
+        partitions: u32::try_from(a.partitions)?,
+        retention_bytes: a.retention_bytes,
+        retention_ms: a.retention_ms,
+        segment_bytes: a.segment_bytes,
+        max_pending: usize::try_from(a.max_pending)?,
+        backpressure: a.backpressure,
+    })
+}
+
+fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
     let mut c = BrokerConfig::new(&a.data);
     c.listen = format!("{}:{}", a.host, a.port);
-    c.default_topic.partitions = u32::try_from(a.partitions)?;
-    c.default_topic.retention_bytes = a.retention_bytes;
-    c.default_topic.retention_ms = a.retention_ms;
-    c.default_topic.segment_bytes = a.segment_bytes;
-    c.default_topic.max_pending = usize::try_from(a.max_pending)?;
-    c.default_topic.backpressure = a.backpressure;
+    c.default_topic = topic_defaults(a)?;
     c.fsync = a.fsync;
     c.max_frame_bytes = usize::try_from(a.max_frame_bytes)?;
     c.max_record_bytes = match a.max_record_bytes {
@@ -524,8 +573,6 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
     c.connections_max_idle = Duration::from_millis(a.connections_max_idle_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;
-    // Raised before the broker opens its topics; reported once it has started.
-    let fds = flume_broker::server::ensure_fd_limit(&c);
     c.max_request_memory = match a.max_request_memory {
         Some(n) => usize::try_from(n)?,
         None => c.max_request_memory.max(c.max_frame_bytes),
@@ -545,6 +592,24 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     c.authorizer = a.authorizer == "on";
     c.max_connections_per_principal = a.max_connections_per_principal;
     c.produce_quota_bytes_per_sec = a.produce_quota_bytes_per_sec;
+    Ok(c)
+}
+
+async fn broker(a: BrokerArgs, mut settings: crate::settings::Effective) -> Result<()> {
+    if a.print_config {
+        print!("{}", settings.to_toml());
+        std::io::stdout().flush().ok();
+        return Ok(());
+    }
+    if a.data.exists() && !a.data.is_dir() {
+        bail!(
+            "data path {} is not a directory (pass --data a directory, or a path to create one)",
+            a.data.display()
+        );
+    }
+    let c = broker_config(&a)?;
+    // Raised before the broker opens its topics; reported once it has started.
+    let fds = flume_broker::server::ensure_fd_limit(&c);
     let (stop, hup) = broker_signals()?;
     let broker = Broker::start(c)
         .await
@@ -560,14 +625,17 @@ async fn broker(a: BrokerArgs) -> Result<()> {
     if let Some(kafka) = broker.kafka_addr() {
         println!("flume broker serving Kafka clients on {kafka}");
     }
+    if let Some(file) = &settings.file {
+        tracing::info!(file = %file.display(), "settings read from the configuration file (SIGHUP reads it again)");
+    }
     if !fds.is_enough() {
-        eprintln!(
-            "warning: {fds}: raise it (ulimit -n {}) or lower --max-open-files/--max-connections, or opens and accepts will fail with EMFILE under load",
+        tracing::warn!(
+            "{fds}: raise it (ulimit -n {}, LimitNOFILE= in a systemd unit) or lower --max-open-files/--max-connections, or opens and accepts will fail with EMFILE under load",
             fds.needed
         );
     }
     if broker.is_tls() {
-        eprintln!("TLS on every port (SIGHUP reloads the certificates)");
+        tracing::info!("TLS on every port (SIGHUP reloads the certificates)");
     }
     std::io::stdout().flush().ok();
     loop {
@@ -578,16 +646,107 @@ async fn broker(a: BrokerArgs) -> Result<()> {
                     break;
                 }
                 match broker.reload_tls().await {
-                    Ok(()) if broker.is_tls() => eprintln!("SIGHUP: TLS certificates reloaded"),
-                    Ok(()) => eprintln!("SIGHUP: no TLS configured, nothing to reload"),
-                    Err(e) => eprintln!("SIGHUP: TLS reload failed, keeping the certificates in use: {e}"),
+                    Ok(()) if broker.is_tls() => tracing::info!("SIGHUP: TLS certificates reloaded"),
+                    Ok(()) => tracing::info!("SIGHUP: no TLS configured, nothing to reload"),
+                    Err(e) => tracing::error!("SIGHUP: TLS reload failed, keeping the certificates in use: {e}"),
                 }
+                reload(&broker, &a, &mut settings);
             }
         }
     }
-    eprintln!("shutting down: draining queues to disk");
+    tracing::info!("shutting down: draining queues to disk");
     broker.shutdown().await;
     Ok(())
+}
+
+/// SIGHUP: reads the settings again (the configuration file as it is now;
+/// the command line and environment are the process's) and applies what can
+/// change while running ([`crate::settings::RELOADABLE`]); every other change
+/// is logged as needing a restart, and keeps its value until then.
+fn reload(broker: &Broker, started: &BrokerArgs, settings: &mut crate::settings::Effective) {
+    use crate::settings::{ParseError, RELOADABLE};
+    let (new_args, new) = match settings.reread() {
+        Ok(r) => r,
+        Err(ParseError::Config(e)) => {
+            tracing::error!("SIGHUP: {e}; keeping the settings in use");
+            return;
+        }
+        Err(ParseError::Flags(e)) => {
+            tracing::error!(
+                "SIGHUP: {}; keeping the settings in use",
+                e.render()
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or("invalid settings")
+            );
+            return;
+        }
+    };
+    let changes = settings.changes(&new);
+    if changes.is_empty() {
+        tracing::info!("SIGHUP: settings unchanged");
+        return;
+    }
+    let engine = broker.engine();
+    let (reloadable, restart): (Vec<_>, Vec<_>) = changes
+        .into_iter()
+        .partition(|(k, _, _)| RELOADABLE.contains(&k.as_str()));
+    let changed = |key: &str| reloadable.iter().any(|(k, _, _)| k == key);
+    let topic_keys = [
+        "partitions",
+        "retention-bytes",
+        "retention-ms",
+        "segment-bytes",
+        "max-pending",
+        "backpressure",
+    ];
+    let mut applied: Vec<&str> = Vec::new();
+    if topic_keys.iter().any(|k| changed(k)) {
+        match topic_defaults(&new_args)
+            .map_err(|e| e.to_string())
+            .and_then(|tc| engine.set_default_topic(tc).map_err(|e| e.to_string()))
+        {
+            Ok(()) => applied.extend(topic_keys.iter().filter(|k| changed(k))),
+            Err(e) => tracing::error!("SIGHUP: topic defaults not changed: {e}"),
+        }
+    }
+    if changed("max-connections-per-principal") || changed("produce-quota-bytes-per-sec") {
+        let per_principal = new_args
+            .max_connections_per_principal
+            .unwrap_or(usize::try_from(started.max_connections).unwrap_or(usize::MAX));
+        engine
+            .quotas()
+            .set_limits(per_principal, new_args.produce_quota_bytes_per_sec);
+        applied.extend(
+            [
+                "max-connections-per-principal",
+                "produce-quota-bytes-per-sec",
+            ]
+            .iter()
+            .filter(|k| changed(k)),
+        );
+    }
+    if changed("log-level") {
+        match crate::logging::set_level(new_args.log_level.as_deref()) {
+            Ok(()) => applied.push("log-level"),
+            Err(e) => tracing::error!("SIGHUP: log level not changed: {e}"),
+        }
+    }
+    for (key, old, now) in &reloadable {
+        if applied.contains(&key.as_str()) {
+            settings.take(key, &new);
+            let scope = if topic_keys.contains(&key.as_str()) {
+                " (topics created from now on; existing topics keep theirs: flume-cli topics alter)"
+            } else {
+                ""
+            };
+            tracing::info!(setting = %key, "SIGHUP: {key} changed from {old} to {now}{scope}");
+        }
+    }
+    for (key, old, now) in &restart {
+        tracing::warn!(setting = %key, "SIGHUP: {key} changed from {old} to {now}: needs a restart, keeping {old} until then");
+    }
 }
 
 /// Turns a client error into a message that says what to do.

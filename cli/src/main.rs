@@ -4,33 +4,33 @@ mod acls;
 mod admin;
 mod commands;
 mod consume;
+mod data;
+mod logging;
 mod output;
 mod perf;
 mod produce;
+mod settings;
 mod users;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 fn main() -> ExitCode {
-    let cli = match commands::Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => return flag_error(&e),
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let (cli, effective) = match settings::parse(&argv) {
+        Ok(parsed) => parsed,
+        Err(settings::ParseError::Flags(e)) => return flag_error(&e),
+        Err(settings::ParseError::Config(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
     };
-    let default_level = if matches!(cli.command, commands::Command::Broker(_)) {
-        "info"
-    } else {
-        "warn"
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
-    match flume_rt::block_on(commands::run(cli)) {
+    match &cli.command {
+        commands::Command::Broker(a) => {
+            logging::init(a.log_format == "json", a.log_level.as_deref(), "info");
+        }
+        _ => logging::init(false, None, "warn"),
+    }
+    match flume_rt::block_on(commands::run(cli, effective)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", chain(&e));

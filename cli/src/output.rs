@@ -185,47 +185,51 @@ pub fn json_bytes(b: Option<&[u8]>) -> serde_json::Value {
 /// One consumed record as a line.
 pub fn record_line(fmt: Format, partition: i32, r: &flume_client::Record) -> String {
     match fmt {
-        Format::Plain => {
-            let mut line = format!(
-                "partition={partition} offset={} key={}",
-                r.offset,
-                plain_field(r.key.as_deref(), Field::Word)
-            );
-            if !r.headers.is_empty() {
-                line.push_str(" headers=");
-                for (i, h) in r.headers.iter().enumerate() {
-                    if i > 0 {
-                        line.push(',');
-                    }
-                    line.push_str(&plain_field(Some(h.key.as_bytes()), Field::Header));
-                    line.push('=');
-                    line.push_str(&plain_field(h.value.as_deref(), Field::Header));
-                }
-            }
-            line.push_str(" value=");
-            line.push_str(&plain_field(r.value.as_deref(), Field::Last));
-            line
-        }
-        Format::Json => {
-            let headers: serde_json::Map<String, serde_json::Value> = r
-                .headers
-                .iter()
-                .map(|h| (h.key.clone(), json_bytes(h.value.as_deref())))
-                .collect();
-            json!({
-                "partition": partition,
-                "offset": r.offset,
-                "timestamp": r.timestamp,
-                "key": json_bytes(r.key.as_deref()),
-                "value": json_bytes(r.value.as_deref()),
-                "headers": headers,
-            })
-            .to_string()
-        }
+        Format::Plain => format!(
+            "partition={partition} offset={} {}",
+            r.offset,
+            record_fields(r)
+        ),
+        Format::Json => record_json(partition, r).to_string(),
     }
 }
 
-/// Line numbers as ranges: `1-4, 6, 9-12`.
+/// The plain fields of a record after its place: `key=K [headers=...] value=V`.
+pub fn record_fields(r: &flume_client::Record) -> String {
+    let mut line = format!("key={}", plain_field(r.key.as_deref(), Field::Word));
+    if !r.headers.is_empty() {
+        line.push_str(" headers=");
+        for (i, h) in r.headers.iter().enumerate() {
+            if i > 0 {
+                line.push(',');
+            }
+            line.push_str(&plain_field(Some(h.key.as_bytes()), Field::Header));
+            line.push('=');
+            line.push_str(&plain_field(h.value.as_deref(), Field::Header));
+        }
+    }
+    line.push_str(" value=");
+    line.push_str(&plain_field(r.value.as_deref(), Field::Last));
+    line
+}
+
+/// A record as the JSON object `--format json` prints.
+pub fn record_json(partition: i32, r: &flume_client::Record) -> serde_json::Value {
+    let headers: serde_json::Map<String, serde_json::Value> = r
+        .headers
+        .iter()
+        .map(|h| (h.key.clone(), json_bytes(h.value.as_deref())))
+        .collect();
+    json!({
+        "partition": partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": json_bytes(r.key.as_deref()),
+        "value": json_bytes(r.value.as_deref()),
+        "headers": headers,
+    })
+}
+
 pub fn ranges(mut lines: Vec<u64>) -> String {
     lines.sort_unstable();
     let mut out: Vec<String> = Vec::new();

@@ -84,8 +84,14 @@ pub async fn run(cmd: UsersCommand) -> Result<()> {
 }
 
 fn offline(dir: &Path, op: Op) -> Result<()> {
-    if !dir.is_dir() {
+    if dir.exists() && !dir.is_dir() {
         bail!("{} is not a directory", dir.display());
+    }
+    // The first admin comes before the broker's first start: `add` creates
+    // and marks the data directory as the broker does (taking its lock
+    // does); `remove` and `list` have nothing to read in a missing one.
+    if !dir.exists() && !matches!(op, Op::Put(..)) {
+        bail!("{} does not exist: no data directory there", dir.display());
     }
     let _lock = DataDirLock::acquire(dir, false).with_context(|| {
         format!(

@@ -104,3 +104,52 @@ fn first_admin_offline_then_users_through_the_broker() {
     );
     assert!(broker.interrupt().success());
 }
+
+/// README, Security, on a new machine: the first admin is made before the
+/// broker's first start, in a data directory that does not exist yet.
+#[test]
+fn the_readmes_first_admin_order_works_on_an_empty_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_dir = |args: &[&str], envs: &[(&str, &str)]| {
+        let mut cmd = bin();
+        cmd.current_dir(dir.path())
+            .args(args)
+            .env_remove("FLUME_PASSWORD")
+            .env_remove("FLUME_NEW_PASSWORD");
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    };
+    // `FLUME_NEW_PASSWORD=s3cret flume-cli users add admin --data ./data`
+    let out = in_dir(
+        &["users", "add", "admin", "--data", "./data"],
+        &[("FLUME_NEW_PASSWORD", "s3cret")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "user admin saved\n");
+    let data = dir.path().join("data");
+    assert!(
+        data.join(".flume-data-dir").is_file(),
+        "created and marked as the broker does"
+    );
+    // Reading a directory that is not there creates nothing.
+    let out = in_dir(&["users", "list", "--data", "./elsewhere"], &[]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("./elsewhere does not exist"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.path().join("elsewhere").exists());
+
+    // `flume-cli broker --auth required --admin-user admin`, then the admin logs in.
+    let broker = BrokerProc::start(&data, &["--auth", "required", "--admin-user", "admin"]);
+    let out = in_dir(
+        &["users", "list", "--broker", &broker.addr, "--user", "admin"],
+        &[("FLUME_PASSWORD", "s3cret")],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "admin\n");
+    assert!(broker.interrupt().success());
+}

@@ -540,6 +540,36 @@ mod tests {
     }
 
     #[test]
+    fn new_topic_defaults_apply_to_topics_created_after_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        rt::block_on(e.auto_create("before")).unwrap();
+        let changed = TopicConfig {
+            partitions: 2,
+            retention_ms: Some(60_000),
+            retention_bytes: Some(1 << 20),
+            ..e.default_topic()
+        };
+        e.set_default_topic(changed.clone()).unwrap();
+        assert_eq!(e.default_topic(), changed);
+        rt::block_on(e.auto_create("after")).unwrap();
+        assert_eq!(e.topic_config("after").unwrap(), changed);
+        let before = e.topic_config("before").unwrap();
+        assert_eq!(before.retention_ms, None, "existing topics keep theirs");
+        assert_eq!(before.partitions, 3);
+        let bad = TopicConfig {
+            partitions: 0,
+            ..changed.clone()
+        };
+        assert!(e.set_default_topic(bad).is_err());
+        assert_eq!(
+            e.default_topic(),
+            changed,
+            "a refused change changes nothing"
+        );
+    }
+
+    #[test]
     fn alter_changes_retention_at_run_time_and_survives_a_restart() {
         let dir = tempfile::tempdir().unwrap();
         let e = open(dir.path());

@@ -157,6 +157,9 @@ pub(super) fn parallel_map<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + 
 #[derive(Debug)]
 pub struct Engine {
     config: BrokerConfig,
+    /// Settings of topics created without explicit ones: `config.default_topic`
+    /// at start, changed by [`Engine::set_default_topic`] (a configuration reload).
+    default_topic: RwLock<TopicConfig>,
     topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Held across a topic's creation, including its file work on the blocking pool.
     create_lock: futures::lock::Mutex<()>,
@@ -222,6 +225,7 @@ impl Engine {
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
+            default_topic: RwLock::new(config.default_topic.clone()),
             config,
             topics: RwLock::new(topics),
             create_lock: futures::lock::Mutex::new(()),
@@ -277,6 +281,29 @@ impl Engine {
     /// The settings.
     pub fn config(&self) -> &BrokerConfig {
         &self.config
+    }
+
+    /// The settings a topic created without explicit ones gets (auto-created
+    /// topics, -1 fields of CREATE_TOPIC, Kafka's CreateTopics).
+    pub fn default_topic(&self) -> TopicConfig {
+        self.default_topic
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes the defaults of topics created from now on; existing topics
+    /// keep the settings they were created with (`topic.conf`).
+    ///
+    /// # Errors
+    /// [`BrokerError::Config`] naming a setting out of range; nothing changes then.
+    pub fn set_default_topic(&self, tc: TopicConfig) -> Result<(), BrokerError> {
+        tc.check().map_err(BrokerError::Config)?;
+        *self
+            .default_topic
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tc;
+        Ok(())
     }
 
     /// The coordinator's time, from the configured [`crate::Clock`].

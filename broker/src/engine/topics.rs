@@ -302,10 +302,7 @@ impl Engine {
         if !self.config.auto_create_topics {
             return Err(BrokerError::code_for(ErrorCode::UnknownTopic, name));
         }
-        match self
-            .create_topic_async(name, self.config.default_topic.clone())
-            .await
-        {
+        match self.create_topic_async(name, self.default_topic()).await {
             Err(BrokerError::Code {
                 code: ErrorCode::TopicAlreadyExists,
                 ..

@@ -192,7 +192,7 @@ impl Backend {
         partitions: i32,
         validate_only: bool,
     ) -> Result<TopicInfo, (i16, String)> {
-        let mut tc: TopicConfig = self.engine.config().default_topic.clone();
+        let mut tc: TopicConfig = self.engine.default_topic();
         if partitions != -1 {
             match u32::try_from(partitions) {
                 Ok(p) if p >= 1 => tc.partitions = p,

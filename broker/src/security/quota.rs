@@ -35,7 +35,7 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -335,10 +335,11 @@ impl QuotaStats {
 /// The broker's limits (one for every listener).
 #[derive(Debug)]
 pub struct Quotas {
-    max_connections: usize,
+    /// Most connections per principal (changed by [`Quotas::set_limits`]).
+    max_connections: AtomicUsize,
     connections: Mutex<HashMap<QuotaKey, usize>>,
-    /// Bytes per second, when produce quotas are on.
-    produce_rate: Option<u64>,
+    /// Bytes per second, when produce quotas are on (0: off).
+    produce_rate: AtomicU64,
     produce: Mutex<Buckets<QuotaKey>>,
     logins: Mutex<Buckets<IpAddr>>,
     clock: Clock,
@@ -361,9 +362,9 @@ impl Quotas {
         cap: usize,
     ) -> Arc<Quotas> {
         Arc::new(Quotas {
-            max_connections,
+            max_connections: AtomicUsize::new(max_connections),
             connections: Mutex::new(HashMap::new()),
-            produce_rate: produce_rate.filter(|r| *r > 0),
+            produce_rate: AtomicU64::new(produce_rate.unwrap_or(0)),
             produce: Mutex::new(Buckets::new(cap)),
             logins: Mutex::new(Buckets::new(cap)),
             clock,
@@ -374,6 +375,28 @@ impl Quotas {
     /// No limits worth the name (tests and fuzzing).
     pub fn unlimited() -> Arc<Quotas> {
         Self::new(usize::MAX, None, Clock::system())
+    }
+
+    /// Changes the limits while the broker runs (a configuration reload):
+    /// connections already open stay open, a principal above the new limit
+    /// opens no more until it is below; produce buckets start again at the
+    /// new rate.
+    pub fn set_limits(&self, max_connections: usize, produce_rate: Option<u64>) {
+        self.max_connections
+            .store(max_connections.max(1), Ordering::Relaxed);
+        let rate = produce_rate.unwrap_or(0);
+        if self.produce_rate.swap(rate, Ordering::Relaxed) != rate {
+            lock(&self.produce).map.clear();
+        }
+    }
+
+    /// The limits in force: connections per principal, produce bytes per second.
+    pub fn limits(&self) -> (usize, Option<u64>) {
+        let rate = self.produce_rate.load(Ordering::Relaxed);
+        (
+            self.max_connections.load(Ordering::Relaxed),
+            (rate > 0).then_some(rate),
+        )
     }
 
     /// The counters.
@@ -388,7 +411,8 @@ impl Quotas {
     pub fn connect(self: &Arc<Self>, key: QuotaKey) -> Result<ConnSlot, QuotaError> {
         let mut conns = lock(&self.connections);
         let n = conns.entry(key.clone()).or_insert(0);
-        if *n >= self.max_connections {
+        let limit = self.max_connections.load(Ordering::Relaxed);
+        if *n >= limit {
             if *n == 0 {
                 conns.remove(&key);
             }
@@ -397,7 +421,7 @@ impl Quotas {
                 .fetch_add(1, Ordering::Relaxed);
             return Err(QuotaError::Connections {
                 principal: key.to_string(),
-                limit: self.max_connections,
+                limit,
             });
         }
         *n += 1;
@@ -414,9 +438,10 @@ impl Quotas {
 
     /// Charges `bytes` of produce requests to `key`; the throttle time.
     pub fn produce(&self, key: &QuotaKey, bytes: usize) -> Duration {
-        let Some(rate) = self.produce_rate else {
+        let rate = self.produce_rate.load(Ordering::Relaxed);
+        if rate == 0 {
             return Duration::ZERO;
-        };
+        }
         let now = self.clock.mono_ms();
         let max_debt = rate.saturating_mul(MAX_THROTTLE.as_secs());
         let throttle = lock(&self.produce)
@@ -638,6 +663,30 @@ mod tests {
         let off = Quotas::new(10, None, clock);
         assert_eq!(off.produce(&a, usize::MAX), Duration::ZERO);
         assert_eq!(off.tracked_producers(), 0);
+    }
+
+    #[test]
+    fn limits_change_while_running() {
+        let clock = Clock::manual();
+        let q = Quotas::new(1, None, clock.clone());
+        let a = QuotaKey::new(&user("a"), A);
+        let first = q.connect(a.clone()).unwrap();
+        assert!(q.connect(a.clone()).is_err());
+        assert_eq!(q.produce(&a, 1_000_000), Duration::ZERO, "no quota yet");
+        q.set_limits(2, Some(1000));
+        assert_eq!(q.limits(), (2, Some(1000)));
+        let second = q.connect(a.clone()).unwrap();
+        assert_eq!(q.produce(&a, 3000), Duration::from_secs(2), "the new rate");
+        q.set_limits(1, None);
+        assert_eq!(q.limits(), (1, None));
+        assert!(
+            q.connect(a.clone()).is_err(),
+            "above the new limit: open ones stay, no new one"
+        );
+        assert_eq!(q.connections(&a), 2);
+        assert_eq!(q.produce(&a, 1_000_000), Duration::ZERO, "quota off again");
+        assert_eq!(q.tracked_producers(), 0);
+        drop((first, second));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use super::{io_err, StorageError};
 pub const LOCK_FILE: &str = ".lock";
 /// Name of the marker file of a Flume data directory.
 pub const MARKER_FILE: &str = ".flume-data-dir";
-const MARKER_TEXT: &[u8] = b"flume data directory, layout 1\n";
+pub(crate) const MARKER_TEXT: &[u8] = b"flume data directory, layout 1\n";
 
 /// fsyncs a directory, so that the names created, renamed or removed in it
 /// are durable (a file's own fsync does not cover its directory entry).
@@ -173,7 +173,7 @@ impl DataDirLock {
 
 /// The first entry that shows `dir` is not a Flume data directory, or `None`
 /// when it is empty or holds a Flume layout.
-fn foreign_entry(dir: &Path) -> Result<Option<String>, StorageError> {
+pub(crate) fn foreign_entry(dir: &Path) -> Result<Option<String>, StorageError> {
     let mut first_other = None;
     for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
         let entry = entry.map_err(io_err("list", dir))?;

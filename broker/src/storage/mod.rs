@@ -20,10 +20,13 @@
 //! - `files`: the broker-wide LRU of open segment files (`max_open_files`):
 //!   sealed segments are opened on demand, so descriptors do not grow with
 //!   partitions.
+//! - [`inspect`]: read-only checks and dumps of a stopped broker's data
+//!   directory (`flume-cli data`).
 
 pub(crate) mod dirs;
 pub(crate) mod fault;
 pub(crate) mod files;
+pub mod inspect;
 pub(crate) mod log;
 pub(crate) mod segment;
 

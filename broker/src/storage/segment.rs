@@ -113,6 +113,16 @@ impl IndexEntry {
         raw.extend_from_slice(&self.pos.to_be_bytes());
         raw.extend_from_slice(&self.max_ts_before.to_be_bytes());
     }
+
+    /// The entry in `raw` ([`INDEX_ENTRY_LEN`] bytes), as [`IndexEntry::encode`] wrote it.
+    pub(crate) fn decode(raw: &[u8]) -> Option<IndexEntry> {
+        let field = |r: std::ops::Range<usize>| raw.get(r);
+        Some(IndexEntry {
+            rel: u32::from_be_bytes(field(0..4)?.try_into().ok()?),
+            pos: u32::from_be_bytes(field(4..8)?.try_into().ok()?),
+            max_ts_before: i64::from_be_bytes(field(8..16)?.try_into().ok()?),
+        })
+    }
 }
 
 /// The timestamp of a checked record whose bytes start at `at` in `buf`.
@@ -426,11 +436,11 @@ impl Segment {
         }
         let mut entries: Vec<IndexEntry> = Vec::new();
         for chunk in raw[8..].chunks_exact(INDEX_ENTRY_LEN) {
-            let rel = u32::from_be_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-            let pos = u32::from_be_bytes([chunk[4], chunk[5], chunk[6], chunk[7]]);
-            let mut ts = [0u8; 8];
-            ts.copy_from_slice(&chunk[8..16]);
-            let max_ts_before = i64::from_be_bytes(ts);
+            let IndexEntry {
+                rel,
+                pos,
+                max_ts_before,
+            } = IndexEntry::decode(chunk)?;
             if let Some(last) = entries.last() {
                 if rel <= last.rel || pos <= last.pos || max_ts_before < last.max_ts_before {
                     return None;

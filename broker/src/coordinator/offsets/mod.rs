@@ -47,11 +47,11 @@ mod store;
 
 #[cfg(test)]
 use store::FsyncHook;
-use store::{entries, for_topic, get, get_committed, read_map, Map};
 pub use store::{
-    Commit, CommitOffsets, Committed, OffsetKey, OffsetStore, COMMIT_QUEUE_CAPACITY,
-    MAX_METADATA_BYTES,
+    check_offsets_file, offsets_format, Commit, CommitOffsets, Committed, OffsetKey, OffsetStore,
+    OffsetsFileReport, COMMIT_QUEUE_CAPACITY, MAX_METADATA_BYTES,
 };
+use store::{entries, for_topic, get, get_committed, read_map, Map};
 
 /// One commit waiting for the writer.
 #[derive(Debug)]

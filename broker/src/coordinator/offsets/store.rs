@@ -19,6 +19,7 @@ use flume_protocol::wire::{Reader, WriteExt};
 use flume_protocol::ErrorCode;
 
 use crate::error::BrokerError;
+use crate::storage::inspect::{describe_record_error, header_version, DiskFormat, Problem};
 use crate::storage::segment::{FILE_HEADER_LEN, LOG_MAGIC};
 use crate::storage::FsyncPolicy;
 
@@ -157,56 +158,16 @@ impl OffsetStore {
                 .map_err(io(format!("write {}", path.display())))?;
             size = FILE_HEADER_LEN;
         } else {
-            let version = match &raw[..8] {
-                m if *m == OFFSETS_MAGIC => 2,
-                m if *m == LOG_MAGIC => 1,
-                m if m[..6] == OFFSETS_MAGIC[..6] => {
-                    return Err(BrokerError::Io {
-                        what: format!("open {}", path.display()),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            format!(
-                                "offsets file version {} is newer than this broker reads (2): \
-                                 it was written by a newer Flume",
-                                u16::from_be_bytes([m[6], m[7]])
-                            ),
-                        ),
-                    })
-                }
-                _ => {
-                    return Err(BrokerError::Io {
-                        what: format!("open {}", path.display()),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::InvalidData,
-                            "not a Flume offsets file (bad magic)",
-                        ),
-                    })
-                }
-            };
-            convert = version == 1;
-            let body = &raw[8..];
-            let mut valid = 0usize;
-            let mut damage = None;
-            for r in RecordIter::new(body) {
-                match r.map_err(|e| e.to_string()).and_then(|r| {
-                    let end = r.pos + r.encoded_len();
-                    decode(&r, version)
-                        .map(|kv| (kv, end))
-                        .ok_or_else(|| "malformed offset record".to_owned())
-                }) {
-                    Ok(((k, v), end)) => {
-                        map.insert(k, v);
-                        valid = end;
-                    }
-                    Err(e) => {
-                        damage = Some(e);
-                        break;
-                    }
-                }
-            }
-            size = FILE_HEADER_LEN + valid as u64;
-            if let Some(reason) = damage {
-                tracing::warn!(file = %path.display(), dropped_bytes = body.len() - valid, %reason, "truncated a torn or corrupt tail of the offsets file");
+            let replayed = replay(&raw).map_err(|reason| BrokerError::Io {
+                what: format!("open {}", path.display()),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, reason),
+            })?;
+            convert = replayed.version == 1;
+            map = replayed.map;
+            size = FILE_HEADER_LEN + replayed.valid as u64;
+            if let Some(reason) = replayed.damage {
+                let dropped = raw.len() as u64 - size;
+                tracing::warn!(file = %path.display(), dropped_bytes = dropped, position = size, %reason, "truncated a torn or corrupt tail of the offsets file");
                 file.set_len(size)
                     .map_err(io(format!("truncate {}", path.display())))?;
             }
@@ -566,6 +527,148 @@ fn encode_value(topic: &str, partition: i32, c: &Committed) -> Vec<u8> {
     value
 }
 
+/// What the bytes of an offsets file hold.
+struct Replay {
+    version: u8,
+    map: Map,
+    records: usize,
+    /// Bytes of whole, valid records after the header.
+    valid: usize,
+    /// Why the records stop before the end, if they do.
+    damage: Option<String>,
+}
+
+/// Replays an offsets file (its header included, at least 8 bytes): the
+/// live offsets of its valid records, and where and why they stop.
+///
+/// # Errors
+/// A file of a newer version, or not an offsets file, as a message.
+fn replay(raw: &[u8]) -> Result<Replay, String> {
+    let version = match raw.get(..8) {
+        Some(m) if *m == OFFSETS_MAGIC => 2,
+        Some(m) if *m == LOG_MAGIC => 1,
+        Some(m) if m[..6] == OFFSETS_MAGIC[..6] => {
+            return Err(format!(
+                "offsets file version {} is newer than this broker reads (2): it was written by a newer Flume",
+                u16::from_be_bytes([m[6], m[7]])
+            ))
+        }
+        _ => return Err("not a Flume offsets file (bad magic)".into()),
+    };
+    let body = raw.get(8..).unwrap_or_default();
+    let mut out = Replay {
+        version,
+        map: HashMap::new(),
+        records: 0,
+        valid: 0,
+        damage: None,
+    };
+    for r in RecordIter::new(body) {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                out.damage = Some(describe_record_error(&e));
+                break;
+            }
+        };
+        let Some((k, v)) = decode(&r, version) else {
+            out.damage = Some(
+                "malformed offset record (its group, topic, partition or offset do not decode)"
+                    .into(),
+            );
+            break;
+        };
+        out.map.insert(k, v);
+        out.records += 1;
+        out.valid = r.pos + r.encoded_len();
+    }
+    Ok(out)
+}
+
+/// What `flume-cli data check` reports of the committed-offsets file.
+#[derive(Debug, Clone)]
+pub struct OffsetsFileReport {
+    /// The file.
+    pub path: PathBuf,
+    /// Its format version (0 when its header cannot be read).
+    pub version: u16,
+    /// Its size.
+    pub bytes: u64,
+    /// Valid commit records in it.
+    pub records: usize,
+    /// The committed offsets it holds (group, topic, partition; the next
+    /// offset to read), sorted.
+    pub committed: Vec<(OffsetKey, i64)>,
+    /// Where and why its valid records stop before its end.
+    pub damage: Option<Problem>,
+}
+
+/// Reads the committed-offsets file at `path` without changing it (no
+/// truncation, no conversion, nothing created): `None` when it does not exist.
+///
+/// # Errors
+/// I/O errors reading it.
+pub fn check_offsets_file(path: &Path) -> Result<Option<OffsetsFileReport>, BrokerError> {
+    let raw = match std::fs::read(path) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(format!("read {}", path.display()))(e)),
+    };
+    let mut report = OffsetsFileReport {
+        path: path.to_path_buf(),
+        version: 0,
+        bytes: raw.len() as u64,
+        records: 0,
+        committed: Vec::new(),
+        damage: None,
+    };
+    let damage = |position: u64, what: String| Problem {
+        file: path.to_path_buf(),
+        offset: None,
+        position: Some(position),
+        what,
+    };
+    if raw.len() < FILE_HEADER_LEN as usize {
+        report.damage = Some(damage(
+            0,
+            format!(
+                "{} bytes, shorter than its 8-byte header (the broker starts it again, empty)",
+                raw.len()
+            ),
+        ));
+        return Ok(Some(report));
+    }
+    match replay(&raw) {
+        Ok(r) => {
+            report.version = u16::from(r.version);
+            report.records = r.records;
+            let mut committed: Vec<(OffsetKey, i64)> =
+                r.map.into_iter().map(|(k, c)| (k, c.offset)).collect();
+            committed.sort();
+            report.committed = committed;
+            if let Some(reason) = r.damage {
+                let at = FILE_HEADER_LEN + r.valid as u64;
+                report.damage = Some(damage(
+                    at,
+                    format!("{reason} (the broker cuts the file here at its next start, keeping the commits before it)"),
+                ));
+            }
+        }
+        Err(reason) => report.damage = Some(damage(0, reason)),
+    }
+    Ok(Some(report))
+}
+
+/// The committed-offsets file's format.
+pub fn offsets_format() -> DiskFormat {
+    DiskFormat {
+        name: "committed offsets (offsets.log)",
+        writes: header_version(OFFSETS_MAGIC),
+        // Version 1 is converted on open.
+        reads: &[1, 2],
+    }
+}
+
 /// One record of a file of `version`: its key and what it commits.
 fn decode(r: &record::RawRecord<'_>, version: u8) -> Option<(OffsetKey, Committed)> {
     let (key, value) = r.key_value()?;
@@ -589,6 +692,49 @@ fn decode(r: &record::RawRecord<'_>, version: u8) -> Option<(OffsetKey, Committe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_file_is_checked_without_being_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("offsets.log");
+        assert!(check_offsets_file(&path).unwrap().is_none());
+        let mut s = OffsetStore::open(dir.path(), FsyncPolicy::Never).unwrap();
+        s.commit("g", &[("t".into(), 0, 5), ("t".into(), 1, 7)])
+            .unwrap();
+        s.commit("g", &[("t".into(), 0, 6)]).unwrap();
+        drop(s);
+        let r = check_offsets_file(&path).unwrap().unwrap();
+        assert_eq!((r.version, r.records), (2, 3));
+        assert_eq!(
+            r.committed,
+            vec![
+                (("g".into(), "t".into(), 0), 6),
+                (("g".into(), "t".into(), 1), 7)
+            ]
+        );
+        assert!(r.damage.is_none());
+        // A flipped byte in the last record: named at its start, nothing cut.
+        let mut raw = std::fs::read(&path).unwrap();
+        let last_len = raw.len() - usize::try_from(r.bytes).unwrap();
+        assert_eq!(last_len, 0);
+        let ends: Vec<usize> = RecordIter::new(&raw[8..])
+            .map(|r| r.unwrap())
+            .map(|r| 8 + r.pos)
+            .collect();
+        let last = *ends.last().unwrap();
+        let n = raw.len();
+        raw[n - 1] ^= 0xff;
+        std::fs::write(&path, &raw).unwrap();
+        let r = check_offsets_file(&path).unwrap().unwrap();
+        let d = r.damage.unwrap();
+        assert_eq!(d.position, Some(last as u64), "{d}");
+        assert!(d.what.contains("CRC mismatch"), "{d}");
+        assert_eq!(r.committed.len(), 2, "the commits before it");
+        assert_eq!(std::fs::read(&path).unwrap(), raw, "unchanged");
+        std::fs::write(&path, b"FLMOFS\x00\x09").unwrap();
+        let d = check_offsets_file(&path).unwrap().unwrap().damage.unwrap();
+        assert!(d.what.contains("newer"), "{d}");
+    }
 
     #[test]
     fn commits_survive_reopen_and_torn_tails() {
