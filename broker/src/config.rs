@@ -400,6 +400,9 @@ pub struct BrokerConfig {
     /// Produce bytes per second each principal may send before it is
     /// throttled (`None`: no produce quota, the default).
     pub produce_quota_bytes_per_sec: Option<u64>,
+    /// The log cleaner's bounds: its key map's memory and its I/O rate
+    /// (see `storage::compact`).
+    pub cleaner: crate::storage::CleanerLimits,
 }
 
 impl BrokerConfig {
@@ -456,6 +459,7 @@ impl BrokerConfig {
             authorizer: false,
             max_connections_per_principal: None,
             produce_quota_bytes_per_sec: None,
+            cleaner: crate::storage::CleanerLimits::default(),
         }
     }
 

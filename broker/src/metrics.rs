@@ -300,6 +300,88 @@ pub struct Metrics {
     http_connections_refused: AtomicU64,
     recent: Mutex<VecDeque<RecentError>>,
     started: Instant,
+    /// What the log cleaner did (see `storage::compact`).
+    pub cleaner: CleanerCounters,
+}
+
+/// The log cleaner's totals since the broker started.
+#[derive(Debug, Default)]
+pub struct CleanerCounters {
+    passes: AtomicU64,
+    failures: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    records_removed: AtomicU64,
+    tombstones_removed: AtomicU64,
+    micros: AtomicU64,
+    last_pass_ms: AtomicU64,
+}
+
+/// A copy of [`CleanerCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CleanerTotals {
+    /// Passes that installed cleaned segments.
+    pub passes: u64,
+    /// Passes that failed (I/O, damage).
+    pub failures: u64,
+    /// Bytes of segments read.
+    pub bytes_read: u64,
+    /// Bytes of cleaned segments written.
+    pub bytes_written: u64,
+    /// Records removed (older values of a key, and tombstones).
+    pub records_removed: u64,
+    /// Tombstones removed.
+    pub tombstones_removed: u64,
+    /// Time spent in passes, in microseconds.
+    pub micros: u64,
+    /// Wall-clock time of the last pass's end, in ms since the epoch (0: none yet).
+    pub last_pass_ms: u64,
+}
+
+impl CleanerCounters {
+    /// A pass ended after `took` at `now_ms`: it read and wrote these
+    /// bytes and removed `removed` records, `tombstones` of them tombstones.
+    pub fn pass(
+        &self,
+        (read, written): (u64, u64),
+        removed: u64,
+        tombstones: u64,
+        took: Duration,
+        now_ms: i64,
+    ) {
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read.fetch_add(read, Ordering::Relaxed);
+        self.bytes_written.fetch_add(written, Ordering::Relaxed);
+        self.records_removed.fetch_add(removed, Ordering::Relaxed);
+        self.tombstones_removed
+            .fetch_add(tombstones, Ordering::Relaxed);
+        self.micros.fetch_add(
+            u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        self.last_pass_ms
+            .store(u64::try_from(now_ms).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// A pass failed.
+    pub fn failed(&self) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The totals now.
+    pub fn totals(&self) -> CleanerTotals {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        CleanerTotals {
+            passes: get(&self.passes),
+            failures: get(&self.failures),
+            bytes_read: get(&self.bytes_read),
+            bytes_written: get(&self.bytes_written),
+            records_removed: get(&self.records_removed),
+            tombstones_removed: get(&self.tombstones_removed),
+            micros: get(&self.micros),
+            last_pass_ms: get(&self.last_pass_ms),
+        }
+    }
 }
 
 impl Default for Metrics {
@@ -311,6 +393,7 @@ impl Default for Metrics {
             http_connections_refused: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_ERRORS)),
             started: Instant::now(),
+            cleaner: CleanerCounters::default(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //!   leaves, commits and committed offsets, describe and list.
 //! - `admin.rs`: deleting and altering topics, offsets by timestamp,
 //!   deleting groups.
+//! - `cleaner.rs`: the log cleaner's rounds over compacted partitions.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ use crate::storage::{DataDirLock, FsyncPolicy};
 use topics::Shared;
 
 mod admin;
+mod cleaner;
 mod fetch;
 mod groups;
 mod produce;
@@ -168,6 +170,8 @@ pub struct Engine {
     shutdown_tx: async_channel::Sender<()>,
     shutdown_rx: async_channel::Receiver<()>,
     ticker: TaskSlot<()>,
+    /// The log cleaner's round in progress, if any (see `cleaner.rs`).
+    cleaner: cleaner::Cleaner,
     /// The exclusive hold of the data directory, released at shutdown or drop.
     data_lock: Mutex<Option<DataDirLock>>,
     /// Request counters and latencies (see [`crate::metrics`]).
@@ -234,6 +238,7 @@ impl Engine {
             shutdown_tx,
             shutdown_rx,
             ticker: TaskSlot::default(),
+            cleaner: cleaner::Cleaner::default(),
             data_lock: Mutex::new(Some(data_lock)),
             metrics: Arc::new(Metrics::default()),
             producer_ids: Arc::new(producer_ids),
@@ -275,6 +280,7 @@ impl Engine {
             .flat_map(|t| t.partitions.iter().cloned())
             .collect();
         crate::partition::maintain_all(partitions, now).await;
+        self.start_cleaning(now);
         self.offsets.maintain().await;
     }
 
@@ -353,6 +359,7 @@ impl Engine {
     pub async fn shutdown(&self) {
         self.begin_shutdown();
         self.ticker.join().await;
+        self.cleaner.stop().await;
         for t in self.topics() {
             for p in &t.partitions {
                 p.shutdown().await;

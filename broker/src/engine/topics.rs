@@ -96,6 +96,7 @@ fn log_config(tc: &TopicConfig, config: &BrokerConfig, files: &Arc<FileCache>) -
         retention_ms: tc.retention_ms,
         verify_sealed: config.verify_on_open,
         files: Arc::clone(files),
+        compaction: super::cleaner::compaction_of(tc),
     }
 }
 

@@ -55,7 +55,7 @@ use futures::channel::oneshot;
 use crate::config::Backpressure;
 use crate::domain::{ProducerBatch, ProducerError};
 use crate::error::BrokerError;
-use crate::storage::{FsyncPolicy, Log, ReadResult, StorageError};
+use crate::storage::{CleanStats, CleanerLimits, FsyncPolicy, Log, ReadResult, StorageError};
 use producers::{ProducerLimits, ProducerTable, Verdict};
 
 /// The outcome of an append: the base offset, or an error code.
@@ -789,6 +789,57 @@ impl Partition {
                 tracing::error!(topic = %self.topic, partition = self.id, error = %e, "maintenance failed")
             }
         }
+    }
+
+    /// One pass of the log cleaner over this partition, on this (blocking)
+    /// thread, if its log is compacted and due (see `storage::compact`):
+    /// the plan under the read lock, the rewrite without a lock, the swap
+    /// under the write lock. Returns the pass's figures, `None` when there
+    /// was nothing to do.
+    ///
+    /// # Errors
+    /// I/O errors or a damaged record; nothing is swapped then.
+    pub fn compact_blocking(
+        &self,
+        now_ms: i64,
+        limits: &CleanerLimits,
+        stop: &AtomicBool,
+    ) -> Result<Option<CleanStats>, StorageError> {
+        let shared = &self.shared;
+        let Some(plan) = read_lock(&shared.log).clean_plan(now_ms) else {
+            return Ok(None);
+        };
+        let Some(cleaned) = crate::storage::compact::prepare(&plan, limits, now_ms, stop)? else {
+            return Ok(None);
+        };
+        let stats = cleaned.stats.clone();
+        let mut log = write_lock(&shared.log);
+        if shared.deleted.load(Ordering::Acquire) || stop.load(Ordering::Acquire) {
+            crate::storage::compact::remove_cleaned(&plan.dir);
+            return Ok(None);
+        }
+        let freed = log.install_cleaned(cleaned)?;
+        tracing::info!(
+            topic = %shared.topic,
+            partition = shared.id,
+            segments = stats.segments,
+            keys = stats.keys,
+            records_kept = stats.records_kept,
+            records_removed = stats.records_read.saturating_sub(stats.records_kept),
+            tombstones_removed = stats.tombstones_removed,
+            freed_bytes = freed,
+            dirty_ratio = plan.dirty_ratio,
+            "cleaned a compacted partition"
+        );
+        Ok(Some(stats))
+    }
+
+    /// The share of the partition's sealed bytes the cleaner has not seen
+    /// yet, in parts per million, when its log is compacted.
+    pub fn dirty_ppm(&self) -> Option<u32> {
+        let log = read_lock(&self.shared.log);
+        log.config().compaction?;
+        Some((log.dirty_ratio() * 1e6) as u32)
     }
 
     /// True once a write or fsync has failed on disk: the partition takes no

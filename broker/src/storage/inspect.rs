@@ -11,7 +11,8 @@
 //! The checks are the ones recovery makes (`docs/storage.md`), applied to
 //! every segment rather than only the active one, and reported instead of
 //! repaired: each record's size against the file, its CRC and payload
-//! structure, dense offsets from the segment's base to the next segment's,
+//! structure, increasing offsets from the segment's base up to the next
+//! segment's (dense, except after a record marked as following a gap),
 //! and the sparse index against the records it points at. Each
 //! [`Problem`] names the file, the offset and the byte position.
 //!
@@ -361,7 +362,7 @@ pub fn segments(dir: &Path) -> Result<(Vec<SegmentFiles>, Vec<String>), StorageE
             bases.push(base);
         } else if stem_of(".index").is_some_and(|b| !dir.join(file_name(b, "log")).exists()) {
             others.push(format!("{name} (an index without its segment)"));
-        } else if stem_of(".index").is_none() {
+        } else if stem_of(".index").is_none() && name != super::compact::CHECKPOINT_FILE {
             others.push(name);
         }
     }
@@ -414,7 +415,8 @@ type Visit<'a> = dyn FnMut(u64, &RawRecord<'_>, &[u8]) -> ControlFlow<()> + 'a;
 
 /// Walks the records of `file` from byte `start` (a record boundary whose
 /// record has offset `first`), checking each one's size against the file,
-/// its CRC and that offsets are dense; `visit` sees each with its position
+/// its CRC and that offsets increase by one (or jump, after a gap the record
+/// is marked with); `visit` sees each with its position
 /// and whole bytes. Lengths from disk are checked against the file before
 /// anything is allocated for them.
 fn walk(
@@ -437,19 +439,25 @@ fn walk(
             let here = pos + at as u64;
             match record::check_record(&buf, at, u64::MAX) {
                 Ok(raw) => {
-                    if raw.offset != next {
+                    if !super::segment::follows(&raw, next) {
                         return Ok((
                             End::Bad {
                                 position: here,
                                 offset: next,
                                 reason: format!(
-                                    "record has offset {}, expected {next}",
-                                    raw.offset
+                                    "record has offset {}, expected {next}{}",
+                                    raw.offset,
+                                    if raw.offset > next {
+                                        " (a gap not marked as one)"
+                                    } else {
+                                        ""
+                                    }
                                 ),
                             },
                             next,
                         ));
                     }
+                    next = raw.offset;
                     let len = raw.encoded_len();
                     let bytes = buf.get(at..at + len).unwrap_or_default();
                     if record::decode_all(&Bytes::copy_from_slice(bytes)).is_err() {
@@ -869,7 +877,9 @@ pub fn check_partition(
     for (i, f) in files.iter().enumerate() {
         let s = check_segment(f, i == last, index_interval)?;
         if let Some(next) = files.get(i + 1) {
-            if s.problems.is_empty() && s.next_offset != next.base {
+            // A segment may end short of the next one's base (its last
+            // records cleaned away), never past it.
+            if s.problems.is_empty() && s.next_offset > next.base {
                 problems.push(problem(
                     &f.log,
                     Some(s.next_offset),

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use flume_protocol::record;
 
+use super::compact::{self, CleanPlan, Cleaned, CompactionConfig, PlannedSegment};
 use super::fault::FaultInjector;
 use super::files::FileCache;
 use super::segment::{self, Segment};
@@ -49,6 +50,8 @@ pub struct LogConfig {
     /// The open files of segments, shared by all the logs of a broker
     /// (bounded by `max_open_files`).
     pub files: Arc<FileCache>,
+    /// How the log is compacted (`None`: it is not; see [`super::compact`]).
+    pub compaction: Option<CompactionConfig>,
 }
 
 impl Default for LogConfig {
@@ -61,6 +64,7 @@ impl Default for LogConfig {
             retention_ms: None,
             verify_sealed: false,
             files: Arc::new(FileCache::default()),
+            compaction: None,
         }
     }
 }
@@ -105,6 +109,8 @@ pub struct Log {
     /// Why the log stopped taking appends, once a write or fsync failed.
     failed: Option<String>,
     faults: Arc<FaultInjector>,
+    /// Where the cleaner's last pass ended (see [`super::compact`]).
+    cleaned_to: u64,
 }
 
 impl Log {
@@ -122,6 +128,10 @@ impl Log {
         let faults = Arc::new(FaultInjector::default());
         // A new partition directory is made durable at once (rare: topic creation).
         dirs::create_dir_durable(dir)?;
+        // A cleaner pass a crash interrupted before its swap: its output goes
+        // (the originals are whole; see `install_cleaned` for the swap's order).
+        compact::remove_cleaned(dir);
+        let cleaned_to = compact::read_checkpoint(dir).unwrap_or(0);
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
             let entry = entry.map_err(io_err("list", dir))?;
@@ -198,6 +208,7 @@ impl Log {
             dirty: false,
             failed: None,
             faults,
+            cleaned_to,
         })
     }
 
@@ -268,6 +279,11 @@ impl Log {
     /// Oldest stored offset.
     pub fn start_offset(&self) -> u64 {
         self.sealed.first().map_or(self.active.base, |s| s.base)
+    }
+
+    /// Base offset of the active segment (where the cleaner stops).
+    pub fn active_base(&self) -> u64 {
+        self.active.base
     }
 
     /// Offset the next appended record gets.
@@ -457,23 +473,31 @@ impl Log {
         if offset == log_end {
             return Ok(result);
         }
-        let seg = if offset >= self.active.base {
-            &self.active
+        // Offsets may have gaps: a read at a missing offset starts at the
+        // next record, in a later segment when the rest of this one was
+        // cleaned away.
+        let mut idx = self.sealed.partition_point(|s| s.base <= offset);
+        let mut from = offset;
+        if idx > 0 && offset < self.active.base {
+            idx -= 1;
         } else {
-            let idx = self
-                .sealed
-                .partition_point(|s| s.base <= offset)
-                .saturating_sub(1);
-            match self.sealed.get(idx) {
-                Some(s) => s,
-                None => return Ok(result),
-            }
-        };
-        if offset >= seg.next_offset {
-            // An empty active segment after a roll: nothing to read yet.
-            return Ok(result);
+            idx = self.sealed.len();
         }
-        result.records = seg.read(offset, max_bytes)?;
+        while let Some(seg) = self.sealed.get(idx).or(Some(&self.active)) {
+            let at = from.max(seg.base);
+            if at < seg.next_offset {
+                result.records = seg.read(at, max_bytes)?;
+                if !result.records.is_empty() {
+                    break;
+                }
+            }
+            if idx >= self.sealed.len() {
+                // The active segment: nothing more to read yet.
+                break;
+            }
+            idx += 1;
+            from = seg.next_offset;
+        }
         Ok(result)
     }
 
@@ -562,6 +586,144 @@ impl Log {
             removed += 1;
         }
         Ok(removed)
+    }
+
+    /// Where the cleaner's last pass ended (0 before the first).
+    pub fn cleaned_to(&self) -> u64 {
+        self.cleaned_to
+    }
+
+    /// The share of the sealed segments' bytes the cleaner has not seen
+    /// (0 when there is nothing sealed).
+    pub fn dirty_ratio(&self) -> f64 {
+        let (mut clean, mut dirty) = (0u64, 0u64);
+        for s in &self.sealed {
+            if s.next_offset <= self.cleaned_to {
+                clean += s.size;
+            } else {
+                dirty += s.size;
+            }
+        }
+        if clean + dirty == 0 {
+            0.0
+        } else {
+            dirty as f64 / (clean + dirty) as f64
+        }
+    }
+
+    /// Step 1 of a cleaner pass (see [`super::compact`]): `None` unless the
+    /// log is compacted and due (dirty ratio at least the topic's minimum,
+    /// or its oldest dirty segment older than `max.compaction.lag.ms`), else
+    /// what the pass may rewrite: every sealed segment.
+    pub fn clean_plan(&self, now_ms: i64) -> Option<CleanPlan> {
+        let config = self.config.compaction?;
+        let first_dirty = self
+            .sealed
+            .iter()
+            .find(|s| s.next_offset > self.cleaned_to)?;
+        let ratio = self.dirty_ratio();
+        let overdue = config.max_lag_ms.is_some_and(|lag| {
+            first_dirty.max_timestamp.is_some_and(|ts| {
+                ts < now_ms.saturating_sub(i64::try_from(lag).unwrap_or(i64::MAX))
+            })
+        });
+        if ratio < config.min_dirty_ratio && !overdue {
+            return None;
+        }
+        Some(CleanPlan {
+            dir: self.dir.clone(),
+            segments: self
+                .sealed
+                .iter()
+                .map(|s| PlannedSegment {
+                    base: s.base,
+                    next_offset: s.next_offset,
+                    path: s.log_path().to_path_buf(),
+                    size: s.size,
+                    max_timestamp: s.max_timestamp,
+                })
+                .collect(),
+            checkpoint: self.cleaned_to,
+            index_interval: self.config.index_interval_bytes,
+            config,
+            dirty_ratio: ratio,
+        })
+    }
+
+    /// Step 3 of a cleaner pass: each cleaned segment replaces its original
+    /// (unless retention deleted that one meanwhile), then the checkpoint
+    /// moves. Each swap is crash-safe: the old index goes first (a log
+    /// without an index is rebuilt on open), then `rename` puts the cleaned
+    /// log in place of the old one in one step, then its index follows; a
+    /// crash before the log's rename leaves the original, after it the
+    /// cleaned one, and `.cleaned` files left over are removed on open.
+    /// Returns the bytes the swap freed.
+    ///
+    /// # Errors
+    /// I/O errors; the segments swapped before it stay swapped (each one is
+    /// whole), the others keep their originals.
+    pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<u64, StorageError> {
+        let mut freed = 0u64;
+        let mut result = Ok(());
+        for c in &cleaned.segments {
+            let Some(i) = self
+                .sealed
+                .iter()
+                .position(|s| s.base == c.base && s.size == c.original_size)
+            else {
+                continue;
+            };
+            let next_base = self.sealed.get(i + 1).map_or(self.active.base, |s| s.base);
+            match self.swap_one(i, c, next_base) {
+                Ok(f) => freed += f,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        compact::remove_cleaned(&self.dir);
+        result?;
+        compact::write_checkpoint(&self.dir, cleaned.checkpoint)?;
+        self.cleaned_to = cleaned.checkpoint;
+        Ok(freed)
+    }
+
+    fn swap_one(
+        &mut self,
+        i: usize,
+        c: &compact::CleanedSegment,
+        next_base: u64,
+    ) -> Result<u64, StorageError> {
+        let log_path = self.dir.join(segment::file_name(c.base, "log"));
+        let index_path = self.dir.join(segment::file_name(c.base, "index"));
+        let cleaned_log = self.dir.join(compact::cleaned_name(c.base, "log"));
+        let cleaned_index = self.dir.join(compact::cleaned_name(c.base, "index"));
+        self.sealed[i].close_files();
+        match std::fs::remove_file(&index_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("delete", &index_path)(e)),
+        }
+        self.fsync_dir()?;
+        std::fs::rename(&cleaned_log, &log_path).map_err(io_err("rename", &cleaned_log))?;
+        std::fs::rename(&cleaned_index, &index_path).map_err(io_err("rename", &cleaned_index))?;
+        self.fsync_dir()?;
+        let mut seg = Segment::open(
+            &self.dir,
+            c.base,
+            self.config.index_interval_bytes,
+            false,
+            false,
+            Some(next_base),
+            Arc::clone(&self.faults),
+            &self.config.files,
+            false,
+        )?;
+        seg.max_timestamp = c.max_timestamp;
+        let freed = self.sealed[i].size.saturating_sub(seg.size);
+        self.sealed[i] = seg;
+        Ok(freed)
     }
 
     /// Fsyncs everything (for a clean shutdown).

@@ -20,9 +20,12 @@
 //! - `files`: the broker-wide LRU of open segment files (`max_open_files`):
 //!   sealed segments are opened on demand, so descriptors do not grow with
 //!   partitions.
+//! - [`compact`]: the cleaner of compacted logs (key map, rewrite, the
+//!   crash-safe swap of cleaned segments).
 //! - [`inspect`]: read-only checks and dumps of a stopped broker's data
 //!   directory (`flume-cli data`).
 
+pub mod compact;
 pub(crate) mod dirs;
 pub(crate) mod fault;
 pub(crate) mod files;
@@ -30,6 +33,7 @@ pub mod inspect;
 pub(crate) mod log;
 pub(crate) mod segment;
 
+pub use compact::{CleanStats, CleanerLimits, CompactionConfig};
 pub use dirs::{create_dir_durable, fsync_dir, read_optional, write_atomic, DataDirLock};
 pub use fault::FaultInjector;
 pub use files::FileCache;

@@ -108,7 +108,8 @@ pub struct IndexEntry {
 }
 
 impl IndexEntry {
-    fn encode(&self, raw: &mut Vec<u8>) {
+    /// Appends the entry's [`INDEX_ENTRY_LEN`] bytes to `raw`.
+    pub(crate) fn encode(&self, raw: &mut Vec<u8>) {
         raw.extend_from_slice(&self.rel.to_be_bytes());
         raw.extend_from_slice(&self.pos.to_be_bytes());
         raw.extend_from_slice(&self.max_ts_before.to_be_bytes());
@@ -130,6 +131,15 @@ fn timestamp_at(buf: &[u8], at: usize) -> Option<i64> {
     let start = at.checked_add(RECORD_HEADER_LEN + 1)?;
     let raw: [u8; 8] = buf.get(start..start.checked_add(8)?)?.try_into().ok()?;
     Some(i64::from_be_bytes(raw))
+}
+
+/// True when `raw` may come where offset `expected` is due: it has that
+/// offset, or a later one and the mark of a record stored after a gap
+/// ([`record::ATTR_AFTER_GAP`], set by the cleaner). Any other offset is
+/// damage.
+pub(crate) fn follows(raw: &record::RawRecord<'_>, expected: u64) -> bool {
+    raw.offset == expected
+        || (raw.offset > expected && raw.attributes() & record::ATTR_AFTER_GAP != 0)
 }
 
 /// What a recovery scan found.
@@ -397,7 +407,12 @@ impl Segment {
                 seg.entries.retain(|e| u64::from(e.pos) < out.valid_end);
                 seg.rewrite_index()?;
             }
-            seg.next_offset = out.next_offset;
+            seg.next_offset = match next_base {
+                // A sealed segment ends where the next one begins: its last
+                // records may have been cleaned away.
+                Some(nb) if out.next_offset <= nb => nb,
+                _ => out.next_offset,
+            };
             // Scanned from an entry, the scan started from what the entry knows.
             seg.max_timestamp = out.max_timestamp;
             if rebuilt_index {
@@ -508,16 +523,21 @@ impl Segment {
             loop {
                 match record::check_record(&buf, at, u64::MAX) {
                     Ok(raw) => {
-                        if raw.offset != next {
+                        if !follows(&raw, next) {
                             out.damage = Some(format!(
-                                "record at byte {} has offset {}, expected {next}",
+                                "record at byte {} has offset {}, expected {next}{}",
                                 pos + at as u64,
-                                raw.offset
+                                raw.offset,
+                                if raw.offset > next {
+                                    " (a gap not marked as one)"
+                                } else {
+                                    ""
+                                }
                             ));
                             return Ok(out);
                         }
                         if build_index && since_entry >= self.index_interval {
-                            self.push_entry(next, pos + at as u64, max_ts);
+                            self.push_entry(raw.offset, pos + at as u64, max_ts);
                             since_entry = 0;
                         }
                         let len = raw.encoded_len();
@@ -525,7 +545,7 @@ impl Segment {
                         max_ts = max_ts.max(raw.timestamp());
                         out.max_timestamp = Some(max_ts);
                         at += len;
-                        next += 1;
+                        next = raw.offset + 1;
                         out.valid_end = pos + at as u64;
                         out.next_offset = next;
                         progressed = true;
@@ -749,16 +769,21 @@ impl Segment {
         }
     }
 
-    /// Byte position of the record with `offset` (which must be in this
-    /// segment), found by a binary search of the index and a forward scan.
+    /// Byte position of the first record whose offset is `offset` or more
+    /// (`offset` lies in this segment; offsets may have gaps), found by a
+    /// binary search of the index and a forward scan of record headers; the
+    /// segment's size when no record of it is that far (its last records
+    /// were cleaned away). The records read later check their CRCs and
+    /// their offsets against [`follows`].
     ///
     /// # Errors
-    /// I/O errors, or a record header that does not lead to the offset.
+    /// I/O errors, or record headers whose offsets go backwards or whose
+    /// sizes step past the end of the segment.
     pub fn position_of(&self, offset: u64) -> Result<u64, StorageError> {
         let (mut pos, mut cur) = self.entry_before(offset);
         let mut buf = vec![0u8; 0];
         let mut buf_start = pos;
-        while cur < offset {
+        while cur < offset && pos < self.size {
             let local = usize::try_from(pos - buf_start).unwrap_or(usize::MAX);
             let header = match record::peek_header(&buf, local) {
                 Some(h) => h,
@@ -782,12 +807,18 @@ impl Segment {
                     }
                 }
             };
-            if header.0 != cur {
+            if header.0 < cur {
                 return Err(self.corrupt(
                     offset,
                     pos,
-                    &format!("record header has offset {}, expected {cur}", header.0),
+                    &format!(
+                        "record header has offset {}, expected {cur} or more",
+                        header.0
+                    ),
                 ));
+            }
+            if header.0 >= offset {
+                break;
             }
             // The size comes from disk: it must not step past the end of the segment.
             pos = match pos.checked_add(RECORD_HEADER_LEN as u64 + u64::from(header.1)) {
@@ -797,14 +828,15 @@ impl Segment {
                         offset,
                         pos,
                         &format!(
-                            "record {cur} claims {} bytes, past the end of the segment ({} bytes)",
+                            "record {} claims {} bytes, past the end of the segment ({} bytes)",
+                            header.0,
                             RECORD_HEADER_LEN as u64 + u64::from(header.1),
                             self.size
                         ),
                     ))
                 }
             };
-            cur += 1;
+            cur = header.0 + 1;
         }
         Ok(pos)
     }
@@ -818,8 +850,10 @@ impl Segment {
         }
     }
 
-    /// Reads whole records from `offset` up to `max_bytes` (at least one
-    /// record), checking every CRC.
+    /// Reads whole records from the first one at `offset` or after, up to
+    /// `max_bytes` (at least one record), checking every CRC. Empty when no
+    /// record of the segment is that far: the reader goes on to the next
+    /// segment.
     ///
     /// # Errors
     /// I/O errors, or [`StorageError::Corrupt`] naming the offset and segment.
@@ -827,12 +861,13 @@ impl Segment {
         let pos = self.position_of(offset)?;
         let avail = match self.size.checked_sub(pos) {
             Some(a) if a > 0 => a,
-            _ => {
+            Some(_) => return Ok(Vec::new()),
+            None => {
                 return Err(self.corrupt(
                     offset,
                     pos,
                     &format!(
-                        "record lies at or past the end of the segment ({} bytes)",
+                        "record lies past the end of the segment ({} bytes)",
                         self.size
                     ),
                 ))
@@ -864,14 +899,14 @@ impl Segment {
         for raw in record::RecordIter::new(&buf) {
             match raw {
                 Ok(r) => {
-                    if r.offset != expect {
+                    if !follows(&r, expect) {
                         return Err(self.corrupt(
                             expect,
                             pos + r.pos as u64,
                             &format!("record has offset {}", r.offset),
                         ));
                     }
-                    expect += 1;
+                    expect = r.offset + 1;
                     end = r.pos + r.encoded_len();
                 }
                 Err(record::RecordError::Torn { at, .. }) if at > 0 => break,
@@ -923,7 +958,7 @@ impl Segment {
             loop {
                 match record::check_record(&buf, at, u64::MAX) {
                     Ok(raw) => {
-                        if raw.offset != next {
+                        if !follows(&raw, next) {
                             return Err(self.corrupt(
                                 next,
                                 pos + at as u64,
@@ -934,7 +969,7 @@ impl Segment {
                             return Ok(Some((raw.offset, raw.timestamp())));
                         }
                         at += raw.encoded_len();
-                        next += 1;
+                        next = raw.offset + 1;
                         if at >= buf.len() {
                             break;
                         }

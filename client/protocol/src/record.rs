@@ -503,6 +503,24 @@ pub fn assign_offsets(batch: &mut [u8], base: u64) {
     }
 }
 
+/// Marks the record that fills `rec` (header and payload, checked) as
+/// stored after a gap in the offsets, or clears the mark, and recomputes its
+/// CRC over the changed payload. For the broker's cleaner, which keeps
+/// offsets and drops records between them. A `rec` too short to hold a
+/// payload is left as it is.
+pub fn set_after_gap(rec: &mut [u8], after_gap: bool) {
+    let Some(attributes) = rec.get_mut(RECORD_HEADER_LEN) else {
+        return;
+    };
+    if after_gap {
+        *attributes |= ATTR_AFTER_GAP;
+    } else {
+        *attributes &= !ATTR_AFTER_GAP;
+    }
+    let crc = crc32fast::hash(&rec[RECORD_HEADER_LEN..]);
+    rec[12..16].copy_from_slice(&crc.to_be_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
