@@ -608,4 +608,7 @@ pub struct PartitionStatus {
     pub counts: crate::metrics::PartitionCounts,
     /// Stopped by a storage failure (reads still served).
     pub failed: bool,
+    /// For a compacted partition, when asked with the disk: the share of its
+    /// sealed bytes the cleaner has not cleaned yet, in parts per million.
+    pub dirty_ppm: Option<u32>,
 }

@@ -283,6 +283,16 @@ pub struct BrokerArgs {
     /// connections are throttled (Kafka: throttle_time_ms). Off by default.
     #[arg(long, env = "FLUME_PRODUCE_QUOTA_BYTES_PER_SEC", value_name = "BYTES")]
     produce_quota_bytes_per_sec: Option<u64>,
+    /// Memory of the log cleaner's key map (25 bytes a key): a compacted
+    /// partition with more keys is cleaned in several passes.
+    #[arg(long, env = "FLUME_CLEANER_KEY_MAP_BYTES", value_name = "BYTES", default_value_t = 32 * 1024 * 1024,
+          value_parser = clap::value_parser!(u64).range(4096..=1 << 40))]
+    cleaner_key_map_bytes: u64,
+    /// Bytes a second the log cleaner may read and write (its share of the
+    /// disk). No limit by default; it runs on one thread either way.
+    #[arg(long, env = "FLUME_CLEANER_IO_BYTES_PER_SEC", value_name = "BYTES",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    cleaner_io_bytes_per_sec: Option<u64>,
 }
 
 /// `--broker`, the address every client command (topics, groups, produce,
@@ -592,6 +602,10 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
     c.authorizer = a.authorizer == "on";
     c.max_connections_per_principal = a.max_connections_per_principal;
     c.produce_quota_bytes_per_sec = a.produce_quota_bytes_per_sec;
+    c.cleaner = flume_broker::storage::CleanerLimits {
+        key_map_bytes: usize::try_from(a.cleaner_key_map_bytes).unwrap_or(usize::MAX),
+        io_bytes_per_sec: a.cleaner_io_bytes_per_sec,
+    };
     Ok(c)
 }
 

@@ -157,6 +157,8 @@ admin-user = ["admin", "ops"]
 authorizer = "on"
 max-connections-per-principal = 10
 produce-quota-bytes-per-sec = 1000000
+cleaner-key-map-bytes = 1048576
+cleaner-io-bytes-per-sec = 10485760
 "#;
 
 #[test]

@@ -56,6 +56,7 @@ impl Topic {
                 queued: p.queued(),
                 counts: p.stats().counts(),
                 failed: p.has_failed_write(),
+                dirty_ppm: if with_disk { p.dirty_ppm() } else { None },
             })
             .collect()
     }

@@ -154,6 +154,7 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
                         "bytes_in": c.bytes_in,
                         "bytes_out": c.bytes_out,
                         "failed": p.failed,
+                        "dirty_ratio": p.dirty_ppm.map(|ppm| f64::from(ppm) / 1e6),
                     })
                 })
                 .collect();
@@ -209,6 +210,13 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
         .collect();
     let (rss, fds) = process_stats();
     let (refused, http_refused) = m.connections_refused();
+    let c = m.cleaner.totals();
+    let cleaner = json!({
+        "passes": c.passes, "failures": c.failures, "bytes_read": c.bytes_read,
+        "bytes_written": c.bytes_written, "records_removed": c.records_removed,
+        "tombstones_removed": c.tombstones_removed, "seconds": c.micros as f64 / 1e6,
+        "last_pass_ms": (c.last_pass_ms > 0).then_some(c.last_pass_ms),
+    });
     json!({
         "broker": {
             "version": env!("CARGO_PKG_VERSION"),
@@ -222,6 +230,7 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
             "rss_bytes": rss,
             "open_fds": fds,
         },
+        "cleaner": cleaner,
         "topics": topics,
         "partitions_truncated": truncated,
         "groups": groups,

@@ -178,6 +178,61 @@ impl Collector for Scrape {
     }
 }
 
+/// The log cleaner's totals.
+fn cleaner_metrics(
+    enc: &mut DescriptorEncoder<'_>,
+    t: crate::metrics::CleanerTotals,
+) -> Result<(), std::fmt::Error> {
+    let counters = [
+        (
+            "flume_cleaner_passes",
+            "Log cleaner passes that installed cleaned segments.",
+            t.passes,
+        ),
+        (
+            "flume_cleaner_failures",
+            "Log cleaner passes that failed (the partition kept its segments).",
+            t.failures,
+        ),
+        (
+            "flume_cleaner_read_bytes",
+            "Bytes of segments the log cleaner read.",
+            t.bytes_read,
+        ),
+        (
+            "flume_cleaner_written_bytes",
+            "Bytes of cleaned segments the log cleaner wrote.",
+            t.bytes_written,
+        ),
+        (
+            "flume_cleaner_records_removed",
+            "Records the log cleaner removed (older values of a key and expired tombstones).",
+            t.records_removed,
+        ),
+        (
+            "flume_cleaner_tombstones_removed",
+            "Tombstones the log cleaner removed once delete.retention.ms had passed.",
+            t.tombstones_removed,
+        ),
+    ];
+    for (name, help, v) in counters {
+        counter(enc, name, help, v)?;
+    }
+    let secs = ConstCounter::new(t.micros as f64 / 1e6);
+    secs.encode(enc.encode_descriptor(
+        "flume_cleaner_seconds",
+        "Time the log cleaner spent in passes.",
+        None,
+        secs.metric_type(),
+    )?)?;
+    gauge(
+        enc,
+        "flume_cleaner_last_pass_timestamp_seconds",
+        "When the log cleaner's last pass ended (seconds since the epoch; 0: none yet).",
+        to_i64(t.last_pass_ms / 1000),
+    )
+}
+
 /// Per partition: records and bytes in and out, offsets, size on disk, queue depth.
 fn partition_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
     let parts: Vec<(PartitionStatus, String)> = e
@@ -261,6 +316,15 @@ fn partition_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), 
             .iter()
             .zip(&disk)
             .map(|((p, id), d)| (labels(p, id), ConstGauge::new(to_i64(d.1 as u64)))),
+    )?;
+    family(
+        enc,
+        "flume_partition_dirty_ratio",
+        "Share of a compacted partition's sealed bytes the log cleaner has not cleaned yet.",
+        parts.iter().filter_map(|(p, id)| {
+            p.dirty_ppm
+                .map(|ppm| (labels(p, id), ConstGauge::new(f64::from(ppm) / 1e6)))
+        }),
     )?;
     family(
         enc,
@@ -381,6 +445,7 @@ fn broker_metrics(
         http_refused,
     )?;
     quota_metrics(enc, e.quotas().stats())?;
+    cleaner_metrics(enc, m.cleaner.totals())?;
     family(
         enc,
         "flume_authorization_denied",
