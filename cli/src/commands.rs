@@ -28,7 +28,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a broker (Ctrl-C shuts it down gracefully).
-    Broker(BrokerArgs),
+    Broker(Box<BrokerArgs>),
     /// Send records: one --message or --value-file, or every line of stdin.
     Produce(ProduceArgs),
     /// Read records from a topic (every partition, or one), or as a member of a group.
@@ -502,7 +502,7 @@ pub enum GroupsCommand {
 pub async fn run(cli: Cli, settings: Option<crate::settings::Effective>) -> Result<()> {
     match cli.command {
         Command::Broker(a) => match settings {
-            Some(s) => broker(a, s).await,
+            Some(s) => broker(*a, s).await,
             None => bail!("the broker's settings were not resolved"),
         },
         Command::Data { command } => crate::data::run(command),

@@ -284,7 +284,7 @@ impl Effective {
     pub fn reread(&self) -> Result<(crate::commands::BrokerArgs, Effective), ParseError> {
         let (cli, effective) = parse(&self.argv)?;
         match (cli.command, effective) {
-            (crate::commands::Command::Broker(a), Some(e)) => Ok((a, e)),
+            (crate::commands::Command::Broker(a), Some(e)) => Ok((*a, e)),
             _ => Err(ParseError::Config("not a broker command".into())),
         }
     }
