@@ -85,3 +85,79 @@ fn list_offsets_by_timestamp_and_delete_topics() -> Result<()> {
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+#[test]
+fn delete_records_moves_the_log_start_durably() -> Result<()> {
+    use kafka_protocol::messages::delete_records_request::{
+        DeleteRecordsPartition, DeleteRecordsTopic,
+    };
+    use kafka_protocol::messages::{DeleteRecordsRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir()?;
+    let broker = start(dir.path());
+    let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let client = ClientBuilder::new(vec![kafka.clone()]).build().await?;
+        client
+            .controller_client()?
+            .create_topic("dr", 1, 1, 5_000)
+            .await?;
+        let pc = client
+            .partition_client("dr", 0, UnknownTopicHandling::Error)
+            .await?;
+        pc.produce((0..10).map(record).collect(), Compression::NoCompression)
+            .await?;
+        pc.delete_records(4, 5_000).await?;
+        assert_eq!(pc.get_offset(OffsetAt::Earliest).await?, 4);
+        assert_eq!(pc.get_offset(OffsetAt::Latest).await?, 10);
+        // Below the new start: out of range; at it: the records from there.
+        assert!(pc.fetch_records(2, 1..1_000_000, 100).await.is_err());
+        let (got, _) = pc.fetch_records(4, 1..1_000_000, 100).await?;
+        assert_eq!(got.first().map(|r| r.offset), Some(4));
+        // A time before every record now finds the first one kept.
+        assert_eq!(pc.get_offset(OffsetAt::Timestamp(at(0))).await?, 4);
+        anyhow::Ok(())
+    })?;
+    // Raw requests: past the end is OFFSET_OUT_OF_RANGE; -1 deletes up to the end.
+    let mut kc = common::kafka::Kc::connect(&kafka)?;
+    let ask = |offset: i64| {
+        let mut p = DeleteRecordsPartition::default();
+        p.partition_index = 0;
+        p.offset = offset;
+        let mut t = DeleteRecordsTopic::default();
+        t.name = TopicName(StrBytes::from_static_str("dr"));
+        t.partitions.push(p);
+        let mut r = DeleteRecordsRequest::default();
+        r.topics.push(t);
+        r.timeout_ms = 5_000;
+        r
+    };
+    let past = kc.call(2, &ask(11))?;
+    assert_eq!(
+        past.topics[0].partitions[0].error_code, 1,
+        "OFFSET_OUT_OF_RANGE"
+    );
+    let older = kc.call(0, &ask(2))?;
+    assert_eq!(
+        older.topics[0].partitions[0].low_watermark, 4,
+        "never moves back"
+    );
+    let all = kc.call(1, &ask(-1))?;
+    assert_eq!(all.topics[0].partitions[0].error_code, 0);
+    assert_eq!(all.topics[0].partitions[0].low_watermark, 10);
+    let offsets = |b: &Broker| {
+        b.engine()
+            .topic("dr")
+            .map(|t| t.statuses(false)[0].log_start)
+    };
+    assert_eq!(offsets(&broker), Some(10));
+    flume_rt::block_on(broker.shutdown());
+    // The start survives a restart.
+    let broker = start(dir.path());
+    assert_eq!(offsets(&broker), Some(10));
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}

@@ -259,6 +259,28 @@ impl Engine {
         out
     }
 
+    /// Kafka's DeleteRecords for one partition: its log start moves to
+    /// `before` (`None`: the log end, deleting every record), durably.
+    /// Returns the new log start (Kafka's low watermark).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, UNKNOWN_PARTITION, OFFSET_OUT_OF_RANGE past the log
+    /// end, STORAGE_ERROR.
+    pub async fn delete_records(
+        &self,
+        at: &TopicPartition,
+        before: Option<u64>,
+    ) -> Result<u64, ErrorCode> {
+        let topic = self.topic(&at.topic).ok_or(ErrorCode::UnknownTopic)?;
+        let p = topic
+            .partition(at.partition)
+            .ok_or(ErrorCode::UnknownPartition)?;
+        let before = before.unwrap_or_else(|| p.end_offset());
+        let start = p.delete_records(before).await.map_err(|e| e.code())?;
+        tracing::info!(topic = %at.topic, partition = at.partition, log_start = start, "records deleted below the log start");
+        Ok(start)
+    }
+
     /// Deletes a group's committed offsets (every topic), durably; only
     /// while it has no members, as Kafka's DeleteGroups. Returns how many
     /// offsets went.

@@ -258,6 +258,25 @@ impl Backend {
             .map_err(|e| (kafka_code(e.code()), e.to_string()))
     }
 
+    /// Moves a partition's log start to `before` (`None`: its end); the new
+    /// log start.
+    ///
+    /// # Errors
+    /// A Kafka error code.
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        before: Option<u64>,
+    ) -> Result<i64, i16> {
+        let at = TopicPartition::new(topic, partition);
+        self.engine
+            .delete_records(&at, before)
+            .await
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX))
+            .map_err(kafka_code)
+    }
+
     /// The first offset of a partition whose record timestamp is at least
     /// `timestamp` (ms) and that record's timestamp; `(-1, -1)` when no stored
     /// record is that recent, as Kafka answers.

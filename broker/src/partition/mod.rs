@@ -730,6 +730,26 @@ impl Partition {
         .await
     }
 
+    /// Moves the log start to `before` (Kafka's DeleteRecords; see
+    /// [`Log::delete_records`]); returns the new log start.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC once the topic is deleted; OFFSET_OUT_OF_RANGE past the
+    /// end; I/O errors.
+    pub async fn delete_records(&self, before: u64) -> Result<u64, BrokerError> {
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || {
+            let mut log = write_lock(&shared.log);
+            if shared.deleted.load(Ordering::Acquire) {
+                return Err(ErrorCode::UnknownTopic.into());
+            }
+            let start = log.delete_records(before)?;
+            shared.start.store(start, Ordering::Release);
+            Ok(start)
+        })
+        .await
+    }
+
     /// Applies changed settings to the running log (see [`Log::set_limits`]).
     pub async fn set_limits(
         &self,

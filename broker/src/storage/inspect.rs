@@ -362,7 +362,10 @@ pub fn segments(dir: &Path) -> Result<(Vec<SegmentFiles>, Vec<String>), StorageE
             bases.push(base);
         } else if stem_of(".index").is_some_and(|b| !dir.join(file_name(b, "log")).exists()) {
             others.push(format!("{name} (an index without its segment)"));
-        } else if stem_of(".index").is_none() && name != super::compact::CHECKPOINT_FILE {
+        } else if stem_of(".index").is_none()
+            && name != super::compact::CHECKPOINT_FILE
+            && name != super::log::LOG_START_FILE
+        {
             others.push(name);
         }
     }

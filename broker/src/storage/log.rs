@@ -111,7 +111,13 @@ pub struct Log {
     faults: Arc<FaultInjector>,
     /// Where the cleaner's last pass ended (see [`super::compact`]).
     cleaned_to: u64,
+    /// The log start a DeleteRecords moved past the first segment's base
+    /// (0: none; see [`Log::delete_records`]).
+    deleted_to: u64,
 }
+
+/// Name of the file holding the offset a DeleteRecords moved the log start to.
+pub const LOG_START_FILE: &str = "log-start-offset";
 
 impl Log {
     /// Opens (or creates) the log in `dir`, recovering as documented in
@@ -132,6 +138,10 @@ impl Log {
         // (the originals are whole; see `install_cleaned` for the swap's order).
         compact::remove_cleaned(dir);
         let cleaned_to = compact::read_checkpoint(dir).unwrap_or(0);
+        let deleted_to = dirs::read_optional(&dir.join(LOG_START_FILE))?
+            .trim()
+            .parse::<u64>()
+            .unwrap_or(0);
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
             let entry = entry.map_err(io_err("list", dir))?;
@@ -209,6 +219,7 @@ impl Log {
             failed: None,
             faults,
             cleaned_to,
+            deleted_to,
         })
     }
 
@@ -276,9 +287,44 @@ impl Log {
         &mut self.active
     }
 
-    /// Oldest stored offset.
+    /// Oldest offset served: the first segment's base, or later where a
+    /// DeleteRecords moved it (never past the end).
     pub fn start_offset(&self) -> u64 {
-        self.sealed.first().map_or(self.active.base, |s| s.base)
+        let first = self.sealed.first().map_or(self.active.base, |s| s.base);
+        first.max(self.deleted_to.min(self.end_offset()))
+    }
+
+    /// Kafka's DeleteRecords: the log start moves to `before` (records
+    /// below it are no longer served; the whole segments below it are
+    /// deleted at once, the rest of the segment that holds `before` when
+    /// retention deletes it). The new start is durable before this returns
+    /// (`log-start-offset`, written atomically). Returns the log start.
+    ///
+    /// # Errors
+    /// [`StorageError::OffsetOutOfRange`] past the log end; I/O errors.
+    pub fn delete_records(&mut self, before: u64) -> Result<u64, StorageError> {
+        let (start, end) = (self.start_offset(), self.end_offset());
+        if before > end {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: before,
+                log_start: start,
+                log_end: end,
+            });
+        }
+        if before <= start {
+            return Ok(start);
+        }
+        dirs::write_atomic(
+            &self.dir.join(LOG_START_FILE),
+            format!("{before}\n").as_bytes(),
+        )?;
+        self.deleted_to = before;
+        while self.sealed.first().is_some_and(|s| s.next_offset <= before) {
+            let seg = self.sealed.remove(0);
+            tracing::info!(segment = %seg.log_path().display(), base = seg.base, next = seg.next_offset, "deleted a segment below the log start (DeleteRecords)");
+            seg.delete()?;
+        }
+        Ok(self.start_offset())
     }
 
     /// Base offset of the active segment (where the cleaner stops).
@@ -527,9 +573,31 @@ impl Log {
     /// # Errors
     /// I/O errors, or a damaged record on the way.
     pub fn find_time(&self, ts: i64) -> Result<Option<(u64, i64)>, StorageError> {
+        let start = self.start_offset();
         for seg in self.sealed.iter().chain(std::iter::once(&self.active)) {
-            if let Some(hit) = seg.find_time(ts)? {
-                return Ok(Some(hit));
+            match seg.find_time(ts)? {
+                Some(hit) if hit.0 < start => return self.find_time_from(start, ts),
+                Some(hit) => return Ok(Some(hit)),
+                None => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// [`Log::find_time`] among the records from `from` on, read in order
+    /// (the rare case of a DeleteRecords start inside a segment).
+    fn find_time_from(&self, from: u64, ts: i64) -> Result<Option<(u64, i64)>, StorageError> {
+        let mut next = from;
+        while next < self.end_offset() {
+            let r = self.read(next, 1 << 20)?;
+            if r.records.is_empty() {
+                break;
+            }
+            for raw in record::RecordIter::new(&r.records).flatten() {
+                if raw.timestamp() >= ts {
+                    return Ok(Some((raw.offset, raw.timestamp())));
+                }
+                next = raw.offset + 1;
             }
         }
         Ok(None)

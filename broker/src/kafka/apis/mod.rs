@@ -10,6 +10,7 @@
 mod acls;
 mod api_versions;
 mod create_topics;
+mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
@@ -57,6 +58,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::CreateAcls, 1, 3),
@@ -166,6 +168,7 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::CreateTopics => answer!(req => create_topics::handle(ctx, req, version).await),
         ApiKey::DescribeConfigs => answer!(req => describe_configs::handle(ctx, req, version)),
         ApiKey::DeleteTopics => answer!(req => delete_topics::handle(ctx, req, version).await),
+        ApiKey::DeleteRecords => answer!(req => delete_records::handle(ctx, req).await),
         ApiKey::InitProducerId => answer!(req => init_producer_id::handle(ctx, req).await),
         ApiKey::JoinGroup => answer!(req => join_group::handle(ctx, client_id, req, version).await),
         ApiKey::SyncGroup => answer!(req => sync_group::handle(ctx, req, version).await),

@@ -569,3 +569,35 @@ fn a_rollback_with_index_entries_pending_leaves_the_index_file_valid() {
     assert_eq!(log.end_offset(), n);
     assert_eq!(read_all(&log).len() as u64, n);
 }
+
+#[test]
+fn delete_records_moves_the_start_and_deletes_the_segments_below_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 40);
+    let segments = log.segment_count();
+    assert!(segments > 3);
+    let second = log.sealed[1].base;
+    // Inside the second segment: the first goes, the second stays but is
+    // served from the new start.
+    assert_eq!(log.delete_records(second + 1).unwrap(), second + 1);
+    assert_eq!(log.segment_count(), segments - 1);
+    assert!(matches!(
+        log.read(second, 100),
+        Err(StorageError::OffsetOutOfRange { log_start, .. }) if log_start == second + 1
+    ));
+    assert_eq!(read_all(&log).first().unwrap().offset, second + 1);
+    assert_eq!(log.find_time(0).unwrap().map(|h| h.0), Some(second + 1));
+    // Backwards is a no-op; past the end an error.
+    assert_eq!(log.delete_records(1).unwrap(), second + 1);
+    assert!(log.delete_records(41).is_err());
+    drop(log);
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(log.start_offset(), second + 1);
+    // Up to the end: every sealed segment goes, the active one stays empty of served records.
+    assert_eq!(log.delete_records(40).unwrap(), 40);
+    assert_eq!(log.segment_count(), 1);
+    assert_eq!(log.read(40, 100).unwrap().records.len(), 0);
+    append_n(&mut log, 40, 2);
+    assert_eq!(read_all(&log).len(), 2);
+}
