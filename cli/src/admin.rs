@@ -141,6 +141,33 @@ pub async fn delete_topic(broker: &BrokerAddr, name: &str) -> Result<()> {
     }
 }
 
+/// `topics delete-records`.
+pub async fn delete_records(
+    broker: &BrokerAddr,
+    name: &str,
+    partition: i32,
+    before: Option<u64>,
+) -> Result<()> {
+    let admin = connect(broker).await?;
+    match admin.delete_records(name, partition, before).await {
+        Ok(start) => {
+            println!("topic {name} partition {partition}: log start {start}");
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
+        Err(e) if e.code() == Some(ErrorCode::UnknownPartition) => {
+            bail!("topic {name} has no partition {partition}")
+        }
+        Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
+            bail!(
+                "offset {} is past the end of {name} partition {partition}",
+                before.unwrap_or(0)
+            )
+        }
+        Err(e) => Err(describe(e)),
+    }
+}
+
 /// `topics alter`.
 pub async fn alter_topic(
     broker: &BrokerAddr,

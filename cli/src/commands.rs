@@ -416,6 +416,28 @@ pub enum TopicsCommand {
         #[command(flatten)]
         broker: BrokerAddr,
     },
+    /// Delete a partition's records below an offset, as Kafka's
+    /// DeleteRecords: its log start moves there, durably.
+    DeleteRecords {
+        /// Topic name.
+        name: String,
+        /// Partition.
+        #[arg(long)]
+        partition: i32,
+        /// The first offset to keep (every record before it goes).
+        #[arg(
+            long,
+            value_name = "OFFSET",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        before: Option<u64>,
+        /// Delete every record of the partition (up to its log end).
+        #[arg(long)]
+        all: bool,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
     /// Change a topic's retention or segment size while it runs (kept across
     /// restarts); prints the settings after the change.
     #[command(allow_negative_numbers = true)]
@@ -868,6 +890,15 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
         }
         TopicsCommand::Delete { name, broker } => {
             crate::admin::delete_topic(&broker, &name).await?;
+        }
+        TopicsCommand::DeleteRecords {
+            name,
+            partition,
+            before,
+            all: _,
+            broker,
+        } => {
+            crate::admin::delete_records(&broker, &name, partition, before).await?;
         }
         TopicsCommand::Alter {
             name,

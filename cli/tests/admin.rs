@@ -453,3 +453,69 @@ fn groups_reset_offsets_and_delete_only_while_the_group_is_empty() {
     let err = fails(&["groups", "delete", "billing", "--broker", a]);
     assert!(err.contains("group billing does not exist"), "{err}");
 }
+
+#[test]
+fn topics_delete_records_moves_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    let a = b.addr.as_str();
+    create(a, "dr", "1");
+    send(
+        a,
+        "dr",
+        &[(0, 1, "a"), (0, 2, "b"), (0, 3, "c"), (0, 4, "d")],
+    );
+    let out = ok(&[
+        "topics",
+        "delete-records",
+        "dr",
+        "--partition",
+        "0",
+        "--before",
+        "2",
+        "--broker",
+        a,
+    ]);
+    assert_eq!(out.trim(), "topic dr partition 0: log start 2");
+    assert_eq!(
+        consumed(&["consume", "--topic", "dr", "--format", "json", "--broker", a]),
+        vec![(0, 2), (0, 3)]
+    );
+    let err = fails(&[
+        "topics",
+        "delete-records",
+        "dr",
+        "--partition",
+        "0",
+        "--before",
+        "9",
+        "--broker",
+        a,
+    ]);
+    assert!(
+        err.contains("offset 9 is past the end of dr partition 0"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let out = ok(&[
+        "topics",
+        "delete-records",
+        "dr",
+        "--partition",
+        "0",
+        "--all",
+        "--broker",
+        a,
+    ]);
+    assert_eq!(out.trim(), "topic dr partition 0: log start 4");
+    let err = fails(&[
+        "topics",
+        "delete-records",
+        "dr",
+        "--partition",
+        "0",
+        "--broker",
+        a,
+    ]);
+    assert!(err.contains("--before"), "{err}");
+}

@@ -5,11 +5,11 @@ use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::{
     AclEntry, AclsRequest, AlterTopicRequest, CreateTopicRequest, DeleteGroupRequest,
-    DeleteTopicRequest, DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest,
-    ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest,
-    ListedOffset, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
-    PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings, ACLS_ADD, ACLS_LIST,
-    ACLS_REMOVE,
+    DeleteRecordsRequest, DeleteTopicRequest, DescribeGroupRequest, DescribeGroupResponse,
+    DescribeTopicConfigRequest, ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition,
+    ListOffsetsRequest, ListedOffset, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition,
+    OffsetFetchRequest, PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings, ACLS_ADD,
+    ACLS_LIST, ACLS_REMOVE,
 };
 
 /// Administrative calls: create, describe, alter and delete topics, look up
@@ -221,6 +221,31 @@ impl Admin {
             .await
             .map(|r| r.offsets_dropped)
             .map_err(|e| with_context(e, group))
+    }
+
+    /// Deletes the records of a partition below `before` (`None`: every
+    /// record): its log start moves there, durably, as Kafka's
+    /// DeleteRecords. Returns the log start now (a `before` below it leaves
+    /// it where it is).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, UNKNOWN_PARTITION, OFFSET_OUT_OF_RANGE (past the log
+    /// end), NOT_AUTHORIZED, STORAGE_ERROR.
+    pub async fn delete_records(
+        &self,
+        topic: &str,
+        partition: i32,
+        before: Option<u64>,
+    ) -> Result<u64> {
+        self.client
+            .call(&DeleteRecordsRequest {
+                topic: topic.to_owned(),
+                partition,
+                before: before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)),
+            })
+            .await
+            .map(|r| u64::try_from(r.log_start).unwrap_or(0))
+            .map_err(|e| with_context(e, topic))
     }
 
     /// Every group the broker knows (with members, or with committed

@@ -62,6 +62,8 @@ pub enum ApiKey {
     /// Extension: a FETCH by a group member that counts as its heartbeat and
     /// is answered at once when the group starts a rebalance.
     GroupFetch = 17,
+    /// Extension: move a partition's log start (Kafka's DeleteRecords).
+    DeleteRecords = 30,
 }
 
 impl ApiKey {
@@ -89,6 +91,7 @@ impl ApiKey {
             22 => ApiKey::Acls,
             16 => ApiKey::HeartbeatWait,
             17 => ApiKey::GroupFetch,
+            30 => ApiKey::DeleteRecords,
             _ => return None,
         })
     }
@@ -781,6 +784,31 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- DELETE_RECORDS (extension, key 30)
+
+message! {
+    /// DELETE_RECORDS request (extension): `[topic][partition i32][before i64]`:
+    /// the partition's log start moves to `before` (-1: its log end, deleting
+    /// every record), durably. A `before` below the current start leaves it;
+    /// past the end is OFFSET_OUT_OF_RANGE. Needs DELETE on the topic.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DeleteRecordsRequest {
+        /// Topic.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// The new log start, or -1 for the log end.
+        pub before: i64,
+    }
+
+    /// DELETE_RECORDS response: `[log_start i64]`, the partition's log start now.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct DeleteRecordsResponse {
+        /// The log start after the request.
+        pub log_start: i64,
+    }
+}
+
 // ---------------------------------------------------------------- LIST_GROUPS, DESCRIBE_GROUP (keys 14, 15)
 
 message! {
@@ -1008,4 +1036,5 @@ requests! {
     AclsRequest => AclsResponse: Acls,
     HeartbeatWaitRequest => Empty: HeartbeatWait,
     GroupFetchRequest => FetchResponse: GroupFetch,
+    DeleteRecordsRequest => DeleteRecordsResponse: DeleteRecords,
 }

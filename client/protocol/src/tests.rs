@@ -689,6 +689,8 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<ListOffsetsResponse>(bytes)?;
     survives::<DeleteGroupRequest>(bytes)?;
     survives::<DeleteGroupResponse>(bytes)?;
+    survives::<DeleteRecordsRequest>(bytes)?;
+    survives::<DeleteRecordsResponse>(bytes)?;
     survives::<ListGroupsRequest>(bytes)?;
     survives::<ListGroupsResponse>(bytes)?;
     survives::<DescribeGroupRequest>(bytes)?;

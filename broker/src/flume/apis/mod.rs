@@ -6,6 +6,7 @@ pub(super) mod acls;
 pub(super) mod alter_topic;
 pub(super) mod create_topic;
 pub(super) mod delete_group;
+pub(super) mod delete_records;
 pub(super) mod delete_topic;
 pub(super) mod describe_group;
 pub(super) mod describe_topic_config;
