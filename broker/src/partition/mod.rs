@@ -730,6 +730,13 @@ impl Partition {
         .await
     }
 
+    /// Changes how the log is compacted (`None`: it no longer is), from the
+    /// next cleaner round on.
+    pub async fn set_compaction(&self, compaction: Option<crate::storage::CompactionConfig>) {
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || write_lock(&shared.log).set_compaction(compaction)).await;
+    }
+
     /// Moves the log start to `before` (Kafka's DeleteRecords; see
     /// [`Log::delete_records`]); returns the new log start.
     ///

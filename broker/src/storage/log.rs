@@ -617,6 +617,11 @@ impl Log {
         self.config.segment_bytes = segment_bytes.clamp(1, MAX_SEGMENT_BYTES);
     }
 
+    /// Changes how the log is compacted (see [`super::compact`]).
+    pub fn set_compaction(&mut self, compaction: Option<CompactionConfig>) {
+        self.config.compaction = compaction;
+    }
+
     /// Closes every cached segment file (before the log's directory is
     /// deleted: the descriptors would otherwise hold the space until the
     /// cache evicted them).
