@@ -953,6 +953,8 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         Acls => "ACLS",
         HeartbeatWait => "HEARTBEAT_WAIT",
         GroupFetch => "GROUP_FETCH",
+        CreatePartitions => "CREATE_PARTITIONS",
+        DeleteOffsets => "DELETE_OFFSETS",
     }
 }
 
