@@ -532,3 +532,83 @@ fn list_offsets_max_timestamp_and_describe_log_dirs() -> Result<()> {
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+#[test]
+fn the_admin_apis_follow_kafkas_acl_rules() -> Result<()> {
+    use flume_broker::security::acl::{
+        Acl, AclPrincipal, Operation, PatternType, Permission, ResourceType,
+    };
+    let dir = tempfile::tempdir()?;
+    // Authentication off: every connection is User:ANONYMOUS.
+    let mut c = cfg(dir.path());
+    c.authorizer = true;
+    let broker = flume_rt::block_on(Broker::start(c))?;
+    for t in ["public", "secret"] {
+        broker.engine().create_topic(t, common::topic(1))?;
+    }
+    commit(&broker, "g", &[("public", 0, 1), ("secret", 0, 2)])?;
+    let allow = |operation, resource_type, name: &str| Acl {
+        principal: AclPrincipal::Anonymous,
+        permission: Permission::Allow,
+        resource_type,
+        pattern: PatternType::Literal,
+        name: name.into(),
+        operation,
+    };
+    flume_rt::block_on(broker.add_acl(allow(Operation::Read, ResourceType::Topic, "public")))?;
+    let mut k = Kc::connect(&broker.kafka_addr().context("kafka")?.to_string())?;
+    let r = create_partitions(&mut k, 1, vec![grow("public", 2, None)], false)?;
+    ensure!(
+        r[0].0 == 29,
+        "CreatePartitions needs ALTER on the topic: {r:?}"
+    );
+    let mut del = DeleteGroupsRequest::default();
+    del.groups_names = vec![GroupId(StrBytes::from_static_str("g"))];
+    ensure!(
+        k.call(1, &del)?.results[0].error_code == 30,
+        "DeleteGroups needs DELETE on the group"
+    );
+    let od = |topic: &str| {
+        let mut p = OffsetDeleteRequestPartition::default();
+        p.partition_index = 0;
+        let mut t = OffsetDeleteRequestTopic::default();
+        t.name = name(topic);
+        t.partitions = vec![p];
+        let mut r = OffsetDeleteRequest::default();
+        r.group_id = GroupId(StrBytes::from_static_str("g"));
+        r.topics = vec![t];
+        r
+    };
+    ensure!(k.call(0, &od("public"))?.error_code == 30);
+    let mut logs = DescribeLogDirsRequest::default();
+    logs.topics = None;
+    ensure!(
+        k.call(3, &logs)?.error_code == 31,
+        "DescribeLogDirs needs DESCRIBE on the cluster"
+    );
+    flume_rt::block_on(async {
+        let admin = Admin::connect(&broker.local_addr().to_string()).await?;
+        let e = admin
+            .create_partitions("public", 2, false)
+            .await
+            .unwrap_err();
+        ensure!(e.code() == Some(ErrorCode::AuthorizationFailed), "{e}");
+        anyhow::Ok(())
+    })?;
+    ensure!(broker.engine().topic("public").map(|t| t.partition_count()) == Some(1));
+
+    // Granted: DELETE on the group, and READ on the topic for OffsetDelete.
+    flume_rt::block_on(broker.add_acl(allow(Operation::Delete, ResourceType::Group, "g")))?;
+    let codes: Vec<i16> = [od("public"), od("secret")]
+        .iter()
+        .map(|r| Ok(k.call(0, r)?.topics[0].partitions[0].error_code))
+        .collect::<Result<_>>()?;
+    ensure!(codes == [0, 29], "{codes:?}");
+    ensure!(broker.engine().committed("g", "secret", 0) == Some(2));
+    flume_rt::block_on(broker.add_acl(allow(Operation::Alter, ResourceType::Topic, "public")))?;
+    let r = create_partitions(&mut k, 1, vec![grow("public", 2, None)], false)?;
+    ensure!(r[0].0 == 0, "{r:?}");
+    drop(k);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
