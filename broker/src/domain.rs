@@ -543,6 +543,9 @@ pub enum OffsetSpec {
     /// The first offset whose record timestamp (ms since the epoch) is at
     /// least this; the log end when no stored record is that recent.
     Time(i64),
+    /// The first record with the largest timestamp (offset -1 and timestamp
+    /// -1 when the partition holds no record).
+    MaxTimestamp,
 }
 
 /// The answer to one offset lookup.

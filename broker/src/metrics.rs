@@ -220,7 +220,7 @@ impl PartitionStats {
     }
 }
 
-const NAPIS: usize = 23;
+const NAPIS: usize = 25;
 const NCODES: usize = 21;
 
 /// A dense row per API key (the keys have gaps: 18-19 are unused), the
@@ -230,7 +230,9 @@ fn api_index(api_key: i16) -> usize {
         Some(ApiKey::Authenticate) => 18,
         Some(ApiKey::Users) => 19,
         Some(ApiKey::Acls) => 20,
-        Some(ApiKey::DeleteRecords) => 21,
+        Some(ApiKey::CreatePartitions) => 21,
+        Some(ApiKey::DeleteOffsets) => 22,
+        Some(ApiKey::DeleteRecords) => 23,
         Some(a) if (a as usize) < 18 => a as usize,
         _ => NAPIS - 1,
     }
@@ -260,6 +262,8 @@ pub fn api_name(index: usize) -> &'static str {
         "authenticate",
         "users",
         "acls",
+        "create_partitions",
+        "delete_offsets",
         "delete_records",
         "unknown",
     ];

@@ -1,5 +1,6 @@
 //! Admin commands beyond create/list/describe: `topics delete`, `topics
-//! alter`, `groups reset-offsets`, `groups delete`, and the time values
+//! alter`, `topics add-partitions`, `groups reset-offsets`, `groups delete`,
+//! `groups delete-offsets`, and the time values
 //! `consume --from-time` and `groups reset-offsets --to` take.
 
 use crate::commands::BrokerAddr;
@@ -211,6 +212,76 @@ pub async fn delete_group(broker: &BrokerAddr, group: &str) -> Result<()> {
         ),
         Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {
             bail!("group {group} does not exist (no members and no committed offsets)")
+        }
+        Err(e) => Err(describe(e)),
+    }
+}
+
+/// `groups delete-offsets`.
+pub async fn delete_offsets(
+    broker: &BrokerAddr,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Result<()> {
+    let admin = connect(broker).await?;
+    let done = match admin.delete_offsets(group, topic, partitions).await {
+        Ok(done) => done,
+        Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {
+            bail!("group {group} does not exist (no members and no committed offsets)")
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => {
+            bail!("topic {topic} does not exist")
+        }
+        Err(e) => return Err(describe(e)),
+    };
+    let mut refused = Vec::new();
+    for d in &done {
+        match d.error {
+            ErrorCode::None => println!("deleted the committed offset of group {group} on {topic} partition {}", d.partition),
+            ErrorCode::GroupNotEmpty => refused.push(format!("partition {}: a member of group {group} reads topic {topic}; stop its consumers first", d.partition)),
+            ErrorCode::UnknownPartition => refused.push(format!("partition {}: topic {topic} has no such partition", d.partition)),
+            other => refused.push(format!("partition {}: {other}", d.partition)),
+        }
+    }
+    if !refused.is_empty() {
+        bail!("{}", refused.join("; "));
+    }
+    Ok(())
+}
+
+/// `topics add-partitions`.
+pub async fn add_partitions(
+    broker: &BrokerAddr,
+    name: &str,
+    partitions: i32,
+    dry_run: bool,
+) -> Result<()> {
+    let admin = connect(broker).await?;
+    match admin.create_partitions(name, partitions, dry_run).await {
+        Ok(before) if dry_run => {
+            println!("topic {name} would grow from {before} to {partitions} partitions (dry run: nothing changed)");
+            Ok(())
+        }
+        Ok(before) => {
+            println!("topic {name} now has {partitions} partitions (it had {before})");
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
+        Err(e) if e.code() == Some(ErrorCode::InvalidRequest) => {
+            let now = admin
+                .topics(&[name.to_owned()])
+                .await
+                .ok()
+                .and_then(|t| t.into_iter().next())
+                .map(|t| t.partitions.len());
+            match now {
+                Some(n) => bail!("topic {name} has {n} partitions: --partitions is the new count in all and must be more than that (partitions are never removed)"),
+                None => Err(describe(e)),
+            }
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => {
+            bail!("the broker does not support adding partitions (it predates CREATE_PARTITIONS)")
         }
         Err(e) => Err(describe(e)),
     }

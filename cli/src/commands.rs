@@ -438,6 +438,21 @@ pub enum TopicsCommand {
         #[command(flatten)]
         broker: BrokerAddr,
     },
+    /// Grow a topic to --partitions in all (never fewer; as `kafka-topics
+    /// --alter --partitions`): the new partitions take records at once, and
+    /// groups reading the topic rebalance onto them.
+    AddPartitions {
+        /// Topic name.
+        name: String,
+        /// The new partition count, in all (more than the topic has).
+        #[arg(long, value_parser = clap::value_parser!(i32).range(1..=10000))]
+        partitions: i32,
+        /// Check only: say what would change, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
     /// Change a topic's retention or segment size while it runs (kept across
     /// restarts); prints the settings after the change.
     #[command(allow_negative_numbers = true)]
@@ -513,9 +528,29 @@ pub enum GroupsCommand {
         broker: BrokerAddr,
     },
     /// Delete a group with no members: drops its committed offsets on every topic.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["group", "group_flag"])))]
     Delete {
         /// Group.
+        group: Option<String>,
+        /// Group (the same as the positional argument).
+        #[arg(long = "group", value_name = "GROUP")]
+        group_flag: Option<String>,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
+    /// Delete a group's committed offsets on a topic (every partition of it,
+    /// or --partition's): the group starts there from its reset policy. Not
+    /// for a topic a member of the group reads (stop its consumers first).
+    DeleteOffsets {
+        /// Group.
+        #[arg(long)]
         group: String,
+        /// Topic.
+        #[arg(long)]
+        topic: String,
+        /// Only these partitions (repeatable).
+        #[arg(long = "partition")]
+        partitions: Vec<i32>,
         #[command(flatten)]
         broker: BrokerAddr,
     },
@@ -900,6 +935,14 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
         } => {
             crate::admin::delete_records(&broker, &name, partition, before).await?;
         }
+        TopicsCommand::AddPartitions {
+            name,
+            partitions,
+            dry_run,
+            broker,
+        } => {
+            crate::admin::add_partitions(&broker, &name, partitions, dry_run).await?;
+        }
         TopicsCommand::Alter {
             name,
             retention_ms,
@@ -928,9 +971,20 @@ async fn groups(cmd: GroupsCommand) -> Result<()> {
             dry_run,
             broker,
         } => return crate::admin::reset_offsets(&broker, &group, &topic, to, dry_run).await,
-        GroupsCommand::Delete { group, broker } => {
-            return crate::admin::delete_group(&broker, &group).await
+        GroupsCommand::Delete {
+            group,
+            group_flag,
+            broker,
+        } => {
+            let group = group.or(group_flag).unwrap_or_default();
+            return crate::admin::delete_group(&broker, &group).await;
         }
+        GroupsCommand::DeleteOffsets {
+            group,
+            topic,
+            partitions,
+            broker,
+        } => return crate::admin::delete_offsets(&broker, &group, &topic, &partitions).await,
         GroupsCommand::List { states, broker } => {
             return crate::admin::list_groups(&broker, &states).await
         }

@@ -455,6 +455,159 @@ fn groups_reset_offsets_and_delete_only_while_the_group_is_empty() {
 }
 
 #[test]
+fn topics_add_partitions_grows_a_topic_and_the_count_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = BrokerProc::start(&data, &[]);
+    let a = b.addr.as_str();
+    create(a, "grow", "2");
+    let out = ok(&[
+        "topics",
+        "add-partitions",
+        "grow",
+        "--partitions",
+        "5",
+        "--dry-run",
+        "--broker",
+        a,
+    ]);
+    assert!(out.contains("would grow from 2 to 5"), "{out}");
+    assert!(ok(&["topics", "describe", "grow", "--broker", a]).contains("2 partitions"));
+    let out = ok(&[
+        "topics",
+        "add-partitions",
+        "grow",
+        "--partitions",
+        "5",
+        "--broker",
+        a,
+    ]);
+    assert!(out.contains("now has 5 partitions (it had 2)"), "{out}");
+    let err = fails(&[
+        "topics",
+        "add-partitions",
+        "grow",
+        "--partitions",
+        "3",
+        "--broker",
+        a,
+    ]);
+    assert!(
+        err.contains("has 5 partitions") && err.contains("never removed"),
+        "{err}"
+    );
+    let err = fails(&[
+        "topics",
+        "add-partitions",
+        "nope",
+        "--partitions",
+        "3",
+        "--broker",
+        a,
+    ]);
+    assert!(err.contains("topic nope does not exist"), "{err}");
+    send(a, "grow", &[(4, 1, "on a new partition")]);
+    b.interrupt();
+    let b = BrokerProc::start(&data, &[]);
+    let a = b.addr.as_str();
+    let out = ok(&["topics", "describe", "grow", "--broker", a]);
+    assert!(out.contains("topic grow: 5 partitions"), "{out}");
+    assert_eq!(
+        consumed(&["consume", "--topic", "grow", "--format", "json", "--broker", a]),
+        vec![(4, 0)]
+    );
+}
+
+#[test]
+fn groups_delete_offsets_drops_one_topics_commits_and_groups_delete_takes_group_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = BrokerProc::start(&data, &[]);
+    let a = b.addr.as_str();
+    create(a, "t", "2");
+    create(a, "u", "1");
+    send(a, "t", &[(0, 1, "a"), (1, 2, "b")]);
+    send(a, "u", &[(0, 3, "c")]);
+    for topic in ["t", "u"] {
+        ok(&[
+            "groups",
+            "reset-offsets",
+            "g",
+            "--topic",
+            topic,
+            "--to",
+            "latest",
+            "--broker",
+            a,
+        ]);
+    }
+    let out = ok(&[
+        "groups",
+        "delete-offsets",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--partition",
+        "1",
+        "--broker",
+        a,
+    ]);
+    assert!(out.contains("on t partition 1"), "{out}");
+    assert_eq!(committed(a, "g", "t"), vec!["1", "-"]);
+    ok(&[
+        "groups",
+        "delete-offsets",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--broker",
+        a,
+    ]);
+    let err = fails(&[
+        "groups", "lag", "--group", "g", "--topic", "t", "--broker", a,
+    ]);
+    assert!(err.contains("no committed offset"), "{err}");
+    assert_eq!(
+        committed(a, "g", "u"),
+        vec!["1"],
+        "other topics keep theirs"
+    );
+    let err = fails(&[
+        "groups",
+        "delete-offsets",
+        "--group",
+        "g",
+        "--topic",
+        "t",
+        "--partition",
+        "9",
+        "--broker",
+        a,
+    ]);
+    assert!(err.contains("no such partition"), "{err}");
+    let err = fails(&[
+        "groups",
+        "delete-offsets",
+        "--group",
+        "nobody",
+        "--topic",
+        "t",
+        "--broker",
+        a,
+    ]);
+    assert!(err.contains("group nobody does not exist"), "{err}");
+    let out = ok(&["groups", "delete", "--group", "g", "--broker", a]);
+    assert!(
+        out.contains("deleted group g (1 committed offsets dropped)"),
+        "{out}"
+    );
+    let err = fails(&["groups", "delete", "--group", "g", "--broker", a]);
+    assert!(err.contains("does not exist"), "{err}");
+}
+
+#[test]
 fn topics_delete_records_moves_the_log_start() {
     let dir = tempfile::tempdir().unwrap();
     let b = BrokerProc::start(&dir.path().join("data"), &[]);

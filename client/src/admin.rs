@@ -4,12 +4,13 @@
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::protocol::{
-    AclEntry, AclsRequest, AlterTopicRequest, CreateTopicRequest, DeleteGroupRequest,
-    DeleteRecordsRequest, DeleteTopicRequest, DescribeGroupRequest, DescribeGroupResponse,
-    DescribeTopicConfigRequest, ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition,
-    ListOffsetsRequest, ListedOffset, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition,
-    OffsetFetchRequest, PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings, ACLS_ADD,
-    ACLS_LIST, ACLS_REMOVE,
+    AclEntry, AclsRequest, AlterTopicRequest, CreatePartitionsRequest, CreateTopicRequest,
+    DeleteGroupRequest, DeleteOffsetsRequest, DeleteRecordsRequest, DeleteTopicRequest,
+    DeletedOffset, DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest,
+    ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest,
+    ListedOffset, MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
+    PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings, ACLS_ADD, ACLS_LIST,
+    ACLS_REMOVE,
 };
 
 /// Administrative calls: create, describe, alter and delete topics, look up
@@ -246,6 +247,60 @@ impl Admin {
             .await
             .map(|r| u64::try_from(r.log_start).unwrap_or(0))
             .map_err(|e| with_context(e, topic))
+    }
+
+    /// Grows a topic to `partitions` in all (never fewer); with
+    /// `validate_only` the broker only checks. Returns the count before.
+    /// Groups subscribed to the topic rebalance onto the new partitions;
+    /// producers route keys over the new count from the next metadata.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_REQUEST (not more than the topic has, or over
+    /// 10,000), LIMIT_REACHED (the broker's `max_partitions`),
+    /// AUTHORIZATION_FAILED (ALTER on the topic), UNSUPPORTED_API (a broker
+    /// that predates this request), STORAGE_ERROR.
+    pub async fn create_partitions(
+        &self,
+        topic: &str,
+        partitions: i32,
+        validate_only: bool,
+    ) -> Result<i32> {
+        self.client
+            .call(&CreatePartitionsRequest {
+                topic: topic.to_owned(),
+                partitions,
+                validate_only: i8::from(validate_only),
+            })
+            .await
+            .map(|r| r.before)
+            .map_err(|e| with_context(e, topic))
+    }
+
+    /// Deletes a group's committed offsets on some partitions of a topic
+    /// (every partition of it when `partitions` is empty), as Kafka's
+    /// OffsetDelete. One outcome per partition: NONE (gone, or nothing was
+    /// committed), UNKNOWN_PARTITION, or GROUP_NOT_EMPTY (a member of the
+    /// group subscribes to the topic: its offsets stay).
+    ///
+    /// # Errors
+    /// UNKNOWN_GROUP, UNKNOWN_TOPIC, INVALID_NAME, AUTHORIZATION_FAILED
+    /// (DELETE on the group and READ on the topic), UNSUPPORTED_API,
+    /// STORAGE_ERROR.
+    pub async fn delete_offsets(
+        &self,
+        group: &str,
+        topic: &str,
+        partitions: &[i32],
+    ) -> Result<Vec<DeletedOffset>> {
+        self.client
+            .call(&DeleteOffsetsRequest {
+                group: group.to_owned(),
+                topic: topic.to_owned(),
+                partitions: partitions.to_vec(),
+            })
+            .await
+            .map(|r| r.partitions)
+            .map_err(|e| with_context(e, group))
     }
 
     /// Every group the broker knows (with members, or with committed

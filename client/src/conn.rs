@@ -954,6 +954,8 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         HeartbeatWait => "HEARTBEAT_WAIT",
         GroupFetch => "GROUP_FETCH",
         DeleteRecords => "DELETE_RECORDS",
+        CreatePartitions => "CREATE_PARTITIONS",
+        DeleteOffsets => "DELETE_OFFSETS",
     }
 }
 

@@ -65,10 +65,10 @@ pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMet
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use protocol::{
-    AclEntry, AlterTopicRequest, CreateTopicRequest, DescribeGroupResponse, ErrorCode,
-    GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset,
-    OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata,
-    TopicPartitions, TopicSettings, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    AclEntry, AlterTopicRequest, CreateTopicRequest, DeletedOffset, DescribeGroupResponse,
+    ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition,
+    ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata,
+    TopicPartitions, TopicSettings, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
 pub use tls::TlsConfig;
 

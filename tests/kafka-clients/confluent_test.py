@@ -17,6 +17,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     TIMESTAMP_CREATE_TIME,
     Consumer,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -262,6 +263,63 @@ def member(bootstrap, group, topic):
         c.close()  # leaves the group
 
 
+def scenario_admin(bootstrap, topic):
+    """AdminClient: create_partitions (and a consumer seeing the new partitions),
+    list_offsets max_timestamp, delete_consumer_groups."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import NewPartitions, OffsetSpec
+
+    create_topic(bootstrap, topic)
+    problems = []
+    now = common.now_ms()
+    stamps = [now - 3000, now - 1000, now - 2000]
+    plan = [{"key": None, "value": f"v{i}".encode(), "headers": [], "timestamp": ts, "partition": 0} for i, ts in enumerate(stamps)]
+    _, errors = produce_plan_records(bootstrap, topic, plan)
+    if errors:
+        return errors
+    admin = AdminClient(conf(bootstrap))
+    tp0 = TopicPartition(topic, 0)
+    info = admin.list_offsets({tp0: OffsetSpec.max_timestamp()}, request_timeout=10)[tp0].result(timeout=15)
+    if (info.offset, info.timestamp) != (1, stamps[1]):
+        problems.append(f"max timestamp: ({info.offset}, {info.timestamp}), expected (1, {stamps[1]})")
+    total = common.PARTITIONS + 2
+    for f in admin.create_partitions([NewPartitions(topic, total)], operation_timeout=5, request_timeout=10).values():
+        f.result(timeout=15)
+    common.wait_for(lambda: len(partitions_of(admin, topic)) == total, common.DEADLINE_S, f"{topic} with {total} partitions in the metadata")
+    try:
+        for f in admin.create_partitions([NewPartitions(topic, total)], request_timeout=10).values():
+            f.result(timeout=15)
+        problems.append("create_partitions to the same count succeeded")
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.INVALID_PARTITIONS:
+            problems.append(f"create_partitions to the same count: {e}, expected INVALID_PARTITIONS")
+    # The new partitions take records and serve them.
+    last = [{"key": None, "value": b"on the new partition", "headers": [], "timestamp": None, "partition": total - 1}]
+    delivered, errors = produce_plan_records(bootstrap, topic, last)
+    problems += errors
+    if delivered.get(b"on the new partition") != (total - 1, 0):
+        problems.append(f"a record for partition {total - 1} was delivered at {delivered}")
+
+    group = f"{topic}-admin"
+    offsets = [TopicPartition(topic, 0, 2), TopicPartition(topic, total - 1, 1)]
+    for f in admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(group, offsets)], request_timeout=10).values():
+        f.result(timeout=15)
+    for g, f in admin.delete_consumer_groups([group], request_timeout=10).items():
+        f.result(timeout=15)
+    try:
+        for f in admin.delete_consumer_groups([group], request_timeout=10).values():
+            f.result(timeout=15)
+        problems.append("deleting the group a second time succeeded")
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.GROUP_ID_NOT_FOUND:
+            problems.append(f"deleting the group a second time: {e}, expected GROUP_ID_NOT_FOUND")
+    res = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])], request_timeout=10)
+    left = [tp for f in res.values() for tp in f.result(timeout=15).topic_partitions if tp.offset >= 0]
+    if left:
+        problems.append(f"the deleted group still has offsets {left}")
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -296,6 +354,7 @@ def main():
     rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
     for codec in CODECS:
         rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
+    rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.finish()
 
 

@@ -240,6 +240,82 @@ def member(bootstrap, group, topic):
         c.close(autocommit=False)  # leaves the group
 
 
+def scenario_admin(bootstrap, topic):
+    """The admin APIs Kafka tools use: CreatePartitions, ListOffsets' max timestamp,
+    OffsetDelete, DeleteGroups, DescribeLogDirs."""
+    from kafka.admin import OffsetSpec
+    from kafka.errors import GroupIdNotFoundError, InvalidPartitionsError, NoError
+
+    create_topic(bootstrap, topic)
+    problems = []
+    now = common.now_ms()
+    stamps = [now - 3000, now - 1000, now - 2000]  # the largest is the second record's
+    p = KafkaProducer(bootstrap_servers=bootstrap, **BASE)
+    try:
+        for i, ts in enumerate(stamps):
+            p.send(topic, value=f"v{i}".encode(), partition=0, timestamp_ms=ts).get(timeout=15)
+    finally:
+        p.close(timeout=5)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **BASE)
+    try:
+        tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+        found = admin.list_partition_offsets({tp0: OffsetSpec.MAX_TIMESTAMP})
+        got = (found[tp0].offset, found[tp0].timestamp)
+        if got != (1, stamps[1]):
+            problems.append(f"max timestamp: {got}, expected (1, {stamps[1]})")
+
+        admin.create_partitions({topic: common.PARTITIONS + 2}, timeout_ms=10000)
+        c = KafkaConsumer(bootstrap_servers=bootstrap, **BASE)
+        try:
+            want = set(range(common.PARTITIONS + 2))
+            common.wait_for(lambda: c.partitions_for_topic(topic) == want, common.DEADLINE_S, f"{topic} with {len(want)} partitions in the metadata")
+        finally:
+            c.close(autocommit=False)
+        try:
+            admin.create_partitions({topic: common.PARTITIONS + 2}, timeout_ms=10000)
+            problems.append("create_partitions to the same count succeeded")
+        except InvalidPartitionsError:
+            pass
+
+        group = f"{topic}-admin"
+        admin.alter_group_offsets(group, {tp0: OffsetAndMetadata(2, "", -1), tp1: OffsetAndMetadata(0, "", -1)})
+        deleted = admin.delete_group_offsets(group, [tp1])
+        if deleted.get(tp1) is not NoError:
+            problems.append(f"delete_group_offsets: {deleted}")
+        left = admin.list_group_offsets({group: None}).get(group, {})
+        if sorted(left) != [tp0] or left[tp0].offset != 2:
+            problems.append(f"after OffsetDelete the group has {left}, expected only {tp0} at 2")
+        # Each group's outcome: 'OK' or an error (a name, a class or an instance, by version).
+        def outcome(v):
+            if isinstance(v, str):
+                return v
+            if v is NoError or isinstance(v, NoError):
+                return "OK"
+            return v.__name__ if isinstance(v, type) else type(v).__name__
+
+        results = {g: outcome(v) for g, v in dict(admin.delete_groups([group, f"{topic}-never"])).items()}
+        if results != {group: "OK", f"{topic}-never": GroupIdNotFoundError.__name__}:
+            problems.append(f"delete_groups: {results}")
+        left = admin.list_group_offsets({group: None}).get(group, {})
+        if left:
+            problems.append(f"the deleted group still has offsets {left}")
+
+        dirs = admin.describe_log_dirs({topic: [0]})
+        sizes = [
+            pr.get("partition_size")
+            for broker in dirs
+            for d in broker["log_dirs"]
+            for t in d.get("topics", [])
+            if t.get("name") == topic
+            for pr in t.get("partitions", [])
+        ]
+        if len(sizes) != 1 or not sizes[0] > 0:
+            problems.append(f"describe_log_dirs of partition 0: sizes {sizes} in {dirs}")
+    finally:
+        admin.close()
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -272,6 +348,7 @@ def main():
 
     rep.run("group", group, timeout=5 * common.DEADLINE_S + 30)
     rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
+    rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.finish()
 
 

@@ -498,6 +498,55 @@ async function member(bootstrap, group, topic) {
   await consumer.disconnect() // leaves the group
 }
 
+// Admin: createPartitions grows a topic while a group member reads it (the member is
+// rebalanced onto every partition), then deleteGroups removes the group's offsets.
+async function adminScenario(kafka, topic) {
+  await createTopic(kafka, topic)
+  const problems = []
+  const total = PARTITIONS + 2
+  const group = `${topic}-admin`
+  const admin = kafka.admin()
+  await admin.connect()
+  const consumer = kafka.consumer({ groupId: group, ...CONSUMER })
+  let assigned = []
+  consumer.on(consumer.events.GROUP_JOIN, (e) => {
+    assigned = (e.payload.memberAssignment[topic] || []).slice().sort((a, b) => a - b)
+  })
+  try {
+    await consumer.connect()
+    await consumer.subscribe({ topics: [topic], fromBeginning: true })
+    await consumer.run({ eachMessage: async () => {} })
+    await waitFor(() => assigned.length === PARTITIONS, DEADLINE_MS, `the member assigned ${PARTITIONS} partitions`)
+    await admin.createPartitions({ topicPartitions: [{ topic, count: total }], timeout: 5000 })
+    const md = await admin.fetchTopicMetadata({ topics: [topic] })
+    if (md.topics[0].partitions.length !== total) problems.push(`metadata lists ${md.topics[0].partitions.length} partitions, expected ${total}`)
+    await waitFor(() => assigned.length === total, DEADLINE_MS, `the member rebalanced onto ${total} partitions (has ${JSON.stringify(assigned)})`)
+    try {
+      await admin.createPartitions({ topicPartitions: [{ topic, count: total }], timeout: 5000 })
+      problems.push('createPartitions to the same count succeeded')
+    } catch (e) {
+      if (e.type !== 'INVALID_PARTITIONS') problems.push(`createPartitions to the same count: ${e.type || e.message}, expected INVALID_PARTITIONS`)
+    }
+    await consumer.disconnect()
+    await admin.setOffsets({ groupId: group, topic, partitions: [{ partition: total - 1, offset: '0' }] })
+    const res = await admin.deleteGroups([group])
+    if (res.length !== 1 || res[0].errorCode !== 0) problems.push(`deleteGroups: ${JSON.stringify(res)}`)
+    const left = await committed(kafka, group, topic)
+    if (Object.values(left).some((o) => o >= 0)) problems.push(`the deleted group still has offsets ${JSON.stringify(left)}`)
+    try {
+      await admin.deleteGroups([group])
+      problems.push('deleting the group a second time succeeded')
+    } catch (e) {
+      const why = (e.groups || []).map((g) => g.error && g.error.type).join(',')
+      if (why !== 'GROUP_ID_NOT_FOUND') problems.push(`deleting the group a second time: ${why || e.message}, expected GROUP_ID_NOT_FOUND`)
+    }
+  } finally {
+    await consumer.disconnect().catch(() => {})
+    await admin.disconnect()
+  }
+  return problems
+}
+
 async function main() {
   const args = process.argv.slice(2)
   if (args[0] === 'member') {
@@ -514,6 +563,7 @@ async function main() {
   await scenario('consume', () => consumeBack(kafka, `${pre}-rec`, state))
   await scenario('group', () => groupScenarios(kafka, bootstrap, pre, logdir, group))
   await scenario('group-restart', async () => group.restart || ['not run: the group scenario failed before it'])
+  await scenario('admin', () => adminScenario(kafka, `${pre}-adm`))
   return failed ? 1 : 0
 }
 

@@ -10,13 +10,14 @@ use std::sync::Arc;
 use flume_protocol::ErrorCode;
 use flume_rt as rt;
 
-use super::Engine;
+use super::{Engine, Topic};
 use crate::config::{
     valid_group_id, valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES,
 };
 use crate::domain::{FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
 use crate::error::BrokerError;
 use crate::storage::write_atomic;
+use flume_rt::sync::lock;
 
 /// Prefix of a deleted topic's directory until it is removed:
 /// `__deleted-<ms>-<topic>`. Never a topic name (`__` is reserved), so a
@@ -216,6 +217,131 @@ impl Engine {
         Ok(tc)
     }
 
+    /// Grows a topic to `total` partitions (never fewer: Kafka's
+    /// CreatePartitions and `flume-cli topics add-partitions`); with
+    /// `validate_only` only the checks run. Returns the count before.
+    ///
+    /// The order on disk makes a crash anywhere leave a topic that opens:
+    /// the new `partition-<n>` directories are created and opened first
+    /// (made durable by an fsync of the topic's directory), then
+    /// `topic.conf` is rewritten atomically with the new count. A crash
+    /// before the rewrite leaves the old count and empty directories past it,
+    /// which a start ignores and the next attempt reuses; nothing is written
+    /// to a new partition before the rewrite is durable, since the topic
+    /// with the new partitions is put in the map only after it. Groups
+    /// subscribed to the topic then rebalance (see
+    /// [`crate::coordinator::group::Coordinator::topic_grew`]).
+    ///
+    /// # Errors
+    /// INVALID_NAME, UNKNOWN_TOPIC, INVALID_REQUEST (`total` not above the
+    /// current count, or above [`crate::config::MAX_PARTITIONS_PER_TOPIC`]),
+    /// LIMIT_REACHED (`max_partitions`), storage errors (the topic keeps its
+    /// partitions then).
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        total: u32,
+        validate_only: bool,
+    ) -> Result<u32, BrokerError> {
+        if !valid_name(name) {
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidName,
+                format!("topic name {name:?}"),
+            ));
+        }
+        // One change of a topic at a time (create, delete, alter, grow).
+        let _guard = self.create_lock.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
+        let before = topic.partition_count();
+        if total <= before {
+            return Err(BrokerError::code_for(
+                ErrorCode::InvalidRequest,
+                format!("topic {name} has {before} partitions; a new count must be more than that (partitions are never removed), {total} is not"),
+            ));
+        }
+        let mut tc = topic.config.clone();
+        tc.partitions = total;
+        if let Err(e) = tc.check() {
+            return Err(BrokerError::code_for(ErrorCode::InvalidRequest, e));
+        }
+        let existing: u64 = self
+            .topics()
+            .iter()
+            .map(|t| u64::from(t.partition_count()))
+            .sum();
+        self.config
+            .check_partition_limit(name, existing, total - before)?;
+        if validate_only {
+            return Ok(before);
+        }
+        let (config, shared) = (self.config.clone(), self.shared.clone());
+        let (owned, conf) = (name.to_owned(), tc.clone());
+        let opened = rt::unblock(move || {
+            let dir = config.data_dir.join(&owned);
+            for p in before..total {
+                let pdir = dir.join(format!("partition-{p}"));
+                match std::fs::create_dir(&pdir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(source) => {
+                        return Err(BrokerError::Io {
+                            what: format!("create {}", pdir.display()),
+                            source,
+                        })
+                    }
+                }
+            }
+            crate::storage::fsync_dir(&dir)?;
+            let numbers: Vec<u32> = (before..total).collect();
+            let results = super::parallel_map(&numbers, |&p| {
+                Topic::open_partition(&config, &shared, &owned, &conf, p)
+            });
+            let mut added = Vec::with_capacity(numbers.len());
+            let mut failed = None;
+            for r in results {
+                match r {
+                    Ok(p) => added.push(p),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
+            }
+            let written = match failed {
+                Some(e) => Err(e),
+                None => write_atomic(&TopicConfig::path(&dir), conf.to_text().as_bytes())
+                    .map_err(BrokerError::from),
+            };
+            Ok((added, written))
+        })
+        .await;
+        let (added, written) = opened?;
+        if let Err(e) = written {
+            // Nothing refers to the new partitions: stop their writers. Their
+            // directories stay, empty, for the next attempt.
+            for p in &added {
+                p.shutdown().await;
+            }
+            tracing::error!(topic = name, error = %e, "adding partitions failed; the topic keeps {before}");
+            return Err(e);
+        }
+        let grown = Arc::new(topic.with_partitions(tc, added));
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), grown);
+        let now = self.mono_ms();
+        let (ready, rebalanced) = lock(&self.groups).topic_grew(name, now);
+        Self::deliver(ready);
+        tracing::info!(
+            topic = name,
+            before,
+            partitions = total,
+            ?rebalanced,
+            "partitions added"
+        );
+        Ok(before)
+    }
+
     /// Looks up offsets: the earliest, the latest, or the first whose
     /// record timestamp is at least a time (see [`OffsetSpec`]); one answer
     /// per query, in order. Time lookups read the log off the executor.
@@ -243,6 +369,11 @@ impl Engine {
                 OffsetSpec::Time(ts) => match p.offset_for_time(ts).await {
                     Ok(Some((offset, ts))) => Ok((i64::try_from(offset).unwrap_or(i64::MAX), ts)),
                     Ok(None) => Ok((p.offsets().log_end, -1)),
+                    Err(e) => Err(e.code()),
+                },
+                OffsetSpec::MaxTimestamp => match p.max_timestamp().await {
+                    Ok(Some((offset, ts))) => Ok((i64::try_from(offset).unwrap_or(i64::MAX), ts)),
+                    Ok(None) => Ok((-1, -1)),
                     Err(e) => Err(e.code()),
                 },
             };
@@ -311,6 +442,64 @@ impl Engine {
         }
         tracing::info!(group, committed_offsets_dropped = n, "group deleted");
         Ok(n)
+    }
+
+    /// Deletes a group's committed offsets on the partitions named (Kafka's
+    /// OffsetDelete), durably, as [`Engine::delete_group`] does for all of
+    /// them. A partition of a topic a member of the group subscribes to
+    /// keeps its offset and gets GROUP_NOT_EMPTY (Kafka's
+    /// GROUP_SUBSCRIBED_TO_TOPIC): it is in use. A partition with nothing
+    /// committed is answered NONE (nothing is left to delete), as Kafka does.
+    /// One code per partition, in order.
+    ///
+    /// # Errors
+    /// INVALID_NAME, UNKNOWN_GROUP (no members and no committed offsets),
+    /// STORAGE_ERROR (nothing deleted then).
+    pub async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        if !valid_group_id(group) {
+            return Err(ErrorCode::InvalidName);
+        }
+        if self.group_members(group).is_none_or(|n| n == 0) && !self.offsets.has_group(group) {
+            return Err(ErrorCode::UnknownGroup);
+        }
+        let mut codes = Vec::with_capacity(partitions.len());
+        let mut gone = std::collections::HashSet::new();
+        {
+            let groups = lock(&self.groups);
+            for tp in partitions {
+                let code = match self.topic(&tp.topic) {
+                    None => ErrorCode::UnknownTopic,
+                    Some(t) if t.partition(tp.partition).is_none() => ErrorCode::UnknownPartition,
+                    Some(_) if groups.subscribes(group, &tp.topic) => ErrorCode::GroupNotEmpty,
+                    Some(_) => {
+                        gone.insert((group.to_owned(), tp.topic.clone(), tp.partition));
+                        ErrorCode::None
+                    }
+                };
+                codes.push(code);
+            }
+        }
+        if gone.is_empty() {
+            return Ok(codes);
+        }
+        let n = self
+            .offsets
+            .remove_where(move |k| gone.contains(k))
+            .await
+            .map_err(|e| {
+                tracing::error!(group, error = %e, "deleting the group's offsets failed");
+                e.code()
+            })?;
+        tracing::info!(
+            group,
+            committed_offsets_dropped = n,
+            "committed offsets deleted"
+        );
+        Ok(codes)
     }
 }
 
@@ -747,6 +936,253 @@ mod tests {
         drop(e);
         let e = open(dir.path());
         assert_eq!(e.committed("h", "t", 0), None);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn create_partitions_grows_a_topic_never_shrinks_it_and_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        append(&e, "t", 0, b"old", 1).unwrap();
+        let code = |r: Result<u32, BrokerError>| r.unwrap_err().code();
+        assert_eq!(
+            code(rt::block_on(e.create_partitions("t", 2, false))),
+            ErrorCode::InvalidRequest,
+            "the same count"
+        );
+        let fewer = rt::block_on(e.create_partitions("t", 1, false)).unwrap_err();
+        assert_eq!(fewer.code(), ErrorCode::InvalidRequest);
+        assert!(fewer.to_string().contains("has 2 partitions"), "{fewer}");
+        assert_eq!(
+            code(rt::block_on(e.create_partitions("nope", 3, false))),
+            ErrorCode::UnknownTopic
+        );
+        assert_eq!(
+            code(rt::block_on(e.create_partitions("t", 20_000, false))),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(rt::block_on(e.create_partitions("t", 4, true)).unwrap(), 2);
+        assert_eq!(e.topic("t").unwrap().partition_count(), 2, "validate only");
+        assert!(!dir.path().join("t").join("partition-2").exists());
+        assert_eq!(rt::block_on(e.create_partitions("t", 4, false)).unwrap(), 2);
+        assert_eq!(e.topic("t").unwrap().partition_count(), 4);
+        assert_eq!(e.topic_config("t").unwrap().partitions, 4);
+        assert_eq!(append(&e, "t", 3, b"new", 2).unwrap(), 0);
+        assert_eq!(
+            e.describe(&["t".into()])[0]
+                .partitions
+                .as_ref()
+                .unwrap()
+                .len(),
+            4
+        );
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        let t = e.topic("t").unwrap();
+        assert_eq!(t.partition_count(), 4);
+        assert_eq!(t.partition(0).unwrap().end_offset(), 1);
+        assert_eq!(t.partition(3).unwrap().end_offset(), 1);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn a_crash_before_topic_conf_is_rewritten_leaves_the_old_count_and_a_retry_works() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        append(&e, "t", 1, b"kept", 1).unwrap();
+        rt::block_on(e.shutdown());
+        drop(e);
+        // What the first step of growing to 4 leaves: the new directories,
+        // one of them opened (its first segment written), topic.conf as it was.
+        let tdir = dir.path().join("t");
+        std::fs::create_dir(tdir.join("partition-2")).unwrap();
+        std::fs::create_dir(tdir.join("partition-3")).unwrap();
+        {
+            let c = config(dir.path());
+            let shared = super::super::topics::Shared::new(&c);
+            let tc = TopicConfig {
+                partitions: 4,
+                segment_bytes: 1024,
+                ..TopicConfig::default()
+            };
+            let p = Topic::open_partition(&c, &shared, "t", &tc, 2).unwrap();
+            rt::block_on(p.shutdown());
+        }
+        let e = open(dir.path());
+        assert_eq!(e.topic("t").unwrap().partition_count(), 2);
+        assert_eq!(e.topic("t").unwrap().partition(1).unwrap().end_offset(), 1);
+        assert_eq!(rt::block_on(e.create_partitions("t", 4, false)).unwrap(), 2);
+        let t = e.topic("t").unwrap();
+        assert_eq!(
+            (
+                t.partition(2).unwrap().end_offset(),
+                t.partition(3).unwrap().end_offset()
+            ),
+            (0, 0)
+        );
+        rt::block_on(e.shutdown());
+        drop(e);
+        assert_eq!(open(dir.path()).topic("t").unwrap().partition_count(), 4);
+    }
+
+    #[test]
+    fn growing_a_topic_rebalances_the_groups_subscribed_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        let joined = {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || {
+                rt::block_on(e.join_group(crate::domain::JoinSpec {
+                    group: "g".into(),
+                    member_id: String::new(),
+                    topics: vec!["t".into()],
+                    session_timeout: Duration::from_secs(30),
+                    rebalance_timeout: Duration::from_secs(5),
+                    assignor: crate::domain::Assignor::Range,
+                }))
+            })
+        };
+        let member = joined.join().unwrap().unwrap();
+        let owned: usize = member.assignment.iter().map(|a| a.partitions.len()).sum();
+        assert_eq!(owned, 2);
+        assert_eq!(
+            e.heartbeat("g", &member.member_id, member.generation),
+            Ok(())
+        );
+        rt::block_on(e.create_partitions("t", 3, false)).unwrap();
+        assert_eq!(
+            e.heartbeat("g", &member.member_id, member.generation),
+            Err(ErrorCode::RebalanceInProgress)
+        );
+        let again = rt::block_on(e.join_group(crate::domain::JoinSpec {
+            group: "g".into(),
+            member_id: member.member_id.clone(),
+            topics: vec!["t".into()],
+            session_timeout: Duration::from_secs(30),
+            rebalance_timeout: Duration::from_secs(5),
+            assignor: crate::domain::Assignor::Range,
+        }))
+        .unwrap();
+        let owned: Vec<i32> = again
+            .assignment
+            .iter()
+            .flat_map(|a| a.partitions.clone())
+            .collect();
+        assert_eq!(owned, vec![0, 1, 2]);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn delete_offsets_drops_named_partitions_but_not_a_subscribed_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        create(&e, "u", 1);
+        let commit = |g: &str, at: &[(TopicPartition, i64)]| {
+            rt::block_on(e.commit_offsets(
+                crate::domain::Member {
+                    group: g,
+                    member_id: "",
+                    generation: -1,
+                },
+                at,
+            ))
+            .unwrap();
+        };
+        commit(
+            "g",
+            &[
+                (TopicPartition::new("t", 0), 1),
+                (TopicPartition::new("t", 1), 2),
+                (TopicPartition::new("u", 0), 3),
+            ],
+        );
+        let codes = rt::block_on(e.delete_offsets(
+            "g",
+            &[
+                TopicPartition::new("t", 0),
+                TopicPartition::new("nope", 0),
+                TopicPartition::new("t", 9),
+            ],
+        ))
+        .unwrap();
+        assert_eq!(
+            codes,
+            vec![
+                ErrorCode::None,
+                ErrorCode::UnknownTopic,
+                ErrorCode::UnknownPartition
+            ]
+        );
+        assert_eq!(e.committed("g", "t", 0), None);
+        assert_eq!(e.committed("g", "t", 1), Some(2));
+        assert_eq!(
+            rt::block_on(e.delete_offsets("nobody", &[TopicPartition::new("t", 0)])),
+            Err(ErrorCode::UnknownGroup)
+        );
+        let joined = {
+            let e = Arc::clone(&e);
+            std::thread::spawn(move || {
+                rt::block_on(e.join_group(crate::domain::JoinSpec {
+                    group: "g".into(),
+                    member_id: String::new(),
+                    topics: vec!["u".into()],
+                    session_timeout: Duration::from_secs(30),
+                    rebalance_timeout: Duration::from_secs(1),
+                    assignor: crate::domain::Assignor::Range,
+                }))
+            })
+        };
+        joined.join().unwrap().unwrap();
+        let codes = rt::block_on(e.delete_offsets(
+            "g",
+            &[TopicPartition::new("u", 0), TopicPartition::new("t", 1)],
+        ))
+        .unwrap();
+        assert_eq!(codes, vec![ErrorCode::GroupNotEmpty, ErrorCode::None]);
+        assert_eq!(e.committed("g", "u", 0), Some(3));
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        assert_eq!(
+            (e.committed("g", "t", 0), e.committed("g", "t", 1)),
+            (None, None)
+        );
+        assert_eq!(e.committed("g", "u", 0), Some(3));
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn max_timestamp_is_the_first_record_with_the_largest_timestamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 2);
+        // Enough records for several segments (1 KiB each) and index entries.
+        for i in 0..200i64 {
+            let ts = if i == 77 || i == 150 {
+                9_000
+            } else {
+                1_000 + (i * 37) % 500
+            };
+            append(&e, "t", 0, format!("value-{i:04}").as_bytes(), ts).unwrap();
+        }
+        append(&e, "t", 0, b"negative", -5).unwrap();
+        let found = rt::block_on(e.list_offsets(&[
+            (TopicPartition::new("t", 0), OffsetSpec::MaxTimestamp),
+            (TopicPartition::new("t", 1), OffsetSpec::MaxTimestamp),
+        ]));
+        let got: Vec<_> = found
+            .iter()
+            .map(|f| (f.error, f.offset, f.timestamp))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(ErrorCode::None, 77, 9_000), (ErrorCode::None, -1, -1)]
+        );
         rt::block_on(e.shutdown());
     }
 }

@@ -147,6 +147,22 @@ impl Topic {
         }
     }
 
+    /// The same topic with partitions added (`added` are the new ones, in
+    /// number order after the existing ones) and the settings saying so.
+    /// The engine swaps it into its map in place of this one: readers that
+    /// hold this one keep a consistent view, later lookups see the new
+    /// count, and the produce and fetch paths pay nothing for it.
+    pub(super) fn with_partitions(&self, config: TopicConfig, added: Vec<Arc<Partition>>) -> Topic {
+        let mut partitions = self.partitions.clone();
+        partitions.extend(added);
+        Topic {
+            name: self.name.clone(),
+            config,
+            partitions,
+            sticky: AtomicU32::new(self.next_sticky()),
+        }
+    }
+
     pub(super) fn next_sticky(&self) -> u32 {
         self.sticky
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)

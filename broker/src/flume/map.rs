@@ -7,7 +7,7 @@ use flume_protocol::messages::encode_fetch_partition;
 use flume_protocol::wire::{Reader, WriteExt};
 use flume_protocol::{
     AlterTopicRequest, ListOffsetsRequest, ListOffsetsResponse, ListedOffset, TopicSettings,
-    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
 use flume_protocol::{
     ErrorCode, FetchRequest, JoinGroupRequest, JoinGroupResponse, MetadataResponse,
@@ -295,8 +295,9 @@ pub fn topic_changes(req: &AlterTopicRequest) -> Result<TopicChanges, ErrorCode>
     })
 }
 
-/// A LIST_OFFSETS request as lookups: -1 latest, -2 earliest, 0 or more a
-/// time; `Err` at the index of a timestamp below -2 (answered INVALID_REQUEST).
+/// A LIST_OFFSETS request as lookups: -1 latest, -2 earliest, -3 the
+/// largest timestamp, 0 or more a time; `Err` at the index of a timestamp
+/// below -3 (answered INVALID_REQUEST).
 pub fn offset_queries(
     req: &ListOffsetsRequest,
 ) -> Vec<Result<(TopicPartition, OffsetSpec), usize>> {
@@ -307,6 +308,7 @@ pub fn offset_queries(
             let spec = match p.timestamp {
                 LATEST_TIMESTAMP => OffsetSpec::Latest,
                 EARLIEST_TIMESTAMP => OffsetSpec::Earliest,
+                MAX_TIMESTAMP => OffsetSpec::MaxTimestamp,
                 t if t >= 0 => OffsetSpec::Time(t),
                 _ => return Err(i),
             };

@@ -134,6 +134,8 @@ async fn admit_request(
         ApiKey::ListOffsets => apis::list_offsets::handle(cx, payload),
         ApiKey::DeleteGroup => apis::delete_group::handle(cx, payload),
         ApiKey::DeleteRecords => apis::delete_records::handle(cx, payload),
+        ApiKey::CreatePartitions => apis::create_partitions::handle(cx, payload),
+        ApiKey::DeleteOffsets => apis::delete_offsets::handle(cx, payload),
         ApiKey::ListGroups => apis::list_groups::handle(cx, payload),
         ApiKey::DescribeGroup => apis::describe_group::handle(cx, payload),
         ApiKey::Acls => apis::acls::handle(cx, payload),

@@ -277,6 +277,116 @@ impl Backend {
             .map_err(kafka_code)
     }
 
+    /// Grows a topic to `count` partitions (see [`Engine::create_partitions`]).
+    ///
+    /// # Errors
+    /// A Kafka error code and a message: INVALID_PARTITIONS for a count that
+    /// is not more than the topic has (or out of range), else as the engine's.
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        validate_only: bool,
+    ) -> Result<(), (i16, String)> {
+        let Ok(total) = u32::try_from(count) else {
+            return Err((
+                kerr::INVALID_PARTITIONS,
+                format!("{count} partitions: a count is at least 1"),
+            ));
+        };
+        match self
+            .engine
+            .create_partitions(name, total, validate_only)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == ErrorCode::InvalidRequest => {
+                Err((kerr::INVALID_PARTITIONS, e.to_string()))
+            }
+            Err(e) => Err((kafka_code(e.code()), e.to_string())),
+        }
+    }
+
+    /// Deletes a group with no members and its committed offsets (see
+    /// [`Engine::delete_group`]); the Kafka error code (0 when done).
+    pub async fn delete_group(&self, group: &str) -> i16 {
+        match self.engine.delete_group(group).await {
+            Ok(_) => kerr::NONE,
+            Err(ErrorCode::GroupNotEmpty) => kerr::NON_EMPTY_GROUP,
+            Err(ErrorCode::UnknownGroup) => kerr::GROUP_ID_NOT_FOUND,
+            Err(ErrorCode::InvalidName) => kerr::INVALID_GROUP_ID,
+            Err(c) => kafka_code(c),
+        }
+    }
+
+    /// Deletes a group's committed offsets on some partitions (see
+    /// [`Engine::delete_offsets`]): one Kafka error code per partition.
+    ///
+    /// # Errors
+    /// The group's Kafka error code (GROUP_ID_NOT_FOUND, INVALID_GROUP_ID, storage).
+    pub async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<Vec<i16>, i16> {
+        match self.engine.delete_offsets(group, partitions).await {
+            Ok(codes) => Ok(codes
+                .into_iter()
+                .map(|c| match c {
+                    ErrorCode::GroupNotEmpty => kerr::GROUP_SUBSCRIBED_TO_TOPIC,
+                    c => kafka_code(c),
+                })
+                .collect()),
+            Err(ErrorCode::UnknownGroup) => Err(kerr::GROUP_ID_NOT_FOUND),
+            Err(ErrorCode::InvalidName) => Err(kerr::INVALID_GROUP_ID),
+            Err(c) => Err(kafka_code(c)),
+        }
+    }
+
+    /// The data directory (Kafka's one log directory).
+    pub fn log_dir(&self) -> String {
+        let dir = self.engine.data_dir();
+        std::fs::canonicalize(&dir)
+            .unwrap_or(dir)
+            .display()
+            .to_string()
+    }
+
+    /// Bytes on disk of each partition of a topic, in order (`None`: no such topic).
+    pub fn partition_sizes(&self, topic: &str) -> Option<Vec<(i32, i64)>> {
+        let t = self.engine.topic(topic)?;
+        Some(
+            t.statuses(true)
+                .into_iter()
+                .map(|s| {
+                    let bytes = s.disk.map_or(0, |(b, _)| b);
+                    (
+                        i32::try_from(s.partition).unwrap_or(i32::MAX),
+                        i64::try_from(bytes).unwrap_or(i64::MAX),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    /// The offset and timestamp of the first record with a partition's
+    /// largest timestamp; `(-1, -1)` when it holds none.
+    ///
+    /// # Errors
+    /// A Kafka error code.
+    pub async fn max_timestamp(&self, topic: &str, partition: i32) -> Result<(i64, i64), i16> {
+        let query = [(
+            TopicPartition::new(topic, partition),
+            crate::domain::OffsetSpec::MaxTimestamp,
+        )];
+        let found = self.engine.list_offsets(&query).await;
+        match found.first() {
+            Some(f) if f.error.is_ok() => Ok((f.offset, f.timestamp)),
+            Some(f) => Err(kafka_code(f.error)),
+            None => Err(kerr::UNKNOWN_SERVER_ERROR),
+        }
+    }
+
     /// The first offset of a partition whose record timestamp is at least
     /// `timestamp` (ms) and that record's timestamp; `(-1, -1)` when no stored
     /// record is that recent, as Kafka answers.

@@ -757,6 +757,39 @@ impl Partition {
         .await
     }
 
+    /// The first record with the largest timestamp of the partition: its
+    /// offset and timestamp (Kafka's ListOffsets -3, KIP-734); `None` when
+    /// it holds no record. Found by a binary search over timestamps with the
+    /// time lookup ([`Log::find_time`], which skips by the index): at most
+    /// 65 lookups under one read lock, off the executor, reading no more
+    /// than an index interval per segment each, so it needs no state the log
+    /// does not keep.
+    pub async fn max_timestamp(&self) -> Result<Option<(u64, i64)>, BrokerError> {
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || {
+            let log = read_lock(&shared.log);
+            if shared.deleted.load(Ordering::Acquire) {
+                return Err(ErrorCode::UnknownTopic.into());
+            }
+            // `lo` is a timestamp some record has; no record is newer than `hi`.
+            let Some((_, mut lo)) = log.find_time(i64::MIN)? else {
+                return Ok(None);
+            };
+            let mut hi = i64::MAX;
+            while lo < hi {
+                // Above `lo`, at most `hi`: computed wide, it always fits.
+                let wide = i128::from(lo) + (i128::from(hi) - i128::from(lo) + 1) / 2;
+                let mid = i64::try_from(wide).unwrap_or(hi);
+                match log.find_time(mid)? {
+                    Some((_, ts)) => lo = ts,
+                    None => hi = mid - 1,
+                }
+            }
+            Ok(log.find_time(lo)?)
+        })
+        .await
+    }
+
     /// Applies changed settings to the running log (see [`Log::set_limits`]).
     pub async fn set_limits(
         &self,

@@ -63,7 +63,11 @@ pub enum ApiKey {
     /// is answered at once when the group starts a rebalance.
     GroupFetch = 17,
     /// Extension: move a partition's log start (Kafka's DeleteRecords).
-    DeleteRecords = 30,
+    DeleteRecords = 26,
+    /// Extension: more partitions for a topic (never fewer).
+    CreatePartitions = 24,
+    /// Extension: delete a group's committed offsets on one topic.
+    DeleteOffsets = 25,
 }
 
 impl ApiKey {
@@ -91,7 +95,9 @@ impl ApiKey {
             22 => ApiKey::Acls,
             16 => ApiKey::HeartbeatWait,
             17 => ApiKey::GroupFetch,
-            30 => ApiKey::DeleteRecords,
+            24 => ApiKey::CreatePartitions,
+            25 => ApiKey::DeleteOffsets,
+            26 => ApiKey::DeleteRecords,
             _ => return None,
         })
     }
@@ -717,6 +723,9 @@ impl Default for AlterTopicRequest {
 pub const LATEST_TIMESTAMP: i64 = -1;
 /// [`ListOffsetsPartition::timestamp`]: the log start (the oldest stored offset).
 pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// [`ListOffsetsPartition::timestamp`]: the first record with the largest
+/// timestamp (its offset and timestamp; -1 and -1 when the partition is empty).
+pub const MAX_TIMESTAMP: i64 = -3;
 
 message! {
     /// One partition to look up.
@@ -728,7 +737,7 @@ message! {
         pub partition: i32,
         /// Milliseconds since the epoch (0 or more): the first offset whose
         /// record timestamp is at least this; or [`LATEST_TIMESTAMP`] (-1),
-        /// [`EARLIEST_TIMESTAMP`] (-2).
+        /// [`EARLIEST_TIMESTAMP`] (-2), [`MAX_TIMESTAMP`] (-3).
         pub timestamp: i64,
     }
 
@@ -784,7 +793,7 @@ message! {
     }
 }
 
-// ---------------------------------------------------------------- DELETE_RECORDS (extension, key 30)
+// ---------------------------------------------------------------- DELETE_RECORDS (extension, key 26)
 
 message! {
     /// DELETE_RECORDS request (extension): `[topic][partition i32][before i64]`:
@@ -806,6 +815,62 @@ message! {
     pub struct DeleteRecordsResponse {
         /// The log start after the request.
         pub log_start: i64,
+    }
+}
+
+// ---------------------------------------------------------------- CREATE_PARTITIONS, DELETE_OFFSETS (extension, keys 24, 25)
+
+message! {
+    /// CREATE_PARTITIONS request (extension): `[topic][partitions i32]
+    /// [validate_only i8]`: grow the topic to `partitions` in all (more than
+    /// it has, else INVALID_REQUEST); `validate_only` 1 runs the checks only.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct CreatePartitionsRequest {
+        /// Topic name.
+        pub topic: String,
+        /// The new partition count (in all).
+        pub partitions: i32,
+        /// 1: check only, change nothing.
+        pub validate_only: i8,
+    }
+
+    /// CREATE_PARTITIONS response: `[before i32][partitions i32]`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub struct CreatePartitionsResponse {
+        /// The count before.
+        pub before: i32,
+        /// The count now (or, validating only, what it would be).
+        pub partitions: i32,
+    }
+
+    /// DELETE_OFFSETS request (extension): `[group][topic][count i32] count *
+    /// [partition i32]`: the group's committed offsets on these partitions
+    /// of the topic go (every partition of it when the list is empty).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DeleteOffsetsRequest {
+        /// Group id.
+        pub group: String,
+        /// Topic name.
+        pub topic: String,
+        /// Partitions; empty for every partition of the topic.
+        pub partitions: Vec<i32>,
+    }
+
+    /// One partition's outcome.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct DeletedOffset {
+        /// Partition.
+        pub partition: i32,
+        /// NONE (deleted, or nothing was committed), UNKNOWN_PARTITION, or
+        /// GROUP_NOT_EMPTY: a member of the group subscribes to the topic.
+        pub error: ErrorCode,
+    }
+
+    /// DELETE_OFFSETS response: `[count i32] count * ([partition i32][error i16])`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct DeleteOffsetsResponse {
+        /// One per partition, in order.
+        pub partitions: Vec<DeletedOffset>,
     }
 }
 
@@ -1037,4 +1102,6 @@ requests! {
     HeartbeatWaitRequest => Empty: HeartbeatWait,
     GroupFetchRequest => FetchResponse: GroupFetch,
     DeleteRecordsRequest => DeleteRecordsResponse: DeleteRecords,
+    CreatePartitionsRequest => CreatePartitionsResponse: CreatePartitions,
+    DeleteOffsetsRequest => DeleteOffsetsResponse: DeleteOffsets,
 }

@@ -695,6 +695,10 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<ListGroupsResponse>(bytes)?;
     survives::<DescribeGroupRequest>(bytes)?;
     survives::<DescribeGroupResponse>(bytes)?;
+    survives::<CreatePartitionsRequest>(bytes)?;
+    survives::<CreatePartitionsResponse>(bytes)?;
+    survives::<DeleteOffsetsRequest>(bytes)?;
+    survives::<DeleteOffsetsResponse>(bytes)?;
     survives::<Span>(bytes)
 }
 

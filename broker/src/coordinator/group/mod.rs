@@ -1120,6 +1120,45 @@ impl<R> Coordinator<R> {
         ready
     }
 
+    /// A topic gained partitions: every group with a member subscribed to it
+    /// rebalances, so the new partitions get assigned. A broker-assigned
+    /// group's members learn of it from their next heartbeat
+    /// (REBALANCE_IN_PROGRESS) and rejoin; a client-assigned group's as well,
+    /// which is what Kafka's clients would do on their own once their
+    /// metadata shows the new count, only sooner. A group already waiting
+    /// for rejoins completes with the new count anyway. Returns the parked
+    /// SyncGroups that now get REBALANCE_IN_PROGRESS, and the groups rebalanced.
+    pub fn topic_grew(&mut self, topic: &str, now: u64) -> (Vec<Ready<R>>, Vec<String>) {
+        let mut ready = Vec::new();
+        let mut rebalanced = Vec::new();
+        for (name, g) in &mut self.groups {
+            let subscribed = g
+                .members
+                .values()
+                .any(|m| m.topics.iter().any(|t| t == topic));
+            if !subscribed {
+                continue;
+            }
+            if let GroupState::Stable | GroupState::CompletingRebalance { .. } = g.state {
+                g.check_at = 0;
+                ready.extend(start_rebalance(g, now));
+                rebalanced.push(name.clone());
+            }
+        }
+        rebalanced.sort_unstable();
+        (ready, rebalanced)
+    }
+
+    /// Whether a member of `group` subscribes to `topic` (a group's
+    /// committed offsets on such a topic are in use: OffsetDelete refuses them).
+    pub fn subscribes(&self, group: &str, topic: &str) -> bool {
+        self.groups.get(group).is_some_and(|g| {
+            g.members
+                .values()
+                .any(|m| m.topics.iter().any(|t| t == topic))
+        })
+    }
+
     /// Groups the last [`Coordinator::tick`] looked into.
     #[cfg(test)]
     pub fn last_tick_checked(&self) -> usize {

@@ -458,3 +458,32 @@ fn waves_of_members_that_come_and_go_leave_no_state_behind() {
         assert_eq!(c.parked_heartbeats(), 0);
     }
 }
+
+#[test]
+fn a_topic_growing_rebalances_its_subscribers_onto_every_partition() {
+    let mut c = Coordinator::new(1);
+    let two = |_: &str| 2;
+    let r = ok(c.join("g", params(""), 0, 1, &two));
+    let a = r[0].1.member_id.clone();
+    assert_eq!(parts(&r[0].1), vec![0, 1]);
+    let mut other = params("");
+    other.topics = vec!["u".into()];
+    let r = ok(c.join("h", other, 0, 2, &two));
+    let h = r[0].1.member_id.clone();
+    let (ready, rebalanced) = c.topic_grew("t", 10);
+    assert!(ready.is_empty());
+    assert_eq!(rebalanced, vec!["g".to_owned()], "only t's subscribers");
+    assert!(c.subscribes("g", "t") && !c.subscribes("h", "t"));
+    assert_eq!(
+        c.heartbeat("g", &a, 1, 20),
+        Err(ErrorCode::RebalanceInProgress)
+    );
+    assert_eq!(c.heartbeat("h", &h, 1, 20), Ok(()), "h is not touched");
+    let five = |_: &str| 5;
+    let r = ok(c.join("g", params(&a), 30, 1, &five));
+    assert_eq!(r[0].1.generation, 2);
+    assert_eq!(parts(&r[0].1), vec![0, 1, 2, 3, 4]);
+    // A group already rebalancing is left to complete with the new count.
+    let (_, again) = c.topic_grew("nobody-reads-this", 40);
+    assert!(again.is_empty());
+}

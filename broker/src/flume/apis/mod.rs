@@ -4,8 +4,10 @@
 
 pub(super) mod acls;
 pub(super) mod alter_topic;
+pub(super) mod create_partitions;
 pub(super) mod create_topic;
 pub(super) mod delete_group;
+pub(super) mod delete_offsets;
 pub(super) mod delete_records;
 pub(super) mod delete_topic;
 pub(super) mod describe_group;

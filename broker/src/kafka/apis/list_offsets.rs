@@ -1,8 +1,10 @@
 //! ListOffsets: earliest (-2), latest (-1), and a timestamp (0 or more): the
 //! first offset whose record timestamp is at least it, with that timestamp,
-//! or offset -1 and timestamp -1 when no record is that recent (as Kafka).
-//! Other negative values (-3 max timestamp, -4 local log start, -5 tiered)
-//! are answered INVALID_REQUEST.
+//! or offset -1 and timestamp -1 when no record is that recent (as Kafka);
+//! max timestamp (-3, v7+, KIP-734): the first record with the largest
+//! timestamp, its offset and timestamp (-1 and -1 when the partition holds
+//! none). Other negative values (-4 local log start, -5 tiered, and -3
+//! before v7, where Kafka does not define it) are answered INVALID_REQUEST.
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -12,10 +14,13 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
+/// Kafka's "the record with the largest timestamp" (KIP-734).
+const MAX_TIMESTAMP: i64 = -3;
+
 pub(super) async fn handle(
     ctx: &Ctx,
     req: ListOffsetsRequest,
-    _version: i16,
+    version: i16,
 ) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
@@ -43,6 +48,15 @@ pub(super) async fn handle(
                             .offset_for_time(&name, p.partition_index, ts)
                             .await
                         {
+                            Ok((offset, found)) => {
+                                pr.offset = offset;
+                                pr.timestamp = found;
+                            }
+                            Err(code) => pr.error_code = code,
+                        }
+                    }
+                    MAX_TIMESTAMP if version >= 7 => {
+                        match ctx.backend.max_timestamp(&name, p.partition_index).await {
                             Ok((offset, found)) => {
                                 pr.offset = offset;
                                 pr.timestamp = found;

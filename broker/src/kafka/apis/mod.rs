@@ -9,12 +9,15 @@
 
 mod acls;
 mod api_versions;
+mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -25,6 +28,7 @@ mod list_groups;
 mod list_offsets;
 mod metadata;
 mod offset_commit;
+mod offset_delete;
 mod offset_fetch;
 mod produce;
 mod sync_group;
@@ -63,6 +67,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 1),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
+    // Administration beyond topics: partitions, groups, log directories.
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeLogDirs, 1, 4),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -182,6 +191,12 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::DescribeAcls => answer!(req => acls::describe(ctx, req, version)),
         ApiKey::CreateAcls => answer!(req => acls::create(ctx, req, version).await),
         ApiKey::DeleteAcls => answer!(req => acls::delete(ctx, req, version).await),
+        ApiKey::CreatePartitions => {
+            answer!(req => create_partitions::handle(ctx, req, version).await)
+        }
+        ApiKey::DeleteGroups => answer!(req => delete_groups::handle(ctx, req, version).await),
+        ApiKey::OffsetDelete => answer!(req => offset_delete::handle(ctx, req, version).await),
+        ApiKey::DescribeLogDirs => answer!(req => describe_log_dirs::handle(ctx, req, version)),
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };
     encoded.map_err(|detail| RequestError::Encode {
