@@ -953,6 +953,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         Acls => "ACLS",
         HeartbeatWait => "HEARTBEAT_WAIT",
         GroupFetch => "GROUP_FETCH",
+        TopicConfigs => "TOPIC_CONFIGS",
     }
 }
 

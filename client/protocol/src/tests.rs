@@ -666,6 +666,8 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<OffsetFetchRequest>(bytes)?;
     survives::<OffsetFetchResponse>(bytes)?;
     survives::<CreateTopicRequest>(bytes)?;
+    survives::<TopicConfigsRequest>(bytes)?;
+    survives::<TopicConfigsResponse>(bytes)?;
     survives::<MetadataRequest>(bytes)?;
     survives::<MetadataResponse>(bytes)?;
     survives::<Empty>(bytes)?;
