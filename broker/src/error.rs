@@ -28,9 +28,6 @@ pub enum BrokerError {
     /// TLS could not be set up (certificate or key files).
     #[error(transparent)]
     Tls(#[from] TlsError),
-    /// A topic config by Kafka's name is unknown or out of range.
-    #[error(transparent)]
-    TopicConfig(#[from] crate::config::ConfigError),
     /// A request failed with a protocol error code.
     #[error("{code}{}", detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Code {
@@ -53,7 +50,6 @@ impl BrokerError {
             BrokerError::Storage(StorageError::InvalidBatch(_)) => ErrorCode::CorruptRecord,
             BrokerError::Storage(_) | BrokerError::Io { .. } => ErrorCode::StorageError,
             BrokerError::Config(_) | BrokerError::Tls(_) => ErrorCode::InvalidRequest,
-            BrokerError::TopicConfig(_) => ErrorCode::InvalidConfig,
         }
     }
 

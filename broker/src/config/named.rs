@@ -418,6 +418,13 @@ pub enum ConfigError {
     },
 }
 
+/// INVALID_CONFIG, with the message naming the config and the value.
+impl From<ConfigError> for crate::error::BrokerError {
+    fn from(e: ConfigError) -> Self {
+        crate::error::BrokerError::code_for(flume_protocol::ErrorCode::InvalidConfig, e.to_string())
+    }
+}
+
 impl ConfigError {
     /// An invalid value.
     pub fn invalid(name: &str, value: &str, why: impl Into<String>) -> Self {

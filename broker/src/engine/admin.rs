@@ -212,7 +212,7 @@ impl Engine {
     /// `validate_only` nothing is stored. Returns the settings after the change.
     ///
     /// # Errors
-    /// UNKNOWN_TOPIC; [`BrokerError::TopicConfig`] (INVALID_CONFIG) naming
+    /// UNKNOWN_TOPIC; INVALID_CONFIG naming
     /// the config and the value; storage errors (nothing changed then).
     pub async fn alter_topic_configs(
         &self,
