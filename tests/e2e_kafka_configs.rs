@@ -297,6 +297,10 @@ fn incremental_alter_configs_sets_deletes_appends_subtracts_and_survives_a_resta
     assert_eq!(code, INVALID_CONFIG);
     let msg = msg.unwrap_or_default();
     assert!(msg.contains("segment.ms") && msg.contains("-5"), "{msg}");
+    assert!(
+        !msg.contains("(21)"),
+        "no Flume code in a Kafka message: {msg}"
+    );
     // APPEND to a config that is not a list, an unknown op, a broker resource.
     assert_eq!(
         alter(&mut k, TOPIC, "t", &[("retention.ms", 2, Some("5"))])?.0,

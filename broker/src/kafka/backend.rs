@@ -190,7 +190,7 @@ impl Backend {
             .alter_topic_configs(name, ops, validate_only)
             .await
             .map(|_| ())
-            .map_err(|e| (kafka_code(e.code()), e.to_string()))
+            .map_err(|e| (kafka_code(e.code()), detail(&e)))
     }
 
     /// Every topic, by name.
@@ -604,6 +604,17 @@ impl Backend {
     /// Every group, sorted by name.
     pub fn list_groups(&self) -> Vec<GroupListing> {
         self.engine.list_groups()
+    }
+}
+
+/// An error's message for a Kafka client: the detail alone when there is
+/// one (the Flume code's name would only confuse a Kafka client).
+fn detail(e: &crate::error::BrokerError) -> String {
+    match e {
+        crate::error::BrokerError::Code {
+            detail: Some(d), ..
+        } => d.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -94,8 +94,14 @@ async fn answer(
             for c in &req.set {
                 tc.set_named(&c.name, &c.value)?;
             }
-            tc.check()
-                .map_err(|e| BrokerError::code_for(ErrorCode::InvalidRequest, e))?;
+            tc.check().map_err(|e| {
+                let code = if e.starts_with("partitions") {
+                    ErrorCode::InvalidRequest
+                } else {
+                    ErrorCode::InvalidConfig
+                };
+                BrokerError::code_for(code, e)
+            })?;
             if validate_only {
                 if engine.topic(&req.name).is_some() {
                     return Err(BrokerError::code_for(
