@@ -1,6 +1,7 @@
 //! Broker and topic settings. A topic's settings are stored in its directory
 //! (`topic.conf`, `key=value` lines) and reloaded on restart.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -10,6 +11,9 @@ pub use flume_rt::BusyPoll;
 use crate::clock::Clock;
 use crate::error::BrokerError;
 use crate::storage::FsyncPolicy;
+
+pub mod named;
+pub use named::{CleanupPolicy, CompressionType, ConfigError, TimestampType};
 
 /// What a producer meets when a partition queue is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,7 +55,36 @@ pub const MIN_REQUEST_SEGMENT_BYTES: u64 = 1024;
 /// Largest `segment_bytes` (2 GiB: positions in a segment must fit the index's u32).
 pub const MAX_SEGMENT_BYTES: u64 = crate::storage::log::MAX_SEGMENT_BYTES;
 
-/// Settings of one topic, fixed at creation.
+/// Kafka's default `max.message.bytes` (1 MiB and a batch header).
+pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 1_048_588;
+/// Kafka's default `segment.ms` (7 days).
+pub const DEFAULT_SEGMENT_MS: u64 = 604_800_000;
+/// Kafka's default `delete.retention.ms` (1 day).
+pub const DEFAULT_DELETE_RETENTION_MS: u64 = 86_400_000;
+
+/// The Kafka configs with a typed field in [`TopicConfig`], stored in
+/// `topic.conf` by their Kafka names.
+const TYPED_CONFIGS: [&str; 9] = [
+    "cleanup.policy",
+    "compression.type",
+    "delete.retention.ms",
+    "max.compaction.lag.ms",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "segment.ms",
+];
+
+/// The Kafka configs stored in `topic.conf` under Flume's own keys
+/// (`retention_ms`, ...), as before named configs.
+const FLUME_KEYED_CONFIGS: [&str; 3] = ["retention.bytes", "retention.ms", "segment.bytes"];
+
+/// Settings of one topic: the partition count is fixed at creation, the
+/// rest may change while it runs ([`crate::Engine::alter_topic`],
+/// [`crate::Engine::alter_topic_configs`]). Kafka's topic configs are set
+/// and read by name through [`TopicConfig::set_named`] and
+/// [`TopicConfig::named_value`] ([`named::TOPIC_CONFIGS`] lists them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicConfig {
     /// Number of partitions.
@@ -67,6 +100,34 @@ pub struct TopicConfig {
     pub segment_bytes: u64,
     /// Behaviour when a partition queue is full.
     pub backpressure: Backpressure,
+    /// `cleanup.policy`: whether retention deletes and whether the log is compacted.
+    pub cleanup_policy: CleanupPolicy,
+    /// `segment.ms`: the age at which the active segment is rolled (`None`:
+    /// never). Stored and reported; segments are rolled by size only so far.
+    pub segment_ms: Option<u64>,
+    /// `min.compaction.lag.ms`: a record is not compacted away before this age.
+    pub min_compaction_lag_ms: u64,
+    /// `max.compaction.lag.ms`: a record is compacted by this age (`None`: no bound).
+    pub max_compaction_lag_ms: Option<u64>,
+    /// `delete.retention.ms`: how long a tombstone outlives compaction.
+    pub delete_retention_ms: u64,
+    /// `min.cleanable.dirty.ratio` in parts per million (0..=1 000 000), so
+    /// the settings stay `Eq`: see [`TopicConfig::min_cleanable_dirty_ratio`].
+    pub min_cleanable_dirty_ratio_ppm: u32,
+    /// `max.message.bytes`: the largest record batch (Kafka) or record
+    /// (Flume, its 16-byte header included) a produce may store.
+    pub max_message_bytes: u32,
+    /// `message.timestamp.type`: with LogAppendTime the broker gives each
+    /// record its append time.
+    pub message_timestamp_type: TimestampType,
+    /// `compression.type`: stored and reported (records are stored uncompressed).
+    pub compression_type: CompressionType,
+    /// The other configs set on the topic that are accepted and reported
+    /// only (see [`named::Support`]), by name, their values normalised.
+    pub other_configs: BTreeMap<String, String>,
+    /// The configs set on this topic by name (its overrides): DescribeConfigs
+    /// reports them as the topic's own rather than the broker's defaults.
+    pub overrides: BTreeSet<String>,
 }
 
 impl Default for TopicConfig {
@@ -78,6 +139,17 @@ impl Default for TopicConfig {
             retention_ms: None,
             segment_bytes: 64 * 1024 * 1024,
             backpressure: Backpressure::Block,
+            cleanup_policy: CleanupPolicy::Delete,
+            segment_ms: Some(DEFAULT_SEGMENT_MS),
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: None,
+            delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
+            min_cleanable_dirty_ratio_ppm: 500_000,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            message_timestamp_type: TimestampType::CreateTime,
+            compression_type: CompressionType::Producer,
+            other_configs: BTreeMap::new(),
+            overrides: BTreeSet::new(),
         }
     }
 }
@@ -88,10 +160,13 @@ impl TopicConfig {
         topic_dir.join("topic.conf")
     }
 
-    /// The `key=value` text stored on disk.
+    /// The `key=value` text stored on disk: Flume's own keys, then every
+    /// served Kafka config by its Kafka name, the accepted-only ones set on
+    /// the topic, and `overrides` (the names set on the topic itself).
     pub fn to_text(&self) -> String {
+        use std::fmt::Write as _;
         let opt = |v: Option<u64>| v.map_or_else(|| "none".to_owned(), |v| v.to_string());
-        format!(
+        let mut text = format!(
             "partitions={}\nmax_pending={}\nretention_bytes={}\nretention_ms={}\nsegment_bytes={}\nbackpressure={}\n",
             self.partitions,
             self.max_pending,
@@ -99,7 +174,17 @@ impl TopicConfig {
             opt(self.retention_ms),
             self.segment_bytes,
             self.backpressure
-        )
+        );
+        for name in TYPED_CONFIGS {
+            let v = self.named_value(name).unwrap_or_default();
+            let _ = writeln!(text, "{name}={v}");
+        }
+        for (k, v) in &self.other_configs {
+            let _ = writeln!(text, "{k}={v}");
+        }
+        let overrides: Vec<&str> = self.overrides.iter().map(String::as_str).collect();
+        let _ = writeln!(text, "overrides={}", overrides.join(","));
+        text
     }
 
     /// Parses [`TopicConfig::to_text`]; unknown keys are ignored (newer versions).
@@ -152,11 +237,175 @@ impl TopicConfig {
                     }
                 }
                 "backpressure" => c.backpressure = v.parse()?,
+                "overrides" => {
+                    c.overrides = v
+                        .split(',')
+                        .filter(|n| named::topic_config(n).is_some())
+                        .map(str::to_owned)
+                        .collect();
+                }
+                // Kafka's names; a name this version does not know is ignored.
+                _ if named::topic_config(k).is_some() => {
+                    c.apply_named(k, v).map_err(|e| e.to_string())?
+                }
                 _ => {}
             }
         }
         c.check()?;
         Ok(c)
+    }
+
+    /// Sets a config by its Kafka name and marks it as set on the topic.
+    ///
+    /// # Errors
+    /// [`ConfigError`]: an unknown name or a value out of its range, named
+    /// with the value.
+    pub fn set_named(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        self.apply_named(name, value)?;
+        self.overrides.insert(name.to_owned());
+        Ok(())
+    }
+
+    /// Takes a config back to its value in `defaults` (the broker's default
+    /// topic settings) and forgets it was set on the topic.
+    ///
+    /// # Errors
+    /// [`ConfigError::Unknown`].
+    pub fn reset_named(&mut self, name: &str, defaults: &TopicConfig) -> Result<(), ConfigError> {
+        let def = named::topic_config(name).ok_or_else(|| ConfigError::Unknown {
+            name: name.to_owned(),
+            value: String::new(),
+        })?;
+        if TYPED_CONFIGS.contains(&def.name) || FLUME_KEYED_CONFIGS.contains(&def.name) {
+            let v = defaults.named_value(name).unwrap_or_default();
+            self.apply_named(name, &v)?;
+        } else {
+            match defaults.other_configs.get(name) {
+                Some(v) => self.other_configs.insert(name.to_owned(), v.clone()),
+                None => self.other_configs.remove(name),
+            };
+        }
+        self.overrides.remove(name);
+        Ok(())
+    }
+
+    /// Sets a config by name without marking it as set on the topic.
+    fn apply_named(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        use named::{int_in, long_at_least};
+        let def = named::topic_config(name).ok_or_else(|| ConfigError::Unknown {
+            name: name.to_owned(),
+            value: value.to_owned(),
+        })?;
+        let unsigned = |v: i64| u64::try_from(v).unwrap_or(0);
+        let invalid = |why: String| ConfigError::invalid(name, value, why);
+        match name {
+            "cleanup.policy" => self.cleanup_policy = value.parse().map_err(invalid)?,
+            "compression.type" => self.compression_type = value.trim().parse().map_err(invalid)?,
+            "message.timestamp.type" => {
+                self.message_timestamp_type = value.trim().parse().map_err(invalid)?
+            }
+            "retention.ms" => {
+                let v = long_at_least(name, value, -1)?;
+                self.retention_ms = (v >= 0).then(|| unsigned(v));
+            }
+            "retention.bytes" => {
+                let v = long_at_least(name, value, -1)?;
+                self.retention_bytes = (v >= 0).then(|| unsigned(v));
+            }
+            "segment.bytes" => {
+                let v = int_in(
+                    name,
+                    value,
+                    i64::try_from(MIN_REQUEST_SEGMENT_BYTES).unwrap_or(1024),
+                    i64::try_from(MAX_SEGMENT_BYTES).unwrap_or(i64::MAX),
+                )?;
+                self.segment_bytes = unsigned(v);
+            }
+            "segment.ms" => {
+                let v = long_at_least(name, value, 1)?;
+                self.segment_ms = (v < i64::MAX).then(|| unsigned(v));
+            }
+            "min.compaction.lag.ms" => {
+                self.min_compaction_lag_ms = unsigned(long_at_least(name, value, 0)?)
+            }
+            "max.compaction.lag.ms" => {
+                let v = long_at_least(name, value, 1)?;
+                self.max_compaction_lag_ms = (v < i64::MAX).then(|| unsigned(v));
+            }
+            "delete.retention.ms" => {
+                self.delete_retention_ms = unsigned(long_at_least(name, value, 0)?)
+            }
+            "min.cleanable.dirty.ratio" => match value.trim().parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => {
+                    // In range, so the product is 0..=1e6 and fits a u32.
+                    self.min_cleanable_dirty_ratio_ppm = (r * 1e6).round() as u32;
+                }
+                _ => return Err(invalid("it must be a number in 0..=1".to_owned())),
+            },
+            "max.message.bytes" => {
+                let v = int_in(name, value, 0, i64::from(i32::MAX))?;
+                self.max_message_bytes = u32::try_from(v).unwrap_or(u32::MAX);
+            }
+            _ => {
+                let v = named::check_other(def, value)?;
+                self.other_configs.insert(name.to_owned(), v);
+            }
+        }
+        Ok(())
+    }
+
+    /// A config's value by its Kafka name, as DescribeConfigs reports it
+    /// (-1 for no retention limit); `None` for a name that is not a topic config.
+    pub fn named_value(&self, name: &str) -> Option<String> {
+        let long = |v: Option<u64>, none: i64| {
+            v.map_or(none, |v| i64::try_from(v).unwrap_or(i64::MAX))
+                .to_string()
+        };
+        named::topic_config(name)?;
+        Some(match name {
+            "cleanup.policy" => self.cleanup_policy.to_string(),
+            "compression.type" => self.compression_type.to_string(),
+            "message.timestamp.type" => self.message_timestamp_type.to_string(),
+            "retention.ms" => long(self.retention_ms, -1),
+            "retention.bytes" => long(self.retention_bytes, -1),
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => long(self.segment_ms, i64::MAX),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "max.compaction.lag.ms" => long(self.max_compaction_lag_ms, i64::MAX),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio().to_string(),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            other => self
+                .other_configs
+                .get(other)
+                .cloned()
+                .unwrap_or_else(|| named::other_default(other).to_owned()),
+        })
+    }
+
+    /// Every topic config by name with its value, sorted by name.
+    pub fn named_values(&self) -> Vec<(&'static str, String)> {
+        named::TOPIC_CONFIGS
+            .iter()
+            .map(|d| (d.name, self.named_value(d.name).unwrap_or_default()))
+            .collect()
+    }
+
+    /// `min.cleanable.dirty.ratio`: the share of a log not yet compacted
+    /// that makes it eligible for compaction, 0..=1.
+    pub fn min_cleanable_dirty_ratio(&self) -> f64 {
+        f64::from(self.min_cleanable_dirty_ratio_ppm) / 1e6
+    }
+
+    /// The retention partitions apply: `(bytes, ms)`, both `None` when the
+    /// cleanup policy does not delete (a compact-only topic keeps every
+    /// segment; compaction alone bounds it).
+    pub fn log_retention(&self) -> (Option<u64>, Option<u64>) {
+        if self.cleanup_policy.deletes() {
+            (self.retention_bytes, self.retention_ms)
+        } else {
+            (None, None)
+        }
     }
 
     /// Checks the settings against the hard limits.
@@ -181,6 +430,14 @@ impl TopicConfig {
                 "segment_bytes is {}, it must be 1..={MAX_SEGMENT_BYTES}",
                 self.segment_bytes
             ));
+        }
+        if let Some(max) = self.max_compaction_lag_ms {
+            if self.min_compaction_lag_ms > max {
+                return Err(format!(
+                    "min.compaction.lag.ms is {}, above max.compaction.lag.ms {max}",
+                    self.min_compaction_lag_ms
+                ));
+            }
         }
         Ok(())
     }
@@ -210,6 +467,16 @@ impl TopicConfig {
         let any = u64::try_from(i64::MAX).unwrap_or(u64::MAX);
         let max_partitions = u64::from(MAX_PARTITIONS_PER_TOPIC);
         let max_pending_limit = u64::try_from(MAX_PENDING_LIMIT).unwrap_or(u64::MAX);
+        let mut overrides = BTreeSet::new();
+        for (name, v) in [
+            ("retention.bytes", req.retention_bytes),
+            ("retention.ms", req.retention_ms),
+            ("segment.bytes", req.segment_bytes),
+        ] {
+            if v != -1 {
+                overrides.insert(name.to_owned());
+            }
+        }
         Ok(TopicConfig {
             partitions: match field("partitions", i64::from(req.partitions), 1, max_partitions)? {
                 Some(v) => u32::try_from(v).unwrap_or(MAX_PARTITIONS_PER_TOPIC),
@@ -239,7 +506,18 @@ impl TopicConfig {
                     ))
                 }
             },
+            overrides,
+            ..defaults.for_new_topic()
         })
+    }
+
+    /// These settings as the start of a new topic's: the broker's defaults
+    /// with nothing marked as set on the topic.
+    pub fn for_new_topic(&self) -> TopicConfig {
+        TopicConfig {
+            overrides: BTreeSet::new(),
+            ..self.clone()
+        }
     }
 }
 
@@ -628,6 +906,156 @@ mod tests {
     }
 
     #[test]
+    fn an_old_topic_conf_loads_with_kafka_defaults() {
+        // What a broker before named configs wrote.
+        let old = "partitions=2\nmax_pending=16\nretention_bytes=none\nretention_ms=3600000\nsegment_bytes=1048576\nbackpressure=block\n";
+        let c = TopicConfig::from_text(old).unwrap();
+        assert_eq!(
+            (c.partitions, c.retention_ms, c.segment_bytes),
+            (2, Some(3_600_000), 1_048_576)
+        );
+        assert_eq!(c.cleanup_policy, CleanupPolicy::Delete);
+        assert_eq!(c.max_message_bytes, 1_048_588);
+        assert_eq!(c.delete_retention_ms, 86_400_000);
+        assert_eq!(c.min_compaction_lag_ms, 0);
+        assert_eq!(c.max_compaction_lag_ms, None);
+        assert_eq!(c.segment_ms, Some(604_800_000));
+        assert!((c.min_cleanable_dirty_ratio() - 0.5).abs() < 1e-9);
+        assert_eq!(c.message_timestamp_type, TimestampType::CreateTime);
+        assert!(c.overrides.is_empty());
+        assert_eq!(c.named_value("retention.ms").as_deref(), Some("3600000"));
+        assert_eq!(c.named_value("retention.bytes").as_deref(), Some("-1"));
+        assert_eq!(c.named_value("min.insync.replicas").as_deref(), Some("1"));
+        // An unknown key (a newer broker's) is still ignored.
+        assert!(TopicConfig::from_text("partitions=1\nsome.future.config=7\n").is_ok());
+    }
+
+    #[test]
+    fn named_configs_round_trip_through_topic_conf() {
+        let mut c = TopicConfig::default();
+        for (k, v) in [
+            ("cleanup.policy", "delete,compact"),
+            ("retention.ms", "-1"),
+            ("retention.bytes", "1048576"),
+            ("segment.bytes", "2048"),
+            ("segment.ms", "3600000"),
+            ("min.compaction.lag.ms", "1000"),
+            ("max.compaction.lag.ms", "60000"),
+            ("delete.retention.ms", "5000"),
+            ("min.cleanable.dirty.ratio", "0.25"),
+            ("max.message.bytes", "2097152"),
+            ("message.timestamp.type", "LogAppendTime"),
+            ("compression.type", "zstd"),
+            ("unclean.leader.election.enable", "true"),
+            ("flush.messages", "100"),
+            ("follower.replication.throttled.replicas", ""),
+        ] {
+            c.set_named(k, v).unwrap_or_else(|e| panic!("{k}={v}: {e}"));
+        }
+        assert_eq!(c.cleanup_policy, CleanupPolicy::CompactDelete);
+        assert_eq!(c.retention_bytes, Some(1_048_576));
+        assert_eq!(c.min_cleanable_dirty_ratio_ppm, 250_000);
+        assert_eq!(c.max_compaction_lag_ms, Some(60_000));
+        assert_eq!(
+            c.named_value("cleanup.policy").as_deref(),
+            Some("compact,delete")
+        );
+        assert_eq!(
+            c.named_value("min.cleanable.dirty.ratio").as_deref(),
+            Some("0.25")
+        );
+        assert!(c.overrides.contains("compression.type"));
+        let back = TopicConfig::from_text(&c.to_text()).unwrap();
+        assert_eq!(back, c);
+        // DELETE takes the broker's default back and forgets the override.
+        let defaults = TopicConfig::default();
+        let mut r = back;
+        r.reset_named("cleanup.policy", &defaults).unwrap();
+        r.reset_named("flush.messages", &defaults).unwrap();
+        assert_eq!(r.cleanup_policy, CleanupPolicy::Delete);
+        assert_eq!(
+            r.named_value("flush.messages").as_deref(),
+            Some("9223372036854775807")
+        );
+        assert!(!r.overrides.contains("cleanup.policy"));
+    }
+
+    #[test]
+    fn bad_named_configs_name_the_config_and_the_value() {
+        let mut c = TopicConfig::default();
+        for (k, v) in [
+            ("cleanup.policy", "shred"),
+            ("retention.ms", "-2"),
+            ("retention.ms", "soon"),
+            ("segment.bytes", "10"),
+            ("segment.ms", "0"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.cleanable.dirty.ratio", "NaN"),
+            ("max.message.bytes", "-1"),
+            ("message.timestamp.type", "Now"),
+            ("compression.type", "brotli"),
+            ("min.insync.replicas", "2"),
+            ("preallocate", "true"),
+            ("max.compaction.lag.ms", "0"),
+        ] {
+            let e = c.set_named(k, v).expect_err(k).to_string();
+            assert!(e.contains(k) && e.contains(v), "{k}={v}: {e}");
+        }
+        let e = c.set_named("replication.factor", "1").unwrap_err();
+        assert!(matches!(e, ConfigError::Unknown { .. }), "{e}");
+        assert_eq!(c, TopicConfig::default(), "nothing changed");
+        c.set_named("min.compaction.lag.ms", "10").unwrap();
+        c.set_named("max.compaction.lag.ms", "5").unwrap();
+        assert!(c.check().is_err(), "min above max");
+    }
+
+    #[test]
+    fn retention_is_not_applied_when_the_policy_does_not_delete() {
+        let mut c = TopicConfig {
+            retention_bytes: Some(100),
+            retention_ms: Some(1000),
+            ..TopicConfig::default()
+        };
+        assert_eq!(c.log_retention(), (Some(100), Some(1000)));
+        c.set_named("cleanup.policy", "compact").unwrap();
+        assert!(c.cleanup_policy.compacts() && !c.cleanup_policy.deletes());
+        assert_eq!(c.log_retention(), (None, None));
+        c.set_named("cleanup.policy", "compact,delete").unwrap();
+        assert_eq!(c.log_retention(), (Some(100), Some(1000)));
+    }
+
+    #[test]
+    fn sources_tell_topic_broker_and_default_apart() {
+        use named::{describe_broker, describe_topic, ConfigSource};
+        let mut defaults = TopicConfig::default();
+        defaults.set_named("max.message.bytes", "2000000").unwrap();
+        let mut t = defaults.for_new_topic();
+        t.set_named("cleanup.policy", "compact").unwrap();
+        let d = describe_topic(&t, &defaults);
+        let get = |n: &str| d.iter().find(|c| c.name == n).unwrap().clone();
+        assert_eq!(get("cleanup.policy").source, ConfigSource::Topic);
+        assert_eq!(get("cleanup.policy").synonyms.len(), 2);
+        assert_eq!(get("cleanup.policy").synonyms[1].name, "log.cleanup.policy");
+        assert_eq!(get("max.message.bytes").source, ConfigSource::StaticBroker);
+        assert_eq!(get("max.message.bytes").value, "2000000");
+        assert_eq!(
+            get("max.message.bytes").synonyms[0].name,
+            "message.max.bytes"
+        );
+        assert_eq!(get("delete.retention.ms").source, ConfigSource::Default);
+        assert_eq!(d.len(), named::TOPIC_CONFIGS.len());
+        let b = describe_broker(&defaults);
+        let m = b.iter().find(|c| c.name == "message.max.bytes").unwrap();
+        assert_eq!(
+            (m.value.as_str(), m.source),
+            ("2000000", ConfigSource::StaticBroker)
+        );
+        assert!(b
+            .iter()
+            .any(|c| c.name == "log.cleanup.policy" && c.source == ConfigSource::Default));
+    }
+
+    #[test]
     fn topic_config_round_trips_through_text() {
         let c = TopicConfig {
             partitions: 6,
@@ -636,6 +1064,7 @@ mod tests {
             retention_ms: None,
             segment_bytes: 4096,
             backpressure: Backpressure::Reject,
+            ..TopicConfig::default()
         };
         assert_eq!(TopicConfig::from_text(&c.to_text()).unwrap(), c);
         assert!(TopicConfig::from_text("partitions=0").is_err());

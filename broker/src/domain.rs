@@ -575,6 +575,20 @@ pub struct TopicChanges {
     pub segment_bytes: Option<u64>,
 }
 
+/// One change to a topic config by its Kafka name (IncrementalAlterConfigs'
+/// operations; the CLI's `--config` and `--delete-config`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOp {
+    /// Set the config on the topic.
+    Set(String, String),
+    /// Take it back to the broker's default.
+    Delete(String),
+    /// Add the entries of a comma-separated list (list configs only).
+    Append(String, String),
+    /// Remove the entries of a comma-separated list (list configs only).
+    Subtract(String, String),
+}
+
 /// One group's summary (see the coordinator's summaries).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupSummary {

@@ -220,8 +220,9 @@ impl PartitionStats {
     }
 }
 
-const NAPIS: usize = 25;
-const NCODES: usize = 21;
+const NAPIS: usize = 26;
+/// Codes 0..=21 by number, the last row for every other code.
+const NCODES: usize = 23;
 
 /// A dense row per API key (the keys have gaps: 18-19 are unused), the
 /// last row for keys the broker does not know.
@@ -230,9 +231,10 @@ fn api_index(api_key: i16) -> usize {
         Some(ApiKey::Authenticate) => 18,
         Some(ApiKey::Users) => 19,
         Some(ApiKey::Acls) => 20,
-        Some(ApiKey::CreatePartitions) => 21,
-        Some(ApiKey::DeleteOffsets) => 22,
-        Some(ApiKey::DeleteRecords) => 23,
+        Some(ApiKey::TopicConfigs) => 21,
+        Some(ApiKey::CreatePartitions) => 22,
+        Some(ApiKey::DeleteOffsets) => 23,
+        Some(ApiKey::DeleteRecords) => 24,
         Some(a) if (a as usize) < 18 => a as usize,
         _ => NAPIS - 1,
     }
@@ -262,6 +264,7 @@ pub fn api_name(index: usize) -> &'static str {
         "authenticate",
         "users",
         "acls",
+        "topic_configs",
         "create_partitions",
         "delete_offsets",
         "delete_records",

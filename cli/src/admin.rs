@@ -129,6 +129,56 @@ pub async fn settings(admin: &Admin, name: &str) -> Result<String> {
     ))
 }
 
+/// `topics describe`'s table of every config with its value and source; a
+/// broker without TOPIC_CONFIGS (older) gets a note instead.
+pub async fn print_configs(admin: &Admin, name: &str) -> Result<()> {
+    match admin.describe_topic_configs(name).await {
+        Ok(resp) => {
+            println!("{:<40} {:<24} SOURCE", "CONFIG", "VALUE");
+            for c in resp.configs {
+                let source = match c.source {
+                    flume_client::CONFIG_SOURCE_TOPIC => "topic",
+                    flume_client::CONFIG_SOURCE_BROKER => "broker",
+                    _ => "default",
+                };
+                println!("{:<40} {:<24} {source}", c.name, c.value);
+            }
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => {
+            println!("(this broker does not list topic configs by name)");
+            Ok(())
+        }
+        Err(e) => Err(describe(e)),
+    }
+}
+
+/// `topics alter` with `--config` / `--delete-config`.
+pub async fn alter_topic_configs(
+    broker: &BrokerAddr,
+    name: &str,
+    set: &[(&str, &str)],
+    delete: &[&str],
+) -> Result<()> {
+    let admin = connect(broker).await?;
+    match admin.alter_topic_configs(name, set, delete).await {
+        Ok(resp) => {
+            let changed: Vec<String> = resp
+                .configs
+                .iter()
+                .filter(|c| {
+                    set.iter().any(|(k, _)| *k == c.name) || delete.contains(&c.name.as_str())
+                })
+                .map(|c| format!("{}={}", c.name, c.value))
+                .collect();
+            println!("altered topic {name}: {}", changed.join(" "));
+            Ok(())
+        }
+        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
+        Err(e) => Err(describe(e)),
+    }
+}
+
 /// `topics delete`.
 pub async fn delete_topic(broker: &BrokerAddr, name: &str) -> Result<()> {
     let admin = connect(broker).await?;

@@ -25,7 +25,9 @@ pub struct Cli {
     pub command: Command,
 }
 
+// One value per process, parsed once: its size does not matter.
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run a broker (Ctrl-C shuts it down gracefully).
     Broker(Box<BrokerArgs>),
@@ -152,6 +154,12 @@ pub struct BrokerArgs {
     /// Segment size (bytes).
     #[arg(long, env = "FLUME_SEGMENT_BYTES", default_value_t = 64 * 1024 * 1024, value_parser = range_u64(1024, 1 << 31))]
     segment_bytes: u64,
+    /// A default for topics created from then on by Kafka's topic config
+    /// name, NAME=VALUE (repeat for more): `cleanup.policy=compact`,
+    /// `max.message.bytes=2097152`, ... (`docs/kafka.md` lists them). It
+    /// comes after the shorthand flags above (`--retention-ms`, ...).
+    #[arg(long, env = "FLUME_TOPIC_CONFIG", value_name = "NAME=VALUE", value_parser = parse_config_pair)]
+    topic_config: Vec<String>,
     /// Partition queue capacity (pending append requests).
     #[arg(long, env = "FLUME_MAX_PENDING", default_value_t = 1024, value_parser = range_u64(1, 100_000))]
     max_pending: u64,
@@ -395,13 +403,18 @@ pub enum TopicsCommand {
         /// Retention by age (ms).
         #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         retention_ms: Option<i64>,
-        /// When a partition queue is full: block or reject.
-        #[arg(long)]
+        /// When a partition queue is full: block or reject (not with --config).
+        #[arg(long, conflicts_with = "config")]
         backpressure: Option<Backpressure>,
+        /// A topic config by Kafka's name, NAME=VALUE (repeat for more):
+        /// `cleanup.policy=compact`, `retention.ms=86400000`, ...
+        #[arg(long, value_name = "NAME=VALUE", value_parser = parse_config_pair)]
+        config: Vec<String>,
         #[command(flatten)]
         broker: BrokerAddr,
     },
-    /// Settings, and start and end offsets of every partition of a topic.
+    /// Settings, every config with its source, and start and end offsets of
+    /// every partition of a topic.
     Describe {
         /// Topic name.
         name: String,
@@ -457,7 +470,7 @@ pub enum TopicsCommand {
     /// restarts); prints the settings after the change.
     #[command(allow_negative_numbers = true)]
     #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)
-        .args(["retention_ms", "retention_bytes", "segment_bytes"])))]
+        .args(["retention_ms", "retention_bytes", "segment_bytes", "config", "delete_config"])))]
     Alter {
         /// Topic name.
         name: String,
@@ -471,9 +484,28 @@ pub enum TopicsCommand {
         /// Segment size in bytes (taken at the next roll).
         #[arg(long, value_parser = range_u64(1024, 1 << 31))]
         segment_bytes: Option<u64>,
+        /// Set a topic config by Kafka's name, NAME=VALUE (repeat for more).
+        #[arg(long, value_name = "NAME=VALUE", value_parser = parse_config_pair)]
+        config: Vec<String>,
+        /// Take a topic config back to the broker's default (repeat for more).
+        #[arg(long, value_name = "NAME")]
+        delete_config: Vec<String>,
         #[command(flatten)]
         broker: BrokerAddr,
     },
+}
+
+/// A `NAME=VALUE` pair of `--config` and `--topic-config`.
+fn parse_config_pair(s: &str) -> std::result::Result<String, String> {
+    match s.split_once('=') {
+        Some((name, _)) if !name.trim().is_empty() => Ok(s.to_owned()),
+        _ => Err(format!("{s:?} is not NAME=VALUE")),
+    }
+}
+
+/// The `(name, value)` of a checked `NAME=VALUE` pair.
+fn config_pair(s: &str) -> (&str, &str) {
+    s.split_once('=').map_or((s, ""), |(n, v)| (n.trim(), v))
 }
 
 #[derive(Debug, Subcommand)]
@@ -613,14 +645,23 @@ fn broker_signals() -> Result<(async_channel::Receiver<()>, async_channel::Recei
 
 /// The settings of topics created without explicit ones.
 fn topic_defaults(a: &BrokerArgs) -> Result<TopicConfig> {
-    Ok(TopicConfig {
+    let mut tc = TopicConfig {
         partitions: u32::try_from(a.partitions)?,
         retention_bytes: a.retention_bytes,
         retention_ms: a.retention_ms,
         segment_bytes: a.segment_bytes,
         max_pending: usize::try_from(a.max_pending)?,
         backpressure: a.backpressure,
-    })
+        ..TopicConfig::default()
+    };
+    for pair in &a.topic_config {
+        let (name, value) = config_pair(pair);
+        tc.set_named(name, value)
+            .with_context(|| format!("--topic-config {pair}"))?;
+    }
+    tc.check()
+        .map_err(|e| anyhow::anyhow!("--topic-config: {e}"))?;
+    Ok(tc)
 }
 
 fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
@@ -769,6 +810,7 @@ fn reload(broker: &Broker, started: &BrokerArgs, settings: &mut crate::settings:
         "retention-bytes",
         "retention-ms",
         "segment-bytes",
+        "topic-config",
         "max-pending",
         "backpressure",
     ];
@@ -882,11 +924,32 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             retention_bytes,
             retention_ms,
             backpressure,
+            config,
             broker,
         } => {
             let admin = Admin::connect_with(&broker.addr, broker.connection()?)
                 .await
                 .context("cannot reach the broker")?;
+            if !config.is_empty() {
+                let (rb, rm) = (
+                    retention_bytes.map(|v| v.to_string()),
+                    retention_ms.map(|v| v.to_string()),
+                );
+                let mut pairs: Vec<(&str, &str)> = Vec::new();
+                if let Some(v) = &rb {
+                    pairs.push(("retention.bytes", v));
+                }
+                if let Some(v) = &rm {
+                    pairs.push(("retention.ms", v));
+                }
+                pairs.extend(config.iter().map(|p| config_pair(p)));
+                admin
+                    .create_topic_with_configs(&name, partitions, &pairs)
+                    .await
+                    .map_err(describe)?;
+                println!("created topic {name} with {partitions} partitions");
+                return Ok(());
+            }
             admin
                 .create_topic(CreateTopicRequest {
                     name: name.clone(),
@@ -918,6 +981,7 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             };
             println!("topic {name}: {} partitions", t.partitions.len());
             println!("{}", crate::admin::settings(&admin, &name).await?);
+            crate::admin::print_configs(&admin, &name).await?;
             println!("{:>9} {:>12} {:>12}", "PARTITION", "START", "END");
             for p in t.partitions {
                 println!("{:>9} {:>12} {:>12}", p.partition, p.log_start, p.log_end);
@@ -948,10 +1012,36 @@ async fn topics(cmd: TopicsCommand) -> Result<()> {
             retention_ms,
             retention_bytes,
             segment_bytes,
+            config,
+            delete_config,
             broker,
         } => {
-            crate::admin::alter_topic(&broker, &name, retention_ms, retention_bytes, segment_bytes)
+            if config.is_empty() && delete_config.is_empty() {
+                crate::admin::alter_topic(
+                    &broker,
+                    &name,
+                    retention_ms,
+                    retention_bytes,
+                    segment_bytes,
+                )
                 .await?;
+            } else {
+                let limit = |l: Option<crate::admin::Limit>| {
+                    l.map(|crate::admin::Limit(v)| v.map_or("-1".to_owned(), |v| v.to_string()))
+                };
+                let shorthands = [
+                    ("retention.ms", limit(retention_ms)),
+                    ("retention.bytes", limit(retention_bytes)),
+                    ("segment.bytes", segment_bytes.map(|v| v.to_string())),
+                ];
+                let mut set: Vec<(&str, &str)> = shorthands
+                    .iter()
+                    .filter_map(|(k, v)| v.as_deref().map(|v| (*k, v)))
+                    .collect();
+                set.extend(config.iter().map(|p| config_pair(p)));
+                let delete: Vec<&str> = delete_config.iter().map(String::as_str).collect();
+                crate::admin::alter_topic_configs(&broker, &name, &set, &delete).await?;
+            }
         }
     }
     Ok(())

@@ -34,6 +34,7 @@ pub const RELOADABLE: &[&str] = &[
     "retention-bytes",
     "retention-ms",
     "segment-bytes",
+    "topic-config",
     "max-pending",
     "backpressure",
     "max-connections-per-principal",

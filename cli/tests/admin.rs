@@ -671,4 +671,111 @@ fn topics_delete_records_moves_the_log_start() {
         a,
     ]);
     assert!(err.contains("--before"), "{err}");
+/// The line of `topics describe`'s config table for `name`: (value, source).
+fn config_row(describe: &str, name: &str) -> Option<(String, String)> {
+    describe.lines().find_map(|l| {
+        let mut cols = l.split_whitespace();
+        if cols.next() != Some(name) {
+            return None;
+        }
+        let value = cols.next()?.to_owned();
+        Some((value, cols.next()?.to_owned()))
+    })
+}
+
+#[test]
+fn topics_create_alter_and_describe_take_kafka_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let b = BrokerProc::start(&data, &["--topic-config", "max.message.bytes=2000000"]);
+    let a = b.addr.clone();
+    ok(&[
+        "topics",
+        "create",
+        "changelog",
+        "--partitions",
+        "2",
+        "--retention-ms",
+        "3600000",
+        "--config",
+        "cleanup.policy=compact",
+        "--config",
+        "min.compaction.lag.ms=1000",
+        "--broker",
+        &a,
+    ]);
+    let d = ok(&["topics", "describe", "changelog", "--broker", &a]);
+    let row = |n: &str| config_row(&d, n).unwrap_or_else(|| panic!("{n} in {d}"));
+    assert_eq!(row("cleanup.policy"), ("compact".into(), "topic".into()));
+    assert_eq!(row("retention.ms"), ("3600000".into(), "topic".into()));
+    assert_eq!(
+        row("min.compaction.lag.ms"),
+        ("1000".into(), "topic".into())
+    );
+    assert_eq!(
+        row("max.message.bytes"),
+        ("2000000".into(), "broker".into())
+    );
+    assert_eq!(
+        row("delete.retention.ms"),
+        ("86400000".into(), "default".into())
+    );
+    let err = fails(&[
+        "topics",
+        "create",
+        "bad",
+        "--config",
+        "cleanup.policy=shred",
+        "--broker",
+        &a,
+    ]);
+    assert!(
+        err.contains("cleanup.policy") && err.contains("shred"),
+        "{err}"
+    );
+    let err = fails(&[
+        "topics", "create", "bad", "--config", "novalue", "--broker", &a,
+    ]);
+    assert!(err.contains("NAME=VALUE"), "{err}");
+    let out = ok(&[
+        "topics",
+        "alter",
+        "changelog",
+        "--config",
+        "cleanup.policy=compact,delete",
+        "--delete-config",
+        "min.compaction.lag.ms",
+        "--broker",
+        &a,
+    ]);
+    assert!(out.contains("cleanup.policy=compact,delete"), "{out}");
+    assert!(out.contains("min.compaction.lag.ms=0"), "{out}");
+    let err = fails(&[
+        "topics",
+        "alter",
+        "changelog",
+        "--config",
+        "no.such.config=1",
+        "--broker",
+        &a,
+    ]);
+    assert!(err.contains("no.such.config"), "{err}");
+    assert!(b.interrupt().success());
+
+    let b = BrokerProc::start(&data, &[]);
+    let d = ok(&["topics", "describe", "changelog", "--broker", &b.addr]);
+    assert_eq!(
+        config_row(&d, "cleanup.policy"),
+        Some(("compact,delete".into(), "topic".into()))
+    );
+    assert_eq!(
+        config_row(&d, "min.compaction.lag.ms"),
+        Some(("0".into(), "default".into()))
+    );
+    // Set on the topic at creation, kept when the broker default is gone.
+    assert_eq!(
+        config_row(&d, "max.message.bytes"),
+        Some(("2000000".into(), "topic".into()))
+    );
+    assert!(b.interrupt().success());
 }

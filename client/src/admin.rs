@@ -12,6 +12,10 @@ use crate::protocol::{
     PartitionOffset, TopicMetadata, TopicPartitions, TopicSettings, ACLS_ADD, ACLS_LIST,
     ACLS_REMOVE,
 };
+use crate::protocol::{
+    ConfigEntry, TopicConfigsRequest, TopicConfigsResponse, TOPIC_CONFIGS_ALTER,
+    TOPIC_CONFIGS_CREATE, TOPIC_CONFIGS_DESCRIBE,
+};
 
 /// Administrative calls: create, describe, alter and delete topics, look up
 /// offsets by timestamp, read and set a group's committed offsets, delete a
@@ -164,6 +168,87 @@ impl Admin {
             .call(&req)
             .await
             .map_err(|e| with_context(e, &name))
+    }
+
+    /// Creates a topic with configs by Kafka's names (`cleanup.policy`,
+    /// `retention.ms`, ...; `partitions` -1 takes the broker's default).
+    /// Returns every config of the new topic with its source.
+    ///
+    /// # Errors
+    /// INVALID_CONFIG naming the config and value, TOPIC_ALREADY_EXISTS,
+    /// INVALID_NAME, UNSUPPORTED_API from a broker older than TOPIC_CONFIGS.
+    pub async fn create_topic_with_configs(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> Result<TopicConfigsResponse> {
+        self.topic_configs(TopicConfigsRequest {
+            op: TOPIC_CONFIGS_CREATE,
+            name: name.to_owned(),
+            partitions,
+            set: entries(configs),
+            ..TopicConfigsRequest::default()
+        })
+        .await
+    }
+
+    /// Sets (`set`) and takes back to the broker's default (`delete`) a
+    /// topic's configs by Kafka's names, all or nothing and durably; the
+    /// partitions take retention, cleanup policy and segment size at once.
+    /// Returns every config after the change.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, INVALID_CONFIG naming the config and value.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        set: &[(&str, &str)],
+        delete: &[&str],
+    ) -> Result<TopicConfigsResponse> {
+        self.topic_configs(TopicConfigsRequest {
+            op: TOPIC_CONFIGS_ALTER,
+            name: name.to_owned(),
+            partitions: -1,
+            set: entries(set),
+            delete: delete.iter().map(|d| (*d).to_owned()).collect(),
+            ..TopicConfigsRequest::default()
+        })
+        .await
+    }
+
+    /// Every config of a topic by Kafka's name, with its value and source
+    /// ([`crate::CONFIG_SOURCE_TOPIC`], ...), sorted by name.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, connection failures.
+    pub async fn describe_topic_configs(&self, name: &str) -> Result<TopicConfigsResponse> {
+        self.topic_configs(TopicConfigsRequest {
+            op: TOPIC_CONFIGS_DESCRIBE,
+            name: name.to_owned(),
+            partitions: -1,
+            ..TopicConfigsRequest::default()
+        })
+        .await
+    }
+
+    async fn topic_configs(&self, req: TopicConfigsRequest) -> Result<TopicConfigsResponse> {
+        let name = req.name.clone();
+        let resp = self
+            .client
+            .call(&req)
+            .await
+            .map_err(|e| with_context(e, &name))?;
+        if resp.error.is_ok() {
+            Ok(resp)
+        } else if resp.message.is_empty() {
+            Err(Error::broker(resp.error, name))
+        } else {
+            Err(Error::broker(
+                resp.error,
+                format!("{name}: {}", resp.message),
+            ))
+        }
     }
 
     /// A topic's settings.
@@ -402,4 +487,14 @@ fn with_context(e: Error, ctx: &str) -> Error {
         } => Error::broker(code, ctx),
         other => other,
     }
+}
+
+fn entries(configs: &[(&str, &str)]) -> Vec<ConfigEntry> {
+    configs
+        .iter()
+        .map(|(name, value)| ConfigEntry {
+            name: (*name).to_owned(),
+            value: (*value).to_owned(),
+        })
+        .collect()
 }

@@ -956,6 +956,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DeleteRecords => "DELETE_RECORDS",
         CreatePartitions => "CREATE_PARTITIONS",
         DeleteOffsets => "DELETE_OFFSETS",
+        TopicConfigs => "TOPIC_CONFIGS",
     }
 }
 

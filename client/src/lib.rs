@@ -67,8 +67,10 @@ pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMet
 pub use protocol::{
     AclEntry, AlterTopicRequest, CreateTopicRequest, DeletedOffset, DescribeGroupResponse,
     ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition,
-    ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record, TopicMetadata,
-    TopicPartitions, TopicSettings, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+    ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record,
+    TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions, TopicSettings,
+    CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
 pub use tls::TlsConfig;
 

@@ -274,6 +274,7 @@ impl EmbeddedBroker {
             retention_ms,
             segment_bytes,
             backpressure: parse_backpressure(backpressure)?,
+            ..TopicConfig::default()
         };
         match py.detach(|| b.engine().create_topic(name, config)) {
             Ok(_) => Ok(true),

@@ -22,7 +22,14 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -98,6 +105,55 @@ def scenario_metadata(bootstrap, topic):
     for p, pm in t.partitions.items():
         if pm.leader not in brokers:
             problems.append(f"partition {p}: leader {pm.leader} is not among the listed brokers {sorted(brokers)}")
+    return problems
+
+
+def scenario_topic_configs(bootstrap, topic):
+    """CreateTopics with configs, DescribeConfigs, IncrementalAlterConfigs, INVALID_CONFIG."""
+    admin = AdminClient(conf(bootstrap))
+    problems = []
+    fs = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=1,
+                  config={"cleanup.policy": "compact", "retention.ms": "3600000"})],
+        operation_timeout=5, request_timeout=10)
+    for f in fs.values():
+        f.result(timeout=15)
+    res = ConfigResource("topic", topic)
+
+    def described():
+        return admin.describe_configs([res], request_timeout=10)[res].result(timeout=15)
+
+    got = described()
+    for name, want in [("cleanup.policy", "compact"), ("retention.ms", "3600000"),
+                       ("max.message.bytes", "1048588"), ("delete.retention.ms", "86400000")]:
+        e = got.get(name)
+        if e is None or e.value != want:
+            problems.append(f"{name}: {e.value if e else None!r}, expected {want!r}")
+    if got.get("cleanup.policy") and got["cleanup.policy"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
+        problems.append(f"cleanup.policy source {got['cleanup.policy'].source}, expected DYNAMIC_TOPIC_CONFIG")
+    if got.get("delete.retention.ms") and got["delete.retention.ms"].source != ConfigSource.DEFAULT_CONFIG.value:
+        problems.append(f"delete.retention.ms source {got['delete.retention.ms'].source}, expected DEFAULT_CONFIG")
+    inc = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.APPEND),
+    ])
+    admin.incremental_alter_configs([inc], request_timeout=10)[inc].result(timeout=15)
+    got = described()
+    policy = set(got["cleanup.policy"].value.split(","))
+    if policy != {"compact", "delete"}:
+        problems.append(f"after APPEND cleanup.policy={got['cleanup.policy'].value!r}")
+    if got["retention.ms"].value != "1000":
+        problems.append(f"after SET retention.ms={got['retention.ms'].value!r}")
+    bad = admin.create_topics(
+        [NewTopic(f"{topic}-bad", num_partitions=1, replication_factor=1, config={"cleanup.policy": "shred"})],
+        operation_timeout=5, request_timeout=10)
+    try:
+        bad[f"{topic}-bad"].result(timeout=15)
+        problems.append("cleanup.policy=shred was accepted")
+    except KafkaException as e:
+        err = e.args[0]
+        if err.name() != "INVALID_CONFIG" or "shred" not in err.str():
+            problems.append(f"cleanup.policy=shred: {err.name()} {err.str()!r}, expected INVALID_CONFIG naming the value")
     return problems
 
 
@@ -352,6 +408,7 @@ def main():
 
     rep.run("group", group, timeout=5 * common.DEADLINE_S + 30)
     rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
+    rep.run("topic-configs", scenario_topic_configs, bootstrap, f"{pre}-cfg")
     for codec in CODECS:
         rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")

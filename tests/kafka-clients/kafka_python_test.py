@@ -16,7 +16,7 @@ import time
 import traceback
 
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka.admin import NewTopic
+from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 from kafka.errors import CommitFailedError, RebalanceInProgressError
 from kafka.structs import OffsetAndMetadata, TopicPartition
 
@@ -65,6 +65,41 @@ def create_topic(bootstrap, topic, partitions=common.PARTITIONS):
             common.wait_for(lambda: c.partitions_for_topic(topic) == set(range(partitions)), 10, f"metadata of {topic}")
     finally:
         c.close(autocommit=False)
+
+
+def scenario_topic_configs(bootstrap, topic):
+    """CreateTopics with topic_configs, DescribeConfigs (every config, and only those set on
+    the topic), alter_configs (IncrementalAlterConfigs SET, kafka-python 3's default)."""
+    problems = []
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **BASE)
+    try:
+        admin.create_topics(
+            [NewTopic(topic, num_partitions=1, replication_factor=1,
+                      topic_configs={"cleanup.policy": "compact", "segment.bytes": "1048576"})],
+            timeout_ms=10000)
+        res = ConfigResource(ConfigResourceType.TOPIC, topic)
+
+        def described(config_filter):
+            got = admin.describe_configs([res], config_filter=config_filter)
+            return {k: v.get("value") for k, v in got["topic"][topic].items()}
+
+        every = described("all")
+        for name, want in [("cleanup.policy", "compact"), ("segment.bytes", "1048576"),
+                           ("min.insync.replicas", "1"), ("max.message.bytes", "1048588")]:
+            if every.get(name) != want:
+                problems.append(f"{name}: {every.get(name)!r}, expected {want!r}")
+        modified = described("modified")
+        if set(modified) != {"cleanup.policy", "segment.bytes"}:
+            problems.append(f"configs set on the topic: {sorted(modified)}, expected cleanup.policy and segment.bytes")
+        admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic, configs={"retention.ms": "60000"})])
+        every = described("all")
+        if every.get("retention.ms") != "60000":
+            problems.append(f"after alter_configs retention.ms={every.get('retention.ms')!r}")
+        if every.get("cleanup.policy") != "compact":
+            problems.append(f"after alter_configs cleanup.policy={every.get('cleanup.policy')!r}, expected it kept")
+    finally:
+        admin.close()
+    return problems
 
 
 def scenario_metadata(bootstrap, topic):
@@ -349,6 +384,7 @@ def main():
     rep.run("group", group, timeout=5 * common.DEADLINE_S + 30)
     rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
+    rep.run("topic-configs", scenario_topic_configs, bootstrap, f"{pre}-cfg")
     rep.finish()
 
 

@@ -146,6 +146,45 @@ async function metadata(kafka, topic) {
   return problems
 }
 
+// CreateTopics with configEntries, then DescribeConfigs of the topic (RESOURCE_TYPES.TOPIC = 2).
+async function topicConfigs(kafka, topic) {
+  const admin = kafka.admin()
+  await admin.connect()
+  const problems = []
+  try {
+    await admin.createTopics({
+      topics: [{
+        topic,
+        numPartitions: 1,
+        replicationFactor: 1,
+        configEntries: [{ name: 'cleanup.policy', value: 'compact' }, { name: 'max.message.bytes', value: '2097152' }],
+      }],
+      timeout: 5000,
+    })
+    const r = await admin.describeConfigs({ resources: [{ type: 2, name: topic }], includeSynonyms: false })
+    const entries = (r.resources[0] && r.resources[0].configEntries) || []
+    const get = (n) => entries.find((e) => e.configName === n)
+    for (const [n, want] of [['cleanup.policy', 'compact'], ['max.message.bytes', '2097152'], ['retention.bytes', '-1']]) {
+      const e = get(n)
+      if (!e || e.configValue !== want) problems.push(`${n}: ${e && e.configValue}, expected ${want}`)
+    }
+    if (get('cleanup.policy') && get('cleanup.policy').isDefault) problems.push('cleanup.policy reported as a default')
+    try {
+      await admin.createTopics({
+        topics: [{ topic: `${topic}-bad`, numPartitions: 1, configEntries: [{ name: 'no.such.config', value: '1' }] }],
+        timeout: 5000,
+      })
+      problems.push('an unknown config was accepted')
+    } catch (e) {
+      const text = JSON.stringify(e.errors || e.message)
+      if (!/INVALID_CONFIG|no\.such\.config/.test(text) && e.type !== 'INVALID_CONFIG') problems.push(`unknown config: ${e.name} ${text}`)
+    }
+  } finally {
+    await admin.disconnect()
+  }
+  return problems
+}
+
 // The produce plan: keys k0..k4 three times each, two headers (one binary), one record
 // without a key, one with an explicit timestamp an hour ago (kept exactly).
 function producePlan(prefix) {
@@ -564,6 +603,7 @@ async function main() {
   await scenario('group', () => groupScenarios(kafka, bootstrap, pre, logdir, group))
   await scenario('group-restart', async () => group.restart || ['not run: the group scenario failed before it'])
   await scenario('admin', () => adminScenario(kafka, `${pre}-adm`))
+  await scenario('topic-configs', () => topicConfigs(kafka, `${pre}-cfg`))
   return failed ? 1 : 0
 }
 

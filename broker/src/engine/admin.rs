@@ -11,10 +11,11 @@ use flume_protocol::ErrorCode;
 use flume_rt as rt;
 
 use super::{Engine, Topic};
+use crate::config::named::{self, ConfigError, ConfigType};
 use crate::config::{
     valid_group_id, valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES,
 };
-use crate::domain::{FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
+use crate::domain::{ConfigOp, FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
 use crate::error::BrokerError;
 use crate::storage::write_atomic;
 use flume_rt::sync::lock;
@@ -185,9 +186,11 @@ impl Engine {
         let mut tc = topic.config.clone();
         if let Some(v) = changes.retention_bytes {
             tc.retention_bytes = v;
+            tc.overrides.insert("retention.bytes".to_owned());
         }
         if let Some(v) = changes.retention_ms {
             tc.retention_ms = v;
+            tc.overrides.insert("retention.ms".to_owned());
         }
         if let Some(v) = changes.segment_bytes {
             if !(MIN_REQUEST_SEGMENT_BYTES..=MAX_SEGMENT_BYTES).contains(&v) {
@@ -197,15 +200,62 @@ impl Engine {
                 ));
             }
             tc.segment_bytes = v;
+            tc.overrides.insert("segment.bytes".to_owned());
         }
+        self.store_topic_config(name, &topic, tc).await
+    }
+
+    /// Changes a topic's configs by their Kafka names, in order: all or
+    /// nothing. Retention, the cleanup policy and the segment size reach the
+    /// partitions as [`Engine::alter_topic`]'s changes do; the rest is read
+    /// from the topic's settings where it is used (the produce path's
+    /// `max.message.bytes` and `message.timestamp.type`). With
+    /// `validate_only` nothing is stored. Returns the settings after the change.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC; INVALID_CONFIG naming
+    /// the config and the value; storage errors (nothing changed then).
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        ops: &[ConfigOp],
+        validate_only: bool,
+    ) -> Result<TopicConfig, BrokerError> {
+        let _guard = self.create_lock.lock().await;
+        let topic = self
+            .topic(name)
+            .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
+        let defaults = self.default_topic();
+        let mut tc = topic.config.clone();
+        for op in ops {
+            apply_config_op(&mut tc, op, &defaults)?;
+        }
+        tc.check()
+            .map_err(|e| BrokerError::code_for(ErrorCode::InvalidConfig, e))?;
+        if validate_only {
+            return Ok(tc);
+        }
+        self.store_topic_config(name, &topic, tc).await
+    }
+
+    /// Stores a topic's new settings (`topic.conf` rewritten atomically
+    /// first, so they survive a restart), hands retention and the segment
+    /// size to its partitions and swaps the topic's settings.
+    async fn store_topic_config(
+        &self,
+        name: &str,
+        topic: &super::Topic,
+        tc: TopicConfig,
+    ) -> Result<TopicConfig, BrokerError> {
         if tc == topic.config {
             return Ok(tc);
         }
         let path = TopicConfig::path(&self.config.data_dir.join(name));
         let text = tc.to_text();
         rt::unblock(move || write_atomic(&path, text.as_bytes())).await?;
+        let (retention_bytes, retention_ms) = tc.log_retention();
         for p in &topic.partitions {
-            p.set_limits(tc.retention_bytes, tc.retention_ms, tc.segment_bytes)
+            p.set_limits(retention_bytes, retention_ms, tc.segment_bytes)
                 .await;
         }
         let altered = Arc::new(topic.with_config(tc.clone()));
@@ -213,7 +263,7 @@ impl Engine {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(name.to_owned(), altered);
-        tracing::info!(topic = name, retention_bytes = ?tc.retention_bytes, retention_ms = ?tc.retention_ms, segment_bytes = tc.segment_bytes, "topic settings changed");
+        tracing::info!(topic = name, retention_bytes = ?tc.retention_bytes, retention_ms = ?tc.retention_ms, segment_bytes = tc.segment_bytes, cleanup_policy = %tc.cleanup_policy, "topic settings changed");
         Ok(tc)
     }
 
@@ -500,6 +550,45 @@ impl Engine {
             "committed offsets deleted"
         );
         Ok(codes)
+    }
+}
+
+/// Applies one config change to `tc`; DELETE takes the value of `defaults`.
+///
+/// # Errors
+/// [`ConfigError`]: an unknown name, a bad value, APPEND or SUBTRACT on a
+/// config that is not a list, or a SUBTRACT that would leave no cleanup policy.
+pub fn apply_config_op(
+    tc: &mut TopicConfig,
+    op: &ConfigOp,
+    defaults: &TopicConfig,
+) -> Result<(), ConfigError> {
+    match op {
+        ConfigOp::Set(n, v) => tc.set_named(n, v),
+        ConfigOp::Delete(n) => tc.reset_named(n, defaults),
+        ConfigOp::Append(n, v) | ConfigOp::Subtract(n, v) => {
+            let add = matches!(op, ConfigOp::Append(..));
+            let def = named::topic_config(n).ok_or_else(|| ConfigError::Unknown {
+                name: n.clone(),
+                value: v.clone(),
+            })?;
+            if def.kind != ConfigType::List {
+                return Err(ConfigError::NotAList { name: n.clone() });
+            }
+            if n == "cleanup.policy" {
+                let policy = tc
+                    .cleanup_policy
+                    .edited(v, add)
+                    .map_err(|why| ConfigError::invalid(n, v, why))?
+                    .ok_or_else(|| ConfigError::invalid(n, v, "no cleanup policy would be left"))?;
+                tc.set_named(n, policy.as_str())
+            } else if add {
+                // The replication throttles: only the empty list is accepted.
+                tc.set_named(n, v)
+            } else {
+                tc.set_named(n, "")
+            }
+        }
     }
 }
 
@@ -836,6 +925,154 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(tc.retention_bytes, None);
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn a_compact_only_topic_keeps_its_segments_under_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        let mut tc = TopicConfig {
+            partitions: 1,
+            segment_bytes: 1024,
+            retention_bytes: Some(2048),
+            ..TopicConfig::default()
+        };
+        tc.set_named("cleanup.policy", "compact").unwrap();
+        e.create_topic("c", tc.clone()).unwrap();
+        tc.set_named("cleanup.policy", "delete").unwrap();
+        e.create_topic("d", tc).unwrap();
+        let big = vec![b'x'; 200];
+        for _ in 0..40 {
+            append(&e, "c", 0, &big, 1).unwrap();
+            append(&e, "d", 0, &big, 1).unwrap();
+        }
+        rt::block_on(e.tick_now());
+        let start = |t: &str| e.topic(t).unwrap().partitions[0].start_offset();
+        assert!(start("d") > 0, "retention ran on the delete topic");
+        assert_eq!(start("c"), 0, "a compact-only topic keeps every segment");
+        // Adding delete to the policy at run time hands retention to the partition.
+        let ops = [ConfigOp::Append("cleanup.policy".into(), "delete".into())];
+        let tc = rt::block_on(e.alter_topic_configs("c", &ops, false)).unwrap();
+        assert_eq!(
+            tc.cleanup_policy,
+            crate::config::CleanupPolicy::CompactDelete
+        );
+        rt::block_on(e.tick_now());
+        assert!(start("c") > 0, "retention runs once the policy deletes");
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn named_config_changes_are_all_or_nothing_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "t", 1);
+        let set = |k: &str, v: &str| ConfigOp::Set(k.into(), v.into());
+        let ops = [
+            set("cleanup.policy", "compact"),
+            set("max.message.bytes", "500"),
+        ];
+        let dry = rt::block_on(e.alter_topic_configs("t", &ops, true)).unwrap();
+        assert_eq!(dry.max_message_bytes, 500);
+        assert_eq!(
+            e.topic_config("t").unwrap().max_message_bytes,
+            1_048_588,
+            "validate_only stores nothing"
+        );
+        let bad = [
+            set("retention.ms", "1000"),
+            set("max.message.bytes", "lots"),
+        ];
+        let err = rt::block_on(e.alter_topic_configs("t", &bad, false)).unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidConfig);
+        assert!(
+            err.to_string().contains("max.message.bytes") && err.to_string().contains("lots"),
+            "{err}"
+        );
+        assert_eq!(
+            e.topic_config("t").unwrap().retention_ms,
+            None,
+            "nothing changed"
+        );
+        rt::block_on(e.alter_topic_configs("t", &ops, false)).unwrap();
+        let sub = [ConfigOp::Subtract(
+            "cleanup.policy".into(),
+            "compact".into(),
+        )];
+        assert_eq!(
+            rt::block_on(e.alter_topic_configs("t", &sub, false))
+                .unwrap_err()
+                .code(),
+            ErrorCode::InvalidConfig,
+            "no policy would be left"
+        );
+        let not_a_list = [ConfigOp::Append("retention.ms".into(), "5".into())];
+        assert_eq!(
+            rt::block_on(e.alter_topic_configs("t", &not_a_list, false))
+                .unwrap_err()
+                .code(),
+            ErrorCode::InvalidConfig
+        );
+        // A record above max.message.bytes is refused on the Flume path.
+        let refused = rt::block_on(async {
+            e.admit_produce(crate::domain::ProduceBatch {
+                topic: "t".into(),
+                route: crate::domain::Route::Partition(0),
+                records: one(&[b'v'; 600], 1),
+            })
+            .await
+            .finish()
+            .await
+        });
+        assert_eq!(refused.error, ErrorCode::RecordTooLarge);
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        let tc = e.topic_config("t").unwrap();
+        assert_eq!(
+            (tc.cleanup_policy.compacts(), tc.max_message_bytes),
+            (true, 500)
+        );
+        assert!(tc.overrides.contains("cleanup.policy"));
+        let del = [ConfigOp::Delete("max.message.bytes".into())];
+        let tc = rt::block_on(e.alter_topic_configs("t", &del, false)).unwrap();
+        assert_eq!(tc.max_message_bytes, 1_048_588);
+        assert!(!tc.overrides.contains("max.message.bytes"));
+        rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn log_append_time_gives_records_the_broker_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        let mut tc = TopicConfig {
+            partitions: 1,
+            ..TopicConfig::default()
+        };
+        tc.set_named("message.timestamp.type", "LogAppendTime")
+            .unwrap();
+        e.create_topic("t", tc).unwrap();
+        let before = crate::now_ms();
+        let stored = rt::block_on(async {
+            e.admit_produce(crate::domain::ProduceBatch {
+                topic: "t".into(),
+                route: crate::domain::Route::Partition(0),
+                records: one(b"v", 7),
+            })
+            .await
+            .finish()
+            .await
+        });
+        assert_eq!(stored.error, ErrorCode::None);
+        let p = Arc::clone(&e.topic("t").unwrap().partitions[0]);
+        let read = p.read_now(0, 1 << 20).unwrap();
+        let recs = record::decode_all(&Bytes::from(read.records)).unwrap();
+        assert!(
+            recs[0].timestamp >= before,
+            "{} < {before}",
+            recs[0].timestamp
+        );
         rt::block_on(e.shutdown());
     }
 

@@ -9,9 +9,34 @@ use flume_protocol::record::{self, RecordError, RecordIter};
 use flume_protocol::ErrorCode;
 
 use super::Engine;
+use crate::config::TimestampType;
 use crate::coordinator::producer_ids::ProducerIdError;
 use crate::domain::{Appended, AppendedSpan, ProduceBatch, ProducerBatch, ProducerError, Route};
 use crate::partition::{Admission, Refusal};
+
+/// A checked batch with every record's timestamp set to `ts` (the append
+/// time of a topic with `message.timestamp.type=LogAppendTime`) and its CRC
+/// computed again. The batch was checked ([`record::validate_batch`]), so
+/// every record is whole; a record that were not would be left as it is.
+fn with_timestamp(records: &Bytes, ts: i64) -> Bytes {
+    let mut out = records.to_vec();
+    let header = record::RECORD_HEADER_LEN;
+    for raw in RecordIter::new(records).flatten() {
+        let (start, end) = (raw.pos, raw.pos + raw.encoded_len());
+        let Some(rec) = out.get_mut(start..end) else {
+            continue;
+        };
+        // payload = [attributes u8][timestamp i64]...; crc at 12..16 covers the payload.
+        if let Some(t) = rec.get_mut(header + 1..header + 9) {
+            t.copy_from_slice(&ts.to_be_bytes());
+        }
+        let crc = crc32fast::hash(rec.get(header..).unwrap_or_default());
+        if let Some(c) = rec.get_mut(12..16) {
+            c.copy_from_slice(&crc.to_be_bytes());
+        }
+    }
+    Bytes::from(out)
+}
 
 /// A batch admitted to its partition queues, waiting for acknowledgements.
 #[derive(Debug)]
@@ -111,13 +136,23 @@ impl Engine {
             Ok(t) => t,
             Err(e) => return fail(e.code()),
         };
-        let info = match record::validate_batch(&records, self.config.max_record_bytes as u64) {
+        // The broker's record limit, and the topic's max.message.bytes.
+        let limit =
+            (self.config.max_record_bytes as u64).min(u64::from(t.config.max_message_bytes));
+        let mut info = match record::validate_batch(&records, limit) {
             Ok(i) => i,
             Err(RecordError::TooLarge { size, limit, .. }) => {
-                tracing::debug!(topic = %topic, size, limit, "RECORD_TOO_LARGE: a record of {size} bytes (16-byte header included) is above max_record_bytes ({limit})");
+                tracing::debug!(topic = %topic, size, limit, "RECORD_TOO_LARGE: a record of {size} bytes (16-byte header included) is above the limit ({limit}: the smaller of max_record_bytes and the topic's max.message.bytes)");
                 return fail(ErrorCode::RecordTooLarge);
             }
             Err(_) => return fail(ErrorCode::CorruptRecord),
+        };
+        let records = if t.config.message_timestamp_type == TimestampType::LogAppendTime {
+            let now = crate::now_ms();
+            info.max_timestamp = now;
+            with_timestamp(&records, now)
+        } else {
+            records
         };
         let mut pending = PendingProduce::failed(&topic, route, ErrorCode::None);
         if let Some(pb) = &producer {

@@ -89,12 +89,13 @@ impl Shared {
 
 /// Log settings for one partition of a topic with settings `tc`.
 fn log_config(tc: &TopicConfig, config: &BrokerConfig, files: &Arc<FileCache>) -> LogConfig {
+    let (retention_bytes, retention_ms) = tc.log_retention();
     LogConfig {
         segment_bytes: tc.segment_bytes,
         index_interval_bytes: config.index_interval_bytes,
         fsync: config.fsync,
-        retention_bytes: tc.retention_bytes,
-        retention_ms: tc.retention_ms,
+        retention_bytes,
+        retention_ms,
         verify_sealed: config.verify_on_open,
         files: Arc::clone(files),
         compaction: super::cleaner::compaction_of(tc),
@@ -320,7 +321,10 @@ impl Engine {
         if !self.config.auto_create_topics {
             return Err(BrokerError::code_for(ErrorCode::UnknownTopic, name));
         }
-        match self.create_topic_async(name, self.default_topic()).await {
+        match self
+            .create_topic_async(name, self.default_topic().for_new_topic())
+            .await
+        {
             Err(BrokerError::Code {
                 code: ErrorCode::TopicAlreadyExists,
                 ..

@@ -43,8 +43,9 @@ pub struct TopicInfo {
     pub name: String,
     /// Number of partitions (numbered from 0).
     pub partitions: i32,
-    /// Settings as `(Kafka config name, value)`, for DescribeConfigs.
-    pub configs: Vec<(String, String)>,
+    /// Every topic config by Kafka's name, its value and source, for
+    /// DescribeConfigs and CreateTopics v5+.
+    pub configs: Vec<crate::config::named::Described>,
 }
 
 /// One partition to read.
@@ -98,6 +99,7 @@ pub fn kafka_code(code: ErrorCode) -> i16 {
         ErrorCode::RebalanceInProgress => kerr::REBALANCE_IN_PROGRESS,
         ErrorCode::UnsupportedApi => kerr::UNSUPPORTED_VERSION,
         ErrorCode::OffsetMetadataTooLarge => kerr::OFFSET_METADATA_TOO_LARGE,
+        ErrorCode::InvalidConfig => kerr::INVALID_CONFIG,
         _ => kerr::UNKNOWN_SERVER_ERROR,
     }
 }
@@ -133,41 +135,72 @@ impl Backend {
         self.engine.config().max_record_bytes
     }
 
+    /// What a produce to `topic` is held to: the largest record batch
+    /// (`max.message.bytes`) and whether records get their append time
+    /// (`message.timestamp.type=LogAppendTime`); a topic that does not exist
+    /// yet (auto-created by the produce) by the broker's defaults.
+    pub fn produce_limits(&self, topic: &str) -> (usize, bool) {
+        let of = |tc: &TopicConfig| {
+            (
+                usize::try_from(tc.max_message_bytes).unwrap_or(usize::MAX),
+                tc.message_timestamp_type == crate::config::TimestampType::LogAppendTime,
+            )
+        };
+        match self.engine.topic(topic) {
+            Some(t) => of(&t.config),
+            None => of(&self.engine.default_topic()),
+        }
+    }
+
     /// Whether unknown topics are created on first produce or metadata request.
     pub fn auto_create(&self) -> bool {
         self.engine.config().auto_create_topics
     }
 
-    fn info(t: &crate::engine::Topic) -> TopicInfo {
-        let c = &t.config;
-        let mut configs = vec![
-            ("cleanup.policy".to_owned(), "delete".to_owned()),
-            (
-                "retention.ms".to_owned(),
-                c.retention_ms.map_or("-1".to_owned(), |v| v.to_string()),
-            ),
-            (
-                "retention.bytes".to_owned(),
-                c.retention_bytes.map_or("-1".to_owned(), |v| v.to_string()),
-            ),
-            ("segment.bytes".to_owned(), c.segment_bytes.to_string()),
-        ];
-        configs.push(("compression.type".to_owned(), "producer".to_owned()));
+    fn info(&self, t: &crate::engine::Topic) -> TopicInfo {
+        Self::info_of(&t.name, &t.config, &self.engine.default_topic())
+    }
+
+    fn info_of(name: &str, tc: &TopicConfig, defaults: &TopicConfig) -> TopicInfo {
         TopicInfo {
-            name: t.name.clone(),
-            partitions: i32::try_from(t.partition_count()).unwrap_or(i32::MAX),
-            configs,
+            name: name.to_owned(),
+            partitions: i32::try_from(tc.partitions).unwrap_or(i32::MAX),
+            configs: crate::config::named::describe_topic(tc, defaults),
         }
+    }
+
+    /// The broker's defaults for new topics by the broker's config names.
+    pub fn broker_configs(&self) -> Vec<crate::config::named::Described> {
+        crate::config::named::describe_broker(&self.engine.default_topic())
+    }
+
+    /// Changes a topic's configs by name (IncrementalAlterConfigs,
+    /// AlterConfigs), all or nothing.
+    ///
+    /// # Errors
+    /// A Kafka error code (UNKNOWN_TOPIC_OR_PARTITION, INVALID_CONFIG, ...)
+    /// and a message naming the config and the value.
+    pub async fn alter_topic_configs(
+        &self,
+        name: &str,
+        ops: &[crate::domain::ConfigOp],
+        validate_only: bool,
+    ) -> Result<(), (i16, String)> {
+        self.engine
+            .alter_topic_configs(name, ops, validate_only)
+            .await
+            .map(|_| ())
+            .map_err(|e| (kafka_code(e.code()), detail(&e)))
     }
 
     /// Every topic, by name.
     pub fn topics(&self) -> Vec<TopicInfo> {
-        self.engine.topics().iter().map(|t| Self::info(t)).collect()
+        self.engine.topics().iter().map(|t| self.info(t)).collect()
     }
 
     /// One topic.
     pub fn topic(&self, name: &str) -> Option<TopicInfo> {
-        self.engine.topic(name).map(|t| Self::info(&t))
+        self.engine.topic(name).map(|t| self.info(&t))
     }
 
     /// The topic, created with the broker's defaults when auto-create is on.
@@ -178,11 +211,12 @@ impl Backend {
         self.engine
             .auto_create(name)
             .await
-            .map(|t| Self::info(&t))
+            .map(|t| self.info(&t))
             .map_err(|e| kafka_code(e.code()))
     }
 
-    /// Creates a topic; `partitions` -1 takes the broker default.
+    /// Creates a topic; `partitions` -1 takes the broker default; `configs`
+    /// by Kafka's names (a null value is refused).
     ///
     /// # Errors
     /// A Kafka error code and a message.
@@ -190,9 +224,11 @@ impl Backend {
         &self,
         name: &str,
         partitions: i32,
+        configs: &[(String, Option<String>)],
         validate_only: bool,
     ) -> Result<TopicInfo, (i16, String)> {
-        let mut tc: TopicConfig = self.engine.default_topic();
+        let defaults = self.engine.default_topic();
+        let mut tc: TopicConfig = defaults.for_new_topic();
         if partitions != -1 {
             match u32::try_from(partitions) {
                 Ok(p) if p >= 1 => tc.partitions = p,
@@ -204,8 +240,23 @@ impl Backend {
                 }
             }
         }
+        for (k, v) in configs {
+            let Some(v) = v else {
+                return Err((
+                    kerr::INVALID_CONFIG,
+                    format!("topic config {k} has a null value"),
+                ));
+            };
+            tc.set_named(k, v)
+                .map_err(|e| (kerr::INVALID_CONFIG, e.to_string()))?;
+        }
         if let Err(e) = tc.check() {
-            return Err((kerr::INVALID_PARTITIONS, e));
+            let code = if e.starts_with("partitions") {
+                kerr::INVALID_PARTITIONS
+            } else {
+                kerr::INVALID_CONFIG
+            };
+            return Err((code, e));
         }
         if validate_only {
             if !crate::config::valid_name(name) {
@@ -217,14 +268,10 @@ impl Backend {
             if self.engine.topic(name).is_some() {
                 return Err((kerr::TOPIC_ALREADY_EXISTS, name.to_owned()));
             }
-            return Ok(TopicInfo {
-                name: name.to_owned(),
-                partitions: i32::try_from(tc.partitions).unwrap_or(i32::MAX),
-                configs: Vec::new(),
-            });
+            return Ok(Self::info_of(name, &tc, &defaults));
         }
         match self.engine.create_topic_async(name, tc).await {
-            Ok(t) => Ok(Self::info(&t)),
+            Ok(t) => Ok(self.info(&t)),
             Err(e) => Err((kafka_code(e.code()), e.to_string())),
         }
     }
@@ -686,6 +733,17 @@ impl Backend {
     /// Every group, sorted by name.
     pub fn list_groups(&self) -> Vec<GroupListing> {
         self.engine.list_groups()
+    }
+}
+
+/// An error's message for a Kafka client: the detail alone when there is
+/// one (the Flume code's name would only confuse a Kafka client).
+fn detail(e: &crate::error::BrokerError) -> String {
+    match e {
+        crate::error::BrokerError::Code {
+            detail: Some(d), ..
+        } => d.clone(),
+        other => other.to_string(),
     }
 }
 

@@ -249,6 +249,20 @@ pub fn transcode(
     limit: usize,
     max_record_bytes: usize,
 ) -> Result<Transcoded, RecordsError> {
+    transcode_at(records, limit, max_record_bytes, None)
+}
+
+/// As [`transcode`]; with `append_time`, every record gets that timestamp
+/// (a topic whose `message.timestamp.type` is LogAppendTime).
+///
+/// # Errors
+/// As [`transcode`].
+pub fn transcode_at(
+    records: &Bytes,
+    limit: usize,
+    max_record_bytes: usize,
+    append_time: Option<i64>,
+) -> Result<Transcoded, RecordsError> {
     let mut out: Vec<u8> = Vec::with_capacity(records.len().saturating_mul(2).min(limit));
     let mut count = 0u32;
     let mut max_timestamp = i64::MIN;
@@ -258,7 +272,8 @@ pub fn transcode(
         let start = out.len();
         out.extend_from_slice(&[0u8; 16]); // offset 0, size and CRC patched below
         out.push(0);
-        out.extend_from_slice(&r.timestamp.to_be_bytes());
+        let timestamp = append_time.unwrap_or(r.timestamp);
+        out.extend_from_slice(&timestamp.to_be_bytes());
         put_stored(&mut out, r.key)?;
         put_stored(&mut out, r.value)?;
         out.extend_from_slice(&n.to_be_bytes());
@@ -288,7 +303,7 @@ pub fn transcode(
         out[start + 8..start + 12].copy_from_slice(&payload.to_be_bytes());
         out[start + 12..start + 16].copy_from_slice(&crc.to_be_bytes());
         count = count.saturating_add(1);
-        max_timestamp = max_timestamp.max(r.timestamp);
+        max_timestamp = max_timestamp.max(timestamp);
         Ok(())
     })?;
     Ok(Transcoded {
@@ -380,6 +395,26 @@ impl<'a> Cur<'a> {
             }
         }
     }
+}
+
+/// The size of the largest record batch in a produced record set, by the
+/// batches' length fields (what Kafka compares with `max.message.bytes`);
+/// stops at the first length that does not fit (the parse reports it).
+pub fn largest_batch(records: &[u8]) -> usize {
+    let mut at = 0usize;
+    let mut largest = 0usize;
+    while let Some(len) = records.get(at + 8..at + 12) {
+        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+        let Some(size) = usize::try_from(len).ok().and_then(|l| l.checked_add(12)) else {
+            break;
+        };
+        largest = largest.max(size);
+        at = match at.checked_add(size) {
+            Some(next) => next,
+            None => break,
+        };
+    }
+    largest
 }
 
 /// Parses a produced record set (one or more batches), handing each record

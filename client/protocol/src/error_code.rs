@@ -49,6 +49,9 @@ pub enum ErrorCode {
     /// 20: a commit's metadata string is longer than the broker keeps
     /// (4096 bytes, Kafka's `offset.metadata.max.bytes`).
     OffsetMetadataTooLarge,
+    /// 21: a topic config is unknown or its value is out of range (the
+    /// broker's log and the Kafka listener's message name both).
+    InvalidConfig,
     /// 40: AUTHENTICATE failed (wrong user name or password, a malformed
     /// message, an unsupported mechanism). Codes 40-49 are security's.
     AuthenticationFailed,
@@ -90,6 +93,7 @@ impl ErrorCode {
             ErrorCode::GroupNotEmpty => 18,
             ErrorCode::UnknownGroup => 19,
             ErrorCode::OffsetMetadataTooLarge => 20,
+            ErrorCode::InvalidConfig => 21,
             ErrorCode::AuthenticationFailed => 40,
             ErrorCode::AuthenticationRequired => 41,
             ErrorCode::NotAuthorized => 42,
@@ -123,6 +127,7 @@ impl ErrorCode {
             18 => ErrorCode::GroupNotEmpty,
             19 => ErrorCode::UnknownGroup,
             20 => ErrorCode::OffsetMetadataTooLarge,
+            21 => ErrorCode::InvalidConfig,
             40 => ErrorCode::AuthenticationFailed,
             41 => ErrorCode::AuthenticationRequired,
             42 => ErrorCode::NotAuthorized,
@@ -160,6 +165,7 @@ impl ErrorCode {
             ErrorCode::GroupNotEmpty => "GROUP_NOT_EMPTY",
             ErrorCode::UnknownGroup => "UNKNOWN_GROUP",
             ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
+            ErrorCode::InvalidConfig => "INVALID_CONFIG",
             ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
@@ -181,7 +187,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in (0..=20).chain(40..=43) {
+        for c in (0..=21).chain(40..=43) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

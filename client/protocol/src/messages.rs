@@ -56,6 +56,8 @@ pub enum ApiKey {
     Users = 21,
     /// Extension (security): list, add or remove ACLs (admins only).
     Acls = 22,
+    /// Topic configs by Kafka's names: describe, alter, create with them (extension).
+    TopicConfigs = 23,
     /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
     /// rebalance of the member's group, so members learn of one at once.
     HeartbeatWait = 16,
@@ -93,6 +95,7 @@ impl ApiKey {
             20 => ApiKey::Authenticate,
             21 => ApiKey::Users,
             22 => ApiKey::Acls,
+            23 => ApiKey::TopicConfigs,
             16 => ApiKey::HeartbeatWait,
             17 => ApiKey::GroupFetch,
             24 => ApiKey::CreatePartitions,
@@ -1077,6 +1080,84 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- TOPIC_CONFIGS (extension, key 23)
+
+/// [`TopicConfigsRequest::op`]: describe a topic's configs.
+pub const TOPIC_CONFIGS_DESCRIBE: i8 = 0;
+/// [`TopicConfigsRequest::op`]: set and delete configs of a topic.
+pub const TOPIC_CONFIGS_ALTER: i8 = 1;
+/// [`TopicConfigsRequest::op`]: create a topic with configs.
+pub const TOPIC_CONFIGS_CREATE: i8 = 2;
+
+/// [`TopicConfigValue::source`]: set on the topic (Kafka's DYNAMIC_TOPIC_CONFIG).
+pub const CONFIG_SOURCE_TOPIC: i8 = 1;
+/// [`TopicConfigValue::source`]: the broker's default, set at its start (STATIC_BROKER_CONFIG).
+pub const CONFIG_SOURCE_BROKER: i8 = 4;
+/// [`TopicConfigValue::source`]: the built-in default (DEFAULT_CONFIG).
+pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
+
+message! {
+    /// One config by name.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ConfigEntry {
+        /// Kafka's topic config name (`cleanup.policy`, ...).
+        pub name: String,
+        /// Its value as text (`compact`, `86400000`, ...).
+        pub value: String,
+    }
+
+    /// TOPIC_CONFIGS request (extension): `[op i8][name][partitions i32]
+    /// [validate_only i8][set: count * ([name][value])][delete: count * name]`.
+    /// op 0 describes the topic (the other fields are ignored), 1 sets and
+    /// then deletes (back to the broker's default) configs, 2 creates the
+    /// topic with `partitions` (-1: the broker's default) and the `set` configs.
+    /// validate_only 1: check, change nothing.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct TopicConfigsRequest {
+        /// [`TOPIC_CONFIGS_DESCRIBE`], [`TOPIC_CONFIGS_ALTER`] or [`TOPIC_CONFIGS_CREATE`].
+        pub op: i8,
+        /// Topic name.
+        pub name: String,
+        /// Create only: the partition count, -1 for the broker's default.
+        pub partitions: i32,
+        /// 1: check only.
+        pub validate_only: i8,
+        /// Configs to set.
+        pub set: Vec<ConfigEntry>,
+        /// Alter only: configs to take back to the broker's default.
+        pub delete: Vec<String>,
+    }
+
+    /// One config of a topic as it is now.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct TopicConfigValue {
+        /// Kafka's name.
+        pub name: String,
+        /// The value in effect.
+        pub value: String,
+        /// [`CONFIG_SOURCE_TOPIC`], [`CONFIG_SOURCE_BROKER`] or [`CONFIG_SOURCE_DEFAULT`].
+        pub source: i8,
+    }
+
+    /// TOPIC_CONFIGS response: `[error i16][message][partitions i32]
+    /// [configs: count * ([name][value][source i8])]`. The top-level code is
+    /// 0 once the request decoded and was authorized; `error` is the
+    /// outcome (UNKNOWN_TOPIC, INVALID_CONFIG, TOPIC_ALREADY_EXISTS, ...)
+    /// and `message` says what, naming the config and value. On success
+    /// `configs` is every config of the topic (after the change), sorted by name.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct TopicConfigsResponse {
+        /// The outcome.
+        pub error: ErrorCode,
+        /// What went wrong (empty on success).
+        pub message: String,
+        /// The topic's partition count (-1 on error).
+        pub partitions: i32,
+        /// Every config, sorted by name.
+        pub configs: Vec<TopicConfigValue>,
+    }
+}
+
 // ---------------------------------------------------------------- requests and their responses
 
 requests! {
@@ -1104,4 +1185,5 @@ requests! {
     DeleteRecordsRequest => DeleteRecordsResponse: DeleteRecords,
     CreatePartitionsRequest => CreatePartitionsResponse: CreatePartitions,
     DeleteOffsetsRequest => DeleteOffsetsResponse: DeleteOffsets,
+    TopicConfigsRequest => TopicConfigsResponse: TopicConfigs,
 }

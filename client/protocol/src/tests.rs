@@ -666,6 +666,8 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<OffsetFetchRequest>(bytes)?;
     survives::<OffsetFetchResponse>(bytes)?;
     survives::<CreateTopicRequest>(bytes)?;
+    survives::<TopicConfigsRequest>(bytes)?;
+    survives::<TopicConfigsResponse>(bytes)?;
     survives::<MetadataRequest>(bytes)?;
     survives::<MetadataResponse>(bytes)?;
     survives::<Empty>(bytes)?;
@@ -779,4 +781,44 @@ proptest! {
         bytes.extend_from_slice(&tail);
         every_decoder_survives(&bytes)?;
     }
+}
+
+#[test]
+fn topic_configs_messages_round_trip_with_exact_bytes() {
+    let req = TopicConfigsRequest {
+        op: TOPIC_CONFIGS_ALTER,
+        name: "t".into(),
+        partitions: -1,
+        validate_only: 1,
+        set: vec![ConfigEntry {
+            name: "a".into(),
+            value: "b".into(),
+        }],
+        delete: vec!["c".into()],
+    };
+    check(&req).unwrap();
+    let mut buf = Vec::new();
+    req.encode(&mut buf);
+    #[rustfmt::skip]
+    let want: &[u8] = &[
+        1,                                   // op
+        0, 1, b't',                          // name
+        0xff, 0xff, 0xff, 0xff,              // partitions -1
+        1,                                   // validate_only
+        0, 0, 0, 1, 0, 1, b'a', 0, 1, b'b',  // set: one entry
+        0, 0, 0, 1, 0, 1, b'c',              // delete: one name
+    ];
+    assert_eq!(buf, want);
+    let resp = TopicConfigsResponse {
+        error: ErrorCode::InvalidConfig,
+        message: "bad".into(),
+        partitions: 2,
+        configs: vec![TopicConfigValue {
+            name: "cleanup.policy".into(),
+            value: "compact".into(),
+            source: CONFIG_SOURCE_TOPIC,
+        }],
+    };
+    check(&resp).unwrap();
+    assert_eq!(ApiKey::from_i16(23), Some(ApiKey::TopicConfigs));
 }

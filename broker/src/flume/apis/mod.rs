@@ -23,6 +23,7 @@ pub(super) mod metadata;
 pub(super) mod offset_commit;
 pub(super) mod offset_fetch;
 pub(super) mod produce;
+pub(super) mod topic_configs;
 
 use std::sync::Arc;
 

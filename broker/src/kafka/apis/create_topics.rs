@@ -1,15 +1,16 @@
 //! CreateTopics: partitions (or the broker default), replication factor 1
-//! (or -1). Manual assignments and topic configs are refused: Flume's topic
-//! settings are set with `flume-cli topics create`.
+//! (or -1), topic configs by Kafka's names (an unknown name or a bad value
+//! is INVALID_CONFIG naming both; nothing is created then). validate_only
+//! checks everything and creates nothing. v5+ answers with every config of
+//! the topic and its source. Manual assignments are refused.
 
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-
-/// INVALID_CONFIG.
-const INVALID_CONFIG: i16 = 40;
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -38,17 +39,19 @@ pub(super) async fn handle(
                 errors::INVALID_REQUEST,
                 "manual replica assignment is not supported".to_owned(),
             ))
-        } else if let Some(c) = t.configs.first() {
-            Err((
-                INVALID_CONFIG,
-                format!(
-                    "topic config {} is not supported through Kafka; use flume-cli topics create",
-                    c.name.as_str()
-                ),
-            ))
         } else {
+            let configs: Vec<(String, Option<String>)> = t
+                .configs
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.as_str().to_owned(),
+                        c.value.as_ref().map(|v| v.as_str().to_owned()),
+                    )
+                })
+                .collect();
             ctx.backend
-                .create_topic(&name, t.num_partitions, req.validate_only)
+                .create_topic(&name, t.num_partitions, &configs, req.validate_only)
                 .await
         };
         match outcome {
@@ -56,10 +59,24 @@ pub(super) async fn handle(
                 if version >= 5 {
                     r.num_partitions = info.partitions;
                     r.replication_factor = 1;
-                    r.configs = Some(Vec::new());
+                    r.configs = Some(
+                        info.configs
+                            .into_iter()
+                            .map(|c| {
+                                let mut e = CreatableTopicConfigs::default();
+                                e.name = StrBytes::from_static_str(c.name);
+                                e.value = Some(StrBytes::from_string(c.value));
+                                e.read_only = false;
+                                e.config_source = c.source.code();
+                                e.is_sensitive = false;
+                                e
+                            })
+                            .collect(),
+                    );
                 }
             }
             Err((code, message)) => {
+                tracing::debug!(topic = %name, code, %message, "kafka CreateTopics refused");
                 r.error_code = code;
                 if version >= 1 {
                     r.error_message = Some(StrBytes::from_string(message));

@@ -1,74 +1,116 @@
-//! DescribeConfigs: a topic's retention and segment settings as Kafka names
-//! them (read-only: they are changed through Flume); a broker resource has
-//! no configs listed.
+//! DescribeConfigs: every config of a topic by Kafka's name with its value
+//! and source (the topic's own, the broker's default set at start, or the
+//! built-in default), its synonyms when asked, its type in v3+; for a broker
+//! resource, the broker's defaults for topics by the broker's names
+//! (`log.retention.ms`, ...), read-only: they are set at start.
+//!
+//! Authorization: DESCRIBE on the topic, DESCRIBE on the cluster for a
+//! broker (Flume's ACLs have no separate DESCRIBE_CONFIGS operation).
 
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::config::named::Described;
 use crate::security::acl::{Operation, Resource};
 
-const TOPIC: i8 = 2;
-const BROKER: i8 = 4;
-/// Config source DYNAMIC_TOPIC_CONFIG.
-const SOURCE_TOPIC: i8 = 1;
+/// Resource type TOPIC.
+pub(super) const TOPIC: i8 = 2;
+/// Resource type BROKER.
+pub(super) const BROKER: i8 = 4;
 
 pub(super) fn handle(
     ctx: &Ctx,
     req: DescribeConfigsRequest,
-    _version: i16,
+    version: i16,
 ) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
     for res in req.resources {
         let mut r = DescribeConfigsResult::default();
         r.resource_type = res.resource_type;
-        match res.resource_type {
+        let configs = match res.resource_type {
             TOPIC
                 if !ctx.may(
                     Operation::Describe,
                     Resource::topic(res.resource_name.as_str()),
                 ) =>
             {
-                r.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+                Err((
+                    errors::TOPIC_AUTHORIZATION_FAILED,
+                    "not authorized to describe the topic".to_owned(),
+                ))
             }
-            BROKER if !ctx.may(Operation::Describe, Resource::cluster()) => {
-                r.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
-            }
+            BROKER if !ctx.may(Operation::Describe, Resource::cluster()) => Err((
+                errors::CLUSTER_AUTHORIZATION_FAILED,
+                "not authorized to describe the cluster".to_owned(),
+            )),
             TOPIC => match ctx.backend.topic(res.resource_name.as_str()) {
-                Some(t) => {
-                    r.configs = t
-                        .configs
-                        .into_iter()
-                        .filter(|(k, _)| {
-                            res.configuration_keys
-                                .as_ref()
-                                .is_none_or(|ks| ks.iter().any(|x| x.as_str() == k))
-                        })
-                        .map(|(k, v)| {
-                            let mut c = DescribeConfigsResourceResult::default();
-                            c.name = StrBytes::from_string(k);
-                            c.value = Some(StrBytes::from_string(v));
-                            c.read_only = true;
-                            c.config_source = SOURCE_TOPIC;
-                            c
-                        })
-                        .collect();
-                }
-                None => r.error_code = errors::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(t) => Ok((t.configs, false)),
+                None => Err((
+                    errors::UNKNOWN_TOPIC_OR_PARTITION,
+                    format!("no topic {:?}", res.resource_name.as_str()),
+                )),
             },
-            BROKER => {}
-            _ => {
-                r.error_code = errors::INVALID_REQUEST;
-                r.error_message = Some(StrBytes::from_static_str(
-                    "only topic and broker resources are described",
-                ));
+            BROKER => Ok((ctx.backend.broker_configs(), true)),
+            _ => Err((
+                errors::INVALID_REQUEST,
+                "only topic and broker resources are described".to_owned(),
+            )),
+        };
+        match configs {
+            Ok((configs, read_only)) => {
+                r.configs = configs
+                    .into_iter()
+                    .filter(|c| {
+                        res.configuration_keys
+                            .as_ref()
+                            .is_none_or(|ks| ks.iter().any(|x| x.as_str() == c.name))
+                    })
+                    .map(|c| entry(c, read_only, req.include_synonyms, version))
+                    .collect();
+            }
+            Err((code, message)) => {
+                r.error_code = code;
+                r.error_message = Some(StrBytes::from_string(message));
             }
         }
         r.resource_name = res.resource_name;
         resp.results.push(r);
     }
     resp
+}
+
+fn entry(
+    c: Described,
+    read_only: bool,
+    include_synonyms: bool,
+    version: i16,
+) -> DescribeConfigsResourceResult {
+    let mut e = DescribeConfigsResourceResult::default();
+    e.name = StrBytes::from_static_str(c.name);
+    e.value = Some(StrBytes::from_string(c.value));
+    e.read_only = read_only;
+    e.config_source = c.source.code();
+    e.is_sensitive = false;
+    if include_synonyms {
+        e.synonyms = c
+            .synonyms
+            .into_iter()
+            .map(|s| {
+                let mut y = DescribeConfigsSynonym::default();
+                y.name = StrBytes::from_string(s.name);
+                y.value = Some(StrBytes::from_string(s.value));
+                y.source = s.source.code();
+                y
+            })
+            .collect();
+    }
+    if version >= 3 {
+        e.config_type = c.def.kind as i8;
+    }
+    e.documentation = None;
+    e
 }

@@ -8,6 +8,7 @@
 //! does not decode closes the connection, as Kafka does.
 
 mod acls;
+mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -51,6 +52,8 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::InitProducerId, 0, 5),
     // Consumer groups (client-assigned, Kafka's classic protocol).
     (ApiKey::OffsetCommit, 2, 9),
@@ -176,6 +179,10 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::FindCoordinator => answer!(req => find_coordinator::handle(ctx, req, version)),
         ApiKey::CreateTopics => answer!(req => create_topics::handle(ctx, req, version).await),
         ApiKey::DescribeConfigs => answer!(req => describe_configs::handle(ctx, req, version)),
+        ApiKey::AlterConfigs => answer!(req => alter_configs::replace(ctx, req).await),
+        ApiKey::IncrementalAlterConfigs => {
+            answer!(req => alter_configs::incremental(ctx, req).await)
+        }
         ApiKey::DeleteTopics => answer!(req => delete_topics::handle(ctx, req, version).await),
         ApiKey::DeleteRecords => answer!(req => delete_records::handle(ctx, req).await),
         ApiKey::InitProducerId => answer!(req => init_producer_id::handle(ctx, req).await),

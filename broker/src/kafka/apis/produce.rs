@@ -52,30 +52,43 @@ pub(super) async fn handle(
                     format!("not authorized to write to topic {name:?}"),
                 ))
             } else {
-                match records::transcode(
-                    &p.records.unwrap_or_default(),
-                    ctx.max_decoded_bytes,
-                    ctx.backend.max_record_bytes(),
-                ) {
-                    Err(RecordsError::TooLarge { limit }) => Err((
+                let set = p.records.unwrap_or_default();
+                let (max_message_bytes, log_append_time) = ctx.backend.produce_limits(&name);
+                let append_time = log_append_time.then(crate::now_ms);
+                pr.log_append_time_ms = append_time.unwrap_or(-1);
+                let largest = records::largest_batch(&set);
+                if largest > max_message_bytes {
+                    Err((
                         errors::MESSAGE_TOO_LARGE,
-                        format!("records decompress to more than {limit} bytes"),
-                    )),
-                    Err(e @ RecordsError::RecordTooLarge { .. }) => {
-                        Err((errors::MESSAGE_TOO_LARGE, e.to_string()))
+                        format!("a record batch of {largest} bytes is above the topic's max.message.bytes ({max_message_bytes})"),
+                    ))
+                } else {
+                    match records::transcode_at(
+                        &set,
+                        ctx.max_decoded_bytes,
+                        ctx.backend.max_record_bytes(),
+                        append_time,
+                    ) {
+                        Err(RecordsError::TooLarge { limit }) => Err((
+                            errors::MESSAGE_TOO_LARGE,
+                            format!("records decompress to more than {limit} bytes"),
+                        )),
+                        Err(e @ RecordsError::RecordTooLarge { .. }) => {
+                            Err((errors::MESSAGE_TOO_LARGE, e.to_string()))
+                        }
+                        Err(e @ RecordsError::Invalid(_)) => {
+                            Err((errors::INVALID_RECORD, e.to_string()))
+                        }
+                        Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
+                        Ok(t) if t.count == 0 => {
+                            Err((errors::CORRUPT_MESSAGE, "no records".to_owned()))
+                        }
+                        Ok(t) => ctx
+                            .backend
+                            .produce_encoded(&name, p.index, t)
+                            .await
+                            .map_err(|c| (c, format!("error {c}"))),
                     }
-                    Err(e @ RecordsError::Invalid(_)) => {
-                        Err((errors::INVALID_RECORD, e.to_string()))
-                    }
-                    Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
-                    Ok(t) if t.count == 0 => {
-                        Err((errors::CORRUPT_MESSAGE, "no records".to_owned()))
-                    }
-                    Ok(t) => ctx
-                        .backend
-                        .produce_encoded(&name, p.index, t)
-                        .await
-                        .map_err(|c| (c, format!("error {c}"))),
                 }
             };
             match result {
@@ -87,6 +100,7 @@ pub(super) async fn handle(
                     }
                 }
                 Err((code, message)) => {
+                    pr.log_append_time_ms = -1;
                     tracing::debug!(topic = %name, partition = p.index, code, %message, "kafka produce refused");
                     pr.error_code = code;
                     if version >= 8 {
