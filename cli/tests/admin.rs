@@ -671,6 +671,8 @@ fn topics_delete_records_moves_the_log_start() {
         a,
     ]);
     assert!(err.contains("--before"), "{err}");
+}
+
 /// The line of `topics describe`'s config table for `name`: (value, source).
 fn config_row(describe: &str, name: &str) -> Option<(String, String)> {
     describe.lines().find_map(|l| {
