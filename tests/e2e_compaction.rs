@@ -37,7 +37,10 @@ async fn read_all(addr: &str, topic: &str) -> Result<Seen> {
         let batch = c.poll_batch().await?;
         for r in batch {
             let key = String::from_utf8(r.key.clone().context("a key")?.to_vec())?;
-            let value = r.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned());
+            let value = r
+                .value
+                .as_ref()
+                .map(|v| String::from_utf8_lossy(v).into_owned());
             out.push((r.offset, key, value));
         }
     }
@@ -71,19 +74,24 @@ fn a_compacted_topic_keeps_the_newest_value_of_each_key_at_its_offset() -> Resul
                 let m = p
                     .send("changelog", Some(key.as_bytes()), value.as_bytes())
                     .await?;
-                sent.insert(m.offset, (key, Some(value)));
+                sent.insert(u64::try_from(m.offset)?, (key, Some(value)));
             }
         }
         for k in [3, 4] {
             let key = format!("key-{k}");
             let m = p.send_tombstone("changelog", key.as_bytes()).await?;
-            sent.insert(m.offset, (key, None));
+            sent.insert(u64::try_from(m.offset)?, (key, None));
         }
         // Records of another key roll the segments on, so that everything
         // above is in sealed segments the cleaner may clean.
         for i in 0..60 {
-            let m = p.send("changelog", Some(b"filler"), format!("f{i}").as_bytes()).await?;
-            sent.insert(m.offset, ("filler".into(), Some(format!("f{i}"))));
+            let m = p
+                .send("changelog", Some(b"filler"), format!("f{i}").as_bytes())
+                .await?;
+            sent.insert(
+                u64::try_from(m.offset)?,
+                ("filler".into(), Some(format!("f{i}"))),
+            );
         }
         // A keyless record has nothing to be compacted by: refused.
         let keyless = p.send("changelog", None, b"no key").await;
@@ -92,10 +100,7 @@ fn a_compacted_topic_keeps_the_newest_value_of_each_key_at_its_offset() -> Resul
         anyhow::Ok(())
     })?;
     // The cleaner runs on the broker's ticker: wait for it (with a deadline).
-    let newest: BTreeMap<&str, u64> = sent
-        .iter()
-        .map(|(o, (k, _))| (k.as_str(), *o))
-        .collect();
+    let newest: BTreeMap<&str, u64> = sent.iter().map(|(o, (k, _))| (k.as_str(), *o)).collect();
     let mut seen = Seen::new();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while std::time::Instant::now() < deadline {
@@ -106,7 +111,11 @@ fn a_compacted_topic_keeps_the_newest_value_of_each_key_at_its_offset() -> Resul
         std::thread::sleep(Duration::from_millis(50));
     }
     let totals = broker.engine().metrics().cleaner.totals();
-    println!("cleaner: {totals:?}; {} of {} records left", seen.len(), sent.len());
+    println!(
+        "cleaner: {totals:?}; {} of {} records left",
+        seen.len(),
+        sent.len()
+    );
     assert!(totals.passes > 0, "{totals:?}");
     // Each of the five keys once, with its newest value (key-3 and key-4 as
     // tombstones); every record at the offset it was given; nothing invented.
@@ -114,15 +123,27 @@ fn a_compacted_topic_keeps_the_newest_value_of_each_key_at_its_offset() -> Resul
         let key = format!("key-{k}");
         let left: Vec<_> = seen.iter().filter(|r| r.1 == key).collect();
         assert_eq!(left.len(), 1, "{key}: {left:?}");
-        assert_eq!(left[0].0, newest[key.as_str()], "{key} at its newest offset");
+        assert_eq!(
+            left[0].0,
+            newest[key.as_str()],
+            "{key} at its newest offset"
+        );
         let want = if k >= 3 { None } else { Some("v19".to_owned()) };
         assert_eq!(left[0].2, want, "{key}");
     }
     for r in &seen {
-        assert_eq!(sent.get(&r.0), Some(&(r.1.clone(), r.2.clone())), "offset {} kept its record", r.0);
+        assert_eq!(
+            sent.get(&r.0),
+            Some(&(r.1.clone(), r.2.clone())),
+            "offset {} kept its record",
+            r.0
+        );
     }
     assert!(seen.len() < sent.len());
-    assert!(seen[0].0 > 0, "the first offsets were cleaned away: a gap at the start");
+    assert!(
+        seen[0].0 > 0,
+        "the first offsets were cleaned away: a gap at the start"
+    );
     // A Kafka client reads the same records at the same offsets.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -139,7 +160,10 @@ fn a_compacted_topic_keeps_the_newest_value_of_each_key_at_its_offset() -> Resul
             for r in batch {
                 next = r.offset + 1;
                 let key = String::from_utf8(r.record.key.unwrap_or_default())?;
-                let value = r.record.value.map(|v| String::from_utf8_lossy(&v).into_owned());
+                let value = r
+                    .record
+                    .value
+                    .map(|v| String::from_utf8_lossy(&v).into_owned());
                 out.push((u64::try_from(r.offset)?, key, value));
             }
         }

@@ -7,6 +7,7 @@ mod common;
 mod e2e_acl;
 mod e2e_admin;
 mod e2e_auth;
+mod e2e_compaction;
 mod e2e_dead_peer;
 mod e2e_fairness;
 mod e2e_groups;

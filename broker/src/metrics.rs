@@ -221,8 +221,8 @@ impl PartitionStats {
 }
 
 const NAPIS: usize = 26;
-/// Codes 0..=21 by number, the last row for every other code.
-const NCODES: usize = 23;
+/// Codes 0..=22 by number, the last row for every other code.
+const NCODES: usize = 24;
 
 /// A dense row per API key (the keys have gaps: 18-19 are unused), the
 /// last row for keys the broker does not know.

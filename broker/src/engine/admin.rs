@@ -254,9 +254,11 @@ impl Engine {
         let text = tc.to_text();
         rt::unblock(move || write_atomic(&path, text.as_bytes())).await?;
         let (retention_bytes, retention_ms) = tc.log_retention();
+        let compaction = super::cleaner::compaction_of(&tc);
         for p in &topic.partitions {
             p.set_limits(retention_bytes, retention_ms, tc.segment_bytes)
                 .await;
+            p.set_compaction(compaction).await;
         }
         let altered = Arc::new(topic.with_config(tc.clone()));
         self.topics

@@ -18,8 +18,12 @@ use crate::storage::CompactionConfig;
 
 /// How a topic's logs are compacted, from its settings (`None`: they are not).
 pub(super) fn compaction_of(tc: &TopicConfig) -> Option<CompactionConfig> {
-    let _ = tc;
-    None
+    tc.cleanup_policy.compacts().then(|| CompactionConfig {
+        min_lag_ms: tc.min_compaction_lag_ms,
+        max_lag_ms: tc.max_compaction_lag_ms,
+        delete_retention_ms: tc.delete_retention_ms,
+        min_dirty_ratio: tc.min_cleanable_dirty_ratio(),
+    })
 }
 
 /// The round in progress and the flag that stops it.

@@ -147,6 +147,10 @@ impl Engine {
             }
             Err(_) => return fail(ErrorCode::CorruptRecord),
         };
+        if t.config.cleanup_policy.compacts() && has_keyless(&records) {
+            tracing::debug!(topic = %topic, "INVALID_RECORD: a record without a key on a compacted topic");
+            return fail(ErrorCode::InvalidRecord);
+        }
         let records = if t.config.message_timestamp_type == TimestampType::LogAppendTime {
             let now = crate::now_ms();
             info.max_timestamp = now;
@@ -240,6 +244,9 @@ impl Engine {
             Ok(t) => t,
             Err(e) => return fail(e.code()),
         };
+        if t.config.cleanup_policy.compacts() && has_keyless(&records) {
+            return fail(ErrorCode::InvalidRecord);
+        }
         if let Some(pb) = &producer {
             if !self.producer_ids.issued(pb.id) {
                 let mut p = fail(ErrorCode::InvalidRequest);
@@ -272,4 +279,13 @@ impl Engine {
                 ErrorCode::StorageError
             })
     }
+}
+
+/// True when a checked batch holds a record without a key: a compacted
+/// topic keeps the newest record of each key, so it refuses those (as
+/// Kafka does, INVALID_RECORD).
+fn has_keyless(records: &[u8]) -> bool {
+    RecordIter::new(records)
+        .flatten()
+        .any(|raw| !matches!(raw.key_value(), Some((Some(_), _))))
 }

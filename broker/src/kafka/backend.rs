@@ -100,6 +100,7 @@ pub fn kafka_code(code: ErrorCode) -> i16 {
         ErrorCode::UnsupportedApi => kerr::UNSUPPORTED_VERSION,
         ErrorCode::OffsetMetadataTooLarge => kerr::OFFSET_METADATA_TOO_LARGE,
         ErrorCode::InvalidConfig => kerr::INVALID_CONFIG,
+        ErrorCode::InvalidRecord => kerr::INVALID_RECORD,
         _ => kerr::UNKNOWN_SERVER_ERROR,
     }
 }
