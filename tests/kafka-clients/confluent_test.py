@@ -376,6 +376,81 @@ def scenario_admin(bootstrap, topic):
     return problems
 
 
+def scenario_compaction(bootstrap, topic):
+    """A compacted topic (cleanup.policy=compact, small segments): 20 values for each of
+    five keys, tombstones for two of them, then records of another key to roll the
+    segments on. Once the broker's cleaner has run, a consumer from the start sees each
+    of the five keys once, with its newest value (None for the deleted ones), at the
+    offset the producer was told, and fewer records than were produced. A keyless record
+    is refused with INVALID_RECORD."""
+    admin = AdminClient(conf(bootstrap))
+    config = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01"}
+    new = NewTopic(topic, num_partitions=1, replication_factor=1, config=config)
+    for f in admin.create_topics([new], operation_timeout=5, request_timeout=10).values():
+        f.result(timeout=15)
+    common.wait_for(lambda: len(partitions_of(admin, topic)) == 1, 10, f"metadata of {topic}")
+    problems = []
+    acked = {}
+    refused = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            (refused if msg.key() is None else problems).append(err)
+        else:
+            acked[msg.offset()] = (msg.key(), msg.value())
+
+    p = Producer(conf(bootstrap, **{"linger.ms": 0}))
+    for rnd in range(20):
+        for k in range(5):
+            p.produce(topic, key=f"key-{k}".encode(), value=f"v{rnd}".encode(), partition=0, on_delivery=on_delivery)
+        p.flush(10)
+    for k in (3, 4):
+        p.produce(topic, key=f"key-{k}".encode(), value=None, partition=0, on_delivery=on_delivery)
+    for i in range(60):
+        p.produce(topic, key=b"filler", value=f"f{i}".encode(), partition=0, on_delivery=on_delivery)
+    p.flush(15)
+    p.produce(topic, value=b"no key", partition=0, on_delivery=on_delivery)
+    p.flush(15)
+    if problems:
+        return [f"delivery failed: {e}" for e in problems]
+    if len(refused) != 1 or refused[0].code() != KafkaError.INVALID_RECORD:
+        problems.append(f"a keyless record on a compacted topic: {refused}, expected INVALID_RECORD")
+    last = max(acked)
+    newest = {}
+    for o in sorted(acked):
+        newest[acked[o][0]] = o
+
+    def read():
+        c = Consumer(conf(bootstrap, **CONSUMER, **{"group.id": f"{topic}-reader"}))
+        c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        out = []
+        end = time.monotonic() + common.DEADLINE_S
+        while time.monotonic() < end and (not out or out[-1][0] < last):
+            m = c.poll(0.5)
+            if m is not None and m.error() is None:
+                out.append((m.offset(), m.key(), m.value()))
+        c.close()
+        return out
+
+    def cleaned():
+        got = read()
+        return got if len([r for r in got if r[1].startswith(b"key-")]) == 5 else None
+
+    got = common.wait_for(cleaned, common.DEADLINE_S, "the cleaner to leave one record of each key")
+    for k in range(5):
+        key = f"key-{k}".encode()
+        left = [r for r in got if r[1] == key]
+        want = None if k >= 3 else b"v19"
+        if len(left) != 1 or left[0][0] != newest[key] or left[0][2] != want:
+            problems.append(f"{key}: {left}, expected one record at {newest[key]} with {want}")
+    for o, k, v in got:
+        if acked.get(o) != (k, v):
+            problems.append(f"offset {o} reads {(k, v)}, the producer was told {acked.get(o)}")
+    if not len(got) < len(acked) or got[0][0] == 0:
+        problems.append(f"{len(got)} of {len(acked)} records left, the first at {got[0][0]}: nothing was cleaned")
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -412,6 +487,7 @@ def main():
     for codec in CODECS:
         rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
+    rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
     rep.finish()
 
 
