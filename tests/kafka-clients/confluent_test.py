@@ -406,9 +406,12 @@ def scenario_compaction(bootstrap, topic):
         p.flush(10)
     for k in (3, 4):
         p.produce(topic, key=f"key-{k}".encode(), value=None, partition=0, on_delivery=on_delivery)
+    p.flush(10)
+    # One batch at a time: a segment rolls between batches, never inside one, so the
+    # records above end up in sealed segments, which are the ones the cleaner cleans.
     for i in range(60):
         p.produce(topic, key=b"filler", value=f"f{i}".encode(), partition=0, on_delivery=on_delivery)
-    p.flush(15)
+        p.flush(10)
     p.produce(topic, value=b"no key", partition=0, on_delivery=on_delivery)
     p.flush(15)
     if problems:
