@@ -117,7 +117,7 @@ fn one(records: u64, keys: u64, map_bytes: usize) {
     let grew_mb = vm_hwm_kb().saturating_sub(before) as f64 / 1024.0;
     println!(
         "cleaner, key map setting {:.1} MB ({} keys): {records} records over {keys} keys, {:.0} MB of log; \
-         {passes} passes in {secs:.2} s = {:.0} MB/s of log cleaned ({:.0} MB read in all, {:.1} MB left); \
+         {passes} passes in {secs:.2} s = {:.0} MB/s of log cleaned ({:.0} MB read and {:.1} MB written in all); \
          peak RSS grew {grew_mb:.1} MB",
         map_bytes as f64 / 1e6,
         limits.max_keys(),

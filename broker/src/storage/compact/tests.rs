@@ -119,7 +119,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(40))]
+    #![proptest_config(ProptestConfig::with_cases(16))]
     /// Random keys, values, tombstones and segment rolls, cleaned with a
     /// key map of 4 keys (so in many passes) or a large one: the log equals
     /// the reference, reads from every offset land on the next record, and
