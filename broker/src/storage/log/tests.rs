@@ -601,3 +601,179 @@ fn delete_records_moves_the_start_and_deletes_the_segments_below_it() {
     append_n(&mut log, 40, 2);
     assert_eq!(read_all(&log).len(), 2);
 }
+
+/// A Kafka batch entry of `n` keyed records with timestamps `ts0 + i * step`.
+fn batch_entry(
+    n: usize,
+    ts0: i64,
+    step: i64,
+    codec: flume_protocol::kafka_batch::Compression,
+) -> Vec<u8> {
+    use flume_protocol::kafka_batch::{BatchBuilder, BatchMeta};
+    let mut b = BatchBuilder::new(None);
+    for i in 0..n {
+        let v = value(i as u64);
+        b.push(
+            i32::try_from(i).unwrap(),
+            ts0 + i as i64 * step,
+            Some(b"k"),
+            Some(&v),
+            [],
+        );
+    }
+    let batch = b.finish(&BatchMeta::default(), codec).unwrap();
+    let mut entry = Vec::new();
+    flume_protocol::record::encode_batch_entry(&mut entry, &batch);
+    entry
+}
+
+fn append_entry(log: &mut Log, mut entry: Vec<u8>) -> u64 {
+    let raw = flume_protocol::record::check_record(&entry, 0, u64::MAX).unwrap();
+    let (span, ts) = (raw.span(), raw.timestamp());
+    log.append_validated(&mut entry, span, ts).unwrap()
+}
+
+/// Every Flume record read out of the log from `from`, as a Flume consumer reads.
+fn read_records(log: &Log, from: u64, max: usize) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while next < log.end_offset() {
+        let r = log.read_as(next, max, ReadAs::Records).unwrap();
+        let recs = decode_all(&Bytes::from(r.records)).unwrap();
+        assert!(!recs.is_empty(), "no progress at {next}");
+        assert!(recs[0].offset >= next);
+        next = recs.last().unwrap().offset + 1;
+        out.extend(recs);
+    }
+    out
+}
+
+#[test]
+fn kafka_batch_entries_and_records_mix_through_rolls_reads_from_any_offset_and_recovery() {
+    use flume_protocol::kafka_batch::Compression;
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    let codecs = [
+        Compression::None,
+        Compression::Lz4,
+        Compression::Zstd,
+        Compression::Gzip,
+    ];
+    let mut expected = Vec::new(); // (offset, value index)
+    for round in 0..12u64 {
+        let base = log.append(&mut batch(&[value(1000 + round)], 5)).unwrap();
+        expected.push((base, 1000 + round));
+        let n = 1 + (round as usize % 6);
+        let b = append_entry(
+            &mut log,
+            batch_entry(n, 100 * round as i64, 1, codecs[round as usize % 4]),
+        );
+        assert_eq!(b, base + 1);
+        expected.extend((0..n as u64).map(|i| (b + i, i)));
+    }
+    assert!(log.segment_count() > 3, "rolled: {}", log.segment_count());
+    let check = |log: &Log| {
+        let got: Vec<(u64, Vec<u8>)> = read_records(log, 0, 200)
+            .into_iter()
+            .map(|r| (r.offset, r.value.unwrap().to_vec()))
+            .collect();
+        let want: Vec<(u64, Vec<u8>)> = expected.iter().map(|(o, v)| (*o, value(*v))).collect();
+        assert_eq!(got, want);
+        // From every offset, the first record a Flume reader gets is that one.
+        for (o, _) in &expected {
+            let r = log.read_as(*o, 1, ReadAs::Records).unwrap();
+            assert_eq!(decode_all(&Bytes::from(r.records)).unwrap()[0].offset, *o);
+            // The stored read starts at the entry holding it.
+            let e = log.read(*o, 1).unwrap();
+            let raw = flume_protocol::record::check_record(&e.records, 0, u64::MAX).unwrap();
+            assert!(raw.offset <= *o && *o <= raw.last_offset());
+        }
+    };
+    check(&log);
+    let end = log.end_offset();
+    // A torn batch entry at the tail is cut at restart; what came before stays.
+    let last = segment_files(dir.path()).pop().unwrap();
+    drop(log);
+    let mut log = Log::open(
+        dir.path(),
+        LogConfig {
+            verify_sealed: true,
+            ..small()
+        },
+    )
+    .unwrap();
+    assert_eq!(log.end_offset(), end);
+    check(&log);
+    append_entry(&mut log, batch_entry(5, 7, 1, Compression::Zstd));
+    drop(log);
+    let len = std::fs::metadata(&last).map(|m| m.len()).unwrap_or(0);
+    let tail = segment_files(dir.path()).pop().unwrap();
+    let tail_len = std::fs::metadata(&tail).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&tail)
+        .unwrap()
+        .set_len(tail_len - 3)
+        .unwrap();
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(
+        log.end_offset(),
+        end,
+        "the torn batch is gone whole ({len})"
+    );
+    check(&log);
+}
+
+#[test]
+fn a_time_lookup_finds_the_record_inside_a_batch() {
+    use flume_protocol::kafka_batch::Compression;
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    log.append(&mut batch(&[value(0)], 10)).unwrap(); // offset 0, ts 10
+    append_entry(&mut log, batch_entry(5, 100, 10, Compression::Lz4)); // 1..=5, ts 100..140
+    log.append(&mut batch(&[value(9)], 500)).unwrap(); // 6, ts 500
+    assert_eq!(log.find_time(0).unwrap(), Some((0, 10)));
+    assert_eq!(log.find_time(100).unwrap(), Some((1, 100)));
+    assert_eq!(log.find_time(121).unwrap(), Some((4, 130)));
+    assert_eq!(log.find_time(141).unwrap(), Some((6, 500)));
+    assert_eq!(log.find_time(501).unwrap(), None);
+}
+
+#[test]
+fn a_version_1_segment_is_read_and_its_active_one_upgraded_and_a_newer_version_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small()).unwrap();
+    append_n(&mut log, 0, 20);
+    drop(log);
+    // Make every segment a version 1 file, as the previous release wrote them.
+    for f in segment_files(dir.path()) {
+        let file = std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&file, &segment::LOG_MAGIC_V1, 0).unwrap();
+    }
+    let log = Log::open(dir.path(), small()).unwrap();
+    assert_eq!(read_all(&log).len(), 20);
+    drop(log);
+    let files = segment_files(dir.path());
+    let header = |f: &Path| std::fs::read(f).unwrap()[..8].to_vec();
+    assert_eq!(
+        header(files.last().unwrap()),
+        segment::LOG_MAGIC.to_vec(),
+        "active: upgraded"
+    );
+    assert_eq!(
+        header(&files[0]),
+        segment::LOG_MAGIC_V1.to_vec(),
+        "sealed: read as it is"
+    );
+    // A file from a newer Flume is refused by name, not misread.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&files[0])
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, b"FLMLOG\x00\x03", 0).unwrap();
+    let err = Log::open(dir.path(), small()).unwrap_err().to_string();
+    assert!(
+        err.contains("segment format version 3 was written by a newer Flume"),
+        "{err}"
+    );
+}
