@@ -299,7 +299,7 @@ fn two_producers_interleave_on_one_partition() -> Result<()> {
 }
 
 #[test]
-fn producer_ids_are_unique_across_a_restart_and_old_producers_go_on() -> Result<()> {
+fn producer_ids_are_unique_across_a_restart_and_old_producers_keep_their_state() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
     let (before, epoch) = {
@@ -314,9 +314,14 @@ fn producer_ids_are_unique_across_a_restart_and_old_producers_go_on() -> Result<
     let mut c = Conn::open(&broker)?;
     let (after, _) = c.init()?;
     assert!(after > before, "{after} > {before}");
-    // The producer from before the restart: its state is gone, so, as Kafka
-    // treats a producer whose state expired, its next batch is accepted
-    // whatever the sequence, and checked from there on.
+    // The producer from before the restart: its state was rebuilt (the
+    // snapshot written at shutdown), so a retry of its batch from before the
+    // restart gets its original offset and is not stored again.
+    assert_eq!(
+        c.produce(0, (before, epoch, 0), &["before"])?,
+        (0, 0),
+        "a retry across the restart"
+    );
     assert_eq!(c.produce(0, (before, epoch, 1), &["old"])?, (0, 1));
     assert_eq!(
         c.produce(0, (before, epoch, 1), &["old"])?,

@@ -318,6 +318,9 @@ struct Shared {
     batch_bytes: usize,
     /// Idempotent producers' sequences; locked only under the log's write lock.
     producers: Mutex<ProducerTable>,
+    /// The active segment's base when the producer snapshot was last
+    /// written (a roll since calls for a new one).
+    snapshot_base: AtomicU64,
 }
 
 /// A partition of a topic.
@@ -342,7 +345,81 @@ pub(crate) fn write_lock(log: &RwLock<Log>) -> std::sync::RwLockWriteGuard<'_, L
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Rebuilds a partition's producer table at start: its snapshot (when it
+/// fits the log), then the Kafka batch entries after it, or, without one,
+/// those of the active segment (see [`producers`]).
+fn recover_producers(topic: &str, id: u32, log: &Log, table: &mut ProducerTable) {
+    let started = std::time::Instant::now();
+    let from = std::fs::read(log.dir().join(producers::SNAPSHOT_FILE))
+        .ok()
+        .and_then(|raw| table.load_snapshot(&raw, log.end_offset()));
+    let mut at = from
+        .unwrap_or_else(|| log.active_base())
+        .max(log.start_offset());
+    let (mut batches, mut bytes) = (0u64, 0u64);
+    while at < log.end_offset() {
+        let read = match log.read(at, 1 << 20) {
+            Ok(r) if !r.records.is_empty() && r.next > at => r,
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!(topic, partition = id, error = %e, "producer state: the log could not be read past {at}; producers after it start afresh");
+                break;
+            }
+        };
+        bytes += read.records.len() as u64;
+        for raw in flume_protocol::record::RecordIter::new(&read.records).flatten() {
+            let Some(h) = raw.batch_header() else {
+                continue;
+            };
+            if h.producer_id >= 0 && !h.is_control() && raw.offset >= at {
+                table.replay(
+                    &ProducerBatch {
+                        id: h.producer_id,
+                        epoch: h.producer_epoch,
+                        base_sequence: h.base_sequence,
+                    },
+                    u32::try_from(raw.span()).unwrap_or(u32::MAX),
+                    raw.offset,
+                );
+                batches += 1;
+            }
+        }
+        at = read.next;
+    }
+    if !table.is_empty() || batches > 0 {
+        tracing::debug!(
+            topic,
+            partition = id,
+            producers = table.len(),
+            snapshot = from.is_some(),
+            batches,
+            bytes,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "producer state recovered"
+        );
+    }
+}
+
+/// Writes a producer snapshot atomically; a failure costs only a longer
+/// read of the log at the next start.
+fn write_snapshot(dir: &std::path::Path, raw: &[u8]) {
+    let path = dir.join(producers::SNAPSHOT_FILE);
+    if let Err(e) = crate::storage::write_atomic(&path, raw) {
+        tracing::warn!(file = %path.display(), error = %e, "producer snapshot not written");
+    }
+}
+
 impl Shared {
+    /// The producer table as a snapshot at the log's end, `None` when it
+    /// tracks no producer. The caller holds the log's lock.
+    fn snapshot(&self, log: &Log) -> Option<Vec<u8>> {
+        let table = self
+            .producers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        (!table.is_empty()).then(|| table.encode_snapshot(log.end_offset()))
+    }
+
     /// Reads from `log` (locked by the caller) unless the topic was deleted
     /// (checked under the lock: UNKNOWN_TOPIC then).
     fn read_from(&self, log: &Log, offset: u64, max_bytes: usize, how: ReadAs) -> ReadOutcome {
@@ -426,6 +503,9 @@ impl Partition {
         producer_limits: Arc<ProducerLimits>,
     ) -> Self {
         let inline_ok = log.config().fsync == FsyncPolicy::Never;
+        let mut producers = ProducerTable::new(producer_limits);
+        recover_producers(topic, id, &log, &mut producers);
+        let snapshot_base = log.active_base();
         let shared = Arc::new(Shared {
             topic: topic.to_owned(),
             id,
@@ -439,7 +519,8 @@ impl Partition {
             stats: crate::metrics::PartitionStats::default(),
             queue: AppendQueue::new(max_pending),
             batch_bytes,
-            producers: Mutex::new(ProducerTable::new(producer_limits)),
+            producers: Mutex::new(producers),
+            snapshot_base: AtomicU64::new(snapshot_base),
         });
         Partition {
             topic: topic.to_owned(),
@@ -843,7 +924,21 @@ impl Partition {
             synced?;
             l.enforce_retention(now_ms)?;
             let start = l.start_offset();
+            // After a roll, a new snapshot of the producers: a restart then
+            // reads only the segments after it.
+            let snapshot = (l.active_base() != shared.snapshot_base.load(Ordering::Acquire))
+                .then(|| {
+                    shared
+                        .snapshot_base
+                        .store(l.active_base(), Ordering::Release);
+                    shared.snapshot(&l)
+                })
+                .flatten();
+            let dir = l.dir().to_path_buf();
             drop(l);
+            if let Some(raw) = snapshot {
+                write_snapshot(&dir, &raw);
+            }
             let expired = shared
                 .producers
                 .lock()
@@ -932,6 +1027,23 @@ impl Partition {
     /// (and one file reopen) per partition.
     pub async fn shutdown(&self) {
         self.shared.queue.close_and_drain().await;
+        let shared = Arc::clone(&self.shared);
+        rt::unblock(move || {
+            let log = read_lock(&shared.log);
+            if shared.deleted.load(Ordering::Acquire) {
+                return;
+            }
+            let (raw, dir) = (shared.snapshot(&log), log.dir().to_path_buf());
+            drop(log);
+            match raw {
+                Some(raw) => write_snapshot(&dir, &raw),
+                None => {
+                    // No producer left: an older snapshot would only be read for nothing.
+                    let _ = std::fs::remove_file(dir.join(producers::SNAPSHOT_FILE));
+                }
+            }
+        })
+        .await;
         if read_lock(&self.shared.log).index_pending() {
             let shared = Arc::clone(&self.shared);
             rt::unblock(move || write_lock(&shared.log).write_index_tail()).await;
@@ -1149,6 +1261,84 @@ mod tests {
         });
         wait_for("the writer to end", || !p.writer_running());
         assert_eq!(p.shared.queue.lock().items.capacity(), 0, "slots released");
+        rt::block_on(p.shutdown());
+    }
+
+    /// A Kafka batch entry of one record from producer 7, epoch 0, sequence `seq`.
+    fn stamped(seq: i32, v: &[u8]) -> (Bytes, Option<ProducerBatch>) {
+        use flume_protocol::kafka_batch::{BatchBuilder, BatchMeta, Compression};
+        let mut b = BatchBuilder::new(None);
+        b.push(0, 1, None, Some(v), []);
+        let meta = BatchMeta {
+            producer_id: 7,
+            producer_epoch: 0,
+            base_sequence: seq,
+            ..BatchMeta::default()
+        };
+        let mut entry = Vec::new();
+        flume_protocol::record::encode_batch_entry(
+            &mut entry,
+            &b.finish(&meta, Compression::None).unwrap(),
+        );
+        let pb = ProducerBatch {
+            id: 7,
+            epoch: 0,
+            base_sequence: seq,
+        };
+        (Bytes::from(entry), Some(pb))
+    }
+
+    fn send(p: &Partition, seq: i32, v: &[u8]) -> Result<Stored, Refusal> {
+        let (entry, pb) = stamped(seq, v);
+        rt::block_on(async { p.enqueue_as(entry, 1, 1, pb).await.unwrap().outcome().await })
+    }
+
+    #[test]
+    fn idempotent_producers_are_recovered_from_a_snapshot_and_the_log_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let stored = |base, duplicate| Ok(Stored { base, duplicate });
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        for seq in 0..3 {
+            assert_eq!(send(&p, seq, b"v"), stored(seq as u64, false));
+        }
+        // A clean stop writes the snapshot: the retry of the last batch is a duplicate.
+        rt::block_on(p.shutdown());
+        drop(p);
+        assert!(dir.path().join(producers::SNAPSHOT_FILE).is_file());
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        assert_eq!(send(&p, 2, b"v"), stored(2, true));
+        assert_eq!(
+            send(&p, 5, b"gap"),
+            Err(Refusal::Producer(ProducerError::OutOfOrderSequence))
+        );
+        // Appended after the snapshot, then a crash (no stop, no new snapshot):
+        // the batch is read back from the log.
+        assert_eq!(send(&p, 3, b"v"), stored(3, false));
+        drop(p);
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        assert_eq!(
+            send(&p, 3, b"v"),
+            stored(3, true),
+            "from the log after the snapshot"
+        );
+        assert_eq!(send(&p, 2, b"v"), stored(2, true), "from the snapshot");
+        assert_eq!(send(&p, 4, b"v"), stored(4, false));
+        // Without any snapshot the active segment is read.
+        drop(p);
+        std::fs::remove_file(dir.path().join(producers::SNAPSHOT_FILE)).unwrap();
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        assert_eq!(send(&p, 4, b"v"), stored(4, true));
+        assert_eq!(p.end_offset(), 5, "no retry was appended twice");
+        // A damaged snapshot is ignored (the log is read instead).
+        rt::block_on(p.shutdown());
+        drop(p);
+        let snap = dir.path().join(producers::SNAPSHOT_FILE);
+        let mut raw = std::fs::read(&snap).unwrap();
+        let last = raw.len() - 1;
+        raw[last] ^= 1;
+        std::fs::write(&snap, raw).unwrap();
+        let p = partition(dir.path(), 1024, Backpressure::Block);
+        assert_eq!(send(&p, 4, b"v"), stored(4, true));
         rt::block_on(p.shutdown());
     }
 

@@ -26,16 +26,19 @@
 //! appended before the eviction is then appended again: that is the one
 //! place, besides a restart, where a duplicate can appear.
 //!
-//! Nothing of this survives a restart (Flume's records do not carry producer
-//! ids, so the state cannot be rebuilt from the log): after a restart a
-//! producer from before is one whose state is gone, as above: its next batch
-//! is accepted whatever its sequence and tracked from there, so clients go on
-//! without a round trip. A batch appended just before the restart whose
-//! answer the client did not get is appended again when the client retries
-//! it: the other place a duplicate can appear. (Answering such producers
-//! UNKNOWN_PRODUCER_ID instead was tried: librdkafka then stalls and
-//! kafka-python fails the batches, as no Kafka broker answers that for a
-//! producer whose state it lost.)
+//! **Across restarts** the state is rebuilt, as Kafka rebuilds it: from a
+//! snapshot ([`encode_snapshot`], `producers.snapshot` in the partition's
+//! directory, written at clean shutdown and after each segment roll) and
+//! then from the Kafka batch entries of the log after the snapshot's offset,
+//! which carry each batch's producer id, epoch and sequences
+//! ([`ProducerTable::replay`]). Without a snapshot (a crash before the first
+//! roll, or a data directory from before batches were stored) the active
+//! segment is read. So a retry of a batch appended just before a crash is
+//! answered with its original offsets. A producer whose state is still gone
+//! (evicted, expired, or older than what was read) is treated as Kafka
+//! treats one whose state expired: its next batch is accepted whatever its
+//! sequence. (Answering such producers UNKNOWN_PRODUCER_ID instead was
+//! tried: librdkafka then stalls and kafka-python fails the batches.)
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,6 +49,14 @@ use crate::domain::{ProducerBatch, ProducerError};
 /// Batches remembered per producer and partition (as Kafka: 5, the most a
 /// client may have in flight with idempotence on).
 pub const CACHED_BATCHES: usize = 5;
+
+/// Name of a partition's producer-state snapshot file.
+pub const SNAPSHOT_FILE: &str = "producers.snapshot";
+
+/// Magic and version of a snapshot:
+/// `[magic][end u64][count u32] count x ([id i64][epoch i16][n u8] n x
+/// ([first_seq i32][last_seq i32][base_offset u64])) [crc32 u32 of all after the magic]`.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"FLMPRD\x00\x01";
 
 /// Limits on producer state, shared by every partition of a broker.
 #[derive(Debug)]
@@ -264,6 +275,96 @@ impl ProducerTable {
         true
     }
 
+    /// Takes in one batch read from the log: the state an append of it
+    /// would have left (its epoch, its place among the producer's last
+    /// batches), without any check. For rebuilding the table at start.
+    pub fn replay(&mut self, p: &ProducerBatch, count: u32, base_offset: u64) {
+        let stale = self.entries.get(&p.id).is_some_and(|e| p.epoch < e.epoch);
+        if !stale {
+            self.record(p, count, base_offset);
+        }
+    }
+
+    /// The table as a snapshot taken at log offset `end` (see the module docs).
+    pub fn encode_snapshot(&self, end: u64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24 + self.entries.len() * (11 + 16 * CACHED_BATCHES));
+        out.extend_from_slice(&SNAPSHOT_MAGIC);
+        out.extend_from_slice(&end.to_be_bytes());
+        out.extend_from_slice(
+            &u32::try_from(self.entries.len())
+                .unwrap_or(u32::MAX)
+                .to_be_bytes(),
+        );
+        let mut by_use: Vec<(&i64, &Entry)> = self.entries.iter().collect();
+        by_use.sort_by_key(|(_, e)| e.touch);
+        for (id, e) in by_use {
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&e.epoch.to_be_bytes());
+            out.push(u8::try_from(e.batches.len()).unwrap_or(u8::MAX));
+            for b in &e.batches {
+                out.extend_from_slice(&b.first_seq.to_be_bytes());
+                out.extend_from_slice(&b.last_seq.to_be_bytes());
+                out.extend_from_slice(&b.base_offset.to_be_bytes());
+            }
+        }
+        let crc = crc32fast::hash(&out[SNAPSHOT_MAGIC.len()..]);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Loads a snapshot into an empty table (least recently used first, so
+    /// the limits keep the most recent ones); returns the log offset it was
+    /// taken at. `None` (nothing loaded) for a damaged snapshot, one of
+    /// another version, or one taken past `log_end` (the log lost its tail
+    /// since: the snapshot may hold batches that are gone).
+    pub fn load_snapshot(&mut self, raw: &[u8], log_end: u64) -> Option<u64> {
+        let (body, crc) = raw.split_at_checked(raw.len().checked_sub(4)?)?;
+        let body = body.strip_prefix(&SNAPSHOT_MAGIC[..])?;
+        if crc32fast::hash(body).to_be_bytes() != crc {
+            return None;
+        }
+        let mut r = flume_protocol::wire::Reader::new(body);
+        let end = r.u64().ok()?;
+        let count = r.u32().ok()?;
+        let mut loaded = Vec::new();
+        for _ in 0..count {
+            let id = r.i64().ok()?;
+            let epoch = r.i16().ok()?;
+            let n = r.u8().ok()?;
+            let mut batches = Vec::new();
+            for _ in 0..n {
+                let first_seq = r.i32().ok()?;
+                let last_seq = r.i32().ok()?;
+                let base_offset = r.u64().ok()?;
+                batches.push((first_seq, last_seq, base_offset));
+            }
+            loaded.push((id, epoch, batches));
+        }
+        r.finish().ok()?;
+        if end > log_end {
+            return None;
+        }
+        for (id, epoch, batches) in loaded {
+            for (first_seq, last_seq, base_offset) in batches {
+                // The count that gives this last sequence from the first.
+                let span = (i64::from(last_seq) - i64::from(first_seq))
+                    .rem_euclid(i64::from(i32::MAX) + 1)
+                    + 1;
+                let count = u32::try_from(span).unwrap_or(1);
+                self.record(
+                    &ProducerBatch {
+                        id,
+                        epoch,
+                        base_sequence: first_seq,
+                    },
+                    count,
+                    base_offset,
+                );
+            }
+        }
+        Some(end)
+    }
+
     /// Drops the producers idle for longer than the expiry. Returns how many.
     pub fn expire(&mut self) -> usize {
         let now = self.limits.clock.mono_ms();
@@ -470,5 +571,41 @@ mod tests {
         assert_eq!(t.expire(), 1, "1 was idle 1200 ms > 1000");
         assert_eq!((t.len(), l.tracked()), (1, 1));
         assert_eq!(offer(&mut t, pb(1, 0, 7), 1, &mut end), Verdict::Append);
+    }
+
+    #[test]
+    fn a_snapshot_round_trips_and_a_damaged_or_later_one_is_refused() {
+        let (l, _) = limits(10, 100);
+        let mut t = ProducerTable::new(Arc::clone(&l));
+        let mut end = 0;
+        for seq in 0..7 {
+            offer(&mut t, pb(1, 3, seq * 2), 2, &mut end);
+        }
+        offer(&mut t, pb(2, 0, i32::MAX), 2, &mut end); // wraps to 0
+        let raw = t.encode_snapshot(end);
+        let mut back = ProducerTable::new(Arc::clone(&l));
+        assert_eq!(back.load_snapshot(&raw, end), Some(end));
+        assert_eq!(back.len(), 2);
+        for (p, count) in [(pb(1, 3, 12), 2), (pb(1, 3, 4), 2), (pb(2, 0, i32::MAX), 2)] {
+            assert_eq!(back.check(&p, count), t.check(&p, count), "{p:?}");
+        }
+        assert_eq!(back.check(&pb(1, 3, 14), 1), Verdict::Append);
+        assert_eq!(
+            back.check(&pb(1, 2, 14), 1),
+            Verdict::Refuse(ProducerError::InvalidEpoch)
+        );
+        // Taken past the log's end (a lost tail), damaged, cut or of another version: not loaded.
+        let mut fresh = ProducerTable::new(Arc::clone(&l));
+        assert_eq!(fresh.load_snapshot(&raw, end - 1), None);
+        for cut in 0..raw.len() {
+            assert_eq!(fresh.load_snapshot(&raw[..cut], end), None);
+        }
+        let mut bad = raw.clone();
+        bad[12] ^= 1;
+        assert_eq!(fresh.load_snapshot(&bad, end), None);
+        assert_eq!(fresh.len(), 0);
+        // A replayed batch of an older epoch than the one known changes nothing.
+        back.replay(&pb(1, 2, 100), 1, 500);
+        assert_eq!(back.check(&pb(1, 3, 12), 2), Verdict::Duplicate(12));
     }
 }
