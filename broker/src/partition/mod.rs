@@ -747,6 +747,7 @@ impl Partition {
                 log_start: self.start_offset(),
                 log_end: offset,
                 next: offset,
+                batches: false,
             });
         }
         let r = match self.try_read_hot(offset, max_bytes, how) {

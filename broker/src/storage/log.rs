@@ -94,22 +94,9 @@ pub struct ReadResult {
     /// record) handed out, or after the entries a [`ReadAs::Records`] read
     /// passed over; the read's offset when it found nothing.
     pub next: u64,
-}
-
-/// The offset after the last whole entry of `entries` (checked ones: a
-/// read's), `None` when there is none.
-pub fn next_after(entries: &[u8]) -> Option<u64> {
-    let (mut pos, mut next) = (0usize, None);
-    while let Some((offset, size, span)) = record::peek_entry(entries, pos) {
-        pos = pos
-            .saturating_add(record::RECORD_HEADER_LEN)
-            .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
-        if pos > entries.len() {
-            break;
-        }
-        next = Some(offset.saturating_add(span));
-    }
-    next
+    /// True when `records` holds a Kafka batch entry (never after a
+    /// [`ReadAs::Records`] read).
+    pub batches: bool,
 }
 
 /// How a read hands out what it found.
@@ -550,6 +537,7 @@ impl Log {
             log_start,
             log_end,
             next: offset,
+            batches: false,
         };
         if offset == log_end {
             return Ok(result);
@@ -567,9 +555,11 @@ impl Log {
         while let Some(seg) = self.sealed.get(idx).or(Some(&self.active)) {
             let at = from.max(seg.base);
             if at < seg.next_offset {
-                result.records = seg.read(at, max_bytes)?;
-                if !result.records.is_empty() {
-                    result.next = next_after(&result.records).unwrap_or(offset).max(offset);
+                let read = seg.read(at, max_bytes)?;
+                if !read.bytes.is_empty() {
+                    result.records = read.bytes;
+                    result.next = read.next.max(offset);
+                    result.batches = read.batches;
                     break;
                 }
             }
@@ -597,7 +587,7 @@ impl Log {
         let mut at = offset;
         loop {
             let r = self.read(at, max_bytes)?;
-            if how == ReadAs::Entries || r.records.is_empty() {
+            if how == ReadAs::Entries || !r.batches {
                 return Ok(r);
             }
             let e = record::expand(&r.records, at, max_bytes, super::MAX_BATCH_DECODED_BYTES)
@@ -618,6 +608,7 @@ impl Log {
                     next,
                     log_start: r.log_start,
                     log_end: r.log_end,
+                    batches: false,
                 });
             }
             // Only control or empty batches: go on after them.

@@ -212,6 +212,17 @@ pub(crate) fn follows(raw: &record::RawRecord<'_>, expected: u64) -> bool {
         || (raw.offset > expected && raw.attributes() & record::ATTR_AFTER_GAP != 0)
 }
 
+/// What [`Segment::read`] read: whole entries, checked.
+#[derive(Debug, Default)]
+pub struct SegmentRead {
+    /// The entries' bytes.
+    pub bytes: Vec<u8>,
+    /// The offset after the last entry (the read's offset when empty).
+    pub next: u64,
+    /// True when a Kafka batch entry is among them.
+    pub batches: bool,
+}
+
 /// What a recovery scan found.
 #[derive(Debug, Default)]
 pub struct ScanOutcome {
@@ -934,11 +945,11 @@ impl Segment {
     ///
     /// # Errors
     /// I/O errors, or [`StorageError::Corrupt`] naming the offset and segment.
-    pub fn read(&self, offset: u64, max_bytes: usize) -> Result<Vec<u8>, StorageError> {
+    pub fn read(&self, offset: u64, max_bytes: usize) -> Result<SegmentRead, StorageError> {
         let pos = self.position_of(offset)?;
         let avail = match self.size.checked_sub(pos) {
             Some(a) if a > 0 => a,
-            Some(_) => return Ok(Vec::new()),
+            Some(_) => return Ok(SegmentRead::default()),
             None => {
                 return Err(self.corrupt(
                     offset,
@@ -973,9 +984,11 @@ impl Segment {
         }
         let mut end = 0usize;
         let mut expect = offset;
+        let mut batches = false;
         for raw in record::RecordIter::new(&buf) {
             match raw {
                 Ok(r) => {
+                    batches |= r.is_batch();
                     // The first entry may be a batch that holds `offset`.
                     let holds = r.pos == 0 && r.offset <= offset && offset <= r.last_offset();
                     if !holds && !follows(&r, expect) {
@@ -993,7 +1006,11 @@ impl Segment {
             }
         }
         buf.truncate(end);
-        Ok(buf)
+        Ok(SegmentRead {
+            next: if end == 0 { offset } else { expect },
+            bytes: buf,
+            batches,
+        })
     }
 
     /// The largest timestamp of the segment, scanning it once if unknown.
