@@ -14,6 +14,7 @@ mod e2e_groups;
 mod e2e_hostile;
 mod e2e_kafka;
 mod e2e_kafka_admin;
+mod e2e_kafka_client;
 mod e2e_kafka_configs;
 mod e2e_kafka_conformance;
 mod e2e_kafka_groups;

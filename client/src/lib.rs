@@ -47,6 +47,7 @@ mod conn;
 mod consumer;
 mod error;
 mod group;
+mod kafka;
 mod producer;
 mod tls;
 
@@ -54,7 +55,7 @@ use flume_protocol as protocol;
 use flume_rt as rt;
 
 pub use admin::Admin;
-pub use conn::{BusyPoll, ConnectionConfig, Credentials};
+pub use conn::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
 pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
 pub use group::{
