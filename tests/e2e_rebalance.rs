@@ -478,6 +478,7 @@ fn a_group_fetch_returns_records() {
                 offset: 0,
                 max_bytes: 1 << 20,
             }],
+            read_as: flume_broker::domain::ReadAs::Records,
         };
         let fetched = rt::timeout(
             Duration::from_secs(5),

@@ -22,6 +22,7 @@ use bytes::Bytes;
 use flume_protocol::ErrorCode;
 
 use crate::budget::Charge;
+pub use crate::storage::ReadAs;
 
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -179,6 +180,9 @@ pub struct FetchSpec {
     pub max_bytes: usize,
     /// The partitions, in the order the answer lists them.
     pub partitions: Vec<FetchFrom>,
+    /// Entries as stored (Kafka's front end) or Flume records only (Flume's
+    /// protocol, the in-process readers).
+    pub read_as: ReadAs,
 }
 
 /// What a fetch read from one partition.
@@ -190,7 +194,8 @@ pub struct PartitionRecords {
     pub log_start: i64,
     /// The partition's high watermark (-1 for an unknown partition).
     pub log_end: i64,
-    /// Whole records in the Flume record format, read once from the log.
+    /// Whole entries as the spec's [`ReadAs`] says (Flume records, and with
+    /// [`ReadAs::Entries`] Kafka batch entries too), read once from the log.
     pub records: Vec<u8>,
 }
 

@@ -10,7 +10,19 @@
 use std::io::Write;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use flume_broker::kafka::records::{decode, RecordsError};
+use flume_broker::kafka::records::{prepare, ProduceRules, RecordsError};
+
+/// What a produce of `set` is held to here: decoding within `limit`.
+fn decode(set: &[u8], limit: usize) -> Result<u32, RecordsError> {
+    let rules = ProduceRules {
+        limit,
+        max_record_bytes: usize::MAX,
+        append_time: None,
+        compression: None,
+        keyed_only: false,
+    };
+    prepare(set, &rules).map(|p| p.records)
+}
 
 const LIMIT: usize = 1 << 20;
 const MIB: usize = 1 << 20;
@@ -33,7 +45,7 @@ fn assert_refused(set: &Bytes, inflated: u64, codec: &str) {
     // is what decoding this bomb added (Linux: clear_refs "5").
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
     let base = status_bytes("VmRSS:");
-    let r = decode(set, LIMIT).map(|rs| rs.len());
+    let r = decode(set, LIMIT);
     assert!(
         matches!(r, Err(RecordsError::TooLarge { limit: LIMIT })),
         "{codec}: {r:?}"

@@ -725,6 +725,7 @@ mod tests {
                         offset: end,
                         max_bytes: 1 << 20,
                     }],
+                    read_as: crate::domain::ReadAs::Records,
                 };
                 let started = Instant::now();
                 let f = rt::block_on(e.fetch(&spec, None));

@@ -12,7 +12,7 @@ use futures::FutureExt;
 use super::Engine;
 use crate::budget::{Charge, MemoryBudget};
 use crate::config::MAX_FETCH_WAIT_MS;
-use crate::domain::{FetchSpec, Fetched, PartitionRecords};
+use crate::domain::{FetchSpec, Fetched, PartitionRecords, ReadAs};
 use crate::error::BrokerError;
 use crate::partition::Partition;
 
@@ -133,98 +133,129 @@ impl Engine {
         let mut counted_in = vec![0usize; req.partitions.len()];
         let mut counted = 0usize;
         let mut errors = false;
+        // Each pass waits, then reads; a Flume-records fetch that found only
+        // entries without records (transaction markers, emptied batches)
+        // waits again from after them rather than answer empty at once.
         loop {
-            let listeners: Vec<_> = resolved.iter().flatten().map(|p| p.listen()).collect();
-            // Bounds from the end offsets alone: a stored record takes at least
-            // MIN_STORED_RECORD bytes and at most max_record_bytes, so the record
-            // counts often decide without reading anything.
-            let (mut lower, mut upper) = (counted, counted);
-            for (i, part) in resolved.iter().enumerate() {
-                let (Ok(part), Some(at)) = (part, next[i]) else {
-                    errors = true;
-                    continue;
-                };
-                if part.is_deleted() {
-                    // Its topic was deleted while the fetch waited: answer now.
-                    errors = true;
-                    continue;
+            loop {
+                let listeners: Vec<_> = resolved.iter().flatten().map(|p| p.listen()).collect();
+                // Bounds from the end offsets alone: a stored record takes at least
+                // MIN_STORED_RECORD bytes and at most max_record_bytes, so the record
+                // counts often decide without reading anything.
+                let (mut lower, mut upper) = (counted, counted);
+                for (i, part) in resolved.iter().enumerate() {
+                    let (Ok(part), Some(at)) = (part, next[i]) else {
+                        errors = true;
+                        continue;
+                    };
+                    if part.is_deleted() {
+                        // Its topic was deleted while the fetch waited: answer now.
+                        errors = true;
+                        continue;
+                    }
+                    let end = part.end_offset();
+                    if at < part.start_offset() || at > end {
+                        errors = true;
+                        continue;
+                    }
+                    let records = usize::try_from(end - at).unwrap_or(usize::MAX);
+                    let room = wants[i].saturating_sub(counted_in[i]);
+                    lower =
+                        lower.saturating_add(records.saturating_mul(MIN_STORED_RECORD).min(room));
+                    upper = upper.saturating_add(
+                        records
+                            .saturating_mul(self.config.max_record_bytes)
+                            .min(room),
+                    );
                 }
-                let end = part.end_offset();
-                if at < part.start_offset() || at > end {
-                    errors = true;
-                    continue;
+                if !errors && lower < min_bytes && upper >= min_bytes {
+                    self.count_arrived(
+                        &resolved,
+                        &wants,
+                        min_bytes,
+                        deadline,
+                        counting,
+                        req.read_as,
+                        &mut next,
+                        &mut counted_in,
+                        &mut counted,
+                        &mut errors,
+                    )
+                    .await;
                 }
-                let records = usize::try_from(end - at).unwrap_or(usize::MAX);
-                let room = wants[i].saturating_sub(counted_in[i]);
-                lower = lower.saturating_add(records.saturating_mul(MIN_STORED_RECORD).min(room));
-                upper = upper.saturating_add(
-                    records
-                        .saturating_mul(self.config.max_record_bytes)
-                        .min(room),
-                );
+                let now = Instant::now();
+                if counted.max(lower) >= min_bytes
+                    || errors
+                    || now >= deadline
+                    || listeners.is_empty()
+                    || self.is_shutting_down()
+                {
+                    break;
+                }
+                let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
+                // No listener on the shutdown signal: `begin_shutdown` wakes every
+                // partition's readers after it closes the signal (a listener per
+                // waiting fetch on that one event costs more than the fetch).
+                futures::select! {
+                    _ = any_data.fuse() => {}
+                    _ = rt::sleep(deadline - now).fuse() => {}
+                    () = &mut *give_up => return Err(GaveUp),
+                }
             }
-            if !errors && lower < min_bytes && upper >= min_bytes {
-                self.count_arrived(
+            // Room for the records, charged as they are read: the shared budget's,
+            // or what is left of the connection's reserve (the fairness rule,
+            // `crate::budget`), in which the first record goes out whole. A response
+            // with no room waits for it holding no records, past its deadline if
+            // need be: a connection that has used its reserve waits, the others
+            // are served. Shutdown ends the wait.
+            let mut reserved = None;
+            let mut budget = budget;
+            if let Some(m) = memory {
+                if !m.may_admit(1) {
+                    futures::select! {
+                        () = m.wait_to_admit(1).fuse() => {}
+                        _ = self.shutdown_rx.recv().fuse() => {}
+                    }
+                }
+                if m.is_spent() {
+                    budget = budget.min(m.reserve_left().saturating_sub(headers).max(1));
+                }
+                reserved = Some(m.charge(headers));
+            }
+            let mut tally = FetchTally::default();
+            let mut went_on = vec![None; req.partitions.len()];
+            let partitions = self
+                .read_fetched(
+                    req,
                     &resolved,
-                    &wants,
-                    min_bytes,
-                    deadline,
-                    counting,
-                    &mut next,
-                    &mut counted_in,
-                    &mut counted,
-                    &mut errors,
+                    budget,
+                    reserved.as_mut(),
+                    &mut tally,
+                    &mut went_on,
                 )
                 .await;
-            }
-            let now = Instant::now();
-            if counted.max(lower) >= min_bytes
-                || errors
-                || now >= deadline
-                || listeners.is_empty()
-                || self.is_shutting_down()
-            {
-                break;
-            }
-            let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
-            // No listener on the shutdown signal: `begin_shutdown` wakes every
-            // partition's readers after it closes the signal (a listener per
-            // waiting fetch on that one event costs more than the fetch).
-            futures::select! {
-                _ = any_data.fuse() => {}
-                _ = rt::sleep(deadline - now).fuse() => {}
-                () = &mut *give_up => return Err(GaveUp),
-            }
-        }
-        // Room for the records, charged as they are read: the shared budget's,
-        // or what is left of the connection's reserve (the fairness rule,
-        // `crate::budget`), in which the first record goes out whole. A response
-        // with no room waits for it holding no records, past its deadline if
-        // need be: a connection that has used its reserve waits, the others
-        // are served. Shutdown ends the wait.
-        let mut reserved = None;
-        let mut budget = budget;
-        if let Some(m) = memory {
-            if !m.may_admit(1) {
-                futures::select! {
-                    () = m.wait_to_admit(1).fuse() => {}
-                    _ = self.shutdown_rx.recv().fuse() => {}
+            let passed_over = req.read_as == ReadAs::Records
+                && partitions
+                    .iter()
+                    .all(|p| p.error == ErrorCode::None && p.records.is_empty())
+                && went_on
+                    .iter()
+                    .zip(&next)
+                    .any(|(w, n)| w.is_some_and(|w| Some(w) > *n));
+            if passed_over && Instant::now() < deadline && !self.is_shutting_down() {
+                for (n, w) in next.iter_mut().zip(went_on) {
+                    if let (Some(n), Some(w)) = (n.as_mut(), w) {
+                        *n = (*n).max(w);
+                    }
                 }
+                continue;
             }
-            if m.is_spent() {
-                budget = budget.min(m.reserve_left().saturating_sub(headers).max(1));
-            }
-            reserved = Some(m.charge(headers));
+            return Ok(Fetched {
+                partitions,
+                first_error: tally.commit(),
+                charge: reserved,
+            });
         }
-        let mut tally = FetchTally::default();
-        let partitions = self
-            .read_fetched(req, &resolved, budget, reserved.as_mut(), &mut tally)
-            .await;
-        Ok(Fetched {
-            partitions,
-            first_error: tally.commit(),
-            charge: reserved,
-        })
     }
 
     /// Counts, by reading, the bytes that arrived past `next` on each partition
@@ -238,6 +269,7 @@ impl Engine {
         min_bytes: usize,
         deadline: Instant,
         counting: Option<&Arc<MemoryBudget>>,
+        how: ReadAs,
         next: &mut [Option<u64>],
         counted_in: &mut [usize],
         counted: &mut usize,
@@ -265,26 +297,18 @@ impl Engine {
                     .min(COUNT_CHUNK_BYTES);
                 // One record may go past the chunk.
                 let _held = counting.map(|c| c.charge(chunk.max(self.config.max_record_bytes)));
-                let records = match part.read(at, chunk).await {
-                    Ok(r) => r.records,
+                let (records, went_on) = match part.read(at, chunk, how).await {
+                    Ok(r) => (r.records, r.next),
                     Err(_) => {
                         // The final read reports it.
                         *errors = true;
                         return;
                     }
                 };
-                // The log checked these records; only their sizes are needed here.
-                let (mut n, mut pos) = (0u64, 0usize);
-                while let Some((_, size)) = record::peek_header(&records, pos) {
-                    pos = pos
-                        .saturating_add(record::RECORD_HEADER_LEN)
-                        .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
-                    n += 1;
-                }
-                if n == 0 {
+                if records.is_empty() || went_on <= at {
                     break;
                 }
-                at += n;
+                at = went_on;
                 next[i] = Some(at);
                 counted_in[i] += records.len();
                 *counted += records.len();
@@ -304,6 +328,7 @@ impl Engine {
         budget: usize,
         mut reserved: Option<&mut Charge>,
         tally: &mut FetchTally,
+        went_on: &mut [Option<u64>],
     ) -> Vec<PartitionRecords> {
         let mut out = Vec::with_capacity(req.partitions.len());
         let mut total = 0usize;
@@ -332,7 +357,7 @@ impl Engine {
                     if let Some(c) = reserved.as_deref_mut() {
                         c.add(want);
                     }
-                    let mut r = part.read(o, want).await;
+                    let mut r = part.read(o, want, req.read_as).await;
                     // Only the first record of the first partition that has
                     // any may go past the limits (as Kafka's first batch):
                     // past it, a record that does not fit waits for the next
@@ -359,6 +384,9 @@ impl Engine {
             out.push(match read {
                 // The offsets the read saw, so they agree with its records.
                 Ok(Some(r)) => {
+                    if let Some(w) = went_on.get_mut(i) {
+                        *w = Some(r.next);
+                    }
                     total += r.records.len();
                     tally.served(part, &r.records);
                     PartitionRecords {
@@ -468,7 +496,16 @@ impl Engine {
             } else {
                 want.saturating_mul(256).clamp(1, READ_NOW_MAX_BYTES)
             };
-            let buf = bytes::Bytes::from(part.read_now(next, bytes)?.records);
+            let read = part.read_now(next, bytes)?;
+            if read.records.is_empty() {
+                if read.next <= next {
+                    break;
+                }
+                // Only entries without records (transaction markers): past them.
+                next = read.next;
+                continue;
+            }
+            let buf = bytes::Bytes::from(read.records);
             // Where the wanted records end; only those are decoded.
             let (mut end, mut taken) = (0, 0);
             for raw in record::RecordIter::new(&buf) {

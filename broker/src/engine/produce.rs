@@ -213,26 +213,32 @@ impl Engine {
 }
 
 impl Engine {
-    /// Queues records the front end encoded itself in the stored format
-    /// (the Kafka front end's transcoder) on one partition, without checking
-    /// them again: the caller vouches for every record's length, CRC, size
-    /// limit and for `count` and `max_timestamp` (debug builds check anyway).
+    /// Queues log entries the front end made itself (the Kafka front end's
+    /// batch entries, `kafka::records::prepare`) on one partition, without
+    /// checking them again: the caller vouches for every entry's length,
+    /// CRC and records, for the topic's rules (keys on a compacted topic,
+    /// its timestamp type and codec), for `span` (the offsets the entries
+    /// take) and `max_timestamp` (debug builds check the entries anyway).
     /// Otherwise as [`Engine::admit_produce_as`] for [`Route::Partition`].
     pub async fn admit_encoded(
         &self,
         topic: &str,
         partition: i32,
         records: Bytes,
-        count: u32,
+        span: u32,
         max_timestamp: i64,
         producer: Option<ProducerBatch>,
     ) -> PendingProduce {
+        let count = span;
         let route = Route::Partition(partition);
         let fail = |code| PendingProduce::failed(topic, route, code);
         debug_assert!(
-            record::validate_batch(&records, self.config.max_record_bytes as u64)
-                .is_ok_and(|i| i.count == count && i.max_timestamp == max_timestamp),
-            "a front end's encoded batch does not check"
+            RecordIter::new(&records)
+                .map(|r| r.map(|r| (r.span(), r.timestamp())))
+                .collect::<Result<Vec<_>, _>>()
+                .is_ok_and(|es| es.iter().map(|e| e.0).sum::<u64>() == u64::from(span)
+                    && es.iter().map(|e| e.1).max() == Some(max_timestamp)),
+            "a front end's entries do not check"
         );
         if self.is_shutting_down() {
             return fail(ErrorCode::ShuttingDown);
@@ -244,9 +250,6 @@ impl Engine {
             Ok(t) => t,
             Err(e) => return fail(e.code()),
         };
-        if t.config.cleanup_policy.compacts() && has_keyless(&records) {
-            return fail(ErrorCode::InvalidRecord);
-        }
         if let Some(pb) = &producer {
             if !self.producer_ids.issued(pb.id) {
                 let mut p = fail(ErrorCode::InvalidRequest);

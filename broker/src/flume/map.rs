@@ -20,7 +20,7 @@ use crate::config::{fetch_wait, valid_group_id};
 use crate::domain::Assignor;
 use crate::domain::{
     Appended, FetchFrom, FetchSpec, Fetched, FoundOffset, GroupPosition, JoinSpec, Joined, Member,
-    OffsetSpec, ProduceBatch, Route, TopicChanges, TopicDescription, TopicPartition,
+    OffsetSpec, ProduceBatch, ReadAs, Route, TopicChanges, TopicDescription, TopicPartition,
 };
 
 /// A PRODUCE entry as a batch: partition -1 routes by key. The records stay
@@ -80,6 +80,8 @@ pub fn fetch_spec(req: &FetchRequest) -> FetchSpec {
                 max_bytes: at_least_one(p.max_bytes),
             })
             .collect(),
+        // Flume's clients read records only: Kafka batches are read out for them.
+        read_as: ReadAs::Records,
     }
 }
 

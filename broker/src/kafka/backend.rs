@@ -8,7 +8,6 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use flume_protocol::record::{self, Header};
 use flume_protocol::ErrorCode;
 
 use super::errors as kerr;
@@ -17,24 +16,9 @@ use crate::config::TopicConfig;
 use crate::coordinator::offsets::Committed;
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
-    Member, ProduceBatch, ProducerBatch, ProducerError, Route, SyncSpec, Synced, TopicPartition,
+    Member, ProducerError, ReadAs, SyncSpec, Synced, TopicPartition,
 };
 use crate::engine::{Engine, FetchMemory};
-
-/// One record as both protocols see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rec {
-    /// Offset in its partition (ignored on produce).
-    pub offset: i64,
-    /// Milliseconds since the Unix epoch, as the producer set it.
-    pub timestamp: i64,
-    /// Key, if any.
-    pub key: Option<Bytes>,
-    /// Value (`None`: null, a tombstone).
-    pub value: Option<Bytes>,
-    /// Headers in order (`None`: a null value).
-    pub headers: Vec<(String, Option<Bytes>)>,
-}
 
 /// A topic: its name and partition count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,8 +54,21 @@ pub struct FetchGot {
     pub high_watermark: i64,
     /// Oldest offset stored.
     pub log_start: i64,
-    /// The records read.
-    pub records: Vec<Rec>,
+    /// The records read, as a Kafka record set (batches).
+    pub records: Bytes,
+}
+
+/// What a produce to a topic is held to (see [`Backend::produce_limits`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceLimits {
+    /// The largest record batch (`max.message.bytes`).
+    pub max_message_bytes: usize,
+    /// Records get their append time (`message.timestamp.type=LogAppendTime`).
+    pub log_append_time: bool,
+    /// The codec batches are stored with (`compression.type`; `None`: the producer's).
+    pub compression: Option<flume_protocol::kafka_batch::Compression>,
+    /// Every record needs a key (`cleanup.policy` compacts).
+    pub keyed_only: bool,
 }
 
 /// The engine as the Kafka front end needs it.
@@ -136,16 +133,25 @@ impl Backend {
         self.engine.config().max_record_bytes
     }
 
-    /// What a produce to `topic` is held to: the largest record batch
-    /// (`max.message.bytes`) and whether records get their append time
-    /// (`message.timestamp.type=LogAppendTime`); a topic that does not exist
-    /// yet (auto-created by the produce) by the broker's defaults.
-    pub fn produce_limits(&self, topic: &str) -> (usize, bool) {
-        let of = |tc: &TopicConfig| {
-            (
-                usize::try_from(tc.max_message_bytes).unwrap_or(usize::MAX),
-                tc.message_timestamp_type == crate::config::TimestampType::LogAppendTime,
-            )
+    /// What a produce to `topic` is held to, by its configs (a topic that
+    /// does not exist yet, auto-created by the produce, by the broker's
+    /// defaults).
+    pub fn produce_limits(&self, topic: &str) -> ProduceLimits {
+        use crate::config::CompressionType as C;
+        use flume_protocol::kafka_batch::Compression;
+        let of = |tc: &TopicConfig| ProduceLimits {
+            max_message_bytes: usize::try_from(tc.max_message_bytes).unwrap_or(usize::MAX),
+            log_append_time: tc.message_timestamp_type
+                == crate::config::TimestampType::LogAppendTime,
+            compression: match tc.compression_type {
+                C::Producer => None,
+                C::Uncompressed => Some(Compression::None),
+                C::Gzip => Some(Compression::Gzip),
+                C::Snappy => Some(Compression::Snappy),
+                C::Lz4 => Some(Compression::Lz4),
+                C::Zstd => Some(Compression::Zstd),
+            },
+            keyed_only: tc.cleanup_policy.compacts(),
         };
         match self.engine.topic(topic) {
             Some(t) => of(&t.config),
@@ -468,8 +474,8 @@ impl Backend {
         self.engine.init_producer_id().await.map_err(kafka_code)
     }
 
-    /// Appends records the Kafka front end transcoded to the stored format
-    /// ([`super::records::transcode`]) to one partition and waits until they
+    /// Appends the entries the Kafka front end prepared
+    /// ([`super::records::prepare`]) to one partition and waits until they
     /// are stored. Returns the offset of the first record (for an idempotent
     /// producer's retry of a stored batch: that batch's, nothing appended).
     ///
@@ -480,7 +486,7 @@ impl Backend {
         &self,
         topic: &str,
         partition: i32,
-        t: super::records::Transcoded,
+        t: super::records::Prepared,
     ) -> Result<i64, i16> {
         if partition < 0 {
             return Err(kerr::UNKNOWN_TOPIC_OR_PARTITION);
@@ -490,8 +496,8 @@ impl Backend {
             .admit_encoded(
                 topic,
                 partition,
-                Bytes::from(t.records),
-                t.count,
+                Bytes::from(t.entries),
+                t.span,
                 t.max_timestamp,
                 t.producer,
             )
@@ -517,75 +523,6 @@ impl Backend {
             .first()
             .map(|s| s.base_offset)
             .ok_or(kerr::UNKNOWN_SERVER_ERROR)
-    }
-
-    /// Appends records to one partition and waits until they are stored.
-    /// Returns the offset of the first record (for an idempotent producer's
-    /// retry of a stored batch: that batch's, nothing appended).
-    ///
-    /// # Errors
-    /// A Kafka error code (unknown topic or partition, record too large,
-    /// OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH, UNKNOWN_PRODUCER_ID, ...).
-    pub async fn produce(
-        &self,
-        topic: &str,
-        partition: i32,
-        records: &[Rec],
-        producer: Option<ProducerBatch>,
-    ) -> Result<i64, i16> {
-        if partition < 0 {
-            return Err(kerr::UNKNOWN_TOPIC_OR_PARTITION);
-        }
-        let size: usize = records
-            .iter()
-            .map(|r| {
-                record::encoded_len_nullable(r.key.as_deref(), r.value.as_deref(), &[])
-                    + r.headers
-                        .iter()
-                        .map(|(k, v)| 6 + k.len() + v.as_ref().map_or(0, Bytes::len))
-                        .sum::<usize>()
-            })
-            .sum();
-        let mut buf = Vec::with_capacity(size);
-        for r in records {
-            if r.headers.len() > usize::from(u16::MAX)
-                || r.headers
-                    .iter()
-                    .any(|(k, _)| k.len() > usize::from(u16::MAX))
-            {
-                return Err(kerr::INVALID_RECORD);
-            }
-            let headers: Vec<Header> = r
-                .headers
-                .iter()
-                .map(|(k, v)| Header {
-                    key: k.clone(),
-                    value: v.clone(),
-                })
-                .collect();
-            record::encode_nullable(
-                &mut buf,
-                0,
-                r.timestamp,
-                r.key.as_deref(),
-                r.value.as_deref(),
-                &headers,
-            );
-        }
-        let result = self
-            .engine
-            .admit_produce_as(
-                ProduceBatch {
-                    topic: topic.to_owned(),
-                    route: Route::Partition(partition),
-                    records: Bytes::from(buf),
-                },
-                producer,
-            )
-            .await
-            .finish()
-            .await;
-        Self::produced(&result)
     }
 
     /// Reads partitions through the engine's long-poll fetch: waits until
@@ -619,39 +556,18 @@ impl Backend {
                     max_bytes: size(w.max_bytes),
                 })
                 .collect(),
+            read_as: ReadAs::Entries,
         };
         let memory = FetchMemory { response, counting };
         let fetched = self.engine.fetch(&spec, Some(memory)).await;
         fetched
             .partitions
             .into_iter()
-            .map(|p| {
-                let records = match record::decode_all(&Bytes::from(p.records)) {
-                    Ok(rs) => rs
-                        .into_iter()
-                        .map(|r| Rec {
-                            offset: i64::try_from(r.offset).unwrap_or(i64::MAX),
-                            timestamp: r.timestamp,
-                            key: r.key,
-                            value: r.value,
-                            headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
-                        })
-                        .collect(),
-                    Err(_) => {
-                        return FetchGot {
-                            error: kerr::CORRUPT_MESSAGE,
-                            high_watermark: p.log_end,
-                            log_start: p.log_start,
-                            records: Vec::new(),
-                        }
-                    }
-                };
-                FetchGot {
-                    error: kafka_code(p.error),
-                    high_watermark: p.log_end,
-                    log_start: p.log_start,
-                    records,
-                }
+            .map(|p| FetchGot {
+                error: kafka_code(p.error),
+                high_watermark: p.log_end,
+                log_start: p.log_start,
+                records: super::records::to_kafka(&p.records),
             })
             .collect()
     }

@@ -1,69 +1,32 @@
-//! Kafka record batches (magic 2) <-> Flume records.
+//! Kafka record sets <-> the log's entries.
 //!
-//! Produce: each batch of a partition's record set is checked (length,
-//! magic, CRC-32C), its records decompressed (gzip, snappy, lz4, zstd) and
-//! parsed into `Rec`s, which the engine stores in Flume's own record format.
+//! Produce ([`prepare`]): each batch of a partition's record set is checked
+//! (length, magic, CRC-32C), its records decompressed within a byte limit
+//! and walked (offset deltas 0, 1, ..., sizes, headers, keys on a compacted
+//! topic), and the batch is then stored whole, as the producer sent it
+//! (compressed or not, producer id, epoch, base sequence and flags kept), as
+//! one Kafka batch entry of the log (`docs/storage.md`). The broker changes
+//! only what Kafka's broker changes: the leader epoch (0), the maxTimestamp
+//! (the records' largest, or the append time of a LogAppendTime topic, with
+//! its attribute bit), and the codec when the topic's `compression.type`
+//! names another one (the batch is then built again).
 //!
-//! Decompression is bounded: the codecs run as streams into a buffer that
-//! stops growing at the record set's limit (`max_decoded_bytes`, counted over
-//! all its batches), so a small batch that would inflate to gigabytes is
-//! refused (MESSAGE_TOO_LARGE) after at most that many bytes were produced,
-//! never allocated whole. The output buffer grows by doubling, so it holds
-//! at most twice the limit; snappy blocks declare their length first and are
-//! checked before they are allocated; zstd frames may use a window of at
-//! most 2^[`ZSTD_WINDOW_LOG_MAX`] bytes (what Kafka clients' default levels
-//! use is far below; a frame asking for more is CORRUPT_MESSAGE). Fetch: stored records go out as one
-//! uncompressed magic-2 batch, which every client decodes.
+//! Fetch ([`to_kafka`]): a batch entry goes out as the batch it is; each run
+//! of Flume records (produced through Flume's protocol) goes out as one
+//! uncompressed batch. No fetch decompresses anything.
 //!
-//! The batch and record layout is parsed here rather than with
-//! `kafka-protocol`'s `RecordBatchDecoder` because that one keeps headers in
-//! a map, which drops a repeated header name; Kafka keeps every header in
-//! order, and so does Flume.
-//!
-//! Mapping: key, value, timestamp and headers carry over (a batch with
-//! LogAppendTime gives its records the batch's max timestamp); a null value
-//! (a tombstone) and a null header value stay null, distinct from empty
-//! ones; control batches are skipped. The producer id, epoch and base
-//! sequence of an idempotent producer's batch come out beside the records
-//! ([`Decoded::producer`]) for the partition's sequence check; they are not
-//! stored with the records.
-//!
-//! ```text
-//! batch: baseOffset i64 | batchLength i32 | partitionLeaderEpoch i32 | magic i8 (2)
-//!        | crc u32 (CRC-32C of what follows) | attributes i16 | lastOffsetDelta i32
-//!        | baseTimestamp i64 | maxTimestamp i64 | producerId i64 | producerEpoch i16
-//!        | baseSequence i32 | count i32 | records (compressed per attributes & 7)
-//! record: length varint | attributes i8 | timestampDelta varlong | offsetDelta varint
-//!         | keyLength varint (-1 null) | key | valueLength varint | value
-//!         | headerCount varint | (keyLength varint | key | valueLength varint | value)*
-//! ```
+//! The batch format and its codecs live in [`flume_protocol::kafka_batch`],
+//! shared with the SDK's Kafka client.
 
-use std::io::Read;
+use bytes::{Bytes, BytesMut};
+use flume_protocol::kafka_batch::{
+    self, BatchBuilder, BatchError, BatchMeta, Compression, ATTR_LOG_APPEND_TIME,
+};
+use flume_protocol::record::{self, RECORD_HEADER_LEN};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-
-use super::backend::Rec;
 use crate::domain::ProducerBatch;
 
-/// Largest zstd window accepted (2^23 = 8 MiB), bounding the decoder's memory.
-pub const ZSTD_WINDOW_LOG_MAX: u32 = 23;
-
-/// The start of a snappy stream in the xerial framing (Java clients' snappy).
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-
-/// A produced record set, decoded.
-#[derive(Debug, Default)]
-pub struct Decoded {
-    /// The records, in order.
-    pub records: Vec<Rec>,
-    /// The idempotent producer's stamp (of the one batch), if any.
-    pub producer: Option<ProducerBatch>,
-}
-
-/// Bytes of a batch header, from baseOffset to count.
-pub const BATCH_HEADER_LEN: usize = 61;
-/// Where the CRC-covered part starts (attributes).
-const CRC_START: usize = 21;
+pub use flume_protocol::kafka_batch::largest_batch;
 
 /// Why a produced record set was refused.
 #[derive(Debug, thiserror::Error)]
@@ -87,779 +50,514 @@ pub enum RecordsError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// A record Flume cannot store (too many headers, a header name too long).
+    /// A record or batch Flume does not accept from a producer (too many
+    /// headers, a header name too long, a control batch, no key on a
+    /// compacted topic, ...).
     #[error("invalid record: {0}")]
     Invalid(String),
 }
 
-fn corrupt(what: impl Into<String>) -> RecordsError {
-    RecordsError::Corrupt(what.into())
-}
-
-/// Reads `r` to its end, refusing as soon as the output passes `limit`.
-fn read_capped(mut r: impl Read, limit: usize, codec: &str) -> Result<Vec<u8>, RecordsError> {
-    let mut out = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    loop {
-        let n = match r.read(&mut chunk) {
-            Ok(0) => return Ok(out),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(corrupt(format!("{codec}: {e}"))),
-        };
-        if n > limit.saturating_sub(out.len()) {
-            return Err(RecordsError::TooLarge { limit });
+impl From<BatchError> for RecordsError {
+    fn from(e: BatchError) -> Self {
+        match e {
+            BatchError::TooLarge { limit } => RecordsError::TooLarge { limit },
+            other => RecordsError::Corrupt(match other {
+                BatchError::Corrupt(why) => why,
+                other => other.to_string(),
+            }),
         }
-        out.extend_from_slice(&chunk[..n]);
     }
 }
 
-/// One raw snappy block appended to `out`, its declared length checked
-/// against the room left before anything is allocated.
-fn snappy_block(block: &[u8], out: &mut Vec<u8>, limit: usize) -> Result<(), RecordsError> {
-    let len = snap::raw::decompress_len(block).map_err(|e| corrupt(format!("snappy: {e}")))?;
-    if len > limit.saturating_sub(out.len()) {
-        return Err(RecordsError::TooLarge { limit });
-    }
-    let at = out.len();
-    out.resize(at + len, 0);
-    let n = snap::raw::Decoder::new()
-        .decompress(block, &mut out[at..])
-        .map_err(|e| corrupt(format!("snappy: {e}")))?;
-    out.truncate(at + n);
-    Ok(())
+/// What a partition's produce must respect.
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceRules {
+    /// Most bytes the set's records may decompress to, over all its batches.
+    pub limit: usize,
+    /// Largest record, as Flume's format would store it (16-byte header
+    /// included), so every stored record can also be read by Flume's
+    /// consumers.
+    pub max_record_bytes: usize,
+    /// The append time of a LogAppendTime topic.
+    pub append_time: Option<i64>,
+    /// The topic's `compression.type` when it names a codec (`None`:
+    /// `producer`, the batch keeps its own).
+    pub compression: Option<Compression>,
+    /// The topic compacts: every record needs a key.
+    pub keyed_only: bool,
 }
 
-/// Snappy as Kafka clients send it: the xerial framing (a 16-byte header,
-/// then blocks of a 4-byte length and raw snappy) or one raw snappy block.
-fn snappy(data: &[u8], limit: usize) -> Result<Vec<u8>, RecordsError> {
-    let mut out = Vec::new();
-    if !data.starts_with(&XERIAL_MAGIC) {
-        snappy_block(data, &mut out, limit)?;
-        return Ok(out);
-    }
-    let mut rest = data
-        .get(16..)
-        .ok_or_else(|| corrupt("snappy: short xerial header"))?;
-    while !rest.is_empty() {
-        let (len, tail) = rest
-            .split_first_chunk::<4>()
-            .ok_or_else(|| corrupt("snappy: block length cut short"))?;
-        let len = usize::try_from(u32::from_be_bytes(*len)).unwrap_or(usize::MAX);
-        if len > tail.len() {
-            return Err(corrupt(format!(
-                "snappy: block of {len} bytes, {} left",
-                tail.len()
-            )));
-        }
-        let (block, tail) = tail.split_at(len);
-        snappy_block(block, &mut out, limit)?;
-        rest = tail;
-    }
-    Ok(out)
-}
-
-/// Decompresses a batch's records, producing at most `limit` bytes.
-fn decompress(codec: i16, data: Bytes, limit: usize) -> Result<Bytes, RecordsError> {
-    let out = match codec {
-        0 => {
-            if data.len() > limit {
-                return Err(RecordsError::TooLarge { limit });
-            }
-            return Ok(data);
-        }
-        1 => read_capped(flate2::read::MultiGzDecoder::new(&data[..]), limit, "gzip")?,
-        2 => snappy(&data, limit)?,
-        3 => {
-            let d = lz4::Decoder::new(&data[..]).map_err(|e| corrupt(format!("lz4: {e}")))?;
-            read_capped(d, limit, "lz4")?
-        }
-        4 => {
-            let mut d = zstd::stream::read::Decoder::new(&data[..])
-                .map_err(|e| corrupt(format!("zstd: {e}")))?;
-            d.window_log_max(ZSTD_WINDOW_LOG_MAX)
-                .map_err(|e| corrupt(format!("zstd: {e}")))?;
-            read_capped(d, limit, "zstd")?
-        }
-        c => return Err(corrupt(format!("compression codec {c}"))),
-    };
-    Ok(Bytes::from(out))
-}
-
-/// Decodes a produced record set (one or more batches) into records.
-/// `limit` bounds the sum of keys, values and headers.
-///
-/// # Errors
-/// [`RecordsError`].
-pub fn decode(records: &Bytes, limit: usize) -> Result<Vec<Rec>, RecordsError> {
-    decode_set(records, limit).map(|d| d.records)
-}
-
-/// Decodes a produced record set into records and the idempotent
-/// producer's stamp (see [`parse_set`]).
-///
-/// # Errors
-/// [`RecordsError`].
-pub fn decode_set(records: &Bytes, limit: usize) -> Result<Decoded, RecordsError> {
-    let mut out = Vec::new();
-    let producer = parse_set(records, limit, &mut |r: RecordView<'_, '_>| {
-        out.push(Rec {
-            offset: -1,
-            timestamp: r.timestamp,
-            key: r.key.map(Bytes::copy_from_slice),
-            value: r.value.map(Bytes::copy_from_slice),
-            headers: r
-                .headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.map(Bytes::copy_from_slice)))
-                .collect(),
-        });
-        Ok(())
-    })?;
-    Ok(Decoded {
-        records: out,
-        producer,
-    })
-}
-
-/// A produced record set in Flume's stored record format, ready to append.
+/// A produced record set, checked and ready to append.
 #[derive(Debug)]
-pub struct Transcoded {
-    /// The records, encoded (offsets 0; the log assigns them).
-    pub records: Vec<u8>,
-    /// How many.
-    pub count: u32,
+pub struct Prepared {
+    /// The log entries (one Kafka batch entry per batch; offsets 0, the log
+    /// assigns them).
+    pub entries: Vec<u8>,
+    /// Offsets the entries take.
+    pub span: u32,
+    /// Records in them.
+    pub records: u32,
     /// The largest timestamp.
     pub max_timestamp: i64,
     /// The idempotent producer's stamp, if any.
     pub producer: Option<ProducerBatch>,
 }
 
-/// Decodes a produced record set straight into Flume's stored record format
-/// (`docs/storage.md`), one pass, no record copied twice: what the produce
-/// path appends. Checks what the engine checks of a Flume batch: each
-/// record's size against `max_record_bytes` (16-byte header included) and
-/// at most `u16::MAX` headers with names of at most `u16::MAX` bytes. The
-/// stored records together may not pass `limit` either (TooLarge).
+fn invalid(what: impl Into<String>) -> RecordsError {
+    RecordsError::Invalid(what.into())
+}
+
+/// The size Flume's record format gives a record (header included).
+fn stored_len(r: &kafka_batch::RecordView<'_, '_>) -> usize {
+    RECORD_HEADER_LEN
+        + record::MIN_PAYLOAD_LEN
+        + r.key.map_or(0, <[u8]>::len)
+        + r.value.map_or(0, <[u8]>::len)
+        + r.headers
+            .iter()
+            .map(|(k, v)| 6 + k.len() + v.map_or(0, <[u8]>::len))
+            .sum::<usize>()
+}
+
+/// Checks a produced record set (one or more batches) and makes the log
+/// entries that store it. A stamped batch (producer id 0 or more) must be
+/// the set's only batch, with an epoch and a base sequence of 0 or more.
 ///
 /// # Errors
-/// [`RecordsError`]: besides [`parse_set`]'s, `RecordTooLarge` and `Invalid`.
-pub fn transcode(
-    records: &Bytes,
-    limit: usize,
-    max_record_bytes: usize,
-) -> Result<Transcoded, RecordsError> {
-    transcode_at(records, limit, max_record_bytes, None)
-}
-
-/// As [`transcode`]; with `append_time`, every record gets that timestamp
-/// (a topic whose `message.timestamp.type` is LogAppendTime).
-///
-/// # Errors
-/// As [`transcode`].
-pub fn transcode_at(
-    records: &Bytes,
-    limit: usize,
-    max_record_bytes: usize,
-    append_time: Option<i64>,
-) -> Result<Transcoded, RecordsError> {
-    let mut out: Vec<u8> = Vec::with_capacity(records.len().saturating_mul(2).min(limit));
-    let mut count = 0u32;
-    let mut max_timestamp = i64::MIN;
-    let producer = parse_set(records, limit, &mut |r: RecordView<'_, '_>| {
-        let n = u16::try_from(r.headers.len())
-            .map_err(|_| RecordsError::Invalid(format!("{} headers", r.headers.len())))?;
-        let start = out.len();
-        out.extend_from_slice(&[0u8; 16]); // offset 0, size and CRC patched below
-        out.push(0);
-        let timestamp = append_time.unwrap_or(r.timestamp);
-        out.extend_from_slice(&timestamp.to_be_bytes());
-        put_stored(&mut out, r.key)?;
-        put_stored(&mut out, r.value)?;
-        out.extend_from_slice(&n.to_be_bytes());
-        for (k, v) in r.headers {
-            let kl = u16::try_from(k.len())
-                .map_err(|_| RecordsError::Invalid(format!("header name of {} bytes", k.len())))?;
-            out.extend_from_slice(&kl.to_be_bytes());
-            out.extend_from_slice(k.as_bytes());
-            put_stored(&mut out, *v)?;
-        }
-        let size = out.len() - start;
-        if size > max_record_bytes {
-            return Err(RecordsError::RecordTooLarge {
-                size,
-                limit: max_record_bytes,
-            });
-        }
-        let payload = u32::try_from(size - 16).map_err(|_| RecordsError::RecordTooLarge {
-            size,
-            limit: max_record_bytes,
-        })?;
-        if out.len() > limit {
-            // Stored, the set would be larger than a frame (many tiny records).
-            return Err(RecordsError::TooLarge { limit });
-        }
-        let crc = crc32fast::hash(&out[start + 16..]);
-        out[start + 8..start + 12].copy_from_slice(&payload.to_be_bytes());
-        out[start + 12..start + 16].copy_from_slice(&crc.to_be_bytes());
-        count = count.saturating_add(1);
-        max_timestamp = max_timestamp.max(timestamp);
-        Ok(())
-    })?;
-    Ok(Transcoded {
-        records: out,
-        count,
-        max_timestamp,
-        producer,
-    })
-}
-
-fn len_i32(n: usize) -> Result<i32, RecordsError> {
-    i32::try_from(n).map_err(|_| RecordsError::Invalid(format!("a field of {n} bytes")))
-}
-
-/// A nullable field in Flume's stored format: `[len i32, -1 = null][bytes]`.
-fn put_stored(out: &mut Vec<u8>, b: Option<&[u8]>) -> Result<(), RecordsError> {
-    match b {
-        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-        Some(b) => {
-            out.extend_from_slice(&len_i32(b.len())?.to_be_bytes());
-            out.extend_from_slice(b);
-        }
-    }
-    Ok(())
-}
-
-/// One record of a produced batch, borrowed from the (decompressed) batch.
-#[derive(Debug, Clone, Copy)]
-pub struct RecordView<'a, 'h> {
-    /// The record's timestamp (the batch's max for LogAppendTime).
-    pub timestamp: i64,
-    /// Key (null: none).
-    pub key: Option<&'a [u8]>,
-    /// Value (`None`: null, a tombstone).
-    pub value: Option<&'a [u8]>,
-    /// Headers in order (`None`: a null value), names checked to be UTF-8.
-    pub headers: &'h [(&'a str, Option<&'a [u8]>)],
-}
-
-/// A forward-only reader over a slice, for the records inside a batch.
-struct Cur<'a> {
-    b: &'a [u8],
-}
-
-impl<'a> Cur<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], RecordsError> {
-        if n > self.b.len() {
-            return Err(corrupt(format!(
-                "{what} of {n} bytes, {} left",
-                self.b.len()
-            )));
-        }
-        let (head, tail) = self.b.split_at(n);
-        self.b = tail;
-        Ok(head)
-    }
-
-    fn varint_u64(&mut self) -> Result<u64, RecordsError> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let Some((&b, rest)) = self.b.split_first() else {
-                return Err(corrupt("varint cut short"));
-            };
-            self.b = rest;
-            v |= u64::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(corrupt("varint longer than 10 bytes"))
-    }
-
-    fn varlong(&mut self) -> Result<i64, RecordsError> {
-        let n = self.varint_u64()?;
-        Ok(((n >> 1) as i64) ^ -((n & 1) as i64))
-    }
-
-    fn varint(&mut self) -> Result<i32, RecordsError> {
-        i32::try_from(self.varlong()?).map_err(|_| corrupt("varint out of i32 range"))
-    }
-
-    /// A length-prefixed field; -1 is null.
-    fn nullable(&mut self, what: &str) -> Result<Option<&'a [u8]>, RecordsError> {
-        match self.varint()? {
-            -1 => Ok(None),
-            n => {
-                let n = usize::try_from(n).map_err(|_| corrupt(format!("{what} length {n}")))?;
-                self.take(n, what).map(Some)
-            }
-        }
-    }
-}
-
-/// The size of the largest record batch in a produced record set, by the
-/// batches' length fields (what Kafka compares with `max.message.bytes`);
-/// stops at the first length that does not fit (the parse reports it).
-pub fn largest_batch(records: &[u8]) -> usize {
-    let mut at = 0usize;
-    let mut largest = 0usize;
-    while let Some(len) = records.get(at + 8..at + 12) {
-        let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-        let Some(size) = usize::try_from(len).ok().and_then(|l| l.checked_add(12)) else {
-            break;
-        };
-        largest = largest.max(size);
-        at = match at.checked_add(size) {
-            Some(next) => next,
-            None => break,
-        };
-    }
-    largest
-}
-
-/// Parses a produced record set (one or more batches), handing each record
-/// to `sink` in order, and returns the idempotent producer's stamp. `limit`
-/// bounds the sum of keys, values and headers and, over all batches, the
-/// bytes decompression may produce. A stamped batch (producer id 0 or more)
-/// must be the set's only batch, with an epoch and a base sequence of 0 or
-/// more and one record per offset delta.
-///
-/// # Errors
-/// [`RecordsError`], or the sink's.
-pub fn parse_set(
-    records: &Bytes,
-    limit: usize,
-    sink: &mut dyn FnMut(RecordView<'_, '_>) -> Result<(), RecordsError>,
-) -> Result<Option<ProducerBatch>, RecordsError> {
-    let mut buf = records.clone();
-    let mut total = 0usize;
+/// [`RecordsError`]: `Corrupt` for a batch that does not check or decode,
+/// `TooLarge` past `rules.limit`, `RecordTooLarge` past `max_record_bytes`,
+/// `Invalid` for what Kafka's broker refuses as INVALID_RECORD.
+pub fn prepare(set: &[u8], rules: &ProduceRules) -> Result<Prepared, RecordsError> {
+    let mut out = Prepared {
+        entries: Vec::with_capacity(set.len() + 64),
+        span: 0,
+        records: 0,
+        max_timestamp: i64::MIN,
+        producer: None,
+    };
     let mut inflated = 0usize;
-    let mut producer = None;
     let mut batches = 0usize;
-    while buf.has_remaining() {
-        if buf.remaining() < BATCH_HEADER_LEN {
-            return Err(corrupt(format!(
-                "{} bytes left, a batch header takes {BATCH_HEADER_LEN}",
-                buf.remaining()
-            )));
-        }
-        let len = i32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]);
-        let size = usize::try_from(len)
-            .ok()
-            .and_then(|l| l.checked_add(12))
-            .filter(|s| (BATCH_HEADER_LEN..=buf.remaining()).contains(s))
-            .ok_or_else(|| {
-                corrupt(format!(
-                    "batch length {len}, {} bytes left",
-                    buf.remaining()
-                ))
-            })?;
-        let mut batch = buf.split_to(size);
-        let magic = batch[16];
-        if magic != 2 {
-            return Err(corrupt(format!("magic {magic} (only 2 is accepted)")));
-        }
-        let crc = u32::from_be_bytes([batch[17], batch[18], batch[19], batch[20]]);
-        let actual = crc32c::crc32c(&batch[CRC_START..]);
-        if crc != actual {
-            return Err(corrupt(format!(
-                "CRC {crc:#010x}, the batch's is {actual:#010x}"
-            )));
-        }
-        batch.advance(CRC_START);
-        let attributes = batch.get_i16();
-        let last_offset_delta = batch.get_i32();
-        let base_ts = batch.get_i64();
-        let max_ts = batch.get_i64();
-        let producer_id = batch.get_i64();
-        let producer_epoch = batch.get_i16();
-        let base_sequence = batch.get_i32();
-        let count = batch.get_i32();
+    for batch in kafka_batch::batches(set) {
+        let batch = batch?;
+        let h = batch.header;
         batches += 1;
-        if producer_id >= 0 {
-            if producer_epoch < 0 || base_sequence < 0 {
-                return Err(corrupt(format!(
-                    "producer {producer_id} with epoch {producer_epoch} and base sequence {base_sequence}"
+        if h.producer_id >= 0 {
+            if h.producer_epoch < 0 || h.base_sequence < 0 {
+                return Err(RecordsError::Corrupt(format!(
+                    "producer {} with epoch {} and base sequence {}",
+                    h.producer_id, h.producer_epoch, h.base_sequence
                 )));
             }
-            if i64::from(last_offset_delta) + 1 != i64::from(count) {
-                return Err(corrupt(format!(
-                    "idempotent batch of {count} records with last offset delta {last_offset_delta}"
-                )));
-            }
-            producer = Some(ProducerBatch {
-                id: producer_id,
-                epoch: producer_epoch,
-                base_sequence,
+            out.producer = Some(ProducerBatch {
+                id: h.producer_id,
+                epoch: h.producer_epoch,
+                base_sequence: h.base_sequence,
             });
         }
-        if producer.is_some() && batches > 1 {
-            return Err(corrupt(
-                "an idempotent producer's record set must hold exactly one batch",
+        if out.producer.is_some() && batches > 1 {
+            return Err(RecordsError::Corrupt(
+                "an idempotent producer's record set must hold exactly one batch".into(),
             ));
         }
-        if attributes & 0x20 != 0 {
-            continue; // control batch (transaction markers)
+        if h.is_control() {
+            return Err(invalid("control batches are written by the broker only"));
         }
-        let log_append_time = attributes & 0x08 != 0;
-        let data = decompress(attributes & 0x07, batch, limit.saturating_sub(inflated))?;
-        inflated += data.len();
-        let count = usize::try_from(count).map_err(|_| corrupt(format!("record count {count}")))?;
-        let mut cur = Cur { b: &data[..] };
-        let mut headers: Vec<(&str, Option<&[u8]>)> = Vec::new();
-        for i in 0..count {
-            let rlen = cur.varint()?;
-            let rlen =
-                usize::try_from(rlen).map_err(|_| corrupt(format!("record {i} length {rlen}")))?;
-            let mut r = Cur {
-                b: cur.take(rlen, "record")?,
-            };
-            if r.b.is_empty() {
-                return Err(corrupt(format!("record {i} is empty")));
-            }
-            r.take(1, "attributes")?;
-            let ts_delta = r.varlong()?;
-            let _offset_delta = r.varint()?;
-            let key = r.nullable("key")?;
-            let value = r.nullable("value")?;
-            let n = r.varint()?;
-            let n = usize::try_from(n).map_err(|_| corrupt(format!("header count {n}")))?;
-            headers.clear();
-            let mut size = key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
-            for _ in 0..n {
-                let k = r.nullable("header name")?.unwrap_or_default();
-                let k = std::str::from_utf8(k).map_err(|_| corrupt("header name is not UTF-8"))?;
-                let v = r.nullable("header value")?;
-                size += k.len() + v.map_or(0, <[u8]>::len);
-                headers.push((k, v));
-            }
-            if !r.b.is_empty() {
-                return Err(corrupt(format!(
-                    "record {i} has {} bytes past its end",
-                    r.b.len()
-                )));
-            }
-            total = total.saturating_add(size);
-            if total > limit {
-                return Err(RecordsError::TooLarge { limit });
-            }
-            sink(RecordView {
-                timestamp: if log_append_time {
-                    max_ts
-                } else {
-                    base_ts.wrapping_add(ts_delta)
-                },
-                key,
-                value,
-                headers: &headers,
-            })?;
+        if h.is_transactional() {
+            return Err(invalid(
+                "a transactional batch needs a transactional producer",
+            ));
         }
-        if !cur.b.is_empty() {
-            return Err(corrupt(format!(
-                "{} bytes past the batch's {count} records",
-                cur.b.len()
+        if h.has_delete_horizon() {
+            return Err(invalid("a delete horizon is the broker's to set"));
+        }
+        if h.count < 1 || i64::from(h.last_offset_delta) + 1 != i64::from(h.count) {
+            return Err(RecordsError::Corrupt(format!(
+                "a batch of {} records with last offset delta {}",
+                h.count, h.last_offset_delta
             )));
         }
-    }
-    Ok(producer)
-}
-
-fn put_varlong(out: &mut BytesMut, v: i64) {
-    let mut n = ((v << 1) ^ (v >> 63)) as u64;
-    while n >= 0x80 {
-        out.put_u8((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.put_u8(n as u8);
-}
-
-fn put_nullable(out: &mut BytesMut, b: Option<&[u8]>) {
-    match b {
-        None => put_varlong(out, -1),
-        Some(b) => {
-            put_varlong(out, i64::try_from(b.len()).unwrap_or(i64::MAX));
-            out.put_slice(b);
-        }
-    }
-}
-
-/// Encodes stored records as one uncompressed magic-2 batch (empty when
-/// there are none). Offsets must increase; they need not be consecutive (a
-/// compacted log's are not): each record's offset delta is its own.
-pub fn encode(records: &[Rec]) -> Bytes {
-    let Some(first) = records.first() else {
-        return Bytes::new();
-    };
-    let base_ts = first.timestamp;
-    let max_ts = records.iter().map(|r| r.timestamp).max().unwrap_or(base_ts);
-    let mut out = BytesMut::with_capacity(
-        BATCH_HEADER_LEN
-            + records
+        let codec = h.compression()?;
+        let data = batch.records(rules.limit.saturating_sub(inflated))?;
+        inflated += data.len();
+        let mut max_ts = i64::MIN;
+        let mut next_delta = 0i32;
+        kafka_batch::for_each_record::<RecordsError>(&h, &data, &mut |r| {
+            if r.offset_delta != next_delta {
+                return Err(RecordsError::Corrupt(format!(
+                    "record {next_delta} has offset delta {}",
+                    r.offset_delta
+                )));
+            }
+            next_delta += 1;
+            if r.headers.len() > usize::from(u16::MAX) {
+                return Err(invalid(format!("{} headers", r.headers.len())));
+            }
+            if let Some((k, _)) = r
+                .headers
                 .iter()
-                .map(|r| {
-                    32 + r.key.as_ref().map_or(0, Bytes::len)
-                        + r.value.as_ref().map_or(0, Bytes::len)
-                        + r.headers
-                            .iter()
-                            .map(|(k, v)| 10 + k.len() + v.as_ref().map_or(0, Bytes::len))
-                            .sum::<usize>()
-                })
-                .sum::<usize>(),
-    );
-    out.put_i64(first.offset);
-    out.put_i32(0); // batch length, patched below
-    out.put_i32(0); // partition leader epoch (Metadata says 0)
-    out.put_i8(2);
-    out.put_u32(0); // crc, patched below
-    out.put_i16(0); // no compression, CreateTime
-    let last = records.last().map_or(first.offset, |r| r.offset);
-    out.put_i32(i32::try_from(last - first.offset).unwrap_or(i32::MAX));
-    out.put_i64(base_ts);
-    out.put_i64(max_ts);
-    out.put_i64(-1); // producer id
-    out.put_i16(-1); // producer epoch
-    out.put_i32(-1); // base sequence
-    out.put_i32(i32::try_from(records.len()).unwrap_or(i32::MAX));
-    let mut rec = BytesMut::new();
-    for r in records {
-        rec.clear();
-        rec.put_i8(0);
-        put_varlong(&mut rec, r.timestamp.wrapping_sub(base_ts));
-        put_varlong(&mut rec, r.offset - first.offset);
-        put_nullable(&mut rec, r.key.as_deref());
-        put_nullable(&mut rec, r.value.as_deref());
-        put_varlong(&mut rec, i64::try_from(r.headers.len()).unwrap_or(i64::MAX));
-        for (k, v) in &r.headers {
-            put_nullable(&mut rec, Some(k.as_bytes()));
-            put_nullable(&mut rec, v.as_deref());
+                .find(|(k, _)| k.len() > usize::from(u16::MAX))
+            {
+                return Err(invalid(format!("header name of {} bytes", k.len())));
+            }
+            if rules.keyed_only && r.key.is_none() {
+                return Err(invalid(
+                    "a record without a key on a compacted topic".to_owned(),
+                ));
+            }
+            let size = stored_len(&r);
+            if size > rules.max_record_bytes {
+                return Err(RecordsError::RecordTooLarge {
+                    size,
+                    limit: rules.max_record_bytes,
+                });
+            }
+            max_ts = max_ts.max(r.timestamp);
+            Ok(())
+        })?;
+        let max_ts = rules.append_time.unwrap_or(max_ts);
+        let flags = match rules.append_time {
+            Some(_) => (h.attributes | ATTR_LOG_APPEND_TIME) & !kafka_batch::ATTR_CODEC_MASK,
+            None => h.attributes & !(ATTR_LOG_APPEND_TIME | kafka_batch::ATTR_CODEC_MASK),
+        };
+        match rules.compression.filter(|c| *c != codec) {
+            Some(target) => {
+                // The topic's codec: the batch is built again with it.
+                let mut b = BatchBuilder::new(Some(h.base_timestamp));
+                kafka_batch::for_each_record::<BatchError>(&h, &data, &mut |r| {
+                    b.push(
+                        r.offset_delta,
+                        r.timestamp,
+                        r.key,
+                        r.value,
+                        r.headers.iter().copied(),
+                    );
+                    Ok(())
+                })?;
+                let meta = BatchMeta {
+                    flags,
+                    producer_id: h.producer_id,
+                    producer_epoch: h.producer_epoch,
+                    base_sequence: h.base_sequence,
+                    max_timestamp: Some(max_ts),
+                    ..BatchMeta::default()
+                };
+                let rebuilt = b.finish(&meta, target)?;
+                record::encode_batch_entry(&mut out.entries, &rebuilt);
+            }
+            None => {
+                let mut whole = batch.bytes.to_vec();
+                let mut fixed = h;
+                fixed.base_offset = 0;
+                fixed.partition_leader_epoch = 0;
+                fixed.attributes = flags | codec.bits();
+                fixed.max_timestamp = max_ts;
+                fixed.write(&mut whole);
+                if fixed.attributes != h.attributes || fixed.max_timestamp != h.max_timestamp {
+                    kafka_batch::reseal(&mut whole);
+                }
+                record::encode_batch_entry(&mut out.entries, &whole);
+            }
         }
-        put_varlong(&mut out, i64::try_from(rec.len()).unwrap_or(i64::MAX));
-        out.put_slice(&rec);
+        out.span = out
+            .span
+            .checked_add(u32::try_from(h.count).unwrap_or(u32::MAX))
+            .ok_or_else(|| invalid("too many records"))?;
+        out.records = out.span;
+        out.max_timestamp = out.max_timestamp.max(max_ts);
     }
-    let len = i32::try_from(out.len() - 12).unwrap_or(i32::MAX);
-    out[8..12].copy_from_slice(&len.to_be_bytes());
-    let crc = crc32c::crc32c(&out[CRC_START..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    if out.records == 0 {
+        return Err(RecordsError::Corrupt("no records".into()));
+    }
+    Ok(out)
+}
+
+/// Log entries (a checked read) as a Kafka record set: each Kafka batch
+/// entry as the batch it holds, each run of Flume records as one
+/// uncompressed batch (offset deltas keep any gaps between them).
+pub fn to_kafka(entries: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(entries.len() + entries.len() / 8 + 64);
+    let mut run: Option<(u64, BatchBuilder)> = None;
+    let flush = |out: &mut BytesMut, run: &mut Option<(u64, BatchBuilder)>| {
+        if let Some((base, b)) = run.take() {
+            let meta = BatchMeta {
+                base_offset: i64::try_from(base).unwrap_or(i64::MAX),
+                ..BatchMeta::default()
+            };
+            if let Ok(batch) = b.finish(&meta, Compression::None) {
+                out.extend_from_slice(&batch);
+            }
+        }
+    };
+    let mut pos = 0usize;
+    while let Some((offset, size, _)) = record::peek_entry(entries, pos) {
+        let end = pos
+            .saturating_add(RECORD_HEADER_LEN)
+            .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
+        let Some(payload) = entries.get(pos + RECORD_HEADER_LEN..end) else {
+            break;
+        };
+        let raw = record::RawRecord {
+            pos,
+            offset,
+            payload,
+        };
+        pos = end;
+        if payload.len() < record::MIN_PAYLOAD_LEN {
+            break;
+        }
+        if raw.is_batch() {
+            flush(&mut out, &mut run);
+            out.extend_from_slice(&raw.kafka_prefix());
+            out.extend_from_slice(raw.kafka_body());
+            continue;
+        }
+        let Some(f) = raw.fields() else {
+            break;
+        };
+        let (base, b) = run.get_or_insert_with(|| (offset, BatchBuilder::new(None)));
+        let delta = i32::try_from(offset.saturating_sub(*base)).unwrap_or(i32::MAX);
+        b.push(delta, f.timestamp, f.key, f.value, f.headers());
+        if delta == i32::MAX {
+            flush(&mut out, &mut run);
+        }
+    }
+    flush(&mut out, &mut run);
     out.freeze()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flume_protocol::kafka_batch::ATTR_CONTROL;
     use kafka_protocol::indexmap::IndexMap;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
-        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
-        TimestampType,
+        Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };
 
-    fn rec(offset: i64, key: Option<&str>, value: &str, headers: &[(&str, &str)]) -> Rec {
-        Rec {
-            offset,
-            timestamp: 1_700_000_000_000 + offset,
-            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
-            value: Some(Bytes::copy_from_slice(value.as_bytes())),
-            headers: headers
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), Some(Bytes::copy_from_slice(v.as_bytes()))))
-                .collect(),
+    fn rules() -> ProduceRules {
+        ProduceRules {
+            limit: 1 << 20,
+            max_record_bytes: 1 << 20,
+            append_time: None,
+            compression: None,
+            keyed_only: false,
         }
     }
 
-    #[test]
-    fn records_round_trip_through_a_batch() {
-        let rs = vec![
-            rec(7, Some("k"), "v", &[("a", "1"), ("b", "")]),
-            rec(8, None, "", &[]),
-            rec(9, Some(""), "x", &[("c", "3")]),
-        ];
-        let batch = encode(&rs);
-        let back: Vec<Rec> = decode(&batch, 1 << 20)
-            .unwrap()
-            .into_iter()
-            .zip(&rs)
-            .map(|(mut d, r)| {
-                d.offset = r.offset;
-                d
+    /// A batch as a Kafka client sends it, built by an independent encoder.
+    fn client_batch(c: kafka_protocol::records::Compression, keys: &[Option<&str>]) -> Bytes {
+        let recs: Vec<Record> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| {
+                let mut h = IndexMap::new();
+                h.insert(
+                    StrBytes::from_static_str("h"),
+                    Some(Bytes::from_static(b"v")),
+                );
+                Record {
+                    transactional: false,
+                    control: false,
+                    delete_horizon: false,
+                    partition_leader_epoch: -1,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    timestamp_type: TimestampType::Creation,
+                    offset: i as i64,
+                    // offset - sequence the same for all: one batch.
+                    sequence: i as i32,
+                    timestamp: 1_700_000_000_000 + i as i64,
+                    key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+                    value: Some(Bytes::from(format!("value {i} value value value"))),
+                    headers: h,
+                }
             })
             .collect();
-        assert_eq!(back, rs);
-        // An independent decoder (kafka-protocol's) reads the same batch.
-        let mut b = batch.clone();
-        let set = RecordBatchDecoder::decode(&mut b).unwrap();
-        assert_eq!(set.records.len(), 3);
-        assert_eq!(set.records[2].offset, 9);
-        assert_eq!(set.records[0].timestamp, rs[0].timestamp);
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &recs,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: c,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    fn stored(p: &Prepared, base: u64) -> Vec<u8> {
+        let mut e = p.entries.clone();
+        record::assign_offsets(&mut e, base);
+        e
     }
 
     #[test]
-    fn repeated_header_names_are_kept_in_order() {
-        let rs = vec![rec(
-            0,
-            Some("k"),
-            "v",
-            &[("h", "1"), ("x", "2"), ("h", "3")],
-        )];
-        let back = decode(&encode(&rs), 1 << 20).unwrap();
-        assert_eq!(back[0].headers, rs[0].headers);
-    }
-
-    #[test]
-    fn every_codec_decodes() {
-        let rs = vec![
-            rec(0, Some("k0"), "hello hello hello", &[("h", "v")]),
-            rec(1, Some("k1"), "world", &[]),
-        ];
-        for c in [
-            Compression::Gzip,
-            Compression::Snappy,
-            Compression::Lz4,
-            Compression::Zstd,
-        ] {
-            let krs: Vec<Record> = rs
-                .iter()
-                .map(|r| {
-                    let mut h = IndexMap::new();
-                    for (k, v) in &r.headers {
-                        h.insert(StrBytes::from_string(k.clone()), v.clone());
-                    }
-                    Record {
-                        transactional: false,
-                        control: false,
-                        delete_horizon: false,
-                        partition_leader_epoch: -1,
-                        producer_id: -1,
-                        producer_epoch: -1,
-                        timestamp_type: TimestampType::Creation,
-                        offset: r.offset,
-                        sequence: -1,
-                        timestamp: r.timestamp,
-                        key: r.key.clone(),
-                        value: r.value.clone(),
-                        headers: h,
-                    }
-                })
-                .collect();
-            let mut buf = BytesMut::new();
-            RecordBatchEncoder::encode(
-                &mut buf,
-                &krs,
-                &RecordEncodeOptions {
-                    version: 2,
-                    compression: c,
-                },
-            )
-            .unwrap();
-            let buf_copy = buf.freeze();
-            let back: Vec<Rec> = decode(&buf_copy, 1 << 20)
-                .unwrap()
-                .into_iter()
-                .zip(&rs)
-                .map(|(mut d, r)| {
-                    d.offset = r.offset;
-                    d
-                })
-                .collect();
-            assert_eq!(back, rs, "{c:?}");
-            let t = transcode(&buf_copy, 1 << 20, 1 << 20).unwrap();
-            assert_eq!(t.records, flume_encoded(&rs), "{c:?}");
-        }
-    }
-
-    /// The stored format the transcoder writes, byte for byte as Flume's own
-    /// encoder writes the decoded records.
-    fn flume_encoded(rs: &[Rec]) -> Vec<u8> {
-        let mut buf = Vec::new();
-        for r in rs {
-            let headers: Vec<flume_protocol::record::Header> = r
-                .headers
-                .iter()
-                .map(|(k, v)| flume_protocol::record::Header {
-                    key: k.clone(),
-                    value: v.clone(),
-                })
-                .collect();
-            flume_protocol::record::encode_nullable(
-                &mut buf,
-                0,
-                r.timestamp,
-                r.key.as_deref(),
-                r.value.as_deref(),
-                &headers,
+    fn a_batch_is_stored_as_sent_and_served_back_with_its_offsets() {
+        use kafka_protocol::records::Compression as C;
+        for c in [C::None, C::Gzip, C::Snappy, C::Lz4, C::Zstd] {
+            let sent = client_batch(c, &[Some("k0"), None, Some("k2")]);
+            let p = prepare(&sent, &rules()).unwrap();
+            assert_eq!((p.span, p.records), (3, 3));
+            assert_eq!(p.max_timestamp, 1_700_000_000_002);
+            let entries = stored(&p, 40);
+            let served = to_kafka(&entries);
+            // The records section is the producer's own bytes, compressed as it was.
+            assert_eq!(&served[61..], &sent[61..], "{c:?}");
+            let mut b = served.clone();
+            let set = RecordBatchDecoder::decode(&mut b).unwrap();
+            let offsets: Vec<i64> = set.records.iter().map(|r| r.offset).collect();
+            assert_eq!(offsets, vec![40, 41, 42]);
+            assert_eq!(set.records[1].key, None);
+            // Flume's consumers read the same records out of the entry.
+            let e = record::expand(&entries, 41, usize::MAX, 1 << 20).unwrap();
+            let recs = record::decode_all(&Bytes::from(e.records.into_owned())).unwrap();
+            assert_eq!(
+                recs.iter().map(|r| r.offset).collect::<Vec<_>>(),
+                vec![41, 42]
             );
+            assert_eq!(recs[1].key.as_deref(), Some(&b"k2"[..]));
         }
-        buf
     }
 
     #[test]
-    fn transcode_writes_what_flumes_encoder_writes_and_checks_record_limits() {
-        let rs = vec![
-            rec(0, Some("k"), "v", &[("a", "1"), ("a", "")]),
-            rec(1, None, "", &[]),
-            rec(2, Some(""), "x", &[("c", "3")]),
-        ];
-        let batch = encode(&rs);
-        let t = transcode(&batch, 1 << 20, 1 << 20).unwrap();
-        assert_eq!(t.records, flume_encoded(&rs));
-        assert_eq!((t.count, t.max_timestamp), (3, rs[2].timestamp));
-        let info = flume_protocol::record::validate_batch(&t.records, 1 << 20).unwrap();
-        assert_eq!(info.count, 3);
-        assert!(t.producer.is_none());
-        // 16 + 1 + 8 + 4 + 1 + 4 + 1 + 2 + 2 + 1 + 4 + 1 = the first record's stored size.
-        let first = 16 + 1 + 8 + 4 + 1 + 4 + 1 + 2 + (2 + 1 + 4 + 1) + (2 + 1 + 4);
-        assert!(transcode(&batch, 1 << 20, first).is_ok());
+    fn flume_records_are_served_as_one_batch_keeping_gaps() {
+        let mut entries = Vec::new();
+        record::encode(
+            &mut entries,
+            0,
+            5,
+            Some(b"a"),
+            b"x",
+            &[flume_protocol::Header::new("h", "1")],
+        );
+        record::encode_nullable(&mut entries, 0, 7, Some(b"b"), None, &[]);
+        record::assign_offsets(&mut entries, 10);
+        // The second record sits after a gap (as the cleaner leaves it).
+        let second = record::RecordIter::new(&entries)
+            .next()
+            .unwrap()
+            .unwrap()
+            .encoded_len();
+        entries[second..second + 8].copy_from_slice(&20u64.to_be_bytes());
+        let mut b = to_kafka(&entries);
+        let set = RecordBatchDecoder::decode(&mut b).unwrap();
+        assert_eq!(set.records.len(), 2);
+        assert_eq!((set.records[0].offset, set.records[1].offset), (10, 20));
+        assert_eq!(set.records[1].value, None);
+        assert_eq!(
+            set.records[0].headers.get(&b"h"[..]).unwrap().as_deref(),
+            Some(&b"1"[..])
+        );
+    }
+
+    #[test]
+    fn append_time_and_the_topics_codec_are_applied() {
+        use kafka_protocol::records::Compression as C;
+        let sent = client_batch(C::Gzip, &[Some("a"), Some("b")]);
+        let r = ProduceRules {
+            append_time: Some(42),
+            compression: Some(Compression::Zstd),
+            ..rules()
+        };
+        let p = prepare(&sent, &r).unwrap();
+        let entries = stored(&p, 0);
+        let raw = record::RecordIter::new(&entries).next().unwrap().unwrap();
+        let h = raw.batch_header().unwrap();
+        assert_eq!(h.compression().unwrap(), Compression::Zstd);
+        assert!(h.log_append_time());
+        assert_eq!((h.max_timestamp, p.max_timestamp), (42, 42));
+        let mut b = to_kafka(&entries);
+        let set = RecordBatchDecoder::decode(&mut b).unwrap();
+        assert_eq!(set.records.len(), 2);
+        assert!(set
+            .records
+            .iter()
+            .all(|r| r.timestamp_type == TimestampType::LogAppend));
+        // What a consumer reads for each record's time: the append time.
+        let e = record::expand(&entries, 0, usize::MAX, 1 << 20).unwrap();
+        let recs = record::decode_all(&Bytes::from(e.records.into_owned())).unwrap();
+        assert!(recs.iter().all(|r| r.timestamp == 42));
+    }
+
+    #[test]
+    fn refusals() {
+        use kafka_protocol::records::Compression as C;
+        let keyless = client_batch(C::None, &[Some("a"), None]);
+        let compacted = ProduceRules {
+            keyed_only: true,
+            ..rules()
+        };
         assert!(matches!(
-            transcode(&batch, 1 << 20, first - 1),
+            prepare(&keyless, &compacted),
+            Err(RecordsError::Invalid(_))
+        ));
+        assert!(matches!(
+            prepare(
+                &keyless,
+                &ProduceRules {
+                    max_record_bytes: 40,
+                    ..rules()
+                }
+            ),
             Err(RecordsError::RecordTooLarge { .. })
         ));
         assert!(matches!(
-            transcode(&batch, t.records.len() - 1, 1 << 20),
+            prepare(
+                &keyless,
+                &ProduceRules {
+                    limit: 10,
+                    ..rules()
+                }
+            ),
             Err(RecordsError::TooLarge { .. })
         ));
-    }
-
-    #[test]
-    fn corrupt_and_oversized_batches_are_refused() {
-        let batch = encode(&[rec(0, Some("k"), "value", &[])]);
-        let mut bad = batch.to_vec();
+        let mut bad = keyless.to_vec();
         let last = bad.len() - 1;
-        bad[last] ^= 0xff; // CRC no longer matches
+        bad[last] ^= 0xff;
         assert!(matches!(
-            decode(&Bytes::from(bad), 1 << 20),
+            prepare(&bad, &rules()),
             Err(RecordsError::Corrupt(_))
         ));
-        for cut in 0..batch.len() {
-            assert!(decode(&batch.slice(..cut), 1 << 20).map_or(true, |r| r.is_empty()));
-        }
         assert!(matches!(
-            decode(&batch, 3),
-            Err(RecordsError::TooLarge { .. })
+            prepare(&[], &rules()),
+            Err(RecordsError::Corrupt(_))
         ));
-        assert!(decode(&Bytes::from_static(&[0xff; 80]), 1 << 20).is_err());
+        for cut in 1..keyless.len() {
+            assert!(prepare(&keyless[..cut], &rules()).is_err());
+        }
+        // A control batch is the broker's.
+        let mut b = BatchBuilder::new(None);
+        b.push(0, 1, None, Some(&[0, 0, 0, 0][..]), []);
+        let control = b
+            .finish(
+                &BatchMeta {
+                    flags: ATTR_CONTROL,
+                    ..BatchMeta::default()
+                },
+                Compression::None,
+            )
+            .unwrap();
+        assert!(matches!(
+            prepare(&control, &rules()),
+            Err(RecordsError::Invalid(_))
+        ));
     }
-}
 
-#[cfg(test)]
-mod proptests {
-    use super::*;
-    use proptest::prelude::*;
-
-    proptest! {
+    proptest::proptest! {
         #[test]
-        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-            let _ = decode(&Bytes::from(bytes), 1 << 20);
+        fn prepare_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)) {
+            let _ = prepare(&bytes, &rules());
         }
 
         #[test]
-        fn decode_never_panics_on_a_damaged_valid_batch(at in 0usize..200, byte in any::<u8>()) {
-            let rs = vec![Rec { offset: 0, timestamp: 5, key: Some(Bytes::from_static(b"k")), value: Some(Bytes::from_static(b"value")), headers: vec![("h".into(), Some(Bytes::from_static(b"v")))] }];
-            let mut b = encode(&rs).to_vec();
-            let i = at % b.len();
-            b[i] = byte;
-            // Fix the CRC so the damage reaches the record parser.
-            let crc = crc32c::crc32c(&b[CRC_START..]);
-            b[17..21].copy_from_slice(&crc.to_be_bytes());
-            let _ = decode(&Bytes::from(b), 1 << 20);
+        fn to_kafka_never_panics_on_damaged_entries(at in 0usize..200, byte in proptest::prelude::any::<u8>()) {
+            let sent = client_batch(kafka_protocol::records::Compression::None, &[Some("k")]);
+            let mut e = stored(&prepare(&sent, &rules()).unwrap(), 0);
+            let i = at % e.len();
+            e[i] = byte;
+            let _ = to_kafka(&e);
         }
     }
 }

@@ -55,7 +55,9 @@ use futures::channel::oneshot;
 use crate::config::Backpressure;
 use crate::domain::{ProducerBatch, ProducerError};
 use crate::error::BrokerError;
-use crate::storage::{CleanStats, CleanerLimits, FsyncPolicy, Log, ReadResult, StorageError};
+use crate::storage::{
+    CleanStats, CleanerLimits, FsyncPolicy, Log, ReadAs, ReadResult, StorageError,
+};
 use producers::{ProducerLimits, ProducerTable, Verdict};
 
 /// The outcome of an append: the base offset, or an error code.
@@ -343,11 +345,11 @@ pub(crate) fn write_lock(log: &RwLock<Log>) -> std::sync::RwLockWriteGuard<'_, L
 impl Shared {
     /// Reads from `log` (locked by the caller) unless the topic was deleted
     /// (checked under the lock: UNKNOWN_TOPIC then).
-    fn read_from(&self, log: &Log, offset: u64, max_bytes: usize) -> ReadOutcome {
+    fn read_from(&self, log: &Log, offset: u64, max_bytes: usize, how: ReadAs) -> ReadOutcome {
         if self.deleted.load(Ordering::Acquire) {
             return Ok(Err(ErrorCode::UnknownTopic));
         }
-        log.read(offset, max_bytes).map(Ok)
+        log.read_as(offset, max_bytes, how).map(Ok)
     }
 
     /// Appends `batch` (already contiguous) under the lock; updates the
@@ -644,11 +646,17 @@ impl Partition {
             .await
     }
 
-    /// Reads whole records from `offset` (at least one if any), off the executor.
+    /// Reads whole entries from `offset` (at least one if any), off the
+    /// executor, handed out as `how` says ([`ReadAs`]).
     ///
     /// # Errors
     /// Out of range, or a corrupt record.
-    pub async fn read(&self, offset: u64, max_bytes: usize) -> Result<ReadResult, BrokerError> {
+    pub async fn read(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        how: ReadAs,
+    ) -> Result<ReadResult, BrokerError> {
         if self.is_deleted() {
             return Err(ErrorCode::UnknownTopic.into());
         }
@@ -657,14 +665,17 @@ impl Partition {
                 records: Vec::new(),
                 log_start: self.start_offset(),
                 log_end: offset,
+                next: offset,
             });
         }
-        let r = match self.try_read_hot(offset, max_bytes) {
+        let r = match self.try_read_hot(offset, max_bytes, how) {
             Some(r) => r,
             None => {
                 let shared = Arc::clone(&self.shared);
-                rt::unblock(move || shared.read_from(&read_lock(&shared.log), offset, max_bytes))
-                    .await
+                rt::unblock(move || {
+                    shared.read_from(&read_lock(&shared.log), offset, max_bytes, how)
+                })
+                .await
             }
         };
         let r = match r {
@@ -685,17 +696,17 @@ impl Partition {
     /// the calling task, saving the two thread hand-offs of the blocking pool
     /// that dominate a tailing consumer's latency. `None` (take the pool)
     /// when the read is not hot or an append holds the log.
-    fn try_read_hot(&self, offset: u64, max_bytes: usize) -> Option<ReadOutcome> {
+    fn try_read_hot(&self, offset: u64, max_bytes: usize, how: ReadAs) -> Option<ReadOutcome> {
         let log = match self.shared.log.try_read() {
             Ok(l) => l,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
         log.is_hot(offset, HOT_READ_BYTES, HOT_READ_FRESH)
-            .then(|| self.shared.read_from(&log, offset, max_bytes))
+            .then(|| self.shared.read_from(&log, offset, max_bytes, how))
     }
 
-    /// Reads synchronously (embedded mode, tests).
+    /// Reads Flume records synchronously (embedded mode, tests).
     ///
     /// # Errors
     /// As [`Partition::read`].
@@ -704,7 +715,7 @@ impl Partition {
         if self.is_deleted() {
             return Err(ErrorCode::UnknownTopic.into());
         }
-        Ok(log.read(offset, max_bytes)?)
+        Ok(log.read_as(offset, max_bytes, ReadAs::Records)?)
     }
 
     /// True once the partition's topic has been deleted.
@@ -1178,7 +1189,7 @@ mod tests {
             let again = p.enqueue_as(record(b"b"), 1, 1, pb(1)).await.unwrap();
             assert!(matches!(again, Admission::Done(_)));
             assert_eq!(again.outcome().await, stored(2, true));
-            let read = p.read(0, 1 << 20).await.unwrap();
+            let read = p.read(0, 1 << 20, ReadAs::Records).await.unwrap();
             let values: Vec<Vec<u8>> =
                 flume_protocol::record::decode_all(&Bytes::from(read.records))
                     .unwrap()
@@ -1209,7 +1220,7 @@ mod tests {
                 assert!(matches!(a, Admission::Done(_)));
                 assert_eq!(a.wait().await, Ok(3 + i as u64));
             }
-            let read = p.read(0, 1 << 20).await.unwrap();
+            let read = p.read(0, 1 << 20, ReadAs::Records).await.unwrap();
             let recs = flume_protocol::record::decode_all(&Bytes::from(read.records)).unwrap();
             let values: Vec<Vec<u8>> = recs.iter().map(|r| r.payload().to_vec()).collect();
             assert_eq!(values.len(), 5);

@@ -25,6 +25,15 @@
 //! When the map fills, the pass ends there and the next pass goes on from
 //! it, so a partition with more keys than the map holds is cleaned in
 //! several passes; memory stays within the setting.
+//!
+//! Kafka batch entries are cleaned record by record as records are: a batch
+//! whose records all stay is copied as it is; one that loses some is built
+//! again with the rest (same codec, producer id, epoch, base sequence,
+//! flags and offset span, so its producer's sequence state is kept); one
+//! that loses all is dropped, unless it is a control batch (transaction
+//! markers stay) or may be its producer's last batch (no later batch of its
+//! producer was seen in the pass): that one stays as an empty batch, as
+//! Kafka's cleaner keeps it.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -292,7 +301,7 @@ fn for_each_record(
                     if !visit(&raw, bytes)? {
                         return Ok(());
                     }
-                    next = raw.offset + 1;
+                    next = raw.last_offset() + 1;
                     at += raw.encoded_len();
                 }
                 Err(record::RecordError::Torn { needed, .. })
@@ -394,9 +403,29 @@ impl CleanedWriter {
             .map_err(io_err("write", &self.log_path))?;
         self.size += bytes.len() as u64;
         self.since_entry += bytes.len() as u64;
-        self.expect = raw.offset + 1;
+        self.expect = raw.last_offset() + 1;
         self.max_ts = self.max_ts.max(raw.timestamp());
         Ok(())
+    }
+
+    /// Writes a batch entry built again (`entry`: a whole entry, offset not
+    /// yet set), at `offset`.
+    fn push_rebuilt(&mut self, offset: u64, entry: &[u8]) -> Result<(), StorageError> {
+        let mut e = entry.to_vec();
+        record::assign_offsets(&mut e, offset);
+        let raw = record::check_record(&e, 0, u64::MAX).map_err(|err| StorageError::Corrupt {
+            segment: self.log_path.clone(),
+            offset,
+            position: self.size,
+            reason: format!("a rebuilt batch does not check: {err}"),
+        })?;
+        let raw = record::RawRecord {
+            pos: 0,
+            offset: raw.offset,
+            payload: raw.payload,
+        };
+        let bytes = e.clone();
+        self.push(&raw, &bytes)
     }
 
     /// Flushes and fsyncs both files; returns the log's size and newest timestamp.
@@ -475,22 +504,49 @@ pub fn prepare(
     let max_keys = limits.max_keys();
     let dirty_span = usize::try_from(end - plan.checkpoint).unwrap_or(usize::MAX);
     let mut map: HashMap<u128, u64> = HashMap::with_capacity(max_keys.min(dirty_span));
+    // Each producer's newest batch seen by the map's scan: an emptied batch
+    // of a producer with a later one may go (bounded; past the bound, an
+    // emptied batch stays, which only keeps a few bytes).
+    let mut producers: HashMap<i64, u64> = HashMap::new();
     let mut map_end = end;
     'segments: for seg in cleanable.iter().filter(|s| s.next_offset > plan.checkpoint) {
         let mut full_at = None;
         for_each_record(seg, &mut throttle, stop, &mut |raw, _| {
-            if raw.offset < plan.checkpoint {
+            if raw.last_offset() < plan.checkpoint {
                 return Ok(true);
             }
-            if let Some((Some(key), _)) = raw.key_value() {
+            let mut add = |at: u64, key: &[u8]| {
+                if full_at.is_some() || at < plan.checkpoint {
+                    return;
+                }
                 let h = key_hash(key);
                 if map.len() >= max_keys && !map.contains_key(&h) {
-                    full_at = Some(raw.offset);
-                    return Ok(false);
+                    full_at = Some(at);
+                    return;
                 }
-                map.insert(h, raw.offset);
+                map.insert(h, at);
+            };
+            match raw.batch_header() {
+                None => {
+                    if let Some((Some(key), _)) = raw.key_value() {
+                        add(raw.offset, key);
+                    }
+                }
+                Some(h) => {
+                    if h.producer_id >= 0 && producers.len() < MAX_PRODUCERS_SEEN {
+                        producers.insert(h.producer_id, raw.offset);
+                    }
+                    if !h.is_control() {
+                        super::batch_records(raw, &h, &mut |delta, r| {
+                            if let Some(key) = r.key {
+                                add(raw.offset.saturating_add(delta), key);
+                            }
+                        })
+                        .map_err(|e| corrupt(seg, raw.offset, 0, &e))?;
+                    }
+                }
             }
-            Ok(true)
+            Ok(full_at.is_none())
         })?;
         stats.bytes_read += seg.size;
         if let Some(at) = full_at {
@@ -510,29 +566,55 @@ pub fn prepare(
             let mut w = CleanedWriter::create(&plan.dir, seg.base, plan.index_interval)?;
             let mut push_err = None;
             for_each_record(seg, &mut throttle, stop, &mut |raw, bytes| {
-                stats.records_read += 1;
-                let keep = match raw.key_value() {
-                    Some((Some(key), value)) if raw.offset < map_end => {
-                        let newest = map.get(&key_hash(key)).is_none_or(|&o| raw.offset >= o);
-                        if newest
-                            && value.is_none()
-                            && raw.offset < plan.checkpoint
-                            && raw.timestamp() < horizon
-                        {
-                            stats.tombstones_removed += 1;
-                            false
+                // Whether the record at `at` stays.
+                let mut keeps = |at: u64, key: Option<&[u8]>, tombstone: bool, ts: i64| {
+                    stats.records_read += 1;
+                    let keep = match key {
+                        Some(key) if at < map_end => {
+                            let newest = map.get(&key_hash(key)).is_none_or(|&o| at >= o);
+                            if newest && tombstone && at < plan.checkpoint && ts < horizon {
+                                stats.tombstones_removed += 1;
+                                false
+                            } else {
+                                newest
+                            }
+                        }
+                        _ => true,
+                    };
+                    if keep {
+                        stats.records_kept += 1;
+                    }
+                    keep
+                };
+                let pushed = match raw.batch_header() {
+                    None => {
+                        let (key, tombstone) = match raw.key_value() {
+                            Some((key, value)) => (key, value.is_none()),
+                            None => (None, false),
+                        };
+                        if keeps(raw.offset, key, tombstone, raw.timestamp()) {
+                            w.push(raw, bytes)
                         } else {
-                            newest
+                            Ok(())
                         }
                     }
-                    _ => true,
-                };
-                if keep {
-                    stats.records_kept += 1;
-                    if let Err(e) = w.push(raw, bytes) {
-                        push_err = Some(e);
-                        return Ok(false);
+                    Some(h) if h.is_control() => w.push(raw, bytes),
+                    Some(h) => {
+                        let last_of_producer = h.producer_id >= 0
+                            && producers
+                                .get(&h.producer_id)
+                                .is_none_or(|&o| o <= raw.offset);
+                        match clean_batch(raw, &h, last_of_producer, &mut keeps) {
+                            Ok(BatchOutcome::Keep) => w.push(raw, bytes),
+                            Ok(BatchOutcome::Drop) => Ok(()),
+                            Ok(BatchOutcome::Rebuilt(entry)) => w.push_rebuilt(raw.offset, &entry),
+                            Err(e) => Err(corrupt(seg, raw.offset, 0, &e)),
+                        }
                     }
+                };
+                if let Err(e) = pushed {
+                    push_err = Some(e);
+                    return Ok(false);
                 }
                 Ok(true)
             })?;
@@ -563,6 +645,77 @@ pub fn prepare(
             Err(e)
         }
     }
+}
+
+/// Producers whose newest batch a pass remembers (16 bytes each).
+const MAX_PRODUCERS_SEEN: usize = 64 * 1024;
+
+/// What the cleaner does with one Kafka batch entry.
+enum BatchOutcome {
+    /// Every record stays: the entry is copied as it is.
+    Keep,
+    /// No record stays and the batch need not: it goes.
+    Drop,
+    /// Some records stay (or none, for a producer's last batch): the entry
+    /// built again with them.
+    Rebuilt(Vec<u8>),
+}
+
+/// Whether the record at an offset stays: `(offset, key, tombstone, timestamp)`.
+type Keeps<'a> = dyn FnMut(u64, Option<&[u8]>, bool, i64) -> bool + 'a;
+
+/// Decides a Kafka batch entry's fate record by record with `keeps(offset,
+/// key, tombstone, timestamp)`.
+fn clean_batch(
+    raw: &record::RawRecord<'_>,
+    h: &flume_protocol::kafka_batch::BatchHeader,
+    last_of_producer: bool,
+    keeps: &mut Keeps<'_>,
+) -> Result<BatchOutcome, String> {
+    use flume_protocol::kafka_batch::{BatchBuilder, BatchMeta, ATTR_CODEC_MASK};
+    let mut b = BatchBuilder::new(Some(h.base_timestamp));
+    let mut dropped = 0usize;
+    super::batch_records(raw, h, &mut |delta, r| {
+        if keeps(
+            raw.offset.saturating_add(delta),
+            r.key,
+            r.value.is_none(),
+            r.timestamp,
+        ) {
+            b.push(
+                i32::try_from(delta).unwrap_or(i32::MAX),
+                r.timestamp,
+                r.key,
+                r.value,
+                r.headers.iter().copied(),
+            );
+        } else {
+            dropped += 1;
+        }
+    })?;
+    if dropped == 0 {
+        return Ok(BatchOutcome::Keep);
+    }
+    if b.is_empty() && !last_of_producer {
+        return Ok(BatchOutcome::Drop);
+    }
+    let meta = BatchMeta {
+        base_offset: 0,
+        partition_leader_epoch: h.partition_leader_epoch,
+        flags: h.attributes & !ATTR_CODEC_MASK,
+        producer_id: h.producer_id,
+        producer_epoch: h.producer_epoch,
+        base_sequence: h.base_sequence,
+        last_offset_delta: Some(h.last_offset_delta),
+        max_timestamp: (h.log_append_time() || b.is_empty()).then_some(h.max_timestamp),
+        base_timestamp: Some(h.base_timestamp),
+    };
+    let batch = b
+        .finish(&meta, h.compression().map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let mut entry = Vec::with_capacity(batch.len() + 8);
+    record::encode_batch_entry(&mut entry, &batch);
+    Ok(BatchOutcome::Rebuilt(entry))
 }
 
 /// Removes every `.cleaned` file of a partition directory (an unfinished

@@ -64,7 +64,8 @@ pub fn storage_formats() -> Vec<DiskFormat> {
         DiskFormat {
             name: "segment log (.log)",
             writes: header_version(LOG_MAGIC),
-            reads: &[1],
+            // Version 1 segments hold records only; version 2 adds Kafka batches.
+            reads: &[1, 2],
         },
         DiskFormat {
             name: "segment index (.index)",
@@ -417,6 +418,21 @@ const CHUNK: u64 = 1 << 20;
 type Visit<'a> = dyn FnMut(u64, &RawRecord<'_>, &[u8]) -> ControlFlow<()> + 'a;
 
 /// Walks the records of `file` from byte `start` (a record boundary whose
+/// Checks what an entry holds: a record's key, value and headers add up; a
+/// Kafka batch entry is a whole batch (its own CRC-32C) whose records decode.
+fn check_payload(raw: &RawRecord<'_>, bytes: &[u8]) -> Result<(), String> {
+    let Some(header) = raw.batch_header() else {
+        return record::decode_all(&Bytes::copy_from_slice(bytes))
+            .map(|_| ())
+            .map_err(|_| "malformed payload (its key, value or headers do not add up)".into());
+    };
+    let mut whole = raw.kafka_prefix().to_vec();
+    whole.extend_from_slice(raw.kafka_body());
+    flume_protocol::kafka_batch::check(&whole).map_err(|e| format!("Kafka batch: {e}"))?;
+    super::batch_records(raw, &header, &mut |_, _| {})
+        .map_err(|e| format!("Kafka batch records: {e}"))
+}
+
 /// record has offset `first`), checking each one's size against the file,
 /// its CRC and that offsets increase by one (or jump, after a gap the record
 /// is marked with); `visit` sees each with its position
@@ -463,23 +479,21 @@ fn walk(
                     next = raw.offset;
                     let len = raw.encoded_len();
                     let bytes = buf.get(at..at + len).unwrap_or_default();
-                    if record::decode_all(&Bytes::copy_from_slice(bytes)).is_err() {
+                    if let Err(reason) = check_payload(&raw, bytes) {
                         return Ok((
                             End::Bad {
                                 position: here,
                                 offset: next,
-                                reason:
-                                    "malformed payload (its key, value or headers do not add up)"
-                                        .into(),
+                                reason,
                             },
                             next,
                         ));
                     }
                     if visit(here, &raw, bytes).is_break() {
-                        return Ok((End::Stopped, next + 1));
+                        return Ok((End::Stopped, raw.last_offset() + 1));
                     }
                     at += len;
-                    next += 1;
+                    next = raw.last_offset() + 1;
                 }
                 Err(RecordError::Torn { needed, .. }) => {
                     let fits = here.checked_add(needed).is_some_and(|e| e <= size);
@@ -662,13 +676,10 @@ pub fn check_segment(
         ));
         return Ok(report);
     }
-    if magic != LOG_MAGIC {
-        report.problems.push(problem(
-            path,
-            Some(seg.base),
-            Some(0),
-            format!("bad magic/version {magic:02x?}, expected {LOG_MAGIC:02x?}"),
-        ));
+    if let Err(reason) = super::segment::check_log_magic(&magic) {
+        report
+            .problems
+            .push(problem(path, Some(seg.base), Some(0), reason));
         return Ok(report);
     }
     let index = read_index(seg)?;
@@ -953,30 +964,36 @@ pub fn read_records(
         let (start, first) = start_for(seg, &file, from);
         let mut stopped = false;
         let mut on_record = |pos: u64, raw: &RawRecord<'_>, bytes: &[u8]| {
-            if raw.offset < from {
+            if raw.last_offset() < from {
                 return ControlFlow::Continue(());
             }
-            let Ok(mut decoded) = record::decode_all(&Bytes::copy_from_slice(bytes)) else {
-                return ControlFlow::Continue(()); // walk checked it decodes
+            // A Kafka batch entry gives each of its records (walk checked they decode).
+            let Ok(expanded) =
+                record::expand(bytes, from, usize::MAX, super::MAX_BATCH_DECODED_BYTES)
+            else {
+                return ControlFlow::Continue(());
             };
-            let Some(record) = decoded.pop() else {
+            let Ok(decoded) = record::decode_all(&Bytes::copy_from_slice(&expanded.records)) else {
                 return ControlFlow::Continue(());
             };
             let crc = bytes
                 .get(12..16)
                 .and_then(|b| <[u8; 4]>::try_from(b).ok())
                 .map_or(0, u32::from_be_bytes);
-            let flow = visit(DumpedRecord {
-                position: pos,
-                segment: seg.log.clone(),
-                size: u32::try_from(raw.payload.len()).unwrap_or(u32::MAX),
-                crc,
-                record,
-            });
-            if flow.is_break() {
-                stopped = true;
+            for record in decoded {
+                let flow = visit(DumpedRecord {
+                    position: pos,
+                    segment: seg.log.clone(),
+                    size: u32::try_from(raw.payload.len()).unwrap_or(u32::MAX),
+                    crc,
+                    record,
+                });
+                if flow.is_break() {
+                    stopped = true;
+                    return flow;
+                }
             }
-            flow
+            ControlFlow::Continue(())
         };
         let (end, after) = walk(&file, &seg.log, size, start, first, &mut on_record)?;
         next = next.max(after);
@@ -1314,7 +1331,7 @@ mod tests {
     fn formats_name_their_versions() {
         let f = storage_formats();
         assert!(f.iter().any(|f| f.name.contains(".index") && f.writes == 2));
-        assert!(f.iter().any(|f| f.name.contains(".log") && f.writes == 1));
+        assert!(f.iter().any(|f| f.name.contains(".log") && f.writes == 2));
         assert_eq!(layout_version(), 1);
     }
 }

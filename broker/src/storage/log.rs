@@ -90,6 +90,40 @@ pub struct ReadResult {
     pub log_start: u64,
     /// Next offset to be written.
     pub log_end: u64,
+    /// Where the next read goes on: the offset after the last entry (or
+    /// record) handed out, or after the entries a [`ReadAs::Records`] read
+    /// passed over; the read's offset when it found nothing.
+    pub next: u64,
+}
+
+/// The offset after the last whole entry of `entries` (checked ones: a
+/// read's), `None` when there is none.
+pub fn next_after(entries: &[u8]) -> Option<u64> {
+    let (mut pos, mut next) = (0usize, None);
+    while let Some((offset, size, span)) = record::peek_entry(entries, pos) {
+        pos = pos
+            .saturating_add(record::RECORD_HEADER_LEN)
+            .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
+        if pos > entries.len() {
+            break;
+        }
+        next = Some(offset.saturating_add(span));
+    }
+    next
+}
+
+/// How a read hands out what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReadAs {
+    /// The entries as stored: records and Kafka batch entries (the Kafka
+    /// front end serves batches as they are).
+    #[default]
+    Entries,
+    /// Flume records only: the records of Kafka batch entries are read out
+    /// of them ([`record::expand`]), and a read whose entries hold no record
+    /// (control or empty batches) goes on past them, so a Flume consumer
+    /// never sees an empty read before the log end.
+    Records,
 }
 
 /// The log of one partition.
@@ -515,6 +549,7 @@ impl Log {
             records: Vec::new(),
             log_start,
             log_end,
+            next: offset,
         };
         if offset == log_end {
             return Ok(result);
@@ -534,6 +569,7 @@ impl Log {
             if at < seg.next_offset {
                 result.records = seg.read(at, max_bytes)?;
                 if !result.records.is_empty() {
+                    result.next = next_after(&result.records).unwrap_or(offset).max(offset);
                     break;
                 }
             }
@@ -545,6 +581,48 @@ impl Log {
             from = seg.next_offset;
         }
         Ok(result)
+    }
+
+    /// [`Log::read`], handed out as `how` says.
+    ///
+    /// # Errors
+    /// As [`Log::read`]; [`StorageError::Corrupt`] for a batch entry whose
+    /// records do not decode.
+    pub fn read_as(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        how: ReadAs,
+    ) -> Result<ReadResult, StorageError> {
+        let mut at = offset;
+        loop {
+            let r = self.read(at, max_bytes)?;
+            if how == ReadAs::Entries || r.records.is_empty() {
+                return Ok(r);
+            }
+            let e = record::expand(&r.records, at, max_bytes, super::MAX_BATCH_DECODED_BYTES)
+                .map_err(|e| StorageError::Corrupt {
+                    segment: self.dir.clone(),
+                    offset: at,
+                    position: 0,
+                    reason: e.to_string(),
+                })?;
+            if e.count > 0 || e.next >= r.log_end || e.next <= at {
+                let next = e.next.max(offset);
+                let records = match e.records {
+                    std::borrow::Cow::Borrowed(b) if b.len() == r.records.len() => None,
+                    other => Some(other.into_owned()),
+                };
+                return Ok(ReadResult {
+                    records: records.unwrap_or(r.records),
+                    next,
+                    log_start: r.log_start,
+                    log_end: r.log_end,
+                });
+            }
+            // Only control or empty batches: go on after them.
+            at = e.next;
+        }
     }
 
     /// True when [`Log::read`] of `offset` touches only the last `window`
@@ -595,9 +673,28 @@ impl Log {
             }
             for raw in record::RecordIter::new(&r.records).flatten() {
                 if raw.timestamp() >= ts {
-                    return Ok(Some((raw.offset, raw.timestamp())));
+                    let Some(header) = raw.batch_header() else {
+                        return Ok(Some((raw.offset, raw.timestamp())));
+                    };
+                    // A batch may start below `from`: its first records do not count.
+                    let mut found = None;
+                    super::batch_records(&raw, &header, &mut |delta, rec| {
+                        let at = raw.offset.saturating_add(delta);
+                        if found.is_none() && at >= from && rec.timestamp >= ts {
+                            found = Some((at, rec.timestamp));
+                        }
+                    })
+                    .map_err(|reason| StorageError::Corrupt {
+                        segment: self.dir.clone(),
+                        offset: raw.offset,
+                        position: 0,
+                        reason,
+                    })?;
+                    if found.is_some() {
+                        return Ok(found);
+                    }
                 }
-                next = raw.offset + 1;
+                next = raw.last_offset() + 1;
             }
         }
         Ok(None)

@@ -2,9 +2,10 @@
 //!
 //! Layout of a partition directory:
 //! ```text
-//! 00000000000000000000.log     segment: [magic "FLMLOG" u8x6][version u16 = 1] then records
-//! 00000000000000000000.index   sparse index: [magic "FLMIDX" u8x6][version u16 = 1]
-//!                              then entries [relative offset u32][file position u32]
+//! 00000000000000000000.log     segment: [magic "FLMLOG" u8x6][version u16 = 2] then entries
+//!                              (records, and Kafka batches as producers sent them)
+//! 00000000000000000000.index   sparse index: [magic "FLMIDX" u8x6][version u16 = 2]
+//!                              then entries [relative offset u32][file position u32][max ts i64]
 //! 00000000000000004096.log     the next segment, named by its base offset (20 digits)
 //! ```
 //! Records use the format of [`flume_protocol::record`], identical on
@@ -37,9 +38,48 @@ pub use compact::{CleanStats, CleanerLimits, CompactionConfig};
 pub use dirs::{create_dir_durable, fsync_dir, read_optional, write_atomic, DataDirLock};
 pub use fault::FaultInjector;
 pub use files::FileCache;
-pub use log::{FsyncPolicy, Log, LogConfig, ReadResult};
+pub use log::{next_after, FsyncPolicy, Log, LogConfig, ReadAs, ReadResult};
 
 use std::path::PathBuf;
+
+/// The most a stored Kafka batch's records may decompress to: the Kafka
+/// front end refuses a produced batch that decodes to more (or to more
+/// than a frame), so every stored batch reads within it.
+pub const MAX_BATCH_DECODED_BYTES: usize = 64 << 20;
+
+/// Walks the records of a checked Kafka batch entry (decompressed within
+/// [`MAX_BATCH_DECODED_BYTES`]), handing each with its offset delta to
+/// `each`. A control batch gives none.
+///
+/// # Errors
+/// Why the records do not decode.
+pub(crate) fn batch_records(
+    raw: &flume_protocol::record::RawRecord<'_>,
+    header: &flume_protocol::kafka_batch::BatchHeader,
+    each: &mut dyn FnMut(u64, flume_protocol::kafka_batch::RecordView<'_, '_>),
+) -> Result<(), String> {
+    use flume_protocol::kafka_batch::{self, BatchError, BATCH_HEADER_LEN, LEADER_EPOCH_AT};
+    if header.is_control() || header.count == 0 {
+        return Ok(());
+    }
+    let body = raw.kafka_body();
+    let data = header
+        .compression()
+        .and_then(|c| {
+            kafka_batch::decompress(
+                c,
+                body.get(BATCH_HEADER_LEN - LEADER_EPOCH_AT..)
+                    .unwrap_or_default(),
+                MAX_BATCH_DECODED_BYTES,
+            )
+        })
+        .map_err(|e| e.to_string())?;
+    kafka_batch::for_each_record::<BatchError>(header, &data, &mut |r| {
+        each(u64::try_from(r.offset_delta).unwrap_or(0), r);
+        Ok(())
+    })
+    .map_err(|e| e.to_string())
+}
 
 /// Errors from the storage engine.
 #[derive(Debug, thiserror::Error)]

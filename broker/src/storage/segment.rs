@@ -72,8 +72,49 @@ impl SegFile {
     }
 }
 
-/// Magic and version at the start of every `.log` file.
-pub const LOG_MAGIC: [u8; 8] = *b"FLMLOG\x00\x01";
+/// Magic and version at the start of every `.log` file this version
+/// writes. Version 2 segments may hold Kafka batch entries
+/// ([`record::ATTR_KAFKA_BATCH`]); version 1 segments (written before them)
+/// hold records only and are read as they are. A version 1 active segment
+/// gets the version 2 header when it is opened ([`upgrade_header`]), since
+/// it may get batch entries; an older Flume refuses version 2 files instead
+/// of misreading them.
+pub const LOG_MAGIC: [u8; 8] = *b"FLMLOG\x00\x02";
+/// The header of a version 1 `.log` file (records only).
+pub const LOG_MAGIC_V1: [u8; 8] = *b"FLMLOG\x00\x01";
+
+/// Checks a `.log` file's header: `Ok(true)` for this version's, `Ok(false)`
+/// for version 1's, and a reason to refuse the file otherwise (a newer
+/// version's, or no Flume segment at all).
+pub fn check_log_magic(magic: &[u8; 8]) -> Result<bool, String> {
+    if *magic == LOG_MAGIC {
+        return Ok(true);
+    }
+    if *magic == LOG_MAGIC_V1 {
+        return Ok(false);
+    }
+    if magic[..6] == LOG_MAGIC[..6] {
+        let version = u16::from_be_bytes([magic[6], magic[7]]);
+        return Err(format!(
+            "segment format version {version} was written by a newer Flume; this one reads versions 1 and 2 (downgrading a data directory is not supported)"
+        ));
+    }
+    Err(format!(
+        "bad magic/version {magic:02x?}, expected {LOG_MAGIC:02x?}"
+    ))
+}
+
+/// Rewrites a version 1 `.log` header as version 2 in place (one 8-byte
+/// write in the first block, then an fsync): every version 1 file is a valid
+/// version 2 one.
+///
+/// # Errors
+/// I/O errors.
+pub fn upgrade_header(file: &File, path: &Path) -> Result<(), StorageError> {
+    file.write_all_at(&LOG_MAGIC, 0)
+        .map_err(io_err("write header of", path))?;
+    file.sync_data().map_err(io_err("fsync", path))
+}
 /// Magic and version at the start of every `.index` file. Version 2 entries
 /// carry a timestamp; a version 1 index (no timestamps) is rebuilt from its
 /// segment on open, as a missing one is.
@@ -126,17 +167,46 @@ impl IndexEntry {
     }
 }
 
-/// The timestamp of a checked record whose bytes start at `at` in `buf`.
+/// The timestamp of a checked entry whose bytes start at `at` in `buf` (a
+/// Kafka batch entry's maxTimestamp).
 fn timestamp_at(buf: &[u8], at: usize) -> Option<i64> {
-    let start = at.checked_add(RECORD_HEADER_LEN + 1)?;
-    let raw: [u8; 8] = buf.get(start..start.checked_add(8)?)?.try_into().ok()?;
-    Some(i64::from_be_bytes(raw))
+    let end = at
+        .checked_add(RECORD_HEADER_LEN)?
+        .checked_add(usize::try_from(record::peek_header(buf, at)?.1).ok()?)?;
+    let raw = record::RawRecord {
+        pos: at,
+        offset: 0,
+        payload: buf.get(at + RECORD_HEADER_LEN..end)?,
+    };
+    (raw.payload.len() >= record::MIN_PAYLOAD_LEN).then(|| raw.timestamp())
+}
+
+/// The first record of a checked entry whose timestamp is at least `ts`: a
+/// record itself, or the first such record of a Kafka batch entry (read out
+/// of the batch; a control batch has none).
+///
+/// # Errors
+/// Why a batch entry's records do not decode.
+pub(crate) fn first_at_or_after(
+    raw: &record::RawRecord<'_>,
+    ts: i64,
+) -> Result<Option<(u64, i64)>, String> {
+    let Some(header) = raw.batch_header() else {
+        return Ok((raw.timestamp() >= ts).then(|| (raw.offset, raw.timestamp())));
+    };
+    let mut found = None;
+    super::batch_records(raw, &header, &mut |delta, r| {
+        if found.is_none() && r.timestamp >= ts {
+            found = Some((raw.offset.saturating_add(delta), r.timestamp));
+        }
+    })?;
+    Ok(found)
 }
 
 /// True when `raw` may come where offset `expected` is due: it has that
 /// offset, or a later one and the mark of a record stored after a gap
 /// ([`record::ATTR_AFTER_GAP`], set by the cleaner). Any other offset is
-/// damage.
+/// damage. The offset due after an entry is its [`record::RawRecord::last_offset`] + 1.
 pub(crate) fn follows(raw: &record::RawRecord<'_>, expected: u64) -> bool {
     raw.offset == expected
         || (raw.offset > expected && raw.attributes() & record::ATTR_AFTER_GAP != 0)
@@ -331,11 +401,16 @@ impl Segment {
         }
         let mut magic = [0u8; 8];
         read_exact_at(&log, &log_path, &mut magic, 0)?;
-        if magic != LOG_MAGIC {
-            return Err(StorageError::Inconsistent {
-                path: log_path,
-                reason: format!("bad magic/version {magic:02x?}, expected {LOG_MAGIC:02x?}"),
-            });
+        match check_log_magic(&magic) {
+            Ok(true) => {}
+            Ok(false) if active => upgrade_header(&log, &log_path)?,
+            Ok(false) => {}
+            Err(reason) => {
+                return Err(StorageError::Inconsistent {
+                    path: log_path,
+                    reason,
+                })
+            }
         }
         let mut index_missing = false;
         let (index, entries) = match Self::load_index(&index_path, &log, size, base) {
@@ -545,7 +620,7 @@ impl Segment {
                         max_ts = max_ts.max(raw.timestamp());
                         out.max_timestamp = Some(max_ts);
                         at += len;
-                        next = raw.offset + 1;
+                        next = raw.last_offset() + 1;
                         out.valid_end = pos + at as u64;
                         out.next_offset = next;
                         progressed = true;
@@ -631,7 +706,7 @@ impl Segment {
         let mut pos = 0usize;
         let mut offset = self.next_offset;
         let mut seen_ts = self.max_timestamp.unwrap_or(NO_TIMESTAMP);
-        while let Some((_, size)) = record::peek_header(batch, pos) {
+        while let Some((_, size, span)) = record::peek_entry(batch, pos) {
             if self.bytes_since_entry >= self.index_interval {
                 self.push_entry(offset, start + pos as u64, seen_ts);
                 self.bytes_since_entry = 0;
@@ -642,7 +717,7 @@ impl Segment {
             let len = RECORD_HEADER_LEN + size as usize;
             self.bytes_since_entry += len as u64;
             pos += len;
-            offset += 1;
+            offset += span;
         }
         if self.entries.len() >= self.index_written + INDEX_WRITE_EVERY {
             self.write_index_tail();
@@ -769,12 +844,13 @@ impl Segment {
         }
     }
 
-    /// Byte position of the first record whose offset is `offset` or more
-    /// (`offset` lies in this segment; offsets may have gaps), found by a
-    /// binary search of the index and a forward scan of record headers; the
-    /// segment's size when no record of it is that far (its last records
-    /// were cleaned away). The records read later check their CRCs and
-    /// their offsets against [`follows`].
+    /// Byte position of the first entry whose last offset is `offset` or
+    /// more (the record at `offset`, or the Kafka batch entry holding it, or
+    /// the first after it: `offset` lies in this segment and offsets may
+    /// have gaps), found by a binary search of the index and a forward scan
+    /// of entry headers; the segment's size when no entry of it is that far
+    /// (its last records were cleaned away). The entries read later check
+    /// their CRCs and their offsets against [`follows`].
     ///
     /// # Errors
     /// I/O errors, or record headers whose offsets go backwards or whose
@@ -785,13 +861,13 @@ impl Segment {
         let mut buf_start = pos;
         while cur < offset && pos < self.size {
             let local = usize::try_from(pos - buf_start).unwrap_or(usize::MAX);
-            let header = match record::peek_header(&buf, local) {
+            let header = match record::peek_entry(&buf, local) {
                 Some(h) => h,
                 None => {
-                    let want = (self.index_interval + 2 * RECORD_HEADER_LEN as u64)
+                    let want = (self.index_interval + 2 * record::ENTRY_PEEK_LEN as u64)
                         .max(4096)
                         .min(self.size.saturating_sub(pos));
-                    if want < RECORD_HEADER_LEN as u64 {
+                    if want < record::ENTRY_PEEK_LEN as u64 {
                         return Err(self.corrupt(
                             offset,
                             pos,
@@ -801,12 +877,13 @@ impl Segment {
                     buf = vec![0u8; usize::try_from(want).unwrap_or(usize::MAX)];
                     read_exact_at(&*self.log.get()?, &self.log_path, &mut buf, pos)?;
                     buf_start = pos;
-                    match record::peek_header(&buf, 0) {
+                    match record::peek_entry(&buf, 0) {
                         Some(h) => h,
                         None => return Err(self.corrupt(offset, pos, "short record header")),
                     }
                 }
             };
+            let last = header.0.saturating_add(header.2 - 1);
             if header.0 < cur {
                 return Err(self.corrupt(
                     offset,
@@ -817,7 +894,7 @@ impl Segment {
                     ),
                 ));
             }
-            if header.0 >= offset {
+            if last >= offset {
                 break;
             }
             // The size comes from disk: it must not step past the end of the segment.
@@ -836,7 +913,7 @@ impl Segment {
                     ))
                 }
             };
-            cur = header.0 + 1;
+            cur = last + 1;
         }
         Ok(pos)
     }
@@ -850,10 +927,10 @@ impl Segment {
         }
     }
 
-    /// Reads whole records from the first one at `offset` or after, up to
-    /// `max_bytes` (at least one record), checking every CRC. Empty when no
-    /// record of the segment is that far: the reader goes on to the next
-    /// segment.
+    /// Reads whole entries from the first one holding `offset` or after it
+    /// (a Kafka batch entry may start before `offset`), up to `max_bytes`
+    /// (at least one entry), checking every CRC. Empty when no record of the
+    /// segment is that far: the reader goes on to the next segment.
     ///
     /// # Errors
     /// I/O errors, or [`StorageError::Corrupt`] naming the offset and segment.
@@ -899,14 +976,16 @@ impl Segment {
         for raw in record::RecordIter::new(&buf) {
             match raw {
                 Ok(r) => {
-                    if !follows(&r, expect) {
+                    // The first entry may be a batch that holds `offset`.
+                    let holds = r.pos == 0 && r.offset <= offset && offset <= r.last_offset();
+                    if !holds && !follows(&r, expect) {
                         return Err(self.corrupt(
                             expect,
                             pos + r.pos as u64,
                             &format!("record has offset {}", r.offset),
                         ));
                     }
-                    expect = r.offset + 1;
+                    expect = r.last_offset() + 1;
                     end = r.pos + r.encoded_len();
                 }
                 Err(record::RecordError::Torn { at, .. }) if at > 0 => break,
@@ -966,10 +1045,14 @@ impl Segment {
                             ));
                         }
                         if raw.timestamp() >= ts {
-                            return Ok(Some((raw.offset, raw.timestamp())));
+                            let found = first_at_or_after(&raw, ts)
+                                .map_err(|e| self.corrupt(raw.offset, pos + at as u64, &e))?;
+                            if found.is_some() {
+                                return Ok(found);
+                            }
                         }
                         at += raw.encoded_len();
-                        next = raw.offset + 1;
+                        next = raw.last_offset() + 1;
                         if at >= buf.len() {
                             break;
                         }

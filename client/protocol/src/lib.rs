@@ -15,6 +15,8 @@
 //! - [`codec`]: how each field type is encoded ([`codec::WireField`]) and the
 //!   `message!` macro that derives a message's encoding from its field list.
 //! - [`record`]: the record format, identical on disk and on the wire.
+//! - [`kafka_batch`]: Kafka record batches (magic 2): checked splitting,
+//!   bounded decompression, record walking, building with any codec.
 //! - [`messages`]: request and response types; each request names its response.
 //! - [`error_code`]: the stable error-code table.
 //! - [`scram`]: SCRAM-SHA-256 messages and proofs (AUTHENTICATE).
@@ -24,6 +26,7 @@
 pub mod codec;
 pub mod error_code;
 pub mod frame;
+pub mod kafka_batch;
 pub mod messages;
 pub mod record;
 pub mod scram;

@@ -20,7 +20,7 @@ use flume_protocol::ErrorCode;
 
 use crate::error::BrokerError;
 use crate::storage::inspect::{describe_record_error, header_version, DiskFormat, Problem};
-use crate::storage::segment::{FILE_HEADER_LEN, LOG_MAGIC};
+use crate::storage::segment::{FILE_HEADER_LEN, LOG_MAGIC_V1 as LOG_MAGIC};
 use crate::storage::FsyncPolicy;
 
 /// (group, topic, partition).

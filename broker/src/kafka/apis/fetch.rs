@@ -1,13 +1,14 @@
 //! Fetch: a long poll through the engine's fetch (max_wait_ms, min_bytes,
-//! total and per-partition max bytes), answered with one uncompressed
-//! magic-2 batch per partition. No fetch sessions: every fetch is a full
+//! total and per-partition max bytes), answered with the stored batches as
+//! they are (a Kafka producer's, compressed or not) and one uncompressed
+//! magic-2 batch per run of records produced through Flume's protocol. No fetch sessions: every fetch is a full
 //! one (session id 0), which Kafka's clients accept.
 
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
 use super::super::backend::FetchWant;
-use super::super::{errors, records, Ctx};
+use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse {
@@ -76,7 +77,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
                     if version >= 5 {
                         pd.log_start_offset = g.log_start;
                     }
-                    pd.records = Some(records::encode(&g.records));
+                    pd.records = Some(g.records);
                 }
                 None => {
                     pd.error_code = errors::UNKNOWN_SERVER_ERROR;

@@ -1,6 +1,7 @@
-//! Produce: each partition's record set is decompressed and decoded here
-//! and stored as Flume records (so every fetch, Kafka's or Flume's, reads
-//! plain records and no fetch ever decompresses). acks 0 gets no response.
+//! Produce: each partition's record set is checked here (every batch's CRC,
+//! its records decompressed and walked) and stored as it came, one Kafka
+//! batch entry per batch ([`records::prepare`]): a Kafka fetch serves it
+//! back as it is, compressed or not. acks 0 gets no response.
 //!
 //! An idempotent producer's batch carries its producer id, epoch and base
 //! sequence to the partition, which checks the sequence as it appends (see
@@ -53,22 +54,26 @@ pub(super) async fn handle(
                 ))
             } else {
                 let set = p.records.unwrap_or_default();
-                let (max_message_bytes, log_append_time) = ctx.backend.produce_limits(&name);
-                let append_time = log_append_time.then(crate::now_ms);
+                let limits = ctx.backend.produce_limits(&name);
+                let append_time = limits.log_append_time.then(crate::now_ms);
                 pr.log_append_time_ms = append_time.unwrap_or(-1);
                 let largest = records::largest_batch(&set);
-                if largest > max_message_bytes {
+                if largest > limits.max_message_bytes {
                     Err((
                         errors::MESSAGE_TOO_LARGE,
-                        format!("a record batch of {largest} bytes is above the topic's max.message.bytes ({max_message_bytes})"),
+                        format!("a record batch of {largest} bytes is above the topic's max.message.bytes ({})", limits.max_message_bytes),
                     ))
                 } else {
-                    match records::transcode_at(
-                        &set,
-                        ctx.max_decoded_bytes,
-                        ctx.backend.max_record_bytes(),
+                    let rules = records::ProduceRules {
+                        limit: ctx
+                            .max_decoded_bytes
+                            .min(crate::storage::MAX_BATCH_DECODED_BYTES),
+                        max_record_bytes: ctx.backend.max_record_bytes(),
                         append_time,
-                    ) {
+                        compression: limits.compression,
+                        keyed_only: limits.keyed_only,
+                    };
+                    match records::prepare(&set, &rules) {
                         Err(RecordsError::TooLarge { limit }) => Err((
                             errors::MESSAGE_TOO_LARGE,
                             format!("records decompress to more than {limit} bytes"),
@@ -80,9 +85,6 @@ pub(super) async fn handle(
                             Err((errors::INVALID_RECORD, e.to_string()))
                         }
                         Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
-                        Ok(t) if t.count == 0 => {
-                            Err((errors::CORRUPT_MESSAGE, "no records".to_owned()))
-                        }
                         Ok(t) => ctx
                             .backend
                             .produce_encoded(&name, p.index, t)
