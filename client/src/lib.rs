@@ -62,7 +62,10 @@ pub use group::{
     ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent, RebalanceEvents,
     TopicPartition, DEFAULT_FETCH_WAIT,
 };
-pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+pub use producer::{
+    Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    RequiredAcks,
+};
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use protocol::{

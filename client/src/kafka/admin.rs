@@ -25,7 +25,7 @@ use crate::protocol::{
     CreateTopicRequest, DeletedOffset, DescribeGroupResponse, ErrorCode, GroupListing,
     GroupMemberInfo, GroupOffsetInfo, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
     PartitionMetadata, PartitionOffset, TopicConfigValue, TopicConfigsResponse, TopicMetadata,
-    CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
+    TopicPartitions, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
 };
 
 /// How long the brokers may take over topic and partition changes.
@@ -543,10 +543,12 @@ impl KafkaAdmin {
         Ok(g)
     }
 
-    /// The group's state and members, and its committed offsets beside
+    /// The group's state and members (with their partitions, read from the
+    /// consumer protocol's assignments), and its committed offsets beside
     /// each partition's log end.
     pub(crate) async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
         let g = self.describe_raw(group).await?;
+        let consumer = g.protocol_type.as_str() == "consumer";
         let members = g
             .members
             .iter()
@@ -554,7 +556,15 @@ impl KafkaAdmin {
                 member_id: m.member_id.to_string(),
                 client_id: m.client_id.to_string(),
                 client_host: m.client_host.to_string(),
-                assignment: Vec::new(),
+                assignment: if consumer {
+                    super::assignor::decode_assignment(&m.member_assignment)
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|(topic, partitions)| TopicPartitions { topic, partitions })
+                        .collect()
+                } else {
+                    Vec::new()
+                },
             })
             .collect();
         let committed = offsets::committed(&self.cluster, group, None).await?;

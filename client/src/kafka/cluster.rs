@@ -148,6 +148,11 @@ impl Cluster {
         &self.config
     }
 
+    /// The bootstrap addresses, for messages.
+    pub(crate) fn bootstrap(&self) -> &[String] {
+        &self.bootstrap
+    }
+
     fn slot(&self, node: i32) -> Arc<AsyncMutex<NodeSlot>> {
         Arc::clone(lock(&self.nodes).entry(node).or_default())
     }

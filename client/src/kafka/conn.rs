@@ -385,6 +385,33 @@ impl KConn {
         })
     }
 
+    /// Sends `req` at `version` and returns the response frame undecoded
+    /// (for [`decode_response`] after a fix-up).
+    ///
+    /// # Errors
+    /// As [`KConn::call`].
+    pub(crate) async fn call_raw<R: Request>(
+        &self,
+        req: &R,
+        version: i16,
+        extra: Duration,
+    ) -> Result<Bytes> {
+        self.start_raw(req, version, extra, true)
+            .await?
+            .ok_or_else(|| Error::protocol("no response expected"))?
+            .await
+    }
+
+    /// Writes `req` (a Produce with acks 0) and expects no response.
+    ///
+    /// # Errors
+    /// As [`KConn::start`].
+    pub(crate) async fn send_only<R: Request>(&self, req: &R, version: i16) -> Result<()> {
+        self.start_raw(req, version, Duration::ZERO, false)
+            .await
+            .map(|_| ())
+    }
+
     async fn start_raw<R: Request>(
         &self,
         req: &R,

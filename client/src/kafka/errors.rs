@@ -18,9 +18,15 @@ pub(crate) const ILLEGAL_GENERATION: i16 = 22;
 pub(crate) const UNKNOWN_MEMBER_ID: i16 = 25;
 pub(crate) const REBALANCE_IN_PROGRESS: i16 = 27;
 pub(crate) const UNSUPPORTED_VERSION: i16 = 35;
+pub(crate) const INVALID_REQUEST: i16 = 42;
 pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
+pub(crate) const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub(crate) const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
+pub(crate) const INVALID_PRODUCER_EPOCH: i16 = 47;
+pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub(crate) const FENCED_LEADER_EPOCH: i16 = 74;
 pub(crate) const UNKNOWN_LEADER_EPOCH: i16 = 75;
+pub(crate) const MEMBER_ID_REQUIRED: i16 = 79;
 
 /// `NotLeaderOrFollower` as Kafka spells it: `NOT_LEADER_OR_FOLLOWER`.
 pub(crate) fn name(code: i16) -> String {
@@ -85,7 +91,7 @@ pub(crate) fn flume_equivalent(code: i16) -> Option<ErrorCode> {
         UNSUPPORTED_VERSION | 44 => ErrorCode::UnsupportedApi,
         TOPIC_ALREADY_EXISTS => ErrorCode::TopicAlreadyExists,
         40 => ErrorCode::InvalidConfig,
-        42 => ErrorCode::InvalidRequest,
+        INVALID_REQUEST => ErrorCode::InvalidRequest,
         58 => ErrorCode::AuthenticationFailed,
         68 => ErrorCode::GroupNotEmpty,
         69 => ErrorCode::UnknownGroup,

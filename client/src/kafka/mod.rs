@@ -18,12 +18,25 @@
 //! - `offsets`: ListOffsets at each leader, a group's commits and committed
 //!   offsets at its coordinator (shared by the admin and the consumers).
 //! - `admin`: `Admin`'s calls over Kafka.
+//! - `producer` (routing, batching per partition, idempotence, retries) and
+//!   `partitioner` (FNV-1a, murmur2).
+//! - `fetch`: one Fetch in flight per leader, shared by `consumer` (the
+//!   partition consumer) and `group` (the classic group protocol), whose
+//!   leader runs the pure assignors of `assignor`.
+//!
+//! docs/kafka-client.md lists the APIs and versions.
 
 pub(crate) mod admin;
+pub(crate) mod assignor;
 pub(crate) mod cluster;
 pub(crate) mod conn;
+pub(crate) mod consumer;
 pub(crate) mod errors;
+pub(crate) mod fetch;
+pub(crate) mod group;
 pub(crate) mod offsets;
+pub(crate) mod partitioner;
+pub(crate) mod producer;
 
 use crate::error::{Error, Result};
 
