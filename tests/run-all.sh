@@ -6,7 +6,9 @@
 # (kcat, confluent-kafka, kafka-python, kafkajs: tests/kafka-clients/run.sh; a
 # failing scenario fails the run; FLUME_SKIP_KAFKA_CLIENTS=1 skips it), a subset
 # of librdkafka's own integration tests (tests/librdkafka/run.sh, built from
-# Debian's source package; FLUME_SKIP_LIBRDKAFKA=1 skips it), then the Python
+# Debian's source package; FLUME_SKIP_LIBRDKAFKA=1 skips it), the SDK's Kafka client against
+# librdkafka's mock cluster and kcat (tests/kafka-mock/run.sh; FLUME_SKIP_KAFKA_MOCK=1 skips
+# it), then the Python
 # package (python/) built into a cached virtual environment and its pytest suite.
 #
 # Cache: ${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache} keeps the venv and the
@@ -33,6 +35,16 @@ else
     # Installs kcat, the Python clients and kafkajs into the cache on the first run.
     bash tests/kafka-clients/run.sh
     echo "kafka clients took $(( $(date +%s) - kstart )) s"
+fi
+
+if [ "${FLUME_SKIP_KAFKA_MOCK:-}" = 1 ]; then
+    echo "== tests/kafka-mock/run.sh: SKIPPED (FLUME_SKIP_KAFKA_MOCK=1)"
+else
+    echo "== tests/kafka-mock/run.sh (the SDK's Kafka client on librdkafka's mock cluster, and kcat interop; FLUME_SKIP_KAFKA_MOCK=1 skips)"
+    mstart=$(date +%s)
+    # Installs librdkafka-dev (apt) and builds the mock program into the cache on the first run.
+    bash tests/kafka-mock/run.sh
+    echo "kafka mock took $(( $(date +%s) - mstart )) s"
 fi
 
 if [ "${FLUME_SKIP_LIBRDKAFKA:-}" = 1 ]; then

@@ -307,7 +307,9 @@ pub struct BrokerArgs {
 /// consume, perf) connects to: one definition flattened into each.
 #[derive(Debug, Clone, Args)]
 pub struct BrokerAddr {
-    /// Broker address.
+    /// Broker address: host:port for a Flume broker (its own protocol), or
+    /// kafka://host:port[,host:port...] for any Kafka cluster (Apache Kafka,
+    /// Redpanda, Flume's own Kafka listener).
     #[arg(
         long = "broker",
         value_name = "BROKER",
@@ -334,6 +336,70 @@ pub struct BrokerAddr {
     /// File whose first line is the password of --user.
     #[arg(long, value_name = "FILE", requires = "user")]
     pub password_file: Option<PathBuf>,
+    /// How --user logs in to a Kafka cluster (a kafka:// --broker):
+    /// SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN (send it over --tls only).
+    /// Flume's own protocol always uses SCRAM-SHA-256.
+    #[arg(
+        long,
+        value_name = "MECHANISM",
+        default_value = "SCRAM-SHA-256",
+        requires = "user"
+    )]
+    pub sasl_mechanism: flume_client::SaslMechanism,
+}
+
+/// Producer settings that only a Kafka cluster (a kafka:// --broker) takes.
+#[derive(Debug, Clone, Args)]
+pub struct KafkaProduceFlags {
+    /// Kafka only: batch compression (none, gzip, snappy, lz4, zstd).
+    #[arg(long, value_enum, default_value = "none")]
+    pub compression: CompressionArg,
+    /// Kafka only: acknowledgement to wait for (0, 1 or all). Anything but
+    /// all needs --no-idempotence.
+    #[arg(long, default_value = "all")]
+    pub acks: flume_client::RequiredAcks,
+    /// Kafka only: turn the idempotent producer off (retries may then
+    /// duplicate records).
+    #[arg(long)]
+    pub no_idempotence: bool,
+    /// Kafka only: key routing, fnv1a (Flume's, the default: keys land where
+    /// they do on a Flume broker) or murmur2 (the Java client's).
+    #[arg(long, default_value = "fnv1a")]
+    pub partitioner: flume_client::Partitioner,
+}
+
+/// A batch codec for --compression.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum CompressionArg {
+    /// Uncompressed.
+    None,
+    /// gzip.
+    Gzip,
+    /// Snappy.
+    Snappy,
+    /// LZ4.
+    Lz4,
+    /// Zstandard.
+    Zstd,
+}
+
+impl KafkaProduceFlags {
+    /// `config` with these settings.
+    pub fn apply(&self, config: flume_client::ProducerConfig) -> flume_client::ProducerConfig {
+        use flume_client::Compression;
+        let c = match self.compression {
+            CompressionArg::None => Compression::None,
+            CompressionArg::Gzip => Compression::Gzip,
+            CompressionArg::Snappy => Compression::Snappy,
+            CompressionArg::Lz4 => Compression::Lz4,
+            CompressionArg::Zstd => Compression::Zstd,
+        };
+        config
+            .compression(c)
+            .acks(self.acks)
+            .idempotence(!self.no_idempotence)
+            .partitioner(self.partitioner)
+    }
 }
 
 /// `--broker` (with its TLS and login flags) and `--topic`: what the
@@ -361,12 +427,21 @@ pub fn read_password(file: Option<&std::path::Path>, var: &str) -> Result<String
 }
 
 impl BrokerAddr {
+    /// Whether --broker names a Kafka cluster (kafka://...).
+    pub fn is_kafka(&self) -> bool {
+        self.addr
+            .trim_start()
+            .to_ascii_lowercase()
+            .starts_with("kafka://")
+    }
+
     /// Connection settings from the flags: TLS when asked for, a login with --user.
     pub fn connection(&self) -> Result<ConnectionConfig> {
         let mut config = ConnectionConfig::default();
         if let Some(user) = &self.user {
             let password = read_password(self.password_file.as_deref(), "FLUME_PASSWORD")?;
-            config = config.credentials(user, password);
+            config.credentials =
+                Some(flume_client::Credentials::new(user, password).mechanism(self.sasl_mechanism));
         }
         if !self.tls && self.tls_ca.is_none() && self.tls_cert.is_none() {
             return Ok(config);

@@ -126,11 +126,16 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
             );
         }
     }
-    let client = Arc::new(
-        Client::connect(&a.at.broker.addr, a.at.broker.connection()?)
-            .await
-            .context("cannot reach the broker")?,
-    );
+    // Over Kafka each partition is read from its own leader, by its own consumer.
+    let client = if a.at.broker.is_kafka() {
+        None
+    } else {
+        Some(Arc::new(
+            Client::connect(&a.at.broker.addr, a.at.broker.connection()?)
+                .await
+                .context("cannot reach the broker")?,
+        ))
+    };
     // --from-time: each partition's first offset at or after the time.
     let mut by_time: HashMap<i32, i64> = HashMap::new();
     if let Some(t) = a.from_time {
@@ -177,16 +182,26 @@ async fn partitions(a: ConsumeArgs) -> Result<()> {
         if !follow && start >= m.log_end {
             continue;
         }
-        polls.push(poll(
-            m.partition,
-            PartitionConsumer::with_client(
-                Arc::clone(&client),
+        let consumer = match &client {
+            Some(client) => PartitionConsumer::with_client(
+                Arc::clone(client),
                 &a.at.topic,
                 m.partition,
                 from,
                 fetch.clone(),
             ),
-        ));
+            None => PartitionConsumer::connect_with(
+                &a.at.broker.addr,
+                &a.at.topic,
+                m.partition,
+                from,
+                fetch.clone(),
+                a.at.broker.connection()?,
+            )
+            .await
+            .context("cannot reach the cluster")?,
+        };
+        polls.push(poll(m.partition, consumer));
     }
     let max = a.max.unwrap_or(u64::MAX);
     let mut n = 0u64;

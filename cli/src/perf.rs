@@ -71,6 +71,8 @@ pub struct E2eArgs {
 pub struct ProduceArgs {
     #[command(flatten)]
     at: TopicAt,
+    #[command(flatten)]
+    kafka: crate::commands::KafkaProduceFlags,
     /// Records to send (the first goes before the clock starts).
     #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, 100_000_000))]
     records: u64,
@@ -248,11 +250,13 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         bail!("--records must be at least 1");
     }
     let value = Bytes::from(vec![b'x'; usize::try_from(a.record_size)?]);
-    let config = ProducerConfig::default()
-        .linger(Duration::from_millis(a.linger_ms))
-        .batch_max_bytes(usize::try_from(a.batch_bytes)?)
-        .max_in_flight(usize::try_from(a.max_in_flight)?)
-        .connection(a.at.broker.connection()?.busy_poll(a.busy_poll_us));
+    let config = a.kafka.apply(
+        ProducerConfig::default()
+            .linger(Duration::from_millis(a.linger_ms))
+            .batch_max_bytes(usize::try_from(a.batch_bytes)?)
+            .max_in_flight(usize::try_from(a.max_in_flight)?)
+            .connection(a.at.broker.connection()?.busy_poll(a.busy_poll_us)),
+    );
     let mut producers = Vec::new();
     for _ in 0..a.producers {
         producers.push(Arc::new(
@@ -534,15 +538,27 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         // run stops at exactly --records however the partitions' batches fall.
         let left = Arc::new(AtomicU64::new(a.records));
         for p in t.partitions {
-            let client =
-                Arc::new(Client::connect(&a.at.broker.addr, a.at.broker.connection()?).await?);
-            let mut c = PartitionConsumer::with_client(
-                client,
-                &a.at.topic,
-                p.partition,
-                StartOffset::Earliest,
-                flume_client::FetchConfig::default(),
-            );
+            let mut c = if a.at.broker.is_kafka() {
+                PartitionConsumer::connect_with(
+                    &a.at.broker.addr,
+                    &a.at.topic,
+                    p.partition,
+                    StartOffset::Earliest,
+                    flume_client::FetchConfig::default(),
+                    a.at.broker.connection()?,
+                )
+                .await?
+            } else {
+                let client =
+                    Arc::new(Client::connect(&a.at.broker.addr, a.at.broker.connection()?).await?);
+                PartitionConsumer::with_client(
+                    client,
+                    &a.at.topic,
+                    p.partition,
+                    StartOffset::Earliest,
+                    flume_client::FetchConfig::default(),
+                )
+            };
             let (done, bytes, left, end) = (
                 Arc::clone(&done),
                 Arc::clone(&bytes),

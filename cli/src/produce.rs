@@ -26,6 +26,8 @@ const READ_AHEAD: usize = 1024;
 pub struct ProduceArgs {
     #[command(flatten)]
     at: TopicAt,
+    #[command(flatten)]
+    kafka: crate::commands::KafkaProduceFlags,
     /// Key for every record (routes them to one partition); decoded per --key-format.
     #[arg(long)]
     key: Option<String>,
@@ -117,9 +119,11 @@ pub async fn produce(a: ProduceArgs) -> Result<()> {
     // Each record is its own batch, so the broker accepts or refuses each line on its own
     // (a refused batch takes every record in it down); requests still carry many batches,
     // and whatever has arrived is sent at once, without a linger.
-    let config = ProducerConfig::default()
-        .batch_max_bytes(1)
-        .connection(a.at.broker.connection()?);
+    let config = a.kafka.apply(
+        ProducerConfig::default()
+            .batch_max_bytes(1)
+            .connection(a.at.broker.connection()?),
+    );
     let producer = Producer::with_config(&a.at.broker.addr, config)
         .await
         .context("cannot reach the broker")?;

@@ -121,6 +121,11 @@ fn offline(dir: &Path, op: Op) -> Result<()> {
 }
 
 async fn online(broker: &BrokerAddr, op: Op) -> Result<()> {
+    if broker.is_kafka() {
+        anyhow::bail!(
+            "users are Flume's own (Kafka's SCRAM users are managed by the cluster's tools): use a host:port --broker"
+        );
+    }
     let client = Client::connect(&broker.addr, broker.connection()?)
         .await
         .map_err(describe)

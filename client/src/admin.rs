@@ -3,6 +3,9 @@
 
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
+use crate::kafka::admin::KafkaAdmin;
+use crate::kafka::cluster::Cluster;
+use crate::kafka::Endpoint;
 use crate::protocol::{
     AclEntry, AclsRequest, AlterTopicRequest, CreatePartitionsRequest, CreateTopicRequest,
     DeleteGroupRequest, DeleteOffsetsRequest, DeleteRecordsRequest, DeleteTopicRequest,
@@ -44,9 +47,20 @@ use crate::protocol::{
 /// # Ok::<(), flume_client::Error>(())
 /// # }).unwrap();
 /// ```
+///
+/// With a `kafka://` address the same calls go to a Kafka cluster (see
+/// the README's "Kafka clusters" for what differs); the calls that are
+/// Flume's own (`alter_topic`, `topic_settings`, `alter_topic_configs`, the
+/// ACLs) fail there with [`Error::InvalidArgument`].
 #[derive(Debug)]
 pub struct Admin {
-    client: Client,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    Flume(Box<Client>),
+    Kafka(KafkaAdmin),
 }
 
 impl Admin {
@@ -63,9 +77,31 @@ impl Admin {
     /// # Errors
     /// [`Error::Connect`], or [`Error::Tls`](crate::Error::Tls).
     pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Self> {
-        Ok(Admin {
-            client: Client::connect(addr, config).await?,
-        })
+        let backend = match crate::kafka::endpoint(addr)? {
+            Endpoint::Flume(addr) => Backend::Flume(Box::new(Client::connect(addr, config).await?)),
+            Endpoint::Kafka(brokers) => {
+                Backend::Kafka(KafkaAdmin::new(Cluster::connect(brokers, config).await?))
+            }
+        };
+        Ok(Admin { backend })
+    }
+
+    /// Closes the connections.
+    pub async fn close(&self) {
+        match &self.backend {
+            Backend::Flume(c) => c.close().await,
+            Backend::Kafka(k) => k.close().await,
+        }
+    }
+
+    /// The Flume client, or the error for a call that has no Kafka counterpart.
+    fn flume(&self, what: &str) -> Result<&Client> {
+        match &self.backend {
+            Backend::Flume(c) => Ok(c),
+            Backend::Kafka(_) => Err(Error::InvalidArgument(format!(
+                "Admin::{what} is Flume's own and has no Kafka counterpart here (a kafka:// address)"
+            ))),
+        }
     }
 
     /// Creates a topic (other settings at the broker's defaults unless set in `req`).
@@ -73,8 +109,12 @@ impl Admin {
     /// # Errors
     /// TOPIC_ALREADY_EXISTS, INVALID_NAME, ...
     pub async fn create_topic(&self, req: CreateTopicRequest) -> Result<()> {
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.create_topic(req).await,
+        };
         let name = req.name.clone();
-        self.client
+        client
             .call(&req)
             .await
             .map(|_| ())
@@ -86,8 +126,11 @@ impl Admin {
     /// # Errors
     /// Connection failures.
     pub async fn topics(&self, names: &[String]) -> Result<Vec<TopicMetadata>> {
-        Ok(self
-            .client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.topics(names).await,
+        };
+        Ok(client
             .call(&MetadataRequest {
                 topics: names.to_vec(),
             })
@@ -104,6 +147,10 @@ impl Admin {
         group: &str,
         topics: &[String],
     ) -> Result<Vec<OffsetFetchPartition>> {
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.group_offsets(group, topics).await,
+        };
         let req = OffsetFetchRequest {
             group: group.to_owned(),
             topics: topics
@@ -114,7 +161,7 @@ impl Admin {
                 })
                 .collect(),
         };
-        Ok(self.client.call(&req).await?.partitions)
+        Ok(client.call(&req).await?.partitions)
     }
 
     /// Commits offsets outside group membership (allowed while the group has no members).
@@ -122,13 +169,17 @@ impl Admin {
     /// # Errors
     /// REBALANCE_IN_PROGRESS when the group has members.
     pub async fn commit(&self, group: &str, offsets: Vec<PartitionOffset>) -> Result<()> {
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.commit(group, offsets).await,
+        };
         let req = OffsetCommitRequest {
             group: group.to_owned(),
             generation: -1,
             member_id: String::new(),
             offsets,
         };
-        let resp = self.client.call(&req).await?;
+        let resp = client.call(&req).await?;
         match resp.results.iter().find(|r| !r.error.is_ok()) {
             Some(r) => Err(Error::broker(
                 r.error,
@@ -147,7 +198,11 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, INVALID_NAME, STORAGE_ERROR, connection failures.
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.delete_topic(name).await,
+        };
+        client
             .call(&DeleteTopicRequest {
                 name: name.to_owned(),
             })
@@ -163,11 +218,9 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, INVALID_REQUEST (a value out of range), STORAGE_ERROR.
     pub async fn alter_topic(&self, req: AlterTopicRequest) -> Result<TopicSettings> {
+        let client = self.flume("alter_topic")?;
         let name = req.name.clone();
-        self.client
-            .call(&req)
-            .await
-            .map_err(|e| with_context(e, &name))
+        client.call(&req).await.map_err(|e| with_context(e, &name))
     }
 
     /// Creates a topic with configs by Kafka's names (`cleanup.policy`,
@@ -183,6 +236,9 @@ impl Admin {
         partitions: i32,
         configs: &[(&str, &str)],
     ) -> Result<TopicConfigsResponse> {
+        if let Backend::Kafka(k) = &self.backend {
+            return k.create_topic_with_configs(name, partitions, configs).await;
+        }
         self.topic_configs(TopicConfigsRequest {
             op: TOPIC_CONFIGS_CREATE,
             name: name.to_owned(),
@@ -223,6 +279,9 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, connection failures.
     pub async fn describe_topic_configs(&self, name: &str) -> Result<TopicConfigsResponse> {
+        if let Backend::Kafka(k) = &self.backend {
+            return k.describe_topic_configs(name).await;
+        }
         self.topic_configs(TopicConfigsRequest {
             op: TOPIC_CONFIGS_DESCRIBE,
             name: name.to_owned(),
@@ -233,9 +292,12 @@ impl Admin {
     }
 
     async fn topic_configs(&self, req: TopicConfigsRequest) -> Result<TopicConfigsResponse> {
+        let client = self.flume(match req.op {
+            TOPIC_CONFIGS_ALTER => "alter_topic_configs",
+            _ => "topic_configs",
+        })?;
         let name = req.name.clone();
-        let resp = self
-            .client
+        let resp = client
             .call(&req)
             .await
             .map_err(|e| with_context(e, &name))?;
@@ -256,7 +318,8 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, connection failures.
     pub async fn topic_settings(&self, name: &str) -> Result<TopicSettings> {
-        self.client
+        let client = self.flume("topic_settings")?;
+        client
             .call(&DescribeTopicConfigRequest {
                 name: name.to_owned(),
             })
@@ -276,8 +339,11 @@ impl Admin {
         &self,
         partitions: Vec<ListOffsetsPartition>,
     ) -> Result<Vec<ListedOffset>> {
-        Ok(self
-            .client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.list_offsets(partitions).await,
+        };
+        Ok(client
             .call(&ListOffsetsRequest { partitions })
             .await?
             .partitions)
@@ -288,6 +354,9 @@ impl Admin {
     /// # Errors
     /// REBALANCE_IN_PROGRESS when the group has members; connection failures.
     pub async fn check_group_empty(&self, group: &str) -> Result<()> {
+        if let Backend::Kafka(k) = &self.backend {
+            return k.check_group_empty(group).await;
+        }
         self.commit(group, Vec::new())
             .await
             .map_err(|e| with_context(e, group))
@@ -300,7 +369,11 @@ impl Admin {
     /// GROUP_NOT_EMPTY (members are still in it), UNKNOWN_GROUP (no members
     /// and no committed offsets), INVALID_NAME, STORAGE_ERROR.
     pub async fn delete_group(&self, group: &str) -> Result<i32> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.delete_group(group).await,
+        };
+        client
             .call(&DeleteGroupRequest {
                 group: group.to_owned(),
             })
@@ -323,7 +396,11 @@ impl Admin {
         partition: i32,
         before: Option<u64>,
     ) -> Result<u64> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.delete_records(topic, partition, before).await,
+        };
+        client
             .call(&DeleteRecordsRequest {
                 topic: topic.to_owned(),
                 partition,
@@ -350,7 +427,13 @@ impl Admin {
         partitions: i32,
         validate_only: bool,
     ) -> Result<i32> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => {
+                return k.create_partitions(topic, partitions, validate_only).await
+            }
+        };
+        client
             .call(&CreatePartitionsRequest {
                 topic: topic.to_owned(),
                 partitions,
@@ -377,7 +460,11 @@ impl Admin {
         topic: &str,
         partitions: &[i32],
     ) -> Result<Vec<DeletedOffset>> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.delete_offsets(group, topic, partitions).await,
+        };
+        client
             .call(&DeleteOffsetsRequest {
                 group: group.to_owned(),
                 topic: topic.to_owned(),
@@ -396,7 +483,11 @@ impl Admin {
     /// # Errors
     /// Connection failures.
     pub async fn list_groups(&self, states: &[&str]) -> Result<Vec<GroupListing>> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.list_groups(states).await,
+        };
+        client
             .call(&ListGroupsRequest {
                 states_filter: states.iter().map(|s| (*s).to_owned()).collect(),
             })
@@ -411,7 +502,11 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_GROUP (neither members nor committed offsets); connection failures.
     pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
-        self.client
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.describe_group(group).await,
+        };
+        client
             .call(&DescribeGroupRequest {
                 group: group.to_owned(),
             })
@@ -458,13 +553,13 @@ impl Admin {
     }
 
     async fn acls_call(&self, op: i8, acl: AclEntry) -> Result<(bool, Vec<AclEntry>)> {
+        let client = self.flume("acls")?;
         let what = if acl.name.is_empty() {
             "the ACLs".to_owned()
         } else {
             format!("{} {}", acl.resource_type, acl.name)
         };
-        let resp = self
-            .client
+        let resp = client
             .call(&AclsRequest { op, acl })
             .await
             .map_err(|e| with_context(e, &what))?;

@@ -95,6 +95,38 @@ pub struct Credentials {
     /// The user name.
     pub username: String,
     password: String,
+    /// How to log in to a Kafka broker (a `kafka://` address); Flume's own
+    /// protocol always uses SCRAM-SHA-256.
+    pub mechanism: SaslMechanism,
+}
+
+/// The SASL mechanism [`Credentials`] log in with on a Kafka broker (a
+/// `kafka://` address). Flume's own protocol logs in with SCRAM-SHA-256
+/// whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SaslMechanism {
+    /// SCRAM-SHA-256 (the default): the password never crosses the network.
+    #[default]
+    ScramSha256,
+    /// SCRAM-SHA-512.
+    ScramSha512,
+    /// PLAIN: the password is sent as is (use it over TLS only).
+    Plain,
+}
+
+impl std::str::FromStr for SaslMechanism {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "SCRAM-SHA-256" => Ok(SaslMechanism::ScramSha256),
+            "SCRAM-SHA-512" => Ok(SaslMechanism::ScramSha512),
+            "PLAIN" => Ok(SaslMechanism::Plain),
+            _ => Err(format!(
+                "SASL mechanism must be SCRAM-SHA-256, SCRAM-SHA-512 or PLAIN, not {s:?}"
+            )),
+        }
+    }
 }
 
 impl Credentials {
@@ -103,7 +135,19 @@ impl Credentials {
         Credentials {
             username: username.into(),
             password: password.into(),
+            mechanism: SaslMechanism::default(),
         }
+    }
+
+    /// Sets [`Credentials::mechanism`].
+    #[must_use]
+    pub fn mechanism(mut self, m: SaslMechanism) -> Self {
+        self.mechanism = m;
+        self
+    }
+
+    pub(crate) fn password(&self) -> &str {
+        &self.password
     }
 }
 
@@ -111,6 +155,7 @@ impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Credentials")
             .field("username", &self.username)
+            .field("mechanism", &self.mechanism)
             .finish_non_exhaustive()
     }
 }

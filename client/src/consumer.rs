@@ -138,6 +138,9 @@ impl std::fmt::Debug for PartitionConsumer {
 
 /// What one fetch needs; moved into the fetch future while it runs.
 struct Fetcher {
+    /// Kafka's protocol instead of Flume's (a `kafka://` address): the
+    /// fields below but `next` and `high_watermark` are then unused.
+    kafka: Option<crate::kafka::consumer::KafkaPartition>,
     client: Arc<Client>,
     topic: String,
     partition: i32,
@@ -158,14 +161,58 @@ impl PartitionConsumer {
         partition: i32,
         start: StartOffset,
     ) -> Result<Self> {
-        let client = Arc::new(Client::connect(addr, ConnectionConfig::default()).await?);
-        Ok(Self::with_client(
-            client,
+        Self::connect_with(
+            addr,
             topic,
             partition,
             start,
             FetchConfig::default(),
-        ))
+            ConnectionConfig::default(),
+        )
+        .await
+    }
+
+    /// Connects with fetch and connection settings (TLS, credentials).
+    /// `addr` may be `kafka://host:port[,host:port…]`: the partition is then
+    /// read from its leader in a Kafka cluster.
+    ///
+    /// # Errors
+    /// [`Error::Connect`], [`Error::Tls`], [`Error::Auth`].
+    pub async fn connect_with(
+        addr: &str,
+        topic: &str,
+        partition: i32,
+        start: StartOffset,
+        fetch: FetchConfig,
+        connection: ConnectionConfig,
+    ) -> Result<Self> {
+        let addr = match crate::kafka::endpoint(addr)? {
+            crate::kafka::Endpoint::Flume(a) => a,
+            crate::kafka::Endpoint::Kafka(brokers) => {
+                let k = crate::kafka::consumer::KafkaPartition::connect(
+                    brokers,
+                    connection.clone(),
+                    topic,
+                    partition,
+                    start,
+                    fetch.clone(),
+                )
+                .await?;
+                let mut c = Self::with_client(
+                    Arc::new(Client::new("kafka", connection)),
+                    topic,
+                    partition,
+                    start,
+                    fetch,
+                );
+                if let Some(f) = c.fetcher.as_mut() {
+                    f.kafka = Some(k);
+                }
+                return Ok(c);
+            }
+        };
+        let client = Arc::new(Client::connect(addr, connection).await?);
+        Ok(Self::with_client(client, topic, partition, start, fetch))
     }
 
     /// Reads over an existing [`crate::lowlevel::Client`], so consumers of
@@ -183,6 +230,7 @@ impl PartitionConsumer {
         };
         PartitionConsumer {
             fetcher: Some(Fetcher {
+                kafka: None,
                 client,
                 topic: topic.to_owned(),
                 partition,
@@ -265,6 +313,9 @@ impl Stream for PartitionConsumer {
 
 impl Fetcher {
     async fn fetch(&mut self) -> Result<Vec<Record>> {
+        if let Some(k) = self.kafka.as_mut() {
+            return k.fetch(&mut self.next, &mut self.high_watermark).await;
+        }
         let offset = match self.next {
             Some(o) => o,
             None => self.resolve_start().await?,

@@ -65,6 +65,20 @@ pub enum Error {
         /// What it was about (topic-partition, group).
         context: Option<String>,
     },
+    /// A Kafka broker (a `kafka://` address) answered with one of Kafka's
+    /// error codes. [`Error::code`] gives Flume's equivalent where there is
+    /// one (UNKNOWN_TOPIC_OR_PARTITION is [`ErrorCode::UnknownTopic`], ...),
+    /// so code that matches on it works with either protocol;
+    /// [`Error::kafka_code`] gives Kafka's own number.
+    #[error("Kafka broker error {name} ({code}){}", context.as_deref().map(|c| format!(" for {c}")).unwrap_or_default())]
+    Kafka {
+        /// Kafka's error code (`Errors.java`).
+        code: i16,
+        /// Its name, as Kafka spells it (`NOT_LEADER_OR_FOLLOWER`).
+        name: String,
+        /// What it was about (topic-partition, group), and the broker's message if it sent one.
+        context: Option<String>,
+    },
     /// The broker broke the protocol: a response that does not decode, or
     /// an answer that does not match its request (fewer acknowledgements than records
     /// sent, say). Not retriable: the same broker would answer the same way.
@@ -99,16 +113,28 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code, .. } => Some(*code),
+            Error::Kafka { code, .. } => crate::kafka::errors::flume_equivalent(*code),
             _ => None,
         }
     }
 
-    /// True for errors after which a fresh connection may succeed.
+    /// Kafka's error code, if a Kafka broker refused (a `kafka://` address).
+    pub fn kafka_code(&self) -> Option<i16> {
+        match self {
+            Error::Kafka { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// True for errors after which a fresh connection may succeed (for a
+    /// Kafka broker: the codes Kafka itself calls retriable, such as
+    /// NOT_LEADER_OR_FOLLOWER).
     pub fn is_retriable(&self) -> bool {
         matches!(
             self,
             Error::Connect { .. } | Error::Disconnected { .. } | Error::Timeout { .. }
         ) || matches!(self.code(), Some(ErrorCode::ShuttingDown))
+            || matches!(self, Error::Kafka { code, .. } if crate::kafka::errors::is_retriable(*code))
     }
 
     pub(crate) fn protocol(detail: impl Into<String>) -> Self {

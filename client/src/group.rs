@@ -45,6 +45,7 @@ use futures::{FutureExt, Stream};
 use crate::conn::{Client, ConnectionConfig};
 use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
+use crate::kafka::group::KafkaGroup;
 use crate::protocol::record::{self, Record};
 use crate::protocol::{
     ErrorCode, FetchPartition, FetchRequest, GroupFetchRequest, HeartbeatRequest,
@@ -240,7 +241,19 @@ impl GroupConsumerBuilder {
                 "subscribe to at least one topic".into(),
             ));
         }
-        let client = Arc::new(Client::connect(&self.addr, self.connection.clone()).await?);
+        let addr = match crate::kafka::endpoint(&self.addr)? {
+            crate::kafka::Endpoint::Kafka(brokers) => {
+                let (ev_tx, ev_rx) = async_channel::bounded(64);
+                let group = KafkaGroup::start(self, brokers, ev_tx).await?;
+                return Ok(GroupConsumer {
+                    backend: Backend::Kafka(group),
+                    events: ev_rx,
+                    pending: Mutex::new(None),
+                });
+            }
+            crate::kafka::Endpoint::Flume(addr) => addr,
+        };
+        let client = Arc::new(Client::connect(&addr, self.connection.clone()).await?);
         let shared = Arc::new(Shared::new("", -1, self.heartbeat_wait));
         let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
         let (ev_tx, ev_rx) = async_channel::bounded(64);
@@ -272,14 +285,56 @@ impl GroupConsumerBuilder {
             events: ev_tx,
             rotation: 0,
         };
-        let c = GroupConsumer {
-            state: Arc::new(AsyncMutex::new(state)),
+        let state = Arc::new(AsyncMutex::new(state));
+        state.lock().await.ensure_joined().await?;
+        Ok(GroupConsumer {
+            backend: Backend::Flume {
+                state,
+                _stop: stop_tx,
+            },
             events: ev_rx,
-            _stop: stop_tx,
             pending: Mutex::new(None),
-        };
-        c.state.lock().await.ensure_joined().await?;
-        Ok(c)
+        })
+    }
+
+    // The settings, for the Kafka client (`crate::kafka::group`).
+    pub(crate) fn group_name(&self) -> &str {
+        &self.group
+    }
+    pub(crate) fn topic_names(&self) -> &[String] {
+        &self.topics
+    }
+    pub(crate) fn session(&self) -> Duration {
+        self.session_timeout
+    }
+    pub(crate) fn rebalance(&self) -> Duration {
+        self.rebalance_timeout
+    }
+    pub(crate) fn interval(&self) -> Duration {
+        self.heartbeat_interval
+            .unwrap_or(self.session_timeout / 3)
+            .max(Duration::from_millis(10))
+    }
+    pub(crate) fn auto_commit_every(&self) -> Option<Duration> {
+        self.auto_commit
+    }
+    pub(crate) fn auto_commit_on(&self) -> bool {
+        self.auto_commit.is_some()
+    }
+    pub(crate) fn commit_on_revoke_on(&self) -> bool {
+        self.commit_on_revoke
+    }
+    pub(crate) fn start_offset(&self) -> StartOffset {
+        self.start
+    }
+    pub(crate) fn assignor_setting(&self) -> &str {
+        &self.assignor
+    }
+    pub(crate) fn fetch_settings(&self) -> &FetchConfig {
+        &self.fetch
+    }
+    pub(crate) fn connection_config(&self) -> &ConnectionConfig {
+        &self.connection
     }
 }
 
@@ -443,11 +498,19 @@ struct State {
 /// # }).unwrap();
 /// ```
 pub struct GroupConsumer {
-    state: Arc<AsyncMutex<State>>,
+    backend: Backend,
     events: async_channel::Receiver<RebalanceEvent>,
-    _stop: async_channel::Sender<()>,
     // A Mutex only to make the consumer Sync (the future is Send, not Sync); never contended.
     pending: Mutex<Option<BoxFuture<'static, Option<Result<ConsumerRecord>>>>>,
+}
+
+/// Flume's own group protocol, or Kafka's (a `kafka://` address).
+enum Backend {
+    Flume {
+        state: Arc<AsyncMutex<State>>,
+        _stop: async_channel::Sender<()>,
+    },
+    Kafka(Arc<KafkaGroup>),
 }
 
 impl std::fmt::Debug for GroupConsumer {
@@ -637,42 +700,69 @@ impl GroupConsumer {
     /// poll dropped by a timeout or a `select!`): that future may hold the lock
     /// and would otherwise never give it back. Abandoning it is safe: what it
     /// was fetching is fetched again, a join it sent is sent again.
-    async fn locked(&self) -> futures::lock::MutexGuard<'_, State> {
+    async fn locked(
+        &self,
+    ) -> std::result::Result<futures::lock::MutexGuard<'_, State>, &Arc<KafkaGroup>> {
         let abandoned = lock(&self.pending).take();
         drop(abandoned);
-        self.state.lock().await
+        match &self.backend {
+            Backend::Flume { state, .. } => Ok(state.lock().await),
+            Backend::Kafka(k) => Err(k),
+        }
     }
 
     /// The current assignment.
     pub async fn assignment(&self) -> Vec<TopicPartition> {
-        self.locked().await.assignment.clone()
+        if let Backend::Kafka(k) = &self.backend {
+            return k.assignment();
+        }
+        match self.locked().await {
+            Ok(st) => st.assignment.clone(),
+            Err(k) => k.assignment(),
+        }
     }
 
     /// The current generation (-1 before the first join).
     pub async fn generation(&self) -> i32 {
-        self.locked()
-            .await
-            .shared
-            .generation
-            .load(Ordering::Acquire)
+        if let Backend::Kafka(k) = &self.backend {
+            return k.generation();
+        }
+        match self.locked().await {
+            Ok(st) => st.shared.generation.load(Ordering::Acquire),
+            Err(k) => k.generation(),
+        }
     }
 
     /// This member's id.
     pub async fn member_id(&self) -> String {
-        lock_str(&self.locked().await.shared.member)
+        if let Backend::Kafka(k) = &self.backend {
+            return k.member_id();
+        }
+        match self.locked().await {
+            Ok(st) => lock_str(&st.shared.member),
+            Err(k) => k.member_id(),
+        }
     }
 
     /// The next record; `None` never happens while the consumer is open.
+    ///
+    /// # Cancel safety
+    /// A `recv` dropped half-way (a timeout, a `select!`) leaves its work
+    /// (a fetch, a join) to the next `recv` or stream poll, which picks it
+    /// up where it stopped; `commit`, `commit_processed` and `close` abandon
+    /// it instead (a fetch is then sent again, a join again).
     pub async fn recv(&mut self) -> Option<Result<ConsumerRecord>> {
-        let pending = self
-            .pending
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        if let Some(p) = pending {
-            return p.await;
+        futures::future::poll_fn(|cx| Pin::new(&mut *self).poll_next(cx)).await
+    }
+
+    fn next_future(&self) -> BoxFuture<'static, Option<Result<ConsumerRecord>>> {
+        match &self.backend {
+            Backend::Flume { state, .. } => next_record(Arc::clone(state)).boxed(),
+            Backend::Kafka(k) => {
+                let k = Arc::clone(k);
+                async move { k.next().await }.boxed()
+            }
         }
-        next_record(Arc::clone(&self.state)).await
     }
 
     /// Commits `record.offset + 1` for its partition.
@@ -681,7 +771,10 @@ impl GroupConsumer {
     /// ILLEGAL_GENERATION / UNKNOWN_MEMBER after a rebalance (the record's
     /// partition may belong to another member now; it will be redelivered there).
     pub async fn commit(&self, record: &ConsumerRecord) -> Result<()> {
-        let mut st = self.locked().await;
+        let mut st = match self.locked().await {
+            Ok(st) => st,
+            Err(k) => return k.commit(record).await,
+        };
         let tp = (record.topic.clone(), record.partition);
         let next = i64::try_from(record.offset).unwrap_or(i64::MAX) + 1;
         st.commit_offsets(vec![(tp, next)]).await
@@ -692,7 +785,10 @@ impl GroupConsumer {
     /// # Errors
     /// As [`GroupConsumer::commit`].
     pub async fn commit_processed(&self) -> Result<()> {
-        let mut st = self.locked().await;
+        let mut st = match self.locked().await {
+            Ok(st) => st,
+            Err(k) => return k.commit_processed().await,
+        };
         st.mark_last_processed();
         st.commit_pending().await
     }
@@ -702,7 +798,10 @@ impl GroupConsumer {
     /// # Errors
     /// A failed final commit (the group is left regardless).
     pub async fn close(self) -> Result<()> {
-        let mut st = self.locked().await;
+        let mut st = match self.locked().await {
+            Ok(st) => st,
+            Err(k) => return k.close().await,
+        };
         let commit = if st.cfg.auto_commit.is_some() {
             st.mark_last_processed();
             st.commit_pending().await
@@ -720,7 +819,9 @@ impl GroupConsumer {
                 .await;
         }
         // The heartbeat task stops first, so it opens no connection again.
-        self._stop.close();
+        if let Backend::Flume { _stop, .. } = &self.backend {
+            _stop.close();
+        }
         st.client.close().await;
         commit
     }
@@ -733,12 +834,17 @@ impl Stream for GroupConsumer {
     type Item = Result<ConsumerRecord>;
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let state = Arc::clone(&this.state);
+        let fresh = if lock(&this.pending).is_none() {
+            Some(this.next_future())
+        } else {
+            None
+        };
         let slot = this
             .pending
             .get_mut()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let fut = slot.get_or_insert_with(|| next_record(state).boxed());
+        let fut = slot
+            .get_or_insert_with(|| fresh.unwrap_or_else(|| futures::future::ready(None).boxed()));
         match fut.as_mut().poll(cx) {
             Poll::Ready(r) => {
                 *slot = None;

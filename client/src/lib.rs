@@ -47,6 +47,7 @@ mod conn;
 mod consumer;
 mod error;
 mod group;
+mod kafka;
 mod producer;
 mod tls;
 
@@ -54,14 +55,17 @@ use flume_protocol as protocol;
 use flume_rt as rt;
 
 pub use admin::Admin;
-pub use conn::{BusyPoll, ConnectionConfig, Credentials};
+pub use conn::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
 pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
 pub use group::{
     ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent, RebalanceEvents,
     TopicPartition, DEFAULT_FETCH_WAIT,
 };
-pub use producer::{Delivery, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
+pub use producer::{
+    Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    RequiredAcks,
+};
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use protocol::{

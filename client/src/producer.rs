@@ -32,6 +32,10 @@ use futures::FutureExt;
 
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
+pub use crate::kafka::partitioner::Partitioner;
+use crate::kafka::producer::KafkaProducer;
+use crate::kafka::Endpoint;
+pub use crate::protocol::kafka_batch::Compression;
 use crate::protocol::record::{self, Header};
 use crate::protocol::{ErrorCode, ProduceEntry, ProduceRequest, ProduceResponse};
 use crate::rt;
@@ -72,6 +76,63 @@ pub struct ProducerConfig {
     pub request_max_bytes: usize,
     /// Connection settings.
     pub connection: ConnectionConfig,
+    /// Kafka only (a `kafka://` address): the acknowledgement a send waits
+    /// for (default [`RequiredAcks::All`]). A Flume broker acknowledges once
+    /// the records are in its log, whatever this says.
+    pub acks: RequiredAcks,
+    /// Kafka only: idempotence (default on): retries after a leader change
+    /// or a lost connection neither duplicate nor reorder records. Needs
+    /// `acks` [`RequiredAcks::All`].
+    pub idempotence: bool,
+    /// Kafka only: the codec of record batches (default none; lz4 and zstd
+    /// are the fast ones). A Flume broker stores records uncompressed.
+    pub compression: Compression,
+    /// Kafka only: how a keyed record's partition is chosen (default
+    /// [`Partitioner::Fnv1a`], Flume's, so keys land where they do on a
+    /// Flume broker; [`Partitioner::Murmur2`] co-partitions with the Java
+    /// client). A Flume broker routes by FNV-1a itself.
+    pub partitioner: Partitioner,
+    /// Kafka only: how long a record may wait for its acknowledgement,
+    /// retries included (Kafka's `delivery.timeout.ms`, default 120 s).
+    pub delivery_timeout: Duration,
+}
+
+/// The acknowledgement a Kafka broker sends a produce after (Kafka's
+/// `acks`); see [`ProducerConfig::acks`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RequiredAcks {
+    /// No answer at all (`acks=0`): the send completes once written, with
+    /// offset -1.
+    None,
+    /// The leader has the records (`acks=1`).
+    Leader,
+    /// Every in-sync replica has them (`acks=all`, the default).
+    #[default]
+    All,
+}
+
+impl RequiredAcks {
+    /// Kafka's number for it (0, 1, -1).
+    pub fn code(self) -> i16 {
+        match self {
+            RequiredAcks::None => 0,
+            RequiredAcks::Leader => 1,
+            RequiredAcks::All => -1,
+        }
+    }
+}
+
+impl std::str::FromStr for RequiredAcks {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "0" => Ok(RequiredAcks::None),
+            "1" => Ok(RequiredAcks::Leader),
+            "all" | "-1" => Ok(RequiredAcks::All),
+            _ => Err(format!("acks must be 0, 1 or all, not {s:?}")),
+        }
+    }
 }
 
 impl Default for ProducerConfig {
@@ -85,6 +146,11 @@ impl Default for ProducerConfig {
             max_record_bytes: record::DEFAULT_MAX_RECORD_BYTES,
             request_max_bytes: 4 * 1024 * 1024,
             connection: ConnectionConfig::default(),
+            acks: RequiredAcks::All,
+            idempotence: true,
+            compression: Compression::None,
+            partitioner: Partitioner::Fnv1a,
+            delivery_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -136,6 +202,36 @@ impl ProducerConfig {
     #[must_use]
     pub fn connection(mut self, c: ConnectionConfig) -> Self {
         self.connection = c;
+        self
+    }
+    /// Sets [`ProducerConfig::acks`].
+    #[must_use]
+    pub fn acks(mut self, a: RequiredAcks) -> Self {
+        self.acks = a;
+        self
+    }
+    /// Sets [`ProducerConfig::idempotence`].
+    #[must_use]
+    pub fn idempotence(mut self, on: bool) -> Self {
+        self.idempotence = on;
+        self
+    }
+    /// Sets [`ProducerConfig::compression`].
+    #[must_use]
+    pub fn compression(mut self, c: Compression) -> Self {
+        self.compression = c;
+        self
+    }
+    /// Sets [`ProducerConfig::partitioner`].
+    #[must_use]
+    pub fn partitioner(mut self, p: Partitioner) -> Self {
+        self.partitioner = p;
+        self
+    }
+    /// Sets [`ProducerConfig::delivery_timeout`].
+    #[must_use]
+    pub fn delivery_timeout(mut self, d: Duration) -> Self {
+        self.delivery_timeout = d;
         self
     }
 }
@@ -235,6 +331,28 @@ impl ProducerRecord {
     pub fn topic(&self) -> &str {
         &self.topic
     }
+
+    /// Topic, key, value, headers, partition and timestamp.
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn into_parts(
+        self,
+    ) -> (
+        String,
+        Option<Bytes>,
+        Option<Bytes>,
+        Vec<Header>,
+        Option<i32>,
+        Option<i64>,
+    ) {
+        (
+            self.topic,
+            self.key,
+            self.value,
+            self.headers,
+            self.partition,
+            self.timestamp,
+        )
+    }
 }
 
 /// The acknowledgement of a record handed over by [`Producer::enqueue`]:
@@ -277,15 +395,15 @@ impl std::future::Future for Delivery {
 
 /// How a batch ended, for each of its records.
 #[derive(Debug)]
-struct Outcome {
+pub(crate) struct Outcome {
     /// Where the first records landed, in order.
-    placed: Vec<RecordMetadata>,
+    pub(crate) placed: Vec<RecordMetadata>,
     /// The error of every record past `placed` (none when all were placed).
-    rest: Option<Error>,
+    pub(crate) rest: Option<Error>,
 }
 
 impl Outcome {
-    fn failed(e: Error) -> Self {
+    pub(crate) fn failed(e: Error) -> Self {
         Outcome {
             placed: Vec::new(),
             rest: Some(e),
@@ -312,14 +430,14 @@ struct BatchAck {
 /// without completing (the producer went away), its records fail with
 /// [`Error::Closed`].
 #[derive(Debug)]
-struct Acks {
+pub(crate) struct Acks {
     batch: Arc<BatchAck>,
     /// Records in the batch.
     count: usize,
 }
 
 impl Acks {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Acks {
             batch: Arc::new(BatchAck::default()),
             count: 0,
@@ -327,7 +445,7 @@ impl Acks {
     }
 
     /// A [`Delivery`] for the next record of the batch.
-    fn add(&mut self) -> Delivery {
+    pub(crate) fn add(&mut self) -> Delivery {
         let d = Delivery {
             batch: Arc::clone(&self.batch),
             index: self.count,
@@ -337,7 +455,7 @@ impl Acks {
         d
     }
 
-    fn complete(&self, outcome: Outcome) {
+    pub(crate) fn complete(&self, outcome: Outcome) {
         if self.batch.outcome.set(outcome).is_ok() {
             self.batch.done.notify(usize::MAX);
         }
@@ -507,16 +625,25 @@ impl State {
 }
 
 /// A batching producer. Cheap to share behind an `Arc`; `send` takes `&self`.
+///
+/// With a `kafka://host:port[,host:port…]` address it produces to a Kafka
+/// cluster (`crate::kafka::producer`): the same calls, routed and batched
+/// in the client, idempotent by default.
 pub struct Producer {
     shared: Arc<Shared>,
     sender: rt::sync::TaskSlot<()>,
+    kafka: Option<KafkaProducer>,
 }
 
 impl std::fmt::Debug for Producer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Producer")
-            .field("broker", &self.shared.client.addr())
-            .finish()
+        match &self.kafka {
+            Some(k) => f.debug_struct("Producer").field("kafka", k).finish(),
+            None => f
+                .debug_struct("Producer")
+                .field("broker", &self.shared.client.addr())
+                .finish(),
+        }
     }
 }
 
@@ -542,7 +669,23 @@ impl Producer {
     pub async fn with_config(addr: &str, mut config: ProducerConfig) -> Result<Self> {
         config.max_in_flight = config.max_in_flight.max(1);
         config.connection.max_in_flight = config.connection.max_in_flight.max(config.max_in_flight);
-        let client = Client::connect(addr, config.connection.clone()).await?;
+        let (client, kafka) = match crate::kafka::endpoint(addr)? {
+            Endpoint::Flume(addr) => {
+                if config.partitioner != Partitioner::Fnv1a {
+                    return Err(Error::InvalidArgument(
+                        "a Flume broker routes keys by FNV-1a itself; the murmur2 partitioner needs a kafka:// address".into(),
+                    ));
+                }
+                (
+                    Client::connect(addr, config.connection.clone()).await?,
+                    None,
+                )
+            }
+            Endpoint::Kafka(brokers) => (
+                Client::new("kafka", config.connection.clone()),
+                Some(KafkaProducer::connect(brokers, config.clone()).await?),
+            ),
+        };
         let shared = Arc::new(Shared {
             client,
             config,
@@ -551,10 +694,15 @@ impl Producer {
             freed: Event::new(),
             order: futures::lock::Mutex::new(()),
         });
+        // Over Kafka the Flume sender never runs: it ends at once.
+        if kafka.is_some() {
+            lock(&shared.state).closed = true;
+        }
         let sender = rt::spawn(sender_loop(Arc::clone(&shared)));
         Ok(Producer {
             shared,
             sender: rt::sync::TaskSlot::new(sender),
+            kafka,
         })
     }
 
@@ -595,6 +743,12 @@ impl Producer {
     /// # Errors
     /// As [`Producer::send`].
     pub async fn send_record(&self, rec: ProducerRecord) -> Result<RecordMetadata> {
+        if let Some(k) = &self.kafka {
+            return k
+                .enqueue(rec, !self.shared.config.fail_when_full)
+                .await?
+                .await;
+        }
         let rec = match self.try_direct(rec).await {
             Ok(result) => return result,
             Err(rec) => rec,
@@ -687,6 +841,9 @@ impl Producer {
     /// empty topic, a record above `max_record_bytes` (RECORD_TOO_LARGE).
     pub async fn enqueue(&self, rec: ProducerRecord) -> Result<Delivery> {
         let wait = !self.shared.config.fail_when_full;
+        if let Some(k) = &self.kafka {
+            return k.enqueue(rec, wait).await;
+        }
         self.enqueue_inner(rec, wait).await
     }
 
@@ -781,6 +938,9 @@ impl Producer {
 
     /// Waits until every record sent before the call is acknowledged (or failed).
     pub async fn flush(&self) {
+        if let Some(k) = &self.kafka {
+            return k.flush().await;
+        }
         let sh = &self.shared;
         loop {
             let listener = sh.freed.listen();
@@ -794,6 +954,9 @@ impl Producer {
 
     /// Flushes, then stops the sender task and closes the connection.
     pub async fn close(&self) {
+        if let Some(k) = &self.kafka {
+            return k.close().await;
+        }
         self.flush().await;
         lock(&self.shared.state).closed = true;
         self.shared.added.notify(usize::MAX);
@@ -804,6 +967,9 @@ impl Producer {
 
 impl Drop for Producer {
     fn drop(&mut self) {
+        if let Some(k) = &self.kafka {
+            k.shut();
+        }
         lock(&self.shared.state).closed = true;
         self.shared.added.notify(usize::MAX);
     }
