@@ -54,7 +54,7 @@ fn fill(dir: &std::path::Path, records: u64, keys: u64) -> Log {
         log.append(&mut batch).expect("append");
     }
     // One record in a fresh active segment: everything before it is sealed.
-    log.set_limits(None, None, 1);
+    log.set_limits(None, None, 1, None);
     let mut last = Vec::new();
     record::encode(&mut last, 0, 1_700_000_000_000, Some(b"roll"), b"", &[]);
     log.append(&mut last).expect("append");

@@ -256,8 +256,13 @@ impl Engine {
         let (retention_bytes, retention_ms) = tc.log_retention();
         let compaction = super::cleaner::compaction_of(&tc);
         for p in &topic.partitions {
-            p.set_limits(retention_bytes, retention_ms, tc.segment_bytes)
-                .await;
+            p.set_limits(
+                retention_bytes,
+                retention_ms,
+                tc.segment_bytes,
+                tc.segment_ms,
+            )
+            .await;
             p.set_compaction(compaction).await;
         }
         let altered = Arc::new(topic.with_config(tc.clone()));

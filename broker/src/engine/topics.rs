@@ -92,6 +92,7 @@ fn log_config(tc: &TopicConfig, config: &BrokerConfig, files: &Arc<FileCache>) -
     let (retention_bytes, retention_ms) = tc.log_retention();
     LogConfig {
         segment_bytes: tc.segment_bytes,
+        segment_ms: tc.segment_ms,
         index_interval_bytes: config.index_interval_bytes,
         fsync: config.fsync,
         retention_bytes,

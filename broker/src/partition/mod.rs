@@ -889,10 +889,16 @@ impl Partition {
         retention_bytes: Option<u64>,
         retention_ms: Option<u64>,
         segment_bytes: u64,
+        segment_ms: Option<u64>,
     ) {
         let shared = Arc::clone(&self.shared);
         rt::unblock(move || {
-            write_lock(&shared.log).set_limits(retention_bytes, retention_ms, segment_bytes);
+            write_lock(&shared.log).set_limits(
+                retention_bytes,
+                retention_ms,
+                segment_bytes,
+                segment_ms,
+            );
         })
         .await;
     }

@@ -37,6 +37,11 @@ pub enum FsyncPolicy {
 pub struct LogConfig {
     /// Roll to a new segment when the active one would exceed this size.
     pub segment_bytes: u64,
+    /// Roll to a new segment at the first append once the active one has
+    /// held records this long (`segment.ms`; `None`: never by age). The age
+    /// counts from the segment's first append in this process (from the
+    /// open for a segment a restart found non-empty).
+    pub segment_ms: Option<u64>,
     /// Bytes of records between two sparse index entries.
     pub index_interval_bytes: u64,
     /// When to fsync.
@@ -58,6 +63,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             segment_bytes: 64 * 1024 * 1024,
+            segment_ms: None,
             index_interval_bytes: 4096,
             fsync: FsyncPolicy::Never,
             retention_bytes: None,
@@ -126,6 +132,8 @@ pub struct Log {
     /// When the last append was written (`None` until this process appends):
     /// the tail it wrote is in the page cache.
     appended_at: Option<Instant>,
+    /// When the active segment got its first record (see `segment_ms`).
+    active_since: Option<Instant>,
     dirty: bool,
     /// Why the log stopped taking appends, once a write or fsync failed.
     failed: Option<String>,
@@ -229,6 +237,7 @@ impl Log {
                 seg
             }
         };
+        let active_since = (active.size > segment::FILE_HEADER_LEN).then(Instant::now);
         Ok(Log {
             dir: dir.to_path_buf(),
             config,
@@ -236,6 +245,7 @@ impl Log {
             active,
             last_sync: Instant::now(),
             appended_at: None,
+            active_since,
             dirty: false,
             failed: None,
             faults,
@@ -406,9 +416,14 @@ impl Log {
         self.refuse()?;
         let needs_roll = {
             let a = self.active();
+            let aged = match (self.config.segment_ms, self.active_since) {
+                (Some(ms), Some(since)) => since.elapsed() >= Duration::from_millis(ms),
+                _ => false,
+            };
             a.size > segment::FILE_HEADER_LEN
                 && (a.size.saturating_add(batch.len() as u64) > self.config.segment_bytes
-                    || (a.next_offset - a.base).saturating_add(count) > u64::from(u32::MAX))
+                    || (a.next_offset - a.base).saturating_add(count) > u64::from(u32::MAX)
+                    || aged)
         };
         if needs_roll {
             if let Err(e) = self.roll() {
@@ -423,7 +438,9 @@ impl Log {
             return Err(self.fail_stop(Some(mark), e));
         }
         self.dirty = true;
-        self.appended_at = Some(Instant::now());
+        let now = Instant::now();
+        self.appended_at = Some(now);
+        self.active_since.get_or_insert(now);
         let due = match self.config.fsync {
             FsyncPolicy::Always => true,
             FsyncPolicy::Interval(d) => self.last_sync.elapsed() >= d,
@@ -467,6 +484,7 @@ impl Log {
         let mut old = std::mem::replace(&mut self.active, seg);
         old.seal();
         self.sealed.push(old);
+        self.active_since = None;
         Ok(())
     }
 
@@ -699,10 +717,12 @@ impl Log {
         retention_bytes: Option<u64>,
         retention_ms: Option<u64>,
         segment_bytes: u64,
+        segment_ms: Option<u64>,
     ) {
         self.config.retention_bytes = retention_bytes;
         self.config.retention_ms = retention_ms;
         self.config.segment_bytes = segment_bytes.clamp(1, MAX_SEGMENT_BYTES);
+        self.config.segment_ms = segment_ms;
     }
 
     /// Changes how the log is compacted (see [`super::compact`]).

@@ -533,7 +533,7 @@ fn a_time_lookup_and_retention_work_across_gaps() {
         );
     }
     // Retention by size still drops whole segments from the start.
-    log.set_limits(Some(1), None, 300);
+    log.set_limits(Some(1), None, 300, None);
     log.enforce_retention(T0).unwrap();
     assert_eq!(log.start_offset(), log.active_base());
 }

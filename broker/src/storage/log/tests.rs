@@ -777,3 +777,27 @@ fn a_version_1_segment_is_read_and_its_active_one_upgraded_and_a_newer_version_r
         "{err}"
     );
 }
+
+#[test]
+fn segment_ms_rolls_the_active_segment_at_the_first_append_past_its_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = LogConfig {
+        segment_ms: Some(3_600_000),
+        ..small()
+    };
+    let mut log = Log::open(dir.path(), cfg).unwrap();
+    log.append(&mut batch(&[value(0)], 1)).unwrap();
+    log.append(&mut batch(&[value(1)], 1)).unwrap();
+    assert_eq!(log.segment_count(), 1, "an hour has not passed");
+    // An age of 0: every append after the first of a segment rolls it.
+    log.set_limits(None, None, small().segment_bytes, Some(0));
+    log.append(&mut batch(&[value(2)], 1)).unwrap();
+    assert_eq!((log.segment_count(), log.active_base()), (2, 2));
+    log.append(&mut batch(&[value(3)], 1)).unwrap();
+    assert_eq!((log.segment_count(), log.active_base()), (3, 3));
+    // None: size alone decides again.
+    log.set_limits(None, None, small().segment_bytes, None);
+    log.append(&mut batch(&[value(4)], 1)).unwrap();
+    assert_eq!(log.segment_count(), 3);
+    assert_eq!(read_all(&log).len(), 5);
+}
