@@ -675,19 +675,30 @@ impl Backend {
         self.engine.sync_group(spec).await
     }
 
-    /// A member's heartbeat; the Kafka error code (0 when fine).
-    pub fn heartbeat(&self, group: &str, member: &str, generation: i32) -> i16 {
-        match self.engine.heartbeat(group, member, generation) {
+    /// A member's heartbeat (with its group instance id if static); the
+    /// Kafka error code (0 when fine).
+    pub fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> i16 {
+        match self
+            .engine
+            .heartbeat_as(group, (member, instance), generation)
+        {
             Ok(()) => kerr::NONE,
-            Err(c) => group_code(&GroupError::Code(c)),
+            Err(e) => group_code(&e),
         }
     }
 
-    /// A member leaves; the Kafka error code (0 when fine).
-    pub fn leave_group(&self, group: &str, member: &str) -> i16 {
-        match self.engine.leave_group(group, member) {
+    /// A member leaves, named by member id, group instance id or both; the
+    /// Kafka error code (0 when fine).
+    pub fn leave_group(&self, group: &str, member: &str, instance: Option<&str>) -> i16 {
+        match self.engine.leave_group_as(group, (member, instance)) {
             Ok(()) => kerr::NONE,
-            Err(c) => group_code(&GroupError::Code(c)),
+            Err(e) => group_code(&e),
         }
     }
 
@@ -699,7 +710,7 @@ impl Backend {
     pub async fn commit_offsets(
         &self,
         group: &str,
-        member: &str,
+        (member, instance): (&str, Option<&str>),
         generation: i32,
         offsets: &[(TopicPartition, Committed)],
     ) -> Result<Vec<i16>, i16> {
@@ -708,9 +719,9 @@ impl Backend {
             member_id: member,
             generation,
         };
-        match self.engine.commit_offsets_with(m, offsets).await {
+        match self.engine.commit_offsets_as(m, instance, offsets).await {
             Ok(codes) => Ok(codes.into_iter().map(kafka_code).collect()),
-            Err(c) => Err(group_code(&GroupError::Code(c))),
+            Err(e) => Err(group_code(&e)),
         }
     }
 
@@ -753,6 +764,7 @@ pub fn group_code(e: &GroupError) -> i16 {
     match e {
         GroupError::InconsistentProtocol => kerr::INCONSISTENT_GROUP_PROTOCOL,
         GroupError::MemberIdRequired(_) => kerr::MEMBER_ID_REQUIRED,
+        GroupError::FencedInstanceId => kerr::FENCED_INSTANCE_ID,
         GroupError::InvalidSessionTimeout(_) => kerr::INVALID_SESSION_TIMEOUT,
         GroupError::Code(c) => match c {
             ErrorCode::InvalidName => kerr::INVALID_GROUP_ID,

@@ -58,7 +58,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Consumer groups (client-assigned, Kafka's classic protocol).
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::JoinGroup, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
