@@ -15,11 +15,12 @@ use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
 use crate::coordinator::offsets::Committed;
+use crate::coordinator::txn::{TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
     Member, ProduceBatch, ProducerBatch, ProducerError, Route, SyncSpec, Synced, TopicPartition,
 };
-use crate::engine::{Engine, FetchMemory};
+use crate::engine::{Engine, FetchMemory, TxnFailure};
 
 /// One record as both protocols see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -745,6 +746,149 @@ impl Backend {
     /// Every group, sorted by name.
     pub fn list_groups(&self) -> Vec<GroupListing> {
         self.engine.list_groups()
+    }
+}
+
+impl Backend {
+    // ------------------------------------------------------------ transactions
+
+    /// InitProducerId with a transactional id: (producer id, epoch).
+    ///
+    /// # Errors
+    /// As [`Engine::init_transactional_producer`]; map with [`txn_code`].
+    pub async fn init_transactional_producer(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), TxnFailure> {
+        self.engine
+            .init_transactional_producer(transactional_id, i64::from(timeout_ms), expected)
+            .await
+    }
+
+    /// Whether a partition exists.
+    pub fn partition_exists(&self, topic: &str, partition: i32) -> bool {
+        self.engine
+            .partition_exists(&TopicPartition::new(topic, partition))
+    }
+
+    /// AddPartitionsToTxn.
+    ///
+    /// # Errors
+    /// As [`Engine::add_partitions_to_txn`]; map with [`txn_code`].
+    pub async fn add_partitions_to_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: Vec<TopicPartition>,
+    ) -> Result<(), TxnFailure> {
+        self.engine
+            .add_partitions_to_txn(transactional_id, producer_id, epoch, partitions)
+            .await
+    }
+
+    /// AddOffsetsToTxn.
+    ///
+    /// # Errors
+    /// As [`Engine::add_offsets_to_txn`]; map with [`txn_code`].
+    pub async fn add_offsets_to_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+    ) -> Result<(), TxnFailure> {
+        self.engine
+            .add_offsets_to_txn(transactional_id, producer_id, epoch, group)
+            .await
+    }
+
+    /// TxnOffsetCommit: one Kafka code per offset, in order.
+    ///
+    /// # Errors
+    /// As [`Engine::txn_offset_commit`]; map with [`txn_code`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        (member, instance, generation): (&str, Option<&str>, i32),
+        offsets: Vec<(TopicPartition, TxnOffset)>,
+    ) -> Result<Vec<i16>, TxnFailure> {
+        let m = Member {
+            group,
+            member_id: member,
+            generation,
+        };
+        self.engine
+            .txn_offset_commit(transactional_id, producer_id, epoch, m, instance, offsets)
+            .await
+            .map(|codes| codes.into_iter().map(kafka_code).collect())
+    }
+
+    /// EndTxn.
+    ///
+    /// # Errors
+    /// As [`Engine::end_txn`]; map with [`txn_code`].
+    pub async fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<(), TxnFailure> {
+        self.engine
+            .end_txn(transactional_id, producer_id, epoch, commit)
+            .await
+    }
+
+    /// ListTransactions.
+    pub fn list_transactions(
+        &self,
+        states: &[TxnState],
+        producer_ids: &[i64],
+        min_age_ms: i64,
+    ) -> Vec<TxnListing> {
+        self.engine
+            .list_transactions(states, producer_ids, min_age_ms)
+    }
+
+    /// DescribeTransactions: one id's state, if known.
+    pub fn describe_transaction(&self, transactional_id: &str) -> Option<TxnMeta> {
+        self.engine.describe_transaction(transactional_id)
+    }
+}
+
+/// Kafka's code for a transaction failure. `before_kip_588`: the request's
+/// version predates PRODUCER_FENCED (InitProducerId v0-3, AddPartitionsToTxn,
+/// AddOffsetsToTxn and EndTxn v0-1, TxnOffsetCommit v0-2), which then gets
+/// INVALID_PRODUCER_EPOCH, as Kafka answers.
+pub fn txn_code(e: &TxnFailure, before_kip_588: bool) -> i16 {
+    match e {
+        TxnFailure::Refused(r) => match r {
+            TxnError::InvalidTransactionalId { .. } => kerr::INVALID_REQUEST,
+            TxnError::InvalidTransactionTimeout { .. } => kerr::INVALID_TRANSACTION_TIMEOUT,
+            TxnError::InvalidProducerIdMapping(_) => kerr::INVALID_PRODUCER_ID_MAPPING,
+            TxnError::ProducerFenced { .. } if before_kip_588 => kerr::INVALID_PRODUCER_EPOCH,
+            TxnError::ProducerFenced { .. } => kerr::PRODUCER_FENCED,
+            TxnError::ConcurrentTransactions(_) => kerr::CONCURRENT_TRANSACTIONS,
+            TxnError::InvalidTxnState { .. } | TxnError::GroupNotInTransaction(_) => {
+                kerr::INVALID_TXN_STATE
+            }
+            TxnError::TooManyTransactionalIds { .. }
+            | TxnError::TooManyOpenTransactions { .. }
+            | TxnError::TooManyPartitions { .. } => kafka_code(ErrorCode::LimitReached),
+            TxnError::ProducerIds(_) => kerr::KAFKA_STORAGE_ERROR,
+        },
+        TxnFailure::MarkersNotStored(_) => kerr::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        TxnFailure::Offsets(ErrorCode::InvalidName) => kerr::INVALID_GROUP_ID,
+        TxnFailure::Offsets(c) => kafka_code(*c),
+        TxnFailure::Group(g) => group_code(g),
+        TxnFailure::Log(_) | TxnFailure::ShuttingDown => kerr::COORDINATOR_NOT_AVAILABLE,
     }
 }
 
