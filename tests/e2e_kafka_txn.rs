@@ -1,7 +1,8 @@
 //! The transaction coordinator on the Kafka listener, end to end over raw
 //! Kafka frames: FindCoordinator for a transactional id, InitProducerId
 //! (epochs, fencing), AddOffsetsToTxn + TxnOffsetCommit + EndTxn committing
-//! a group's offsets, AddPartitionsToTxn + EndTxn refused while the log
+//! a group's offsets (OffsetFetch `require_stable` sees them pending until
+//! then), AddPartitionsToTxn + EndTxn refused while the log
 //! cannot store markers (the end stays recorded), ListTransactions and
 //! DescribeTransactions, and the state after a restart.
 
@@ -26,6 +27,7 @@ use kafka_protocol::protocol::StrBytes;
 const NONE: i16 = 0;
 const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 const CONCURRENT_TRANSACTIONS: i16 = 51;
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const PRODUCER_FENCED: i16 = 90;
 
 fn start(dir: &std::path::Path) -> Result<(Broker, String)> {
@@ -73,14 +75,21 @@ fn add_offsets(c: &mut Kc, id: &str, (pid, epoch): (i64, i16), group: &str) -> R
 }
 
 fn committed(c: &mut Kc, group: &str, partition: i32) -> Result<i64> {
+    Ok(fetch(c, group, partition, false)?.0)
+}
+
+/// OffsetFetch v7 of one partition of "t": (offset, error).
+fn fetch(c: &mut Kc, group: &str, partition: i32, require_stable: bool) -> Result<(i64, i16)> {
     let mut t = OffsetFetchRequestTopic::default();
     t.name = TopicName(StrBytes::from_static_str("t"));
     t.partition_indexes = vec![partition];
     let mut r = OffsetFetchRequest::default();
     r.group_id = GroupId(StrBytes::from_string(group.to_owned()));
     r.topics = Some(vec![t]);
-    let resp = c.call(5, &r)?;
-    Ok(resp.topics[0].partitions[0].committed_offset)
+    r.require_stable = require_stable;
+    let resp = c.call(7, &r)?;
+    let p = &resp.topics[0].partitions[0];
+    Ok((p.committed_offset, p.error_code))
 }
 
 #[test]
@@ -131,8 +140,17 @@ fn a_transaction_commits_offsets_fences_old_producers_and_refuses_what_needs_mar
     let r = c.call(3, &commit)?;
     ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
     ensure!(committed(&mut c, "g", 1)? == -1, "not before the commit");
+    ensure!(
+        fetch(&mut c, "g", 1, true)? == (-1, UNSTABLE_OFFSET_COMMIT),
+        "require_stable: a transaction holds an offset for it"
+    );
+    ensure!(fetch(&mut c, "g", 0, true)? == (-1, NONE));
     ensure!(end(&mut c, "tx", p, true)? == NONE);
     ensure!(committed(&mut c, "g", 1)? == 42);
+    ensure!(
+        fetch(&mut c, "g", 1, true)? == (42, NONE),
+        "stable once committed"
+    );
 
     // A second producer with the same id fences the first.
     let p2 = init(&mut c, "tx")?;

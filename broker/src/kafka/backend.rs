@@ -857,6 +857,13 @@ impl Backend {
             .list_transactions(states, producer_ids, min_age_ms)
     }
 
+    /// Whether an open transaction holds an offset of `group` for the
+    /// partition not committed yet (OffsetFetch `require_stable`).
+    pub fn pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        self.engine
+            .pending_txn_offset(group, &TopicPartition::new(topic, partition))
+    }
+
     /// DescribeTransactions: one id's state, if known.
     pub fn describe_transaction(&self, transactional_id: &str) -> Option<TxnMeta> {
         self.engine.describe_transaction(transactional_id)
