@@ -50,7 +50,7 @@ pub use produce::PendingProduce;
 pub use topics::Topic;
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;
-pub use txn::TxnFailure;
+pub use txn::{TxnFailure, TxnStats};
 
 type JoinReply = oneshot::Sender<Result<Answer, GroupError>>;
 

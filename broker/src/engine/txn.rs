@@ -16,6 +16,7 @@
 //! its `Prepare*` state (retried, never faked). A transaction with no
 //! partitions (offsets only) completes.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use flume_protocol::ErrorCode;
@@ -71,6 +72,30 @@ pub(super) struct Transactions {
     /// Completions waiting to be carried out (at most one per open
     /// transaction, so bounded by `max_open_transactions`).
     pending: Mutex<Vec<Completion>>,
+    /// Requests refused by each bound: transactional ids, open
+    /// transactions, partitions (groups, offsets) per transaction.
+    refused: [AtomicU64; 3],
+    /// Transactions the broker aborted at their timeout.
+    timed_out: AtomicU64,
+}
+
+/// The transaction coordinator's figures (metrics, dashboard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TxnStats {
+    /// Transactional ids known.
+    pub transactional_ids: usize,
+    /// Transactions open (Ongoing or being completed).
+    pub open: usize,
+    /// Transactions whose end is decided but not carried out yet.
+    pub pending_completions: usize,
+    /// Requests refused at `max_transactional_ids`.
+    pub refused_ids: u64,
+    /// Requests refused at `max_open_transactions`.
+    pub refused_open: u64,
+    /// Requests refused at `max_partitions_per_transaction`.
+    pub refused_partitions: u64,
+    /// Transactions aborted by the broker at their timeout.
+    pub timed_out: u64,
 }
 
 impl Transactions {
@@ -91,6 +116,8 @@ impl Transactions {
         Ok(Transactions {
             store: Arc::new(Mutex::new(store)),
             pending: Mutex::new(redo),
+            refused: Default::default(),
+            timed_out: AtomicU64::new(0),
         })
     }
 }
@@ -131,6 +158,18 @@ impl Engine {
             (outcome.result.map_err(TxnFailure::from), completion)
         })
         .await;
+        if let Err(TxnFailure::Refused(e)) = &result {
+            let bound = match e {
+                TxnError::TooManyTransactionalIds { .. } => Some(0),
+                TxnError::TooManyOpenTransactions { .. } => Some(1),
+                TxnError::TooManyPartitions { .. } => Some(2),
+                _ => None,
+            };
+            if let Some(i) = bound {
+                self.txns.refused[i].fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "transaction request refused at a bound");
+            }
+        }
         if let Some(c) = completion {
             // Decided and durable: carry it out now (it stays pending if it cannot be).
             self.txns
@@ -326,6 +365,21 @@ impl Engine {
         lock(&self.txns.store).coordinator.counts()
     }
 
+    /// The transaction coordinator's figures.
+    pub fn transaction_stats(&self) -> TxnStats {
+        let (transactional_ids, open) = self.transaction_counts();
+        let t = &self.txns;
+        TxnStats {
+            transactional_ids,
+            open,
+            pending_completions: t.pending.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            refused_ids: t.refused[0].load(Ordering::Relaxed),
+            refused_open: t.refused[1].load(Ordering::Relaxed),
+            refused_partitions: t.refused[2].load(Ordering::Relaxed),
+            timed_out: t.timed_out.load(Ordering::Relaxed),
+        }
+    }
+
     /// Writes the COMMIT or ABORT control record of the completion's
     /// producer id and epoch to each of its partitions.
     ///
@@ -421,6 +475,7 @@ impl Engine {
         })
         .await;
         for c in &expired {
+            self.txns.timed_out.fetch_add(1, Ordering::Relaxed);
             tracing::info!(transactional_id = %c.transactional_id, producer_id = c.producer_id, epoch = c.epoch, "transaction timed out: aborted, its producer fenced");
         }
         let pending: Vec<Completion> = {

@@ -190,6 +190,47 @@ fn a_timed_out_transaction_is_aborted_by_the_maintenance_pass() {
             e.add_offsets_to_txn("tx", pid, epoch, "g").await,
             Err(TxnFailure::Refused(TxnError::ProducerFenced { .. }))
         ));
+        assert_eq!(e.transaction_stats().timed_out, 1);
+        e.shutdown().await;
+    });
+}
+
+#[test]
+fn refusals_at_the_bounds_are_counted_per_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual();
+    let mut c = BrokerConfig::new(dir.path());
+    c.clock = clock.clone();
+    c.transactions.max_transactional_ids = 1;
+    c.transactions.max_partitions_per_transaction = 1;
+    let e = Engine::open(c).unwrap();
+    rt::block_on(async {
+        let (pid, epoch) = e
+            .init_transactional_producer("a", 1000, None)
+            .await
+            .unwrap();
+        assert!(matches!(
+            e.init_transactional_producer("b", 1000, None).await,
+            Err(TxnFailure::Refused(TxnError::TooManyTransactionalIds {
+                limit: 1
+            }))
+        ));
+        e.add_offsets_to_txn("a", pid, epoch, "g1").await.unwrap();
+        assert!(matches!(
+            e.add_offsets_to_txn("a", pid, epoch, "g2").await,
+            Err(TxnFailure::Refused(TxnError::TooManyPartitions { .. }))
+        ));
+        let s = e.transaction_stats();
+        assert_eq!(
+            (
+                s.transactional_ids,
+                s.open,
+                s.refused_ids,
+                s.refused_open,
+                s.refused_partitions
+            ),
+            (1, 1, 1, 0, 1)
+        );
         e.shutdown().await;
     });
 }
