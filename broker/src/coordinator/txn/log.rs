@@ -356,7 +356,7 @@ fn encode_record(buf: &mut Vec<u8>, r: &TxnRecord) -> Result<(), TxnLogError> {
     Ok(())
 }
 
-fn encode_payload(buf: &mut Vec<u8>, r: &TxnRecord) {
+pub(super) fn encode_payload(buf: &mut Vec<u8>, r: &TxnRecord) {
     match r {
         TxnRecord::Remove(id) => {
             buf.put_u8(2);
@@ -394,7 +394,7 @@ fn encode_payload(buf: &mut Vec<u8>, r: &TxnRecord) {
     }
 }
 
-fn decode_payload(payload: &[u8]) -> Result<TxnRecord, WireError> {
+pub(super) fn decode_payload(payload: &[u8]) -> Result<TxnRecord, WireError> {
     let mut r = Reader::new(payload);
     let kind = r.u8()?;
     let id = r.string()?;
@@ -504,9 +504,12 @@ impl TxnStore {
         let (coordinator, redo) =
             super::TxnCoordinator::recover(limits, replayed.states.into_values(), now);
         let mut store = TxnStore { coordinator, log };
+        // The aborts of open transactions: one write and one fsync for all.
+        let records: Vec<&TxnRecord> = redo.iter().filter_map(|s| s.record.as_ref()).collect();
+        store.log.append(&records)?;
         let mut completions = Vec::new();
         for step in redo {
-            store.commit(&step)?;
+            store.coordinator.apply(&step);
             completions.extend(step.completion);
         }
         Ok((store, completions))

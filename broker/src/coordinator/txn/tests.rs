@@ -708,3 +708,55 @@ fn a_failed_append_installs_nothing_and_leaves_the_file_as_it_was() {
     let (s, _) = TxnStore::open(dir.path(), TxnLimits::default(), 1).unwrap();
     assert_eq!(s.coordinator.counts(), (1, 0));
 }
+
+#[test]
+fn a_record_round_trips_and_every_truncated_prefix_is_refused() {
+    let mut groups = BTreeMap::new();
+    groups.insert(
+        "gröup".to_owned(),
+        BTreeMap::from([
+            (tp("in", 0), offset(5)),
+            (
+                tp("in", 1),
+                TxnOffset {
+                    offset: i64::MAX,
+                    leader_epoch: -1,
+                    metadata: None,
+                },
+            ),
+        ]),
+    );
+    groups.insert("empty".to_owned(), BTreeMap::new());
+    let meta = TxnMeta {
+        transactional_id: "tx-ü".into(),
+        producer_id: 12,
+        epoch: 3,
+        last_producer_id: 11,
+        last_epoch: i16::MAX,
+        state: TxnState::PrepareCommit,
+        timeout_ms: u32::MAX,
+        started_ms: -1,
+        updated_ms: i64::MIN,
+        partitions: BTreeSet::from([tp("a", 0), tp("b", i32::MAX)]),
+        groups,
+    };
+    for record in [TxnRecord::Put(meta), TxnRecord::Remove("gone".into())] {
+        let mut payload = Vec::new();
+        super::log::encode_payload(&mut payload, &record);
+        assert_eq!(super::log::decode_payload(&payload), Ok(record.clone()));
+        for cut in 0..payload.len() {
+            assert!(
+                super::log::decode_payload(&payload[..cut]).is_err(),
+                "a prefix of {cut} bytes decoded"
+            );
+        }
+        let mut longer = payload.clone();
+        longer.push(0);
+        assert!(
+            super::log::decode_payload(&longer).is_err(),
+            "trailing bytes"
+        );
+    }
+    // An unknown kind or state byte is refused too.
+    assert!(super::log::decode_payload(&[9, 0, 0]).is_err());
+}
