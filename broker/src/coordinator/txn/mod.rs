@@ -613,6 +613,27 @@ impl TxnCoordinator {
             };
             return Outcome::ok(put(meta), (producer_id, 0));
         };
+        // A producer naming its producer id and epoch must be the current
+        // one, or the one before the last bump (checked first, so a fenced
+        // producer cannot abort its successor's transaction).
+        let mut retry_of_bump = false;
+        if let Some((pid, epoch)) = expected {
+            let current = pid == m.producer_id && epoch == m.epoch;
+            // The producer's epoch is the one before the last bump: a retry
+            // of an InitProducerId that succeeded, or the producer whose
+            // transaction the broker aborted (timeout, restart) re-initialising.
+            let previous = (pid == m.producer_id || pid == m.last_producer_id)
+                && epoch == m.last_epoch
+                && m.last_epoch >= 0;
+            if !current && !previous {
+                return Outcome::fail(TxnError::ProducerFenced {
+                    transactional_id: id.to_owned(),
+                    epoch,
+                    current: m.epoch,
+                });
+            }
+            retry_of_bump = !current;
+        }
         match m.state {
             TxnState::PrepareCommit | TxnState::PrepareAbort => {
                 return Outcome::fail(TxnError::ConcurrentTransactions(id.to_owned()))
@@ -630,24 +651,8 @@ impl TxnCoordinator {
             | TxnState::CompleteAbort
             | TxnState::Dead => {}
         }
-        if let Some((pid, epoch)) = expected {
-            let current = pid == m.producer_id && epoch == m.epoch;
-            // The producer's epoch is the one before the last bump: a retry
-            // of an InitProducerId that succeeded, or the producer whose
-            // transaction the broker aborted (timeout, restart) re-initialising.
-            let retry = (pid == m.producer_id || pid == m.last_producer_id)
-                && epoch == m.last_epoch
-                && m.last_epoch >= 0;
-            if !current && !retry {
-                return Outcome::fail(TxnError::ProducerFenced {
-                    transactional_id: id.to_owned(),
-                    epoch,
-                    current: m.epoch,
-                });
-            }
-            if !current && m.epoch < EPOCH_EXHAUSTED {
-                return Outcome::ok(None, (m.producer_id, m.epoch));
-            }
+        if retry_of_bump && m.epoch < EPOCH_EXHAUSTED {
+            return Outcome::ok(None, (m.producer_id, m.epoch));
         }
         let mut next = m.clone();
         next.timeout_ms = timeout;

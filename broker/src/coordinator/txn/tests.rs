@@ -760,3 +760,35 @@ fn a_record_round_trips_and_every_truncated_prefix_is_refused() {
     // An unknown kind or state byte is refused too.
     assert!(super::log::decode_payload(&[9, 0, 0]).is_err());
 }
+
+#[test]
+fn a_fenced_producer_cannot_abort_its_successors_transaction() {
+    let (mut c, pid, e0) = with_producer();
+    let e1 = run!(c, c.init_producer_id("t1", 60_000, None, 1, &mut ids()))
+        .unwrap()
+        .1;
+    let e2 = run!(
+        c,
+        c.init_producer_id("t1", 60_000, Some((pid, e1)), 2, &mut ids())
+    )
+    .unwrap()
+    .1;
+    assert_eq!((e0, e1, e2), (0, 1, 2));
+    run!(c, c.add_partitions("t1", pid, e2, &[tp("a", 0)], 3)).unwrap();
+    // The zombie, two epochs behind, re-initialising with what it had.
+    let o = c.init_producer_id("t1", 60_000, Some((pid, e0)), 4, &mut ids());
+    assert!(o.step.is_none());
+    assert!(matches!(
+        o.result,
+        Err(TxnError::ProducerFenced {
+            epoch: 0,
+            current: 2,
+            ..
+        })
+    ));
+    assert_eq!(
+        state(&c, "t1"),
+        TxnState::Ongoing,
+        "the successor's transaction goes on"
+    );
+}
