@@ -263,7 +263,7 @@ fn unknown_apis_and_versions_get_unsupported_version_and_the_connection_lives() 
     // An unknown API key and an unserved version of a served one.
     for (key, version, id) in [
         (999, 0, 8),
-        (ApiKey::JoinGroup as i16, 5, 9),
+        (ApiKey::JoinGroup as i16, 10, 9),
         (ApiKey::Fetch as i16, 13, 10),
     ] {
         s.write_all(&frame(key, version, id, &[]))?;

@@ -601,7 +601,7 @@ fn the_group_apis_are_advertised_with_their_versions() -> Result<()> {
             .find(|v| v.api_key == k as i16)
             .map(|v| (v.min_version, v.max_version))
     };
-    assert_eq!(range(ApiKey::JoinGroup), Some((0, 4)));
+    assert_eq!(range(ApiKey::JoinGroup), Some((0, 9)));
     assert_eq!(range(ApiKey::SyncGroup), Some((0, 5)));
     assert_eq!(range(ApiKey::Heartbeat), Some((0, 4)));
     assert_eq!(range(ApiKey::LeaveGroup), Some((0, 5)));
@@ -658,6 +658,168 @@ fn members_starting_together_form_the_first_generation_together() -> Result<()> 
         2,
         "the leader assigns to both at once"
     );
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+const FENCED_INSTANCE_ID: i16 = 82;
+
+/// A JoinGroup of a static member (`group.instance.id`).
+fn static_join(group: &str, member: &str, instance: &str) -> JoinGroupRequest {
+    let mut r = join_req(group, member, "range");
+    r.group_instance_id = Some(StrBytes::from_string(instance.to_owned()));
+    r
+}
+
+fn static_sync(group: &str, member: &str, instance: &str, generation: i32) -> SyncGroupRequest {
+    let mut r = sync_req(group, member, generation, &[]);
+    r.group_instance_id = Some(StrBytes::from_string(instance.to_owned()));
+    r
+}
+
+/// A static member's heartbeat (v4) in generation 2.
+fn static_heartbeat(c: &mut Kc, group: &str, member: &str, instance: &str) -> Result<i16> {
+    let mut r = HeartbeatRequest::default();
+    r.group_id = GroupId(StrBytes::from_string(group.to_owned()));
+    r.member_id = StrBytes::from_string(member.to_owned());
+    r.group_instance_id = Some(StrBytes::from_string(instance.to_owned()));
+    r.generation_id = 2;
+    Ok(c.call(4, &r)?.error_code)
+}
+
+/// Static membership (KIP-345) over the wire: two static members form a
+/// generation; one "restarts" (a new connection, no member id, the same
+/// instance id) and gets its partitions back in the same generation with no
+/// rebalance, while the process it replaced is fenced (FENCED_INSTANCE_ID on
+/// heartbeat and commit); a JoinGroup v9 leader restart is told to skip the
+/// assignment; describe shows the instance ids; LeaveGroup by instance id
+/// alone removes a member.
+#[test]
+fn a_static_member_restarts_without_a_rebalance_and_fences_the_old_process() -> Result<()> {
+    let (_dir, broker, addr, _clock) = start()?;
+    let engine = Arc::clone(broker.engine());
+    let g = "static";
+    let mut c = Kc::connect(&addr)?;
+    // A alone: no MEMBER_ID_REQUIRED for a static member; generation 1 at once.
+    let a1 = c.call(5, &static_join(g, "", "a"))?;
+    ensure!(a1.error_code == NONE && a1.generation_id == 1, "{a1:?}");
+    let a = a1.member_id.as_str().to_owned();
+    ensure!(a.starts_with("a-"), "{a}");
+    // B joins: a rebalance; A hears of it and rejoins.
+    let b_join = {
+        let addr = addr.clone();
+        std::thread::spawn(move || Kc::connect(&addr)?.call(5, &static_join(g, "", "b")))
+    };
+    wait_for(&engine, g, 2, GroupPhase::PreparingRebalance);
+    ensure!(heartbeat(&mut c, g, &a, 1)? == REBALANCE_IN_PROGRESS);
+    let a2 = c.call(5, &static_join(g, &a, "a"))?;
+    let b2 = joined(b_join)?;
+    ensure!(a2.generation_id == 2 && b2.generation_id == 2 && a2.leader.as_str() == a);
+    let instances: Vec<Option<&str>> = a2
+        .members
+        .iter()
+        .map(|m| m.group_instance_id.as_ref().map(|i| i.as_str()))
+        .collect();
+    ensure!(instances == vec![Some("a"), Some("b")], "{instances:?}");
+    let b = b2.member_id.as_str().to_owned();
+    let mut lead = static_sync(g, &a, "a", 2);
+    lead.assignments = sync_req(g, &a, 2, &[(&a, &[0, 1]), (&b, &[2, 3])]).assignments;
+    let s = c.call(3, &lead)?;
+    ensure!(s.error_code == NONE && partitions_of(&s.assignment) == vec![0, 1]);
+    let mut old_b = Kc::connect(&addr)?;
+    let s = old_b.call(3, &static_sync(g, &b, "b", 2))?;
+    ensure!(s.error_code == NONE && partitions_of(&s.assignment) == vec![2, 3]);
+    let rebalances = |e: &Engine| {
+        e.group_summaries()
+            .into_iter()
+            .find(|s| s.group == g)
+            .map(|s| (s.generation, s.rebalances))
+    };
+    let before = rebalances(&engine);
+
+    // B's process restarts: a new connection, no member id, the same instance id.
+    let mut new_b = Kc::connect(&addr)?;
+    let b3 = new_b.call(5, &static_join(g, "", "b"))?;
+    ensure!(b3.error_code == NONE, "{b3:?}");
+    ensure!(b3.generation_id == 2, "the same generation: {b3:?}");
+    ensure!(b3.member_id.as_str() != b && b3.leader.as_str() == a);
+    let b_new = b3.member_id.as_str().to_owned();
+    let s = new_b.call(3, &static_sync(g, &b_new, "b", 2))?;
+    ensure!(s.error_code == NONE && partitions_of(&s.assignment) == vec![2, 3]);
+    ensure!(rebalances(&engine) == before, "no rebalance");
+    ensure!(phase(&engine, g) == Some(GroupPhase::Stable));
+    ensure!(static_heartbeat(&mut c, g, &a, "a")? == NONE);
+    ensure!(static_heartbeat(&mut new_b, g, &b_new, "b")? == NONE);
+
+    // The old process is fenced: heartbeat and commit.
+    ensure!(static_heartbeat(&mut old_b, g, &b, "b")? == FENCED_INSTANCE_ID);
+    let mut commit = OffsetCommitRequest::default();
+    commit.group_id = GroupId(StrBytes::from_static_str(g));
+    commit.member_id = StrBytes::from_string(b.clone());
+    commit.group_instance_id = Some(StrBytes::from_static_str("b"));
+    commit.generation_id_or_member_epoch = 2;
+    let mut t = OffsetCommitRequestTopic::default();
+    t.name = TopicName(StrBytes::from_static_str(TOPIC));
+    let mut p = OffsetCommitRequestPartition::default();
+    p.partition_index = 2;
+    p.committed_offset = 1;
+    t.partitions = vec![p];
+    commit.topics = vec![t];
+    let r = old_b.call(7, &commit)?;
+    ensure!(
+        r.topics[0].partitions[0].error_code == FENCED_INSTANCE_ID,
+        "{r:?}"
+    );
+    commit.member_id = StrBytes::from_string(b_new.clone());
+    let r = new_b.call(7, &commit)?;
+    ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
+
+    // The leader restarts with JoinGroup v9: told the members, and to skip the assignment.
+    let mut new_a = Kc::connect(&addr)?;
+    let a3 = new_a.call(9, &static_join(g, "", "a"))?;
+    ensure!(a3.error_code == NONE && a3.generation_id == 2, "{a3:?}");
+    ensure!(a3.skip_assignment && a3.leader == a3.member_id && a3.members.len() == 2);
+    ensure!(a3.protocol_type.as_ref().map(|t| t.as_str()) == Some("consumer"));
+    ensure!(rebalances(&engine) == before, "no rebalance");
+
+    // Describe shows each member's instance id.
+    let mut d = DescribeGroupsRequest::default();
+    d.groups = vec![GroupId(StrBytes::from_static_str(g))];
+    let r = c.call(5, &d)?;
+    let mut seen: Vec<(String, String)> = r.groups[0]
+        .members
+        .iter()
+        .map(|m| {
+            (
+                m.group_instance_id
+                    .as_ref()
+                    .map_or(String::new(), |i| i.as_str().to_owned()),
+                m.member_id.as_str().to_owned(),
+            )
+        })
+        .collect();
+    seen.sort();
+    ensure!(
+        seen == vec![
+            ("a".to_owned(), a3.member_id.as_str().to_owned()),
+            ("b".to_owned(), b_new.clone())
+        ],
+        "{seen:?}"
+    );
+
+    // LeaveGroup by instance id alone (what an administrator's tool sends).
+    let mut leave = LeaveGroupRequest::default();
+    leave.group_id = GroupId(StrBytes::from_static_str(g));
+    let mut who = MemberIdentity::default();
+    who.group_instance_id = Some(StrBytes::from_static_str("b"));
+    leave.members = vec![who];
+    let r = c.call(3, &leave)?;
+    ensure!(
+        r.error_code == NONE && r.members[0].error_code == NONE,
+        "{r:?}"
+    );
+    wait_for(&engine, g, 1, GroupPhase::PreparingRebalance);
+    ensure!(static_heartbeat(&mut new_b, g, &b_new, "b")? == UNKNOWN_MEMBER_ID);
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }

@@ -186,7 +186,8 @@ const INVALID_PRODUCER_EPOCH: i16 = 47;
 const UNKNOWN_PRODUCER_ID: i16 = 59;
 
 #[test]
-fn init_producer_id_issues_distinct_ids_and_refuses_transactions() -> Result<()> {
+fn init_producer_id_issues_distinct_ids_and_hands_transactional_ids_to_the_coordinator(
+) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
     let mut c = Conn::open(&broker)?;
@@ -203,16 +204,24 @@ fn init_producer_id_issues_distinct_ids_and_refuses_transactions() -> Result<()>
         assert_eq!(r.error_code, 0, "v{v}");
         assert!(r.producer_id.0 > b, "v{v}");
     }
-    let r: InitProducerIdResponse = c.call(
-        &InitProducerIdRequest::default()
-            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx")))),
-        4,
-    )?;
+    let tx = || {
+        InitProducerIdRequest::default()
+            .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("tx"))))
+    };
+    let r: InitProducerIdResponse = c.call(&tx(), 4)?;
     assert_eq!(
-        r.error_code, 15,
-        "COORDINATOR_NOT_AVAILABLE for a transactional id"
+        r.error_code, 50,
+        "a transaction timeout of 0: INVALID_TRANSACTION_TIMEOUT"
     );
     assert_eq!(r.producer_id.0, -1);
+    // The transaction coordinator: a producer id, then the next epoch for the same id.
+    let r: InitProducerIdResponse = c.call(&tx().with_transaction_timeout_ms(60_000), 4)?;
+    assert_eq!((r.error_code, r.producer_epoch), (0, 0));
+    let again: InitProducerIdResponse = c.call(&tx().with_transaction_timeout_ms(60_000), 4)?;
+    assert_eq!(
+        (again.error_code, again.producer_id, again.producer_epoch),
+        (0, r.producer_id, 1)
+    );
     let r: InitProducerIdResponse = c.call(&InitProducerIdRequest::default(), 4)?;
     assert_eq!(
         r.error_code, 42,

@@ -22,6 +22,7 @@ mod e2e_kafka_groups;
 mod e2e_kafka_idempotent;
 mod e2e_kafka_mock;
 mod e2e_kafka_sasl;
+mod e2e_kafka_txn;
 mod e2e_produce_fetch;
 mod e2e_protocol_edges;
 mod e2e_quota;

@@ -251,6 +251,15 @@ fn metrics_count_a_known_workload_exactly() {
         assert!(m.value("process_resident_memory_bytes", &[]) > 0.0);
         assert!(m.value("process_open_fds", &[]) > 0.0);
         assert!(m.value("flume_request_memory_limit_bytes", &[]) > 0.0);
+        assert_eq!(m.value("flume_transactions_open", &[]), 0.0);
+        assert_eq!(m.value("flume_transactional_ids", &[]), 0.0);
+        assert_eq!(
+            m.value(
+                "flume_transactions_refused_total",
+                &[("bound", "open_transactions")]
+            ),
+            0.0
+        );
 
         // The overview says the same, with the recent errors.
         let (status, ct, body) = get(http, "/api/overview").await.unwrap();
@@ -265,6 +274,11 @@ fn metrics_count_a_known_workload_exactly() {
             .find(|x| x["group"] == "g1" && x["partition"] == 0)
             .unwrap();
         assert_eq!(lag0["lag"], 6);
+        assert_eq!(o["transactions"]["open"], 0);
+        assert_eq!(
+            o["transactions"]["oldest"].as_array().map(Vec::len),
+            Some(0)
+        );
         let errors: Vec<&str> = o["errors"]
             .as_array()
             .unwrap()

@@ -586,6 +586,8 @@ pub struct BrokerConfig {
     /// up to the group's rebalance timeout. Groups of Flume's protocol form
     /// at once (the broker assigns and moves partitions itself).
     pub group_initial_rebalance_delay: Duration,
+    /// The transaction coordinator's bounds and timeouts (see [`TransactionSettings`]).
+    pub transactions: TransactionSettings,
     /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
     /// a longer list gets INVALID_REQUEST before its names are decoded.
     pub max_topics_per_join: usize,
@@ -711,6 +713,7 @@ impl BrokerConfig {
             max_connection_memory: 32 * 1024 * 1024,
             max_groups: 10_000,
             group_initial_rebalance_delay: Duration::from_secs(3),
+            transactions: TransactionSettings::default(),
             max_members_per_group: 1_000,
             max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,
@@ -859,6 +862,38 @@ pub const MAX_FETCH_WAIT_MS: i32 = 30_000;
 /// [`MAX_FETCH_WAIT_MS`] is that.
 pub fn fetch_wait(max_wait_ms: i32) -> Duration {
     Duration::from_millis(u64::try_from(max_wait_ms.clamp(0, MAX_FETCH_WAIT_MS)).unwrap_or(0))
+}
+
+/// The transaction coordinator's settings (Kafka's names in parentheses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionSettings {
+    /// Most transactional ids the broker keeps (default 100 000); an
+    /// InitProducerId for a new one past it is refused.
+    pub max_transactional_ids: usize,
+    /// Most transactions open at once (default 10 000); a transaction past
+    /// it does not begin (AddPartitionsToTxn/AddOffsetsToTxn refused).
+    pub max_open_transactions: usize,
+    /// Most partitions one transaction writes to, and most groups and
+    /// offsets it commits (default 10 000).
+    pub max_partitions_per_transaction: usize,
+    /// Longest transaction timeout a producer may ask for
+    /// (`transaction.max.timeout.ms`, 15 minutes).
+    pub max_timeout: Duration,
+    /// A transactional id idle this long is forgotten
+    /// (`transactional.id.expiration.ms`, 7 days).
+    pub id_expiration: Duration,
+}
+
+impl Default for TransactionSettings {
+    fn default() -> Self {
+        TransactionSettings {
+            max_transactional_ids: 100_000,
+            max_open_transactions: 10_000,
+            max_partitions_per_transaction: 10_000,
+            max_timeout: Duration::from_secs(900),
+            id_expiration: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
 }
 
 /// Longest topic name: Kafka's limit (a topic's directory name, 249 bytes,

@@ -335,6 +335,11 @@ pub enum GroupError {
     /// join again with this id.
     #[error("join again with member id {0:?}")]
     MemberIdRequired(String),
+    /// The group instance id (static membership, Kafka's KIP-345) belongs
+    /// to another member id now: a newer process with the same instance id
+    /// took its place, and this one must stop.
+    #[error("the group instance id belongs to another member now")]
+    FencedInstanceId,
     /// The session timeout is outside what the coordinator accepts.
     #[error("session timeout {0} ms is outside {min}..={max} ms", min = CLIENT_SESSION_TIMEOUT_MS.0, max = CLIENT_SESSION_TIMEOUT_MS.1)]
     InvalidSessionTimeout(u64),
@@ -343,14 +348,16 @@ pub enum GroupError {
 impl GroupError {
     /// The nearest code of Flume's vocabulary (a protocol mismatch and a
     /// session timeout out of range are INVALID_REQUEST; a member id to
-    /// rejoin with is UNKNOWN_MEMBER).
+    /// rejoin with and a fenced instance are UNKNOWN_MEMBER).
     pub fn code(&self) -> ErrorCode {
         match self {
             GroupError::Code(c) => *c,
             GroupError::InconsistentProtocol | GroupError::InvalidSessionTimeout(_) => {
                 ErrorCode::InvalidRequest
             }
-            GroupError::MemberIdRequired(_) => ErrorCode::UnknownMember,
+            GroupError::MemberIdRequired(_) | GroupError::FencedInstanceId => {
+                ErrorCode::UnknownMember
+            }
         }
     }
 }
@@ -380,6 +387,18 @@ pub struct ClientJoinSpec {
     pub require_member_id: bool,
     /// The client's id (a prefix of new member ids, and shown by describe).
     pub client_id: String,
+    /// The member's group instance id (static membership, Kafka's KIP-345,
+    /// JoinGroup v5+): a member that comes back under the same instance id
+    /// takes the place (and the assignment) of the one before it, without a
+    /// rebalance while the group is stable, and fences it. A static member
+    /// needs no [`GroupError::MemberIdRequired`] round trip.
+    pub group_instance_id: Option<String>,
+    /// Whether the member understands a leader's answer that says to skip
+    /// the assignment (JoinGroup v9+, KIP-814): a static leader coming back
+    /// to a stable group then gets every member's metadata with
+    /// [`ClientJoined::skip_assignment`] set, instead of an answer naming
+    /// its previous member id as the leader.
+    pub skip_assignment_supported: bool,
     /// Where the member connects from (shown by describe).
     pub client_host: String,
     /// The kind of protocols ("consumer" for Kafka consumers); every member
@@ -412,7 +431,21 @@ pub struct ClientJoined {
     pub member_id: String,
     /// For the leader: every member and its metadata for `protocol`, in
     /// join order; empty for the others.
-    pub members: Vec<(String, Bytes)>,
+    pub members: Vec<JoinedMember>,
+    /// The leader is told the members but must not send an assignment: a
+    /// static leader that came back to a stable group (KIP-814).
+    pub skip_assignment: bool,
+}
+
+/// One member as the leader of a client-assigned group sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinedMember {
+    /// Member id.
+    pub member_id: String,
+    /// Its group instance id, for a static member.
+    pub group_instance_id: Option<String>,
+    /// Its metadata for the generation's protocol.
+    pub metadata: Bytes,
 }
 
 /// One member's assignment, as the leader sends it.
@@ -433,6 +466,9 @@ pub struct SyncSpec {
     pub group: String,
     /// The member's id.
     pub member_id: String,
+    /// The member's group instance id, if static: must still be the
+    /// member's (else [`GroupError::FencedInstanceId`]).
+    pub group_instance_id: Option<String>,
     /// The member's generation.
     pub generation: i32,
     /// If given, must be the group's protocol type.
@@ -489,6 +525,8 @@ pub const BROKER_ASSIGNED_PROTOCOL_TYPE: &str = "flume";
 pub struct MemberDescription {
     /// Member id.
     pub member_id: String,
+    /// Group instance id of a static member (client-assigned only).
+    pub group_instance_id: Option<String>,
     /// Client id (empty for broker-assigned members).
     pub client_id: String,
     /// Where the member connects from (empty for broker-assigned members).

@@ -454,6 +454,80 @@ def scenario_compaction(bootstrap, topic):
     return problems
 
 
+def scenario_static_member(bootstrap, topic):
+    """Static membership (KIP-345): two consumers with group.instance.id share
+    the partitions; one closes (a static member does not leave) and a new
+    consumer with its instance id gets the same partitions back at once, with
+    no rebalance: the other member sees no revoke and no new assignment, and
+    the group describes both instance ids."""
+    create_topic(bootstrap, topic)
+    group = f"{topic}-g"
+    events = {"a": [], "b": []}
+
+    def make(name):
+        c = Consumer(conf(bootstrap, **{**CONSUMER, "group.id": group, "group.instance.id": name,
+                                        "session.timeout.ms": 10000}))
+
+        def on_assign(consumer, parts):
+            events[name].append(("assign", sorted(tp.partition for tp in parts)))
+
+        def on_revoke(consumer, parts):
+            events[name].append(("revoke", sorted(tp.partition for tp in parts)))
+
+        c.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+        return c
+
+    def poll_until(consumers, done, what):
+        deadline = time.monotonic() + common.DEADLINE_S
+        while time.monotonic() < deadline:
+            for c in consumers:
+                c.poll(0.05)
+            if done():
+                return []
+        return [f"timed out waiting for {what}: {events}"]
+
+    def assigned(name):
+        got = [e for e in events[name] if e[0] == "assign"]
+        return got[-1][1] if got else None
+
+    a, b = make("a"), make("b")
+    problems = poll_until([a, b], lambda: assigned("a") and assigned("b")
+                          and len(assigned("a")) + len(assigned("b")) == common.PARTITIONS,
+                          "both members assigned")
+    if problems:
+        a.close()
+        b.close()
+        return problems
+    before_a = list(events["a"])
+    b_parts = assigned("b")
+    b.close()  # static: no LeaveGroup
+    events["b"].clear()
+    started = time.monotonic()
+    b2 = make("b")
+    problems = poll_until([a, b2], lambda: assigned("b") is not None, "the restarted member's assignment")
+    took = time.monotonic() - started
+    # A little longer: a rebalance, had one started, would reach the other member now.
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        a.poll(0.05)
+        b2.poll(0.05)
+    if not problems:
+        if assigned("b") != b_parts:
+            problems.append(f"the restarted member got {assigned('b')}, it had {b_parts}")
+        if events["a"] != before_a:
+            problems.append(f"the other member saw a rebalance: {events['a'][len(before_a):]}")
+        if took > 5:
+            problems.append(f"the restarted member waited {took:.1f} s for its partitions")
+        admin = AdminClient(conf(bootstrap))
+        d = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        ids = sorted(m.group_instance_id or "" for m in d.members)
+        if ids != ["a", "b"]:
+            problems.append(f"describe shows instance ids {ids}")
+    a.close()
+    b2.close()
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -491,6 +565,7 @@ def main():
         rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
+    rep.run("static-member", scenario_static_member, bootstrap, f"{pre}-static", timeout=3 * common.DEADLINE_S)
     rep.finish()
 
 

@@ -7,7 +7,9 @@
 //! - [`assignor`]: the assignors of broker-assigned groups, pure functions;
 //! - [`offsets`]: committed offsets, the file ([`offsets::OffsetStore`]) and
 //!   the writer task that group-commits them ([`offsets::Offsets`]);
-//! - [`producer_ids`]: idempotent producers' ids, never issued twice.
+//! - [`producer_ids`]: idempotent producers' ids, never issued twice;
+//! - [`txn`]: the transaction coordinator, a state machine with time passed
+//!   in, and its state log ([`txn::log`]).
 //!
 //! It sits on the storage layer and the domain types, below the engine,
 //! which owns one of each and is the only caller.
@@ -16,3 +18,4 @@ pub(crate) mod assignor;
 pub(crate) mod group;
 pub(crate) mod offsets;
 pub(crate) mod producer_ids;
+pub(crate) mod txn;

@@ -118,13 +118,26 @@ impl Engine {
     /// protocol chosen and the leader, and gives the leader every member's
     /// metadata.
     ///
+    /// A static member (with a group instance id) that comes back under a
+    /// new member id takes the place and assignment of the one before it
+    /// (`coordinator::group`'s `statics.rs`).
+    ///
     /// # Errors
     /// [`GroupError::MemberIdRequired`] (join again with that id),
     /// [`GroupError::InconsistentProtocol`], [`GroupError::InvalidSessionTimeout`],
-    /// and the codes INVALID_NAME, UNKNOWN_MEMBER, LIMIT_REACHED, SHUTTING_DOWN.
+    /// [`GroupError::FencedInstanceId`], and the codes INVALID_NAME,
+    /// INVALID_REQUEST (an empty group instance id, or one longer than a
+    /// group id may be), UNKNOWN_MEMBER, LIMIT_REACHED, SHUTTING_DOWN.
     pub async fn join_client_group(&self, req: ClientJoinSpec) -> Result<ClientJoined, GroupError> {
         if !valid_group_id(&req.group) {
             return Err(ErrorCode::InvalidName.into());
+        }
+        if req
+            .group_instance_id
+            .as_deref()
+            .is_some_and(|i| !valid_group_id(i))
+        {
+            return Err(ErrorCode::InvalidRequest.into());
         }
         let session = u64::try_from(req.session_timeout.as_millis()).unwrap_or(u64::MAX);
         let (lo, hi) = CLIENT_SESSION_TIMEOUT_MS;
@@ -160,8 +173,9 @@ impl Engine {
     /// timeout) for the leader's and gets its own assignment.
     ///
     /// # Errors
-    /// [`GroupError::InconsistentProtocol`], and the codes UNKNOWN_MEMBER,
-    /// ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, SHUTTING_DOWN.
+    /// [`GroupError::InconsistentProtocol`], [`GroupError::FencedInstanceId`],
+    /// and the codes UNKNOWN_MEMBER, ILLEGAL_GENERATION,
+    /// REBALANCE_IN_PROGRESS, SHUTTING_DOWN.
     pub async fn sync_group(&self, req: SyncSpec) -> Result<Synced, GroupError> {
         let (tx, rx) = oneshot::channel();
         if self.is_shutting_down() {
@@ -171,7 +185,7 @@ impl Engine {
             let now = self.mono_ms();
             lock(&self.groups).sync(
                 &req.group,
-                &req.member_id,
+                (&req.member_id, req.group_instance_id.as_deref()),
                 req.generation,
                 req.protocol_type.as_deref(),
                 req.protocol.as_deref(),
@@ -238,6 +252,22 @@ impl Engine {
     pub fn heartbeat(&self, group: &str, member: &str, generation: i32) -> Result<(), ErrorCode> {
         let now = self.mono_ms();
         lock(&self.groups).heartbeat(group, member, generation, now)
+    }
+
+    /// A heartbeat of a member that may be static: its group instance id,
+    /// if given, must still be the member's.
+    ///
+    /// # Errors
+    /// [`GroupError::FencedInstanceId`], UNKNOWN_MEMBER, ILLEGAL_GENERATION,
+    /// REBALANCE_IN_PROGRESS.
+    pub fn heartbeat_as(
+        &self,
+        group: &str,
+        member: (&str, Option<&str>),
+        generation: i32,
+    ) -> Result<(), GroupError> {
+        let now = self.mono_ms();
+        lock(&self.groups).heartbeat_as(group, member, generation, now)
     }
 
     /// A member's heartbeat that waits (HEARTBEAT_WAIT): answered at once
@@ -352,6 +382,22 @@ impl Engine {
         Ok(())
     }
 
+    /// A member leaves, named by its member id, its group instance id (an
+    /// empty member id: whichever member has that instance now), or both.
+    ///
+    /// # Errors
+    /// [`GroupError::FencedInstanceId`], UNKNOWN_MEMBER.
+    pub fn leave_group_as(
+        &self,
+        group: &str,
+        member: (&str, Option<&str>),
+    ) -> Result<(), GroupError> {
+        let now = self.mono_ms();
+        let ready = lock(&self.groups).leave_as(group, member, now, &|t| self.partitions_of(t))?;
+        Self::deliver(ready);
+        Ok(())
+    }
+
     /// How many members a group has, counting those whose join is parked
     /// waiting for a rebalance; `None` if the group does not exist.
     pub fn group_members(&self, group: &str) -> Option<usize> {
@@ -415,8 +461,25 @@ impl Engine {
         member: Member<'_>,
         offsets: &[(TopicPartition, Committed)],
     ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        self.commit_offsets_as(member, None, offsets)
+            .await
+            .map_err(|e| e.code())
+    }
+
+    /// [`Engine::commit_offsets_with`] from a member that may be static: a
+    /// group instance id that the group knows under another member id is
+    /// fenced.
+    ///
+    /// # Errors
+    /// [`GroupError::FencedInstanceId`], and as [`Engine::commit_offsets`].
+    pub async fn commit_offsets_as(
+        &self,
+        member: Member<'_>,
+        instance: Option<&str>,
+        offsets: &[(TopicPartition, Committed)],
+    ) -> Result<Vec<ErrorCode>, GroupError> {
         if !valid_group_id(member.group) {
-            return Err(ErrorCode::InvalidName);
+            return Err(ErrorCode::InvalidName.into());
         }
         let mut results = Vec::with_capacity(offsets.len());
         let mut store = Vec::with_capacity(offsets.len());
@@ -440,8 +503,11 @@ impl Engine {
             let room = self.offsets.room();
             let queued = {
                 let groups = lock(&self.groups);
-                let protocol_type =
-                    groups.check_commit(member.group, member.member_id, member.generation)?;
+                let protocol_type = groups.check_commit_as(
+                    member.group,
+                    (member.member_id, instance),
+                    member.generation,
+                )?;
                 if store.is_empty() {
                     return Ok(results);
                 }
@@ -457,12 +523,12 @@ impl Engine {
                     store = back;
                     room.await;
                 }
-                Err(NotQueued::Closed) => return Err(ErrorCode::ShuttingDown),
+                Err(NotQueued::Closed) => return Err(ErrorCode::ShuttingDown.into()),
             }
         };
         if let Err(e) = crate::coordinator::offsets::finish(rx).await {
             tracing::error!(group = %member.group, error = %e, "offset commit failed");
-            return Err(e.code());
+            return Err(e.code().into());
         }
         Ok(results)
     }

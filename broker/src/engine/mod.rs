@@ -12,6 +12,8 @@
 //! - `admin.rs`: deleting and altering topics, offsets by timestamp,
 //!   deleting groups.
 //! - `cleaner.rs`: the log cleaner's rounds over compacted partitions.
+//! - `txn.rs`: transactions, through the transaction coordinator and its
+//!   state log (markers wait for the storage format: see there).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -40,6 +42,7 @@ mod fetch;
 mod groups;
 mod produce;
 mod topics;
+mod txn;
 
 pub use admin::TOMBSTONE_PREFIX;
 pub use fetch::{FetchMemory, GaveUp, COUNT_CHUNK_BYTES};
@@ -47,6 +50,7 @@ pub use produce::PendingProduce;
 pub use topics::Topic;
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;
+pub use txn::{TxnFailure, TxnStats};
 
 type JoinReply = oneshot::Sender<Result<Answer, GroupError>>;
 
@@ -184,6 +188,8 @@ pub struct Engine {
     quotas: Arc<crate::security::quota::Quotas>,
     /// What every partition shares (the file cache, the producer-state limits).
     shared: Shared,
+    /// The transaction coordinator and its state log (see `txn.rs`).
+    txns: txn::Transactions,
 }
 
 impl Engine {
@@ -219,6 +225,15 @@ impl Engine {
                     source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
                 }
             })?;
+        let txns = txn::Transactions::open(
+            &dir.join("__transaction_state"),
+            txn::limits(&config.transactions),
+            config.clock.wall_ms(),
+        )
+        .map_err(|e| BrokerError::Io {
+            what: "transaction state".into(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })?;
         let acl =
             crate::security::acl::Authorizer::open(dir, config.authorizer, &config.admin_users)?;
         let quotas = crate::security::quota::Quotas::new(
@@ -245,6 +260,7 @@ impl Engine {
             acl: Arc::new(acl),
             quotas,
             shared,
+            txns,
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -282,6 +298,7 @@ impl Engine {
         crate::partition::maintain_all(partitions, now).await;
         self.start_cleaning(now);
         self.offsets.maintain().await;
+        self.maintain_txns().await;
     }
 
     /// The settings.
@@ -414,3 +431,6 @@ impl Engine {
 
 #[cfg(test)]
 mod offsets_tests;
+
+#[cfg(test)]
+mod txn_tests;

@@ -118,6 +118,9 @@ fn ms(seconds: Option<f64>) -> Value {
     seconds.map_or(Value::Null, |s| json!((s * 1e6).round() / 1e3))
 }
 
+/// Most open transactions the overview lists (the oldest).
+const OVERVIEW_TRANSACTIONS: usize = 50;
+
 /// The whole overview. Blocking (takes log locks, reads /proc).
 pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
     let m = engine.metrics();
@@ -208,6 +211,35 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
             json!({"time_ms": e.time_ms, "api": e.api, "error": e.error, "topic": topic, "partition": partition})
         })
         .collect();
+    let stats = engine.transaction_stats();
+    let now = engine.config().clock.wall_ms();
+    let mut open = engine.list_transactions(
+        &[
+            crate::coordinator::txn::TxnState::Ongoing,
+            crate::coordinator::txn::TxnState::PrepareCommit,
+            crate::coordinator::txn::TxnState::PrepareAbort,
+        ],
+        &[],
+        -1,
+    );
+    // The oldest first; at most OVERVIEW_TRANSACTIONS of them.
+    open.sort_by_key(|t| (t.started_ms < 0, t.started_ms));
+    let transactions = json!({
+        "transactional_ids": stats.transactional_ids,
+        "open": stats.open,
+        "pending_completion": stats.pending_completions,
+        "timed_out": stats.timed_out,
+        "refused": {
+            "transactional_ids": stats.refused_ids,
+            "open_transactions": stats.refused_open,
+            "partitions_per_transaction": stats.refused_partitions,
+        },
+        "oldest": open.iter().take(OVERVIEW_TRANSACTIONS).map(|t| json!({
+            "transactional_id": t.transactional_id, "producer_id": t.producer_id,
+            "state": t.state.as_str(),
+            "age_ms": (t.started_ms >= 0).then(|| now.saturating_sub(t.started_ms)),
+        })).collect::<Vec<Value>>(),
+    });
     let (rss, fds) = process_stats();
     let (refused, http_refused) = m.connections_refused();
     let c = m.cleaner.totals();
@@ -234,6 +266,7 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
         "topics": topics,
         "partitions_truncated": truncated,
         "groups": groups,
+        "transactions": transactions,
         "offsets": offsets,
         "offsets_truncated": lags.len() > OVERVIEW_OFFSETS,
         "latency": latency,

@@ -174,6 +174,7 @@ impl Collector for Scrape {
         let e = &self.engine;
         partition_metrics(&mut enc, e)?;
         group_metrics(&mut enc, e)?;
+        txn_metrics(&mut enc, e.transaction_stats())?;
         broker_metrics(&mut enc, e, (self.probe)())
     }
 }
@@ -336,6 +337,50 @@ fn partition_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), 
     )?;
 
     Ok(())
+}
+
+/// The transaction coordinator: ids, open transactions, refusals at each bound, timeouts.
+fn txn_metrics(
+    enc: &mut DescriptorEncoder<'_>,
+    t: crate::engine::TxnStats,
+) -> Result<(), std::fmt::Error> {
+    let n = |v: usize| to_i64(v as u64);
+    gauge(
+        enc,
+        "flume_transactional_ids",
+        "Transactional ids the transaction coordinator keeps.",
+        n(t.transactional_ids),
+    )?;
+    gauge(
+        enc,
+        "flume_transactions_open",
+        "Transactions open (ongoing, or being committed or aborted).",
+        n(t.open),
+    )?;
+    gauge(
+        enc,
+        "flume_transactions_pending_completion",
+        "Transactions whose end is decided but whose markers and offsets are not written yet.",
+        n(t.pending_completions),
+    )?;
+    counter(
+        enc,
+        "flume_transactions_timed_out",
+        "Transactions the broker aborted at their timeout.",
+        t.timed_out,
+    )?;
+    family(
+        enc,
+        "flume_transactions_refused",
+        "Transaction requests refused at a bound, by bound.",
+        [
+            ("transactional_ids", t.refused_ids),
+            ("open_transactions", t.refused_open),
+            ("partitions_per_transaction", t.refused_partitions),
+        ]
+        .into_iter()
+        .map(|(bound, v)| ([("bound", bound)], ConstCounter::new(v))),
+    )
 }
 
 /// Per group: state, generation, members, rebalances; committed offsets and lag.

@@ -14,11 +14,12 @@ use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
 use crate::coordinator::offsets::Committed;
+use crate::coordinator::txn::{TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
     Member, ProducerError, ReadAs, SyncSpec, Synced, TopicPartition,
 };
-use crate::engine::{Engine, FetchMemory};
+use crate::engine::{Engine, FetchMemory, TxnFailure};
 
 /// A topic: its name and partition count.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -591,19 +592,30 @@ impl Backend {
         self.engine.sync_group(spec).await
     }
 
-    /// A member's heartbeat; the Kafka error code (0 when fine).
-    pub fn heartbeat(&self, group: &str, member: &str, generation: i32) -> i16 {
-        match self.engine.heartbeat(group, member, generation) {
+    /// A member's heartbeat (with its group instance id if static); the
+    /// Kafka error code (0 when fine).
+    pub fn heartbeat(
+        &self,
+        group: &str,
+        member: &str,
+        instance: Option<&str>,
+        generation: i32,
+    ) -> i16 {
+        match self
+            .engine
+            .heartbeat_as(group, (member, instance), generation)
+        {
             Ok(()) => kerr::NONE,
-            Err(c) => group_code(&GroupError::Code(c)),
+            Err(e) => group_code(&e),
         }
     }
 
-    /// A member leaves; the Kafka error code (0 when fine).
-    pub fn leave_group(&self, group: &str, member: &str) -> i16 {
-        match self.engine.leave_group(group, member) {
+    /// A member leaves, named by member id, group instance id or both; the
+    /// Kafka error code (0 when fine).
+    pub fn leave_group(&self, group: &str, member: &str, instance: Option<&str>) -> i16 {
+        match self.engine.leave_group_as(group, (member, instance)) {
             Ok(()) => kerr::NONE,
-            Err(c) => group_code(&GroupError::Code(c)),
+            Err(e) => group_code(&e),
         }
     }
 
@@ -615,7 +627,7 @@ impl Backend {
     pub async fn commit_offsets(
         &self,
         group: &str,
-        member: &str,
+        (member, instance): (&str, Option<&str>),
         generation: i32,
         offsets: &[(TopicPartition, Committed)],
     ) -> Result<Vec<i16>, i16> {
@@ -624,9 +636,9 @@ impl Backend {
             member_id: member,
             generation,
         };
-        match self.engine.commit_offsets_with(m, offsets).await {
+        match self.engine.commit_offsets_as(m, instance, offsets).await {
             Ok(codes) => Ok(codes.into_iter().map(kafka_code).collect()),
-            Err(c) => Err(group_code(&GroupError::Code(c))),
+            Err(e) => Err(group_code(&e)),
         }
     }
 
@@ -653,6 +665,156 @@ impl Backend {
     }
 }
 
+impl Backend {
+    // ------------------------------------------------------------ transactions
+
+    /// InitProducerId with a transactional id: (producer id, epoch).
+    ///
+    /// # Errors
+    /// As [`Engine::init_transactional_producer`]; map with [`txn_code`].
+    pub async fn init_transactional_producer(
+        &self,
+        transactional_id: &str,
+        timeout_ms: i32,
+        expected: Option<(i64, i16)>,
+    ) -> Result<(i64, i16), TxnFailure> {
+        self.engine
+            .init_transactional_producer(transactional_id, i64::from(timeout_ms), expected)
+            .await
+    }
+
+    /// Whether a partition exists.
+    pub fn partition_exists(&self, topic: &str, partition: i32) -> bool {
+        self.engine
+            .partition_exists(&TopicPartition::new(topic, partition))
+    }
+
+    /// AddPartitionsToTxn.
+    ///
+    /// # Errors
+    /// As [`Engine::add_partitions_to_txn`]; map with [`txn_code`].
+    pub async fn add_partitions_to_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partitions: Vec<TopicPartition>,
+    ) -> Result<(), TxnFailure> {
+        self.engine
+            .add_partitions_to_txn(transactional_id, producer_id, epoch, partitions)
+            .await
+    }
+
+    /// AddOffsetsToTxn.
+    ///
+    /// # Errors
+    /// As [`Engine::add_offsets_to_txn`]; map with [`txn_code`].
+    pub async fn add_offsets_to_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+    ) -> Result<(), TxnFailure> {
+        self.engine
+            .add_offsets_to_txn(transactional_id, producer_id, epoch, group)
+            .await
+    }
+
+    /// TxnOffsetCommit: one Kafka code per offset, in order.
+    ///
+    /// # Errors
+    /// As [`Engine::txn_offset_commit`]; map with [`txn_code`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn txn_offset_commit(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        group: &str,
+        (member, instance, generation): (&str, Option<&str>, i32),
+        offsets: Vec<(TopicPartition, TxnOffset)>,
+    ) -> Result<Vec<i16>, TxnFailure> {
+        let m = Member {
+            group,
+            member_id: member,
+            generation,
+        };
+        self.engine
+            .txn_offset_commit(transactional_id, producer_id, epoch, m, instance, offsets)
+            .await
+            .map(|codes| codes.into_iter().map(kafka_code).collect())
+    }
+
+    /// EndTxn.
+    ///
+    /// # Errors
+    /// As [`Engine::end_txn`]; map with [`txn_code`].
+    pub async fn end_txn(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        commit: bool,
+    ) -> Result<(), TxnFailure> {
+        self.engine
+            .end_txn(transactional_id, producer_id, epoch, commit)
+            .await
+    }
+
+    /// ListTransactions.
+    pub fn list_transactions(
+        &self,
+        states: &[TxnState],
+        producer_ids: &[i64],
+        min_age_ms: i64,
+    ) -> Vec<TxnListing> {
+        self.engine
+            .list_transactions(states, producer_ids, min_age_ms)
+    }
+
+    /// Whether an open transaction holds an offset of `group` for the
+    /// partition not committed yet (OffsetFetch `require_stable`).
+    pub fn pending_txn_offset(&self, group: &str, topic: &str, partition: i32) -> bool {
+        self.engine
+            .pending_txn_offset(group, &TopicPartition::new(topic, partition))
+    }
+
+    /// DescribeTransactions: one id's state, if known.
+    pub fn describe_transaction(&self, transactional_id: &str) -> Option<TxnMeta> {
+        self.engine.describe_transaction(transactional_id)
+    }
+}
+
+/// Kafka's code for a transaction failure. `before_kip_588`: the request's
+/// version predates PRODUCER_FENCED (InitProducerId v0-3, AddPartitionsToTxn,
+/// AddOffsetsToTxn and EndTxn v0-1, TxnOffsetCommit v0-2), which then gets
+/// INVALID_PRODUCER_EPOCH, as Kafka answers.
+pub fn txn_code(e: &TxnFailure, before_kip_588: bool) -> i16 {
+    match e {
+        TxnFailure::Refused(r) => match r {
+            TxnError::InvalidTransactionalId { .. } => kerr::INVALID_REQUEST,
+            TxnError::InvalidTransactionTimeout { .. } => kerr::INVALID_TRANSACTION_TIMEOUT,
+            TxnError::InvalidProducerIdMapping(_) => kerr::INVALID_PRODUCER_ID_MAPPING,
+            TxnError::ProducerFenced { .. } if before_kip_588 => kerr::INVALID_PRODUCER_EPOCH,
+            TxnError::ProducerFenced { .. } => kerr::PRODUCER_FENCED,
+            TxnError::ConcurrentTransactions(_) => kerr::CONCURRENT_TRANSACTIONS,
+            TxnError::InvalidTxnState { .. } | TxnError::GroupNotInTransaction(_) => {
+                kerr::INVALID_TXN_STATE
+            }
+            TxnError::TooManyTransactionalIds { .. }
+            | TxnError::TooManyOpenTransactions { .. }
+            | TxnError::TooManyPartitions { .. } => kafka_code(ErrorCode::LimitReached),
+            TxnError::ProducerIds(_) => kerr::KAFKA_STORAGE_ERROR,
+        },
+        TxnFailure::MarkersNotStored(_) => kerr::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        TxnFailure::Offsets(ErrorCode::InvalidName) => kerr::INVALID_GROUP_ID,
+        TxnFailure::Offsets(c) => kafka_code(*c),
+        TxnFailure::Group(g) => group_code(g),
+        TxnFailure::Log(_) | TxnFailure::ShuttingDown => kerr::COORDINATOR_NOT_AVAILABLE,
+    }
+}
+
 /// An error's message for a Kafka client: the detail alone when there is
 /// one (the Flume code's name would only confuse a Kafka client).
 fn detail(e: &crate::error::BrokerError) -> String {
@@ -669,6 +831,7 @@ pub fn group_code(e: &GroupError) -> i16 {
     match e {
         GroupError::InconsistentProtocol => kerr::INCONSISTENT_GROUP_PROTOCOL,
         GroupError::MemberIdRequired(_) => kerr::MEMBER_ID_REQUIRED,
+        GroupError::FencedInstanceId => kerr::FENCED_INSTANCE_ID,
         GroupError::InvalidSessionTimeout(_) => kerr::INVALID_SESSION_TIMEOUT,
         GroupError::Code(c) => match c {
             ErrorCode::InvalidName => kerr::INVALID_GROUP_ID,

@@ -13,6 +13,8 @@ fn kjoin(id: &str, protocols: &[&str]) -> ClientJoinParams {
             member_id: id.to_owned(),
             require_member_id: false,
             client_id: "app".into(),
+            group_instance_id: None,
+            skip_assignment_supported: false,
             client_host: "/127.0.0.1".into(),
             protocol_type: "consumer".into(),
             protocols: protocols
@@ -65,7 +67,7 @@ fn first(c: &mut Coordinator<u32>) -> String {
     );
     let r = c.sync(
         "g",
-        &j.member_id,
+        (&j.member_id, None),
         1,
         Some("consumer"),
         Some("range"),
@@ -142,12 +144,12 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
         leader
             .members
             .iter()
-            .map(|(m, _)| m.clone())
+            .map(|m| m.member_id.clone())
             .collect::<Vec<_>>(),
         vec![a.clone(), b.clone()],
         "in join order"
     );
-    assert_eq!(leader.members[1].1, Bytes::from("md-range-"));
+    assert_eq!(leader.members[1].metadata, Bytes::from("md-range-"));
     assert!(
         follower.members.is_empty(),
         "only the leader gets the metadata"
@@ -160,11 +162,21 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
     );
     // The follower's sync parks until the leader's.
     assert!(c
-        .sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 14, 5)
+        .sync(
+            "g",
+            (&b, None),
+            2,
+            None,
+            None,
+            Vec::new(),
+            usize::MAX,
+            14,
+            5
+        )
         .is_empty());
     let r = c.sync(
         "g",
-        &a,
+        (&a, None),
         2,
         None,
         None,
@@ -180,7 +192,17 @@ fn followers_sync_waits_for_the_leader_and_a_new_member_rebalances_everyone() {
     }
     assert_eq!(c.check_commit("g", &b, 2), Ok("consumer".to_owned()));
     // Stable: a late sync gets the stored assignment at once.
-    let r = c.sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 16, 7);
+    let r = c.sync(
+        "g",
+        (&b, None),
+        2,
+        None,
+        None,
+        Vec::new(),
+        usize::MAX,
+        16,
+        7,
+    );
     assert_eq!(synced(&r[0]), Bytes::from("for-b"));
     let d = c.describe("g").unwrap();
     assert_eq!(d.phase, GroupPhase::Stable);
@@ -212,12 +234,32 @@ fn a_stale_generation_is_illegal_even_during_a_rebalance() {
         c.heartbeat("g", "nobody", 1, 11),
         Err(ErrorCode::UnknownMember)
     );
-    let r = c.sync("g", &a, 1, None, None, Vec::new(), usize::MAX, 12, 9);
+    let r = c.sync(
+        "g",
+        (&a, None),
+        1,
+        None,
+        None,
+        Vec::new(),
+        usize::MAX,
+        12,
+        9,
+    );
     assert_eq!(
         r[0].1,
         Err(GroupError::Code(ErrorCode::RebalanceInProgress))
     );
-    let r = c.sync("g", &a, 0, None, None, Vec::new(), usize::MAX, 12, 9);
+    let r = c.sync(
+        "g",
+        (&a, None),
+        0,
+        None,
+        None,
+        Vec::new(),
+        usize::MAX,
+        12,
+        9,
+    );
     assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::IllegalGeneration)));
 }
 
@@ -235,7 +277,17 @@ fn a_leader_that_never_syncs_is_removed_and_the_waiting_follower_rejoins() {
         .1
         .member_id;
     assert!(c
-        .sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 13, 5)
+        .sync(
+            "g",
+            (&b, None),
+            2,
+            None,
+            None,
+            Vec::new(),
+            usize::MAX,
+            13,
+            5
+        )
         .is_empty());
     // Both keep heartbeating; a (the leader) never syncs. The deadline is the rebalance timeout.
     assert_eq!(c.heartbeat("g", &b, 2, 5_000), Ok(()));
@@ -302,7 +354,7 @@ fn the_protocol_most_members_prefer_among_those_all_support_wins() {
     assert_eq!(a.protocol, "sticky");
     let _ = c.sync(
         "g",
-        &a.member_id,
+        (&a.member_id, None),
         1,
         None,
         None,
@@ -333,8 +385,28 @@ fn a_silent_member_expires_and_the_others_rebalance_and_a_leave_rebalances_too()
         .unwrap()
         .1
         .member_id;
-    let _ = c.sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 13, 5);
-    let _ = c.sync("g", &a, 2, None, None, Vec::new(), usize::MAX, 13, 6);
+    let _ = c.sync(
+        "g",
+        (&b, None),
+        2,
+        None,
+        None,
+        Vec::new(),
+        usize::MAX,
+        13,
+        5,
+    );
+    let _ = c.sync(
+        "g",
+        (&a, None),
+        2,
+        None,
+        None,
+        Vec::new(),
+        usize::MAX,
+        13,
+        6,
+    );
     // b heartbeats, a goes silent past its session timeout (6 s).
     for t in [3_000, 6_000, 6_014] {
         assert_eq!(c.heartbeat("g", &b, 2, t), Ok(()));
@@ -372,7 +444,17 @@ fn a_leave_answers_the_parked_sync_of_the_member_and_rebalances_the_rest() {
         .1
         .member_id;
     assert!(c
-        .sync("g", &b, 2, None, None, Vec::new(), usize::MAX, 13, 5)
+        .sync(
+            "g",
+            (&b, None),
+            2,
+            None,
+            None,
+            Vec::new(),
+            usize::MAX,
+            13,
+            5
+        )
         .is_empty());
     let r = c.leave("g", &b, 14, &none).unwrap();
     assert_eq!(r.len(), 1);
@@ -406,11 +488,21 @@ fn the_bytes_client_members_hold_are_capped_and_freed_when_they_go() {
         assignment: Bytes::from(vec![0u8; 5_000]),
         partitions: Vec::new(),
     };
-    let r = c.sync("g", &a.member_id, 1, None, None, vec![huge], 10_000, 2, 3);
+    let r = c.sync(
+        "g",
+        (&a.member_id, None),
+        1,
+        None,
+        None,
+        vec![huge],
+        10_000,
+        2,
+        3,
+    );
     assert_eq!(r[0].1, Err(GroupError::Code(ErrorCode::LimitReached)));
     let r = c.sync(
         "g",
-        &a.member_id,
+        (&a.member_id, None),
         1,
         None,
         None,

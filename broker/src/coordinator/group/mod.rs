@@ -13,6 +13,13 @@
 //!
 //! Both share generations, fencing, session expiry and rebalance timeouts.
 //!
+//! Client-assigned members may be static (Kafka's KIP-345, see
+//! `statics.rs`): a member with a group instance id that comes back under a
+//! new member id takes the old one's place and assignment, without a
+//! rebalance while the group is stable, and fences the old one
+//! ([`GroupError::FencedInstanceId`]); a rebalance's deadline does not remove
+//! a static member that has not rejoined (its session does).
+//!
 //! States: `Empty` (no members), `PreparingRebalance` (waiting for the known
 //! members to rejoin, until a deadline), `CompletingRebalance` (client-
 //! assigned only: waiting for the leader's SyncGroup, until a deadline),
@@ -28,8 +35,11 @@ use flume_protocol::ErrorCode;
 use crate::coordinator::assignor::{assign_from, Subscription};
 use crate::domain::{
     Assignor, ClientJoined, GroupDescription, GroupError, GroupListing, GroupPhase, Joined,
-    MemberAssignment, MemberDescription, Synced, TopicAssignment, BROKER_ASSIGNED_PROTOCOL_TYPE,
+    JoinedMember, MemberAssignment, MemberDescription, Synced, TopicAssignment,
+    BROKER_ASSIGNED_PROTOCOL_TYPE,
 };
+
+mod statics;
 
 /// A join to start.
 #[derive(Debug, Clone)]
@@ -111,6 +121,8 @@ impl Default for GroupLimits {
 struct ClientMember {
     client_id: String,
     client_host: String,
+    /// The group instance id of a static member.
+    instance: Option<String>,
     protocols: Vec<(String, Bytes)>,
     assignment: Bytes,
     partitions: Vec<TopicAssignment>,
@@ -121,6 +133,7 @@ impl ClientMember {
     fn bytes(&self) -> usize {
         self.client_id.len()
             + self.client_host.len()
+            + self.instance.as_ref().map_or(0, String::len)
             + self
                 .protocols
                 .iter()
@@ -220,6 +233,9 @@ struct Group<R> {
     /// Member ids handed out with MEMBER_ID_REQUIRED, not joined yet, and
     /// when they lapse (ms).
     new_ids: BTreeMap<String, u64>,
+    /// Static members: group instance id -> member id, one entry per member
+    /// whose `ClientMember::instance` is set (kept so by `remove_member`).
+    statics: BTreeMap<String, String>,
     /// Bytes its client-assigned members hold (see [`ClientMember::bytes`]);
     /// recounted after every change of this group's members or assignments.
     held: usize,
@@ -274,6 +290,7 @@ impl<R> Group<R> {
             syncs: BTreeMap::new(),
             unsynced: BTreeSet::new(),
             new_ids: BTreeMap::new(),
+            statics: BTreeMap::new(),
             held: 0,
             changed: event_listener::Event::new(),
             check_at: 0,
@@ -363,6 +380,19 @@ fn fail<R>(r: R, code: ErrorCode) -> Ready<R> {
     (r, Err(GroupError::Code(code)))
 }
 
+/// Removes a member and what refers to it: its place among the members that
+/// owe a SyncGroup and its instance id. Its parked requests are the caller's.
+fn remove_member<R>(g: &mut Group<R>, id: &str) -> Option<Member> {
+    let m = g.members.remove(id)?;
+    g.unsynced.remove(id);
+    if let Some(i) = m.client.as_ref().and_then(|c| c.instance.as_ref()) {
+        if g.statics.get(i).is_some_and(|cur| cur == id) {
+            g.statics.remove(i);
+        }
+    }
+    Some(m)
+}
+
 /// Every group, keyed by group id.
 #[derive(Debug)]
 pub struct Coordinator<R> {
@@ -446,6 +476,7 @@ impl<R> Coordinator<R> {
             .map(|(id, m)| match &m.client {
                 Some(c) => MemberDescription {
                     member_id: id.clone(),
+                    group_instance_id: c.instance.clone(),
                     client_id: c.client_id.clone(),
                     client_host: c.client_host.clone(),
                     topics: m.topics.clone(),
@@ -460,6 +491,7 @@ impl<R> Coordinator<R> {
                 },
                 None => MemberDescription {
                     member_id: id.clone(),
+                    group_instance_id: None,
                     client_id: String::new(),
                     client_host: String::new(),
                     topics: m.topics.clone(),
@@ -638,7 +670,11 @@ impl<R> Coordinator<R> {
 
     /// Handles a client-assigned JOIN_GROUP (Kafka's). The responder parks
     /// until the rebalance completes; a first join without a member id may
-    /// be answered at once with [`GroupError::MemberIdRequired`].
+    /// be answered at once with [`GroupError::MemberIdRequired`] (not a
+    /// static member's). A static member without a member id whose instance
+    /// id the group knows takes the place of the member that had it (see
+    /// `statics.rs`); with a member id that is no longer its instance's it
+    /// gets [`GroupError::FencedInstanceId`].
     pub fn join_client(
         &mut self,
         group: &str,
@@ -655,15 +691,24 @@ impl<R> Coordinator<R> {
             return vec![fail(responder, code)];
         }
         let held = self.held();
-        let fresh = self.first_join_id(&p.join.member_id, &p.join.client_id);
+        let instance = p.join.group_instance_id.clone();
+        // Kafka's member ids start with the instance id of a static member.
+        let prefix = instance.as_deref().unwrap_or(&p.join.client_id);
+        let fresh = self.first_join_id(&p.join.member_id, prefix);
         let g = join_target(&mut self.groups, group);
+        // A static member coming back without its member id: the member it replaces.
+        let replacing = instance
+            .as_ref()
+            .filter(|_| p.join.member_id.is_empty())
+            .and_then(|i| g.statics.get(i).cloned());
+        let me = replacing.as_deref().unwrap_or(&p.join.member_id);
         // The mode and protocols must fit the group's while it has members.
         if !g.members.is_empty() || !g.pending.is_empty() {
             let fits = match &g.mode {
                 Mode::Broker => false,
                 Mode::Client { protocol_type } => {
                     *protocol_type == p.join.protocol_type
-                        && candidates(g, Some(&p.join.member_id))
+                        && candidates(g, Some(me))
                             .is_none_or(|c| p.join.protocols.iter().any(|(n, _)| c.contains(n)))
                 }
             };
@@ -676,18 +721,29 @@ impl<R> Coordinator<R> {
             };
         }
         let (id, fresh) = match fresh {
+            Some((id, _)) if replacing.is_some() => {
+                let old = replacing.unwrap_or_default();
+                let ready = statics::replace(g, group, &old, id, p, held, now, responder);
+                g.recount();
+                return ready;
+            }
             Some((id, order)) => {
                 if is_full(group, g.members.len() + g.new_ids.len(), &p.limits) {
                     return vec![fail(responder, ErrorCode::LimitReached)];
                 }
-                if p.join.require_member_id {
+                if p.join.require_member_id && instance.is_none() {
                     g.new_ids
                         .insert(id.clone(), now.saturating_add(session_timeout_ms));
                     return vec![(responder, Err(GroupError::MemberIdRequired(id)))];
                 }
                 (id, Some(order))
             }
-            None => (p.join.member_id.clone(), None),
+            None => {
+                if let Err(e) = statics::check(g, &p.join.member_id, instance.as_deref()) {
+                    return vec![(responder, Err(e))];
+                }
+                (p.join.member_id.clone(), None)
+            }
         };
         let handed_out = fresh.is_none() && g.new_ids.remove(&id).is_some();
         if fresh.is_none() && !handed_out && !g.members.contains_key(&id) {
@@ -727,9 +783,17 @@ impl<R> Coordinator<R> {
                 return vec![(responder, Ok(Answer::ClientJoined(client_response(g, &id))))];
             }
         }
+        // A known static member rejoining without its instance id stays static.
+        let instance = instance.or_else(|| {
+            g.members
+                .get(&id)
+                .and_then(|m| m.client.as_ref())
+                .and_then(|c| c.instance.clone())
+        });
         let client = ClientMember {
             client_id: p.join.client_id,
             client_host: p.join.client_host,
+            instance: instance.clone(),
             protocols: p.join.protocols,
             assignment: Bytes::new(),
             partitions: Vec::new(),
@@ -764,6 +828,9 @@ impl<R> Coordinator<R> {
                 client: Some(client),
             },
         );
+        if let Some(i) = instance {
+            g.statics.insert(i, id.clone());
+        }
         if let Some(old) = g.pending.insert(id, Parked { responder }) {
             ready.push(fail(old.responder, ErrorCode::RebalanceInProgress));
         }
@@ -788,12 +855,14 @@ impl<R> Coordinator<R> {
 
     /// Handles a SyncGroup of a client-assigned group: the leader's brings
     /// every member's assignment and completes the generation; the others
-    /// park until it does (or get their assignment at once when stable).
+    /// park until it does (or get their assignment at once when stable). A
+    /// static member names its instance id beside its member id, and is
+    /// fenced when the instance has another member id now.
     #[allow(clippy::too_many_arguments)]
     pub fn sync(
         &mut self,
         group: &str,
-        member: &str,
+        (member, instance): (&str, Option<&str>),
         generation: i32,
         protocol_type: Option<&str>,
         protocol: Option<&str>,
@@ -807,6 +876,9 @@ impl<R> Coordinator<R> {
             return vec![fail(responder, ErrorCode::UnknownMember)];
         };
         g.check_at = 0;
+        if let Err(e) = statics::check(g, member, instance) {
+            return vec![(responder, Err(e))];
+        }
         let Some(m) = g.members.get_mut(member) else {
             return vec![fail(responder, ErrorCode::UnknownMember)];
         };
@@ -995,7 +1067,7 @@ impl<R> Coordinator<R> {
         if g.new_ids.remove(member).is_some() {
             return Ok(Vec::new());
         }
-        if g.members.remove(member).is_none() {
+        if remove_member(g, member).is_none() {
             return Err(ErrorCode::UnknownMember);
         }
         tracing::info!(group, member, "member left");
@@ -1078,15 +1150,14 @@ impl<R> Coordinator<R> {
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in &expired {
-                g.members.remove(id);
-                g.unsynced.remove(id);
+                remove_member(g, id);
                 tracing::info!(group = %name, member = %id, "session expired; member removed");
             }
             if let GroupState::CompletingRebalance { deadline } = g.state {
                 if now >= deadline {
                     let late: Vec<String> = std::mem::take(&mut g.unsynced).into_iter().collect();
                     for id in &late {
-                        if g.members.remove(id).is_some() {
+                        if remove_member(g, id).is_some() {
                             tracing::info!(group = %name, member = %id, "no SyncGroup before the rebalance timeout; member removed");
                         }
                     }
@@ -1278,29 +1349,41 @@ fn try_complete<R>(
         return Vec::new();
     }
     g.initial = None;
+    // Members that did not rejoin go, but static ones (KIP-345): those stay
+    // in the generation with their last metadata until their session lapses.
     let missing: Vec<String> = g
         .members
-        .keys()
-        .filter(|id| !g.pending.contains_key(*id))
-        .cloned()
+        .iter()
+        .filter(|(id, m)| !g.pending.contains_key(*id) && !statics::is_static(m))
+        .map(|(id, _)| id.clone())
         .collect();
     for id in missing {
         tracing::info!(member = %id, "member did not rejoin before the rebalance timeout; removed");
-        g.members.remove(&id);
+        remove_member(g, &id);
     }
     if g.members.is_empty() {
         g.state = GroupState::Empty;
         g.assignment.clear();
         return Vec::new();
     }
+    if g.pending.is_empty() {
+        // Only static members that have not rejoined: wait another rebalance
+        // timeout for one to come back (or for their sessions to lapse).
+        g.state = GroupState::PreparingRebalance {
+            deadline: now.saturating_add(g.rebalance_timeout()),
+        };
+        return Vec::new();
+    }
     g.generation = g.generation.wrapping_add(1).max(1);
     if g.is_client() {
         g.protocol = choose_protocol(g);
-        // The leader stays while it is a member; otherwise the earliest joined.
-        if !g.members.contains_key(&g.leader) {
+        // The leader stays while it is a member that rejoined; otherwise the
+        // earliest joined of those that did.
+        if !g.pending.contains_key(&g.leader) {
             g.leader = g
                 .members
                 .iter()
+                .filter(|(id, _)| g.pending.contains_key(*id))
                 .min_by_key(|(id, m)| (m.seq, (*id).clone()))
                 .map(|(id, _)| id.clone())
                 .unwrap_or_default();
@@ -1405,13 +1488,15 @@ fn client_response<R>(g: &Group<R>, id: &str) -> ClientJoined {
         ms.sort_by_key(|(mid, m)| (m.seq, (*mid).clone()));
         ms.into_iter()
             .map(|(mid, m)| {
-                let md = m
-                    .client
-                    .as_ref()
-                    .and_then(|c| c.protocols.iter().find(|(n, _)| *n == g.protocol))
-                    .map(|(_, md)| md.clone())
-                    .unwrap_or_default();
-                (mid.clone(), md)
+                let c = m.client.as_ref();
+                JoinedMember {
+                    member_id: mid.clone(),
+                    group_instance_id: c.and_then(|c| c.instance.clone()),
+                    metadata: c
+                        .and_then(|c| c.protocols.iter().find(|(n, _)| *n == g.protocol))
+                        .map(|(_, md)| md.clone())
+                        .unwrap_or_default(),
+                }
             })
             .collect()
     } else {
@@ -1424,6 +1509,7 @@ fn client_response<R>(g: &Group<R>, id: &str) -> ClientJoined {
         leader_id: g.leader.clone(),
         member_id: id.to_owned(),
         members,
+        skip_assignment: false,
     }
 }
 
@@ -1445,3 +1531,6 @@ mod tests;
 
 #[cfg(test)]
 mod client_tests;
+
+#[cfg(test)]
+mod static_tests;

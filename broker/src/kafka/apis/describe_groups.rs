@@ -1,5 +1,6 @@
 //! DescribeGroups: each group's state, protocol type and protocol, and its
-//! members with client id, host, metadata and assignment. A group the broker
+//! members with client id, host, group instance id (v4+, static members),
+//! metadata and assignment. A group the broker
 //! knows nothing of is "Dead" (v0-5) or GROUP_ID_NOT_FOUND (v6+), as Kafka
 //! answers. Broker-assigned (Flume protocol) groups show protocol type
 //! "flume" and their assignor.
@@ -54,6 +55,9 @@ pub(super) fn handle(
                 .map(|m| {
                     let mut dm = DescribedGroupMember::default();
                     dm.member_id = StrBytes::from_string(m.member_id);
+                    if version >= 4 {
+                        dm.group_instance_id = m.group_instance_id.map(StrBytes::from_string);
+                    }
                     dm.client_id = StrBytes::from_string(m.client_id);
                     dm.client_host = StrBytes::from_string(m.client_host);
                     dm.member_metadata = m.metadata;

@@ -1,23 +1,20 @@
-//! FindCoordinator: this broker, for groups. Transactions are not served.
+//! FindCoordinator: this broker, for groups (key type 0) and for
+//! transactional ids (key type 1); another key type is INVALID_REQUEST.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::Ctx;
-
-/// COORDINATOR_NOT_AVAILABLE: asked for a transaction coordinator.
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+use super::super::{errors, Ctx};
 
 pub(super) fn handle(
     ctx: &Ctx,
     req: FindCoordinatorRequest,
     version: i16,
 ) -> FindCoordinatorResponse {
-    let error = if req.key_type == 0 {
-        0
-    } else {
-        COORDINATOR_NOT_AVAILABLE
+    let error = match req.key_type {
+        0 | 1 => errors::NONE,
+        _ => errors::INVALID_REQUEST,
     };
     let host = StrBytes::from_string(ctx.advertised_host.clone());
     let port = i32::from(ctx.advertised_port);
@@ -30,7 +27,7 @@ pub(super) fn handle(
                 let mut c = Coordinator::default();
                 c.key = key;
                 c.error_code = error;
-                if error == 0 {
+                if error == errors::NONE {
                     c.node_id = BrokerId(ctx.node_id);
                     c.host = host.clone();
                     c.port = port;
@@ -43,7 +40,7 @@ pub(super) fn handle(
             .collect();
     } else {
         resp.error_code = error;
-        if error == 0 {
+        if error == errors::NONE {
             resp.node_id = BrokerId(ctx.node_id);
             resp.host = host;
             resp.port = port;

@@ -2,11 +2,15 @@
 //! the coordinator, bounded by the rebalance timeout) until every known
 //! member has joined; the leader's answer lists every member's metadata.
 //!
-//! Served up to v4: v4 answers a first join without a member id with
-//! MEMBER_ID_REQUIRED and a new id (KIP-394), as Kafka does. Static
-//! membership (`group.instance.id`, v5+) is not served: clients see that
-//! JoinGroup v5 is missing (librdkafka then runs a dynamic member; the Java
-//! client refuses the setting).
+//! Served up to v9, as Kafka serves it: v4+ answers a first join without a
+//! member id with MEMBER_ID_REQUIRED and a new id (KIP-394), except a static
+//! member's; v5+ carries the group instance id (`group.instance.id`, static
+//! membership, KIP-345: a static member that comes back gets its place and
+//! assignment without a rebalance and fences the process before it,
+//! FENCED_INSTANCE_ID); v6+ is the flexible encoding; v7+ answers with the
+//! protocol type; v8's reason is only logged; v9 lets a static leader that
+//! comes back to a stable group be told the members with `skip_assignment`
+//! (KIP-814) instead of being named a leader it is not.
 
 use std::time::Duration;
 
@@ -76,11 +80,20 @@ pub(super) async fn handle(
     } else {
         req.session_timeout_ms
     };
+    if let Some(reason) = req.reason.as_ref().filter(|_| version >= 8) {
+        tracing::debug!(group = %req.group_id.0.as_str(), member = %req.member_id.as_str(), reason = %reason.as_str(), "kafka JoinGroup");
+    }
     let spec = ClientJoinSpec {
         group: req.group_id.0.as_str().to_owned(),
         member_id: req.member_id.as_str().to_owned(),
         require_member_id: version >= 4,
         client_id: client_id.to_owned(),
+        group_instance_id: req
+            .group_instance_id
+            .as_ref()
+            .filter(|_| version >= 5)
+            .map(|i| i.as_str().to_owned()),
+        skip_assignment_supported: version >= 9,
         client_host: ctx.client_host.clone(),
         protocol_type,
         protocols,
@@ -93,16 +106,23 @@ pub(super) async fn handle(
         Ok(j) => {
             resp.error_code = errors::NONE;
             resp.generation_id = j.generation;
+            if version >= 7 {
+                resp.protocol_type = Some(StrBytes::from_string(j.protocol_type));
+            }
             resp.protocol_name = Some(StrBytes::from_string(j.protocol));
             resp.leader = StrBytes::from_string(j.leader_id);
             resp.member_id = StrBytes::from_string(j.member_id);
+            resp.skip_assignment = j.skip_assignment && version >= 9;
             resp.members = j
                 .members
                 .into_iter()
-                .map(|(id, metadata)| {
+                .map(|jm| {
                     let mut m = JoinGroupResponseMember::default();
-                    m.member_id = StrBytes::from_string(id);
-                    m.metadata = metadata;
+                    m.member_id = StrBytes::from_string(jm.member_id);
+                    if version >= 5 {
+                        m.group_instance_id = jm.group_instance_id.map(StrBytes::from_string);
+                    }
+                    m.metadata = jm.metadata;
                     m
                 })
                 .collect();

@@ -1,6 +1,9 @@
 //! LeaveGroup: the member goes at once and the others rebalance. v3+ names
-//! several members, each answered on its own; a member named only by a
-//! group instance id is unknown (static membership is not served).
+//! several members, each answered on its own, by member id, by group
+//! instance id (a static member; an empty member id removes whichever member
+//! has the instance now, as `kafka-consumer-groups --remove-members` does),
+//! or both (a static member whose instance has another member id now gets
+//! FENCED_INSTANCE_ID and stays).
 
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
@@ -15,7 +18,7 @@ pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGr
         return resp;
     }
     if version < 3 {
-        resp.error_code = ctx.backend.leave_group(group, req.member_id.as_str());
+        resp.error_code = ctx.backend.leave_group(group, req.member_id.as_str(), None);
         return resp;
     }
     resp.members = req
@@ -23,10 +26,12 @@ pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGr
         .into_iter()
         .map(|m| {
             let mut r = MemberResponse::default();
-            r.error_code = if m.member_id.is_empty() {
+            let instance = m.group_instance_id.as_ref().map(|i| i.as_str());
+            r.error_code = if m.member_id.is_empty() && instance.is_none() {
                 errors::UNKNOWN_MEMBER_ID
             } else {
-                ctx.backend.leave_group(group, m.member_id.as_str())
+                ctx.backend
+                    .leave_group(group, m.member_id.as_str(), instance)
             };
             r.member_id = m.member_id;
             r.group_instance_id = m.group_instance_id;

@@ -8,6 +8,8 @@
 //! does not decode closes the connection, as Kafka does.
 
 mod acls;
+mod add_offsets_to_txn;
+mod add_partitions_to_txn;
 mod alter_configs;
 mod api_versions;
 mod create_partitions;
@@ -19,6 +21,8 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_transactions;
+mod end_txn;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -27,12 +31,14 @@ mod join_group;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_transactions;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
@@ -58,7 +64,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // Consumer groups (client-assigned, Kafka's classic protocol).
     (ApiKey::OffsetCommit, 2, 9),
     (ApiKey::OffsetFetch, 1, 9),
-    (ApiKey::JoinGroup, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
     (ApiKey::Heartbeat, 0, 4),
     (ApiKey::LeaveGroup, 0, 5),
     (ApiKey::SyncGroup, 0, 5),
@@ -75,6 +81,14 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
+    // Transactions (KIP-98, KIP-447): the coordinator's side (markers wait
+    // for the log format: EndTxn of a transaction with partitions is refused).
+    (ApiKey::AddPartitionsToTxn, 0, 3),
+    (ApiKey::AddOffsetsToTxn, 0, 3),
+    (ApiKey::EndTxn, 0, 3),
+    (ApiKey::TxnOffsetCommit, 0, 3),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -185,7 +199,23 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         }
         ApiKey::DeleteTopics => answer!(req => delete_topics::handle(ctx, req, version).await),
         ApiKey::DeleteRecords => answer!(req => delete_records::handle(ctx, req).await),
-        ApiKey::InitProducerId => answer!(req => init_producer_id::handle(ctx, req).await),
+        ApiKey::InitProducerId => {
+            answer!(req => init_producer_id::handle(ctx, req, version).await)
+        }
+        ApiKey::AddPartitionsToTxn => {
+            answer!(req => add_partitions_to_txn::handle(ctx, req, version).await)
+        }
+        ApiKey::AddOffsetsToTxn => {
+            answer!(req => add_offsets_to_txn::handle(ctx, req, version).await)
+        }
+        ApiKey::EndTxn => answer!(req => end_txn::handle(ctx, req, version).await),
+        ApiKey::TxnOffsetCommit => {
+            answer!(req => txn_offset_commit::handle(ctx, req, version).await)
+        }
+        ApiKey::ListTransactions => answer!(req => list_transactions::handle(ctx, req, version)),
+        ApiKey::DescribeTransactions => {
+            answer!(req => describe_transactions::handle(ctx, req, version))
+        }
         ApiKey::JoinGroup => answer!(req => join_group::handle(ctx, client_id, req, version).await),
         ApiKey::SyncGroup => answer!(req => sync_group::handle(ctx, req, version).await),
         ApiKey::Heartbeat => answer!(req => heartbeat::handle(ctx, req, version)),

@@ -1,7 +1,9 @@
 //! OffsetCommit: a group's offsets into Flume's committed-offset store (the
 //! one `flume-cli groups lag` and the Flume SDK read), fenced by member and
-//! generation as Flume's own commits are. Generation -1 with an empty member
-//! id commits from outside the group, allowed while it has no members. Each
+//! generation as Flume's own commits are (v7+: a static member whose group
+//! instance id has another member id now gets FENCED_INSTANCE_ID). Generation
+//! -1 with an empty member id commits from outside the group, allowed while
+//! it has no members. Each
 //! offset's metadata string (at most 4096 bytes) and leader epoch are kept
 //! with it and returned by OffsetFetch.
 
@@ -18,7 +20,7 @@ use crate::security::acl::{Operation, Resource};
 pub(super) async fn handle(
     ctx: &Ctx,
     req: OffsetCommitRequest,
-    _version: i16,
+    version: i16,
 ) -> OffsetCommitResponse {
     // READ on the group (else every partition is GROUP_AUTHORIZATION_FAILED)
     // and on each topic (else its partitions are TOPIC_AUTHORIZATION_FAILED).
@@ -55,7 +57,13 @@ pub(super) async fn handle(
         ctx.backend
             .commit_offsets(
                 req.group_id.0.as_str(),
-                req.member_id.as_str(),
+                (
+                    req.member_id.as_str(),
+                    req.group_instance_id
+                        .as_ref()
+                        .filter(|_| version >= 7)
+                        .map(|i| i.as_str()),
+                ),
                 req.generation_id_or_member_epoch,
                 &offsets,
             )

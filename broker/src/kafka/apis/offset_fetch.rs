@@ -3,8 +3,10 @@
 //! partition the group committed. v8+ asks for several groups at once. The
 //! leader epoch and metadata string are those committed (-1 and empty when
 //! the commit had none); v9's member id and epoch are not checked (classic
-//! groups), and
-//! `require_stable` needs nothing: a commit is visible once acknowledged.
+//! groups). `require_stable` (v7+): a partition for which an open
+//! transaction holds an offset not committed yet gets UNSTABLE_OFFSET_COMMIT
+//! (88) and -1, which the client retries (a plain commit is visible once
+//! acknowledged).
 
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -20,7 +22,31 @@ use crate::security::acl::{Operation, Resource};
 /// One group's answer: per topic, (partition, what is committed, error).
 type Answer = Vec<(TopicName, Vec<(i32, Committed, i16)>)>;
 
-fn fetch_group(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>>) -> Answer {
+/// UNSTABLE_OFFSET_COMMIT: an open transaction commits an offset for the partition.
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+
+fn fetch_group(
+    ctx: &Ctx,
+    group: &str,
+    topics: Option<Vec<(TopicName, Vec<i32>)>>,
+    require_stable: bool,
+) -> Answer {
+    let mut answer = fetch_committed(ctx, group, topics);
+    if require_stable {
+        for (name, rows) in &mut answer {
+            for (p, c, e) in rows.iter_mut() {
+                if *e == errors::NONE && ctx.backend.pending_txn_offset(group, name.0.as_str(), *p)
+                {
+                    *c = Committed::at(-1);
+                    *e = UNSTABLE_OFFSET_COMMIT;
+                }
+            }
+        }
+    }
+    answer
+}
+
+fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i32>)>>) -> Answer {
     match topics {
         Some(ts) => ts
             .into_iter()
@@ -99,7 +125,7 @@ pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> Offset
                 let mut gr = OffsetFetchResponseGroup::default();
                 gr.error_code = group_error(ctx, &name);
                 if gr.error_code == errors::NONE {
-                    gr.topics = fetch_group(ctx, &name, topics)
+                    gr.topics = fetch_group(ctx, &name, topics, req.require_stable)
                         .into_iter()
                         .map(|(tname, rows)| {
                             let mut tr = OffsetFetchResponseTopics::default();
@@ -139,7 +165,7 @@ pub(super) fn handle(ctx: &Ctx, req: OffsetFetchRequest, version: i16) -> Offset
     if error != errors::NONE {
         return resp;
     }
-    resp.topics = fetch_group(ctx, &group, topics)
+    resp.topics = fetch_group(ctx, &group, topics, version >= 7 && req.require_stable)
         .into_iter()
         .map(|(tname, rows)| {
             let mut tr = OffsetFetchResponseTopic::default();

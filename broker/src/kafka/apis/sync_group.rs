@@ -1,7 +1,9 @@
 //! SyncGroup: the leader's brings every member's assignment and completes
 //! the generation; the others wait (parked in the coordinator until the
 //! leader's arrives or the rebalance timeout removes the members that did
-//! not sync) and get their own assignment.
+//! not sync) and get their own assignment. v3+ carries a static member's
+//! group instance id: FENCED_INSTANCE_ID once the instance has another
+//! member id.
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ConsumerProtocolAssignment, SyncGroupRequest, SyncGroupResponse};
@@ -63,6 +65,11 @@ pub(super) async fn handle(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> Sy
     let spec = SyncSpec {
         group: req.group_id.0.as_str().to_owned(),
         member_id: req.member_id.as_str().to_owned(),
+        group_instance_id: req
+            .group_instance_id
+            .as_ref()
+            .filter(|_| version >= 3)
+            .map(|i| i.as_str().to_owned()),
         generation: req.generation_id,
         protocol_type,
         protocol: if version >= 5 {

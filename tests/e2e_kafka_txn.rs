@@ -1,0 +1,209 @@
+//! The transaction coordinator on the Kafka listener, end to end over raw
+//! Kafka frames: FindCoordinator for a transactional id, InitProducerId
+//! (epochs, fencing), AddOffsetsToTxn + TxnOffsetCommit + EndTxn committing
+//! a group's offsets (OffsetFetch `require_stable` sees them pending until
+//! then), AddPartitionsToTxn + EndTxn refused while the log
+//! cannot store markers (the end stays recorded), ListTransactions and
+//! DescribeTransactions, and the state after a restart.
+
+use crate::common;
+use crate::common::kafka::Kc;
+
+use anyhow::{ensure, Context, Result};
+use flume_broker::Broker;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::{
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest,
+    DescribeTransactionsRequest, EndTxnRequest, FindCoordinatorRequest, GroupId,
+    InitProducerIdRequest, ListTransactionsRequest, OffsetFetchRequest, ProducerId, TopicName,
+    TransactionalId, TxnOffsetCommitRequest,
+};
+use kafka_protocol::protocol::StrBytes;
+
+const NONE: i16 = 0;
+const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
+const CONCURRENT_TRANSACTIONS: i16 = 51;
+const UNSTABLE_OFFSET_COMMIT: i16 = 88;
+const PRODUCER_FENCED: i16 = 90;
+
+fn start(dir: &std::path::Path) -> Result<(Broker, String)> {
+    let mut cfg = common::config(dir);
+    cfg.kafka_listen = Some("127.0.0.1:0".into());
+    let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
+    if broker.engine().topic("t").is_none() {
+        broker.engine().create_topic("t", common::topic(2))?;
+    }
+    let addr = broker.kafka_addr().context("kafka listener")?.to_string();
+    Ok((broker, addr))
+}
+
+fn tid(id: &str) -> TransactionalId {
+    TransactionalId(StrBytes::from_string(id.to_owned()))
+}
+
+fn init(c: &mut Kc, id: &str) -> Result<(i64, i16)> {
+    let r = c.call(
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(tid(id)))
+            .with_transaction_timeout_ms(60_000),
+    )?;
+    ensure!(r.error_code == NONE, "{r:?}");
+    Ok((r.producer_id.0, r.producer_epoch))
+}
+
+fn end(c: &mut Kc, id: &str, (pid, epoch): (i64, i16), commit: bool) -> Result<i16> {
+    let mut r = EndTxnRequest::default();
+    r.transactional_id = tid(id);
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = epoch;
+    r.committed = commit;
+    Ok(c.call(3, &r)?.error_code)
+}
+
+fn add_offsets(c: &mut Kc, id: &str, (pid, epoch): (i64, i16), group: &str) -> Result<i16> {
+    let mut r = AddOffsetsToTxnRequest::default();
+    r.transactional_id = tid(id);
+    r.producer_id = ProducerId(pid);
+    r.producer_epoch = epoch;
+    r.group_id = GroupId(StrBytes::from_string(group.to_owned()));
+    Ok(c.call(3, &r)?.error_code)
+}
+
+fn committed(c: &mut Kc, group: &str, partition: i32) -> Result<i64> {
+    Ok(fetch(c, group, partition, false)?.0)
+}
+
+/// OffsetFetch v7 of one partition of "t": (offset, error).
+fn fetch(c: &mut Kc, group: &str, partition: i32, require_stable: bool) -> Result<(i64, i16)> {
+    let mut t = OffsetFetchRequestTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    t.partition_indexes = vec![partition];
+    let mut r = OffsetFetchRequest::default();
+    r.group_id = GroupId(StrBytes::from_string(group.to_owned()));
+    r.topics = Some(vec![t]);
+    r.require_stable = require_stable;
+    let resp = c.call(7, &r)?;
+    let p = &resp.topics[0].partitions[0];
+    Ok((p.committed_offset, p.error_code))
+}
+
+#[test]
+fn a_transaction_commits_offsets_fences_old_producers_and_refuses_what_needs_markers() -> Result<()>
+{
+    let dir = tempfile::tempdir()?;
+    let (broker, addr) = start(dir.path())?;
+    let mut c = Kc::connect(&addr)?;
+    // Advertised exactly as served.
+    let v = c.call(3, &ApiVersionsRequest::default())?;
+    let range = |k: ApiKey| {
+        v.api_keys
+            .iter()
+            .find(|a| a.api_key == k as i16)
+            .map(|a| (a.min_version, a.max_version))
+    };
+    ensure!(range(ApiKey::AddPartitionsToTxn) == Some((0, 3)));
+    ensure!(range(ApiKey::EndTxn) == Some((0, 3)));
+    ensure!(range(ApiKey::TxnOffsetCommit) == Some((0, 3)));
+    ensure!(range(ApiKey::ListTransactions) == Some((0, 1)));
+    ensure!(range(ApiKey::DescribeTransactions) == Some((0, 0)));
+    // This broker coordinates transactional ids.
+    let mut f = FindCoordinatorRequest::default();
+    f.key_type = 1;
+    f.coordinator_keys = vec![StrBytes::from_static_str("tx")];
+    let r = c.call(4, &f)?;
+    ensure!(
+        r.coordinators[0].error_code == NONE && r.coordinators[0].port > 0,
+        "{r:?}"
+    );
+
+    // A transaction of offsets only: committed into the group by EndTxn.
+    let p = init(&mut c, "tx")?;
+    ensure!(add_offsets(&mut c, "tx", p, "g")? == NONE);
+    let mut part = TxnOffsetCommitRequestPartition::default();
+    part.partition_index = 1;
+    part.committed_offset = 42;
+    let mut topic = TxnOffsetCommitRequestTopic::default();
+    topic.name = TopicName(StrBytes::from_static_str("t"));
+    topic.partitions = vec![part];
+    let mut commit = TxnOffsetCommitRequest::default();
+    commit.transactional_id = tid("tx");
+    commit.group_id = GroupId(StrBytes::from_static_str("g"));
+    commit.producer_id = ProducerId(p.0);
+    commit.producer_epoch = p.1;
+    commit.generation_id = -1;
+    commit.topics = vec![topic];
+    let r = c.call(3, &commit)?;
+    ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
+    ensure!(committed(&mut c, "g", 1)? == -1, "not before the commit");
+    ensure!(
+        fetch(&mut c, "g", 1, true)? == (-1, UNSTABLE_OFFSET_COMMIT),
+        "require_stable: a transaction holds an offset for it"
+    );
+    ensure!(fetch(&mut c, "g", 0, true)? == (-1, NONE));
+    ensure!(end(&mut c, "tx", p, true)? == NONE);
+    ensure!(committed(&mut c, "g", 1)? == 42);
+    ensure!(
+        fetch(&mut c, "g", 1, true)? == (42, NONE),
+        "stable once committed"
+    );
+
+    // A second producer with the same id fences the first.
+    let p2 = init(&mut c, "tx")?;
+    ensure!(p2 == (p.0, p.1 + 1), "{p2:?}");
+    ensure!(add_offsets(&mut c, "tx", p, "g")? == PRODUCER_FENCED);
+
+    // A transaction with partitions: its end is recorded, but the markers
+    // cannot be written to this log yet, and EndTxn says so.
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = tid("tx");
+    add.v3_and_below_producer_id = ProducerId(p2.0);
+    add.v3_and_below_producer_epoch = p2.1;
+    let mut t = AddPartitionsToTxnTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    t.partitions = vec![0, 1];
+    add.v3_and_below_topics = vec![t];
+    let r = c.call(3, &add)?;
+    ensure!(
+        r.results_by_topic_v3_and_below[0]
+            .results_by_partition
+            .iter()
+            .all(|p| p.partition_error_code == NONE),
+        "{r:?}"
+    );
+    ensure!(end(&mut c, "tx", p2, true)? == UNSUPPORTED_FOR_MESSAGE_FORMAT);
+    ensure!(end(&mut c, "tx", p2, true)? == CONCURRENT_TRANSACTIONS);
+
+    // Listed and described as PrepareCommit, with its partitions.
+    let l = c.call(1, &ListTransactionsRequest::default())?;
+    ensure!(l.transaction_states.len() == 1, "{l:?}");
+    ensure!(l.transaction_states[0].transaction_state.as_str() == "PrepareCommit");
+    let mut d = DescribeTransactionsRequest::default();
+    d.transactional_ids = vec![tid("tx"), tid("unknown")];
+    let r = c.call(0, &d)?;
+    let s = &r.transaction_states[0];
+    ensure!(s.transaction_state.as_str() == "PrepareCommit" && s.producer_epoch == p2.1);
+    ensure!(
+        s.topics.len() == 1 && s.topics[0].partitions == vec![0, 1],
+        "{s:?}"
+    );
+    ensure!(
+        r.transaction_states[1].error_code == 105,
+        "TRANSACTIONAL_ID_NOT_FOUND"
+    );
+    flume_rt::block_on(broker.shutdown());
+    drop(broker);
+
+    // After a restart the decision stands, still waiting for its markers.
+    let (broker, addr) = start(dir.path())?;
+    let mut c = Kc::connect(&addr)?;
+    let r = c.call(0, &d)?;
+    ensure!(r.transaction_states[0].transaction_state.as_str() == "PrepareCommit");
+    ensure!(committed(&mut c, "g", 1)? == 42);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
