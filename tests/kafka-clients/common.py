@@ -29,8 +29,20 @@ DEADLINE_S = float(os.environ.get("KAFKA_CLIENTS_DEADLINE_S", "25"))
 AUTO_CREATE = os.environ.get("KAFKA_CLIENTS_AUTO_CREATE") == "1"
 
 
+# One line at a time on stdout and stderr: several Reporters may run in threads of one
+# process (stream_apps.py runs two libraries side by side).
+_OUT = threading.Lock()
+
+
 def log(*args):
-    print(*args, file=sys.stderr, flush=True)
+    with _OUT:
+        print(*args, file=sys.stderr, flush=True)
+
+
+def say(line):
+    with _OUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def now_ms():
@@ -77,10 +89,10 @@ class Reporter:
             text = "; ".join(str(p) for p in problems[:5])
             if len(problems) > 5:
                 text += f"; ... ({len(problems)} problems)"
-            print(f"FAIL {self.client} {name}: {text} ({took:.1f}s)", flush=True)
+            say(f"FAIL {self.client} {name}: {text} ({took:.1f}s)")
         else:
             self.passed += 1
-            print(f"PASS {self.client} {name} ({took:.1f}s)", flush=True)
+            say(f"PASS {self.client} {name} ({took:.1f}s)")
         return not problems
 
     def finish(self):

@@ -510,9 +510,13 @@ if want kafka-python; then run_client kafka-python 9 "$PY" "$HERE/kafka_python_t
 if want kafkajs; then
   run_client kafkajs 9 env NODE_PATH="$NPM_PREFIX/node_modules" node "$HERE/kafkajs_test.js" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"
 fi
-for lib in quixstreams faust; do
-  if want "$lib"; then run_client "$lib" 2 "$SPY" "$HERE/stream_apps.py" "$lib" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
-done
+# Both libraries side by side (stream_apps.py runs each in a thread): 2 scenarios each.
+STREAM_LIBS=()
+for lib in quixstreams faust; do if want "$lib"; then STREAM_LIBS+=("$lib"); fi; done
+if [ "${#STREAM_LIBS[@]}" -gt 0 ]; then
+  libs=$(IFS=,; echo "${STREAM_LIBS[*]}")
+  run_client stream-apps $((2 * ${#STREAM_LIBS[@]})) "$SPY" "$HERE/stream_apps.py" "$libs" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"
+fi
 
 # ---------------------------------------------------------------------------
 # SASL_SSL (issue #20): a second broker with TLS, --auth required and a user, certificates

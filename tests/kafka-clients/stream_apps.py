@@ -4,12 +4,13 @@ count per key whose state lives on local disk (RocksDB) and in a compacted chang
 topic that the library creates on the broker, restored from it after the local state
 is lost.
 
-    python stream_apps.py LIB BOOTSTRAP PREFIX LOGDIR     # LIB's scenarios
+    python stream_apps.py LIBS BOOTSTRAP PREFIX LOGDIR    # the scenarios of each LIB
     python stream_apps.py app LIB BOOTSTRAP GROUP INPUT OUTPUT STATE_DIR COUNT
                                                           # one run of LIB's app (used by them)
 
-LIB is `quixstreams` (Quix Streams, on confluent-kafka) or `faust` (faust-streaming, on
-aiokafka). Each app reads INPUT (string keys, JSON values {"seq": n}), counts the records
+LIBS is `quixstreams` (Quix Streams, on confluent-kafka), `faust` (faust-streaming, on
+aiokafka) or both, comma-separated: each library's scenarios run in a thread of their
+own, side by side (each run of an app mostly waits: for its group to form, for the broker). Each app reads INPUT (string keys, JSON values {"seq": n}), counts the records
 of each key in its state, writes {"count": c, "seq": n} under the same key to OUTPUT,
 and stops cleanly (committing) once it has processed COUNT records. The scenarios:
 
@@ -31,6 +32,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -292,12 +294,25 @@ def main():
     if sys.argv[1] == "app":
         LIBS[sys.argv[2]][0](*sys.argv[3:9])
         return 0
-    lib, bootstrap, prefix, logdir = sys.argv[1:5]
-    s = Scenarios(lib, bootstrap, prefix, logdir)
-    rep = common.Reporter(lib)
-    rep.run("count", s.count, timeout=3 * common.DEADLINE_S + 40)
-    rep.run("restore", s.restore, timeout=3 * common.DEADLINE_S + 40)
-    rep.finish()
+    libs, bootstrap, prefix, logdir = sys.argv[1].split(","), *sys.argv[2:5]
+    reporters = []
+
+    def scenarios(lib):
+        s = Scenarios(lib, bootstrap, prefix, logdir)
+        rep = common.Reporter(lib)
+        reporters.append(rep)
+        rep.run("count", s.count, timeout=3 * common.DEADLINE_S + 40)
+        rep.run("restore", s.restore, timeout=3 * common.DEADLINE_S + 40)
+
+    threads = [threading.Thread(target=scenarios, args=(lib,)) for lib in libs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Exits at once (1 if anything failed), not waiting for a hung client thread.
+    failed = sum(r.failed for r in reporters)
+    reporters[0].failed = failed
+    reporters[0].finish()
 
 
 if __name__ == "__main__":
