@@ -101,6 +101,30 @@ create_exception!(
     "The producer's buffer is full and the call asked not to wait."
 );
 create_exception!(flume, Closed, FlumeError, "The object was closed.");
+create_exception!(
+    flume,
+    InvalidConfig,
+    InvalidRequest,
+    "A topic config by Kafka's name is unknown or its value is out of range (the message names both)."
+);
+create_exception!(
+    flume,
+    InvalidRecord,
+    FlumeError,
+    "A record the topic cannot take as it is: a record without a key on a compacted topic."
+);
+create_exception!(
+    flume,
+    GroupNotEmpty,
+    FlumeError,
+    "The group has members: deleting it or its offsets waits until they have left."
+);
+create_exception!(
+    flume,
+    UnknownGroup,
+    FlumeError,
+    "No group of that name: no members and no committed offsets."
+);
 
 /// Builds an exception of class `T` (its class attribute `code` names the
 /// wire code); lazy, so it needs no GIL until raised.
@@ -126,6 +150,10 @@ pub fn code_error(code: ErrorCode, msg: String) -> PyErr {
             exc::<RebalanceInProgress>(msg)
         }
         ErrorCode::ShuttingDown => exc::<ShuttingDown>(msg),
+        ErrorCode::InvalidConfig => exc::<InvalidConfig>(msg),
+        ErrorCode::InvalidRecord => exc::<InvalidRecord>(msg),
+        ErrorCode::GroupNotEmpty => exc::<GroupNotEmpty>(msg),
+        ErrorCode::UnknownGroup => exc::<UnknownGroup>(msg),
         _ => exc::<FlumeError>(msg),
     }
 }
@@ -194,9 +222,13 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConnectionFailed", py.get_type::<ConnectionFailed>())?;
     m.add("BufferFull", py.get_type::<BufferFull>())?;
     m.add("Closed", py.get_type::<Closed>())?;
+    m.add("InvalidConfig", py.get_type::<InvalidConfig>())?;
+    m.add("InvalidRecord", py.get_type::<InvalidRecord>())?;
+    m.add("GroupNotEmpty", py.get_type::<GroupNotEmpty>())?;
+    m.add("UnknownGroup", py.get_type::<UnknownGroup>())?;
     // `code`: the broker's wire error code of each class (None where there is none).
     py.get_type::<FlumeError>().setattr("code", py.None())?;
-    let codes: [(Bound<'_, pyo3::types::PyType>, ErrorCode); 11] = [
+    let codes: [(Bound<'_, pyo3::types::PyType>, ErrorCode); 15] = [
         (py.get_type::<QueueFull>(), ErrorCode::QueueFull),
         (py.get_type::<RecordTooLarge>(), ErrorCode::RecordTooLarge),
         (py.get_type::<UnknownTopic>(), ErrorCode::UnknownTopic),
@@ -217,6 +249,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ),
         (py.get_type::<CorruptRecord>(), ErrorCode::CorruptRecord),
         (py.get_type::<StorageError>(), ErrorCode::StorageError),
+        (py.get_type::<InvalidConfig>(), ErrorCode::InvalidConfig),
+        (py.get_type::<InvalidRecord>(), ErrorCode::InvalidRecord),
+        (py.get_type::<GroupNotEmpty>(), ErrorCode::GroupNotEmpty),
+        (py.get_type::<UnknownGroup>(), ErrorCode::UnknownGroup),
     ];
     for (t, c) in codes {
         t.setattr("code", c.code())?;

@@ -733,7 +733,9 @@ impl PartitionConsumer {
 
 // ------------------------------------------------------------------ Admin
 
-/// Topics, their offsets, committed offsets and lag, over the network.
+/// Topics (create, describe, configs by Kafka's names, more partitions,
+/// deleting records), their offsets, committed offsets and lag, groups'
+/// offsets, over the network.
 #[pyclass(module = "flume", frozen)]
 pub struct Admin {
     inner: Arc<flume_client::Admin>,
@@ -798,23 +800,212 @@ async fn admin_connect(address: String) -> PyResult<Admin> {
     Ok(Admin { inner: Arc::new(a) })
 }
 
-async fn create_topic(a: Arc<flume_client::Admin>, req: CreateTopicRequest) -> PyResult<()> {
-    a.create_topic(req).await.map_err(client_error)
+/// How `create_topic` creates: Flume's own settings, or configs by Kafka's names.
+enum Create {
+    Settings(CreateTopicRequest),
+    Configs {
+        name: String,
+        partitions: i32,
+        configs: Vec<(String, String)>,
+    },
+}
+
+async fn create_topic(a: Arc<flume_client::Admin>, how: Create) -> PyResult<()> {
+    match how {
+        Create::Settings(req) => a.create_topic(req).await,
+        Create::Configs {
+            name,
+            partitions,
+            configs,
+        } => a
+            .create_topic_with_configs(&name, partitions, &borrowed(&configs))
+            .await
+            .map(|_| ()),
+    }
+    .map_err(client_error)
+}
+
+/// `{name: value}` configs from Python: values as text, in Kafka's spelling
+/// (`True` is `"true"`, `3600000` is `"3600000"`).
+fn configs_arg(configs: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(configs) = configs else {
+        return Ok(Vec::new());
+    };
+    let map = configs
+        .cast::<pyo3::types::PyDict>()
+        .map_err(|_| PyValueError::new_err("configs must be a dict of config name to value"))?;
+    let mut out = Vec::with_capacity(map.len());
+    for (k, v) in map.iter() {
+        let name: String = k
+            .extract()
+            .map_err(|_| PyValueError::new_err("a config name must be a str"))?;
+        let value = if let Ok(b) = v.extract::<bool>() {
+            if b { "true" } else { "false" }.to_owned()
+        } else if let Ok(s) = v.extract::<String>() {
+            s
+        } else if v.extract::<i64>().is_ok() || v.extract::<f64>().is_ok() {
+            v.str()?.to_string()
+        } else {
+            return Err(PyValueError::new_err(format!(
+                "config {name}: the value must be a str, int, float or bool"
+            )));
+        };
+        out.push((name, value));
+    }
+    Ok(out)
+}
+
+fn borrowed(configs: &[(String, String)]) -> Vec<(&str, &str)> {
+    configs
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect()
+}
+
+/// A topic's configs as Python sees them: `{name: (value, source)}`, source
+/// "topic" (set on the topic), "broker" (the broker's default, set at its
+/// start) or "default" (the built-in default), as `flume-cli topics describe`.
+type Configs = BTreeMap<String, (String, &'static str)>;
+
+fn configs_out(resp: flume_client::TopicConfigsResponse) -> Configs {
+    resp.configs
+        .into_iter()
+        .map(|c| {
+            let source = match c.source {
+                flume_client::CONFIG_SOURCE_TOPIC => "topic",
+                flume_client::CONFIG_SOURCE_BROKER => "broker",
+                _ => "default",
+            };
+            (c.name, (c.value, source))
+        })
+        .collect()
+}
+
+async fn describe_configs(a: Arc<flume_client::Admin>, topic: String) -> PyResult<Configs> {
+    a.describe_topic_configs(&topic)
+        .await
+        .map(configs_out)
+        .map_err(client_error)
+}
+
+async fn alter_configs(
+    a: Arc<flume_client::Admin>,
+    topic: String,
+    set: Vec<(String, String)>,
+    delete: Vec<String>,
+) -> PyResult<Configs> {
+    let delete: Vec<&str> = delete.iter().map(String::as_str).collect();
+    a.alter_topic_configs(&topic, &borrowed(&set), &delete)
+        .await
+        .map(configs_out)
+        .map_err(client_error)
+}
+
+async fn delete_records(
+    a: Arc<flume_client::Admin>,
+    topic: String,
+    partition: i32,
+    before: Option<u64>,
+) -> PyResult<u64> {
+    a.delete_records(&topic, partition, before)
+        .await
+        .map_err(client_error)
+}
+
+async fn create_partitions(
+    a: Arc<flume_client::Admin>,
+    topic: String,
+    partitions: i32,
+    validate_only: bool,
+) -> PyResult<u32> {
+    a.create_partitions(&topic, partitions, validate_only)
+        .await
+        .map(|before| u32::try_from(before).unwrap_or(0))
+        .map_err(client_error)
+}
+
+/// The partitions whose offsets went; the first partition that could not
+/// (UNKNOWN_PARTITION, GROUP_NOT_EMPTY) raises, naming it.
+async fn delete_group_offsets(
+    a: Arc<flume_client::Admin>,
+    group: String,
+    topic: String,
+    partitions: Vec<i32>,
+) -> PyResult<Vec<u32>> {
+    let outcomes = a
+        .delete_offsets(&group, &topic, &partitions)
+        .await
+        .map_err(client_error)?;
+    let mut deleted = Vec::with_capacity(outcomes.len());
+    for o in outcomes {
+        if !o.error.is_ok() {
+            return Err(code_error(
+                o.error,
+                format!(
+                    "group {group:?}, topic {topic:?} partition {}: {}",
+                    o.partition, o.error
+                ),
+            ));
+        }
+        deleted.push(u32::try_from(o.partition).unwrap_or(0));
+    }
+    deleted.sort_unstable();
+    Ok(deleted)
+}
+
+async fn delete_group(a: Arc<flume_client::Admin>, group: String) -> PyResult<u32> {
+    a.delete_group(&group)
+        .await
+        .map(|n| u32::try_from(n).unwrap_or(0))
+        .map_err(client_error)
+}
+
+fn partitions_arg(partitions: Option<Vec<u32>>) -> PyResult<Vec<i32>> {
+    partitions
+        .unwrap_or_default()
+        .into_iter()
+        .map(partition_arg)
+        .collect()
+}
+
+fn count_arg(partitions: u32) -> PyResult<i32> {
+    i32::try_from(partitions).map_err(|_| PyValueError::new_err("partitions too large"))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn create_request(
     name: &str,
     partitions: Option<u32>,
+    configs: Option<&Bound<'_, PyAny>>,
     retention_bytes: Option<u64>,
     retention_ms: Option<u64>,
     segment_bytes: Option<u64>,
     max_pending: Option<u32>,
     backpressure: Option<&str>,
-) -> PyResult<CreateTopicRequest> {
+) -> PyResult<Create> {
     let i64_of = |v: Option<u64>| v.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX));
     let i32_of = |v: Option<u32>| v.map_or(-1, |v| i32::try_from(v).unwrap_or(i32::MAX));
-    Ok(CreateTopicRequest {
+    if configs.is_some() {
+        // One request carries either Flume's settings or Kafka's configs.
+        if retention_bytes.is_some()
+            || retention_ms.is_some()
+            || segment_bytes.is_some()
+            || max_pending.is_some()
+            || backpressure.is_some()
+        {
+            return Err(PyValueError::new_err(
+                "configs= cannot be combined with the other settings: give retention and \
+                 segment size in it by Kafka's names (retention.bytes, retention.ms, \
+                 segment.bytes); max_pending and backpressure need a topic created without configs=",
+            ));
+        }
+        return Ok(Create::Configs {
+            name: name.to_owned(),
+            partitions: i32_of(partitions),
+            configs: configs_arg(configs)?,
+        });
+    }
+    Ok(Create::Settings(CreateTopicRequest {
         name: name.to_owned(),
         partitions: i32_of(partitions),
         retention_bytes: i64_of(retention_bytes),
@@ -828,7 +1019,7 @@ fn create_request(
                 flume_broker::Backpressure::Reject => 1,
             },
         },
-    })
+    }))
 }
 
 #[pymethods]
@@ -845,15 +1036,18 @@ impl Admin {
         to_asyncio(py, admin_connect(address))
     }
 
-    /// Creates a topic; unset settings take the broker's defaults.
-    /// Raises TopicAlreadyExists, InvalidName, InvalidRequest.
-    #[pyo3(signature = (name, partitions = None, *, retention_bytes = None, retention_ms = None, segment_bytes = None, max_pending = None, backpressure = None))]
+    /// Creates a topic; unset settings take the broker's defaults. `configs`:
+    /// topic configs by Kafka's names (`{"cleanup.policy": "compact"}`),
+    /// instead of the keyword settings. Raises TopicAlreadyExists,
+    /// InvalidName, InvalidRequest, InvalidConfig (naming the config and value).
+    #[pyo3(signature = (name, partitions = None, *, configs = None, retention_bytes = None, retention_ms = None, segment_bytes = None, max_pending = None, backpressure = None))]
     #[allow(clippy::too_many_arguments)]
     fn create_topic(
         &self,
         py: Python<'_>,
         name: &str,
         partitions: Option<u32>,
+        configs: Option<&Bound<'_, PyAny>>,
         retention_bytes: Option<u64>,
         retention_ms: Option<u64>,
         segment_bytes: Option<u64>,
@@ -863,6 +1057,7 @@ impl Admin {
         let req = create_request(
             name,
             partitions,
+            configs,
             retention_bytes,
             retention_ms,
             segment_bytes,
@@ -873,13 +1068,14 @@ impl Admin {
     }
 
     /// `create_topic` for asyncio.
-    #[pyo3(signature = (name, partitions = None, *, retention_bytes = None, retention_ms = None, segment_bytes = None, max_pending = None, backpressure = None))]
+    #[pyo3(signature = (name, partitions = None, *, configs = None, retention_bytes = None, retention_ms = None, segment_bytes = None, max_pending = None, backpressure = None))]
     #[allow(clippy::too_many_arguments)]
     fn create_topic_async<'py>(
         &self,
         py: Python<'py>,
         name: &str,
         partitions: Option<u32>,
+        configs: Option<&Bound<'_, PyAny>>,
         retention_bytes: Option<u64>,
         retention_ms: Option<u64>,
         segment_bytes: Option<u64>,
@@ -889,6 +1085,7 @@ impl Admin {
         let req = create_request(
             name,
             partitions,
+            configs,
             retention_bytes,
             retention_ms,
             segment_bytes,
@@ -963,5 +1160,178 @@ impl Admin {
             );
         }
         Ok(out)
+    }
+
+    /// Every config of `topic` by Kafka's name: `{name: (value, source)}`,
+    /// source "topic", "broker" or "default". Raises UnknownTopic.
+    fn describe_configs(&self, py: Python<'_>, topic: String) -> PyResult<Configs> {
+        run(py, describe_configs(Arc::clone(&self.inner), topic))
+    }
+
+    /// `describe_configs` for asyncio.
+    fn describe_configs_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(py, describe_configs(Arc::clone(&self.inner), topic))
+    }
+
+    /// Sets `configs` (`{name: value}`, Kafka's names) and takes the configs
+    /// named in `delete` back to their defaults, all or nothing and durably;
+    /// the others stay as they are (Kafka's IncrementalAlterConfigs SET and
+    /// DELETE). Returns every config after the change, as `describe_configs`.
+    /// Raises UnknownTopic, InvalidConfig (naming the config and value).
+    #[pyo3(signature = (topic, configs = None, *, delete = None))]
+    fn alter_configs(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        configs: Option<&Bound<'_, PyAny>>,
+        delete: Option<Vec<String>>,
+    ) -> PyResult<Configs> {
+        let set = configs_arg(configs)?;
+        let fut = alter_configs(
+            Arc::clone(&self.inner),
+            topic,
+            set,
+            delete.unwrap_or_default(),
+        );
+        run(py, fut)
+    }
+
+    /// `alter_configs` for asyncio.
+    #[pyo3(signature = (topic, configs = None, *, delete = None))]
+    fn alter_configs_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        configs: Option<&Bound<'py, PyAny>>,
+        delete: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let set = configs_arg(configs)?;
+        let fut = alter_configs(
+            Arc::clone(&self.inner),
+            topic,
+            set,
+            delete.unwrap_or_default(),
+        );
+        to_asyncio(py, fut)
+    }
+
+    /// Deletes the records of `topic`/`partition` below offset `before`
+    /// (None: every record), as Kafka's DeleteRecords: the partition's log
+    /// start moves there durably, and reads below it fail with
+    /// OffsetOutOfRange. Returns the log start now (a `before` below it
+    /// leaves it). Raises UnknownTopic, UnknownPartition, OffsetOutOfRange
+    /// (past the log end).
+    #[pyo3(signature = (topic, partition, before = None))]
+    fn delete_records(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        partition: u32,
+        before: Option<u64>,
+    ) -> PyResult<u64> {
+        let p = partition_arg(partition)?;
+        run(
+            py,
+            delete_records(Arc::clone(&self.inner), topic, p, before),
+        )
+    }
+
+    /// `delete_records` for asyncio.
+    #[pyo3(signature = (topic, partition, before = None))]
+    fn delete_records_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        partition: u32,
+        before: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let p = partition_arg(partition)?;
+        to_asyncio(
+            py,
+            delete_records(Arc::clone(&self.inner), topic, p, before),
+        )
+    }
+
+    /// Grows `topic` to `partitions` in all (never fewer); with
+    /// `validate_only` the broker only checks. Returns the count before.
+    /// Groups reading the topic rebalance onto the new partitions. Raises
+    /// UnknownTopic, InvalidRequest (not more than it has).
+    #[pyo3(signature = (topic, partitions, *, validate_only = false))]
+    fn create_partitions(
+        &self,
+        py: Python<'_>,
+        topic: String,
+        partitions: u32,
+        validate_only: bool,
+    ) -> PyResult<u32> {
+        let n = count_arg(partitions)?;
+        let fut = create_partitions(Arc::clone(&self.inner), topic, n, validate_only);
+        run(py, fut)
+    }
+
+    /// `create_partitions` for asyncio.
+    #[pyo3(signature = (topic, partitions, *, validate_only = false))]
+    fn create_partitions_async<'py>(
+        &self,
+        py: Python<'py>,
+        topic: String,
+        partitions: u32,
+        validate_only: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let n = count_arg(partitions)?;
+        let fut = create_partitions(Arc::clone(&self.inner), topic, n, validate_only);
+        to_asyncio(py, fut)
+    }
+
+    /// Deletes `group`'s committed offsets on `partitions` of `topic` (None:
+    /// every partition), as Kafka's OffsetDelete. Returns the partitions
+    /// done, sorted. Raises UnknownGroup, UnknownTopic, GroupNotEmpty (a
+    /// member of the group reads the topic: its offsets stay),
+    /// UnknownPartition (naming the partition; the others are done).
+    #[pyo3(signature = (group, topic, partitions = None))]
+    fn delete_group_offsets(
+        &self,
+        py: Python<'_>,
+        group: String,
+        topic: String,
+        partitions: Option<Vec<u32>>,
+    ) -> PyResult<Vec<u32>> {
+        let parts = partitions_arg(partitions)?;
+        let fut = delete_group_offsets(Arc::clone(&self.inner), group, topic, parts);
+        run(py, fut)
+    }
+
+    /// `delete_group_offsets` for asyncio.
+    #[pyo3(signature = (group, topic, partitions = None))]
+    fn delete_group_offsets_async<'py>(
+        &self,
+        py: Python<'py>,
+        group: String,
+        topic: String,
+        partitions: Option<Vec<u32>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let parts = partitions_arg(partitions)?;
+        let fut = delete_group_offsets(Arc::clone(&self.inner), group, topic, parts);
+        to_asyncio(py, fut)
+    }
+
+    /// Deletes a group with no members and every offset it committed, as
+    /// Kafka's DeleteGroups. Returns how many (topic, partition) offsets
+    /// went. Raises GroupNotEmpty, UnknownGroup.
+    fn delete_group(&self, py: Python<'_>, group: String) -> PyResult<u32> {
+        run(py, delete_group(Arc::clone(&self.inner), group))
+    }
+
+    /// `delete_group` for asyncio.
+    fn delete_group_async<'py>(
+        &self,
+        py: Python<'py>,
+        group: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        to_asyncio(py, delete_group(Arc::clone(&self.inner), group))
     }
 }

@@ -29,8 +29,20 @@ DEADLINE_S = float(os.environ.get("KAFKA_CLIENTS_DEADLINE_S", "25"))
 AUTO_CREATE = os.environ.get("KAFKA_CLIENTS_AUTO_CREATE") == "1"
 
 
+# One line at a time on stdout and stderr: several Reporters may run in threads of one
+# process (stream_apps.py runs two libraries side by side).
+_OUT = threading.Lock()
+
+
 def log(*args):
-    print(*args, file=sys.stderr, flush=True)
+    with _OUT:
+        print(*args, file=sys.stderr, flush=True)
+
+
+def say(line):
+    with _OUT:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 def now_ms():
@@ -77,10 +89,10 @@ class Reporter:
             text = "; ".join(str(p) for p in problems[:5])
             if len(problems) > 5:
                 text += f"; ... ({len(problems)} problems)"
-            print(f"FAIL {self.client} {name}: {text} ({took:.1f}s)", flush=True)
+            say(f"FAIL {self.client} {name}: {text} ({took:.1f}s)")
         else:
             self.passed += 1
-            print(f"PASS {self.client} {name} ({took:.1f}s)", flush=True)
+            say(f"PASS {self.client} {name} ({took:.1f}s)")
         return not problems
 
     def finish(self):
@@ -402,3 +414,70 @@ class MemberIO:
     def emit(**ev):
         sys.stdout.write(json.dumps(ev) + "\n")
         sys.stdout.flush()
+
+
+# ---------------------------------------------------------------------------
+# Compaction and DeleteRecords
+
+# A compacted topic whose cleaner runs within a second of a segment sealing: segments of
+# 1 KiB (so the records below fill several) and a dirty ratio any sealed segment passes.
+COMPACT_CONFIG = {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "0.01"}
+COMPACT_KEYS = 5
+COMPACT_ROUNDS = 20
+COMPACT_DELETED = (3, 4)  # the keys that get a tombstone
+COMPACT_FILLERS = 60
+
+
+def compaction_plan():
+    """The records of a compaction scenario as a list of batches, each batch a list of
+    (key, value) (value None: a tombstone): COMPACT_ROUNDS values for each of
+    COMPACT_KEYS keys, a tombstone for each key in COMPACT_DELETED, then
+    COMPACT_FILLERS records of another key, one batch each. A segment rolls between
+    batches, never inside one, and the cleaner never touches the active segment: the
+    fillers seal the segments that hold the keys, so the cleaner can clean them."""
+    batches = []
+    for rnd in range(COMPACT_ROUNDS):
+        batches.append([(f"key-{k}".encode(), f"v{rnd}".encode()) for k in range(COMPACT_KEYS)])
+    batches.append([(f"key-{k}".encode(), None) for k in COMPACT_DELETED])
+    for i in range(COMPACT_FILLERS):
+        batches.append([(b"filler", f"f{i}".encode())])
+    return batches
+
+
+def compaction_cleaned(got):
+    """True once a read from the start (a list of (offset, key, value)) shows the keys
+    cleaned: each of them exactly once."""
+    return len([r for r in got if r[1] is not None and r[1].startswith(b"key-")]) == COMPACT_KEYS
+
+
+def check_compacted(acked, got):
+    """acked: offset -> (key, value) as the producer was told; got: a read of the
+    partition from the start after cleaning, a list of (offset, key, value). Each key of
+    the plan is there once, at its newest offset, with its newest value (None, a
+    tombstone, for the deleted keys); every record read is the one acknowledged at its
+    offset; fewer records are left than were produced and the first offset is gone."""
+    problems = []
+    newest = {}
+    for o in sorted(acked):
+        newest[acked[o][0]] = o
+    want_value = f"v{COMPACT_ROUNDS - 1}".encode()
+    for k in range(COMPACT_KEYS):
+        key = f"key-{k}".encode()
+        left = [r for r in got if r[1] == key]
+        want = None if k in COMPACT_DELETED else want_value
+        if len(left) != 1 or left[0][0] != newest.get(key) or left[0][2] != want:
+            problems.append(f"{key}: {left}, expected one record at {newest.get(key)} with {want}")
+    for o, k, v in got:
+        if acked.get(o) != (k, v):
+            problems.append(f"offset {o} reads {(k, v)}, the producer was told {acked.get(o)}")
+    offsets = [r[0] for r in got]
+    if offsets != sorted(set(offsets)):
+        problems.append("offsets read out of order or twice")
+    if not got or not len(got) < len(acked) or got[0][0] == 0:
+        first = got[0][0] if got else None
+        problems.append(f"{len(got)} of {len(acked)} records left, the first at {first}: nothing was cleaned")
+    return problems
+
+
+DELETE_RECORDS_COUNT = 10  # records produced to partition 0 of the delete-records topic
+DELETE_RECORDS_BEFORE = 4  # the first DeleteRecords moves the log start here

@@ -528,6 +528,64 @@ def scenario_static_member(bootstrap, topic):
     return problems
 
 
+def scenario_delete_records(bootstrap, topic):
+    """AdminClient.delete_records moves the log start (its low watermark): the watermarks
+    follow, a consumer assigned below the start is reset to it (auto.offset.reset
+    earliest) or told _AUTO_OFFSET_RESET (error); past the end is OFFSET_OUT_OF_RANGE;
+    OFFSET_END deletes everything."""
+    from confluent_kafka import OFFSET_END
+
+    n, before = common.DELETE_RECORDS_COUNT, common.DELETE_RECORDS_BEFORE
+    create_topic(bootstrap, topic, partitions=1)
+    plan = [{"key": None, "value": f"r{i}".encode(), "headers": [], "timestamp": None, "partition": 0} for i in range(n)]
+    delivered, errors = produce_plan_records(bootstrap, topic, plan)
+    if errors or sorted(o for _, o in delivered.values()) != list(range(n)):
+        return errors or [f"records delivered at {sorted(delivered.values())}, expected 0..{n - 1}"]
+    admin = AdminClient(conf(bootstrap))
+
+    def delete(offset):
+        tp = TopicPartition(topic, 0, offset)
+        return admin.delete_records([tp], request_timeout=10)[tp].result(timeout=15).low_watermark
+
+    problems = []
+    low = delete(before)
+    if low != before:
+        problems.append(f"delete_records before {before}: low watermark {low}")
+
+    def first_read(reset):
+        c = Consumer(conf(bootstrap, **{**CONSUMER, "group.id": f"{topic}-{reset}", "auto.offset.reset": reset}))
+        try:
+            marks = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+            c.assign([TopicPartition(topic, 0, 1)])  # below the log start
+            end = time.monotonic() + common.DEADLINE_S
+            while time.monotonic() < end:
+                m = c.poll(0.5)
+                if m is not None:
+                    return marks, m
+            return marks, None
+        finally:
+            c.close()
+
+    marks, m = first_read("earliest")
+    if marks != (before, n):
+        problems.append(f"watermarks {marks}, expected ({before}, {n})")
+    if m is None or m.error() is not None or (m.offset(), m.value()) != (before, f"r{before}".encode()):
+        problems.append(f"from offset 1 with earliest: {m and (m.error() or (m.offset(), m.value()))}, expected r{before} at {before}")
+    _, m = first_read("error")
+    if m is None or m.error() is None or m.error().code() != KafkaError._AUTO_OFFSET_RESET:
+        problems.append(f"from offset 1 with auto.offset.reset=error: {m and (m.error() or m.offset())}, expected _AUTO_OFFSET_RESET")
+    try:
+        delete(n + 1)
+        problems.append(f"delete_records before {n + 1}, past the end {n}, succeeded")
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.OFFSET_OUT_OF_RANGE:
+            problems.append(f"delete_records past the end: {e}, expected OFFSET_OUT_OF_RANGE")
+    low = delete(OFFSET_END)
+    if low != n:
+        problems.append(f"delete_records of everything (OFFSET_END): low watermark {low}, expected {n}")
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -566,6 +624,7 @@ def main():
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
     rep.run("static-member", scenario_static_member, bootstrap, f"{pre}-static", timeout=3 * common.DEADLINE_S)
+    rep.run("delete-records", scenario_delete_records, bootstrap, f"{pre}-del")
     rep.finish()
 
 

@@ -44,11 +44,13 @@ CONSUMER = {
 }
 
 
-def create_topic(bootstrap, topic, partitions=common.PARTITIONS):
+def create_topic(bootstrap, topic, partitions=common.PARTITIONS, configs=None):
     if not common.AUTO_CREATE:
         admin = KafkaAdminClient(bootstrap_servers=bootstrap, **BASE)
         try:
-            admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)], timeout_ms=10000)
+            admin.create_topics(
+                [NewTopic(topic, num_partitions=partitions, replication_factor=1, topic_configs=configs or {})],
+                timeout_ms=10000)
         finally:
             admin.close()
     else:
@@ -351,6 +353,128 @@ def scenario_admin(bootstrap, topic):
     return problems
 
 
+def read_partition(bootstrap, tp, last, **extra):
+    """(offset, key, value) of every record of tp from its start, until the one at
+    offset `last` is read or the deadline passes."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **{**BASE, **CONSUMER, **extra})
+    out = []
+    try:
+        c.assign([tp])
+        c.seek_to_beginning(tp)
+        end = time.monotonic() + common.DEADLINE_S
+        while time.monotonic() < end and (not out or out[-1][0] < last):
+            for recs in c.poll(timeout_ms=200).values():
+                out += [(m.offset, m.key, m.value) for m in recs]
+    finally:
+        c.close(autocommit=False)
+    return out
+
+
+def scenario_compaction(bootstrap, topic):
+    """A compacted topic with small segments (common.compaction_plan: many values per
+    key, tombstones, then one batch per record to roll the segments): once the broker's
+    cleaner has run, a consumer from the start sees each key once with its newest value
+    (None for the deleted ones) at the offset the producer was told. A keyless record is
+    refused with INVALID_RECORD."""
+    from kafka.errors import InvalidRecordError
+
+    create_topic(bootstrap, topic, partitions=1, configs=common.COMPACT_CONFIG)
+    acked = {}
+    problems = []
+    p = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0, max_block_ms=10000, delivery_timeout_ms=15000, **BASE)
+    try:
+        for batch in common.compaction_plan():
+            sent = [(k, v, p.send(topic, key=k, value=v, partition=0)) for k, v in batch]
+            p.flush(timeout=15)  # one batch at a time: segments roll between batches
+            for k, v, f in sent:
+                acked[f.get(timeout=1).offset] = (k, v)
+    finally:
+        p.close(timeout=5)
+    # A producer of its own: the refused record must not disturb the one above.
+    p = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=10000, delivery_timeout_ms=15000, **BASE)
+    try:
+        p.send(topic, value=b"no key", partition=0).get(timeout=15)
+        problems.append("a keyless record on a compacted topic was acknowledged")
+    except InvalidRecordError:
+        pass
+    except Exception as e:
+        problems.append(f"a keyless record on a compacted topic: {type(e).__name__}: {e}, expected InvalidRecordError")
+    finally:
+        p.close(timeout=5)
+    tp = TopicPartition(topic, 0)
+    last = max(acked)
+
+    def cleaned():
+        got = read_partition(bootstrap, tp, last)
+        return got if common.compaction_cleaned(got) else None
+
+    got = common.wait_for(cleaned, common.DEADLINE_S, "the cleaner to leave one record of each key")
+    return problems + common.check_compacted(acked, got)
+
+
+def scenario_delete_records(bootstrap, topic):
+    """DeleteRecords moves the log start: the earliest offset is the new start, a consumer
+    from the beginning starts there, a fetch below it is OFFSET_OUT_OF_RANGE (reset to the
+    new start with auto_offset_reset=earliest, raised with 'none'); past the end is
+    refused; -1 deletes everything."""
+    from kafka.errors import OffsetOutOfRangeError
+
+    create_topic(bootstrap, topic, partitions=1)
+    n, before = common.DELETE_RECORDS_COUNT, common.DELETE_RECORDS_BEFORE
+    p = KafkaProducer(bootstrap_servers=bootstrap, max_block_ms=10000, delivery_timeout_ms=15000, **BASE)
+    try:
+        offsets = [p.send(topic, value=f"r{i}".encode(), partition=0).get(timeout=15).offset for i in range(n)]
+    finally:
+        p.close(timeout=5)
+    if offsets != list(range(n)):
+        return [f"records acknowledged at {offsets}, expected 0..{n - 1}"]
+    problems = []
+    tp = TopicPartition(topic, 0)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **BASE)
+    c = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **BASE, **CONSUMER)
+    try:
+        low = admin.delete_records({tp: before}, timeout_ms=10000)[tp]["low_watermark"]
+        if low != before:
+            problems.append(f"delete_records before {before}: low watermark {low}")
+        span = (c.beginning_offsets([tp])[tp], c.end_offsets([tp])[tp])
+        if span != (before, n):
+            problems.append(f"beginning and end offsets {span}, expected ({before}, {n})")
+        got = read_partition(bootstrap, tp, n - 1)
+        want = [(o, None, f"r{o}".encode()) for o in range(before, n)]
+        if got != want:
+            problems.append(f"from the beginning: {got}, expected offsets {before}..{n - 1}")
+        # Below the log start: reset to it (earliest), or the error itself ('none').
+        c.assign([tp])
+        c.seek(tp, 1)
+        first = common.wait_for(lambda: [m for recs in c.poll(timeout_ms=200).values() for m in recs], common.DEADLINE_S, "a record after seeking below the log start")
+        if first[0].offset != before:
+            problems.append(f"after seeking to 1 (below the log start) the first record read is at {first[0].offset}, expected {before}")
+        strict = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **{**BASE, **CONSUMER, "auto_offset_reset": "none"})
+        try:
+            strict.assign([tp])
+            strict.seek(tp, 1)
+            try:
+                common.wait_for(lambda: strict.poll(timeout_ms=200), common.DEADLINE_S, "OffsetOutOfRangeError")
+                problems.append("a fetch below the log start returned records with auto_offset_reset='none'")
+            except OffsetOutOfRangeError:
+                pass
+        finally:
+            strict.close(autocommit=False)
+        try:
+            admin.delete_records({tp: n + 1}, timeout_ms=10000)
+            problems.append(f"delete_records before {n + 1}, past the end {n}, succeeded")
+        except OffsetOutOfRangeError:
+            pass
+        low = admin.delete_records({tp: -1}, timeout_ms=10000)[tp]["low_watermark"]
+        span = (c.beginning_offsets([tp])[tp], c.end_offsets([tp])[tp])
+        if low != n or span != (n, n):
+            problems.append(f"delete_records of everything (-1): low watermark {low}, beginning and end {span}, expected {n}")
+    finally:
+        c.close(autocommit=False)
+        admin.close()
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -385,6 +509,8 @@ def main():
     rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.run("topic-configs", scenario_topic_configs, bootstrap, f"{pre}-cfg")
+    rep.run("delete-records", scenario_delete_records, bootstrap, f"{pre}-del")
+    rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
     rep.finish()
 
 

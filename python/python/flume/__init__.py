@@ -19,8 +19,18 @@ Network SDK (blocking; ``flume.aio`` has the asyncio form)::
         with flume.GroupConsumer(broker.address, "billing", "orders") as c:
             record = c.poll(timeout=5.0)
 
+Admin (topics, configs by Kafka's names, partitions, records, groups' offsets)::
+
+    admin = flume.Admin(broker.address)
+    admin.create_topic("changelog", 3, configs={"cleanup.policy": "compact"})
+    admin.describe_configs("changelog")["cleanup.policy"]   # ("compact", "topic")
+    admin.alter_configs("changelog", {"retention.ms": 3_600_000}, delete=["segment.bytes"])
+    admin.delete_records("orders", 0, before=1000)          # the new log start
+    admin.create_partitions("orders", 6)
+    admin.delete_group_offsets("billing", "orders")
+
 Every error is a ``flume.FlumeError`` subclass (``QueueFull``, ``RecordTooLarge``,
-``UnknownTopic``, ...). Blocking calls release the GIL while they do I/O or wait.
+``UnknownTopic``, ``InvalidConfig``, ...). Blocking calls release the GIL while they do I/O or wait.
 """
 
 from __future__ import annotations
@@ -35,7 +45,10 @@ from ._flume import (
     EmbeddedBroker,
     FlumeError,
     GroupConsumer,
+    GroupNotEmpty,
+    InvalidConfig,
     InvalidName,
+    InvalidRecord,
     InvalidRequest,
     OffsetOutOfRange,
     PartitionConsumer,
@@ -48,6 +61,7 @@ from ._flume import (
     ShuttingDown,
     StorageError,
     TopicAlreadyExists,
+    UnknownGroup,
     UnknownMember,
     UnknownPartition,
     UnknownTopic,
@@ -65,7 +79,10 @@ __all__ = [
     "EmbeddedBroker",
     "FlumeError",
     "GroupConsumer",
+    "GroupNotEmpty",
+    "InvalidConfig",
     "InvalidName",
+    "InvalidRecord",
     "InvalidRequest",
     "OffsetOutOfRange",
     "PartitionConsumer",
@@ -78,6 +95,7 @@ __all__ = [
     "ShuttingDown",
     "StorageError",
     "TopicAlreadyExists",
+    "UnknownGroup",
     "UnknownMember",
     "UnknownPartition",
     "UnknownTopic",

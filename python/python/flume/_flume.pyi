@@ -9,6 +9,9 @@ _Bytes = Union[bytes, bytearray, str]
 _Headers = Union[Mapping[str, Optional[_Bytes]], Iterable[Tuple[str, Optional[_Bytes]]], None]
 _Path = Union[str, "os.PathLike[str]"]
 _Start = Union[str, int, None]
+_ConfigValue = Union[str, int, float, bool]
+# {name: (value, source)}; source is "topic", "broker" or "default".
+_Configs = Dict[str, Tuple[str, str]]
 
 class FlumeError(Exception):
     code: Optional[int]
@@ -29,6 +32,13 @@ class ShuttingDown(FlumeError): ...
 class ConnectionFailed(FlumeError): ...
 class BufferFull(FlumeError): ...
 class Closed(FlumeError): ...
+class InvalidConfig(InvalidRequest):
+    """A topic config by Kafka's name is unknown or its value is out of range."""
+class InvalidRecord(FlumeError):
+    """A record the topic cannot take: a keyless record on a compacted topic."""
+class GroupNotEmpty(FlumeError):
+    """The group has members: deleting it or its offsets waits until they have left."""
+class UnknownGroup(FlumeError): ...
 
 class Record:
     """One record as read."""
@@ -276,6 +286,7 @@ class Admin:
         name: str,
         partitions: Optional[int] = None,
         *,
+        configs: Optional[Dict[str, _ConfigValue]] = None,
         retention_bytes: Optional[int] = None,
         retention_ms: Optional[int] = None,
         segment_bytes: Optional[int] = None,
@@ -287,6 +298,7 @@ class Admin:
         name: str,
         partitions: Optional[int] = None,
         *,
+        configs: Optional[Dict[str, _ConfigValue]] = None,
         retention_bytes: Optional[int] = None,
         retention_ms: Optional[int] = None,
         segment_bytes: Optional[int] = None,
@@ -299,3 +311,27 @@ class Admin:
     def lag(self, group: str, topic: str) -> Dict[int, int]: ...
     def lag_async(self, group: str, topic: str) -> Awaitable[Dict[int, int]]: ...
     def committed(self, group: str, topic: str) -> Dict[int, Optional[int]]: ...
+    def describe_configs(self, topic: str) -> _Configs:
+        """Every config of the topic by Kafka's name: {name: (value, source)}."""
+    def describe_configs_async(self, topic: str) -> Awaitable[_Configs]: ...
+    def alter_configs(
+        self, topic: str, configs: Optional[Dict[str, _ConfigValue]] = None, *, delete: Optional[List[str]] = None
+    ) -> _Configs:
+        """Sets `configs` and takes those in `delete` back to their defaults; the rest stay."""
+    def alter_configs_async(
+        self, topic: str, configs: Optional[Dict[str, _ConfigValue]] = None, *, delete: Optional[List[str]] = None
+    ) -> Awaitable[_Configs]: ...
+    def delete_records(self, topic: str, partition: int, before: Optional[int] = None) -> int:
+        """Moves the partition's log start to `before` (None: the log end); returns it."""
+    def delete_records_async(self, topic: str, partition: int, before: Optional[int] = None) -> Awaitable[int]: ...
+    def create_partitions(self, topic: str, partitions: int, *, validate_only: bool = False) -> int:
+        """Grows the topic to `partitions` in all; returns the count before."""
+    def create_partitions_async(self, topic: str, partitions: int, *, validate_only: bool = False) -> Awaitable[int]: ...
+    def delete_group_offsets(self, group: str, topic: str, partitions: Optional[List[int]] = None) -> List[int]:
+        """Deletes the group's committed offsets on the topic (every partition by default)."""
+    def delete_group_offsets_async(
+        self, group: str, topic: str, partitions: Optional[List[int]] = None
+    ) -> Awaitable[List[int]]: ...
+    def delete_group(self, group: str) -> int:
+        """Deletes a group with no members and its offsets; returns how many offsets went."""
+    def delete_group_async(self, group: str) -> Awaitable[int]: ...

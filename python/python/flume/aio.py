@@ -170,7 +170,7 @@ class PartitionConsumer(_Consumer):
 
 
 class Admin:
-    """Topics, offsets and lag; ``await Admin.connect(address)``."""
+    """Topics, configs, offsets, lag and groups' offsets; ``await Admin.connect(address)``."""
 
     def __init__(self, inner: _flume.Admin) -> None:
         self._inner = inner
@@ -184,6 +184,7 @@ class Admin:
         name: str,
         partitions: Optional[int] = None,
         *,
+        configs: Optional[Dict[str, Union[str, int, float, bool]]] = None,
         retention_bytes: Optional[int] = None,
         retention_ms: Optional[int] = None,
         segment_bytes: Optional[int] = None,
@@ -193,6 +194,7 @@ class Admin:
         await self._inner.create_topic_async(
             name,
             partitions,
+            configs=configs,
             retention_bytes=retention_bytes,
             retention_ms=retention_ms,
             segment_bytes=segment_bytes,
@@ -207,3 +209,29 @@ class Admin:
 
     async def lag(self, group: str, topic: str) -> Dict[int, int]:
         return await self._inner.lag_async(group, topic)
+
+    async def describe_configs(self, topic: str) -> Dict[str, Tuple[str, str]]:
+        return await self._inner.describe_configs_async(topic)
+
+    async def alter_configs(
+        self,
+        topic: str,
+        configs: Optional[Dict[str, Union[str, int, float, bool]]] = None,
+        *,
+        delete: Optional[List[str]] = None,
+    ) -> Dict[str, Tuple[str, str]]:
+        return await self._inner.alter_configs_async(topic, configs, delete=delete)
+
+    async def delete_records(self, topic: str, partition: int, before: Optional[int] = None) -> int:
+        return await self._inner.delete_records_async(topic, partition, before)
+
+    async def create_partitions(self, topic: str, partitions: int, *, validate_only: bool = False) -> int:
+        return await self._inner.create_partitions_async(topic, partitions, validate_only=validate_only)
+
+    async def delete_group_offsets(
+        self, group: str, topic: str, partitions: Optional[List[int]] = None
+    ) -> List[int]:
+        return await self._inner.delete_group_offsets_async(group, topic, partitions)
+
+    async def delete_group(self, group: str) -> int:
+        return await self._inner.delete_group_async(group)
