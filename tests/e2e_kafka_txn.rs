@@ -25,8 +25,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 const NONE: i16 = 0;
-const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
-const CONCURRENT_TRANSACTIONS: i16 = 51;
 const UNSTABLE_OFFSET_COMMIT: i16 = 88;
 const PRODUCER_FENCED: i16 = 90;
 
@@ -93,8 +91,7 @@ fn fetch(c: &mut Kc, group: &str, partition: i32, require_stable: bool) -> Resul
 }
 
 #[test]
-fn a_transaction_commits_offsets_fences_old_producers_and_refuses_what_needs_markers() -> Result<()>
-{
+fn a_transaction_commits_offsets_fences_old_producers_and_writes_its_markers() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (broker, addr) = start(dir.path())?;
     let mut c = Kc::connect(&addr)?;
@@ -157,8 +154,8 @@ fn a_transaction_commits_offsets_fences_old_producers_and_refuses_what_needs_mar
     ensure!(p2 == (p.0, p.1 + 1), "{p2:?}");
     ensure!(add_offsets(&mut c, "tx", p, "g")? == PRODUCER_FENCED);
 
-    // A transaction with partitions: its end is recorded, but the markers
-    // cannot be written to this log yet, and EndTxn says so.
+    // A transaction with partitions: listed and described while open, and
+    // ended with its markers.
     let mut add = AddPartitionsToTxnRequest::default();
     add.v3_and_below_transactional_id = tid("tx");
     add.v3_and_below_producer_id = ProducerId(p2.0);
@@ -175,18 +172,14 @@ fn a_transaction_commits_offsets_fences_old_producers_and_refuses_what_needs_mar
             .all(|p| p.partition_error_code == NONE),
         "{r:?}"
     );
-    ensure!(end(&mut c, "tx", p2, true)? == UNSUPPORTED_FOR_MESSAGE_FORMAT);
-    ensure!(end(&mut c, "tx", p2, true)? == CONCURRENT_TRANSACTIONS);
-
-    // Listed and described as PrepareCommit, with its partitions.
     let l = c.call(1, &ListTransactionsRequest::default())?;
     ensure!(l.transaction_states.len() == 1, "{l:?}");
-    ensure!(l.transaction_states[0].transaction_state.as_str() == "PrepareCommit");
+    ensure!(l.transaction_states[0].transaction_state.as_str() == "Ongoing");
     let mut d = DescribeTransactionsRequest::default();
     d.transactional_ids = vec![tid("tx"), tid("unknown")];
     let r = c.call(0, &d)?;
     let s = &r.transaction_states[0];
-    ensure!(s.transaction_state.as_str() == "PrepareCommit" && s.producer_epoch == p2.1);
+    ensure!(s.transaction_state.as_str() == "Ongoing" && s.producer_epoch == p2.1);
     ensure!(
         s.topics.len() == 1 && s.topics[0].partitions == vec![0, 1],
         "{s:?}"
@@ -195,14 +188,26 @@ fn a_transaction_commits_offsets_fences_old_producers_and_refuses_what_needs_mar
         r.transaction_states[1].error_code == 105,
         "TRANSACTIONAL_ID_NOT_FOUND"
     );
+    ensure!(end(&mut c, "tx", p2, true)? == NONE);
+    let r = c.call(0, &d)?;
+    ensure!(r.transaction_states[0].transaction_state.as_str() == "CompleteCommit");
+    // Each partition got its COMMIT marker: an offset past the records.
+    for p in [0, 1] {
+        let (_, end) = flume_rt::block_on(async {
+            let t = broker.engine().topic("t").context("topic")?;
+            let part = t.partition(p).context("partition")?;
+            anyhow::Ok((part.stable_offset(), part.end_offset()))
+        })?;
+        ensure!(end == 1, "partition {p}: one marker, end {end}");
+    }
     flume_rt::block_on(broker.shutdown());
     drop(broker);
 
-    // After a restart the decision stands, still waiting for its markers.
+    // After a restart the transaction is still complete.
     let (broker, addr) = start(dir.path())?;
     let mut c = Kc::connect(&addr)?;
     let r = c.call(0, &d)?;
-    ensure!(r.transaction_states[0].transaction_state.as_str() == "PrepareCommit");
+    ensure!(r.transaction_states[0].transaction_state.as_str() == "CompleteCommit");
     ensure!(committed(&mut c, "g", 1)? == 42);
     flume_rt::block_on(broker.shutdown());
     Ok(())

@@ -479,6 +479,7 @@ fn a_group_fetch_returns_records() {
                 max_bytes: 1 << 20,
             }],
             read_as: flume_broker::domain::ReadAs::Records,
+            committed: true,
         };
         let fetched = rt::timeout(
             Duration::from_secs(5),

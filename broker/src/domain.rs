@@ -183,6 +183,9 @@ pub struct FetchSpec {
     /// Entries as stored (Kafka's front end) or Flume records only (Flume's
     /// protocol, the in-process readers).
     pub read_as: ReadAs,
+    /// Read as `read_committed` (up to each partition's last stable offset;
+    /// aborted transactions left out of records, or listed beside entries).
+    pub committed: bool,
 }
 
 /// What a fetch read from one partition.
@@ -197,6 +200,10 @@ pub struct PartitionRecords {
     /// Whole entries as the spec's [`ReadAs`] says (Flume records, and with
     /// [`ReadAs::Entries`] Kafka batch entries too), read once from the log.
     pub records: Vec<u8>,
+    /// The partition's last stable offset (-1 for an unknown partition).
+    pub last_stable: i64,
+    /// A `read_committed` read of entries: the aborted transactions among them.
+    pub aborted: Vec<crate::storage::AbortedTxn>,
 }
 
 /// The answer to a [`FetchSpec`]: one entry per requested partition, in order.

@@ -20,6 +20,7 @@ fn decode(set: &[u8], limit: usize) -> Result<u32, RecordsError> {
         append_time: None,
         compression: None,
         keyed_only: false,
+        transactional: false,
     };
     prepare(set, &rules).map(|p| p.records)
 }

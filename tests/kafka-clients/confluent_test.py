@@ -586,6 +586,96 @@ def scenario_delete_records(bootstrap, topic):
     return problems
 
 
+def scenario_transactions(bootstrap, topic):
+    """Kafka transactions (KIP-98, KIP-447) with a transactional producer:
+    committed and aborted transactions, read back by a read_committed consumer
+    (only the committed records, in order) and a read_uncommitted one (every
+    record); send_offsets_to_transaction commits a group's offset with the
+    transaction; a second producer with the same transactional.id fences the
+    first, whose next transaction fails."""
+    create_topic(bootstrap, topic)
+    group = f"{topic}-g"
+    tid = f"{topic}-tx"
+    problems = []
+
+    def producer():
+        p = Producer(conf(bootstrap, **{"transactional.id": tid, "transaction.timeout.ms": 30000}))
+        p.init_transactions(common.DEADLINE_S)
+        return p
+
+    def send(p, values, partition):
+        for v in values:
+            p.produce(topic, v.encode(), key=b"k", partition=partition)
+
+    p1 = producer()
+    p1.begin_transaction()
+    send(p1, [f"c1-{i}" for i in range(10)], 0)
+    send(p1, ["c1-p1"], 1)
+    p1.commit_transaction(common.DEADLINE_S)
+    p1.begin_transaction()
+    send(p1, [f"ab-{i}" for i in range(5)], 0)
+    send(p1, ["ab-p1"], 1)
+    p1.flush(common.DEADLINE_S)  # stored, then aborted
+    p1.abort_transaction(common.DEADLINE_S)
+    # A transaction that also commits a group's offset (consume-transform-produce).
+    c = Consumer(conf(bootstrap, **{**CONSUMER, "group.id": group}))
+    p1.begin_transaction()
+    send(p1, [f"c2-{i}" for i in range(3)], 0)
+    p1.send_offsets_to_transaction([TopicPartition(topic, 2, 7)], c.consumer_group_metadata(), common.DEADLINE_S)
+    p1.commit_transaction(common.DEADLINE_S)
+    got = c.committed([TopicPartition(topic, 2)], timeout=10)
+    if got[0].offset != 7:
+        problems.append(f"the transaction's group offset: {got[0].offset}, expected 7")
+    c.close()
+
+    def read(isolation, want):
+        r = Consumer(conf(bootstrap, **{**CONSUMER, "group.id": f"{topic}-{isolation}", "isolation.level": isolation}))
+        r.assign([TopicPartition(topic, 0, OFFSET_BEGINNING), TopicPartition(topic, 1, OFFSET_BEGINNING)])
+        out = {0: [], 1: []}
+        deadline = time.monotonic() + common.DEADLINE_S
+        while time.monotonic() < deadline and sum(map(len, out.values())) < want:
+            m = r.poll(0.2)
+            if m is not None and m.error() is None:
+                out[m.partition()].append(m.value().decode())
+        # A little longer: nothing more may come.
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            m = r.poll(0.1)
+            if m is not None and m.error() is None:
+                out[m.partition()].append(m.value().decode())
+        r.close()
+        return out
+
+    committed = read("read_committed", 14)
+    want = {0: [f"c1-{i}" for i in range(10)] + [f"c2-{i}" for i in range(3)], 1: ["c1-p1"]}
+    if committed != want:
+        problems.append(f"read_committed read {committed}, expected {want}")
+    everything = read("read_uncommitted", 20)
+    want_all = {0: [f"c1-{i}" for i in range(10)] + [f"ab-{i}" for i in range(5)] + [f"c2-{i}" for i in range(3)],
+                1: ["c1-p1", "ab-p1"]}
+    if everything != want_all:
+        problems.append(f"read_uncommitted read {everything}, expected {want_all}")
+
+    # A zombie: a new producer with the transactional.id fences the old one.
+    p2 = producer()
+    try:
+        p1.begin_transaction()
+        send(p1, ["zombie"], 0)
+        p1.commit_transaction(10)
+        problems.append("the fenced producer committed a transaction")
+    except KafkaException as e:
+        err = e.args[0]
+        if not (err.fatal() or err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)):
+            problems.append(f"the fenced producer got {err}, expected a fatal fencing error")
+    p2.begin_transaction()
+    send(p2, ["after-fence"], 1)
+    p2.commit_transaction(common.DEADLINE_S)
+    last = read("read_committed", 15)
+    if "zombie" in last[0] or last[1][-1:] != ["after-fence"]:
+        problems.append(f"after fencing, read_committed read {last}")
+    return problems
+
+
 def main():
     if sys.argv[1] == "member":
         member(*sys.argv[2:5])
@@ -625,6 +715,7 @@ def main():
     rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
     rep.run("static-member", scenario_static_member, bootstrap, f"{pre}-static", timeout=3 * common.DEADLINE_S)
     rep.run("delete-records", scenario_delete_records, bootstrap, f"{pre}-del")
+    rep.run("transactions", scenario_transactions, bootstrap, f"{pre}-txn", timeout=3 * common.DEADLINE_S)
     rep.finish()
 
 

@@ -731,6 +731,7 @@ mod tests {
                         max_bytes: 1 << 20,
                     }],
                     read_as: crate::domain::ReadAs::Records,
+                    committed: true,
                 };
                 let started = Instant::now();
                 let f = rt::block_on(e.fetch(&spec, None));

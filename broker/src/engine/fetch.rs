@@ -153,7 +153,11 @@ impl Engine {
                         errors = true;
                         continue;
                     }
-                    let end = part.end_offset();
+                    let end = if req.committed {
+                        part.stable_offset()
+                    } else {
+                        part.end_offset()
+                    };
                     if at < part.start_offset() || at > end {
                         errors = true;
                         continue;
@@ -176,6 +180,7 @@ impl Engine {
                         deadline,
                         counting,
                         req.read_as,
+                        req.committed,
                         &mut next,
                         &mut counted_in,
                         &mut counted,
@@ -270,6 +275,7 @@ impl Engine {
         deadline: Instant,
         counting: Option<&Arc<MemoryBudget>>,
         how: ReadAs,
+        committed: bool,
         next: &mut [Option<u64>],
         counted_in: &mut [usize],
         counted: &mut usize,
@@ -279,7 +285,14 @@ impl Engine {
             let (Ok(part), Some(mut at)) = (part, next[i]) else {
                 continue;
             };
-            while *counted < min_bytes && counted_in[i] < wants[i] && at < part.end_offset() {
+            let visible = || {
+                if committed {
+                    part.stable_offset()
+                } else {
+                    part.end_offset()
+                }
+            };
+            while *counted < min_bytes && counted_in[i] < wants[i] && at < visible() {
                 if let Some(c) = counting {
                     if c.is_spent() {
                         let left = deadline.saturating_duration_since(Instant::now());
@@ -297,7 +310,7 @@ impl Engine {
                     .min(COUNT_CHUNK_BYTES);
                 // One record may go past the chunk.
                 let _held = counting.map(|c| c.charge(chunk.max(self.config.max_record_bytes)));
-                let (records, went_on) = match part.read(at, chunk, how).await {
+                let (records, went_on) = match part.read(at, chunk, how, committed).await {
                     Ok(r) => (r.records, r.next),
                     Err(_) => {
                         // The final read reports it.
@@ -342,6 +355,8 @@ impl Engine {
                         log_start: -1,
                         log_end: -1,
                         records: Vec::new(),
+                        last_stable: -1,
+                        aborted: Vec::new(),
                     });
                     continue;
                 }
@@ -357,7 +372,7 @@ impl Engine {
                     if let Some(c) = reserved.as_deref_mut() {
                         c.add(want);
                     }
-                    let mut r = part.read(o, want, req.read_as).await;
+                    let mut r = part.read(o, want, req.read_as, req.committed).await;
                     // Only the first record of the first partition that has
                     // any may go past the limits (as Kafka's first batch):
                     // past it, a record that does not fit waits for the next
@@ -375,11 +390,14 @@ impl Engine {
                 }
             };
             let now = part.offsets();
+            let last_stable = to_i64(part.stable_offset());
             let nothing = |error| PartitionRecords {
                 error,
                 log_start: now.log_start,
                 log_end: now.log_end,
                 records: Vec::new(),
+                last_stable,
+                aborted: Vec::new(),
             };
             out.push(match read {
                 // The offsets the read saw, so they agree with its records.
@@ -394,6 +412,8 @@ impl Engine {
                         log_start: to_i64(r.log_start),
                         log_end: to_i64(r.log_end),
                         records: r.records,
+                        last_stable: last_stable.min(to_i64(r.log_end)),
+                        aborted: r.aborted,
                     }
                 }
                 Ok(None) => nothing(ErrorCode::None),

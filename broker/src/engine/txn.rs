@@ -7,14 +7,11 @@
 //! `PrepareCommit`/`PrepareAbort` and the completion is retried at every
 //! maintenance pass (and redone after a restart).
 //!
-//! **Markers are not written yet.** Writing a transaction's COMMIT/ABORT
-//! control record to its partitions needs the log to store Kafka record
-//! batches with their producer id, epoch and control flag, which the
-//! storage change under way brings. Until then [`Engine::write_txn_markers`]
-//! refuses with [`TxnFailure::MarkersNotStored`], EndTxn of a transaction
-//! that has partitions answers that error, and such a transaction stays in
-//! its `Prepare*` state (retried, never faked). A transaction with no
-//! partitions (offsets only) completes.
+//! **Markers.** A transaction ends with a COMMIT or ABORT marker (a Kafka
+//! control batch with its producer id and epoch) written to each of its
+//! partitions ([`Engine::write_txn_markers`]); each partition's transaction
+//! index (`partition::txns`) then moves its last stable offset and, for an
+//! abort, records the aborted range for `read_committed` readers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,10 +39,10 @@ pub enum TxnFailure {
     /// The state log could not be written: nothing changed.
     #[error("the transaction state log could not be written: {0}")]
     Log(String),
-    /// The transaction's end is recorded, but its markers cannot be
-    /// written: the log does not store control records yet.
-    #[error("transaction markers cannot be written yet: the log does not store Kafka control records (producer id, epoch, control flag); the transaction stays in {0:?}")]
-    MarkersNotStored(TxnState),
+    /// The transaction's end is recorded, but a marker could not be written
+    /// (retried at every maintenance pass until it is).
+    #[error("a transaction marker could not be written: {0:?}")]
+    Markers(ErrorCode),
     /// A commit's offsets could not be stored (retried).
     #[error("the committed transaction's offsets could not be stored: {0:?}")]
     Offsets(ErrorCode),
@@ -380,29 +377,81 @@ impl Engine {
         }
     }
 
-    /// Writes the COMMIT or ABORT control record of the completion's
-    /// producer id and epoch to each of its partitions.
-    ///
-    /// Refuses, always, for now: Flume's log stores Flume records, which
-    /// carry no producer id, epoch or control flag, so a marker has nowhere
-    /// to go. The storage change that keeps Kafka record batches verbatim is
-    /// what this waits for; then this writes one control batch per partition.
+    /// Writes the COMMIT or ABORT marker (a control batch with the
+    /// completion's producer id and epoch) to each of its partitions, one
+    /// after another, each queued behind the appends before it. A partition
+    /// that is gone (its topic deleted) needs none. Writing a marker twice
+    /// (a completion retried after a failure part way) is harmless: the
+    /// second finds no transaction of the producer open there.
     ///
     /// # Errors
-    /// [`TxnFailure::MarkersNotStored`].
-    pub fn write_txn_markers(&self, c: &Completion) -> Result<(), TxnFailure> {
-        Err(TxnFailure::MarkersNotStored(if c.commit {
-            TxnState::PrepareCommit
+    /// [`TxnFailure::Markers`] with the first partition's error; the
+    /// completion stays pending and is retried.
+    pub async fn write_txn_markers(&self, c: &Completion) -> Result<(), TxnFailure> {
+        let marker = if c.commit {
+            crate::partition::txns::Marker::Commit
         } else {
-            TxnState::PrepareAbort
-        }))
+            crate::partition::txns::Marker::Abort
+        };
+        let now = self.config.clock.wall_ms();
+        for tp in &c.partitions {
+            let Some(part) = self
+                .topic(&tp.topic)
+                .and_then(|t| t.partition(tp.partition).cloned())
+            else {
+                continue;
+            };
+            part.write_marker(c.producer_id, c.epoch, marker, now)
+                .await
+                .map_err(TxnFailure::Markers)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the transaction of `transactional_id` may write to
+    /// `partition`: the producer id and epoch are the id's current ones,
+    /// its transaction is open and the partition was added to it
+    /// (AddPartitionsToTxn). A transactional Produce is checked with it.
+    ///
+    /// # Errors
+    /// [`TxnError::InvalidProducerIdMapping`] (unknown id or another producer
+    /// id), [`TxnError::ProducerFenced`] (an older epoch),
+    /// [`TxnError::InvalidTxnState`] (no open transaction, or the partition
+    /// is not in it).
+    pub fn txn_may_write(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        partition: &TopicPartition,
+    ) -> Result<(), TxnError> {
+        let store = lock(&self.txns.store);
+        let meta = store
+            .coordinator
+            .describe(transactional_id)
+            .filter(|m| m.producer_id == producer_id)
+            .ok_or_else(|| TxnError::InvalidProducerIdMapping(transactional_id.to_owned()))?;
+        if meta.epoch != epoch {
+            return Err(TxnError::ProducerFenced {
+                transactional_id: transactional_id.to_owned(),
+                epoch,
+                current: meta.epoch,
+            });
+        }
+        if meta.state != TxnState::Ongoing || !meta.partitions.contains(partition) {
+            return Err(TxnError::InvalidTxnState {
+                what: "a transactional produce to a partition not added to the transaction",
+                state: meta.state,
+            });
+        }
+        Ok(())
     }
 
     /// Carries out a completion: markers, a commit's offsets, then records
     /// the transaction complete. On success it leaves `pending`.
     async fn finish_txn(&self, c: &Completion) -> Result<(), TxnFailure> {
         if !c.partitions.is_empty() {
-            self.write_txn_markers(c)?;
+            self.write_txn_markers(c).await?;
         }
         for (group, offsets) in &c.offsets {
             let store: Vec<(String, i32, Committed)> = offsets

@@ -1,7 +1,9 @@
 //! Transactions through a running engine (manual clock): a transaction of
-//! offsets only commits them into the group; one with partitions records its
-//! end but cannot complete until the log stores markers (and says so); a
-//! timeout aborts through the maintenance pass; the state survives a restart.
+//! offsets only commits them into the group; one with partitions ends with
+//! its markers, which move the partition's last stable offset (an abort
+//! hides its records from read_committed readers); an open one a crash left
+//! is aborted at restart; a timeout aborts through the maintenance pass; the
+//! state survives a restart.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -120,12 +122,119 @@ fn an_offsets_only_transaction_commits_its_offsets_into_the_group() {
     });
 }
 
+/// A transactional batch entry of `values` from (pid, epoch), sequence `seq`.
+fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> bytes::Bytes {
+    use flume_protocol::kafka_batch::{BatchBuilder, BatchMeta, Compression, ATTR_TRANSACTIONAL};
+    let mut b = BatchBuilder::new(None);
+    for (i, v) in values.iter().enumerate() {
+        b.push(
+            i32::try_from(i).unwrap(),
+            5,
+            Some(b"k"),
+            Some(v.as_bytes()),
+            [],
+        );
+    }
+    let meta = BatchMeta {
+        flags: ATTR_TRANSACTIONAL,
+        producer_id: pid,
+        producer_epoch: epoch,
+        base_sequence: seq,
+        ..BatchMeta::default()
+    };
+    let mut entry = Vec::new();
+    flume_protocol::record::encode_batch_entry(
+        &mut entry,
+        &b.finish(&meta, Compression::Zstd).unwrap(),
+    );
+    bytes::Bytes::from(entry)
+}
+
+async fn produce_txn(e: &Engine, pid: i64, epoch: i16, seq: i32, values: &[&str]) {
+    let n = u32::try_from(values.len()).unwrap();
+    let pb = crate::domain::ProducerBatch {
+        id: pid,
+        epoch,
+        base_sequence: seq,
+    };
+    let r = e
+        .admit_encoded("t", 0, txn_batch(pid, epoch, seq, values), n, 5, Some(pb))
+        .await
+        .finish()
+        .await;
+    assert_eq!(r.error, ErrorCode::None, "{r:?}");
+}
+
+fn values(e: &Engine) -> Vec<String> {
+    e.read_now("t", 0, 0, 100)
+        .unwrap()
+        .into_iter()
+        .map(|r| String::from_utf8_lossy(r.payload()).into_owned())
+        .collect()
+}
+
 #[test]
-fn a_transaction_with_partitions_records_its_end_but_says_markers_cannot_be_written() {
+fn markers_end_transactions_and_move_the_last_stable_offset_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::manual();
     let e = engine(dir.path(), &clock);
-    let (pid, epoch) = rt::block_on(async {
+    let part = |e: &Engine| e.topic("t").unwrap().partition(0).cloned().unwrap();
+    rt::block_on(async {
+        let (pid, epoch) = e
+            .init_transactional_producer("tx", 60_000, None)
+            .await
+            .unwrap();
+        let tp = vec![TopicPartition::new("t", 0)];
+        // A transaction that commits: hidden from read_committed readers until then.
+        e.add_partitions_to_txn("tx", pid, epoch, tp.clone())
+            .await
+            .unwrap();
+        assert!(e.txn_may_write("tx", pid, epoch, &tp[0]).is_ok());
+        assert!(e
+            .txn_may_write("tx", pid, epoch, &TopicPartition::new("t", 1))
+            .is_err());
+        produce_txn(&e, pid, epoch, 0, &["a", "b"]).await;
+        assert_eq!((part(&e).stable_offset(), part(&e).end_offset()), (0, 2));
+        assert!(values(&e).is_empty(), "open: not stable yet");
+        e.end_txn("tx", pid, epoch, true).await.unwrap();
+        assert_eq!(state(&e, "tx"), Some(TxnState::CompleteCommit));
+        assert_eq!((part(&e).stable_offset(), part(&e).end_offset()), (3, 3));
+        assert_eq!(values(&e), ["a", "b"]);
+        // One that aborts: its records are never read by read_committed readers.
+        e.add_partitions_to_txn("tx", pid, epoch, tp.clone())
+            .await
+            .unwrap();
+        produce_txn(&e, pid, epoch, 2, &["x"]).await;
+        e.end_txn("tx", pid, epoch, false).await.unwrap();
+        assert_eq!(part(&e).stable_offset(), 5);
+        assert_eq!(values(&e), ["a", "b"]);
+        // A read of entries lists the aborted transaction beside them.
+        let read = part(&e)
+            .read(0, 1 << 20, crate::domain::ReadAs::Entries, true)
+            .await
+            .unwrap();
+        assert_eq!(read.aborted.len(), 1);
+        assert_eq!(
+            (read.aborted[0].producer_id, read.aborted[0].first_offset),
+            (pid, 3)
+        );
+        e.shutdown().await;
+    });
+    drop(e);
+    // After a restart: the same stable offset and the abort remembered.
+    let e = engine(dir.path(), &clock);
+    assert_eq!(part(&e).stable_offset(), 5);
+    assert_eq!(values(&e), ["a", "b"]);
+    rt::block_on(e.shutdown());
+}
+
+#[test]
+fn an_open_transaction_left_by_a_crash_is_aborted_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual();
+    let e = engine(dir.path(), &clock);
+    let part = |e: &Engine| e.topic("t").unwrap().partition(0).cloned().unwrap();
+    rt::block_on(async {
         let (pid, epoch) = e
             .init_transactional_producer("tx", 60_000, None)
             .await
@@ -133,40 +242,24 @@ fn a_transaction_with_partitions_records_its_end_but_says_markers_cannot_be_writ
         e.add_partitions_to_txn("tx", pid, epoch, vec![TopicPartition::new("t", 0)])
             .await
             .unwrap();
-        let r = e.end_txn("tx", pid, epoch, true).await;
-        assert_eq!(
-            r,
-            Err(TxnFailure::MarkersNotStored(TxnState::PrepareCommit))
-        );
-        assert_eq!(state(&e, "tx"), Some(TxnState::PrepareCommit));
-        // Retried, it is being completed; a new producer must wait.
-        assert!(matches!(
-            e.end_txn("tx", pid, epoch, true).await,
-            Err(TxnFailure::Refused(TxnError::ConcurrentTransactions(_)))
-        ));
-        assert!(matches!(
-            e.init_transactional_producer("tx", 60_000, None).await,
-            Err(TxnFailure::Refused(TxnError::ConcurrentTransactions(_)))
-        ));
-        e.tick_now().await;
-        assert_eq!(
-            state(&e, "tx"),
-            Some(TxnState::PrepareCommit),
-            "never faked"
-        );
-        e.shutdown().await;
-        (pid, epoch)
+        produce_txn(&e, pid, epoch, 0, &["lost"]).await;
+        assert_eq!(part(&e).stable_offset(), 0);
     });
+    // No shutdown: as after a kill.
     drop(e);
-    // After a restart the decision stands and is still waiting for its markers.
     let e = engine(dir.path(), &clock);
-    let m = e.describe_transaction("tx").unwrap();
     assert_eq!(
-        (m.state, m.producer_id, m.epoch),
-        (TxnState::PrepareCommit, pid, epoch)
+        part(&e).stable_offset(),
+        0,
+        "still open until the abort is written"
     );
-    assert_eq!(e.transaction_counts(), (1, 1));
-    rt::block_on(e.shutdown());
+    rt::block_on(async {
+        e.tick_now().await;
+        assert_eq!(state(&e, "tx"), Some(TxnState::CompleteAbort));
+        assert_eq!(part(&e).stable_offset(), part(&e).end_offset());
+        assert!(values(&e).is_empty());
+        e.shutdown().await;
+    });
 }
 
 #[test]

@@ -80,8 +80,10 @@ pub fn fetch_spec(req: &FetchRequest) -> FetchSpec {
                 max_bytes: at_least_one(p.max_bytes),
             })
             .collect(),
-        // Flume's clients read records only: Kafka batches are read out for them.
+        // Flume's clients read records only: Kafka batches are read out for
+        // them, as a read_committed reader sees them.
         read_as: ReadAs::Records,
+        committed: true,
     }
 }
 

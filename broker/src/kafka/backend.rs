@@ -57,6 +57,26 @@ pub struct FetchGot {
     pub log_start: i64,
     /// The records read, as a Kafka record set (batches).
     pub records: Bytes,
+    /// The last stable offset.
+    pub last_stable: i64,
+    /// A read_committed fetch: the aborted transactions among the records
+    /// (producer id, first offset).
+    pub aborted: Vec<(i64, i64)>,
+}
+
+/// A Kafka Fetch as the engine is asked it (see [`Backend::fetch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct FetchAsk<'a> {
+    /// Longest wait for `min_bytes`.
+    pub max_wait_ms: i32,
+    /// Bytes to wait for.
+    pub min_bytes: i32,
+    /// Most bytes in all.
+    pub max_bytes: i32,
+    /// The partitions and offsets.
+    pub wants: &'a [FetchWant],
+    /// `read_committed` (isolation level 1).
+    pub committed: bool,
 }
 
 /// What a produce to a topic is held to (see [`Backend::produce_limits`]).
@@ -300,6 +320,23 @@ impl Backend {
         Ok((to(p.start_offset()), to(p.end_offset())))
     }
 
+    /// [`Backend::offsets`] with the last stable offset for the end (a
+    /// `read_committed` ListOffsets).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn stable_offsets(&self, topic: &str, partition: i32) -> Result<(i64, i64), i16> {
+        let t = self
+            .engine
+            .topic(topic)
+            .ok_or(kerr::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let p = t
+            .partition(partition)
+            .ok_or(kerr::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let to = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        Ok((to(p.start_offset()), to(p.stable_offset())))
+    }
+
     // ------------------------------------------------------------ admin: delete, offsets by time
 
     /// Deletes a topic (see [`Engine::delete_topic`]).
@@ -475,6 +512,31 @@ impl Backend {
         self.engine.init_producer_id().await.map_err(kafka_code)
     }
 
+    /// Whether the transactional producer `transactional_id` (producer id
+    /// and epoch) may write to a partition of `topic` now: see
+    /// [`Engine::txn_may_write`].
+    ///
+    /// # Errors
+    /// A Kafka error code: INVALID_PRODUCER_ID_MAPPING,
+    /// INVALID_PRODUCER_EPOCH (fenced), INVALID_TXN_STATE.
+    pub fn txn_may_write(
+        &self,
+        transactional_id: &str,
+        producer_id: i64,
+        epoch: i16,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), i16> {
+        self.engine
+            .txn_may_write(
+                transactional_id,
+                producer_id,
+                epoch,
+                &TopicPartition::new(topic.to_owned(), partition),
+            )
+            .map_err(|e| txn_code(&TxnFailure::Refused(e), true))
+    }
+
     /// Appends the entries the Kafka front end prepared
     /// ([`super::records::prepare`]) to one partition and waits until they
     /// are stored. Returns the offset of the first record (for an idempotent
@@ -532,13 +594,17 @@ impl Backend {
     /// One answer per wanted partition, in order.
     pub async fn fetch(
         &self,
-        max_wait_ms: i32,
-        min_bytes: i32,
-        max_bytes: i32,
-        wants: &[FetchWant],
+        ask: FetchAsk<'_>,
         response: &Arc<MemoryBudget>,
         counting: &Arc<MemoryBudget>,
     ) -> Vec<FetchGot> {
+        let FetchAsk {
+            max_wait_ms,
+            min_bytes,
+            max_bytes,
+            wants,
+            committed,
+        } = ask;
         let size = |v: i32| usize::try_from(v.max(1)).unwrap_or(1);
         let spec = FetchSpec {
             max_wait: std::time::Duration::from_millis(
@@ -558,6 +624,7 @@ impl Backend {
                 })
                 .collect(),
             read_as: ReadAs::Entries,
+            committed,
         };
         let memory = FetchMemory { response, counting };
         let fetched = self.engine.fetch(&spec, Some(memory)).await;
@@ -569,6 +636,17 @@ impl Backend {
                 high_watermark: p.log_end,
                 log_start: p.log_start,
                 records: super::records::to_kafka(&p.records),
+                last_stable: p.last_stable,
+                aborted: p
+                    .aborted
+                    .iter()
+                    .map(|a| {
+                        (
+                            a.producer_id,
+                            i64::try_from(a.first_offset).unwrap_or(i64::MAX),
+                        )
+                    })
+                    .collect(),
             })
             .collect()
     }
@@ -807,7 +885,7 @@ pub fn txn_code(e: &TxnFailure, before_kip_588: bool) -> i16 {
             | TxnError::TooManyPartitions { .. } => kafka_code(ErrorCode::LimitReached),
             TxnError::ProducerIds(_) => kerr::KAFKA_STORAGE_ERROR,
         },
-        TxnFailure::MarkersNotStored(_) => kerr::UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        TxnFailure::Markers(c) => kafka_code(*c),
         TxnFailure::Offsets(ErrorCode::InvalidName) => kerr::INVALID_GROUP_ID,
         TxnFailure::Offsets(c) => kafka_code(*c),
         TxnFailure::Group(g) => group_code(g),

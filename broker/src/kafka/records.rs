@@ -85,6 +85,9 @@ pub struct ProduceRules {
     pub compression: Option<Compression>,
     /// The topic compacts: every record needs a key.
     pub keyed_only: bool,
+    /// The produce is a transactional producer's: its batches must be
+    /// transactional (and only then may they be).
+    pub transactional: bool,
 }
 
 /// A produced record set, checked and ready to append.
@@ -162,10 +165,15 @@ pub fn prepare(set: &[u8], rules: &ProduceRules) -> Result<Prepared, RecordsErro
         if h.is_control() {
             return Err(invalid("control batches are written by the broker only"));
         }
-        if h.is_transactional() {
-            return Err(invalid(
-                "a transactional batch needs a transactional producer",
-            ));
+        if h.is_transactional() != rules.transactional {
+            return Err(invalid(if rules.transactional {
+                "a transactional producer's batch must be transactional"
+            } else {
+                "a transactional batch needs a transactional id"
+            }));
+        }
+        if h.is_transactional() && h.producer_id < 0 {
+            return Err(invalid("a transactional batch without a producer id"));
         }
         if h.has_delete_horizon() {
             return Err(invalid("a delete horizon is the broker's to set"));
@@ -342,6 +350,7 @@ mod tests {
             append_time: None,
             compression: None,
             keyed_only: false,
+            transactional: false,
         }
     }
 

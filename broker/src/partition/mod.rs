@@ -41,6 +41,7 @@
 //! serving what was acknowledged, and recovers only at the broker's restart.
 
 pub mod producers;
+pub mod txns;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -59,6 +60,7 @@ use crate::storage::{
     CleanStats, CleanerLimits, FsyncPolicy, Log, ReadAs, ReadResult, StorageError,
 };
 use producers::{ProducerLimits, ProducerTable, Verdict};
+use txns::{Marker, TxnIndex};
 
 /// The outcome of an append: the base offset, or an error code.
 pub type AppendResult = Result<u64, ErrorCode>;
@@ -321,6 +323,12 @@ struct Shared {
     /// The active segment's base when the producer snapshot was last
     /// written (a roll since calls for a new one).
     snapshot_base: AtomicU64,
+    /// Open and aborted transactions; locked only under the log's lock
+    /// (written under its write lock, with the appends that change it).
+    txns: Mutex<TxnIndex>,
+    /// The first offset of the oldest open transaction (`u64::MAX`: none),
+    /// for the last stable offset without a lock.
+    unstable_from: AtomicU64,
 }
 
 /// A partition of a topic.
@@ -348,11 +356,21 @@ pub(crate) fn write_lock(log: &RwLock<Log>) -> std::sync::RwLockWriteGuard<'_, L
 /// Rebuilds a partition's producer table at start: its snapshot (when it
 /// fits the log), then the Kafka batch entries after it, or, without one,
 /// those of the active segment (see [`producers`]).
-fn recover_producers(topic: &str, id: u32, log: &Log, table: &mut ProducerTable) {
+fn recover_producers(
+    topic: &str,
+    id: u32,
+    log: &Log,
+    table: &mut ProducerTable,
+    txns: &mut TxnIndex,
+) {
     let started = std::time::Instant::now();
     let from = std::fs::read(log.dir().join(producers::SNAPSHOT_FILE))
         .ok()
-        .and_then(|raw| table.load_snapshot(&raw, log.end_offset()));
+        .and_then(|raw| table.load_snapshot(&raw, log.end_offset()))
+        .map(|(end, t)| {
+            *txns = t;
+            end
+        });
     let mut at = from
         .unwrap_or_else(|| log.active_base())
         .max(log.start_offset());
@@ -368,10 +386,14 @@ fn recover_producers(topic: &str, id: u32, log: &Log, table: &mut ProducerTable)
         };
         bytes += read.records.len() as u64;
         for raw in flume_protocol::record::RecordIter::new(&read.records).flatten() {
+            if raw.offset < at {
+                continue;
+            }
             let Some(h) = raw.batch_header() else {
                 continue;
             };
-            if h.producer_id >= 0 && !h.is_control() && raw.offset >= at {
+            follow_txns(&raw, &h, table, txns);
+            if h.producer_id >= 0 && !h.is_control() {
                 table.replay(
                     &ProducerBatch {
                         id: h.producer_id,
@@ -400,6 +422,40 @@ fn recover_producers(topic: &str, id: u32, log: &Log, table: &mut ProducerTable)
     }
 }
 
+/// What a stored Kafka batch changes in a partition's transactions: a
+/// transactional batch opens its producer's transaction here (if none is
+/// open), a marker ends it (and fences older epochs of its producer).
+fn follow_txns(
+    raw: &flume_protocol::record::RawRecord<'_>,
+    h: &flume_protocol::kafka_batch::BatchHeader,
+    table: &mut ProducerTable,
+    txns: &mut TxnIndex,
+) {
+    if !h.is_transactional() {
+        return;
+    }
+    if !h.is_control() {
+        txns.on_batch(h.producer_id, raw.offset);
+        return;
+    }
+    let data = raw
+        .kafka_body()
+        .get(
+            flume_protocol::kafka_batch::BATCH_HEADER_LEN
+                - flume_protocol::kafka_batch::LEADER_EPOCH_AT..,
+        )
+        .unwrap_or_default();
+    match Marker::of(h, data) {
+        Ok(m) => {
+            txns.on_marker(h.producer_id, raw.offset, m);
+            table.fence(h.producer_id, h.producer_epoch);
+        }
+        Err(e) => {
+            tracing::warn!(offset = raw.offset, error = %e, "a control batch that is not a transaction marker; ignored");
+        }
+    }
+}
+
 /// Writes a producer snapshot atomically; a failure costs only a longer
 /// read of the log at the next start.
 fn write_snapshot(dir: &std::path::Path, raw: &[u8]) {
@@ -417,14 +473,86 @@ impl Shared {
             .producers
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        (!table.is_empty()).then(|| table.encode_snapshot(log.end_offset()))
+        let mut txns = self
+            .txns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        txns.trim(log.start_offset());
+        let any_txn = *txns != TxnIndex::default();
+        (!table.is_empty() || any_txn).then(|| table.encode_snapshot(log.end_offset(), &txns))
+    }
+
+    /// Takes in the transactional batches and markers of an append (whose
+    /// entries have their offsets now); the caller holds the log's write lock.
+    fn follow_appended(&self, entries: &[u8]) {
+        let mut any = false;
+        let mut pos = 0usize;
+        while let Some((_, size, _)) = flume_protocol::record::peek_entry(entries, pos) {
+            let at = pos + flume_protocol::record::RECORD_HEADER_LEN;
+            let end = at.saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
+            // A transactional batch has its attribute bit 4 in the batch's attributes.
+            let transactional = entries
+                .get(at)
+                .is_some_and(|a| a & flume_protocol::record::ATTR_KAFKA_BATCH != 0)
+                && entries.get(at + 10..at + 12).is_some_and(|b| {
+                    i16::from_be_bytes([b[0], b[1]])
+                        & flume_protocol::kafka_batch::ATTR_TRANSACTIONAL
+                        != 0
+                });
+            if transactional {
+                any = true;
+                break;
+            }
+            pos = end;
+        }
+        if !any {
+            return;
+        }
+        let mut table = self
+            .producers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut txns = self
+            .txns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for raw in flume_protocol::record::RecordIter::new(entries).flatten() {
+            if let Some(h) = raw.batch_header() {
+                follow_txns(&raw, &h, &mut table, &mut txns);
+            }
+        }
+        self.unstable_from
+            .store(txns.stable_offset(u64::MAX), Ordering::Release);
     }
 
     /// Reads from `log` (locked by the caller) unless the topic was deleted
     /// (checked under the lock: UNKNOWN_TOPIC then).
-    fn read_from(&self, log: &Log, offset: u64, max_bytes: usize, how: ReadAs) -> ReadOutcome {
+    fn read_from(
+        &self,
+        log: &Log,
+        offset: u64,
+        max_bytes: usize,
+        how: ReadAs,
+        committed: bool,
+    ) -> ReadOutcome {
         if self.deleted.load(Ordering::Acquire) {
             return Ok(Err(ErrorCode::UnknownTopic));
+        }
+        if committed {
+            let txns = self
+                .txns
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if *txns != TxnIndex::default() {
+                let end = txns.stable_offset(log.end_offset());
+                let aborted = txns.aborted_in(offset, end);
+                drop(txns);
+                let stable = crate::storage::Stable {
+                    end,
+                    aborted: &aborted,
+                };
+                return log.read_stable(offset, max_bytes, how, &stable).map(Ok);
+            }
         }
         log.read_as(offset, max_bytes, how).map(Ok)
     }
@@ -438,6 +566,7 @@ impl Shared {
         match appended {
             Ok(base) => {
                 self.stats.appended(count, batch.len());
+                self.follow_appended(batch);
                 self.end.store(log.end_offset(), Ordering::Release);
                 Ok(base)
             }
@@ -504,7 +633,10 @@ impl Partition {
     ) -> Self {
         let inline_ok = log.config().fsync == FsyncPolicy::Never;
         let mut producers = ProducerTable::new(producer_limits);
-        recover_producers(topic, id, &log, &mut producers);
+        let mut txns = TxnIndex::default();
+        recover_producers(topic, id, &log, &mut producers, &mut txns);
+        txns.trim(log.start_offset());
+        let unstable_from = txns.stable_offset(u64::MAX);
         let snapshot_base = log.active_base();
         let shared = Arc::new(Shared {
             topic: topic.to_owned(),
@@ -521,6 +653,8 @@ impl Partition {
             batch_bytes,
             producers: Mutex::new(producers),
             snapshot_base: AtomicU64::new(snapshot_base),
+            txns: Mutex::new(txns),
+            unstable_from: AtomicU64::new(unstable_from),
         });
         Partition {
             topic: topic.to_owned(),
@@ -728,7 +862,10 @@ impl Partition {
     }
 
     /// Reads whole entries from `offset` (at least one if any), off the
-    /// executor, handed out as `how` says ([`ReadAs`]).
+    /// executor, handed out as `how` says ([`ReadAs`]); `committed`: as a
+    /// `read_committed` reader (up to the last stable offset, aborted
+    /// transactions left out as records or listed with entries: see
+    /// `Log::read_stable`).
     ///
     /// # Errors
     /// Out of range, or a corrupt record.
@@ -737,6 +874,7 @@ impl Partition {
         offset: u64,
         max_bytes: usize,
         how: ReadAs,
+        committed: bool,
     ) -> Result<ReadResult, BrokerError> {
         if self.is_deleted() {
             return Err(ErrorCode::UnknownTopic.into());
@@ -748,14 +886,15 @@ impl Partition {
                 log_end: offset,
                 next: offset,
                 batches: false,
+                aborted: Vec::new(),
             });
         }
-        let r = match self.try_read_hot(offset, max_bytes, how) {
+        let r = match self.try_read_hot(offset, max_bytes, how, committed) {
             Some(r) => r,
             None => {
                 let shared = Arc::clone(&self.shared);
                 rt::unblock(move || {
-                    shared.read_from(&read_lock(&shared.log), offset, max_bytes, how)
+                    shared.read_from(&read_lock(&shared.log), offset, max_bytes, how, committed)
                 })
                 .await
             }
@@ -778,14 +917,22 @@ impl Partition {
     /// the calling task, saving the two thread hand-offs of the blocking pool
     /// that dominate a tailing consumer's latency. `None` (take the pool)
     /// when the read is not hot or an append holds the log.
-    fn try_read_hot(&self, offset: u64, max_bytes: usize, how: ReadAs) -> Option<ReadOutcome> {
+    fn try_read_hot(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        how: ReadAs,
+        committed: bool,
+    ) -> Option<ReadOutcome> {
         let log = match self.shared.log.try_read() {
             Ok(l) => l,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return None,
         };
-        log.is_hot(offset, HOT_READ_BYTES, HOT_READ_FRESH)
-            .then(|| self.shared.read_from(&log, offset, max_bytes, how))
+        log.is_hot(offset, HOT_READ_BYTES, HOT_READ_FRESH).then(|| {
+            self.shared
+                .read_from(&log, offset, max_bytes, how, committed)
+        })
     }
 
     /// Reads Flume records synchronously (embedded mode, tests).
@@ -797,7 +944,72 @@ impl Partition {
         if self.is_deleted() {
             return Err(ErrorCode::UnknownTopic.into());
         }
-        Ok(log.read_as(offset, max_bytes, ReadAs::Records)?)
+        match self
+            .shared
+            .read_from(&log, offset, max_bytes, ReadAs::Records, true)?
+        {
+            Ok(r) => Ok(r),
+            Err(code) => Err(code.into()),
+        }
+    }
+
+    /// The last stable offset: below it every transaction has ended (the
+    /// end offset when no transaction is open here).
+    pub fn stable_offset(&self) -> u64 {
+        self.shared
+            .unstable_from
+            .load(Ordering::Acquire)
+            .min(self.end_offset())
+    }
+
+    /// The producers with a transaction open here, and where each began.
+    pub fn open_transactions(&self) -> Vec<(i64, u64)> {
+        let _log = read_lock(&self.shared.log);
+        self.shared
+            .txns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .open()
+            .collect()
+    }
+
+    /// Writes a transaction marker (a control batch: COMMIT or ABORT) of
+    /// `producer_id` at `epoch`, queued behind the appends before it, and
+    /// waits until it is stored. Returns its offset.
+    ///
+    /// # Errors
+    /// As an append (STORAGE_ERROR, SHUTTING_DOWN, ...).
+    pub async fn write_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        marker: Marker,
+        now_ms: i64,
+    ) -> Result<u64, ErrorCode> {
+        use flume_protocol::kafka_batch::{
+            BatchBuilder, BatchMeta, Compression, ATTR_CONTROL, ATTR_TRANSACTIONAL,
+        };
+        let mut b = BatchBuilder::new(None);
+        // Value: [version i16 = 0][coordinator epoch i32 = 0] (one coordinator).
+        b.push(
+            0,
+            now_ms,
+            Some(&marker.key()),
+            Some(&[0, 0, 0, 0, 0, 0]),
+            [],
+        );
+        let meta = BatchMeta {
+            flags: ATTR_CONTROL | ATTR_TRANSACTIONAL,
+            producer_id,
+            producer_epoch: epoch,
+            ..BatchMeta::default()
+        };
+        let batch = b
+            .finish(&meta, Compression::None)
+            .map_err(|_| ErrorCode::CorruptRecord)?;
+        let mut entry = Vec::with_capacity(batch.len() + 17);
+        flume_protocol::record::encode_batch_entry(&mut entry, &batch);
+        self.append(Bytes::from(entry), 1, now_ms).await
     }
 
     /// True once the partition's topic has been deleted.
@@ -1386,7 +1598,7 @@ mod tests {
             let again = p.enqueue_as(record(b"b"), 1, 1, pb(1)).await.unwrap();
             assert!(matches!(again, Admission::Done(_)));
             assert_eq!(again.outcome().await, stored(2, true));
-            let read = p.read(0, 1 << 20, ReadAs::Records).await.unwrap();
+            let read = p.read(0, 1 << 20, ReadAs::Records, true).await.unwrap();
             let values: Vec<Vec<u8>> =
                 flume_protocol::record::decode_all(&Bytes::from(read.records))
                     .unwrap()
@@ -1417,7 +1629,7 @@ mod tests {
                 assert!(matches!(a, Admission::Done(_)));
                 assert_eq!(a.wait().await, Ok(3 + i as u64));
             }
-            let read = p.read(0, 1 << 20, ReadAs::Records).await.unwrap();
+            let read = p.read(0, 1 << 20, ReadAs::Records, true).await.unwrap();
             let recs = flume_protocol::record::decode_all(&Bytes::from(read.records)).unwrap();
             let values: Vec<Vec<u8>> = recs.iter().map(|r| r.payload().to_vec()).collect();
             assert_eq!(values.len(), 5);

@@ -285,8 +285,9 @@ impl ProducerTable {
         }
     }
 
-    /// The table as a snapshot taken at log offset `end` (see the module docs).
-    pub fn encode_snapshot(&self, end: u64) -> Vec<u8> {
+    /// The table, with the partition's transactions, as a snapshot taken at
+    /// log offset `end` (see the module docs).
+    pub fn encode_snapshot(&self, end: u64, txns: &super::txns::TxnIndex) -> Vec<u8> {
         let mut out = Vec::with_capacity(24 + self.entries.len() * (11 + 16 * CACHED_BATCHES));
         out.extend_from_slice(&SNAPSHOT_MAGIC);
         out.extend_from_slice(&end.to_be_bytes());
@@ -307,6 +308,7 @@ impl ProducerTable {
                 out.extend_from_slice(&b.base_offset.to_be_bytes());
             }
         }
+        txns.encode(&mut out);
         let crc = crc32fast::hash(&out[SNAPSHOT_MAGIC.len()..]);
         out.extend_from_slice(&crc.to_be_bytes());
         out
@@ -314,10 +316,15 @@ impl ProducerTable {
 
     /// Loads a snapshot into an empty table (least recently used first, so
     /// the limits keep the most recent ones); returns the log offset it was
-    /// taken at. `None` (nothing loaded) for a damaged snapshot, one of
-    /// another version, or one taken past `log_end` (the log lost its tail
-    /// since: the snapshot may hold batches that are gone).
-    pub fn load_snapshot(&mut self, raw: &[u8], log_end: u64) -> Option<u64> {
+    /// taken at and the partition's transactions then. `None` (nothing
+    /// loaded) for a damaged snapshot, one of another version, or one taken
+    /// past `log_end` (the log lost its tail since: the snapshot may hold
+    /// batches that are gone).
+    pub fn load_snapshot(
+        &mut self,
+        raw: &[u8],
+        log_end: u64,
+    ) -> Option<(u64, super::txns::TxnIndex)> {
         let (body, crc) = raw.split_at_checked(raw.len().checked_sub(4)?)?;
         let body = body.strip_prefix(&SNAPSHOT_MAGIC[..])?;
         if crc32fast::hash(body).to_be_bytes() != crc {
@@ -340,11 +347,16 @@ impl ProducerTable {
             }
             loaded.push((id, epoch, batches));
         }
+        let txns = super::txns::TxnIndex::decode(&mut r)?;
         r.finish().ok()?;
         if end > log_end {
             return None;
         }
         for (id, epoch, batches) in loaded {
+            if batches.is_empty() {
+                // Known by its epoch alone (a marker fenced it).
+                self.fence(id, epoch);
+            }
             for (first_seq, last_seq, base_offset) in batches {
                 // The count that gives this last sequence from the first.
                 let span = (i64::from(last_seq) - i64::from(first_seq))
@@ -362,7 +374,37 @@ impl ProducerTable {
                 );
             }
         }
-        Some(end)
+        Some((end, txns))
+    }
+
+    /// A transaction marker of producer `id` at `epoch` (written by the
+    /// transaction coordinator): a newer epoch than the one known fences the
+    /// older one here, as Kafka's markers do (its batches are refused with
+    /// INVALID_PRODUCER_EPOCH from now on).
+    pub fn fence(&mut self, id: i64, epoch: i16) {
+        let now = self.limits.clock.mono_ms();
+        self.touches += 1;
+        let touch = self.touches;
+        if let Some(e) = self.entries.get_mut(&id) {
+            if epoch > e.epoch {
+                e.epoch = epoch;
+                e.batches.clear();
+            }
+            e.last_used_ms = now;
+            e.touch = touch;
+            return;
+        }
+        if self.make_room() {
+            self.entries.insert(
+                id,
+                Entry {
+                    epoch,
+                    batches: VecDeque::new(),
+                    last_used_ms: now,
+                    touch,
+                },
+            );
+        }
     }
 
     /// Drops the producers idle for longer than the expiry. Returns how many.
@@ -582,9 +624,11 @@ mod tests {
             offer(&mut t, pb(1, 3, seq * 2), 2, &mut end);
         }
         offer(&mut t, pb(2, 0, i32::MAX), 2, &mut end); // wraps to 0
-        let raw = t.encode_snapshot(end);
+        let mut txns = super::super::txns::TxnIndex::default();
+        txns.on_batch(9, 3);
+        let raw = t.encode_snapshot(end, &txns);
         let mut back = ProducerTable::new(Arc::clone(&l));
-        assert_eq!(back.load_snapshot(&raw, end), Some(end));
+        assert_eq!(back.load_snapshot(&raw, end), Some((end, txns)));
         assert_eq!(back.len(), 2);
         for (p, count) in [(pb(1, 3, 12), 2), (pb(1, 3, 4), 2), (pb(2, 0, i32::MAX), 2)] {
             assert_eq!(back.check(&p, count), t.check(&p, count), "{p:?}");

@@ -103,6 +103,60 @@ pub struct ReadResult {
     /// True when `records` holds a Kafka batch entry (never after a
     /// [`ReadAs::Records`] read).
     pub batches: bool,
+    /// The aborted transactions among `records` (a `read_committed` read
+    /// of entries; see [`Log::read_stable`]).
+    pub aborted: Vec<AbortedTxn>,
+}
+
+/// A transaction that ended in an abort, in one partition: its producer,
+/// the offset of its first batch and of its ABORT marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AbortedTxn {
+    /// The producer id.
+    pub producer_id: i64,
+    /// The offset of its first batch.
+    pub first_offset: u64,
+    /// The offset of its ABORT marker.
+    pub last_offset: u64,
+}
+
+/// What a `read_committed` reader may see ([`Log::read_stable`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Stable<'a> {
+    /// The last stable offset: nothing at or past it is served.
+    pub end: u64,
+    /// The aborted transactions the read may meet.
+    pub aborted: &'a [AbortedTxn],
+}
+
+impl Stable<'_> {
+    /// Everything (`read_uncommitted`).
+    pub const ALL: Stable<'static> = Stable {
+        end: u64::MAX,
+        aborted: &[],
+    };
+
+    /// Whether a batch of `producer_id` at `offset` belongs to an aborted transaction.
+    pub fn aborts(&self, producer_id: i64, offset: u64) -> bool {
+        self.aborted.iter().any(|a| {
+            a.producer_id == producer_id && a.first_offset <= offset && offset <= a.last_offset
+        })
+    }
+}
+
+/// Bytes of the whole entries of `entries` (a checked read) that start below `end`.
+fn cut_at(entries: &[u8], end: u64) -> usize {
+    let mut pos = 0usize;
+    while let Some((offset, size, _)) = record::peek_entry(entries, pos) {
+        if offset >= end {
+            break;
+        }
+        pos = pos
+            .saturating_add(record::RECORD_HEADER_LEN)
+            .saturating_add(usize::try_from(size).unwrap_or(usize::MAX))
+            .min(entries.len());
+    }
+    pos
 }
 
 /// How a read hands out what it found.
@@ -556,6 +610,7 @@ impl Log {
             log_end,
             next: offset,
             batches: false,
+            aborted: Vec::new(),
         };
         if offset == log_end {
             return Ok(result);
@@ -602,20 +657,76 @@ impl Log {
         max_bytes: usize,
         how: ReadAs,
     ) -> Result<ReadResult, StorageError> {
+        self.read_stable(offset, max_bytes, how, &Stable::ALL)
+    }
+
+    /// [`Log::read_as`] as a `read_committed` reader sees the log: nothing
+    /// at or past `stable.end` (the last stable offset), and, read as
+    /// records, nothing of the aborted transactions. Read as entries, the
+    /// aborted transactions the read meets come back in
+    /// [`ReadResult::aborted`] for the reader to drop (as Kafka's fetch
+    /// answers them).
+    ///
+    /// # Errors
+    /// As [`Log::read_as`].
+    pub fn read_stable(
+        &self,
+        offset: u64,
+        max_bytes: usize,
+        how: ReadAs,
+        stable: &Stable<'_>,
+    ) -> Result<ReadResult, StorageError> {
         let mut at = offset;
         loop {
-            let r = self.read(at, max_bytes)?;
+            if at >= stable.end {
+                return Ok(ReadResult {
+                    records: Vec::new(),
+                    log_start: self.start_offset(),
+                    log_end: self.end_offset(),
+                    next: offset.max(at.min(stable.end)),
+                    batches: false,
+                    aborted: Vec::new(),
+                });
+            }
+            let mut r = self.read(at, max_bytes)?;
+            if stable.end < r.next {
+                // Entries from the last stable offset on are not served yet.
+                let cut = cut_at(&r.records, stable.end);
+                r.records.truncate(cut);
+                r.next = if cut == 0 { at } else { stable.end.min(r.next) };
+            }
+            let skip = |raw: &record::RawRecord<'_>| {
+                raw.batch_header().is_some_and(|h| {
+                    h.is_transactional()
+                        && !h.is_control()
+                        && stable.aborts(h.producer_id, raw.offset)
+                })
+            };
             if how == ReadAs::Entries || !r.batches {
+                if how == ReadAs::Entries && !stable.aborted.is_empty() {
+                    r.aborted = stable
+                        .aborted
+                        .iter()
+                        .filter(|a| a.last_offset >= at && a.first_offset < r.next)
+                        .copied()
+                        .collect();
+                }
                 return Ok(r);
             }
-            let e = record::expand(&r.records, at, max_bytes, super::MAX_BATCH_DECODED_BYTES)
-                .map_err(|e| StorageError::Corrupt {
-                    segment: self.dir.clone(),
-                    offset: at,
-                    position: 0,
-                    reason: e.to_string(),
-                })?;
-            if e.count > 0 || e.next >= r.log_end || e.next <= at {
+            let e = record::expand_filtered(
+                &r.records,
+                at,
+                max_bytes,
+                super::MAX_BATCH_DECODED_BYTES,
+                &skip,
+            )
+            .map_err(|e| StorageError::Corrupt {
+                segment: self.dir.clone(),
+                offset: at,
+                position: 0,
+                reason: e.to_string(),
+            })?;
+            if e.count > 0 || e.next >= r.log_end.min(stable.end) || e.next <= at {
                 let next = e.next.max(offset);
                 let records = match e.records {
                     std::borrow::Cow::Borrowed(b) if b.len() == r.records.len() => None,
@@ -627,9 +738,10 @@ impl Log {
                     log_start: r.log_start,
                     log_end: r.log_end,
                     batches: false,
+                    aborted: Vec::new(),
                 });
             }
-            // Only control or empty batches: go on after them.
+            // Only control, empty or aborted batches: go on after them.
             at = e.next;
         }
     }

@@ -38,7 +38,7 @@ pub use compact::{CleanStats, CleanerLimits, CompactionConfig};
 pub use dirs::{create_dir_durable, fsync_dir, read_optional, write_atomic, DataDirLock};
 pub use fault::FaultInjector;
 pub use files::FileCache;
-pub use log::{FsyncPolicy, Log, LogConfig, ReadAs, ReadResult};
+pub use log::{AbortedTxn, FsyncPolicy, Log, LogConfig, ReadAs, ReadResult, Stable};
 
 use std::path::PathBuf;
 

@@ -466,6 +466,22 @@ pub fn expand(
     max_bytes: usize,
     limit: usize,
 ) -> Result<Expanded<'_>, RecordError> {
+    expand_filtered(entries, from, max_bytes, limit, &|_| false)
+}
+
+/// [`expand`], leaving out every Kafka batch entry `skip` says to (an
+/// aborted transaction's, for a `read_committed` reader); `next` goes past
+/// skipped entries too.
+///
+/// # Errors
+/// As [`expand`].
+pub fn expand_filtered<'e>(
+    entries: &'e [u8],
+    from: u64,
+    max_bytes: usize,
+    limit: usize,
+    skip: &dyn Fn(&RawRecord<'_>) -> bool,
+) -> Result<Expanded<'e>, RecordError> {
     let mut any_batch = false;
     let (mut pos, mut next, mut count) = (0usize, from, 0usize);
     while let Some((offset, size, span)) = peek_entry(entries, pos) {
@@ -509,7 +525,7 @@ pub fn expand(
             offset: raw.offset,
         };
         let mut stopped = false;
-        if !header.is_control() && header.count > 0 {
+        if !header.is_control() && header.count > 0 && !skip(&raw) {
             let data = crate::kafka_batch::decompress(
                 header.compression().map_err(|_| malformed.clone())?,
                 raw.kafka_body()

@@ -4,10 +4,12 @@
 //! magic-2 batch per run of records produced through Flume's protocol. No fetch sessions: every fetch is a full
 //! one (session id 0), which Kafka's clients accept.
 
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse};
 
-use super::super::backend::FetchWant;
+use super::super::backend::{FetchAsk, FetchWant};
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
@@ -42,10 +44,13 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
     let got = ctx
         .backend
         .fetch(
-            req.max_wait_ms,
-            req.min_bytes,
-            max_bytes,
-            &wants,
+            FetchAsk {
+                max_wait_ms: req.max_wait_ms,
+                min_bytes: req.min_bytes,
+                max_bytes,
+                wants: &wants,
+                committed: version >= 4 && req.isolation_level == 1,
+            },
             &ctx.memory,
             &ctx.counting,
         )
@@ -73,18 +78,30 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
                 Some(g) => {
                     pd.error_code = g.error;
                     pd.high_watermark = g.high_watermark;
-                    pd.last_stable_offset = g.high_watermark;
+                    pd.last_stable_offset = g.last_stable;
                     if version >= 5 {
                         pd.log_start_offset = g.log_start;
                     }
                     pd.records = Some(g.records);
+                    if version >= 4 {
+                        pd.aborted_transactions = Some(
+                            g.aborted
+                                .iter()
+                                .map(|(pid, first)| {
+                                    AbortedTransaction::default()
+                                        .with_producer_id((*pid).into())
+                                        .with_first_offset(*first)
+                                })
+                                .collect(),
+                        );
+                    }
                 }
                 None => {
                     pd.error_code = errors::UNKNOWN_SERVER_ERROR;
                     pd.records = Some(Default::default());
                 }
             }
-            if version >= 4 {
+            if version >= 4 && pd.aborted_transactions.is_none() {
                 pd.aborted_transactions = Some(Vec::new());
             }
             tr.partitions.push(pd);

@@ -23,6 +23,8 @@ pub(super) async fn handle(
     version: i16,
 ) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
+    // read_committed (v2+): the latest offset is the last stable one.
+    let committed = version >= 2 && req.isolation_level == 1;
     for t in req.topics {
         let mut tr = ListOffsetsTopicResponse::default();
         let name = t.name.0.as_str().to_owned();
@@ -37,7 +39,12 @@ pub(super) async fn handle(
                 tr.partitions.push(pr);
                 continue;
             }
-            match ctx.backend.offsets(&name, p.partition_index) {
+            let offsets = if committed {
+                ctx.backend.stable_offsets(&name, p.partition_index)
+            } else {
+                ctx.backend.offsets(&name, p.partition_index)
+            };
+            match offsets {
                 Err(code) => pr.error_code = code,
                 Ok((start, end)) => match p.timestamp {
                     -2 => pr.offset = start,

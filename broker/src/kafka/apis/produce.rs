@@ -23,8 +23,12 @@ pub(super) async fn handle(
     version: i16,
 ) -> Option<ProduceResponse> {
     let acks = req.acks;
-    let refuse = if req.transactional_id.is_some() {
-        Some((errors::INVALID_REQUEST, "transactions are not supported"))
+    let transactional_id = req
+        .transactional_id
+        .as_ref()
+        .map(|t| t.0.as_str().to_owned());
+    let refuse = if transactional_id.as_deref() == Some("") {
+        Some((errors::INVALID_REQUEST, "an empty transactional id"))
     } else if !(-1..=1).contains(&acks) {
         Some((errors::INVALID_REQUIRED_ACKS, "acks must be 0, 1 or -1"))
     } else {
@@ -72,6 +76,7 @@ pub(super) async fn handle(
                         append_time,
                         compression: limits.compression,
                         keyed_only: limits.keyed_only,
+                        transactional: transactional_id.is_some(),
                     };
                     match records::prepare(&set, &rules) {
                         Err(RecordsError::TooLarge { limit }) => Err((
@@ -85,11 +90,30 @@ pub(super) async fn handle(
                             Err((errors::INVALID_RECORD, e.to_string()))
                         }
                         Err(e) => Err((errors::CORRUPT_MESSAGE, e.to_string())),
-                        Ok(t) => ctx
-                            .backend
-                            .produce_encoded(&name, p.index, t)
-                            .await
-                            .map_err(|c| (c, format!("error {c}"))),
+                        Ok(t) => match (&transactional_id, t.producer) {
+                            (Some(_), None) => Err((
+                                errors::INVALID_RECORD,
+                                "a transactional produce without a producer id".to_owned(),
+                            )),
+                            (Some(tid), Some(pb)) => match ctx
+                                .backend
+                                .txn_may_write(tid, pb.id, pb.epoch, &name, p.index)
+                            {
+                                Err(code) => {
+                                    Err((code, format!("transaction {tid:?}: error {code}")))
+                                }
+                                Ok(()) => ctx
+                                    .backend
+                                    .produce_encoded(&name, p.index, t)
+                                    .await
+                                    .map_err(|c| (c, format!("error {c}"))),
+                            },
+                            (None, _) => ctx
+                                .backend
+                                .produce_encoded(&name, p.index, t)
+                                .await
+                                .map_err(|c| (c, format!("error {c}"))),
+                        },
                     }
                 }
             };
