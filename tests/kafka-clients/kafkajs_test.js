@@ -739,6 +739,73 @@ async function deleteRecords(kafka, topic) {
   return problems
 }
 
+// Kafka transactions: a transactional producer commits one transaction and aborts
+// another on partition 0 (and commits one with sendOffsets for a group); a
+// read_committed consumer (kafkajs' default) sees only the committed records, in
+// order; a read_uncommitted one sees all; the group's offset is the transaction's.
+async function transactions(kafka, topic) {
+  await createTopic(kafka, topic)
+  const problems = []
+  const producer = kafka.producer({
+    transactionalId: `${topic}-tx`,
+    idempotent: true,
+    maxInFlightRequests: 1,
+    transactionTimeout: 30000,
+  })
+  await producer.connect()
+  const send = async (txn, values) =>
+    txn.send({ topic, messages: values.map((v) => ({ key: 'k', value: v, partition: 0 })) })
+  try {
+    let t = await producer.transaction()
+    await send(t, ['c1-0', 'c1-1', 'c1-2'])
+    await t.commit()
+    t = await producer.transaction()
+    await send(t, ['ab-0', 'ab-1'])
+    await t.abort()
+    t = await producer.transaction()
+    await send(t, ['c2-0'])
+    await t.sendOffsets({ consumerGroupId: `${topic}-g`, topics: [{ topic, partitions: [{ partition: 1, offset: '5' }] }] })
+    await t.commit()
+  } finally {
+    await producer.disconnect()
+  }
+  const read = async (readUncommitted, want) => {
+    const consumer = kafka.consumer({ groupId: `${topic}-r-${readUncommitted}`, readUncommitted, ...CONSUMER })
+    const out = []
+    await consumer.connect()
+    try {
+      await consumer.subscribe({ topics: [topic], fromBeginning: true })
+      await consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ partition, message }) => {
+          if (partition === 0) out.push(message.value.toString())
+        },
+      })
+      await waitFor(() => out.length >= want, DEADLINE_MS, `${want} records`).catch(() => {})
+      await sleep(300)
+    } finally {
+      await consumer.disconnect()
+    }
+    return out
+  }
+  const committedOnly = await read(false, 4)
+  const want = ['c1-0', 'c1-1', 'c1-2', 'c2-0']
+  if (JSON.stringify(committedOnly) !== JSON.stringify(want)) problems.push(`read_committed read ${committedOnly}, expected ${want}`)
+  const all = await read(true, 6)
+  const wantAll = ['c1-0', 'c1-1', 'c1-2', 'ab-0', 'ab-1', 'c2-0']
+  if (JSON.stringify(all) !== JSON.stringify(wantAll)) problems.push(`read_uncommitted read ${all}, expected ${wantAll}`)
+  const admin = kafka.admin()
+  await admin.connect()
+  try {
+    const offsets = await admin.fetchOffsets({ groupId: `${topic}-g`, topics: [topic] })
+    const p1 = offsets[0].partitions.find((p) => p.partition === 1)
+    if (!p1 || p1.offset !== '5') problems.push(`the transaction's group offset: ${JSON.stringify(p1)}, expected 5`)
+  } finally {
+    await admin.disconnect()
+  }
+  return problems
+}
+
 async function main() {
   const args = process.argv.slice(2)
   if (args[0] === 'member') {
@@ -759,6 +826,7 @@ async function main() {
   await scenario('topic-configs', () => topicConfigs(kafka, `${pre}-cfg`))
   await scenario('delete-records', () => deleteRecords(kafka, `${pre}-del`))
   await scenario('compaction', () => compaction(kafka, `${pre}-cmp`))
+  await scenario('transactions', () => transactions(kafka, `${pre}-txn`))
   return failed ? 1 : 0
 }
 

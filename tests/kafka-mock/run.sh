@@ -9,7 +9,10 @@
 #      --broker kafka://...` writes, kcat reads; what kcat writes, `flume-cli consume --broker
 #      kafka://...` and `flume-cli consume` over Flume's protocol read.
 #
-#   tests/kafka-mock/run.sh
+#   tests/kafka-mock/run.sh              both parts (the first through cargo test --test e2e)
+#   tests/kafka-mock/run.sh --prepare    install and build the mock program; print its path
+#   tests/kafka-mock/run.sh --interop    the second part only (tests/run-all.sh runs the
+#                                        first inside its cargo test run, FLUME_KAFKA_MOCK set)
 #
 # Environment:
 #   FLUME_CACHE=dir    where the mock program is built (default ${TMPDIR:-/tmp}/flume-ci-cache)
@@ -18,6 +21,8 @@
 # Installs librdkafka-dev and kcat with apt when missing (once: the cache keeps the build).
 # Output: `PASS|FAIL name` per part, then `N passed, N failed`; non-zero exit if any failed.
 set -euo pipefail
+MODE=${1:-all}
+case "$MODE" in all | --prepare | --interop) ;; *) echo "error: unknown argument '$MODE'" >&2; exit 2 ;; esac
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -61,17 +66,23 @@ MOCK=$CACHE/kafka-mock/mock_cluster
 mkdir -p "$CACHE/kafka-mock"
 if [ ! -x "$MOCK" ] || [ "$HERE/mock_cluster.c" -nt "$MOCK" ]; then
   say "building $MOCK"
-  gcc -O1 -Wall -Wextra -Werror -o "$MOCK" "$HERE/mock_cluster.c" -lrdkafka -lpthread
+  gcc -O1 -Wall -Wextra -Werror -o "$MOCK" "$HERE/mock_cluster.c" -lrdkafka -lpthread >&2
+fi
+if [ "$MODE" = --prepare ]; then
+  echo "$MOCK"
+  exit 0
 fi
 
-# 1. The mock cluster, through the e2e tests (the binary cargo test --workspace built).
-t0=$(date +%s)
-if (cd "$ROOT" && FLUME_KAFKA_MOCK=$MOCK cargo test --locked --test e2e e2e_kafka_mock -- --test-threads 3) \
-  >"$WORK/mock.log" 2>&1; then
-  pass "e2e_kafka_mock (librdkafka's mock cluster, 3 brokers; $(($(date +%s) - t0)) s)"
-else
-  tail -n 40 "$WORK/mock.log" >&2
-  fail "e2e_kafka_mock (librdkafka's mock cluster)"
+# 1. The mock cluster, through the e2e tests.
+if [ "$MODE" = all ]; then
+  t0=$(date +%s)
+  if (cd "$ROOT" && FLUME_KAFKA_MOCK=$MOCK cargo test --locked --test e2e e2e_kafka_mock -- --test-threads 3) \
+    >"$WORK/mock.log" 2>&1; then
+    pass "e2e_kafka_mock (librdkafka's mock cluster, 3 brokers; $(($(date +%s) - t0)) s)"
+  else
+    tail -n 40 "$WORK/mock.log" >&2
+    fail "e2e_kafka_mock (librdkafka's mock cluster)"
+  fi
 fi
 
 # 2. kcat and flume-cli over Flume's Kafka listener, both ways.
