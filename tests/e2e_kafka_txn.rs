@@ -200,6 +200,21 @@ fn a_transaction_commits_offsets_fences_old_producers_and_writes_its_markers() -
         })?;
         ensure!(end == 1, "partition {p}: one marker, end {end}");
     }
+    // DescribeProducers answers for the partition (no transaction open).
+    let mut dp = kafka_protocol::messages::DescribeProducersRequest::default();
+    let mut tr = kafka_protocol::messages::describe_producers_request::TopicRequest::default();
+    tr.name = TopicName(StrBytes::from_static_str("t"));
+    tr.partition_indexes = vec![0];
+    dp.topics = vec![tr];
+    let r = c.call(0, &dp)?;
+    let p0 = &r.topics[0].partitions[0];
+    ensure!(p0.error_code == NONE, "{p0:?}");
+    ensure!(
+        p0.active_producers
+            .iter()
+            .all(|s| s.current_txn_start_offset == -1),
+        "{p0:?}"
+    );
     flume_rt::block_on(broker.shutdown());
     drop(broker);
 

@@ -109,6 +109,19 @@ pub struct ProducerBatch {
     pub base_sequence: i32,
 }
 
+/// An idempotent or transactional producer as one partition knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerState {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Its epoch (-1 when unknown here).
+    pub epoch: i16,
+    /// The sequence of the last record appended (-1: none).
+    pub last_sequence: i32,
+    /// The offset where its open transaction began here, if one is open.
+    pub txn_start: Option<u64>,
+}
+
 /// Why a batch of an idempotent producer was refused (nothing of it appended).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProducerError {

@@ -195,10 +195,23 @@ fn markers_end_transactions_and_move_the_last_stable_offset_across_a_restart() {
             .is_err());
         produce_txn(&e, pid, epoch, 0, &["a", "b"]).await;
         assert_eq!((part(&e).stable_offset(), part(&e).end_offset()), (0, 2));
+        // DescribeProducers' view: the producer, its last sequence, where its transaction began.
+        let described = part(&e).producers();
+        assert_eq!(described.len(), 1);
+        assert_eq!(
+            (
+                described[0].producer_id,
+                described[0].epoch,
+                described[0].last_sequence,
+                described[0].txn_start
+            ),
+            (pid, epoch, 1, Some(0))
+        );
         assert!(values(&e).is_empty(), "open: not stable yet");
         e.end_txn("tx", pid, epoch, true).await.unwrap();
         assert_eq!(state(&e, "tx"), Some(TxnState::CompleteCommit));
         assert_eq!((part(&e).stable_offset(), part(&e).end_offset()), (3, 3));
+        assert_eq!(part(&e).producers()[0].txn_start, None);
         assert_eq!(values(&e), ["a", "b"]);
         // One that aborts: its records are never read by read_committed readers.
         e.add_partitions_to_txn("tx", pid, epoch, tp.clone())

@@ -320,6 +320,21 @@ impl Backend {
         Ok((to(p.start_offset()), to(p.end_offset())))
     }
 
+    /// The producers a partition tracks (DescribeProducers).
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC_OR_PARTITION.
+    pub fn producers(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Vec<crate::domain::ProducerState>, i16> {
+        self.engine
+            .topic(topic)
+            .and_then(|t| t.partition(partition).map(|p| p.producers()))
+            .ok_or(kerr::UNKNOWN_TOPIC_OR_PARTITION)
+    }
+
     /// [`Backend::offsets`] with the last stable offset for the end (a
     /// `read_committed` ListOffsets).
     ///

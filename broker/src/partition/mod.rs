@@ -962,6 +962,45 @@ impl Partition {
             .min(self.end_offset())
     }
 
+    /// The producers this partition tracks (DescribeProducers): id, epoch,
+    /// last sequence appended (-1: none) and the offset where its open
+    /// transaction began here (`None`: no transaction open).
+    pub fn producers(&self) -> Vec<crate::domain::ProducerState> {
+        let _log = read_lock(&self.shared.log);
+        let open: std::collections::HashMap<i64, u64> = self
+            .shared
+            .txns
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .open()
+            .collect();
+        let mut out: Vec<crate::domain::ProducerState> = self
+            .shared
+            .producers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .describe()
+            .into_iter()
+            .map(|(id, epoch, last_sequence)| crate::domain::ProducerState {
+                producer_id: id,
+                epoch,
+                last_sequence,
+                txn_start: open.get(&id).copied(),
+            })
+            .collect();
+        for (id, first) in open {
+            if !out.iter().any(|p| p.producer_id == id) {
+                out.push(crate::domain::ProducerState {
+                    producer_id: id,
+                    epoch: -1,
+                    last_sequence: -1,
+                    txn_start: Some(first),
+                });
+            }
+        }
+        out
+    }
+
     /// The producers with a transaction open here, and where each began.
     pub fn open_transactions(&self) -> Vec<(i64, u64)> {
         let _log = read_lock(&self.shared.log);

@@ -407,6 +407,18 @@ impl ProducerTable {
         }
     }
 
+    /// Each producer tracked here: id, epoch and the last sequence appended
+    /// (-1 when only its epoch is known).
+    pub fn describe(&self) -> Vec<(i64, i16, i32)> {
+        let mut out: Vec<(i64, i16, i32)> = self
+            .entries
+            .iter()
+            .map(|(id, e)| (*id, e.epoch, e.batches.back().map_or(-1, |b| b.last_seq)))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     /// Drops the producers idle for longer than the expiry. Returns how many.
     pub fn expire(&mut self) -> usize {
         let now = self.limits.clock.mono_ms();

@@ -21,6 +21,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod describe_producers;
 mod describe_transactions;
 mod end_txn;
 mod fetch;
@@ -89,6 +90,7 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::TxnOffsetCommit, 0, 3),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -213,6 +215,7 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
             answer!(req => txn_offset_commit::handle(ctx, req, version).await)
         }
         ApiKey::ListTransactions => answer!(req => list_transactions::handle(ctx, req, version)),
+        ApiKey::DescribeProducers => answer!(req => describe_producers::handle(ctx, req)),
         ApiKey::DescribeTransactions => {
             answer!(req => describe_transactions::handle(ctx, req, version))
         }
