@@ -24,8 +24,9 @@ and stops cleanly (committing) once it has processed COUNT records. The scenario
   before the committed offsets is processed again, and the library's log says it
   restored.
 
-Processing guarantee: at-least-once (`STREAM_APPS_GUARANTEE=exactly-once` asks for
-exactly-once, which needs Kafka transactions: not served by the broker yet).
+Processing guarantee: exactly-once (each library's transactions: its output, its
+changelog and its input offsets commit together); `STREAM_APPS_GUARANTEE=at-least-once`
+asks for at-least-once.
 """
 
 import json
@@ -40,7 +41,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-EXACTLY_ONCE = os.environ.get("STREAM_APPS_GUARANTEE") == "exactly-once"
+EXACTLY_ONCE = os.environ.get("STREAM_APPS_GUARANTEE", "exactly-once") == "exactly-once"
 
 # Records per key of the first and the second run; the second has a key the first had not.
 PHASE1 = {"a": 5, "b": 3, "c": 4, "d": 2}
