@@ -236,8 +236,8 @@ async fn send_all(
 
 /// The Kafka-only producer settings (`acks`, `idempotence`, `compression`,
 /// `partitioner`), read from their Python spelling; a Flume broker ignores
-/// them. Idempotence unset is on with `acks="all"` and off otherwise, as in
-/// Kafka's Java client.
+/// them (but refuses "murmur2": it routes by FNV-1a itself). Idempotence
+/// unset is on with `acks="all"` and off otherwise, as in Kafka's Java client.
 fn kafka_settings(
     mut config: ProducerConfig,
     acks: Option<&Bound<'_, PyAny>>,

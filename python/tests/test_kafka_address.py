@@ -107,6 +107,8 @@ def test_kafka_settings_and_interop(broker):
     with flume.PartitionConsumer(broker.address, "zipped", metas[0].partition) as pc:
         first = pc.poll(timeout=5)
     assert (first.key, first.value) == (keys[0], b"vkey-0")
+    with pytest.raises(ValueError, match="murmur2"):
+        flume.Producer(broker.address, partitioner="murmur2")  # a Flume broker routes by FNV-1a
     for bad in [
         {"compression": "brotli"},
         {"acks": 2},
