@@ -3,8 +3,9 @@
 //! mTLS principals, certificate reload, and the handshake deadline.
 
 use crate::common;
+use crate::common::pki::{pki, write_pair, Ca, Files};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,60 +19,6 @@ use flume_protocol::{FetchPartition, FetchRequest};
 use flume_rt as rt;
 use futures::io::{AsyncReadExt, AsyncWriteExt};
 use http_body_util::BodyExt;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-
-/// A CA that signs certificates for the tests.
-struct Ca {
-    cert: rcgen::Certificate,
-    key: KeyPair,
-}
-
-impl Ca {
-    fn new(name: &str) -> Result<Ca> {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let cert = params.self_signed(&key)?;
-        Ok(Ca { cert, key })
-    }
-
-    /// A certificate for `names` (DNS names or IP addresses) with subject
-    /// `CN=cn,O=Flume Tests`: (certificate PEM, key PEM).
-    fn issue(&self, cn: &str, names: &[&str]) -> Result<(String, String)> {
-        let key = KeyPair::generate()?;
-        let names: Vec<String> = names.iter().map(|s| (*s).to_owned()).collect();
-        let mut params = CertificateParams::new(names)?;
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params
-            .distinguished_name
-            .push(DnType::OrganizationName, "Flume Tests");
-        let cert = params.signed_by(&key, &self.cert, &self.key)?;
-        Ok((cert.pem(), key.serialize_pem()))
-    }
-
-    fn write(&self, dir: &Path, name: &str) -> Result<PathBuf> {
-        let path = dir.join(name);
-        std::fs::write(&path, self.cert.pem())?;
-        Ok(path)
-    }
-}
-
-/// The files of one party: certificate and key.
-struct Files {
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn write_pair(dir: &Path, name: &str, (cert, key): (String, String)) -> Result<Files> {
-    let files = Files {
-        cert: dir.join(format!("{name}.pem")),
-        key: dir.join(format!("{name}.key")),
-    };
-    std::fs::write(&files.cert, cert)?;
-    std::fs::write(&files.key, key)?;
-    Ok(files)
-}
 
 /// A broker with TLS on every port (HTTP and Kafka on port 0 too).
 fn tls_config(data: &Path, server: &Files, client_ca: Option<&Path>) -> BrokerConfig {
@@ -88,32 +35,6 @@ fn client_config(ca: &Path) -> ConnectionConfig {
     ConnectionConfig::default()
         .connect_timeout(Duration::from_secs(2))
         .tls(TlsConfig::new().ca_file(ca))
-}
-
-/// A fixture: a temp dir with a CA, a server certificate for localhost and
-/// 127.0.0.1, and the CA's file.
-struct Pki {
-    dir: tempfile::TempDir,
-    ca: Ca,
-    ca_file: PathBuf,
-    server: Files,
-}
-
-fn pki() -> Result<Pki> {
-    let dir = tempfile::tempdir()?;
-    let ca = Ca::new("Flume Test CA")?;
-    let ca_file = ca.write(dir.path(), "ca.pem")?;
-    let server = write_pair(
-        dir.path(),
-        "server",
-        ca.issue("broker", &["localhost", "127.0.0.1"])?,
-    )?;
-    Ok(Pki {
-        dir,
-        ca,
-        ca_file,
-        server,
-    })
 }
 
 /// Records of `topic`/0 from offset 0, over `client`.

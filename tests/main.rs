@@ -16,6 +16,7 @@ mod e2e_kafka;
 mod e2e_kafka_admin;
 mod e2e_kafka_batches;
 mod e2e_kafka_client;
+mod e2e_kafka_client_security;
 mod e2e_kafka_configs;
 mod e2e_kafka_conformance;
 mod e2e_kafka_groups;

@@ -178,6 +178,14 @@ pub fn client_error(e: flume_client::Error) -> PyErr {
     let msg = e.to_string();
     match &e {
         E::Broker { code, .. } => code_error(*code, msg),
+        // A Kafka broker's code (a kafka:// address): the class of Flume's
+        // equivalent (UNKNOWN_TOPIC_OR_PARTITION is UnknownTopic, ...), so
+        // the same `except` works with either protocol; Kafka's own name and
+        // number are in the message.
+        E::Kafka { .. } => match e.code() {
+            Some(code) if code != ErrorCode::None => code_error(code, msg),
+            _ => exc::<FlumeError>(msg),
+        },
         E::Connect { .. } | E::Disconnected { .. } | E::Timeout { .. } => {
             exc::<ConnectionFailed>(msg)
         }

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use crate::deps::protocol::CreateTopicRequest;
 use crate::deps::rt::sync::lock;
-use flume_client::{ConsumerRecord, ProducerConfig, ProducerRecord, StartOffset};
+use flume_client::{
+    Compression, ConsumerRecord, Partitioner, ProducerConfig, ProducerRecord, RequiredAcks,
+    StartOffset,
+};
 use futures::lock::Mutex as AsyncMutex;
 use futures::StreamExt;
 use pyo3::exceptions::PyValueError;
@@ -43,12 +46,14 @@ fn ms(v: u64) -> Duration {
 
 /// A Flume TCP broker running inside this process (its own threads), for
 /// tests and tools. `Broker.start(data_dir, port=0)` picks a free port; see
-/// `address`.
+/// `address`. With `kafka_port` it also serves Kafka's protocol there; see
+/// `kafka_address`.
 #[pyclass(module = "flume", frozen)]
 pub struct Broker {
     /// Taken at shutdown, so the engine (and its hold on the directory) goes with it.
     inner: std::sync::Mutex<Option<Arc<flume_broker::Broker>>>,
     addr: std::net::SocketAddr,
+    kafka: Option<std::net::SocketAddr>,
 }
 
 impl Broker {
@@ -60,8 +65,13 @@ impl Broker {
 #[pymethods]
 impl Broker {
     /// Opens `data_dir` and starts listening on `host:port` (port 0: any free port).
+    /// `kafka_port`: also serve Kafka's protocol on `host:kafka_port` (0: any
+    /// free port). `group_initial_rebalance_delay_ms`: how long a new Kafka
+    /// group waits for more members before its first assignment (Kafka's
+    /// `group.initial.rebalance.delay.ms`, 3 s by default).
     #[staticmethod]
-    #[pyo3(signature = (data_dir, *, host = "127.0.0.1", port = 0, fsync = None, default_partitions = 3, auto_create_topics = true))]
+    #[pyo3(signature = (data_dir, *, host = "127.0.0.1", port = 0, fsync = None, default_partitions = 3, auto_create_topics = true, kafka_port = None, group_initial_rebalance_delay_ms = None))]
+    #[allow(clippy::too_many_arguments)]
     fn start(
         py: Python<'_>,
         data_dir: PathBuf,
@@ -70,6 +80,8 @@ impl Broker {
         fsync: Option<&Bound<'_, PyAny>>,
         default_partitions: u32,
         auto_create_topics: bool,
+        kafka_port: Option<u16>,
+        group_initial_rebalance_delay_ms: Option<u64>,
     ) -> PyResult<Broker> {
         let mut config = flume_broker::BrokerConfig::new(data_dir);
         config.listen = format!("{host}:{port}");
@@ -78,9 +90,14 @@ impl Broker {
         }
         config.default_topic.partitions = default_partitions;
         config.auto_create_topics = auto_create_topics;
+        config.kafka_listen = kafka_port.map(|p| format!("{host}:{p}"));
+        if let Some(d) = group_initial_rebalance_delay_ms {
+            config.group_initial_rebalance_delay = ms(d);
+        }
         let b = run(py, flume_broker::Broker::start(config)).map_err(broker_error)?;
         Ok(Broker {
             addr: b.local_addr(),
+            kafka: b.kafka_addr(),
             inner: std::sync::Mutex::new(Some(Arc::new(b))),
         })
     }
@@ -89,6 +106,14 @@ impl Broker {
     #[getter]
     fn address(&self) -> String {
         self.addr.to_string()
+    }
+
+    /// `"kafka://host:port"` of the Kafka listener (started with
+    /// `kafka_port`), for the network classes and any Kafka client; None
+    /// without one.
+    #[getter]
+    fn kafka_address(&self) -> Option<String> {
+        self.kafka.map(|a| format!("kafka://{a}"))
     }
 
     /// The port the broker listens on.
@@ -209,13 +234,63 @@ async fn send_all(
     Ok(out)
 }
 
+/// The Kafka-only producer settings (`acks`, `idempotence`, `compression`,
+/// `partitioner`), read from their Python spelling; a Flume broker ignores
+/// them (but refuses "murmur2": it routes by FNV-1a itself). Idempotence
+/// unset is on with `acks="all"` and off otherwise, as in Kafka's Java client.
+fn kafka_settings(
+    mut config: ProducerConfig,
+    acks: Option<&Bound<'_, PyAny>>,
+    idempotence: Option<bool>,
+    compression: &str,
+    partitioner: &str,
+) -> PyResult<ProducerConfig> {
+    let acks = match acks {
+        None => RequiredAcks::All,
+        Some(a) => acks_arg(a)?,
+    };
+    let compression = match compression {
+        "none" => Compression::None,
+        "gzip" => Compression::Gzip,
+        "snappy" => Compression::Snappy,
+        "lz4" => Compression::Lz4,
+        "zstd" => Compression::Zstd,
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "compression must be none, gzip, snappy, lz4 or zstd, not {other:?}"
+            )))
+        }
+    };
+    let partitioner: Partitioner = partitioner.parse().map_err(PyValueError::new_err)?;
+    config = config
+        .acks(acks)
+        .idempotence(idempotence.unwrap_or(acks == RequiredAcks::All))
+        .compression(compression)
+        .partitioner(partitioner);
+    Ok(config)
+}
+
+/// `acks=`: 0, 1, -1 or "all" (also "0", "1").
+fn acks_arg(acks: &Bound<'_, PyAny>) -> PyResult<RequiredAcks> {
+    let acks = match acks.extract::<i64>() {
+        Ok(n) => n.to_string(),
+        Err(_) => acks.extract::<String>()?,
+    };
+    acks.parse().map_err(PyValueError::new_err)
+}
+
 #[pymethods]
 impl Producer {
-    /// Connects to the broker at `address` ("host:port").
+    /// Connects to the broker at `address`: "host:port" (a Flume broker) or
+    /// "kafka://host:port[,host:port...]" (any Kafka cluster).
     /// `linger_ms`: extra wait to fill batches; `buffer_max_bytes`: most bytes
-    /// waiting in the client (send waits for room beyond it).
+    /// waiting in the client (send waits for room beyond it). Over Kafka only:
+    /// `acks` (0, 1 or "all", the default), `idempotence` (default: on with
+    /// acks "all"), `compression` ("none", "gzip", "snappy", "lz4", "zstd")
+    /// and `partitioner` ("fnv1a", Flume's, or "murmur2", the Java client's).
     #[new]
-    #[pyo3(signature = (address, *, linger_ms = 0, batch_max_bytes = 1024 * 1024, buffer_max_bytes = 32 * 1024 * 1024, max_in_flight = 8, request_timeout_ms = 30_000))]
+    #[pyo3(signature = (address, *, linger_ms = 0, batch_max_bytes = 1024 * 1024, buffer_max_bytes = 32 * 1024 * 1024, max_in_flight = 8, request_timeout_ms = 30_000, acks = None, idempotence = None, compression = "none", partitioner = "fnv1a"))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         address: &str,
@@ -224,6 +299,10 @@ impl Producer {
         buffer_max_bytes: usize,
         max_in_flight: usize,
         request_timeout_ms: u64,
+        acks: Option<&Bound<'_, PyAny>>,
+        idempotence: Option<bool>,
+        compression: &str,
+        partitioner: &str,
     ) -> PyResult<Self> {
         let mut config = ProducerConfig::default()
             .linger(ms(linger_ms))
@@ -231,18 +310,29 @@ impl Producer {
             .buffer_max_bytes(buffer_max_bytes)
             .max_in_flight(max_in_flight);
         config.connection.request_timeout = ms(request_timeout_ms);
+        let config = kafka_settings(config, acks, idempotence, compression, partitioner)?;
         run(py, producer_connect(address.to_owned(), config))
     }
 
     /// Connects without blocking the event loop; resolves to a Producer.
     #[staticmethod]
-    #[pyo3(signature = (address, *, linger_ms = 0))]
+    #[pyo3(signature = (address, *, linger_ms = 0, acks = None, idempotence = None, compression = "none", partitioner = "fnv1a"))]
     fn connect_async<'py>(
         py: Python<'py>,
         address: String,
         linger_ms: u64,
+        acks: Option<&Bound<'py, PyAny>>,
+        idempotence: Option<bool>,
+        compression: &str,
+        partitioner: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let config = ProducerConfig::default().linger(ms(linger_ms));
+        let config = kafka_settings(
+            ProducerConfig::default().linger(ms(linger_ms)),
+            acks,
+            idempotence,
+            compression,
+            partitioner,
+        )?;
         to_asyncio(py, producer_connect(address, config))
     }
 
@@ -448,9 +538,11 @@ async fn group_build(
 
 #[pymethods]
 impl GroupConsumer {
-    /// Connects to `address`, joins `group` subscribed to `topics` (a name or
-    /// a list) and waits for the first assignment. `start`: where to begin
-    /// where the group has no committed offset ("earliest" or "latest").
+    /// Connects to `address` ("host:port", or "kafka://host:port[,...]" for a
+    /// Kafka cluster), joins `group` subscribed to `topics` (a name or a list)
+    /// and waits for the first assignment. `start`: where to begin where the
+    /// group has no committed offset ("earliest" or "latest"). `assignor`
+    /// over Kafka: "range", "roundrobin" or "cooperative-sticky".
     #[new]
     #[pyo3(signature = (address, group, topics, *, auto_commit = true, start = None, session_timeout_ms = 10_000, heartbeat_interval_ms = None, max_wait_ms = 500, assignor = String::from("range")))]
     #[allow(clippy::too_many_arguments)]
@@ -648,7 +740,8 @@ async fn partition_close(inner: SharedPartition) -> PyResult<()> {
 
 #[pymethods]
 impl PartitionConsumer {
-    /// Connects to `address` to read `topic`/`partition` from `start`.
+    /// Connects to `address` ("host:port", or "kafka://host:port[,...]": the
+    /// partition's leader in a Kafka cluster) to read `topic`/`partition` from `start`.
     #[new]
     #[pyo3(signature = (address, topic, partition, *, start = None))]
     fn new(
@@ -1024,7 +1117,8 @@ fn create_request(
 
 #[pymethods]
 impl Admin {
-    /// Connects to the broker at `address`.
+    /// Connects to the broker at `address` ("host:port", or
+    /// "kafka://host:port[,...]" for a Kafka cluster).
     #[new]
     fn new(py: Python<'_>, address: &str) -> PyResult<Self> {
         run(py, admin_connect(address.to_owned()))

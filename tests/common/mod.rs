@@ -4,6 +4,7 @@
 
 pub mod abuse;
 pub mod kafka;
+pub mod pki;
 
 use std::future::Future;
 use std::path::Path;

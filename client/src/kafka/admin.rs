@@ -111,6 +111,14 @@ impl KafkaAdmin {
     }
 
     pub(crate) async fn create_topic(&self, req: CreateTopicRequest) -> Result<()> {
+        // Flume's own queue settings have no Kafka topic config: refused, not dropped.
+        if req.max_pending >= 0 || req.backpressure >= 0 {
+            return Err(Error::InvalidArgument(format!(
+                "topic {:?}: max_pending and backpressure are Flume's own settings; a Kafka \
+                 cluster (a kafka:// address) has no such topic config",
+                req.name
+            )));
+        }
         let mut configs = Vec::new();
         if req.retention_ms > 0 {
             configs.push(("retention.ms".to_owned(), req.retention_ms.to_string()));

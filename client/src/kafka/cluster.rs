@@ -397,6 +397,24 @@ impl Cluster {
         lock(&self.meta).topics.get(topic).cloned()
     }
 
+    /// How many partitions `topic` has: [`Cluster::topic_meta`]'s count,
+    /// without copying the cached partition list (a producer asks for every
+    /// record).
+    ///
+    /// # Errors
+    /// As [`Cluster::topic_meta`].
+    pub(crate) async fn partition_count(&self, topic: &str, create: bool) -> Result<usize> {
+        let cached = lock(&self.meta)
+            .topics
+            .get(topic)
+            .filter(|t| t.error == errors::NONE && !t.partitions.is_empty())
+            .map(|t| t.partitions.len());
+        match cached {
+            Some(n) => Ok(n),
+            None => Ok(self.topic_meta(topic, create).await?.partitions.len()),
+        }
+    }
+
     /// The topic's partitions, from the cache or a Metadata request
     /// (`create`: let the broker create it when it auto-creates).
     ///
@@ -429,18 +447,31 @@ impl Cluster {
     /// UNKNOWN_TOPIC_OR_PARTITION for a partition past the topic's count,
     /// LEADER_NOT_AVAILABLE while it has none.
     pub(crate) async fn leader(&self, topic: &str, partition: i32) -> Result<PartitionMeta> {
-        let t = self.topic_meta(topic, false).await?;
-        let p = t
-            .partitions
-            .iter()
-            .find(|p| p.id == partition)
-            .copied()
-            .ok_or_else(|| {
-                errors::error(
-                    errors::UNKNOWN_TOPIC_OR_PARTITION,
-                    format!("{topic}/{partition}"),
-                )
-            })?;
+        // From the cache without copying the topic's partition list (a producer asks
+        // for every batch).
+        let cached = {
+            let m = lock(&self.meta);
+            m.topics
+                .get(topic)
+                .filter(|t| t.error == errors::NONE)
+                .and_then(|t| t.partitions.iter().find(|p| p.id == partition).copied())
+        };
+        let p = match cached {
+            Some(p) => Some(p),
+            None => self
+                .topic_meta(topic, false)
+                .await?
+                .partitions
+                .iter()
+                .find(|p| p.id == partition)
+                .copied(),
+        };
+        let p = p.ok_or_else(|| {
+            errors::error(
+                errors::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("{topic}/{partition}"),
+            )
+        })?;
         if p.leader < 0 {
             return Err(errors::error(
                 errors::LEADER_NOT_AVAILABLE,

@@ -195,13 +195,21 @@ async fn read_loop(inner: Arc<Inner>) {
     let max = inner.config.max_frame_bytes;
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
+    // Responses read so far: a broker that closes at once says something.
+    let mut frames = 0u64;
     let reason = 'read: loop {
         // Every whole frame in the buffer goes to its request.
         while let Some(head) = buf.first_chunk::<4>() {
             let size = i32::from_be_bytes(*head);
             let Some(size) = usize::try_from(size).ok().filter(|s| (4..=max).contains(s)) else {
+                if frames == 0 && inner.config.tls.is_none() && is_tls_record(head) {
+                    break 'read "the broker answered with TLS: this port needs a TLS \
+                        connection (ConnectionConfig::tls)"
+                        .to_owned();
+                }
                 break 'read format!("response frame of {size} bytes (the limit is {max})");
             };
+            frames += 1;
             if buf.len() < 4 + size {
                 buf.reserve(4 + size - buf.len());
                 break;
@@ -226,6 +234,14 @@ async fn read_loop(inner: Arc<Inner>) {
             return;
         }
         match inner.socket.try_read(&mut chunk) {
+            Ok(0) if frames == 1 && inner.config.credentials.is_none() => {
+                // ApiVersions answered, then closed at the first request: what a
+                // Kafka broker does to a client that skips a required SASL login.
+                break "the broker closed the connection at the first request after \
+                    ApiVersions, as a broker that requires a SASL login does (no \
+                    credentials were given: ConnectionConfig::credentials)"
+                    .to_owned();
+            }
             Ok(0) => break "the broker closed the connection".to_owned(),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e) if rt::retry(&e) => {
@@ -616,6 +632,13 @@ impl KConn {
     }
 }
 
+/// Whether a response's first bytes are a TLS record (an alert or a
+/// handshake, TLS 1.x) rather than a Kafka frame's size: a plain client on
+/// a TLS port reads that.
+fn is_tls_record(head: &[u8; 4]) -> bool {
+    matches!(head[0], 0x15 | 0x16) && head[1] == 0x03 && head[2] <= 0x04
+}
+
 /// The [`ApiKey`] of request type `R`.
 fn api_key<R: Request>() -> Result<ApiKey> {
     ApiKey::try_from(R::KEY).map_err(|()| Error::protocol(format!("unknown API key {}", R::KEY)))
@@ -722,5 +745,15 @@ mod tests {
             let v = k.valid_versions();
             assert!(v.min <= *min && *max <= v.max, "{k:?}");
         }
+    }
+
+    #[test]
+    fn a_tls_record_is_told_from_a_frame_size() {
+        // A TLS alert (TLS 1.2 record version) and a handshake record.
+        assert!(is_tls_record(&[0x15, 0x03, 0x03, 0x00]));
+        assert!(is_tls_record(&[0x16, 0x03, 0x01, 0x02]));
+        // Kafka frame sizes: small ones, and a large one that is no TLS record.
+        assert!(!is_tls_record(&[0x00, 0x00, 0x01, 0x00]));
+        assert!(!is_tls_record(&[0x15, 0x00, 0x00, 0x00]));
     }
 }

@@ -348,21 +348,27 @@ pub(crate) fn decode_records(
         if h.is_control() || end <= from {
             continue;
         }
-        let data = batch.records(limit).map_err(|e| e.to_string())?;
+        // Keys, values and header values are slices of the fetched bytes (or
+        // of the batch's decompressed records): no allocation or copy per record.
+        let data = match batch.records(limit).map_err(|e| e.to_string())? {
+            std::borrow::Cow::Borrowed(d) => set.slice_ref(d),
+            std::borrow::Cow::Owned(v) => Bytes::from(v),
+        };
+        let piece = |s: &[u8]| data.slice_ref(s);
         kafka_batch::for_each_record::<kafka_batch::BatchError>(&h, &data, &mut |r| {
             let offset = h.base_offset.saturating_add(i64::from(r.offset_delta));
             if offset >= from {
                 out.push(Record {
                     offset: u64::try_from(offset).unwrap_or(0),
                     timestamp: r.timestamp,
-                    key: r.key.map(Bytes::copy_from_slice),
-                    value: r.value.map(Bytes::copy_from_slice),
+                    key: r.key.map(piece),
+                    value: r.value.map(piece),
                     headers: r
                         .headers
                         .iter()
                         .map(|(k, v)| Header {
                             key: (*k).to_owned(),
-                            value: v.map(Bytes::copy_from_slice),
+                            value: v.map(piece),
                         })
                         .collect(),
                 });

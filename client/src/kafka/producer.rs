@@ -132,10 +132,17 @@ impl std::fmt::Debug for KafkaProducer {
     }
 }
 
+/// Milliseconds since the Unix epoch (a record's CreateTime). Read for every
+/// record, so without `as_millis`'s 128-bit division.
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .map_or(0, |d| {
+            i64::try_from(d.as_secs())
+                .unwrap_or(i64::MAX / 1000)
+                .saturating_mul(1000)
+                .saturating_add(i64::from(d.subsec_millis()))
+        })
 }
 
 impl KafkaProducer {
@@ -192,8 +199,8 @@ impl KafkaProducer {
                 format!("a record of {len} bytes: the limit is {limit} bytes (max_record_bytes)"),
             ));
         }
-        let meta = sh.cluster.topic_meta(&topic, true).await?;
-        let count = u32::try_from(meta.partitions.len()).unwrap_or(0).max(1);
+        let count = sh.cluster.partition_count(&topic, true).await?;
+        let count = u32::try_from(count).unwrap_or(0).max(1);
         let partition = match (partition, &key) {
             (Some(p), _) => {
                 if p < 0 || u32::try_from(p).is_ok_and(|p| p >= count) {
@@ -210,6 +217,8 @@ impl KafkaProducer {
             (None, None) => None,
         };
         let timestamp = timestamp.unwrap_or_else(now_ms);
+        // The record's (topic, partition), the partition chosen below.
+        let mut tp: Tp = (topic, 0);
         let mut listener: Option<event_listener::EventListener> = None;
         loop {
             {
@@ -224,22 +233,42 @@ impl KafkaProducer {
                         Some(p) => p,
                         None => {
                             let start =
-                                i32::try_from(now_ms().rem_euclid(i64::from(n))).unwrap_or(0);
-                            let sticky = st.sticky.entry(topic.clone()).or_insert((start, n));
-                            if sticky.1 != n {
-                                *sticky = (start, n);
+                                || i32::try_from(now_ms().rem_euclid(i64::from(n))).unwrap_or(0);
+                            match st.sticky.get_mut(&tp.0) {
+                                Some(sticky) => {
+                                    if sticky.1 != n {
+                                        *sticky = (start(), n);
+                                    }
+                                    sticky.0
+                                }
+                                None => {
+                                    let s = start();
+                                    st.sticky.insert(tp.0.clone(), (s, n));
+                                    s
+                                }
                             }
-                            sticky.0
                         }
                     };
                     let max = sh.config.batch_max_bytes;
-                    let q = st.parts.entry((topic.clone(), p)).or_default();
+                    // Looked up by the record's own topic string: no copy of it
+                    // unless the partition is new to the producer.
+                    tp.1 = p;
+                    if !st.parts.contains_key(&tp) {
+                        st.parts.insert(tp.clone(), PartQ::default());
+                    }
+                    let Some(q) = st.parts.get_mut(&tp) else {
+                        return Err(Error::Closed);
+                    };
                     if q.open
                         .as_ref()
                         .is_some_and(|o| o.size + len > max && o.size > 0)
                     {
                         seal(q, &sh.config);
                     }
+                    // The sender is woken only when its plans change: a new batch
+                    // (whose linger starts now) or a full one; a record joining an open
+                    // batch changes nothing it waits for.
+                    let fresh = q.open.is_none();
                     let o = q.open.get_or_insert_with(|| Open {
                         builder: BatchBuilder::new(Some(timestamp)),
                         acks: Acks::new(),
@@ -261,10 +290,12 @@ impl KafkaProducer {
                         seal(q, &sh.config);
                     }
                     if full {
-                        next_sticky(&mut st.sticky, &topic, p);
+                        next_sticky(&mut st.sticky, &tp.0, p);
                     }
                     drop(st);
-                    sh.added.notify(1);
+                    if fresh || full {
+                        sh.added.notify(1);
+                    }
                     return Ok(delivery);
                 }
             }

@@ -147,9 +147,13 @@ class Broker:
         fsync: Union[str, int, None] = None,
         default_partitions: int = 3,
         auto_create_topics: bool = True,
+        kafka_port: Optional[int] = None,
+        group_initial_rebalance_delay_ms: Optional[int] = None,
     ) -> Broker: ...
     @property
     def address(self) -> str: ...
+    @property
+    def kafka_address(self) -> Optional[str]: ...
     @property
     def port(self) -> int: ...
     def shutdown(self) -> None: ...
@@ -166,9 +170,21 @@ class Producer:
         buffer_max_bytes: int = 33554432,
         max_in_flight: int = 8,
         request_timeout_ms: int = 30000,
+        acks: Union[int, str, None] = None,
+        idempotence: Optional[bool] = None,
+        compression: str = "none",
+        partitioner: str = "fnv1a",
     ) -> None: ...
     @staticmethod
-    def connect_async(address: str, *, linger_ms: int = 0) -> Awaitable[Producer]: ...
+    def connect_async(
+        address: str,
+        *,
+        linger_ms: int = 0,
+        acks: Union[int, str, None] = None,
+        idempotence: Optional[bool] = None,
+        compression: str = "none",
+        partitioner: str = "fnv1a",
+    ) -> Awaitable[Producer]: ...
     def send(
         self,
         topic: str,

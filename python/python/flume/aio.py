@@ -65,9 +65,29 @@ class Producer(_Closing):
         self._inner = inner
 
     @classmethod
-    async def connect(cls, address: str, *, linger_ms: int = 0) -> "Producer":
-        """Connects to the broker at ``address`` ("host:port")."""
-        return cls(await _flume.Producer.connect_async(address, linger_ms=linger_ms))
+    async def connect(
+        cls,
+        address: str,
+        *,
+        linger_ms: int = 0,
+        acks: Union[int, str, None] = None,
+        idempotence: Optional[bool] = None,
+        compression: str = "none",
+        partitioner: str = "fnv1a",
+    ) -> "Producer":
+        """Connects to the broker at ``address``: "host:port" (Flume) or
+        "kafka://host:port[,host:port...]" (a Kafka cluster; ``acks``,
+        ``idempotence``, ``compression`` and ``partitioner`` apply there only)."""
+        return cls(
+            await _flume.Producer.connect_async(
+                address,
+                linger_ms=linger_ms,
+                acks=acks,
+                idempotence=idempotence,
+                compression=compression,
+                partitioner=partitioner,
+            )
+        )
 
     async def send(
         self,
