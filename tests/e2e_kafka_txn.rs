@@ -227,3 +227,94 @@ fn a_transaction_commits_offsets_fences_old_producers_and_writes_its_markers() -
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+/// An open transaction as the SDK's `Admin::list_transactions` shows it,
+/// over Flume's protocol (LIST_TRANSACTIONS) and over Kafka's
+/// (ListTransactions + DescribeTransactions) alike: its producer, state,
+/// age and partitions; the filters by state and by age; an unknown state
+/// refused; after the commit, no open transaction.
+#[test]
+fn an_open_transaction_is_listed_alike_over_both_protocols() -> Result<()> {
+    use flume_client::{Admin, ErrorCode, TopicPartitions};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir()?;
+    let (broker, addr) = start(dir.path())?;
+    let mut c = Kc::connect(&addr)?;
+    let p = init(&mut c, "lister")?;
+    init(&mut c, "idle")?;
+    let mut add = AddPartitionsToTxnRequest::default();
+    add.v3_and_below_transactional_id = tid("lister");
+    add.v3_and_below_producer_id = ProducerId(p.0);
+    add.v3_and_below_producer_epoch = p.1;
+    let mut t = AddPartitionsToTxnTopic::default();
+    t.name = TopicName(StrBytes::from_static_str("t"));
+    t.partitions = vec![1, 0];
+    add.v3_and_below_topics = vec![t];
+    let r = c.call(3, &add)?;
+    ensure!(
+        r.results_by_topic_v3_and_below[0]
+            .results_by_partition
+            .iter()
+            .all(|p| p.partition_error_code == NONE),
+        "{r:?}"
+    );
+    let native = broker.local_addr().to_string();
+    let kafka = format!("kafka://{addr}");
+    for address in [&native, &kafka] {
+        flume_rt::block_on(async {
+            let admin = Admin::connect(address).await?;
+            let all = admin.list_transactions(&[], None).await?;
+            ensure!(all.len() == 2, "{address}: {all:?}");
+            let (idle, open) = (&all[0], &all[1]);
+            ensure!(idle.transactional_id == "idle" && idle.state == "Empty");
+            ensure!(idle.started_ms == -1 && idle.partitions.is_empty());
+            ensure!(open.transactional_id == "lister", "{address}: {open:?}");
+            ensure!((open.producer_id, open.producer_epoch) == p);
+            ensure!(open.state == "Ongoing" && open.timeout_ms == 60_000);
+            ensure!(open.started_ms > 0, "{address}: {open:?}");
+            ensure!(
+                open.partitions
+                    == vec![TopicPartitions {
+                        topic: "t".into(),
+                        partitions: vec![0, 1]
+                    }],
+                "{address}: {open:?}"
+            );
+            let ongoing = admin.list_transactions(&["Ongoing"], None).await?;
+            ensure!(ongoing.len() == 1 && ongoing[0].transactional_id == "lister");
+            let lingering = admin
+                .list_transactions(&[], Some(Duration::from_secs(3600)))
+                .await?;
+            ensure!(lingering.is_empty(), "{address}: none open an hour");
+            let open_now = admin.list_transactions(&[], Some(Duration::ZERO)).await?;
+            ensure!(
+                open_now.len() == 1 && open_now[0].transactional_id == "lister",
+                "{address}: an age filter keeps open transactions only: {open_now:?}"
+            );
+            let err = admin
+                .list_transactions(&["Sleeping"], None)
+                .await
+                .err()
+                .context("an unknown state is refused")?;
+            ensure!(err.code() == Some(ErrorCode::InvalidRequest), "{err}");
+            anyhow::Ok(())
+        })?;
+    }
+    ensure!(end(&mut c, "lister", p, false)? == NONE);
+    for address in [&native, &kafka] {
+        flume_rt::block_on(async {
+            let admin = Admin::connect(address).await?;
+            let open = admin.list_transactions(&[], Some(Duration::ZERO)).await?;
+            ensure!(open.is_empty(), "{address}: {open:?}");
+            let aborted = admin.list_transactions(&["CompleteAbort"], None).await?;
+            ensure!(
+                aborted.len() == 1 && aborted[0].started_ms == -1,
+                "{aborted:?}"
+            );
+            anyhow::Ok(())
+        })?;
+    }
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}

@@ -220,7 +220,7 @@ impl PartitionStats {
     }
 }
 
-const NAPIS: usize = 26;
+const NAPIS: usize = 27;
 /// Codes 0..=22 by number, the last row for every other code.
 const NCODES: usize = 24;
 
@@ -235,6 +235,7 @@ fn api_index(api_key: i16) -> usize {
         Some(ApiKey::CreatePartitions) => 22,
         Some(ApiKey::DeleteOffsets) => 23,
         Some(ApiKey::DeleteRecords) => 24,
+        Some(ApiKey::ListTransactions) => 25,
         Some(a) if (a as usize) < 18 => a as usize,
         _ => NAPIS - 1,
     }
@@ -268,6 +269,7 @@ pub fn api_name(index: usize) -> &'static str {
         "create_partitions",
         "delete_offsets",
         "delete_records",
+        "list_transactions",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")

@@ -479,6 +479,61 @@ pub async fn list_groups(broker: &BrokerAddr, states: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// `transactions list`.
+pub async fn list_transactions(
+    broker: &BrokerAddr,
+    states: &[String],
+    min_age_ms: Option<u64>,
+) -> Result<()> {
+    let admin = connect(broker).await?;
+    let states: Vec<&str> = states.iter().map(String::as_str).collect();
+    let listed = admin
+        .list_transactions(&states, min_age_ms.map(std::time::Duration::from_millis))
+        .await
+        .map_err(describe)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    println!(
+        "{:<32} {:>12} {:>6} {:<15} {:>9} {:>8} PARTITIONS",
+        "TRANSACTIONAL_ID", "PRODUCER_ID", "EPOCH", "STATE", "OPEN_FOR", "TIMEOUT"
+    );
+    for t in listed {
+        let open_for = if t.started_ms < 0 {
+            "-".to_owned()
+        } else {
+            seconds(now.saturating_sub(t.started_ms).max(0))
+        };
+        let partitions = if t.partitions.is_empty() {
+            "-".to_owned()
+        } else {
+            t.partitions
+                .iter()
+                .map(|tp| {
+                    let ps: Vec<String> = tp.partitions.iter().map(i32::to_string).collect();
+                    format!("{}/{}", tp.topic, ps.join(","))
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "{:<32} {:>12} {:>6} {:<15} {:>9} {:>8} {partitions}",
+            t.transactional_id,
+            t.producer_id,
+            t.producer_epoch,
+            t.state,
+            open_for,
+            seconds(i64::from(t.timeout_ms)),
+        );
+    }
+    Ok(())
+}
+
+/// Milliseconds as seconds with one decimal: `12.3s`.
+fn seconds(ms: i64) -> String {
+    format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+}
+
 /// `groups describe`.
 pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
     let admin = connect(broker).await?;

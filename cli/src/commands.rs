@@ -45,6 +45,11 @@ pub enum Command {
         #[command(subcommand)]
         command: GroupsCommand,
     },
+    /// Kafka transactions the broker coordinates: list them with their state and age.
+    Transactions {
+        #[command(subcommand)]
+        command: TransactionsCommand,
+    },
     /// Users who log in with SCRAM-SHA-256 (--auth): add, remove, list.
     Users {
         #[command(subcommand)]
@@ -584,6 +589,24 @@ fn config_pair(s: &str) -> (&str, &str) {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum TransactionsCommand {
+    /// Every transactional id with its producer, the state of its current
+    /// (or last) transaction, how long an open one has been open, its
+    /// timeout and the partitions it wrote to (`kafka-transactions.sh list`
+    /// and `describe` in one).
+    List {
+        /// Only transactions in these states; repeatable.
+        #[arg(long = "state", value_parser = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead"])]
+        states: Vec<String>,
+        /// Only transactions open at least this many milliseconds (lingering ones).
+        #[arg(long)]
+        min_age_ms: Option<u64>,
+        #[command(flatten)]
+        broker: BrokerAddr,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 #[allow(clippy::large_enum_variant)]
 pub enum GroupsCommand {
     /// Committed offset, end offset and lag per partition.
@@ -674,6 +697,14 @@ pub async fn run(cli: Cli, settings: Option<crate::settings::Effective>) -> Resu
         Command::Consume(a) => crate::consume::consume(a).await,
         Command::Topics { command } => topics(command).await,
         Command::Groups { command } => groups(command).await,
+        Command::Transactions {
+            command:
+                TransactionsCommand::List {
+                    states,
+                    min_age_ms,
+                    broker,
+                },
+        } => crate::admin::list_transactions(&broker, &states, min_age_ms).await,
         Command::Perf { command } => crate::perf::run(command).await,
         Command::Users { command } => crate::users::run(command).await,
         Command::Acls { command } => crate::acls::run(command).await,

@@ -1002,6 +1002,7 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         CreatePartitions => "CREATE_PARTITIONS",
         DeleteOffsets => "DELETE_OFFSETS",
         TopicConfigs => "TOPIC_CONFIGS",
+        ListTransactions => "LIST_TRANSACTIONS",
     }
 }
 

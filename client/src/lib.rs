@@ -73,8 +73,8 @@ pub use protocol::{
     ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition,
     ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record,
     TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions, TopicSettings,
-    CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP, MAX_TIMESTAMP,
+    TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
+    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
 pub use tls::TlsConfig;
 

@@ -9,6 +9,7 @@ protocol); only timeouts are shortened so a broken broker fails in seconds.
 """
 
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -586,6 +587,27 @@ def scenario_delete_records(bootstrap, topic):
     return problems
 
 
+def cli_sees_open_transaction(bootstrap, tid, topic):
+    """`flume-cli transactions list` (when run.sh started the broker) shows
+    the open transaction `tid` over both protocols: Ongoing, on partitions 0
+    and 1 of `topic`, and kept by `--min-age-ms 0` (open now)."""
+    cli, native = os.environ.get("FLUME_CLI"), os.environ.get("FLUME_NATIVE")
+    if not cli or not native:
+        return []
+    problems = []
+    for broker in (native, f"kafka://{bootstrap}"):
+        out = subprocess.run([cli, "transactions", "list", "--state", "Ongoing", "--min-age-ms", "0",
+                              "--broker", broker], capture_output=True, text=True, timeout=30)
+        rows = [line.split() for line in out.stdout.splitlines()[1:]]
+        mine = [r for r in rows if r and r[0] == tid]
+        if out.returncode != 0 or len(mine) != 1:
+            problems.append(f"flume-cli transactions list --broker {broker}: exit {out.returncode}, "
+                            f"{out.stdout!r} {out.stderr!r}")
+        elif mine[0][3] != "Ongoing" or mine[0][-1] != f"{topic}/0,1":
+            problems.append(f"flume-cli transactions list --broker {broker}: {mine[0]}")
+    return problems
+
+
 def scenario_transactions(bootstrap, topic):
     """Kafka transactions (KIP-98, KIP-447) with a transactional producer:
     committed and aborted transactions, read back by a read_committed consumer
@@ -616,6 +638,7 @@ def scenario_transactions(bootstrap, topic):
     send(p1, [f"ab-{i}" for i in range(5)], 0)
     send(p1, ["ab-p1"], 1)
     p1.flush(common.DEADLINE_S)  # stored, then aborted
+    problems += cli_sees_open_transaction(bootstrap, tid, topic)
     p1.abort_transaction(common.DEADLINE_S)
     # A transaction that also commits a group's offset (consume-transform-produce).
     c = Consumer(conf(bootstrap, **{**CONSUMER, "group.id": group}))

@@ -238,6 +238,8 @@ if [ -z "$BOOTSTRAP" ]; then
   done
   BOOTSTRAP=127.0.0.1:$KPORT
   NATIVE=127.0.0.1:$PORT
+  # For scenarios that also look with flume-cli (both of its protocols).
+  export FLUME_CLI=$FLUME FLUME_NATIVE=$NATIVE
   say "broker: native $NATIVE, kafka $BOOTSTRAP, data $WORK/data"
 else
   say "using the running broker at $BOOTSTRAP (cross-protocol scenarios skipped)"

@@ -140,6 +140,7 @@ async fn admit_request(
         ApiKey::DescribeGroup => apis::describe_group::handle(cx, payload),
         ApiKey::Acls => apis::acls::handle(cx, payload),
         ApiKey::TopicConfigs => apis::topic_configs::handle(cx, payload),
+        ApiKey::ListTransactions => apis::list_transactions::handle(cx, payload),
         // A connection answers AUTHENTICATE and USERS itself (`conn`); here
         // there is no connection state to authenticate.
         ApiKey::Authenticate => apis::error_frame(id, ErrorCode::AuthenticationFailed),

@@ -70,6 +70,9 @@ pub enum ApiKey {
     CreatePartitions = 24,
     /// Extension: delete a group's committed offsets on one topic.
     DeleteOffsets = 25,
+    /// Extension: the transactional ids the broker coordinates, with their
+    /// transactions (Kafka's ListTransactions and DescribeTransactions).
+    ListTransactions = 27,
 }
 
 impl ApiKey {
@@ -101,6 +104,7 @@ impl ApiKey {
             24 => ApiKey::CreatePartitions,
             25 => ApiKey::DeleteOffsets,
             26 => ApiKey::DeleteRecords,
+            27 => ApiKey::ListTransactions,
             _ => return None,
         })
     }
@@ -821,6 +825,52 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- LIST_TRANSACTIONS (extension, key 27)
+
+message! {
+    /// LIST_TRANSACTIONS request (extension): `[states_filter [string]]
+    /// [min_age_ms i64]`: the transactional ids in one of these states
+    /// (Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
+    /// CompleteCommit, CompleteAbort, Dead; empty for all; an unknown name
+    /// is INVALID_REQUEST) whose open transaction began at least
+    /// `min_age_ms` ago (-1: any, open or not). Needs DESCRIBE on the cluster.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ListTransactionsRequest {
+        /// States to list; empty for all.
+        pub states_filter: Vec<String>,
+        /// Only transactions open at least this long (ms); -1 for every id.
+        pub min_age_ms: i64,
+    }
+
+    /// One transactional id and its current (or last) transaction.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct TransactionListing {
+        /// The transactional id.
+        pub transactional_id: String,
+        /// Its producer id.
+        pub producer_id: i64,
+        /// Its producer epoch (a producer with an older one is fenced).
+        pub producer_epoch: i16,
+        /// The transaction's state (Kafka's names).
+        pub state: String,
+        /// When the open transaction began (ms since the epoch); -1 when none is open.
+        pub started_ms: i64,
+        /// The transaction timeout the producer asked for (ms).
+        pub timeout_ms: i32,
+        /// The partitions the current transaction wrote to.
+        pub partitions: Vec<TopicPartitions>,
+    }
+
+    /// LIST_TRANSACTIONS response: `[count i32] count * ([transactional_id]
+    /// [producer_id i64][producer_epoch i16][state][started_ms i64]
+    /// [timeout_ms i32][partitions [topic [partition i32]]])`, sorted by id.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ListTransactionsResponse {
+        /// The transactional ids.
+        pub transactions: Vec<TransactionListing>,
+    }
+}
+
 // ---------------------------------------------------------------- CREATE_PARTITIONS, DELETE_OFFSETS (extension, keys 24, 25)
 
 message! {
@@ -1186,4 +1236,5 @@ requests! {
     CreatePartitionsRequest => CreatePartitionsResponse: CreatePartitions,
     DeleteOffsetsRequest => DeleteOffsetsResponse: DeleteOffsets,
     TopicConfigsRequest => TopicConfigsResponse: TopicConfigs,
+    ListTransactionsRequest => ListTransactionsResponse: ListTransactions,
 }

@@ -12,8 +12,9 @@ use kafka_protocol::messages::{
     create_partitions_request, create_topics_request, delete_records_request,
     delete_topics_request, describe_configs_request, offset_delete_request, ApiKey,
     CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest, ListGroupsRequest,
-    OffsetDeleteRequest,
+    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeTransactionsRequest, ListGroupsRequest, ListTransactionsRequest, OffsetDeleteRequest,
+    TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -25,7 +26,8 @@ use crate::protocol::{
     CreateTopicRequest, DeletedOffset, DescribeGroupResponse, ErrorCode, GroupListing,
     GroupMemberInfo, GroupOffsetInfo, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
     PartitionMetadata, PartitionOffset, TopicConfigValue, TopicConfigsResponse, TopicMetadata,
-    TopicPartitions, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
+    TopicPartitions, TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_TOPIC,
 };
 
 /// How long the brokers may take over topic and partition changes.
@@ -521,6 +523,90 @@ impl KafkaAdmin {
                         group: g.group_id.0.to_string(),
                         state,
                         protocol_type: g.protocol_type.to_string(),
+                    },
+                );
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// ListTransactions at every broker (each lists the transactional ids
+    /// it coordinates), then DescribeTransactions of those at the same
+    /// broker for their epoch, timeout, start and partitions. An unknown
+    /// state name is refused as by a Flume broker (INVALID_REQUEST).
+    pub(crate) async fn list_transactions(
+        &self,
+        states: &[&str],
+        min_age_ms: i64,
+    ) -> Result<Vec<TransactionListing>> {
+        let brokers = self.cluster.refresh(Some(&[]), false).await?.brokers;
+        let mut out = BTreeMap::new();
+        for b in brokers {
+            let conn = self.cluster.broker(b.node_id.0).await?;
+            let v = conn.version(ApiKey::ListTransactions)?;
+            let mut req = ListTransactionsRequest::default().with_state_filters(
+                states
+                    .iter()
+                    .map(|s| StrBytes::from_string((*s).to_owned()))
+                    .collect(),
+            );
+            if v >= 1 {
+                req.duration_filter = min_age_ms;
+            }
+            let resp = conn.call_at(&req, v, Duration::ZERO).await?;
+            errors::check(resp.error_code, || {
+                format!("ListTransactions at {}", conn.addr())
+            })?;
+            if let Some(unknown) = resp.unknown_state_filters.first() {
+                return Err(Error::broker(
+                    ErrorCode::InvalidRequest,
+                    format!("unknown transaction state {unknown}"),
+                ));
+            }
+            let ids: Vec<TransactionalId> = resp
+                .transaction_states
+                .into_iter()
+                .map(|t| t.transactional_id)
+                .collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let dv = conn.version(ApiKey::DescribeTransactions)?;
+            let req = DescribeTransactionsRequest::default().with_transactional_ids(ids);
+            let resp = conn.call_at(&req, dv, Duration::ZERO).await?;
+            for t in resp.transaction_states {
+                // Gone between the two calls, or moved to another coordinator.
+                if t.error_code != 0 {
+                    continue;
+                }
+                let started_ms = t.transaction_start_time_ms;
+                // A broker before KIP-664's v1 filters by age only here.
+                if v < 1 && min_age_ms >= 0 {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                    if started_ms < 0 || now.saturating_sub(started_ms) < min_age_ms {
+                        continue;
+                    }
+                }
+                let id = t.transactional_id.0.to_string();
+                out.insert(
+                    id.clone(),
+                    TransactionListing {
+                        transactional_id: id,
+                        producer_id: t.producer_id.0,
+                        producer_epoch: t.producer_epoch,
+                        state: t.transaction_state.to_string(),
+                        started_ms,
+                        timeout_ms: t.transaction_timeout_ms,
+                        partitions: t
+                            .topics
+                            .into_iter()
+                            .map(|tp| TopicPartitions {
+                                topic: tp.topic.0.to_string(),
+                                partitions: tp.partitions,
+                            })
+                            .collect(),
                     },
                 );
             }

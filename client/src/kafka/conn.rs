@@ -81,6 +81,8 @@ pub(crate) const SPOKEN: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
 ];
 
 /// The version to use of `key`, given what the broker advertised: the
@@ -698,6 +700,8 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::CreateTopics => "CreateTopics",
         ApiKey::DeleteTopics => "DeleteTopics",
         ApiKey::DeleteRecords => "DeleteRecords",
+        ApiKey::DescribeTransactions => "DescribeTransactions",
+        ApiKey::ListTransactions => "ListTransactions",
         ApiKey::InitProducerId => "InitProducerId",
         ApiKey::DescribeConfigs => "DescribeConfigs",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",

@@ -19,6 +19,7 @@ pub(super) mod join_group;
 pub(super) mod leave_group;
 pub(super) mod list_groups;
 pub(super) mod list_offsets;
+pub(super) mod list_transactions;
 pub(super) mod metadata;
 pub(super) mod offset_commit;
 pub(super) mod offset_fetch;
