@@ -355,6 +355,116 @@ fn alter_configs_replaces_the_topics_whole_set() -> Result<()> {
     Ok(())
 }
 
+/// What librdkafka's `test_AlterConfigs_simple` does (librdkafka's 0092):
+/// DescribeConfigs, then AlterConfigs with every config read back plus the
+/// change, so the changed name comes twice: the last value wins, as
+/// Kafka's AlterConfigs did. IncrementalAlterConfigs still refuses a name
+/// given twice.
+#[test]
+fn alter_configs_of_everything_read_back_plus_a_change_takes_the_change() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let broker = start(dir.path())?;
+    let mut k = kafka(&broker)?;
+    let (code, _, _) = create(&mut k, "t", &[("retention.ms", "60000")], false)?;
+    assert_eq!(code, 0);
+    let read = describe(&mut k, TOPIC, "t", 4)?;
+    let mut configs: Vec<ReplaceConfig> = read
+        .configs
+        .iter()
+        .map(|c| {
+            ReplaceConfig::default()
+                .with_name(c.name.clone())
+                .with_value(c.value.clone())
+        })
+        .collect();
+    assert!(configs.len() > 20, "{} configs read back", configs.len());
+    configs.push(
+        ReplaceConfig::default()
+            .with_name(s("retention.ms"))
+            .with_value(Some(s("120000"))),
+    );
+    let req = AlterConfigsRequest::default().with_resources(vec![ReplaceResource::default()
+        .with_resource_type(TOPIC)
+        .with_resource_name(s("t"))
+        .with_configs(configs)]);
+    let resp = k.call(1, &req)?;
+    assert_eq!(
+        resp.responses[0].error_code, 0,
+        "{:?}",
+        resp.responses[0].error_message
+    );
+    let r = describe(&mut k, TOPIC, "t", 4)?;
+    assert_eq!(value(&r, "retention.ms"), Some(("120000".into(), 1)));
+    let (code, message) = alter(
+        &mut k,
+        TOPIC,
+        "t",
+        &[
+            ("retention.ms", 0, Some("1")),
+            ("retention.ms", 0, Some("2")),
+        ],
+    )?;
+    assert_eq!(code, INVALID_REQUEST, "{message:?}");
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+/// CreateTopics with a replica assignment (librdkafka's 0081): accepted
+/// when it is the only one a one-broker cluster has (partitions 0..n, each
+/// on this broker), refused with Kafka's codes otherwise.
+#[test]
+fn create_topics_takes_the_one_replica_assignment_a_single_broker_has() -> Result<()> {
+    use kafka_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+    use kafka_protocol::messages::{BrokerId, MetadataRequest};
+    const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
+    let dir = tempfile::tempdir()?;
+    let broker = start(dir.path())?;
+    let mut k = kafka(&broker)?;
+    let node = k.call(9, &MetadataRequest::default())?.brokers[0].node_id.0;
+    let mut try_create = |name: &str, partitions: i32, assignment: &[(i32, Vec<i32>)]| {
+        let t = CreatableTopic::default()
+            .with_name(TopicName(s(name)))
+            .with_num_partitions(partitions)
+            .with_replication_factor(-1)
+            .with_assignments(
+                assignment
+                    .iter()
+                    .map(|(p, ids)| {
+                        CreatableReplicaAssignment::default()
+                            .with_partition_index(*p)
+                            .with_broker_ids(ids.iter().map(|i| BrokerId(*i)).collect())
+                    })
+                    .collect(),
+            );
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![t])
+            .with_timeout_ms(5_000);
+        let r = k.call(7, &req)?;
+        anyhow::Ok((r.topics[0].error_code, r.topics[0].num_partitions))
+    };
+    assert_eq!(
+        try_create("a", -1, &[(1, vec![node]), (0, vec![node])])?,
+        (0, 2)
+    );
+    assert_eq!(
+        broker
+            .engine()
+            .topic("a")
+            .context("created")?
+            .partition_count(),
+        2
+    );
+    let (code, _) = try_create("b", -1, &[(0, vec![node + 1])])?;
+    assert_eq!(code, INVALID_REPLICA_ASSIGNMENT, "another broker");
+    let (code, _) = try_create("c", -1, &[(0, vec![node]), (2, vec![node])])?;
+    assert_eq!(code, INVALID_REPLICA_ASSIGNMENT, "a partition missing");
+    let (code, _) = try_create("d", 3, &[(0, vec![node])])?;
+    assert_eq!(code, INVALID_REQUEST, "a count beside an assignment");
+    assert!(broker.engine().topic("b").is_none() && broker.engine().topic("d").is_none());
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
 #[test]
 fn api_versions_advertises_the_config_apis() -> Result<()> {
     let dir = tempfile::tempdir()?;

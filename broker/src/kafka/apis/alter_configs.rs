@@ -5,8 +5,11 @@
 //!
 //! IncrementalAlterConfigs' operations: SET (0), DELETE (1: back to the
 //! broker's default), APPEND (2) and SUBTRACT (3) for list configs
-//! (`cleanup.policy`). AlterConfigs replaces the topic's whole set: every
-//! config it does not name goes back to the broker's default, as Kafka does.
+//! (`cleanup.policy`); a name given twice is INVALID_REQUEST. AlterConfigs
+//! replaces the topic's whole set: every config it does not name goes back
+//! to the broker's default, and a name given twice takes its last value, as
+//! Kafka's AlterConfigs did (tools read the configs back and append the
+//! change: librdkafka's test suite).
 //! A broker resource is refused (INVALID_REQUEST): the broker's defaults
 //! for topics are set at start (`flume-cli broker --topic-config`).
 //!
@@ -104,12 +107,12 @@ pub(super) async fn replace(ctx: &Ctx, req: AlterConfigsRequest) -> AlterConfigs
             )),
             None => Ok(ops),
         };
-        let names = res.configs.iter().map(|c| c.name.as_str());
+        // The last value of a name wins (the ops apply in order): no duplicate check.
         let (code, message) = alter_one(
             ctx,
             res.resource_type,
             res.resource_name.as_str(),
-            names,
+            std::iter::empty(),
             ops,
             req.validate_only,
         )

@@ -2,8 +2,13 @@
 //! (or -1), topic configs by Kafka's names (an unknown name or a bad value
 //! is INVALID_CONFIG naming both; nothing is created then). validate_only
 //! checks everything and creates nothing. v5+ answers with every config of
-//! the topic and its source. Manual assignments are refused.
+//! the topic and its source. A manual assignment is accepted when it is the
+//! only one a one-broker cluster has: partitions 0..n, each with this broker
+//! as its one replica (INVALID_REPLICA_ASSIGNMENT otherwise), with the
+//! partition count and replication factor left at -1 (INVALID_REQUEST
+//! otherwise, as Kafka answers).
 
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
@@ -34,12 +39,14 @@ pub(super) async fn handle(
                     t.replication_factor
                 ),
             ))
-        } else if !t.assignments.is_empty() {
-            Err((
-                errors::INVALID_REQUEST,
-                "manual replica assignment is not supported".to_owned(),
-            ))
+        } else if let Err(e) = check_assignments(ctx.node_id, &t) {
+            Err(e)
         } else {
+            let partitions = if t.assignments.is_empty() {
+                t.num_partitions
+            } else {
+                i32::try_from(t.assignments.len()).unwrap_or(i32::MAX)
+            };
             let configs: Vec<(String, Option<String>)> = t
                 .configs
                 .iter()
@@ -51,7 +58,7 @@ pub(super) async fn handle(
                 })
                 .collect();
             ctx.backend
-                .create_topic(&name, t.num_partitions, &configs, req.validate_only)
+                .create_topic(&name, partitions, &configs, req.validate_only)
                 .await
         };
         match outcome {
@@ -91,4 +98,39 @@ pub(super) async fn handle(
         resp.topics.push(r);
     }
     resp
+}
+
+/// A manual assignment's checks (none when there is none).
+fn check_assignments(node_id: i32, t: &CreatableTopic) -> Result<(), (i16, String)> {
+    if t.assignments.is_empty() {
+        return Ok(());
+    }
+    if t.num_partitions != -1 || t.replication_factor != -1 {
+        return Err((
+            errors::INVALID_REQUEST,
+            "a replica assignment goes with a partition count and replication factor of -1"
+                .to_owned(),
+        ));
+    }
+    let mut indexes: Vec<i32> = t.assignments.iter().map(|a| a.partition_index).collect();
+    indexes.sort_unstable();
+    if indexes.iter().zip(0..).any(|(i, want)| *i != want) {
+        return Err((
+            errors::INVALID_REPLICA_ASSIGNMENT,
+            format!("partitions {indexes:?}: an assignment names partitions 0 to n-1, once each"),
+        ));
+    }
+    for a in &t.assignments {
+        let ids: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
+        if ids != [node_id] {
+            return Err((
+                errors::INVALID_REPLICA_ASSIGNMENT,
+                format!(
+                    "partition {} on {ids:?}: this cluster is one broker (node id {node_id}), each partition's replicas must be [{node_id}]",
+                    a.partition_index
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
