@@ -743,6 +743,8 @@ async function deleteRecords(kafka, topic) {
 // another on partition 0 (and commits one with sendOffsets for a group); a
 // read_committed consumer (kafkajs' default) sees only the committed records, in
 // order; a read_uncommitted one sees all; the group's offset is the transaction's.
+// A zombie: a second producer with the same transactionalId fences the first,
+// whose open transaction is aborted and whose next send or commit fails.
 async function transactions(kafka, topic) {
   await createTopic(kafka, topic)
   const problems = []
@@ -769,6 +771,33 @@ async function transactions(kafka, topic) {
   } finally {
     await producer.disconnect()
   }
+  const txProducer = () =>
+    kafka.producer({ transactionalId: `${topic}-z`, idempotent: true, maxInFlightRequests: 1, transactionTimeout: 30000 })
+  const zombie = txProducer()
+  const successor = txProducer()
+  await zombie.connect()
+  try {
+    const zt = await zombie.transaction()
+    await send(zt, ['zombie-0'])
+    await successor.connect()
+    // kafkajs sends the transactional InitProducerId at the first transaction: a new
+    // epoch, and the zombie's open transaction aborted.
+    const st = await successor.transaction()
+    let outcome = 'the fenced producer committed a transaction'
+    try {
+      await send(zt, ['zombie-1'])
+      await zt.commit()
+    } catch (e) {
+      const what = `${e.type || ''} ${e.name} ${e.message}`
+      outcome = /FENCED|EPOCH/i.test(what) ? null : `the fenced producer got ${what}, expected a fencing error`
+    }
+    if (outcome) problems.push(outcome)
+    await send(st, ['after-fence'])
+    await st.commit()
+  } finally {
+    await zombie.disconnect().catch(() => {})
+    await successor.disconnect()
+  }
   const read = async (readUncommitted, want) => {
     const consumer = kafka.consumer({ groupId: `${topic}-r-${readUncommitted}`, readUncommitted, ...CONSUMER })
     const out = []
@@ -788,11 +817,11 @@ async function transactions(kafka, topic) {
     }
     return out
   }
-  const committedOnly = await read(false, 4)
-  const want = ['c1-0', 'c1-1', 'c1-2', 'c2-0']
+  const committedOnly = await read(false, 5)
+  const want = ['c1-0', 'c1-1', 'c1-2', 'c2-0', 'after-fence']
   if (JSON.stringify(committedOnly) !== JSON.stringify(want)) problems.push(`read_committed read ${committedOnly}, expected ${want}`)
-  const all = await read(true, 6)
-  const wantAll = ['c1-0', 'c1-1', 'c1-2', 'ab-0', 'ab-1', 'c2-0']
+  const all = await read(true, 8)
+  const wantAll = ['c1-0', 'c1-1', 'c1-2', 'ab-0', 'ab-1', 'c2-0', 'zombie-0', 'after-fence']
   if (JSON.stringify(all) !== JSON.stringify(wantAll)) problems.push(`read_uncommitted read ${all}, expected ${wantAll}`)
   const admin = kafka.admin()
   await admin.connect()
