@@ -202,20 +202,22 @@ async fn read_loop(inner: Arc<Inner>) {
     let reason = 'read: loop {
         // Every whole frame in the buffer goes to its request.
         while let Some(head) = buf.first_chunk::<4>() {
+            // Before the size: a TLS record's header reads as a frame of
+            // 352-369 MB, which a high `max_frame_bytes` would wait for.
+            if frames == 0 && inner.config.tls.is_none() && is_tls_record(head) {
+                break 'read "the broker answered with TLS: this port needs a TLS \
+                    connection (ConnectionConfig::tls)"
+                    .to_owned();
+            }
             let size = i32::from_be_bytes(*head);
             let Some(size) = usize::try_from(size).ok().filter(|s| (4..=max).contains(s)) else {
-                if frames == 0 && inner.config.tls.is_none() && is_tls_record(head) {
-                    break 'read "the broker answered with TLS: this port needs a TLS \
-                        connection (ConnectionConfig::tls)"
-                        .to_owned();
-                }
                 break 'read format!("response frame of {size} bytes (the limit is {max})");
             };
-            frames += 1;
             if buf.len() < 4 + size {
                 buf.reserve(4 + size - buf.len());
                 break;
             }
+            frames += 1;
             let frame = buf.split_to(4 + size).freeze().slice(4..);
             let id = i32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
             let waiter = lock(&inner.pending).map.remove(&id);
@@ -236,7 +238,12 @@ async fn read_loop(inner: Arc<Inner>) {
             return;
         }
         match inner.socket.try_read(&mut chunk) {
-            Ok(0) if frames == 1 && inner.config.credentials.is_none() => {
+            Ok(0)
+                if frames == 1
+                    && buf.is_empty()
+                    && inner.config.credentials.is_none()
+                    && !lock(&inner.pending).map.is_empty() =>
+            {
                 // ApiVersions answered, then closed at the first request: what a
                 // Kafka broker does to a client that skips a required SASL login.
                 break "the broker closed the connection at the first request after \
