@@ -529,8 +529,10 @@ pub async fn list_transactions(
     Ok(())
 }
 
-/// Milliseconds as seconds with one decimal: `12.3s`.
+/// Milliseconds as seconds with one decimal: `12.3s` (a negative count, which
+/// only a confused broker would send, as `0.0s`).
 fn seconds(ms: i64) -> String {
+    let ms = ms.max(0);
     format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
 }
 

@@ -43,6 +43,7 @@
 #![warn(missing_docs)]
 
 mod admin;
+mod clock;
 mod conn;
 mod consumer;
 mod error;

@@ -647,12 +647,6 @@ impl std::fmt::Debug for Producer {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 impl Producer {
     /// Connects with default settings.
     ///
@@ -790,7 +784,7 @@ impl Producer {
         record::encode_nullable(
             &mut buf,
             0,
-            rec.timestamp.unwrap_or_else(now_ms),
+            rec.timestamp.unwrap_or_else(crate::clock::now_ms),
             rec.key.as_deref(),
             rec.value.as_deref(),
             &rec.headers,
@@ -867,7 +861,7 @@ impl Producer {
                 ),
             ));
         }
-        let timestamp = rec.timestamp.unwrap_or_else(now_ms);
+        let timestamp = rec.timestamp.unwrap_or_else(crate::clock::now_ms);
         let partition = rec.partition.unwrap_or(-1);
         let mut listener: Option<event_listener::EventListener> = None;
         loop {

@@ -833,8 +833,9 @@ message! {
     /// (Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
     /// CompleteCommit, CompleteAbort, Dead; empty for all; an unknown name
     /// is INVALID_REQUEST) whose open transaction began at least
-    /// `min_age_ms` ago (-1: any, open or not). Needs DESCRIBE on the cluster.
-    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    /// `min_age_ms` ago (-1: any, open or not; the default). Needs DESCRIBE
+    /// on the cluster.
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub struct ListTransactionsRequest {
         /// States to list; empty for all.
         pub states_filter: Vec<String>,
@@ -868,6 +869,16 @@ message! {
     pub struct ListTransactionsResponse {
         /// The transactional ids.
         pub transactions: Vec<TransactionListing>,
+    }
+}
+
+impl Default for ListTransactionsRequest {
+    /// Every transactional id: no state filter, no age filter.
+    fn default() -> Self {
+        ListTransactionsRequest {
+            states_filter: Vec::new(),
+            min_age_ms: -1,
+        }
     }
 }
 

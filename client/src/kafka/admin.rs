@@ -579,15 +579,23 @@ impl KafkaAdmin {
                 if t.error_code != 0 {
                     continue;
                 }
-                let started_ms = t.transaction_start_time_ms;
-                // A broker before KIP-664's v1 filters by age only here.
-                if v < 1 && min_age_ms >= 0 {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-                    if started_ms < 0 || now.saturating_sub(started_ms) < min_age_ms {
-                        continue;
-                    }
+                let open = matches!(
+                    t.transaction_state.as_str(),
+                    "Ongoing" | "PrepareCommit" | "PrepareAbort"
+                );
+                // Kafka keeps a completed transaction's start time, so an age
+                // filter also keeps only open ones here (as a Flume broker
+                // does); a v0 ListTransactions did not filter by age at all.
+                let started_ms = if open {
+                    t.transaction_start_time_ms
+                } else {
+                    -1
+                };
+                if min_age_ms >= 0
+                    && (started_ms < 0
+                        || crate::clock::now_ms().saturating_sub(started_ms) < min_age_ms)
+                {
+                    continue;
                 }
                 let id = t.transactional_id.0.to_string();
                 out.insert(

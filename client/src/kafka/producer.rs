@@ -132,19 +132,6 @@ impl std::fmt::Debug for KafkaProducer {
     }
 }
 
-/// Milliseconds since the Unix epoch (a record's CreateTime). Read for every
-/// record, so without `as_millis`'s 128-bit division.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| {
-            i64::try_from(d.as_secs())
-                .unwrap_or(i64::MAX / 1000)
-                .saturating_mul(1000)
-                .saturating_add(i64::from(d.subsec_millis()))
-        })
-}
-
 impl KafkaProducer {
     pub(crate) async fn connect(brokers: Vec<String>, config: ProducerConfig) -> Result<Self> {
         if config.idempotence && config.acks != RequiredAcks::All {
@@ -216,7 +203,7 @@ impl KafkaProducer {
             }
             (None, None) => None,
         };
-        let timestamp = timestamp.unwrap_or_else(now_ms);
+        let timestamp = timestamp.unwrap_or_else(crate::clock::now_ms);
         // The record's (topic, partition), the partition chosen below.
         let mut tp: Tp = (topic, 0);
         let mut listener: Option<event_listener::EventListener> = None;
@@ -232,8 +219,10 @@ impl KafkaProducer {
                     let p = match partition {
                         Some(p) => p,
                         None => {
-                            let start =
-                                || i32::try_from(now_ms().rem_euclid(i64::from(n))).unwrap_or(0);
+                            let start = || {
+                                i32::try_from(crate::clock::now_ms().rem_euclid(i64::from(n)))
+                                    .unwrap_or(0)
+                            };
                             match st.sticky.get_mut(&tp.0) {
                                 Some(sticky) => {
                                     if sticky.1 != n {

@@ -181,6 +181,18 @@ pub struct TxnMeta {
 }
 
 impl TxnMeta {
+    /// The current transaction's partitions, grouped by topic (sorted).
+    pub fn partitions_by_topic(&self) -> Vec<(String, Vec<i32>)> {
+        let mut topics: Vec<(String, Vec<i32>)> = Vec::new();
+        for tp in &self.partitions {
+            match topics.last_mut() {
+                Some((t, ps)) if *t == tp.topic => ps.push(tp.partition),
+                _ => topics.push((tp.topic.clone(), vec![tp.partition])),
+            }
+        }
+        topics
+    }
+
     fn offsets(&self) -> usize {
         self.groups.values().map(BTreeMap::len).sum()
     }
@@ -387,6 +399,12 @@ pub struct TxnListing {
     pub state: TxnState,
     /// When the open transaction began (-1: none open).
     pub started_ms: i64,
+    /// Its producer epoch.
+    pub epoch: i16,
+    /// The transaction timeout its producer asked for (ms).
+    pub timeout_ms: u32,
+    /// The current transaction's partitions by topic.
+    pub partitions: Vec<(String, Vec<i32>)>,
 }
 
 /// Every transactional id's state.
@@ -507,6 +525,9 @@ impl TxnCoordinator {
                 producer_id: m.producer_id,
                 state: m.state,
                 started_ms: m.started_ms,
+                epoch: m.epoch,
+                timeout_ms: m.timeout_ms,
+                partitions: m.partitions_by_topic(),
             })
             .collect()
     }

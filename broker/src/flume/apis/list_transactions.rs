@@ -3,8 +3,6 @@
 //! ListTransactions and DescribeTransactions answer together). DESCRIBE on
 //! the cluster, as the Kafka listener asks.
 
-use std::collections::BTreeMap;
-
 use flume_protocol::{
     ErrorCode, ListTransactionsRequest, ListTransactionsResponse, TopicPartitions,
     TransactionListing,
@@ -27,30 +25,22 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             let Some(states) = states else {
                 return cx.ready::<ListTransactionsResponse>(Err(ErrorCode::InvalidRequest));
             };
-            let listed = cx.engine.list_transactions(&states, &[], req.min_age_ms);
-            let transactions = listed
+            let transactions = cx
+                .engine
+                .list_transactions(&states, &[], req.min_age_ms)
                 .into_iter()
-                .filter_map(|t| cx.engine.describe_transaction(&t.transactional_id))
-                .map(|m| {
-                    let mut by_topic: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-                    for tp in &m.partitions {
-                        by_topic
-                            .entry(tp.topic.clone())
-                            .or_default()
-                            .push(tp.partition);
-                    }
-                    TransactionListing {
-                        transactional_id: m.transactional_id,
-                        producer_id: m.producer_id,
-                        producer_epoch: m.epoch,
-                        state: m.state.as_str().to_owned(),
-                        started_ms: m.started_ms,
-                        timeout_ms: i32::try_from(m.timeout_ms).unwrap_or(i32::MAX),
-                        partitions: by_topic
-                            .into_iter()
-                            .map(|(topic, partitions)| TopicPartitions { topic, partitions })
-                            .collect(),
-                    }
+                .map(|t| TransactionListing {
+                    transactional_id: t.transactional_id,
+                    producer_id: t.producer_id,
+                    producer_epoch: t.epoch,
+                    state: t.state.as_str().to_owned(),
+                    started_ms: t.started_ms,
+                    timeout_ms: i32::try_from(t.timeout_ms).unwrap_or(i32::MAX),
+                    partitions: t
+                        .partitions
+                        .into_iter()
+                        .map(|(topic, partitions)| TopicPartitions { topic, partitions })
+                        .collect(),
                 })
                 .collect();
             cx.ready(Ok(ListTransactionsResponse { transactions }))

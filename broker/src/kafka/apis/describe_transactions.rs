@@ -4,8 +4,6 @@
 //! TRANSACTIONAL_ID_NOT_FOUND. DESCRIBE on the cluster (Flume's ACLs have
 //! no transactional-id resource).
 
-use std::collections::BTreeMap;
-
 use kafka_protocol::messages::describe_transactions_response::{TopicData, TransactionState};
 use kafka_protocol::messages::{
     DescribeTransactionsRequest, DescribeTransactionsResponse, ProducerId, TopicName,
@@ -50,11 +48,8 @@ pub(super) fn handle(
             s.transaction_start_time_ms = m.started_ms;
             s.producer_id = ProducerId(m.producer_id);
             s.producer_epoch = m.epoch;
-            let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
-            for tp in m.partitions {
-                topics.entry(tp.topic).or_default().push(tp.partition);
-            }
-            s.topics = topics
+            s.topics = m
+                .partitions_by_topic()
                 .into_iter()
                 .map(|(topic, partitions)| {
                     let mut t = TopicData::default();
