@@ -517,7 +517,7 @@ pub fn expand_filtered<'e>(
         let Some(header) = raw.batch_header() else {
             out.extend_from_slice(&entries[pos + raw.pos..pos + raw.pos + raw.encoded_len()]);
             count += 1;
-            next = next.max(raw.offset + 1);
+            next = next.max(raw.offset.saturating_add(1));
             continue;
         };
         let malformed = RecordError::Malformed {
@@ -553,7 +553,7 @@ pub fn expand_filtered<'e>(
                 }
                 encode_view(&mut out, at, r.timestamp, r.key, r.value, r.headers)?;
                 count += 1;
-                next = next.max(at + 1);
+                next = next.max(at.saturating_add(1));
                 Ok(())
             };
             crate::kafka_batch::for_each_record(&header, &data, &mut |r| {

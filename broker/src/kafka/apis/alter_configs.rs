@@ -62,12 +62,19 @@ pub(super) async fn incremental(
                 }
             })
             .collect();
-        let names = res.configs.iter().map(|c| c.name.as_str());
+        // A name given twice is refused, as Kafka does here.
+        let mut seen = BTreeSet::new();
+        let ops = match res.configs.iter().find(|c| !seen.insert(c.name.as_str())) {
+            Some(dup) => Err((
+                errors::INVALID_REQUEST,
+                Some(format!("config {} is named twice", dup.name.as_str())),
+            )),
+            None => ops,
+        };
         let (code, message) = alter_one(
             ctx,
             res.resource_type,
             res.resource_name.as_str(),
-            names,
             ops,
             req.validate_only,
         )
@@ -107,12 +114,11 @@ pub(super) async fn replace(ctx: &Ctx, req: AlterConfigsRequest) -> AlterConfigs
             )),
             None => Ok(ops),
         };
-        // The last value of a name wins (the ops apply in order): no duplicate check.
+        // The last value of a name wins (the ops apply in order).
         let (code, message) = alter_one(
             ctx,
             res.resource_type,
             res.resource_name.as_str(),
-            std::iter::empty(),
             ops,
             req.validate_only,
         )
@@ -128,11 +134,10 @@ pub(super) async fn replace(ctx: &Ctx, req: AlterConfigsRequest) -> AlterConfigs
 }
 
 /// Authorizes and applies one resource's changes.
-async fn alter_one<'a>(
+async fn alter_one(
     ctx: &Ctx,
     resource_type: i8,
     name: &str,
-    names: impl Iterator<Item = &'a str>,
     ops: Result<Vec<ConfigOp>, Outcome>,
     validate_only: bool,
 ) -> Outcome {
@@ -150,13 +155,6 @@ async fn alter_one<'a>(
             Some("broker configs are set at start (flume-cli broker --topic-config NAME=VALUE, or the configuration file) and cannot be altered while it runs".to_owned()),
         ),
         TOPIC => {
-            let mut seen = BTreeSet::new();
-            if let Some(dup) = names.into_iter().find(|n| !seen.insert(*n)) {
-                return (
-                    errors::INVALID_REQUEST,
-                    Some(format!("config {dup} is named twice")),
-                );
-            }
             let ops = match ops {
                 Ok(ops) => ops,
                 Err(e) => return e,

@@ -31,6 +31,9 @@ pub(super) async fn handle(
                 errors::TOPIC_AUTHORIZATION_FAILED,
                 format!("not authorized to create topic {name:?}"),
             ))
+        } else if let Err(e) = check_assignments(ctx.node_id, &t) {
+            // Before the replication factor, as Kafka checks them.
+            Err(e)
         } else if t.replication_factor != -1 && t.replication_factor != 1 {
             Err((
                 errors::INVALID_REPLICATION_FACTOR,
@@ -39,8 +42,6 @@ pub(super) async fn handle(
                     t.replication_factor
                 ),
             ))
-        } else if let Err(e) = check_assignments(ctx.node_id, &t) {
-            Err(e)
         } else {
             let partitions = if t.assignments.is_empty() {
                 t.num_partitions
@@ -114,10 +115,12 @@ fn check_assignments(node_id: i32, t: &CreatableTopic) -> Result<(), (i16, Strin
     }
     let mut indexes: Vec<i32> = t.assignments.iter().map(|a| a.partition_index).collect();
     indexes.sort_unstable();
-    if indexes.iter().zip(0..).any(|(i, want)| *i != want) {
+    if let Some((got, want)) = indexes.iter().zip(0..).find(|(i, want)| **i != *want) {
         return Err((
             errors::INVALID_REPLICA_ASSIGNMENT,
-            format!("partitions {indexes:?}: an assignment names partitions 0 to n-1, once each"),
+            format!(
+                "partition {got} where {want} was due: an assignment names partitions 0 to n-1, once each"
+            ),
         ));
     }
     for a in &t.assignments {
