@@ -42,7 +42,7 @@ pub enum DataCommand {
         /// Partition.
         #[arg(long, value_parser = non_neg_i32())]
         partition: i32,
-        /// First offset [default: the first stored one].
+        /// First offset [default: the log start, as consumers see it].
         #[arg(long, value_parser = clap::value_parser!(u64))]
         offset: Option<u64>,
         /// Most records to print [default: all].
@@ -224,7 +224,7 @@ fn dump(
     let p = d.partition(topic, u32::try_from(partition)?)?;
     let from = match offset {
         Some(o) => o,
-        None => inspect::segments(&p.dir)?.0.first().map_or(0, |s| s.base),
+        None => inspect::log_start(&p.dir, &inspect::segments(&p.dir)?.0)?,
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut printed = 0u64;

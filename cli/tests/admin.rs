@@ -634,6 +634,26 @@ fn topics_delete_records_moves_the_log_start() {
         consumed(&["consume", "--topic", "dr", "--format", "json", "--broker", a]),
         vec![(0, 2), (0, 3)]
     );
+    // `data dump` starts where consumers do, and refuses below it.
+    let data = dir.path().join("data");
+    let d = data.to_str().unwrap();
+    let dump = [
+        "data",
+        "dump",
+        d,
+        "--topic",
+        "dr",
+        "--partition",
+        "0",
+        "--force-read-only",
+    ];
+    let offsets: Vec<String> = ok(&dump)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert_eq!(offsets, ["offset=2", "offset=3"]);
+    let err = fails(&[&dump[..], &["--offset", "1"]].concat());
+    assert!(err.contains("below the log start, 2"), "{err}");
     let err = fails(&[
         "topics",
         "delete-records",

@@ -915,6 +915,21 @@ pub fn check_partition(
     })
 }
 
+/// A partition's log start as the broker serves it: its first segment's
+/// base, or the start DeleteRecords moved it to (`log-start-offset`) when
+/// that is further (the records below it may still lie in that segment).
+///
+/// # Errors
+/// I/O errors reading `log-start-offset`.
+pub fn log_start(dir: &Path, files: &[SegmentFiles]) -> Result<u64, StorageError> {
+    let first = files.first().map_or(0, |f| f.base);
+    let deleted_to = dirs::read_optional(&dir.join(super::log::LOG_START_FILE))?
+        .trim()
+        .parse::<u64>()
+        .unwrap_or(0);
+    Ok(first.max(deleted_to))
+}
+
 /// One record as `data dump` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DumpedRecord {
@@ -946,11 +961,11 @@ pub fn read_records(
     visit: &mut dyn FnMut(DumpedRecord) -> ControlFlow<()>,
 ) -> Result<u64, StorageError> {
     let (files, _) = segments(&p.dir)?;
-    let log_start = files.first().map_or(0, |f| f.base);
+    let log_start = log_start(&p.dir, &files)?;
     if from < log_start {
         return Err(StorageError::Inconsistent {
             path: p.dir.clone(),
-            reason: format!("offset {from} is below the first stored offset, {log_start} (retention deleted the segments before it)"),
+            reason: format!("offset {from} is below the log start, {log_start} (retention or DeleteRecords removed the records before it)"),
         });
     }
     let last = files.len().saturating_sub(1);
