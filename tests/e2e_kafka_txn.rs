@@ -318,3 +318,94 @@ fn an_open_transaction_is_listed_alike_over_both_protocols() -> Result<()> {
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+/// A partition whose last entry is a transaction marker: a Flume reader
+/// (its protocol has no "next offset" to move it past the marker) that has
+/// read every record before it is at its end (its high watermark is its
+/// position, so `flume-cli consume` and `-e` stop), and a group that
+/// committed there has no lag; a record after the marker is read from there.
+#[test]
+fn a_flume_reader_caught_up_before_a_trailing_marker_is_at_its_end() -> Result<()> {
+    use flume_broker::partition::txns::Marker;
+    use flume_client::{
+        Admin, FetchConfig, PartitionConsumer, PartitionOffset, Producer, ProducerRecord,
+        StartOffset,
+    };
+
+    let dir = tempfile::tempdir()?;
+    let (broker, _) = start(dir.path())?;
+    let native = broker.local_addr().to_string();
+    flume_rt::block_on(async {
+        let p = Producer::connect(&native).await?;
+        for v in ["a", "b"] {
+            p.send_record(ProducerRecord::new("t", v).partition(0))
+                .await?;
+        }
+        let part = broker
+            .engine()
+            .topic("t")
+            .context("t")?
+            .partition(0)
+            .context("partition 0")?
+            .clone();
+        let at = part
+            .write_marker(7, 0, Marker::Commit, 1_700_000_000_000)
+            .await
+            .map_err(|e| anyhow::anyhow!("marker: {e:?}"))?;
+        ensure!(at == 2, "the marker at {at}");
+        let mut c = PartitionConsumer::connect_with(
+            &native,
+            "t",
+            0,
+            StartOffset::Earliest,
+            FetchConfig::default().max_wait(std::time::Duration::from_millis(50)),
+            Default::default(),
+        )
+        .await?;
+        let got = c.poll_batch().await?;
+        ensure!(got.len() == 2, "{got:?}");
+        ensure!(c.high_watermark() == 3, "the log end while records came");
+        let more = c.poll_batch().await?;
+        ensure!(more.is_empty(), "{more:?}");
+        ensure!(
+            c.position() == Some(2) && c.high_watermark() == 2,
+            "at its end: position {:?}, high watermark {}",
+            c.position(),
+            c.high_watermark()
+        );
+
+        let admin = Admin::connect(&native).await?;
+        let offsets = |committed| PartitionOffset {
+            topic: "t".into(),
+            partition: 0,
+            offset: committed,
+        };
+        admin.commit("g", vec![offsets(1)]).await?;
+        let o = admin.group_offsets("g", &["t".to_owned()]).await?;
+        let p0 = o.iter().find(|o| o.partition == 0).context("partition 0")?;
+        ensure!(
+            p0.log_end == 3,
+            "a record left to read: the log end, {p0:?}"
+        );
+        admin.commit("g", vec![offsets(2)]).await?;
+        let o = admin.group_offsets("g", &["t".to_owned()]).await?;
+        let p0 = o.iter().find(|o| o.partition == 0).context("partition 0")?;
+        ensure!(
+            (p0.committed, p0.log_end) == (2, 2),
+            "nothing to read past the commit: no lag, {p0:?}"
+        );
+
+        let m = p
+            .send_record(ProducerRecord::new("t", "c").partition(0))
+            .await?;
+        ensure!(m.offset == 3, "{m:?}");
+        let after = c.poll_batch().await?;
+        ensure!(
+            after.len() == 1 && after[0].offset == 3 && c.high_watermark() == 4,
+            "{after:?}"
+        );
+        anyhow::Ok(())
+    })?;
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}

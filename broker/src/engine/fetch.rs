@@ -380,6 +380,17 @@ impl Engine {
                     if let Ok(read) = r.as_mut() {
                         if total > 0 && read.records.len() > want {
                             read.records = Vec::new();
+                            read.next = o;
+                        } else if req.read_as == ReadAs::Records
+                            && read.records.is_empty()
+                            && read.next > o
+                            && read.next >= read.log_end
+                        {
+                            // Nothing a Flume reader can read lies between `o`
+                            // and the log end (transaction markers, aborted
+                            // transactions): its end is where it is, so it is
+                            // caught up (its protocol cannot move it past them).
+                            read.log_end = o;
                         }
                     }
                     if let Some(c) = reserved.as_deref_mut() {

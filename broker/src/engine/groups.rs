@@ -11,6 +11,10 @@ use futures::channel::oneshot;
 use futures::FutureExt;
 
 use super::{lock, Engine, FetchMemory, JoinReply};
+
+/// How close to the log end a committed offset must be for
+/// [`Engine::reader_positions`] to look at what lies between.
+pub const READER_END_PROBE: u64 = 16;
 use crate::config::valid_group_id;
 use crate::coordinator::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
 use crate::coordinator::offsets::{Committed, NotQueued, Offsets};
@@ -563,6 +567,39 @@ impl Engine {
     /// The committed offsets (tests, observability).
     pub fn offsets(&self) -> &Offsets {
         &self.offsets
+    }
+
+    /// [`Engine::positions`] as a Flume reader sees them: a committed offset
+    /// a few offsets short of the log end, with nothing a Flume reader can
+    /// read in between (transaction markers, aborted transactions), is its
+    /// end: `log_end` is reported as the committed offset there (lag 0; a
+    /// Flume consumer's position stays on such entries, as its protocol
+    /// cannot move it past them). Looked at by a read of at most one record,
+    /// only within [`READER_END_PROBE`] offsets of the end.
+    pub async fn reader_positions<'a>(
+        &self,
+        group: &str,
+        topics: impl IntoIterator<Item = (&'a str, &'a [i32])>,
+    ) -> Vec<GroupPosition> {
+        let mut positions = self.positions(group, topics);
+        for p in &mut positions {
+            let (Ok(c), Ok(end)) = (u64::try_from(p.committed), u64::try_from(p.log_end)) else {
+                continue;
+            };
+            if p.error != ErrorCode::None || c >= end || end - c > READER_END_PROBE {
+                continue;
+            }
+            let Some(part) = self
+                .topic(&p.at.topic)
+                .and_then(|t| t.partition(p.at.partition).cloned())
+            else {
+                continue;
+            };
+            if part.nothing_to_read_from(c).await {
+                p.log_end = p.committed;
+            }
+        }
+        positions
     }
 
     /// A group's committed offset and the log bounds of each partition of

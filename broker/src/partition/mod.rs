@@ -1012,6 +1012,20 @@ impl Partition {
             .collect()
     }
 
+    /// True when a Flume reader at `offset` (below the log end) finds no
+    /// record up to the log end: only transaction markers or aborted
+    /// transactions lie there, and no transaction is open. One read of at
+    /// most one record.
+    pub async fn nothing_to_read_from(&self, offset: u64) -> bool {
+        if offset >= self.end_offset() || self.stable_offset() < self.end_offset() {
+            return false;
+        }
+        match self.read(offset, 1, ReadAs::Records, true).await {
+            Ok(r) => r.records.is_empty() && r.next > offset && r.next >= r.log_end,
+            Err(_) => false,
+        }
+    }
+
     /// Writes a transaction marker (a control batch: COMMIT or ABORT) of
     /// `producer_id` at `epoch`, queued behind the appends before it, and
     /// waits until it is stored. Returns its offset.

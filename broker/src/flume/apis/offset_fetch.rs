@@ -1,10 +1,14 @@
 //! OFFSET_FETCH: READ on the group and on every topic named; asked for every
 //! topic of the group, only those it may describe are listed.
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
 use flume_protocol::OffsetFetchRequest;
+use futures::FutureExt;
 
 use super::super::{map, InFlight};
-use super::Cx;
+use super::{respond, Cx};
 use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
@@ -17,14 +21,28 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             cx.denied()
         }
         Ok(req) => {
-            let mut positions = cx.engine.positions(&req.group, map::position_query(&req));
-            if cx.who.enforced() {
-                positions.retain(|p| {
-                    cx.who
-                        .sees(Operation::Describe, Resource::topic(&p.at.topic))
-                });
+            let engine = Arc::clone(cx.engine);
+            let id = cx.id;
+            // The topics the principal may describe, decided here (the
+            // answer is built after the probes of `reader_positions`).
+            let allowed: Option<BTreeSet<String>> = cx.who.enforced().then(|| {
+                engine
+                    .positions(&req.group, map::position_query(&req))
+                    .into_iter()
+                    .map(|p| p.at.topic)
+                    .filter(|t| cx.who.sees(Operation::Describe, Resource::topic(t)))
+                    .collect()
+            });
+            async move {
+                let mut positions = engine
+                    .reader_positions(&req.group, map::position_query(&req))
+                    .await;
+                if let Some(allowed) = allowed {
+                    positions.retain(|p| allowed.contains(&p.at.topic));
+                }
+                respond(id, Ok(&map::offset_fetch_response(positions)))
             }
-            cx.ready(Ok(map::offset_fetch_response(positions)))
+            .boxed()
         }
         Err(f) => f,
     }
