@@ -380,6 +380,23 @@ fn a_flume_reader_caught_up_before_a_trailing_marker_is_at_its_end() -> Result<(
             partition: 0,
             offset: committed,
         };
+        // Partition 1 holds only a marker: a group with no commit there is at its end.
+        let p1 = broker
+            .engine()
+            .topic("t")
+            .context("t")?
+            .partition(1)
+            .context("partition 1")?
+            .clone();
+        p1.write_marker(7, 0, Marker::Abort, 1_700_000_000_000)
+            .await
+            .map_err(|e| anyhow::anyhow!("marker: {e:?}"))?;
+        let o = admin.group_offsets("fresh", &["t".to_owned()]).await?;
+        let q1 = o.iter().find(|o| o.partition == 1).context("partition 1")?;
+        ensure!(
+            (q1.committed, q1.log_start, q1.log_end) == (-1, 0, 0),
+            "nothing to read from the log start: no lag, {q1:?}"
+        );
         admin.commit("g", vec![offsets(1)]).await?;
         let o = admin.group_offsets("g", &["t".to_owned()]).await?;
         let p0 = o.iter().find(|o| o.partition == 0).context("partition 0")?;

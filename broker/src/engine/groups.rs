@@ -13,8 +13,9 @@ use futures::FutureExt;
 use super::{lock, Engine, FetchMemory, JoinReply};
 
 /// How close to the log end a committed offset must be for
-/// [`Engine::reader_positions`] to look at what lies between.
-pub const READER_END_PROBE: u64 = 16;
+/// [`Engine::reader_positions`] to look at what lies between (a partition
+/// lagging further is not probed; a probe stops at the first record).
+pub const READER_END_PROBE: u64 = 4096;
 use crate::config::valid_group_id;
 use crate::coordinator::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
 use crate::coordinator::offsets::{Committed, NotQueued, Offsets};
@@ -569,10 +570,11 @@ impl Engine {
         &self.offsets
     }
 
-    /// [`Engine::positions`] as a Flume reader sees them: a committed offset
-    /// a few offsets short of the log end, with nothing a Flume reader can
-    /// read in between (transaction markers, aborted transactions), is its
-    /// end: `log_end` is reported as the committed offset there (lag 0; a
+    /// [`Engine::positions`] as a Flume reader sees them: where the group
+    /// reads from (its committed offset, or the log start), when short of
+    /// the log end with nothing a Flume reader can read in between
+    /// (transaction markers, aborted transactions), is its end: `log_end`
+    /// is reported as that offset there (lag 0; a
     /// Flume consumer's position stays on such entries, as its protocol
     /// cannot move it past them). Looked at by a read of at most one record,
     /// only within [`READER_END_PROBE`] offsets of the end.
@@ -583,7 +585,9 @@ impl Engine {
     ) -> Vec<GroupPosition> {
         let mut positions = self.positions(group, topics);
         for p in &mut positions {
-            let (Ok(c), Ok(end)) = (u64::try_from(p.committed), u64::try_from(p.log_end)) else {
+            // Where the group reads from: its commit, or the log start.
+            let from = p.committed.max(p.log_start);
+            let (Ok(c), Ok(end)) = (u64::try_from(from), u64::try_from(p.log_end)) else {
                 continue;
             };
             if p.error != ErrorCode::None || c >= end || end - c > READER_END_PROBE {
@@ -596,7 +600,7 @@ impl Engine {
                 continue;
             };
             if part.nothing_to_read_from(c).await {
-                p.log_end = p.committed;
+                p.log_end = from;
             }
         }
         positions

@@ -26,11 +26,10 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             // The topics the principal may describe, decided here (the
             // answer is built after the probes of `reader_positions`).
             let allowed: Option<BTreeSet<String>> = cx.who.enforced().then(|| {
-                engine
-                    .positions(&req.group, map::position_query(&req))
-                    .into_iter()
-                    .map(|p| p.at.topic)
+                map::position_query(&req)
+                    .map(|(topic, _)| topic)
                     .filter(|t| cx.who.sees(Operation::Describe, Resource::topic(t)))
+                    .map(str::to_owned)
                     .collect()
             });
             async move {
