@@ -86,12 +86,7 @@ pub(super) async fn handle(
                 .map(|p| {
                     let mut pr = OffsetCommitResponsePartition::default();
                     pr.partition_index = p.partition_index;
-                    pr.error_code = match &result {
-                        _ if group_denied => errors::GROUP_AUTHORIZATION_FAILED,
-                        _ if denied => errors::TOPIC_AUTHORIZATION_FAILED,
-                        Ok(_) => codes.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR),
-                        Err(code) => *code,
-                    };
+                    pr.error_code = partition_code(group_denied, denied, &result, &mut codes);
                     pr
                 })
                 .collect();
@@ -100,4 +95,21 @@ pub(super) async fn handle(
         })
         .collect();
     resp
+}
+
+/// One partition's code in an OffsetCommit or TxnOffsetCommit answer: the
+/// group's or the topic's authorization failure, else its own code from
+/// `result` (taken in request order from `codes`), or the whole commit's.
+pub(super) fn partition_code(
+    group_denied: bool,
+    topic_denied: bool,
+    result: &Result<Vec<i16>, i16>,
+    codes: &mut impl Iterator<Item = i16>,
+) -> i16 {
+    match result {
+        _ if group_denied => errors::GROUP_AUTHORIZATION_FAILED,
+        _ if topic_denied => errors::TOPIC_AUTHORIZATION_FAILED,
+        Ok(_) => codes.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR),
+        Err(code) => *code,
+    }
 }

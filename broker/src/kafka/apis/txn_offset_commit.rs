@@ -12,7 +12,8 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
 use super::super::backend::txn_code;
-use super::super::{errors, Ctx};
+use super::super::Ctx;
+use super::offset_commit::partition_code;
 use crate::coordinator::txn::TxnOffset;
 use crate::domain::TopicPartition;
 use crate::security::acl::{Operation, Resource};
@@ -96,12 +97,7 @@ pub(super) async fn handle(
                 .map(|p| {
                     let mut pr = TxnOffsetCommitResponsePartition::default();
                     pr.partition_index = p.partition_index;
-                    pr.error_code = match &result {
-                        _ if group_denied => errors::GROUP_AUTHORIZATION_FAILED,
-                        _ if denied => errors::TOPIC_AUTHORIZATION_FAILED,
-                        Ok(_) => codes.next().unwrap_or(errors::UNKNOWN_SERVER_ERROR),
-                        Err(code) => *code,
-                    };
+                    pr.error_code = partition_code(group_denied, denied, &result, &mut codes);
                     pr
                 })
                 .collect();
