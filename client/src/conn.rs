@@ -297,31 +297,7 @@ impl Connection {
     /// [`Error::Connect`] when the broker cannot be reached in time,
     /// [`Error::Tls`] when the TLS handshake fails on a certificate.
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Self> {
-        let connect_err = |e: std::io::Error| Error::Connect {
-            addr: addr.to_owned(),
-            reason: Arc::new(e),
-        };
-        let timed_out = |what: &str| {
-            connect_err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{what} timed out"),
-            ))
-        };
-        let started = std::time::Instant::now();
-        let tcp = rt::timeout(config.connect_timeout, rt::TcpStream::connect(addr))
-            .await
-            .ok_or_else(|| timed_out("connect"))?
-            .map_err(connect_err)?;
-        tcp.set_nodelay(true).map_err(connect_err)?;
-        let stream = match &config.tls {
-            None => Socket::Plain(tcp),
-            Some(tls) => {
-                let left = config.connect_timeout.saturating_sub(started.elapsed());
-                rt::timeout(left, crate::tls::connect(tls, addr, tcp))
-                    .await
-                    .ok_or_else(|| timed_out("TLS handshake"))??
-            }
-        };
+        let stream = crate::tls::open(addr, config.connect_timeout, config.tls.as_ref()).await?;
         let inner = Arc::new(Inner {
             addr: addr.to_owned(),
             writer: AsyncMutex::new(stream.writer()),

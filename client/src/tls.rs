@@ -171,6 +171,43 @@ fn host_of(addr: &str) -> &str {
     host.trim_start_matches('[').trim_end_matches(']')
 }
 
+/// Opens a connection to `addr`: TCP with no delay, then TLS when `tls` is
+/// given, both within `timeout` (Flume's and the Kafka client's connections).
+///
+/// # Errors
+/// [`Error::Connect`] (refused, unreachable, timed out), [`Error::Tls`].
+pub(crate) async fn open(
+    addr: &str,
+    timeout: std::time::Duration,
+    tls: Option<&TlsConfig>,
+) -> Result<Socket, Error> {
+    let connect_err = |e: io::Error| Error::Connect {
+        addr: addr.to_owned(),
+        reason: Arc::new(e),
+    };
+    let timed_out = |what: &str| {
+        connect_err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("{what} timed out"),
+        ))
+    };
+    let started = std::time::Instant::now();
+    let tcp = rt::timeout(timeout, rt::TcpStream::connect(addr))
+        .await
+        .ok_or_else(|| timed_out("connect"))?
+        .map_err(connect_err)?;
+    tcp.set_nodelay(true).map_err(connect_err)?;
+    match tls {
+        None => Ok(Socket::Plain(tcp)),
+        Some(tls) => {
+            let left = timeout.saturating_sub(started.elapsed());
+            rt::timeout(left, connect(tls, addr, tcp))
+                .await
+                .ok_or_else(|| timed_out("TLS handshake"))?
+        }
+    }
+}
+
 /// Runs the client side of the handshake on `tcp` (the caller bounds it
 /// with the connect timeout).
 ///

@@ -273,31 +273,8 @@ impl KConn {
     /// [`Error::Connect`], [`Error::Tls`], [`Error::Auth`], or a broker that
     /// speaks no version this client knows of a needed API.
     pub(crate) async fn connect(addr: &str, config: &ConnectionConfig) -> Result<KConn> {
-        let connect_err = |e: std::io::Error| Error::Connect {
-            addr: addr.to_owned(),
-            reason: Arc::new(e),
-        };
-        let timed_out = |what: &str| {
-            connect_err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                format!("{what} timed out"),
-            ))
-        };
         let started = std::time::Instant::now();
-        let tcp = rt::timeout(config.connect_timeout, rt::TcpStream::connect(addr))
-            .await
-            .ok_or_else(|| timed_out("connect"))?
-            .map_err(connect_err)?;
-        tcp.set_nodelay(true).map_err(connect_err)?;
-        let socket = match &config.tls {
-            None => Socket::Plain(tcp),
-            Some(tls) => {
-                let left = config.connect_timeout.saturating_sub(started.elapsed());
-                rt::timeout(left, crate::tls::connect(tls, addr, tcp))
-                    .await
-                    .ok_or_else(|| timed_out("TLS handshake"))??
-            }
-        };
+        let socket = crate::tls::open(addr, config.connect_timeout, config.tls.as_ref()).await?;
         let inner = Arc::new(Inner {
             addr: addr.to_owned(),
             writer: AsyncMutex::new(socket.writer()),
@@ -316,7 +293,13 @@ impl KConn {
         let left = config.connect_timeout.saturating_sub(started.elapsed());
         rt::timeout(left.max(Duration::from_millis(100)), conn.negotiate())
             .await
-            .ok_or_else(|| timed_out("ApiVersions"))??;
+            .ok_or_else(|| Error::Connect {
+                addr: addr.to_owned(),
+                reason: Arc::new(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "ApiVersions timed out",
+                )),
+            })??;
         if let Some(creds) = &config.credentials {
             conn.login(creds).await?;
         }
