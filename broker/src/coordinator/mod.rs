@@ -8,6 +8,8 @@
 //! - [`offsets`]: committed offsets, the file ([`offsets::OffsetStore`]) and
 //!   the writer task that group-commits them ([`offsets::Offsets`]);
 //! - [`producer_ids`]: idempotent producers' ids, never issued twice;
+//! - [`share`]: share groups (KIP-932): each share-partition's records,
+//!   acquired by one member at a time and acknowledged one by one;
 //! - [`txn`]: the transaction coordinator, a state machine with time passed
 //!   in, and its state log ([`txn::log`]).
 //!
@@ -18,4 +20,5 @@ pub(crate) mod assignor;
 pub(crate) mod group;
 pub(crate) mod offsets;
 pub(crate) mod producer_ids;
+pub(crate) mod share;
 pub(crate) mod txn;

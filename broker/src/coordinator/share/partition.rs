@@ -1,0 +1,568 @@
+//! One share-partition: the records of one partition as a share group works
+//! through them (KIP-932).
+//!
+//! ```text
+//!   log:   ... | 40 41 42 43 44 45 46 47 | 48 49 50 ...
+//!                ^start                     ^end
+//!   state:     A  K  .  Q  Q  V  R  A
+//!   A acquired (by a member, until a deadline)   V available (released)
+//!   K acknowledged (accepted)    R archived (rejected, or delivered too often)
+//!   .  a gap: no record at that offset (compaction, a transaction marker)
+//! ```
+//!
+//! - Everything below `start` is done; nothing at or past `end` was ever
+//!   handed out. The records in between are *in flight*, each with its state
+//!   and delivery count; their number is bounded
+//!   ([`ShareConfig::max_in_flight`]): past it, nothing new is acquired until
+//!   the lowest records complete and `start` moves up.
+//! - [`SharePartition::acquire`] hands a member the available records of
+//!   what the engine read from the log (released ones first, as they come
+//!   in offset order, then new ones from `end`), each locked for
+//!   [`ShareConfig::lock_duration_ms`] and counted as one more delivery.
+//! - [`SharePartition::acknowledge`]: the member that holds a record accepts
+//!   it (done), releases it (available again, to anyone) or rejects it
+//!   (archived); a lock can be renewed (KIP-1222). A record released or
+//!   timed out after [`ShareConfig::delivery_count_limit`] deliveries is
+//!   archived: a poison record stops coming back.
+//! - [`SharePartition::expire`] releases the records whose lock ran out,
+//!   [`SharePartition::release_member`] those of a member that left.
+//! - [`SharePartition::snapshot`] is what is kept on disk: the start offset
+//!   and every in-flight record that is done or was delivered, acquired ones
+//!   as available (a lock does not outlive the broker). After a restart the
+//!   accepted and rejected records are never delivered again and the others
+//!   come back, with their delivery counts.
+
+use std::collections::BTreeMap;
+
+/// The settings of one share-partition (a share group's configs, by Kafka's
+/// names in the comments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareConfig {
+    /// How long an acquired record stays with its member
+    /// (`share.record.lock.duration.ms`, default 30 s).
+    pub lock_duration_ms: u64,
+    /// Deliveries after which a released or timed-out record is archived
+    /// (`share.delivery.count.limit`, default 5).
+    pub delivery_count_limit: u16,
+    /// Most records in flight between the start and the end
+    /// (`share.partition.max.record.locks`, default 2000).
+    pub max_in_flight: usize,
+}
+
+impl Default for ShareConfig {
+    fn default() -> Self {
+        ShareConfig {
+            lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            max_in_flight: 2_000,
+        }
+    }
+}
+
+/// How a member acknowledges records (the codes of ShareAcknowledge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckType {
+    /// Offsets with no record (code 0): nothing to do but allowed.
+    Gap,
+    /// Done: never delivered again (code 1).
+    Accept,
+    /// Back to available, delivered again (code 2).
+    Release,
+    /// Archived: never delivered again (code 3).
+    Reject,
+    /// Keep the lock for another lock duration (code 4, KIP-1222).
+    Renew,
+}
+
+impl AckType {
+    /// From the wire's code.
+    pub fn from_code(code: i8) -> Option<AckType> {
+        Some(match code {
+            0 => AckType::Gap,
+            1 => AckType::Accept,
+            2 => AckType::Release,
+            3 => AckType::Reject,
+            4 => AckType::Renew,
+            _ => return None,
+        })
+    }
+}
+
+/// The state of an in-flight record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordState {
+    /// Waiting to be acquired (released, or its lock ran out).
+    Available,
+    /// With `member` until `deadline_ms`.
+    Acquired {
+        /// The member holding it.
+        member: String,
+        /// When its lock runs out.
+        deadline_ms: u64,
+    },
+    /// Accepted: done.
+    Acknowledged,
+    /// Rejected or delivered too often: done, not processed.
+    Archived,
+}
+
+impl RecordState {
+    fn is_done(&self) -> bool {
+        matches!(self, RecordState::Acknowledged | RecordState::Archived)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct InFlight {
+    state: RecordState,
+    delivery_count: u16,
+}
+
+/// A run of acquired offsets with one delivery count (what ShareFetch's
+/// AcquiredRecords carries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquired {
+    /// First offset of the run.
+    pub first_offset: i64,
+    /// Last offset of the run (inclusive).
+    pub last_offset: i64,
+    /// How many times these records have been delivered, this one included.
+    pub delivery_count: u16,
+}
+
+/// Why an acknowledgement was refused (nothing of it was applied).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AckError {
+    /// A record of the range is not acquired by this member (never handed
+    /// to it, already acknowledged, or its lock ran out): Kafka's
+    /// INVALID_RECORD_STATE.
+    #[error("offset {offset} is not acquired by member {member}")]
+    NotAcquired {
+        /// The first offending offset.
+        offset: i64,
+        /// The member that acknowledged.
+        member: String,
+    },
+    /// The range is empty or reversed: INVALID_REQUEST.
+    #[error("acknowledgement range {first}..={last} is empty")]
+    BadRange {
+        /// First offset sent.
+        first: i64,
+        /// Last offset sent.
+        last: i64,
+    },
+}
+
+/// What a restart keeps of a share-partition (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareSnapshot {
+    /// Everything below is done.
+    pub start_offset: i64,
+    /// One past the last offset handed out.
+    pub end_offset: i64,
+    /// In-flight records by offset: (state, delivery count); the state is
+    /// one of available, acknowledged or archived.
+    pub records: Vec<(i64, SnapshotState, u16)>,
+}
+
+/// A record's state as kept on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotState {
+    /// To be delivered (again).
+    Available,
+    /// Accepted.
+    Acknowledged,
+    /// Rejected or delivered too often.
+    Archived,
+}
+
+/// Counts for describing a share-partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShareCounts {
+    /// Records in flight (any state) between start and end.
+    pub in_flight: usize,
+    /// Of those, acquired by a member now.
+    pub acquired: usize,
+    /// Of those, available for (re)delivery.
+    pub available: usize,
+    /// Of those, delivered more than once and not done.
+    pub redelivered: usize,
+}
+
+/// One share-partition's state (see the module docs).
+#[derive(Debug, Clone)]
+pub struct SharePartition {
+    config: ShareConfig,
+    start: i64,
+    end: i64,
+    in_flight: BTreeMap<i64, InFlight>,
+    /// Records archived over the partition's life here (for describe and
+    /// metrics; not kept across restarts).
+    archived_total: u64,
+}
+
+impl SharePartition {
+    /// A share-partition that starts at `start_offset` (the log end for
+    /// `share.auto.offset.reset=latest`, the log start for earliest).
+    pub fn new(config: ShareConfig, start_offset: i64) -> Self {
+        SharePartition {
+            config,
+            start: start_offset,
+            end: start_offset,
+            in_flight: BTreeMap::new(),
+            archived_total: 0,
+        }
+    }
+
+    /// A share-partition as a snapshot left it: acquired records come back
+    /// available (their locks did not survive), done ones stay done.
+    pub fn restore(config: ShareConfig, snapshot: &ShareSnapshot) -> Self {
+        let mut p = SharePartition::new(config, snapshot.start_offset);
+        p.end = snapshot.end_offset.max(snapshot.start_offset);
+        for &(offset, state, delivery_count) in &snapshot.records {
+            if offset < p.start || offset >= p.end {
+                continue;
+            }
+            let state = match state {
+                SnapshotState::Available => RecordState::Available,
+                SnapshotState::Acknowledged => RecordState::Acknowledged,
+                SnapshotState::Archived => RecordState::Archived,
+            };
+            p.in_flight.insert(
+                offset,
+                InFlight {
+                    state,
+                    delivery_count,
+                },
+            );
+        }
+        p.advance();
+        p
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> ShareConfig {
+        self.config
+    }
+
+    /// Changes the settings; they apply to the next acquisition and lock.
+    pub fn set_config(&mut self, config: ShareConfig) {
+        self.config = config;
+    }
+
+    /// Everything below is done.
+    pub fn start_offset(&self) -> i64 {
+        self.start
+    }
+
+    /// One past the last offset handed out.
+    pub fn end_offset(&self) -> i64 {
+        self.end
+    }
+
+    /// Where the engine reads the log from for the next acquisition: the
+    /// lowest available in-flight record, else the end. `None` when the
+    /// in-flight window is full and nothing in it is available.
+    pub fn next_fetch_offset(&self) -> Option<i64> {
+        if let Some((&offset, _)) = self
+            .in_flight
+            .iter()
+            .find(|(_, r)| r.state == RecordState::Available)
+        {
+            return Some(offset);
+        }
+        (self.in_flight.len() < self.config.max_in_flight).then_some(self.end)
+    }
+
+    /// True when an acquisition could hand something out if the log has it.
+    pub fn can_acquire(&self) -> bool {
+        self.next_fetch_offset().is_some()
+    }
+
+    /// Hands `member` up to `max_records` available records among those the
+    /// engine read from the log: `offsets` are the records found (ascending)
+    /// reading from [`Self::next_fetch_offset`] up to `read_end` (exclusive;
+    /// offsets in that span with no record are gaps). Returns the runs
+    /// acquired, each locked until `now_ms` plus the lock duration.
+    pub fn acquire(
+        &mut self,
+        member: &str,
+        offsets: &[i64],
+        read_end: i64,
+        max_records: usize,
+        now_ms: u64,
+    ) -> Vec<Acquired> {
+        let deadline_ms = now_ms.saturating_add(self.config.lock_duration_ms);
+        let mut runs: Vec<Acquired> = Vec::new();
+        let mut taken = 0usize;
+        let mut push = |offset: i64, delivery_count: u16| match runs.last_mut() {
+            Some(run) if run.last_offset + 1 == offset && run.delivery_count == delivery_count => {
+                run.last_offset = offset;
+            }
+            _ => runs.push(Acquired {
+                first_offset: offset,
+                last_offset: offset,
+                delivery_count,
+            }),
+        };
+        let mut stopped_at = None;
+        for &offset in offsets {
+            if taken >= max_records {
+                stopped_at = Some(offset);
+                break;
+            }
+            if offset < self.start {
+                continue;
+            }
+            if offset < self.end {
+                if let Some(r) = self.in_flight.get_mut(&offset) {
+                    if r.state == RecordState::Available
+                        && r.delivery_count >= self.config.delivery_count_limit
+                    {
+                        // The limit was lowered since it was released.
+                        r.state = RecordState::Archived;
+                        self.archived_total += 1;
+                    } else if r.state == RecordState::Available {
+                        r.delivery_count = r.delivery_count.saturating_add(1);
+                        r.state = RecordState::Acquired {
+                            member: member.to_owned(),
+                            deadline_ms,
+                        };
+                        push(offset, r.delivery_count);
+                        taken += 1;
+                    }
+                }
+                continue;
+            }
+            if self.in_flight.len() >= self.config.max_in_flight {
+                stopped_at = Some(offset);
+                break;
+            }
+            self.in_flight.insert(
+                offset,
+                InFlight {
+                    state: RecordState::Acquired {
+                        member: member.to_owned(),
+                        deadline_ms,
+                    },
+                    delivery_count: 1,
+                },
+            );
+            // Offsets between the old end and this record are gaps: done.
+            self.end = offset + 1;
+            push(offset, 1);
+            taken += 1;
+        }
+        // The span read past the last new record holds no record (gaps)
+        // unless the acquisition stopped before reaching it.
+        if stopped_at.is_none() && read_end > self.end {
+            self.end = read_end;
+        } else if let Some(offset) = stopped_at {
+            if offset > self.end {
+                self.end = offset;
+            }
+        }
+        self.advance();
+        runs
+    }
+
+    /// Applies one acknowledgement of `first..=last` by `member`. Every
+    /// record of the range must be acquired by that member (gaps excepted):
+    /// otherwise nothing is applied.
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        first: i64,
+        last: i64,
+        ack: AckType,
+        now_ms: u64,
+    ) -> Result<(), AckError> {
+        if last < first {
+            return Err(AckError::BadRange { first, last });
+        }
+        // Check first, then apply: an acknowledgement is all or nothing.
+        for (&offset, r) in self.in_flight.range(first..=last) {
+            if !matches!(&r.state, RecordState::Acquired { member: m, .. } if m == member) {
+                return Err(AckError::NotAcquired {
+                    offset,
+                    member: member.to_owned(),
+                });
+            }
+        }
+        let held = self.in_flight.range(first..=last).count();
+        if held == 0 && ack != AckType::Gap {
+            return Err(AckError::NotAcquired {
+                offset: first,
+                member: member.to_owned(),
+            });
+        }
+        let limit = self.config.delivery_count_limit;
+        let lock = self.config.lock_duration_ms;
+        let mut archived = 0u64;
+        for r in self.in_flight.range_mut(first..=last).map(|(_, r)| r) {
+            match ack {
+                AckType::Gap | AckType::Accept => r.state = RecordState::Acknowledged,
+                AckType::Reject => {
+                    r.state = RecordState::Archived;
+                    archived += 1;
+                }
+                AckType::Release => {
+                    if r.delivery_count >= limit {
+                        r.state = RecordState::Archived;
+                        archived += 1;
+                    } else {
+                        r.state = RecordState::Available;
+                    }
+                }
+                AckType::Renew => {
+                    if let RecordState::Acquired { deadline_ms, .. } = &mut r.state {
+                        *deadline_ms = now_ms.saturating_add(lock);
+                    }
+                }
+            }
+        }
+        self.archived_total += archived;
+        self.advance();
+        Ok(())
+    }
+
+    /// Releases every record whose lock ran out by `now_ms` (archiving those
+    /// at the delivery limit). Returns how many were released or archived.
+    pub fn expire(&mut self, now_ms: u64) -> usize {
+        self.release_where(|state| {
+            matches!(state, RecordState::Acquired { deadline_ms, .. } if *deadline_ms <= now_ms)
+        })
+    }
+
+    /// Releases every record `member` holds (it left or was fenced).
+    pub fn release_member(&mut self, member: &str) -> usize {
+        self.release_where(
+            |state| matches!(state, RecordState::Acquired { member: m, .. } if m == member),
+        )
+    }
+
+    fn release_where(&mut self, pick: impl Fn(&RecordState) -> bool) -> usize {
+        let limit = self.config.delivery_count_limit;
+        let mut n = 0;
+        let mut archived = 0;
+        for r in self.in_flight.values_mut() {
+            if pick(&r.state) {
+                n += 1;
+                if r.delivery_count >= limit {
+                    r.state = RecordState::Archived;
+                    archived += 1;
+                } else {
+                    r.state = RecordState::Available;
+                }
+            }
+        }
+        self.archived_total += archived;
+        if n > 0 {
+            self.advance();
+        }
+        n
+    }
+
+    /// The earliest lock deadline, for the engine's timer.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.in_flight
+            .values()
+            .filter_map(|r| match r.state {
+                RecordState::Acquired { deadline_ms, .. } => Some(deadline_ms),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The log's start moved to `log_start` (retention, DeleteRecords):
+    /// records below it are gone, whatever their state.
+    pub fn log_start_moved(&mut self, log_start: i64) {
+        if log_start <= self.start {
+            return;
+        }
+        self.in_flight = self.in_flight.split_off(&log_start);
+        self.start = log_start;
+        self.end = self.end.max(log_start);
+        self.advance();
+    }
+
+    /// Moves the start to `offset` as an administrator's reset does
+    /// (AlterShareGroupOffsets; the group must have no members): every
+    /// in-flight record is forgotten.
+    pub fn reset_to(&mut self, offset: i64) {
+        self.in_flight.clear();
+        self.start = offset;
+        self.end = offset;
+    }
+
+    /// The state of the record at `offset`, if in flight.
+    pub fn state_of(&self, offset: i64) -> Option<(&RecordState, u16)> {
+        self.in_flight
+            .get(&offset)
+            .map(|r| (&r.state, r.delivery_count))
+    }
+
+    /// Counts for describing the partition.
+    pub fn counts(&self) -> ShareCounts {
+        let mut c = ShareCounts {
+            in_flight: self.in_flight.len(),
+            ..ShareCounts::default()
+        };
+        for r in self.in_flight.values() {
+            match r.state {
+                RecordState::Acquired { .. } => c.acquired += 1,
+                RecordState::Available => c.available += 1,
+                _ => {}
+            }
+            if !r.state.is_done() && r.delivery_count > 1 {
+                c.redelivered += 1;
+            }
+        }
+        c
+    }
+
+    /// Records archived since this state was created or restored.
+    pub fn archived_total(&self) -> u64 {
+        self.archived_total
+    }
+
+    /// What a restart keeps (see the module docs).
+    pub fn snapshot(&self) -> ShareSnapshot {
+        ShareSnapshot {
+            start_offset: self.start,
+            end_offset: self.end,
+            records: self
+                .in_flight
+                .iter()
+                .map(|(&offset, r)| {
+                    let state = match r.state {
+                        RecordState::Available | RecordState::Acquired { .. } => {
+                            SnapshotState::Available
+                        }
+                        RecordState::Acknowledged => SnapshotState::Acknowledged,
+                        RecordState::Archived => SnapshotState::Archived,
+                    };
+                    (offset, state, r.delivery_count)
+                })
+                .collect(),
+        }
+    }
+
+    /// Drops the done records at the front and moves the start past them.
+    fn advance(&mut self) {
+        while let Some(entry) = self.in_flight.first_entry() {
+            if entry.get().state.is_done() {
+                let offset = *entry.key();
+                entry.remove();
+                self.start = offset + 1;
+            } else {
+                self.start = *entry.key();
+                return;
+            }
+        }
+        self.start = self.end.max(self.start);
+    }
+}
+
+#[cfg(test)]
+mod tests;
