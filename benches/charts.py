@@ -11,6 +11,7 @@ A results file (one per benchmark):
 
     {
       "title": "...", "machine": "...", "command": "...", "peer": "...", "notes": "...",
+      "earlier_findings": ["..."],              # optional: figures of earlier builds, not drawn
       "measures": [
         {"id": "throughput", "title": "...", "unit": "records/s", "better": "higher",
          "target": "...",                       # optional
