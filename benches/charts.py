@@ -14,7 +14,8 @@ A results file (one per benchmark):
       "earlier_findings": ["..."],              # optional: figures of earlier builds, not drawn
       "measures": [
         {"id": "throughput", "title": "...", "unit": "records/s", "better": "higher",
-         "target": "...",                       # optional
+         "target": "...",                       # optional, in words
+         "target_value": 0.5,                   # optional: drawn as a dashed line
          "ours": ["Flume"],                     # optional: the bars drawn in Flume's colour, or
                                                 #   "all" (default: names that start "Flume")
          "runs": [
@@ -137,6 +138,9 @@ def chart(bench, measure, source):
             bars.append((system, length, lo, hi, text, mine))
         groups.append((label, bars))
     top = max(max(x for x in (b[1], b[3]) if x is not None) for _, bars in groups for b in bars)
+    target = measure.get("target_value")
+    if target is not None:
+        top = max(top, float(target))
     scale_max = nice_max(top)
     plot_w = WIDTH - LABEL_W - VALUE_W - 20
     x0 = LABEL_W + 10
@@ -204,6 +208,16 @@ def chart(bench, measure, source):
     out.append(
         f'<line x1="{x0}" y1="{TOP - 4}" x2="{x0}" y2="{y}" stroke="#1a202c" stroke-width="1"/>'
     )
+    if target is not None:
+        tx = x(float(target))
+        out.append(
+            f'<line x1="{tx:.1f}" y1="{TOP - 4}" x2="{tx:.1f}" y2="{y}" stroke="#c53030" '
+            f'stroke-width="1" stroke-dasharray="4 3"/>'
+        )
+        out.append(
+            f'<text x="{tx:.1f}" y="{y + 16}" text-anchor="middle" style="{FONT};font-size:10px" '
+            f'fill="#c53030">target {escape(fmt(float(target)))}</text>'
+        )
     out.append(
         f'<text x="{x0}" y="{y + 16}" style="{FONT};font-size:10px" fill="#4a5568">0</text>'
     )
