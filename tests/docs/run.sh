@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The book in docs/: builds it with mdBook and fails on any broken local link or anchor, in the
-# built HTML and in the Markdown (README.md, tests/README.md, docs/**), and on charts in
+# built HTML and in the Markdown (README.md, tests/**/README.md, docs/**), and on charts in
 # docs/perf/ that are not what `python3 benches/charts.py` makes of benches/results/ (so the
 # SVGs cannot drift from the data). Needs python3 and, on the first run, cargo and crates.io:
 # Debian has no mdbook package, so mdBook is built once into the cache.
@@ -46,4 +46,5 @@ if grep -E '(WARN|ERROR)' "$charts/mdbook.log" >&2; then
     exit 1
 fi
 say "book built in docs/book/"
-python3 tests/docs/check_links.py --book docs/book README.md tests/README.md docs
+python3 tests/docs/check_links.py --book docs/book README.md tests/README.md \
+    tests/kafka-clients/README.md tests/librdkafka/README.md docs
