@@ -40,6 +40,11 @@ INCLUDE = re.compile(r"\{\{#include\s+([^}\s]+)\s*\}\}")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
 
+def show(path):
+    """A path as the report names it: relative to the repository (or to where it is)."""
+    return os.path.relpath(path, ROOT)
+
+
 def external(link):
     return bool(re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", link)) or link.startswith("//")
 
@@ -60,8 +65,9 @@ def slug(text):
     return "".join(out)
 
 
-def prose_lines(text):
-    """(line number, line) of the text outside fenced code blocks, code spans blanked."""
+def prose_lines(text, raw=False):
+    """(line number, line) of the text outside fenced code blocks, code spans blanked (unless
+    raw: a heading's code spans are part of its anchor)."""
     fence = None
     for n, line in enumerate(text.split("\n"), 1):
         m = FENCE.match(line)
@@ -72,7 +78,7 @@ def prose_lines(text):
         if m:
             fence = m.group(1)
             continue
-        yield n, CODE_SPAN.sub(lambda s: " " * len(s.group(0)), line)
+        yield n, line if raw else CODE_SPAN.sub(lambda s: " " * len(s.group(0)), line)
 
 
 def expand_includes(path, text, depth=0):
@@ -96,7 +102,7 @@ def md_anchors(path):
     if path not in _anchor_cache:
         text = expand_includes(path, path.read_text(encoding="utf-8"))
         anchors, seen = set(), {}
-        for _, line in prose_lines(text):
+        for _, line in prose_lines(text, raw=True):
             m = HEADING.match(line)
             if m:
                 base = slug(m.group(2))
@@ -118,15 +124,15 @@ def check_markdown(path, problems):
         for link in links:
             if not link or external(link):
                 continue
-            where = f"{path.relative_to(ROOT)}:{n}"
+            where = f"{show(path)}:{n}"
             target, _, anchor = link.partition("#")
             dest = (path.parent / unquote(target)).resolve() if target else path
             if not dest.exists():
-                problems.append(f"{where}: {link}: no such file {os.path.relpath(dest, ROOT)}")
+                problems.append(f"{where}: {link}: no such file {show(dest)}")
                 continue
             if anchor and dest.is_file() and dest.suffix == ".md":
                 if unquote(anchor) not in md_anchors(dest):
-                    problems.append(f"{where}: {link}: no heading or id #{anchor} in {dest.relative_to(ROOT)}")
+                    problems.append(f"{where}: {link}: no heading or id #{anchor} in {show(dest)}")
 
 
 class Page(html.parser.HTMLParser):
@@ -171,7 +177,7 @@ def check_book(book, problems):
                 repo = Path(os.path.normpath(DOCS / os.path.relpath(dest, book)))
                 md = repo.with_suffix(".md") if repo.suffix == ".html" else None
                 if not (repo.exists() or (md and md.exists())):
-                    problems.append(f"{where}: {link}: leaves the book, and no {os.path.relpath(repo, ROOT)} in the repository")
+                    problems.append(f"{where}: {link}: leaves the book, and no {show(repo)} in the repository")
                 continue
             if not dest.exists():
                 problems.append(f"{where}: {link}: no such file {dest.relative_to(book.parent)}")

@@ -38,6 +38,23 @@ if ! diff -r docs/perf "$charts" >/dev/null; then
 fi
 say "charts in docs/perf/ match benches/results/"
 
+# --- the checker finds what it must (a checker that passes everything would pass here too) ------
+mkdir -p "$charts/md/sub"
+printf '# Top\n\n## A heading, with `code`\n\n[ok](sub/b.md#second) [ok](#a-heading-with-code) `[not a link](nope.md)`\n' >"$charts/md/a.md"
+printf '# B\n\n## Second\n\n[bad](../missing.md) [bad anchor](../a.md#nowhere) [web](https://example.com/x.md)\n\n```\n[in code](nope.md)\n```\n' >"$charts/md/sub/b.md"
+if out=$(python3 tests/docs/check_links.py "$charts/md" 2>&1); then
+    echo "error: check_links.py passed a directory with two broken links: $out" >&2
+    exit 1
+fi
+if [[ "$(grep -c 'sub/b.md' <<<"$out")" != 2 ]] || ! grep -q 'missing.md' <<<"$out" || ! grep -q '#nowhere' <<<"$out"; then
+    echo "error: check_links.py did not report exactly the two broken links:" >&2
+    echo "$out" >&2
+    exit 1
+fi
+printf '# B\n\n## Second\n\n[back](../a.md#top) [web](https://example.com/x.md)\n' >"$charts/md/sub/b.md"
+python3 tests/docs/check_links.py "$charts/md" >/dev/null
+say "the link checker finds a missing file and a missing anchor, and passes good links"
+
 # --- build and check -----------------------------------------------------------------------------
 rm -rf docs/book
 "$mdbook" build docs 2>"$charts/mdbook.log" || { cat "$charts/mdbook.log" >&2; exit 1; }
