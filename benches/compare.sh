@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Side-by-side figures for the README: Flume (release build) next to Redis Streams, pinned the
-# same way (server on CPU 0, client on CPU 1). Not run by CI; takes a few minutes.
+# Side-by-side figures for docs/performance.md (data in benches/results/): Flume (release
+# build) next to Redis Streams, pinned the same way (server on CPU 0, client on CPU 1). Not run by CI; takes a few
+# minutes.
 #
 # usage: benches/compare.sh [records]      (default 2000000)
 #        benches/compare.sh --latency      (only the one-at-a-time, latency and idle-CPU rows)
@@ -87,7 +88,7 @@ fi
 echo "== Flume, fsync never (load $(load))"
 start_broker
 [ -z "$all" ] || $c produce $b --topic p100 --records "$records" --record-size 100
-# Latency-bound runs: three each (the README takes the median). Default settings: both sides
+# Latency-bound runs: three each (the results take the median). Default settings: both sides
 # spin adaptively.
 for i in 1 2 3; do sync_run psync; done
 for i in 1 2 3; do sync_run pspin --busy-poll-us 50; done

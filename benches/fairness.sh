@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fair admission under abuse (README, "Bounded memory"): a normal client's produce round trip
+# Fair admission under abuse (docs/internals.md, "Fair admission"): a normal client's produce round trip
 # alone and beside 12 abusive connections, then a bounded soak mixing abusive connections,
 # normal producers, a consumer group and connection churn (benches/fairness.rs). The broker is
 # a release build on default settings, pinned to CPU 0 (the clients on CPU 1); its peak RSS is

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Scale figures for the README (issue 17), in one run with the release build, default broker
-# settings (except --partitions 4 for auto-created topics):
+# Scale figures for docs/scale.md (data in benches/results/scale-*.json; issue 17), in one
+# run with the release build, default broker settings (except --partitions 4 for auto-created topics):
 #   - 12,500 topics of 4 partitions (50,000) created, each partition receiving records;
 #   - idle RSS and KB per partition, open file descriptors;
 #   - shutdown time, restart time until serving METADATA again;

@@ -2,7 +2,7 @@
 //! connection from being served. Parked long polls, group waits, huge frames
 //! sent slowly and peers that never read their responses hold the memory of
 //! what they wait for; a new connection's ordinary request is admitted anyway
-//! (README, "Bounded memory"). Correctness tests: deadlines are generous and the
+//! (docs/internals.md, "Fair admission"). Correctness tests: deadlines are generous and the
 //! figures are printed, not asserted.
 
 use crate::common;

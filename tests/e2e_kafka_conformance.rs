@@ -1,5 +1,5 @@
-//! What librdkafka's own test suite found on the Kafka listener (README,
-//! "Kafka conformance"), each as a test of its own: fetch answers within
+//! What librdkafka's own test suite found on the Kafka listener
+//! (docs/kafka-clients.md, "Conformance"), each as a test of its own: fetch answers within
 //! `fetch.max.bytes`, any non-empty group id, commit metadata and leader
 //! epochs kept, empty groups keeping their protocol type, authorized
 //! operations, 249-character topic names. The initial rebalance delay's test

@@ -667,7 +667,7 @@ fn produce_memory_in_flight_stays_within_its_budget() {
         assert_eq!(all, expected, "dense offsets, nothing twice");
         let m = broker.request_memory();
         // Each connection's reserve is its own, outside the shared limit
-        // (README, "Bounded memory"), and each may have admitted one frame
+        // (docs/internals.md, "Fair admission"), and each may have admitted one frame
         // past it while there was room.
         let bound = m.limit + producers * (CONNECTION_RESERVE_BYTES + 4096);
         assert!(

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The project's one test command: the Rust workspace's tests, the systemd unit
-# checked by systemd-analyze (tests/deploy/run.sh), the observability
+# checked by systemd-analyze (tests/deploy/run.sh), the book in docs/ built by
+# mdBook with every local link checked and its charts matching their data
+# (tests/docs/run.sh), the observability
 # check with real components (promtool, a Prometheus server, headless Chromium:
 # tests/observability/run.sh), real Kafka clients against the Kafka listener
 # (kcat, confluent-kafka, kafka-python, kafkajs: tests/kafka-clients/run.sh; a
@@ -32,6 +34,12 @@ cargo test --workspace --locked
 
 echo "== tests/deploy/run.sh (systemd-analyze verify deploy/flume.service)"
 bash tests/deploy/run.sh
+
+echo "== tests/docs/run.sh (the book in docs/ builds, no broken link, charts match benches/results/)"
+dstart=$(date +%s)
+# Builds mdbook into the cache on the first run.
+bash tests/docs/run.sh
+echo "docs took $(( $(date +%s) - dstart )) s"
 
 echo "== tests/observability/run.sh"
 bash tests/observability/run.sh

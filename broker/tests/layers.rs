@@ -4,7 +4,7 @@
 //! goes up (storage reaching for the engine, the engine for a front end)
 //! fails here, with the file, the path and the two layers.
 //!
-//! The layers, bottom to top (README, "Architecture"):
+//! The layers, bottom to top (docs/internals.md, docs/architecture.md):
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

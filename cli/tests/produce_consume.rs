@@ -316,7 +316,7 @@ fn group_consume_max_and_perf_group_stop_at_the_end_with_a_message() {
         b"1\n2\n3\n",
         Duration::from_secs(5),
     );
-    // The README's own example, with fewer records than --max.
+    // The docs' own example (docs/cli.md), with fewer records than --max.
     let child = common::bin()
         .args([
             "consume", "--broker", a, "--topic", "few", "--group", "g", "--max", "10",

@@ -105,7 +105,7 @@ fn first_admin_offline_then_users_through_the_broker() {
     assert!(broker.interrupt().success());
 }
 
-/// README, Security, on a new machine: the first admin is made before the
+/// docs/security-guide.md, on a new machine: the first admin is made before the
 /// broker's first start, in a data directory that does not exist yet.
 #[test]
 fn the_readmes_first_admin_order_works_on_an_empty_machine() {
