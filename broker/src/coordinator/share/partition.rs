@@ -32,7 +32,7 @@
 //!   accepted and rejected records are never delivered again and the others
 //!   come back, with their delivery counts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The settings of one share-partition (a share group's configs, by Kafka's
 /// names in the comments).
@@ -199,6 +199,13 @@ pub struct SharePartition {
     /// Records archived over the partition's life here (for describe and
     /// metrics; not kept across restarts).
     archived_total: u64,
+    /// Offsets whose kept state (done or not, delivery count) changed since
+    /// the last [`SharePartition::take_update`].
+    changed: BTreeSet<i64>,
+    /// The whole state must be written again (a reset forgot records).
+    full: bool,
+    /// Start and end as last written.
+    written: (i64, i64),
 }
 
 impl SharePartition {
@@ -211,6 +218,9 @@ impl SharePartition {
             end: start_offset,
             in_flight: BTreeMap::new(),
             archived_total: 0,
+            changed: BTreeSet::new(),
+            full: true,
+            written: (start_offset, start_offset),
         }
     }
 
@@ -237,6 +247,8 @@ impl SharePartition {
             );
         }
         p.advance();
+        p.full = false;
+        p.written = (p.start, p.end);
         p
     }
 
@@ -322,6 +334,7 @@ impl SharePartition {
                         // The limit was lowered since it was released.
                         r.state = RecordState::Archived;
                         self.archived_total += 1;
+                        self.changed.insert(offset);
                     } else if r.state == RecordState::Available {
                         r.delivery_count = r.delivery_count.saturating_add(1);
                         r.state = RecordState::Acquired {
@@ -329,6 +342,7 @@ impl SharePartition {
                             deadline_ms,
                         };
                         push(offset, r.delivery_count);
+                        self.changed.insert(offset);
                         taken += 1;
                     }
                 }
@@ -350,6 +364,7 @@ impl SharePartition {
             );
             // Offsets between the old end and this record are gaps: done.
             self.end = offset + 1;
+            self.changed.insert(offset);
             push(offset, 1);
             taken += 1;
         }
@@ -399,6 +414,10 @@ impl SharePartition {
         let limit = self.config.delivery_count_limit;
         let lock = self.config.lock_duration_ms;
         let mut archived = 0u64;
+        if ack != AckType::Renew {
+            self.changed
+                .extend(self.in_flight.range(first..=last).map(|(&o, _)| o));
+        }
         for r in self.in_flight.range_mut(first..=last).map(|(_, r)| r) {
             match ack {
                 AckType::Gap | AckType::Accept => r.state = RecordState::Acknowledged,
@@ -445,9 +464,10 @@ impl SharePartition {
         let limit = self.config.delivery_count_limit;
         let mut n = 0;
         let mut archived = 0;
-        for r in self.in_flight.values_mut() {
+        for (&offset, r) in self.in_flight.iter_mut() {
             if pick(&r.state) {
                 n += 1;
+                self.changed.insert(offset);
                 if r.delivery_count >= limit {
                     r.state = RecordState::Archived;
                     archived += 1;
@@ -493,6 +513,7 @@ impl SharePartition {
         self.in_flight.clear();
         self.start = offset;
         self.end = offset;
+        self.full = true;
     }
 
     /// The state of the record at `offset`, if in flight.
@@ -534,18 +555,44 @@ impl SharePartition {
             records: self
                 .in_flight
                 .iter()
-                .map(|(&offset, r)| {
-                    let state = match r.state {
-                        RecordState::Available | RecordState::Acquired { .. } => {
-                            SnapshotState::Available
-                        }
-                        RecordState::Acknowledged => SnapshotState::Acknowledged,
-                        RecordState::Archived => SnapshotState::Archived,
-                    };
-                    (offset, state, r.delivery_count)
-                })
+                .map(|(&offset, r)| (offset, kept_state(&r.state), r.delivery_count))
                 .collect(),
         }
+    }
+
+    /// What changed in the kept state since the last call, to write before
+    /// the change is acknowledged to anyone: `None` when nothing did. A lock
+    /// renewal changes nothing kept.
+    pub fn take_update(&mut self) -> Option<ShareUpdate> {
+        if self.full {
+            self.full = false;
+            self.changed.clear();
+            self.written = (self.start, self.end);
+            return Some(ShareUpdate {
+                full: true,
+                state: self.snapshot(),
+            });
+        }
+        if self.changed.is_empty() && self.written == (self.start, self.end) {
+            return None;
+        }
+        let changed = std::mem::take(&mut self.changed);
+        self.written = (self.start, self.end);
+        let records = changed
+            .into_iter()
+            .filter_map(|offset| {
+                let r = self.in_flight.get(&offset)?;
+                Some((offset, kept_state(&r.state), r.delivery_count))
+            })
+            .collect();
+        Some(ShareUpdate {
+            full: false,
+            state: ShareSnapshot {
+                start_offset: self.start,
+                end_offset: self.end,
+                records,
+            },
+        })
     }
 
     /// Drops the done records at the front and moves the start past them.
@@ -561,6 +608,50 @@ impl SharePartition {
             }
         }
         self.start = self.end.max(self.start);
+    }
+}
+
+/// A record's state as kept: a lock does not outlive the broker.
+fn kept_state(state: &RecordState) -> SnapshotState {
+    match state {
+        RecordState::Available | RecordState::Acquired { .. } => SnapshotState::Available,
+        RecordState::Acknowledged => SnapshotState::Acknowledged,
+        RecordState::Archived => SnapshotState::Archived,
+    }
+}
+
+/// One write of a share-partition's kept state: the whole of it (`full`) or
+/// the records that changed, with the start and end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareUpdate {
+    /// The state replaces what was kept (else it is applied onto it).
+    pub full: bool,
+    /// The start, the end and the records written.
+    pub state: ShareSnapshot,
+}
+
+impl ShareSnapshot {
+    /// Applies a write onto this kept state, as replaying the store does.
+    pub fn apply(&mut self, update: &ShareUpdate) {
+        if update.full {
+            *self = update.state.clone();
+            return;
+        }
+        let u = &update.state;
+        self.start_offset = self.start_offset.max(u.start_offset);
+        self.end_offset = u.end_offset.max(self.start_offset);
+        let mut map: BTreeMap<i64, (SnapshotState, u16)> =
+            self.records.iter().map(|&(o, s, d)| (o, (s, d))).collect();
+        for &(o, s, d) in &u.records {
+            map.insert(o, (s, d));
+        }
+        let start = self.start_offset;
+        let end = self.end_offset;
+        self.records = map
+            .into_iter()
+            .filter(|(o, _)| *o >= start && *o < end)
+            .map(|(o, (s, d))| (o, s, d))
+            .collect();
     }
 }
 

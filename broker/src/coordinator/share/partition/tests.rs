@@ -239,6 +239,40 @@ fn a_restart_in_each_state_keeps_done_records_done_and_brings_back_the_rest() {
 }
 
 #[test]
+fn updates_carry_only_what_changed_and_add_up_to_the_state() {
+    let mut p = SharePartition::new(cfg(), 5);
+    let first = p.take_update().unwrap();
+    assert!(first.full, "a new partition writes its start");
+    let mut disk = ShareSnapshot::default();
+    disk.apply(&first);
+    assert_eq!(p.take_update(), None);
+    p.acquire("a", &all(5, 9), 9, 100, 0);
+    let u = p.take_update().unwrap();
+    assert!(!u.full);
+    assert_eq!(u.state.records.len(), 4);
+    disk.apply(&u);
+    // A renewal keeps nothing new.
+    p.acknowledge("a", 5, 8, AckType::Renew, 10).unwrap();
+    assert_eq!(p.take_update(), None);
+    p.acknowledge("a", 6, 6, AckType::Accept, 10).unwrap();
+    let u = p.take_update().unwrap();
+    assert_eq!(u.state.records, vec![(6, SnapshotState::Acknowledged, 1)]);
+    disk.apply(&u);
+    p.acknowledge("a", 5, 5, AckType::Accept, 10).unwrap();
+    disk.apply(&p.take_update().unwrap());
+    assert_eq!(disk, p.snapshot());
+    assert_eq!(disk.start_offset, 7);
+    p.reset_to(100);
+    let u = p.take_update().unwrap();
+    assert!(u.full);
+    disk.apply(&u);
+    assert_eq!(disk, p.snapshot());
+    // Restored, nothing is pending.
+    let mut q = SharePartition::restore(cfg(), &disk);
+    assert_eq!(q.take_update(), None);
+}
+
+#[test]
 fn reset_forgets_everything_in_flight() {
     let mut p = SharePartition::new(cfg(), 0);
     p.acquire("a", &all(0, 5), 5, 100, 0);
@@ -326,6 +360,8 @@ proptest! {
         let mut now = 0u64;
         let mut last_start = 0i64;
         let mut deliveries: HashMap<i64, u16> = HashMap::new();
+        // What the store holds: the updates applied as a replay does.
+        let mut disk = ShareSnapshot::default();
         for op in ops {
             match op {
                 Op::Acquire { member, max, span } => {
@@ -384,7 +420,7 @@ proptest! {
                     m.held.retain(|_, h| *h != member);
                 }
                 Op::Restart => {
-                    p = SharePartition::restore(config, &p.snapshot());
+                    p = SharePartition::restore(config, &disk);
                     m.held.clear();
                 }
             }
@@ -394,6 +430,10 @@ proptest! {
                     m.archived.insert(*o);
                 }
             }
+            if let Some(u) = p.take_update() {
+                disk.apply(&u);
+            }
+            prop_assert_eq!(&disk, &p.snapshot(), "the kept state is not what the updates add up to");
             prop_assert!(p.start_offset() >= last_start, "start moved back");
             last_start = p.start_offset();
             prop_assert!(p.counts().in_flight <= config.max_in_flight);
