@@ -350,3 +350,60 @@ fn mock_group_shared_with_librdkafka() -> Result<()> {
     }
     Ok(())
 }
+
+/// Two SDK members and a librdkafka consumer in one group (range): the
+/// three split the partitions, each a share (issue 41 ran it on the mock of
+/// confluent-kafka's wheel, `tests/kafka-clients/mock_group.py`, whose
+/// coordinator closes the connection at a JoinGroup v6).
+#[test]
+fn mock_group_of_two_sdk_members_and_librdkafka() -> Result<()> {
+    let Some(mut mock) = Mock::start(3)? else {
+        return Ok(());
+    };
+    mock.cmd("topic m3 4")?;
+    mock.cmd("consumer rk-three three m3 range")?;
+    let addr = mock.addr.clone();
+    flume_rt::block_on(async {
+        let member = || {
+            GroupConsumer::builder(&addr, "three")
+                .topic("m3")
+                .assignor("range")
+                .session_timeout(Duration::from_secs(6))
+                .heartbeat_interval(Duration::from_millis(100))
+                .max_wait(Duration::from_millis(100))
+                .build()
+        };
+        let (a, b) = futures::join!(member(), member());
+        let (mut a, mut b) = (a?, b?);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let _ = flume_rt::timeout(Duration::from_millis(50), a.recv()).await;
+            let _ = flume_rt::timeout(Duration::from_millis(50), b.recv()).await;
+            let shares = [
+                a.assignment()
+                    .await
+                    .iter()
+                    .map(|(_, p)| *p)
+                    .collect::<Vec<i32>>(),
+                b.assignment().await.iter().map(|(_, p)| *p).collect(),
+                mock.assigned("rk-three").unwrap_or_default(),
+            ];
+            let mut all: Vec<i32> = shares.concat();
+            all.sort_unstable();
+            if shares.iter().all(|s| !s.is_empty()) && all == [0, 1, 2, 3] {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "no three-way split: SDK {:?} and {:?}, librdkafka {:?}",
+                shares[0],
+                shares[1],
+                shares[2]
+            );
+        }
+        a.close().await?;
+        b.close().await?;
+        anyhow::Ok(())
+    })?;
+    mock.cmd("stop rk-three")
+}

@@ -711,13 +711,15 @@ pub async fn run(cli: Cli, settings: Option<crate::settings::Effective>) -> Resu
     }
 }
 
-/// A channel that closes on Ctrl-C or SIGTERM.
+/// A channel that closes on Ctrl-C or SIGTERM; a second one exits at once (status 130,
+/// as a shell reports an interrupted command).
 pub fn interrupt() -> Result<async_channel::Receiver<()>> {
     let (tx, rx) = async_channel::bounded::<()>(1);
     let tx = std::sync::Mutex::new(Some(tx));
     ctrlc::set_handler(move || {
-        if let Ok(mut g) = tx.lock() {
-            g.take();
+        let first = tx.lock().map(|mut g| g.take().is_some()).unwrap_or(true);
+        if !first {
+            std::process::exit(130);
         }
     })
     .context("cannot install the Ctrl-C handler")?;

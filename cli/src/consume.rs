@@ -293,33 +293,121 @@ async fn group(a: ConsumeArgs) -> Result<()> {
         ),
         s => s,
     };
+    let stop_at_end = a.exit_at_end || (a.max.is_some() && !a.follow);
     // Committed on an interval and on exit, always after the printed records are flushed:
     // at-least-once, without a round trip per record.
-    let mut c = GroupConsumer::builder(&a.at.broker.addr, &group)
+    let mut builder = GroupConsumer::builder(&a.at.broker.addr, &group)
         .connection(a.at.broker.connection()?)
         .topic(&a.at.topic)
         .start(start)
         .session_timeout(Duration::from_millis(a.session_timeout_ms))
-        .auto_commit(false)
-        .build()
-        .await
-        .map_err(describe)
-        .context("cannot join the group")?;
-    let admin = Admin::connect_with(&a.at.broker.addr, a.at.broker.connection()?)
-        .await
-        .context("cannot reach the broker")?;
+        .auto_commit(false);
+    if !a.follow && (stop_at_end || a.timeout.is_some()) {
+        // A run that is to end gives up on a group it cannot join; a follower keeps trying.
+        builder = builder.join_attempts(JOIN_ATTEMPTS_WITHOUT_FOLLOW);
+    }
+    let Some(built) = interruptible(&stop, builder.build()).await else {
+        // Interrupted while joining: no record was read, nothing is to commit.
+        return Ok(());
+    };
+    let mut c = built.map_err(describe).context("cannot join the group")?;
+    let admin = match interruptible(
+        &stop,
+        Admin::connect_with(&a.at.broker.addr, a.at.broker.connection()?),
+    )
+    .await
+    {
+        Some(admin) => Some(admin.context("cannot reach the broker")?),
+        None => None,
+    };
+    let mut n = 0u64;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let why = match &admin {
+        Some(admin) => {
+            let read = read_group(&mut c, admin, &a, &group, start, &mut out, &mut n);
+            interruptible(&stop, read).await.transpose()?
+        }
+        None => None,
+    };
+    let why = why.unwrap_or(Stop::Interrupted);
+    out.flush()?;
+    // The last commit and the leave, best effort within a deadline (a shorter one
+    // after an interrupt, which also cuts the longer one short).
+    let closing = async {
+        commit(&c).await;
+        c.close().await
+    };
+    let interrupted = matches!(why, Stop::Interrupted);
+    let grace = if interrupted {
+        INTERRUPT_GRACE
+    } else {
+        CLOSE_GRACE
+    };
+    let interrupt_now = async {
+        if interrupted {
+            futures::future::pending::<()>().await;
+        }
+        let _ = stop.recv().await;
+    };
+    let closed = futures::select! {
+        r = closing.fuse() => Some(r),
+        () = flume_rt::sleep(grace).fuse() => None,
+        () = interrupt_now.fuse() => None,
+    };
+    match closed {
+        Some(r) => r.context("leaving the group")?,
+        None => tracing::warn!(
+            "the group's coordinator did not take the last commit and the leave within {} ms; \
+             exiting without (the group drops this member after --session-timeout-ms)",
+            grace.as_millis()
+        ),
+    }
+    report_stop(&why, n, a.max);
+    Ok(())
+}
+
+/// Without --follow, how many failed joins in a row end a group-mode run: the pauses
+/// between them double from 100 ms to 2 s, so about 11 s in all.
+const JOIN_ATTEMPTS_WITHOUT_FOLLOW: u32 = 10;
+
+/// After an interrupt, how long the last commit and the leave may take.
+const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
+
+/// At the end of a run (--max, the end, --timeout), how long the last commit and the leave
+/// may take.
+const CLOSE_GRACE: Duration = Duration::from_secs(10);
+
+/// `f`'s output, or `None` once `stop` closes (Ctrl-C, SIGTERM): `f` is dropped then.
+async fn interruptible<T>(
+    stop: &async_channel::Receiver<()>,
+    f: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    futures::pin_mut!(f);
+    futures::select! {
+        r = f.fuse() => Some(r),
+        _ = stop.recv().fuse() => None,
+    }
+}
+
+/// Prints the group's records until --max, the end (--exit-at-end) or --timeout.
+async fn read_group(
+    c: &mut GroupConsumer,
+    admin: &Admin,
+    a: &ConsumeArgs,
+    group: &str,
+    start: StartOffset,
+    out: &mut impl Write,
+    n: &mut u64,
+) -> Result<Stop> {
     let max = a.max.unwrap_or(u64::MAX);
     let stop_at_end = a.exit_at_end || (a.max.is_some() && !a.follow);
     let commit_every = Duration::from_millis(a.commit_interval_ms);
     let mut last_commit = Instant::now();
-    let mut n = 0u64;
     // Next offset per partition, from the records printed.
     let mut next: HashMap<i32, u64> = HashMap::new();
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut last_record = Instant::now();
-    let mut why = Stop::Max;
     let tick = Duration::from_millis(100);
-    while n < max {
+    while *n < max {
         // Take what is ready without waiting; before waiting, flush the output so a
         // follower sees every record. The stop conditions are looked at only after a
         // quiet tick: looking costs round trips and restarts the fetch under way.
@@ -331,23 +419,20 @@ async fn group(a: ConsumeArgs) -> Result<()> {
                     r = c.next().fuse() => r,
                     _ = flume_rt::sleep(tick).fuse() => {
                         if last_commit.elapsed() >= commit_every {
-                            commit(&c).await;
+                            commit(c).await;
                             last_commit = Instant::now();
                         }
                         if a
                             .timeout
                             .is_some_and(|ms| last_record.elapsed() >= Duration::from_millis(ms))
                         {
-                            why = Stop::Idle;
-                            break;
+                            return Ok(Stop::Idle);
                         }
-                        if stop_at_end && at_end(&c, &admin, &group, &a.at.topic, start, &next).await? {
-                            why = Stop::End;
-                            break;
+                        if stop_at_end && at_end(c, admin, group, &a.at.topic, start, &next).await? {
+                            return Ok(Stop::End);
                         }
                         continue;
                     }
-                    _ = stop.recv().fuse() => { why = Stop::Interrupted; break; }
                 }
             }
         };
@@ -356,18 +441,14 @@ async fn group(a: ConsumeArgs) -> Result<()> {
         last_record = Instant::now();
         writeln!(out, "{}", record_line(a.format, r.partition, &r.record))?;
         next.insert(r.partition, r.record.offset + 1);
-        n += 1;
+        *n += 1;
         if last_commit.elapsed() >= commit_every {
             out.flush()?;
-            commit(&c).await;
+            commit(c).await;
             last_commit = Instant::now();
         }
     }
-    out.flush()?;
-    commit(&c).await;
-    c.close().await.context("leaving the group")?;
-    report_stop(&why, n, a.max);
-    Ok(())
+    Ok(Stop::Max)
 }
 
 /// Commits every record printed so far (the caller has flushed them).

@@ -12,6 +12,7 @@ mod config;
 mod crash;
 mod data;
 mod data_dir;
+mod group_join;
 mod groups;
 mod messages;
 mod produce_consume;

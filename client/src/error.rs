@@ -100,6 +100,21 @@ pub enum Error {
         /// The configured limit.
         limit: usize,
     },
+    /// A group member's join failed this many times in a row
+    /// ([`GroupConsumerBuilder::join_attempts`](crate::GroupConsumerBuilder::join_attempts)):
+    /// the coordinator could not be reached or found, closed the connection
+    /// or did not answer. Not retriable.
+    #[error("joining group {group} failed {attempts} times in a row (coordinator {broker}); the last attempt: {last}")]
+    JoinFailed {
+        /// The group.
+        group: String,
+        /// Failed attempts in a row.
+        attempts: u32,
+        /// The coordinator last tried, or the bootstrap brokers when none was found.
+        broker: String,
+        /// Why the last attempt failed.
+        last: Box<Error>,
+    },
     /// The producer or consumer was closed.
     #[error("client is closed")]
     Closed,

@@ -45,6 +45,7 @@ use futures::{FutureExt, Stream};
 use crate::conn::{Client, ConnectionConfig};
 use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
+use crate::join_failures::{self, JoinFailures};
 use crate::kafka::group::KafkaGroup;
 use crate::protocol::record::{self, Record};
 use crate::protocol::{
@@ -137,6 +138,7 @@ pub struct GroupConsumerBuilder {
     rebalance_timeout: Duration,
     heartbeat_interval: Option<Duration>,
     heartbeat_wait: bool,
+    join_attempts: Option<u32>,
     auto_commit: Option<Duration>,
     commit_on_revoke: bool,
     start: StartOffset,
@@ -177,6 +179,22 @@ impl GroupConsumerBuilder {
     /// Heartbeat interval (default a third of the session timeout).
     pub fn heartbeat_interval(mut self, d: Duration) -> Self {
         self.heartbeat_interval = Some(d);
+        self
+    }
+    /// Gives up joining after `n` failed attempts in a row (at least 1):
+    /// [`build`](Self::build) or [`GroupConsumer::recv`] then fails with
+    /// [`Error::JoinFailed`], which names the coordinator and the last
+    /// attempt's error. An attempt fails when the coordinator cannot be
+    /// reached or found, closes the connection or does not answer in time;
+    /// the steps of a rebalance (a member id handed out,
+    /// REBALANCE_IN_PROGRESS) are no failures. Without a limit (the
+    /// default, as in Kafka's own consumers) the member keeps trying. Either
+    /// way the pause between attempts doubles from 100 ms up to the
+    /// connection's `backoff_max`, and a warning (`tracing`) names the
+    /// coordinator and the error at the 3rd failure in a row, the 6th, the
+    /// 12th, ...
+    pub fn join_attempts(mut self, n: u32) -> Self {
+        self.join_attempts = Some(n.max(1));
         self
     }
     /// Auto-commit on (default, every 1 s) or off.
@@ -270,6 +288,7 @@ impl GroupConsumerBuilder {
             self.heartbeat_wait,
             stop_rx,
         ));
+        let join_failures = self.join_failures();
         let state = State {
             client,
             heartbeat_interval: interval,
@@ -284,6 +303,7 @@ impl GroupConsumerBuilder {
             last_commit: Instant::now(),
             events: ev_tx,
             rotation: 0,
+            join_failures,
         };
         let state = Arc::new(AsyncMutex::new(state));
         state.lock().await.ensure_joined().await?;
@@ -335,6 +355,14 @@ impl GroupConsumerBuilder {
     }
     pub(crate) fn connection_config(&self) -> &ConnectionConfig {
         &self.connection
+    }
+    /// Failed joins in a row, with this member's limit and pauses.
+    pub(crate) fn join_failures(&self) -> JoinFailures {
+        JoinFailures::new(
+            self.join_attempts,
+            JOIN_RETRY_PAUSE,
+            self.connection.backoff_max,
+        )
     }
 }
 
@@ -468,6 +496,7 @@ struct State {
     events: async_channel::Sender<RebalanceEvent>,
     /// Fetches so far: where the next fetch starts in the partition list.
     rotation: usize,
+    join_failures: JoinFailures,
 }
 
 /// A group member. Use it as a `futures::Stream` of records, or with [`GroupConsumer::recv`].
@@ -538,6 +567,10 @@ fn is_fencing(code: Option<ErrorCode>) -> bool {
 /// one before it keeps a heartbeat waiting at the broker instead (an idle
 /// consumer asks again within microseconds; a busy one is processing).
 const FETCH_GRACE: Duration = Duration::from_millis(100);
+
+/// The first pause after a failed join (doubled after each further failure
+/// in a row, up to the connection's `backoff_max`).
+const JOIN_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// Heartbeats until `stop`.
 ///
@@ -680,6 +713,7 @@ impl GroupConsumer {
             session_timeout: Duration::from_secs(10),
             rebalance_timeout: Duration::from_secs(30),
             heartbeat_interval: None,
+            join_attempts: None,
             heartbeat_wait: true,
             auto_commit: Some(Duration::from_secs(1)),
             commit_on_revoke: false,
@@ -940,12 +974,24 @@ impl State {
                     lock(&self.shared.member).clear();
                     continue;
                 }
-                Err(e) if e.is_retriable() || e.code() == Some(ErrorCode::RebalanceInProgress) => {
+                Err(e) if e.code() == Some(ErrorCode::RebalanceInProgress) => {
                     rt::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+                Err(e) if e.is_retriable() => {
+                    let broker = self.client.addr().to_owned();
+                    join_failures::after_failure(
+                        &mut self.join_failures,
+                        &self.cfg.group,
+                        &broker,
+                        e,
+                    )
+                    .await?;
                     continue;
                 }
                 Err(e) => return Err(e),
             };
+            self.join_failures.succeeded();
             {
                 // Both under the member lock, so a heartbeat answer sees them change together.
                 let mut member = lock(&self.shared.member);

@@ -48,6 +48,7 @@ mod conn;
 mod consumer;
 mod error;
 mod group;
+mod join_failures;
 mod kafka;
 mod producer;
 mod tls;

@@ -1,6 +1,8 @@
 //! Running the real `flume-cli` binary in tests.
 #![allow(dead_code)]
 
+pub mod fake_kafka;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -17,7 +17,12 @@
 //!   refresh waits at least `backoff_initial` after the previous one, so a
 //!   storm of refusals costs one Metadata request per interval.
 //! - Coordinators: FindCoordinator per group, cached until a request to it
-//!   says NOT_COORDINATOR or the connection breaks.
+//!   says NOT_COORDINATOR or the connection breaks. A group's requests go
+//!   on a connection of their own to the coordinator, apart from that
+//!   broker's fetches, as Kafka's Java client and librdkafka do: a broker
+//!   answers a connection's requests in order, so a heartbeat, a commit or
+//!   the leave would otherwise wait behind a Fetch waiting at that broker
+//!   for records (up to its `max_wait`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -84,6 +89,8 @@ pub(crate) struct Cluster {
     config: ConnectionConfig,
     meta: Mutex<Meta>,
     nodes: Mutex<HashMap<i32, Arc<AsyncMutex<NodeSlot>>>>,
+    /// The coordinators' connections, by node id, apart from `nodes`.
+    coordinator_nodes: Mutex<HashMap<i32, Arc<AsyncMutex<NodeSlot>>>>,
     /// Held while a Metadata request runs (single flight).
     refreshing: AsyncMutex<()>,
     /// Counts finished refreshes, so a waiter knows one ran while it waited.
@@ -135,6 +142,7 @@ impl Cluster {
                 ..Meta::default()
             }),
             nodes: Mutex::new(HashMap::new()),
+            coordinator_nodes: Mutex::new(HashMap::new()),
             refreshing: AsyncMutex::new(()),
             refreshes: std::sync::atomic::AtomicU64::new(0),
             coordinators: Mutex::new(HashMap::new()),
@@ -153,8 +161,11 @@ impl Cluster {
         &self.bootstrap
     }
 
-    fn slot(&self, node: i32) -> Arc<AsyncMutex<NodeSlot>> {
-        Arc::clone(lock(&self.nodes).entry(node).or_default())
+    fn slot(
+        slots: &Mutex<HashMap<i32, Arc<AsyncMutex<NodeSlot>>>>,
+        node: i32,
+    ) -> Arc<AsyncMutex<NodeSlot>> {
+        Arc::clone(lock(slots).entry(node).or_default())
     }
 
     fn addr_of(&self, node: i32) -> Option<String> {
@@ -171,13 +182,23 @@ impl Cluster {
     /// # Errors
     /// An unknown node, or the connection's error.
     pub(crate) async fn broker(&self, node: i32) -> Result<KConn> {
+        self.open(&self.nodes, node).await
+    }
+
+    /// The connection in `slots` to broker `node`, opened if needed (with
+    /// backoff after failures).
+    async fn open(
+        &self,
+        slots: &Mutex<HashMap<i32, Arc<AsyncMutex<NodeSlot>>>>,
+        node: i32,
+    ) -> Result<KConn> {
         let addr = self.addr_of(node).ok_or_else(|| {
             errors::error(
                 errors::LEADER_NOT_AVAILABLE,
                 format!("broker {node} is not in the cluster's metadata"),
             )
         })?;
-        let slot = self.slot(node);
+        let slot = Self::slot(slots, node);
         let mut s = slot.lock().await;
         if let Some(c) = &s.conn
             && !c.is_broken()
@@ -481,7 +502,8 @@ impl Cluster {
         Ok(p)
     }
 
-    /// The coordinator of `group`, found with FindCoordinator and cached.
+    /// The connection to the coordinator of `group` (its own, apart from
+    /// that broker's fetches), found with FindCoordinator and cached.
     /// Retries while the coordinator is loading or not yet available, up
     /// to the request timeout.
     ///
@@ -490,7 +512,7 @@ impl Cluster {
     pub(crate) async fn coordinator(&self, group: &str) -> Result<KConn> {
         let cached = lock(&self.coordinators).get(group).copied();
         if let Some(node) = cached {
-            match self.broker(node).await {
+            match self.open(&self.coordinator_nodes, node).await {
                 Ok(c) => return Ok(c),
                 Err(_) => self.forget_coordinator(group),
             }
@@ -510,7 +532,7 @@ impl Cluster {
                     .entry(node)
                     .or_insert_with(|| host_port(&resp.host, resp.port));
                 lock(&self.coordinators).insert(group.to_owned(), node);
-                return self.broker(node).await;
+                return self.open(&self.coordinator_nodes, node).await;
             }
             let err = errors::error_with(
                 resp.error_code,
@@ -533,7 +555,8 @@ impl Cluster {
 
     /// Closes every connection.
     pub(crate) async fn close(&self) {
-        let slots: Vec<_> = lock(&self.nodes).values().cloned().collect();
+        let mut slots: Vec<_> = lock(&self.nodes).values().cloned().collect();
+        slots.extend(lock(&self.coordinator_nodes).values().cloned());
         for s in slots {
             if let Some(c) = s.lock().await.conn.take() {
                 c.close();

@@ -56,6 +56,16 @@ pub(crate) const CLIENT_ID: &str = "flume-client";
 /// lowest is what Kafka 4.0 still serves (KIP-896) or lower, the highest the
 /// last whose shape the client fills in (Fetch 13+ names topics by id,
 /// FindCoordinator 4+ batches keys, OffsetFetch 8+ batches groups, ...).
+///
+/// The group APIs stop at the versions librdkafka's consumers send
+/// (JoinGroup v5, SyncGroup v3, Heartbeat v3; LeaveGroup v2, the fields of
+/// librdkafka's v1), which Kafka 4 still serves. librdkafka's mock cluster
+/// (2.3 and later, as in confluent-kafka's wheels) advertises more than it
+/// reads: JoinGroup v6 and SyncGroup v4, their first flexible versions, are
+/// read with the old array counts (the joining member is disconnected),
+/// LeaveGroup v3+ as v0 (the leave names no member). The versions above
+/// add nothing the SDK uses: tagged fields, the protocol type and name
+/// again (JoinGroup v7+, SyncGroup v5), static members' batches (LeaveGroup v3+).
 pub(crate) const SPOKEN: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
@@ -64,10 +74,10 @@ pub(crate) const SPOKEN: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
     (ApiKey::FindCoordinator, 0, 3),
-    (ApiKey::JoinGroup, 0, 7),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 4),
-    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::JoinGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 3),
+    (ApiKey::LeaveGroup, 0, 2),
+    (ApiKey::SyncGroup, 0, 3),
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::SaslHandshake, 1, 1),
@@ -734,6 +744,13 @@ mod tests {
         assert_eq!(pick_version(ApiKey::Fetch, None), None);
         assert_eq!(pick_version(ApiKey::Produce, Some((0, 2))), None);
         assert_eq!(pick_version(ApiKey::EndTxn, Some((0, 4))), None);
+        // The group APIs at librdkafka's versions: its mock cluster (2.3+)
+        // misreads the flexible JoinGroup v6 and SyncGroup v4 it advertises.
+        assert_eq!(pick_version(ApiKey::JoinGroup, Some((0, 6))), Some(5));
+        assert_eq!(pick_version(ApiKey::SyncGroup, Some((0, 4))), Some(3));
+        assert_eq!(pick_version(ApiKey::LeaveGroup, Some((0, 4))), Some(2));
+        // Kafka 4 (JoinGroup v2-9) still meets them.
+        assert_eq!(pick_version(ApiKey::JoinGroup, Some((2, 9))), Some(5));
         // Every spoken range is within the codec's.
         for (k, min, max) in SPOKEN {
             let v = k.valid_versions();

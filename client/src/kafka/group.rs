@@ -20,6 +20,11 @@
 //!   and UNKNOWN_MEMBER_ID make the next `recv` rejoin (a fetch waiting
 //!   for records is cut short); NOT_COORDINATOR sends the next request to
 //!   a newly found coordinator.
+//! - A join that fails outside a rebalance's own steps (no coordinator, a
+//!   connection closed or timed out) is tried again after a pause that
+//!   doubles up to `backoff_max`, with a warning at the 3rd failure in a
+//!   row, the 6th, the 12th, ...; at the builder's `join_attempts` it is
+//!   the consumer's error ([`Error::JoinFailed`], `join_failures.rs`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,6 +49,7 @@ use super::offsets::{self, group_id};
 use crate::consumer::StartOffset;
 use crate::error::{Error, Result};
 use crate::group::{ConsumerRecord, GroupConsumerBuilder, RebalanceEvent};
+use crate::join_failures::{self, JoinFailures};
 use crate::rt;
 use crate::rt::sync::lock;
 
@@ -101,6 +107,9 @@ struct State {
     events: async_channel::Sender<RebalanceEvent>,
     /// SyncGroups refused with INVALID_REQUEST in a row.
     sync_refusals: u32,
+    join_failures: JoinFailures,
+    /// The coordinator of the last join attempt, for messages.
+    join_broker: Option<String>,
 }
 
 /// How many SyncGroups in a row may be refused with INVALID_REQUEST before
@@ -140,6 +149,7 @@ impl KafkaGroup {
         );
         let group = cfg.group_name().to_owned();
         let interval = cfg.interval();
+        let join_failures = cfg.join_failures();
         let state = State {
             cluster: Arc::clone(&cluster),
             protocol: protocols.first().copied().unwrap_or(assignor::RANGE),
@@ -156,6 +166,8 @@ impl KafkaGroup {
             last_commit: Instant::now(),
             events,
             sync_refusals: 0,
+            join_failures,
+            join_broker: None,
         };
         let g = Arc::new(KafkaGroup {
             state: AsyncMutex::new(state),
@@ -403,10 +415,23 @@ impl State {
                 Vec::new()
             };
             let (generation, new) = match self.join(&owned).await {
-                Ok(j) => j,
-                Err(e) if e.is_retriable() || is_fencing(&e) => {
-                    tracing::debug!(error = %e, "join failed; again");
+                Ok(j) => {
+                    self.join_failures.succeeded();
+                    j
+                }
+                // A rebalance's own steps: again at once, nearly.
+                Err(e) if is_fencing(&e) => {
+                    tracing::debug!(error = %e, "join interrupted by a rebalance; again");
                     rt::sleep(RETRY_PAUSE).await;
+                    continue;
+                }
+                Err(e) if e.is_retriable() => {
+                    let broker = self.join_broker.clone().unwrap_or_else(|| {
+                        format!("not found; asked {}", self.cluster.bootstrap().join(","))
+                    });
+                    let group = self.cfg.group_name().to_owned();
+                    join_failures::after_failure(&mut self.join_failures, &group, &broker, e)
+                        .await?;
                     continue;
                 }
                 Err(e) => return Err(e),
@@ -450,10 +475,9 @@ impl State {
     /// Returns the generation and this member's partitions.
     async fn join(&mut self, owned: &[Tp]) -> Result<(i32, Vec<Tp>)> {
         let group = self.cfg.group_name().to_owned();
-        let conn = match self.cluster.coordinator(&group).await {
-            Ok(c) => c,
-            Err(e) => return Err(e),
-        };
+        self.join_broker = None;
+        let conn = self.cluster.coordinator(&group).await?;
+        self.join_broker = Some(conn.addr().to_owned());
         let v = conn.version(ApiKey::JoinGroup)?;
         let topics = self.cfg.topic_names().to_vec();
         let (member_id, _) = self.shared.member();
@@ -765,4 +789,152 @@ impl State {
 
 fn ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::atomic::AtomicU32;
+
+    use bytes::BytesMut;
+    use kafka_protocol::messages::api_versions_response::ApiVersion;
+    use kafka_protocol::messages::metadata_response::MetadataResponseBroker;
+    use kafka_protocol::messages::{
+        ApiVersionsResponse, BrokerId, FindCoordinatorResponse, MetadataResponse, RequestHeader,
+        ResponseHeader,
+    };
+    use kafka_protocol::protocol::{Decodable, Encodable};
+
+    use super::*;
+    use crate::conn::ConnectionConfig;
+    use crate::group::GroupConsumer;
+
+    /// A Kafka broker that answers ApiVersions, Metadata and FindCoordinator
+    /// (itself, node 0) and closes the connection at every JoinGroup, as
+    /// librdkafka's mock cluster does at a JoinGroup it misreads.
+    struct Fake {
+        addr: String,
+        joins: Arc<AtomicU32>,
+    }
+
+    impl Fake {
+        fn start() -> Fake {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let joins = Arc::new(AtomicU32::new(0));
+            let counted = Arc::clone(&joins);
+            std::thread::spawn(move || {
+                for s in listener.incoming().map_while(std::result::Result::ok) {
+                    let joins = Arc::clone(&counted);
+                    std::thread::spawn(move || serve(s, i32::from(addr.port()), &joins));
+                }
+            });
+            Fake {
+                addr: addr.to_string(),
+                joins,
+            }
+        }
+    }
+
+    fn serve(mut s: TcpStream, port: i32, joins: &AtomicU32) -> std::io::Result<()> {
+        loop {
+            let mut size = [0u8; 4];
+            s.read_exact(&mut size)?;
+            let mut frame = vec![0u8; usize::try_from(i32::from_be_bytes(size)).unwrap()];
+            s.read_exact(&mut frame)?;
+            let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).unwrap();
+            let version = i16::from_be_bytes([frame[2], frame[3]]);
+            let mut buf = Bytes::from(frame);
+            let header =
+                RequestHeader::decode(&mut buf, api.request_header_version(version)).unwrap();
+            let mut body = BytesMut::new();
+            let host = StrBytes::from_static_str("127.0.0.1");
+            match api {
+                ApiKey::ApiVersions => ApiVersionsResponse::default()
+                    .with_api_keys(
+                        [
+                            (ApiKey::ApiVersions, 3),
+                            (ApiKey::Metadata, 12),
+                            (ApiKey::FindCoordinator, 3),
+                            (ApiKey::JoinGroup, 9),
+                        ]
+                        .into_iter()
+                        .map(|(k, max)| {
+                            ApiVersion::default()
+                                .with_api_key(k as i16)
+                                .with_max_version(max)
+                        })
+                        .collect(),
+                    )
+                    .encode(&mut body, version),
+                ApiKey::Metadata => MetadataResponse::default()
+                    .with_brokers(vec![MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(0))
+                        .with_host(host)
+                        .with_port(port)])
+                    .with_controller_id(BrokerId(0))
+                    .encode(&mut body, version),
+                ApiKey::FindCoordinator => FindCoordinatorResponse::default()
+                    .with_node_id(BrokerId(0))
+                    .with_host(host)
+                    .with_port(port)
+                    .encode(&mut body, version),
+                _ => {
+                    if api == ApiKey::JoinGroup {
+                        joins.fetch_add(1, Ordering::SeqCst);
+                    }
+                    return Ok(());
+                }
+            }
+            .unwrap();
+            let mut head = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(header.correlation_id)
+                .encode(&mut head, api.response_header_version(version))
+                .unwrap();
+            let size = i32::try_from(head.len() + body.len()).unwrap();
+            s.write_all(&size.to_be_bytes())?;
+            s.write_all(&head)?;
+            s.write_all(&body)?;
+        }
+    }
+
+    /// A coordinator that closes the connection at every JoinGroup: after
+    /// the set number of attempts, with pauses that double between them,
+    /// joining is an error that names the group, the coordinator and why.
+    #[test]
+    fn a_join_that_keeps_failing_is_an_error_after_the_set_attempts() {
+        let fake = Fake::start();
+        rt::block_on(async {
+            let started = Instant::now();
+            let err = GroupConsumer::builder(&format!("kafka://{}", fake.addr), "g")
+                .topic("t")
+                .join_attempts(3)
+                .connection(ConnectionConfig::default().backoff_max(Duration::from_millis(150)))
+                .build()
+                .await
+                .expect_err("joined a group whose coordinator closes every join");
+            match &err {
+                Error::JoinFailed {
+                    group,
+                    attempts,
+                    broker,
+                    last,
+                } => {
+                    assert_eq!((group.as_str(), *attempts), ("g", 3));
+                    assert_eq!(broker, &fake.addr);
+                    assert!(
+                        matches!(**last, Error::Disconnected { .. }),
+                        "last attempt: {last}"
+                    );
+                }
+                other => panic!("not JoinFailed: {other}"),
+            }
+            assert!(!err.is_retriable(), "{err}");
+            assert_eq!(fake.joins.load(Ordering::SeqCst), 3);
+            // 100 ms, then 150 (doubled, at most backoff_max) between the three.
+            assert!(started.elapsed() >= Duration::from_millis(250));
+        });
+    }
 }
