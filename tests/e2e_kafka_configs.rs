@@ -604,3 +604,161 @@ fn the_flume_protocol_creates_alters_and_describes_named_configs() -> Result<()>
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+#[test]
+fn subtracting_the_last_cleanup_policy_leaves_none_and_keeps_every_segment() -> Result<()> {
+    // confluent-kafka-python's integration test SUBTRACTs the last value of
+    // cleanup.policy and expects ""; Kafka 4 reads that as "no cleanup".
+    let dir = tempfile::tempdir()?;
+    let broker = start(dir.path())?;
+    let mut k = kafka(&broker)?;
+    let small = [
+        ("segment.bytes", "1024"),
+        ("retention.bytes", "2048"),
+        ("cleanup.policy", "delete"),
+    ];
+    for t in ["kept", "deleted"] {
+        assert_eq!(create(&mut k, t, &small, false)?.0, 0, "{t}");
+    }
+    let (code, msg) = alter(
+        &mut k,
+        TOPIC,
+        "kept",
+        &[("cleanup.policy", 3, Some("delete"))],
+    )?;
+    ensure!(code == 0, "SUBTRACT of the last policy: {code} {msg:?}");
+    let r = describe(&mut k, TOPIC, "kept", 4)?;
+    assert_eq!(value(&r, "cleanup.policy"), Some((String::new(), 1)));
+    // Neither retention nor compaction: every segment stays, unlike "deleted".
+    for _ in 0..40 {
+        for t in ["kept", "deleted"] {
+            assert_eq!(produce(&mut k, t, batch(200)?)?.0, 0, "{t}");
+        }
+    }
+    flume_rt::block_on(broker.engine().tick_now());
+    assert!(
+        log_start(&broker, "deleted")? > 0,
+        "retention ran on the delete topic"
+    );
+    assert_eq!(
+        log_start(&broker, "kept")?,
+        0,
+        "no cleanup policy keeps every record"
+    );
+    // APPEND brings a policy back; SET "" empties it again; both survive a restart.
+    let (code, _) = alter(
+        &mut k,
+        TOPIC,
+        "kept",
+        &[("cleanup.policy", 2, Some("compact"))],
+    )?;
+    assert_eq!(code, 0);
+    let r = describe(&mut k, TOPIC, "kept", 4)?;
+    assert_eq!(value(&r, "cleanup.policy"), Some(("compact".into(), 1)));
+    let (code, _) = alter(&mut k, TOPIC, "kept", &[("cleanup.policy", 0, Some(""))])?;
+    assert_eq!(code, 0);
+    flume_rt::block_on(broker.shutdown());
+    let broker = start(dir.path())?;
+    let mut k = kafka(&broker)?;
+    let r = describe(&mut k, TOPIC, "kept", 4)?;
+    assert_eq!(value(&r, "cleanup.policy"), Some((String::new(), 1)));
+    flume_rt::block_on(broker.engine().tick_now());
+    assert_eq!(log_start(&broker, "kept")?, 0, "still kept after a restart");
+    // flume-cli topics describe shows it too (through Flume's protocol).
+    let described = flume_rt::block_on(async {
+        let admin = Admin::connect(&broker.local_addr().to_string()).await?;
+        Ok::<_, anyhow::Error>(admin.describe_topic_configs("kept").await?)
+    })?;
+    let c = described
+        .configs
+        .iter()
+        .find(|c| c.name == "cleanup.policy")
+        .context("cleanup.policy")?;
+    assert_eq!((c.value.as_str(), c.source), ("", 1));
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+/// The log start offset of partition 0 of `topic` (Flume's METADATA).
+fn log_start(broker: &Broker, topic: &str) -> Result<i64> {
+    flume_rt::block_on(async {
+        let admin = Admin::connect(&broker.local_addr().to_string()).await?;
+        let topics = admin.topics(&[topic.to_owned()]).await?;
+        let p = topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .context("partition 0")?;
+        Ok(p.log_start)
+    })
+}
+
+#[test]
+fn describe_configs_of_the_broker_answers_its_settings_by_kafkas_names() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let mut c = common::config(dir.path());
+    c.kafka_listen = Some("127.0.0.1:0".into());
+    c.group_min_session_timeout = std::time::Duration::from_millis(3000);
+    let broker = flume_rt::block_on(Broker::start(c)).context("broker starts")?;
+    let addr = broker.kafka_addr().context("kafka listener")?;
+    let mut k = kafka(&broker)?;
+    let b = describe(&mut k, BROKER, "0", 4)?;
+    assert_eq!(b.error_code, 0);
+    let listener = format!("PLAINTEXT://{addr}");
+    let data = dir.path().display().to_string();
+    for (name, want, source) in [
+        ("listeners", listener.as_str(), 4),
+        ("advertised.listeners", listener.as_str(), 5),
+        ("log.dirs", data.as_str(), 4),
+        ("num.partitions", "3", 5),
+        ("auto.create.topics.enable", "true", 5),
+        ("log.retention.ms", "-1", 5),
+        ("log.segment.bytes", "67108864", 5),
+        // common::config forms groups at once: set, unlike Kafka's 3000.
+        ("group.initial.rebalance.delay.ms", "0", 4),
+        ("group.min.session.timeout.ms", "3000", 4),
+        ("group.max.session.timeout.ms", "1800000", 5),
+    ] {
+        assert_eq!(
+            value(&b, name),
+            Some((want.to_owned(), source)),
+            "{name} (value, source)"
+        );
+    }
+    let min = b
+        .configs
+        .iter()
+        .find(|c| c.name.as_str() == "group.min.session.timeout.ms")
+        .context("group.min.session.timeout.ms")?;
+    assert_eq!(min.config_type, 3, "INT");
+    assert!(min.read_only);
+    let synonyms: Vec<(String, i8)> = min
+        .synonyms
+        .iter()
+        .map(|s| {
+            (
+                s.value.as_ref().map(|v| v.to_string()).unwrap_or_default(),
+                s.source,
+            )
+        })
+        .collect();
+    assert_eq!(synonyms, [("3000".to_owned(), 4), ("6000".to_owned(), 5)]);
+    let mut names: Vec<&str> = b.configs.iter().map(|c| c.name.as_str()).collect();
+    let n = names.len();
+    names.dedup();
+    assert_eq!(names.len(), n, "each name once");
+    // kafka-python's admin test asks for the listeners by name.
+    let req =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(BROKER)
+            .with_resource_name(s("0"))
+            .with_configuration_keys(Some(vec![s("listeners"), s("advertised.listeners")]))]);
+    let r = k.call(1, &req)?;
+    let got: Vec<String> = r.results[0]
+        .configs
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    assert_eq!(got, ["advertised.listeners", "listeners"]);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}

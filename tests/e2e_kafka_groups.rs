@@ -567,7 +567,8 @@ fn mismatched_protocols_other_modes_and_bad_session_timeouts_are_refused() -> Re
         "no protocol in common"
     );
     let mut bad = join_req("g5", "", "range");
-    bad.session_timeout_ms = 100;
+    // Below the test brokers' group.min.session.timeout.ms (100 ms, common::config).
+    bad.session_timeout_ms = 99;
     assert_eq!(c.call(3, &bad)?.error_code, INVALID_SESSION_TIMEOUT);
     bad.session_timeout_ms = -1;
     assert_eq!(c.call(3, &bad)?.error_code, INVALID_SESSION_TIMEOUT);
@@ -820,6 +821,81 @@ fn a_static_member_restarts_without_a_rebalance_and_fences_the_old_process() -> 
     );
     wait_for(&engine, g, 1, GroupPhase::PreparingRebalance);
     ensure!(static_heartbeat(&mut new_b, g, &b_new, "b")? == UNKNOWN_MEMBER_ID);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+/// `group.min.session.timeout.ms` and `group.max.session.timeout.ms` are the
+/// broker's settings (kafka-python's own `test_group` joins with 3000 ms
+/// against a broker whose minimum its fixture lowered): a Kafka JoinGroup
+/// (dynamic or static) within them joins, outside gets
+/// INVALID_SESSION_TIMEOUT; a Flume JOIN_GROUP's session is taken into them.
+#[test]
+fn the_session_timeout_bounds_are_broker_settings_for_both_protocols() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (mut cfg, clock) = common::manual_config(dir.path());
+    cfg.kafka_listen = Some("127.0.0.1:0".into());
+    cfg.group_min_session_timeout = Duration::from_millis(3000);
+    cfg.group_max_session_timeout = Duration::from_millis(20_000);
+    let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
+    broker.engine().create_topic(TOPIC, common::topic(4))?;
+    let addr = broker.kafka_addr().context("kafka listener")?.to_string();
+    let mut c = Kc::connect(&addr)?;
+    let with_session = |mut r: JoinGroupRequest, ms: i32| {
+        r.session_timeout_ms = ms;
+        r
+    };
+    for (ms, want) in [
+        (2999, INVALID_SESSION_TIMEOUT),
+        (20_001, INVALID_SESSION_TIMEOUT),
+        (3000, NONE),
+    ] {
+        let r = c.call(3, &with_session(join_req("kg", "", "range"), ms))?;
+        assert_eq!(r.error_code, want, "dynamic member, session {ms} ms");
+    }
+    for (ms, want) in [
+        (2999, INVALID_SESSION_TIMEOUT),
+        (20_001, INVALID_SESSION_TIMEOUT),
+        (20_000, NONE),
+    ] {
+        let r = c.call(5, &with_session(static_join("ks", "", "i1"), ms))?;
+        assert_eq!(r.error_code, want, "static member, session {ms} ms");
+    }
+    // Flume's protocol: 500 ms is raised to the 3 s minimum, 60 s lowered to
+    // the 20 s maximum.
+    let engine = broker.engine();
+    let flume_join = |group: &str, session: Duration| {
+        flume_rt::block_on(engine.join_group(JoinSpec {
+            group: group.into(),
+            member_id: String::new(),
+            topics: vec![TOPIC.into()],
+            session_timeout: session,
+            rebalance_timeout: Duration::from_secs(10),
+            assignor: Default::default(),
+        }))
+        .map_err(|e| anyhow::anyhow!("join: {e:?}"))
+    };
+    flume_join("short", Duration::from_millis(500))?;
+    flume_join("long", Duration::from_secs(60))?;
+    let members = |group: &str| engine.describe_group(group).map_or(0, |d| d.members.len());
+    clock.advance(Duration::from_millis(2_000));
+    flume_rt::block_on(engine.tick_now());
+    assert_eq!(
+        members("short"),
+        1,
+        "a 500 ms session lasts the 3 s minimum"
+    );
+    clock.advance(Duration::from_millis(1_500));
+    flume_rt::block_on(engine.tick_now());
+    assert_eq!(members("short"), 0, "and expires after it");
+    assert_eq!(members("long"), 1);
+    clock.advance(Duration::from_millis(17_000));
+    flume_rt::block_on(engine.tick_now());
+    assert_eq!(
+        members("long"),
+        0,
+        "a 60 s session ends at the 20 s maximum"
+    );
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }

@@ -12,6 +12,7 @@ use crate::clock::Clock;
 use crate::error::BrokerError;
 use crate::storage::FsyncPolicy;
 
+pub mod broker_named;
 pub mod named;
 pub use named::{CleanupPolicy, CompressionType, ConfigError, TimestampType};
 
@@ -586,6 +587,16 @@ pub struct BrokerConfig {
     /// up to the group's rebalance timeout. Groups of Flume's protocol form
     /// at once (the broker assigns and moves partitions itself).
     pub group_initial_rebalance_delay: Duration,
+    /// The shortest session timeout a group member may ask for (Kafka's
+    /// `group.min.session.timeout.ms`, 6 s by default; test setups lower
+    /// it). A Kafka JoinGroup below it gets INVALID_SESSION_TIMEOUT; a
+    /// Flume JOIN_GROUP below it gets this session instead.
+    pub group_min_session_timeout: Duration,
+    /// The longest session timeout a group member may ask for (Kafka's
+    /// `group.max.session.timeout.ms`, 30 min by default): a Kafka JoinGroup
+    /// above it gets INVALID_SESSION_TIMEOUT; a Flume JOIN_GROUP above it
+    /// gets this session instead.
+    pub group_max_session_timeout: Duration,
     /// The transaction coordinator's bounds and timeouts (see [`TransactionSettings`]).
     pub transactions: TransactionSettings,
     /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
@@ -713,6 +724,12 @@ impl BrokerConfig {
             max_connection_memory: 32 * 1024 * 1024,
             max_groups: 10_000,
             group_initial_rebalance_delay: Duration::from_secs(3),
+            group_min_session_timeout: Duration::from_millis(
+                crate::domain::CLIENT_SESSION_TIMEOUT_MS.0,
+            ),
+            group_max_session_timeout: Duration::from_millis(
+                crate::domain::CLIENT_SESSION_TIMEOUT_MS.1,
+            ),
             transactions: TransactionSettings::default(),
             max_members_per_group: 1_000,
             max_topics_per_join: 1_000,
@@ -835,6 +852,13 @@ impl BrokerConfig {
             if v == 0 {
                 return bad(format!("{name} is 0, it must be at least 1"));
             }
+        }
+        if self.group_min_session_timeout > self.group_max_session_timeout {
+            return bad(format!(
+                "group_min_session_timeout ({} ms) is above group_max_session_timeout ({} ms)",
+                self.group_min_session_timeout.as_millis(),
+                self.group_max_session_timeout.as_millis()
+            ));
         }
         if self.max_open_files == 0 {
             return bad("max_open_files is 0, it must be at least 1".into());

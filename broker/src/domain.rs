@@ -360,9 +360,17 @@ pub enum GroupError {
     /// took its place, and this one must stop.
     #[error("the group instance id belongs to another member now")]
     FencedInstanceId,
-    /// The session timeout is outside what the coordinator accepts.
-    #[error("session timeout {0} ms is outside {min}..={max} ms", min = CLIENT_SESSION_TIMEOUT_MS.0, max = CLIENT_SESSION_TIMEOUT_MS.1)]
-    InvalidSessionTimeout(u64),
+    /// The session timeout is outside the broker's bounds
+    /// (`group.min.session.timeout.ms` and `group.max.session.timeout.ms`).
+    #[error("session timeout {ms} ms is outside the broker's {min}..={max} ms (group.min.session.timeout.ms, group.max.session.timeout.ms)")]
+    InvalidSessionTimeout {
+        /// What the member asked for.
+        ms: u64,
+        /// The broker's least session timeout.
+        min: u64,
+        /// The broker's greatest session timeout.
+        max: u64,
+    },
 }
 
 impl GroupError {
@@ -372,7 +380,7 @@ impl GroupError {
     pub fn code(&self) -> ErrorCode {
         match self {
             GroupError::Code(c) => *c,
-            GroupError::InconsistentProtocol | GroupError::InvalidSessionTimeout(_) => {
+            GroupError::InconsistentProtocol | GroupError::InvalidSessionTimeout { .. } => {
                 ErrorCode::InvalidRequest
             }
             GroupError::MemberIdRequired(_) | GroupError::FencedInstanceId => {
@@ -388,8 +396,10 @@ impl From<ErrorCode> for GroupError {
     }
 }
 
-/// The session timeouts a client-assigned member may ask for, in ms (Kafka's
-/// default `group.min.session.timeout.ms` and `group.max.session.timeout.ms`).
+/// The session timeouts a member may ask for by default, in ms (Kafka's
+/// default `group.min.session.timeout.ms` and `group.max.session.timeout.ms`;
+/// the broker's bounds are [`crate::BrokerConfig::group_min_session_timeout`]
+/// and [`crate::BrokerConfig::group_max_session_timeout`]).
 pub const CLIENT_SESSION_TIMEOUT_MS: (u64, u64) = (6_000, 1_800_000);
 
 /// A member's request to join a group whose leader assigns the partitions
@@ -429,7 +439,8 @@ pub struct ClientJoinSpec {
     /// The topics the member subscribes to, when the front end can read them
     /// from the metadata (shown by describe; the coordinator does not assign).
     pub topics: Vec<String>,
-    /// Heartbeats must come at least this often ([`CLIENT_SESSION_TIMEOUT_MS`]).
+    /// Heartbeats must come at least this often: within the broker's
+    /// bounds, else [`GroupError::InvalidSessionTimeout`].
     pub session_timeout: Duration,
     /// How long a rebalance waits for known members to rejoin, and then for
     /// the leader's assignment (at most 5 min).

@@ -141,7 +141,9 @@ pub async fn print_configs(admin: &Admin, name: &str) -> Result<()> {
                     flume_client::CONFIG_SOURCE_BROKER => "broker",
                     _ => "default",
                 };
-                println!("{:<40} {:<24} {source}", c.name, c.value);
+                // An empty list (`cleanup.policy` with no policy) is shown as "".
+                let value = if c.value.is_empty() { "\"\"" } else { &c.value };
+                println!("{:<40} {value:<24} {source}", c.name);
             }
             Ok(())
         }

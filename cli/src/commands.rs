@@ -209,6 +209,18 @@ pub struct BrokerArgs {
     /// extends it, up to the rebalance timeout. 0 forms it at once.
     #[arg(long, env = "FLUME_GROUP_INITIAL_REBALANCE_DELAY_MS", default_value_t = 3_000, value_parser = range_u64(0, 300_000))]
     group_initial_rebalance_delay_ms: u64,
+    /// The shortest session timeout a group member may ask for, in
+    /// milliseconds (Kafka's group.min.session.timeout.ms): a Kafka JoinGroup
+    /// below it gets INVALID_SESSION_TIMEOUT, a Flume JOIN_GROUP gets this
+    /// session instead. Test setups lower it for short sessions.
+    #[arg(long, env = "FLUME_GROUP_MIN_SESSION_TIMEOUT_MS", default_value_t = 6_000, value_parser = range_u64(1, i64::from(i32::MAX)))]
+    group_min_session_timeout_ms: u64,
+    /// The longest session timeout a group member may ask for, in
+    /// milliseconds (Kafka's group.max.session.timeout.ms): a Kafka JoinGroup
+    /// above it gets INVALID_SESSION_TIMEOUT, a Flume JOIN_GROUP gets this
+    /// session instead. At least --group-min-session-timeout-ms.
+    #[arg(long, env = "FLUME_GROUP_MAX_SESSION_TIMEOUT_MS", default_value_t = 1_800_000, value_parser = range_u64(1, i64::from(i32::MAX)))]
+    group_max_session_timeout_ms: u64,
     /// Close a Kafka connection that sends no request for this long, in
     /// milliseconds (Kafka's connections.max.idle.ms; clients keep idle
     /// connections to the coordinator and each leader). Flume's own
@@ -787,6 +799,8 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
     c.max_groups = usize::try_from(a.max_groups)?;
     c.max_members_per_group = usize::try_from(a.max_members_per_group)?;
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
+    c.group_min_session_timeout = Duration::from_millis(a.group_min_session_timeout_ms);
+    c.group_max_session_timeout = Duration::from_millis(a.group_max_session_timeout_ms);
     c.connections_max_idle = Duration::from_millis(a.connections_max_idle_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;
     c.max_request_memory = match a.max_request_memory {

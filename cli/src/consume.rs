@@ -60,7 +60,8 @@ pub struct ConsumeArgs {
     /// per record (partition, offset, timestamp, key, value, headers).
     #[arg(long, value_enum, default_value = "plain")]
     format: Format,
-    /// Group mode: the broker drops this member if it hears nothing for this long.
+    /// Group mode: the broker drops this member if it hears nothing for this
+    /// long (taken into the broker's --group-min/max-session-timeout-ms).
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
     session_timeout_ms: u64,
     /// Group mode: commit what was printed this often (and on exit).

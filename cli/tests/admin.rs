@@ -799,5 +799,20 @@ fn topics_create_alter_and_describe_take_kafka_config_names() {
         config_row(&d, "max.message.bytes"),
         Some(("2000000".into(), "topic".into()))
     );
+    // The empty list: no cleanup at all (Kafka 4), shown as "".
+    ok(&[
+        "topics",
+        "alter",
+        "changelog",
+        "--config",
+        "cleanup.policy=",
+        "--broker",
+        &b.addr,
+    ]);
+    let d = ok(&["topics", "describe", "changelog", "--broker", &b.addr]);
+    assert_eq!(
+        config_row(&d, "cleanup.policy"),
+        Some(("\"\"".into(), "topic".into()))
+    );
     assert!(b.interrupt().success());
 }

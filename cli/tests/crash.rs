@@ -516,7 +516,11 @@ fn memory_does_not_grow_with_the_sizes_peers_claim() {
 fn a_stopped_consumer_process_loses_its_partitions_and_is_fenced_when_it_continues() {
     use std::io::BufRead as _;
     let dir = tempfile::tempdir().unwrap();
-    let b = BrokerProc::start(&dir.path().join("data"), &[]);
+    // A's 400 ms session needs a lower minimum than Kafka's default 6 s.
+    let b = BrokerProc::start(
+        &dir.path().join("data"),
+        &["--group-min-session-timeout-ms", "100"],
+    );
     let addr = b.addr.clone();
     ok(&[
         "topics",

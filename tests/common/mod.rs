@@ -19,6 +19,9 @@ pub fn config(dir: &Path) -> BrokerConfig {
     // Kafka groups form at once in tests, as in Kafka's own test setups; the
     // tests of the delay set it.
     c.group_initial_rebalance_delay = Duration::ZERO;
+    // Short sessions, as Kafka's test fixtures lower group.min.session.timeout.ms:
+    // 100 ms was the floor Flume's JOIN_GROUP took before the bound was a setting.
+    c.group_min_session_timeout = Duration::from_millis(100);
     c
 }
 

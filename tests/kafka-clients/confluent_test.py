@@ -145,6 +145,21 @@ def scenario_topic_configs(bootstrap, topic):
         problems.append(f"after APPEND cleanup.policy={got['cleanup.policy'].value!r}")
     if got["retention.ms"].value != "1000":
         problems.append(f"after SET retention.ms={got['retention.ms'].value!r}")
+    # confluent-kafka-python's own integration test SUBTRACTs the policies one by one and
+    # expects the empty list at the end (Kafka 4: no cleanup policy, every record kept).
+    for remove, want in [("compact", "delete"), ("delete", "")]:
+        sub = ConfigResource("topic", topic, incremental_configs=[
+            ConfigEntry("cleanup.policy", remove, incremental_operation=AlterConfigOpType.SUBTRACT),
+        ])
+        try:
+            admin.incremental_alter_configs([sub], request_timeout=10)[sub].result(timeout=15)
+        except KafkaException as e:
+            problems.append(f"SUBTRACT {remove} from cleanup.policy: {e.args[0].name()} {e.args[0].str()!r}")
+            break
+        e = described().get("cleanup.policy")
+        if e is None or (e.value or "") != want or e.source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value:
+            problems.append(f"after SUBTRACT {remove}: cleanup.policy {e.value if e else None!r} "
+                            f"(source {e.source if e else None}), expected {want!r} set on the topic")
     bad = admin.create_topics(
         [NewTopic(f"{topic}-bad", num_partitions=1, replication_factor=1, config={"cleanup.policy": "shred"})],
         operation_timeout=5, request_timeout=10)

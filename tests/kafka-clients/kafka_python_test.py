@@ -12,6 +12,7 @@ only timeouts are shortened so a broken broker fails in seconds.
 import logging
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -353,6 +354,86 @@ def scenario_admin(bootstrap, topic):
     return problems
 
 
+def scenario_short_sessions(bootstrap, topic):
+    """kafka-python's own test_group: 4 members of one group with session_timeout_ms=3000,
+    which its fixture lets the broker take by lowering group.min.session.timeout.ms (run.sh
+    starts Flume with --group-min-session-timeout-ms 1000; Kafka's default is 6000): every
+    member gets partitions of the topic and none has another's."""
+    create_topic(bootstrap, topic)
+    group = f"{topic}-g"
+    stop = threading.Event()
+    consumers, errors = {}, []
+
+    def run(i):
+        try:
+            c = KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=group,
+                              **BASE, **dict(CONSUMER, session_timeout_ms=3000, heartbeat_interval_ms=500))
+            consumers[i] = c
+            while not stop.is_set():
+                c.poll(timeout_ms=100)
+        except Exception as e:
+            errors.append(f"member {i}: {type(e).__name__}: {e}")
+
+    def shares():
+        try:
+            return [set(consumers[i].assignment()) for i in range(4)]
+        except (KeyError, RuntimeError):  # not built yet, or changing under us
+            return None
+
+    def balanced():
+        if errors:
+            raise RuntimeError("; ".join(errors))
+        got = shares()
+        if not got or any(not s for s in got):
+            return False
+        every = [tp for s in got for tp in s]
+        return len(every) == len(set(every)) == common.PARTITIONS
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(4)]
+    for t in threads:
+        t.start()
+    problems = []
+    try:
+        common.wait_for(balanced, 2 * common.DEADLINE_S, "4 members with 3000 ms sessions to share the partitions")
+    except (TimeoutError, RuntimeError) as e:
+        problems.append(f"{e}; assignments {shares()}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+        for c in consumers.values():
+            c.close(autocommit=False)
+    return problems
+
+
+def scenario_broker_configs(bootstrap, topic):
+    """DescribeConfigs of the broker by Kafka's names: listeners and advertised.listeners
+    (kafka-python's own admin test reads them), and the group session bounds."""
+    del topic
+    problems = []
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **BASE)
+    try:
+        node = str(admin.describe_cluster()["brokers"][0]["broker_id"])
+        res = ConfigResource(ConfigResourceType.BROKER, node)
+        got = admin.describe_configs([res], config_filter="all")
+        every = {k: v.get("value") for k, v in got["broker"][node].items()}
+        host, port = bootstrap.rsplit(":", 1)
+        for name in ("listeners", "advertised.listeners"):
+            if not str(every.get(name) or "").endswith(f"://{host}:{port}"):
+                problems.append(f"{name}: {every.get(name)!r}, expected PROTOCOL://{bootstrap}")
+        for name in ("log.dirs", "num.partitions", "auto.create.topics.enable", "log.retention.ms",
+                     "log.segment.bytes", "group.initial.rebalance.delay.ms",
+                     "group.min.session.timeout.ms", "group.max.session.timeout.ms"):
+            if every.get(name) in (None, ""):
+                problems.append(f"{name} is not described")
+        low = every.get("group.min.session.timeout.ms")
+        if low is not None and int(low) > 3000:
+            problems.append(f"group.min.session.timeout.ms is {low}: the broker must take 3000 ms sessions")
+    finally:
+        admin.close()
+    return problems
+
+
 def read_partition(bootstrap, tp, last, **extra):
     """(offset, key, value) of every record of tp from its start, until the one at
     offset `last` is read or the deadline passes."""
@@ -509,6 +590,8 @@ def main():
     rep.run("group-restart", lambda: group_result.get("restart", ["not run: the group scenario failed before it"]))
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.run("topic-configs", scenario_topic_configs, bootstrap, f"{pre}-cfg")
+    rep.run("broker-configs", scenario_broker_configs, bootstrap, f"{pre}-bcfg")
+    rep.run("short-sessions", scenario_short_sessions, bootstrap, f"{pre}-short", timeout=3 * common.DEADLINE_S)
     rep.run("delete-records", scenario_delete_records, bootstrap, f"{pre}-del")
     rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
     rep.finish()

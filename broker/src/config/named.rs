@@ -14,7 +14,8 @@ use std::fmt;
 use std::str::FromStr;
 
 /// Which of a topic's segments retention removes and whether it is compacted
-/// (Kafka's `cleanup.policy`, a list of `delete` and `compact`).
+/// (Kafka's `cleanup.policy`, a list of `delete` and `compact`; the empty
+/// list keeps every record, as in Kafka 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CleanupPolicy {
     /// Old segments are deleted by `retention.ms` / `retention.bytes`.
@@ -24,6 +25,9 @@ pub enum CleanupPolicy {
     Compact,
     /// Compacted, and old segments deleted by retention as well.
     CompactDelete,
+    /// The empty list: no cleanup at all, every segment is kept (Kafka 4's
+    /// "infinite retention": neither `retention.*` nor compaction applies).
+    Keep,
 }
 
 impl CleanupPolicy {
@@ -43,25 +47,26 @@ impl CleanupPolicy {
             CleanupPolicy::Delete => "delete",
             CleanupPolicy::Compact => "compact",
             CleanupPolicy::CompactDelete => "compact,delete",
+            CleanupPolicy::Keep => "",
         }
     }
 
-    fn from_parts(compact: bool, delete: bool) -> Option<Self> {
+    fn from_parts(compact: bool, delete: bool) -> Self {
         match (compact, delete) {
-            (true, true) => Some(CleanupPolicy::CompactDelete),
-            (true, false) => Some(CleanupPolicy::Compact),
-            (false, true) => Some(CleanupPolicy::Delete),
-            (false, false) => None,
+            (true, true) => CleanupPolicy::CompactDelete,
+            (true, false) => CleanupPolicy::Compact,
+            (false, true) => CleanupPolicy::Delete,
+            (false, false) => CleanupPolicy::Keep,
         }
     }
 
     /// The policy with the list's entries added (`APPEND`) or removed
-    /// (`SUBTRACT`) as IncrementalAlterConfigs does; `None` when nothing
-    /// would be left.
+    /// (`SUBTRACT`) as IncrementalAlterConfigs does; removing the last one
+    /// leaves [`CleanupPolicy::Keep`].
     ///
     /// # Errors
     /// An entry that is neither `delete` nor `compact`.
-    pub fn edited(self, list: &str, add: bool) -> Result<Option<Self>, String> {
+    pub fn edited(self, list: &str, add: bool) -> Result<Self, String> {
         let (mut compact, mut delete) = (self.compacts(), self.deletes());
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item {
@@ -76,8 +81,13 @@ impl CleanupPolicy {
 
 impl FromStr for CleanupPolicy {
     type Err = String;
+    /// A list of `delete` and `compact` in any order; the empty list (or
+    /// only blanks) is [`CleanupPolicy::Keep`].
     fn from_str(s: &str) -> Result<Self, String> {
         let (mut compact, mut delete) = (false, false);
+        if s.trim().is_empty() {
+            return Ok(CleanupPolicy::Keep);
+        }
         for item in s.split(',').map(str::trim) {
             match item {
                 "compact" => compact = true,
@@ -89,7 +99,7 @@ impl FromStr for CleanupPolicy {
                 }
             }
         }
-        Self::from_parts(compact, delete).ok_or_else(|| "an empty cleanup policy".to_owned())
+        Ok(Self::from_parts(compact, delete))
     }
 }
 
@@ -725,20 +735,23 @@ mod tests {
         assert_eq!("compact".parse(), Ok(CleanupPolicy::Compact));
         assert_eq!("compact,delete".parse(), Ok(CleanupPolicy::CompactDelete));
         assert_eq!("delete, compact".parse(), Ok(CleanupPolicy::CompactDelete));
-        assert!("".parse::<CleanupPolicy>().is_err());
+        assert_eq!("".parse(), Ok(CleanupPolicy::Keep));
+        assert_eq!(" ".parse(), Ok(CleanupPolicy::Keep));
+        assert!(",".parse::<CleanupPolicy>().is_err());
         assert!("compact,shred".parse::<CleanupPolicy>().is_err());
+        let keep = CleanupPolicy::Keep;
+        assert!(!keep.compacts() && !keep.deletes());
+        assert_eq!(keep.to_string(), "");
         let c = CleanupPolicy::Compact;
         assert!(c.compacts() && !c.deletes());
         assert!(CleanupPolicy::CompactDelete.compacts() && CleanupPolicy::CompactDelete.deletes());
-        assert_eq!(
-            c.edited("delete", true),
-            Ok(Some(CleanupPolicy::CompactDelete))
-        );
+        assert_eq!(c.edited("delete", true), Ok(CleanupPolicy::CompactDelete));
         assert_eq!(
             CleanupPolicy::CompactDelete.edited("compact", false),
-            Ok(Some(CleanupPolicy::Delete))
+            Ok(CleanupPolicy::Delete)
         );
-        assert_eq!(c.edited("compact", false), Ok(None));
+        assert_eq!(c.edited("compact", false), Ok(CleanupPolicy::Keep));
+        assert_eq!(keep.edited("delete", true), Ok(CleanupPolicy::Delete));
         assert!(c.edited("shred", true).is_err());
     }
 

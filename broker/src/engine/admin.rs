@@ -564,7 +564,8 @@ impl Engine {
 ///
 /// # Errors
 /// [`ConfigError`]: an unknown name, a bad value, APPEND or SUBTRACT on a
-/// config that is not a list, or a SUBTRACT that would leave no cleanup policy.
+/// config that is not a list. A SUBTRACT of the last cleanup policy leaves
+/// the empty list (every record kept, as in Kafka 4).
 pub fn apply_config_op(
     tc: &mut TopicConfig,
     op: &ConfigOp,
@@ -586,8 +587,7 @@ pub fn apply_config_op(
                 let policy = tc
                     .cleanup_policy
                     .edited(v, add)
-                    .map_err(|why| ConfigError::invalid(n, v, why))?
-                    .ok_or_else(|| ConfigError::invalid(n, v, "no cleanup policy would be left"))?;
+                    .map_err(|why| ConfigError::invalid(n, v, why))?;
                 tc.set_named(n, policy.as_str())
             } else if add {
                 // The replication throttles: only the empty list is accepted.
@@ -949,17 +949,21 @@ mod tests {
         };
         tc.set_named("cleanup.policy", "compact").unwrap();
         e.create_topic("c", tc.clone()).unwrap();
+        tc.set_named("cleanup.policy", "").unwrap();
+        e.create_topic("k", tc.clone()).unwrap();
         tc.set_named("cleanup.policy", "delete").unwrap();
         e.create_topic("d", tc).unwrap();
         let big = vec![b'x'; 200];
         for _ in 0..40 {
             append(&e, "c", 0, &big, 1).unwrap();
+            append(&e, "k", 0, &big, 1).unwrap();
             append(&e, "d", 0, &big, 1).unwrap();
         }
         rt::block_on(e.tick_now());
         let start = |t: &str| e.topic(t).unwrap().partitions[0].start_offset();
         assert!(start("d") > 0, "retention ran on the delete topic");
         assert_eq!(start("c"), 0, "a compact-only topic keeps every segment");
+        assert_eq!(start("k"), 0, "an empty cleanup.policy keeps every segment");
         // Adding delete to the policy at run time hands retention to the partition.
         let ops = [ConfigOp::Append("cleanup.policy".into(), "delete".into())];
         let tc = rt::block_on(e.alter_topic_configs("c", &ops, false)).unwrap();
@@ -1011,10 +1015,10 @@ mod tests {
         )];
         assert_eq!(
             rt::block_on(e.alter_topic_configs("t", &sub, false))
-                .unwrap_err()
-                .code(),
-            ErrorCode::InvalidConfig,
-            "no policy would be left"
+                .unwrap()
+                .cleanup_policy,
+            crate::config::CleanupPolicy::Keep,
+            "the last policy subtracted leaves the empty list (Kafka 4)"
         );
         let not_a_list = [ConfigOp::Append("retention.ms".into(), "5".into())];
         assert_eq!(
@@ -1040,8 +1044,9 @@ mod tests {
         let e = open(dir.path());
         let tc = e.topic_config("t").unwrap();
         assert_eq!(
-            (tc.cleanup_policy.compacts(), tc.max_message_bytes),
-            (true, 500)
+            (tc.cleanup_policy, tc.max_message_bytes),
+            (crate::config::CleanupPolicy::Keep, 500),
+            "the empty policy is kept in topic.conf"
         );
         assert!(tc.overrides.contains("cleanup.policy"));
         let del = [ConfigOp::Delete("max.message.bytes".into())];

@@ -22,7 +22,6 @@ use crate::coordinator::offsets::{Committed, NotQueued, Offsets};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchSpec, Fetched, GroupDescription, GroupError, GroupListing,
     GroupPhase, GroupPosition, JoinSpec, Joined, Member, SyncSpec, Synced, TopicPartition,
-    CLIENT_SESSION_TIMEOUT_MS,
 };
 use crate::error::BrokerError;
 
@@ -50,7 +49,10 @@ impl Engine {
     }
 
     /// Joins a member to a group and waits until the rebalance completes;
-    /// the subscribed topics are created if auto-create is on.
+    /// the subscribed topics are created if auto-create is on. The session
+    /// timeout is taken into the broker's bounds
+    /// ([`Engine::session_bounds_ms`]): Flume's JOIN_GROUP has always
+    /// adjusted it rather than refused it.
     ///
     /// # Errors
     /// INVALID_NAME, INVALID_REQUEST (no topics, or more than
@@ -79,10 +81,11 @@ impl Engine {
         let ms = |d: Duration, lo: u64, hi: u64| {
             u64::try_from(d.as_millis()).unwrap_or(hi).clamp(lo, hi)
         };
+        let (session_lo, session_hi) = self.session_bounds_ms();
         let params = JoinParams {
             member_id: req.member_id,
             topics: req.topics,
-            session_timeout_ms: ms(req.session_timeout, 100, 300_000),
+            session_timeout_ms: ms(req.session_timeout, session_lo, session_hi),
             rebalance_timeout_ms: ms(req.rebalance_timeout, 0, 300_000),
             assignor: req.assignor,
             limits: self.limits(),
@@ -103,6 +106,15 @@ impl Engine {
             Ok(Err(e)) => Err(e.code()),
             Err(_) => Err(ErrorCode::ShuttingDown),
         }
+    }
+
+    /// The session timeouts a member may have, in ms: the broker's
+    /// `group.min.session.timeout.ms` and `group.max.session.timeout.ms`
+    /// (a maximum below the minimum is taken as the minimum).
+    pub fn session_bounds_ms(&self) -> (u64, u64) {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let lo = ms(self.config.group_min_session_timeout);
+        (lo, ms(self.config.group_max_session_timeout).max(lo))
     }
 
     fn limits(&self) -> GroupLimits {
@@ -145,9 +157,13 @@ impl Engine {
             return Err(ErrorCode::InvalidRequest.into());
         }
         let session = u64::try_from(req.session_timeout.as_millis()).unwrap_or(u64::MAX);
-        let (lo, hi) = CLIENT_SESSION_TIMEOUT_MS;
-        if !(lo..=hi).contains(&session) {
-            return Err(GroupError::InvalidSessionTimeout(session));
+        let (min, max) = self.session_bounds_ms();
+        if !(min..=max).contains(&session) {
+            return Err(GroupError::InvalidSessionTimeout {
+                ms: session,
+                min,
+                max,
+            });
         }
         let mut join = req;
         join.rebalance_timeout = join.rebalance_timeout.min(Duration::from_secs(300));

@@ -197,9 +197,17 @@ impl Backend {
         }
     }
 
-    /// The broker's defaults for new topics by the broker's config names.
-    pub fn broker_configs(&self) -> Vec<crate::config::named::Described> {
-        crate::config::named::describe_broker(&self.engine.default_topic())
+    /// The broker's settings and its defaults for new topics by the
+    /// broker's config names, as served by the Kafka listener `listeners`.
+    pub fn broker_configs(
+        &self,
+        listeners: &crate::config::broker_named::KafkaListeners,
+    ) -> Vec<crate::config::named::Described> {
+        crate::config::broker_named::describe_broker_all(
+            self.engine.config(),
+            &self.engine.default_topic(),
+            Some(listeners),
+        )
     }
 
     /// Changes a topic's configs by name (IncrementalAlterConfigs,
@@ -925,7 +933,7 @@ pub fn group_code(e: &GroupError) -> i16 {
         GroupError::InconsistentProtocol => kerr::INCONSISTENT_GROUP_PROTOCOL,
         GroupError::MemberIdRequired(_) => kerr::MEMBER_ID_REQUIRED,
         GroupError::FencedInstanceId => kerr::FENCED_INSTANCE_ID,
-        GroupError::InvalidSessionTimeout(_) => kerr::INVALID_SESSION_TIMEOUT,
+        GroupError::InvalidSessionTimeout { .. } => kerr::INVALID_SESSION_TIMEOUT,
         GroupError::Code(c) => match c {
             ErrorCode::InvalidName => kerr::INVALID_GROUP_ID,
             ErrorCode::LimitReached => kerr::GROUP_MAX_SIZE_REACHED,

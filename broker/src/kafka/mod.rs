@@ -37,6 +37,7 @@ use futures::io::AsyncReadExt;
 use futures::FutureExt;
 
 use crate::budget::MemoryBudget;
+use crate::config::broker_named::KafkaListeners;
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::net::Connections;
@@ -67,6 +68,8 @@ pub struct Ctx {
     pub advertised_host: String,
     /// Port clients are told to connect to.
     pub advertised_port: u16,
+    /// This listener by Kafka's `listeners` and `advertised.listeners`.
+    pub listeners: Arc<KafkaListeners>,
     /// Most bytes a produced record set may decompress to.
     pub max_decoded_bytes: usize,
     /// The connection's memory budget (fetch responses are charged to it).
@@ -168,6 +171,13 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         node_id: NODE_ID,
         advertised_host: "127.0.0.1".into(),
         advertised_port: 9092,
+        listeners: Arc::new(KafkaListeners::new(
+            SocketAddr::from(([127, 0, 0, 1], 9092)),
+            "127.0.0.1",
+            9092,
+            false,
+            false,
+        )),
         max_decoded_bytes: engine.config().max_frame_bytes,
         memory: MemoryBudget::new(usize::MAX),
         counting: MemoryBudget::new(crate::net::COUNTING_BYTES),
@@ -261,10 +271,18 @@ impl KafkaListener {
         let cfg = engine.config();
         let conns = Connections::new(cfg.max_request_memory, crate::net::COUNTING_BYTES);
         let shutdown_timeout = cfg.shutdown_timeout;
+        let listeners = Arc::new(KafkaListeners::new(
+            addr,
+            &host,
+            port,
+            tls.is_some(),
+            auth.mode() == crate::security::auth::AuthMode::Required,
+        ));
         let proto = Proto {
             backend: Backend::new(Arc::clone(&engine)),
             host,
             port,
+            listeners,
             max_frame: cfg.max_frame_bytes,
             max_connections: cfg.max_connections,
             connection_memory: cfg.max_connection_memory.max(cfg.max_frame_bytes),
@@ -344,6 +362,7 @@ struct Proto {
     backend: Backend,
     host: String,
     port: u16,
+    listeners: Arc<KafkaListeners>,
     max_frame: usize,
     max_connections: usize,
     connection_memory: usize,
@@ -363,6 +382,7 @@ async fn serve_kafka(proto: Proto, c: crate::net::Accepted) {
         node_id: NODE_ID,
         advertised_host: proto.host.clone(),
         advertised_port: proto.port,
+        listeners: Arc::clone(&proto.listeners),
         max_decoded_bytes: proto.max_frame,
         memory: c.memory,
         counting: c.counting,

@@ -60,7 +60,7 @@ pub struct JoinParams {
 
 /// A join to a client-assigned group (Kafka's JoinGroup): the member's
 /// request, its timeouts already checked by the engine (the session within
-/// [`crate::domain::CLIENT_SESSION_TIMEOUT_MS`], the rebalance at most 5 min).
+/// the broker's `group.min/max.session.timeout.ms`, the rebalance at most 5 min).
 #[derive(Debug, Clone)]
 pub struct ClientJoinParams {
     /// The request (its `group` is the one joined).

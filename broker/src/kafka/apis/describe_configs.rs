@@ -1,8 +1,10 @@
 //! DescribeConfigs: every config of a topic by Kafka's name with its value
 //! and source (the topic's own, the broker's default set at start, or the
 //! built-in default), its synonyms when asked, its type in v3+; for a broker
-//! resource, the broker's defaults for topics by the broker's names
-//! (`log.retention.ms`, ...), read-only: they are set at start.
+//! resource, the broker's settings with a Kafka equivalent (`listeners`,
+//! `log.dirs`, `group.min.session.timeout.ms`, ...: `config::broker_named`)
+//! and its defaults for topics (`log.retention.ms`, ...) by the broker's
+//! names, read-only: they are set at start.
 //!
 //! Authorization: DESCRIBE on the topic, DESCRIBE on the cluster for a
 //! broker (Flume's ACLs have no separate DESCRIBE_CONFIGS operation).
@@ -54,7 +56,7 @@ pub(super) fn handle(
                     format!("no topic {:?}", res.resource_name.as_str()),
                 )),
             },
-            BROKER => Ok((ctx.backend.broker_configs(), true)),
+            BROKER => Ok((ctx.backend.broker_configs(&ctx.listeners), true)),
             _ => Err((
                 errors::INVALID_REQUEST,
                 "only topic and broker resources are described".to_owned(),
