@@ -622,3 +622,82 @@ fn kafka_create_describe_and_delete_acls() -> Result<()> {
     rt::block_on(broker.shutdown());
     Ok(())
 }
+
+/// With the authorizer off no permission is missing: ACLs are not in use.
+/// Kafka's ACL APIs answer SECURITY_DISABLED (54) with a message, as a
+/// Kafka broker without an authorizer does, and Flume's ACLS answers its
+/// SECURITY_DISABLED (44); an admin may still stage ACLs on both.
+#[test]
+fn with_the_authorizer_off_the_acl_apis_say_security_is_disabled() -> Result<()> {
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    let dir = tempfile::tempdir()?;
+    let mut c = common::config(dir.path());
+    c.kafka_listen = Some("127.0.0.1:0".into());
+    c.auth = AuthMode::Optional;
+    c.admin_users = vec!["admin".into()];
+    let broker = rt::block_on(async {
+        let b = Broker::start(c).await?;
+        b.add_user("admin", "admin-pw").await?;
+        b.add_user("alice", "alice-pw").await?;
+        Ok::<_, anyhow::Error>(b)
+    })?;
+    let addr = broker.local_addr().to_string();
+    rt::block_on(async {
+        let alice = Admin::connect_with(&addr, login("alice")).await?;
+        let err = alice
+            .add_acl(entry("User:alice", "read", "topic", "orders", "literal"))
+            .await
+            .expect_err("not an admin");
+        assert_eq!(err.code(), Some(ErrorCode::SecurityDisabled), "{err}");
+        let err = alice.list_acls(None).await.expect_err("not an admin");
+        assert_eq!(err.code(), Some(ErrorCode::SecurityDisabled), "{err}");
+        let admin = Admin::connect_with(&addr, login("admin")).await?;
+        assert!(
+            admin
+                .add_acl(entry("User:bob", "read", "topic", "staged", "literal"))
+                .await?
+        );
+        Ok::<_, anyhow::Error>(())
+    })?;
+
+    let mut k = Kc::connect(&broker.kafka_addr().context("kafka")?.to_string())?;
+    let mut creation = create_acls_request::AclCreation::default();
+    creation.resource_type = 2;
+    creation.resource_name = StrBytes::from_static_str("orders");
+    creation.resource_pattern_type = 3;
+    creation.principal = StrBytes::from_static_str("User:alice");
+    creation.host = StrBytes::from_static_str("*");
+    creation.operation = 3;
+    creation.permission_type = 3;
+    let mut create = CreateAclsRequest::default();
+    create.creations = vec![creation];
+    let r = k.call(2, &create)?;
+    assert_eq!(r.results[0].error_code, 54, "SECURITY_DISABLED");
+    let why = r.results[0].error_message.as_ref().map(|m| m.as_str());
+    assert!(
+        why.is_some_and(|m| m.contains("--authorizer off")),
+        "{why:?}"
+    );
+    let mut describe = DescribeAclsRequest::default();
+    describe.resource_type_filter = 1;
+    describe.pattern_type_filter = 1;
+    describe.operation = 1;
+    describe.permission_type = 1;
+    let r = k.call(2, &describe)?;
+    assert_eq!(r.error_code, 54);
+    assert!(r.error_message.is_some());
+    let mut filter = delete_acls_request::DeleteAclsFilter::default();
+    filter.resource_type_filter = 1;
+    filter.pattern_type_filter = 1;
+    filter.operation = 1;
+    filter.permission_type = 1;
+    let mut delete = DeleteAclsRequest::default();
+    delete.filters = vec![filter];
+    let r = k.call(2, &delete)?;
+    assert_eq!(r.filter_results[0].error_code, 54);
+    assert!(r.filter_results[0].matching_acls.is_empty());
+    assert_eq!(broker.acls().len(), 1, "the admin's staged ACL stays");
+    rt::block_on(broker.shutdown());
+    Ok(())
+}

@@ -492,3 +492,146 @@ fn an_idle_kafka_connection_lives_until_connections_max_idle() -> Result<()> {
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+/// One batch of records with these keys (`None`: no key) and values of
+/// `value_bytes[i]` bytes.
+fn keyed_batch(keys: &[Option<&str>], value_bytes: &[usize]) -> Result<bytes::Bytes> {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = keys
+        .iter()
+        .zip(value_bytes)
+        .enumerate()
+        .map(|(i, (k, n))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::try_from(i).unwrap_or(0),
+            sequence: -1,
+            timestamp: 1_700_000_000_000,
+            key: k.map(|k| bytes::Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(bytes::Bytes::from(vec![b'v'; *n])),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut b = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut b,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Lz4,
+        },
+    )?;
+    Ok(b.freeze())
+}
+
+/// Produce of one batch to partition 0 of `topic` at `version`.
+fn produce_batch(
+    k: &mut Kc,
+    version: i16,
+    topic: &str,
+    records: bytes::Bytes,
+) -> Result<kafka_protocol::messages::produce_response::PartitionProduceResponse> {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::ProduceRequest;
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(name(topic))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(records))])]);
+    let resp = k.call(version, &req)?;
+    resp.responses
+        .into_iter()
+        .next()
+        .and_then(|t| t.partition_responses.into_iter().next())
+        .context("a partition response")
+}
+
+/// librdkafka 2.15's test 0011 (KIP-467): one batch of 100 records to a
+/// compacted topic, every tenth without a key. The answer names exactly
+/// those ten (their batch index and why) and says what happened, so the
+/// client fails them with INVALID_RECORD and the other 90 with "another
+/// record of the batch was invalid"; nothing of the batch is stored. A
+/// record over the broker's record limit is named the same way
+/// (MESSAGE_TOO_LARGE). Before Produce v8 only the code is answered.
+#[test]
+fn a_refused_batch_names_its_bad_records() -> Result<()> {
+    use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+    const INVALID_RECORD: i16 = 87;
+    const MESSAGE_TOO_LARGE: i16 = 10;
+    let dir = tempfile::tempdir()?;
+    let mut c = common::config(dir.path());
+    c.kafka_listen = Some("127.0.0.1:0".into());
+    c.max_record_bytes = 4_000;
+    let broker = flume_rt::block_on(Broker::start(c))?;
+    let mut k = kafka(&broker)?;
+    let topic = CreatableTopic::default()
+        .with_name(name("compacted"))
+        .with_num_partitions(1)
+        .with_replication_factor(-1)
+        .with_configs(vec![CreatableTopicConfig::default()
+            .with_name(StrBytes::from_static_str("cleanup.policy"))
+            .with_value(Some(StrBytes::from_static_str("compact")))]);
+    let created = k.call(
+        7,
+        &CreateTopicsRequest::default()
+            .with_topics(vec![topic])
+            .with_timeout_ms(5_000),
+    )?;
+    ensure!(created.topics[0].error_code == NONE, "create");
+
+    let keys: Vec<Option<&str>> = (0..100).map(|i| (i % 10 != 0).then_some("k")).collect();
+    let p = produce_batch(&mut k, 9, "compacted", keyed_batch(&keys, &[20; 100])?)?;
+    assert_eq!(p.error_code, INVALID_RECORD);
+    assert_eq!(p.base_offset, -1);
+    let bad: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+    assert_eq!(bad, (0..10).map(|i| i * 10).collect::<Vec<i32>>());
+    assert!(p.record_errors.iter().all(|e| e
+        .batch_index_error_message
+        .as_ref()
+        .is_some_and(|m| m.as_str() == "a record without a key on a compacted topic")));
+    let message = p.error_message.as_ref().map(|m| m.as_str()).unwrap_or("");
+    assert!(
+        message
+            .starts_with("10 of the batch's records are refused: record 0: a record without a key"),
+        "{message}"
+    );
+    // v7 has no place for them: the code alone.
+    let p = produce_batch(&mut k, 7, "compacted", keyed_batch(&keys, &[20; 100])?)?;
+    assert_eq!((p.error_code, p.record_errors.len()), (INVALID_RECORD, 0));
+    let keyed: Vec<Option<&str>> = vec![Some("k"); 3];
+    let p = produce_batch(&mut k, 9, "compacted", keyed_batch(&keyed, &[20; 3])?)?;
+    assert_eq!(
+        (p.error_code, p.base_offset),
+        (NONE, 0),
+        "nothing of the refused batches was stored"
+    );
+
+    // A record over max_record_bytes, in the middle of its batch.
+    let p = produce_batch(
+        &mut k,
+        9,
+        "plain",
+        keyed_batch(&[Some("a"), Some("b"), None], &[10, 5_000, 10])?,
+    )?;
+    assert_eq!(p.error_code, MESSAGE_TOO_LARGE);
+    assert_eq!(p.record_errors.len(), 1);
+    assert_eq!(p.record_errors[0].batch_index, 1);
+    let why = p.record_errors[0]
+        .batch_index_error_message
+        .as_ref()
+        .map(|m| m.as_str())
+        .unwrap_or("");
+    assert!(why.contains("above max_record_bytes (4000)"), "{why}");
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}

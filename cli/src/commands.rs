@@ -1013,6 +1013,9 @@ pub fn describe(e: flume_client::Error) -> anyhow::Error {
         Some(ErrorCode::AuthorizationFailed) => {
             "the broker's ACLs do not allow this principal to do that: an admin can grant it with `flume-cli acls add`"
         }
+        Some(ErrorCode::SecurityDisabled) => {
+            "the broker runs with --authorizer off, so ACLs are not in use: only an admin (--admin-user) may list or stage them, and they apply once the broker runs with --authorizer on"
+        }
         Some(ErrorCode::InvalidName) => {
             "topic names are 1 to 249 characters of A-Z a-z 0-9 . _ -, not `.` or `..`, and do not start with `__`; group ids are 1 to 1024 bytes"
         }

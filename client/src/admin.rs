@@ -555,7 +555,8 @@ impl Admin {
     ///
     /// # Errors
     /// AUTHORIZATION_FAILED for a principal who may not manage ACLs,
-    /// INVALID_REQUEST for an ACL that does not parse, LIMIT_REACHED at the
+    /// SECURITY_DISABLED for one who is not an admin when the broker runs
+    /// with `--authorizer off`, INVALID_REQUEST for an ACL that does not parse, LIMIT_REACHED at the
     /// broker's limit (10,000).
     pub async fn add_acl(&self, acl: AclEntry) -> Result<bool> {
         self.acls_call(ACLS_ADD, acl)

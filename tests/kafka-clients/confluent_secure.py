@@ -3,10 +3,15 @@
 
     python confluent_secure.py BOOTSTRAP CA_PEM USER PASSWORD TOPIC login MECHANISM...
     python confluent_secure.py BOOTSTRAP CA_PEM USER PASSWORD TOPIC wrong MECHANISM
+    python confluent_secure.py BOOTSTRAP CA_PEM ADMIN PASSWORD TOPIC users MECHANISM
 
 login: for each mechanism (SCRAM-SHA-256, SCRAM-SHA-512), produce three records and
 consume them back, verifying the broker's certificate against CA_PEM. wrong: a wrong
 password must fail (run after every good login: failed logins are limited per address).
+users (USER is an admin, --admin-user): the admin client adds a user with
+alter_user_scram_credentials (an upsertion of MECHANISM), describes it, a producer logs in
+as that user with MECHANISM and produces, then the credential is deleted and the user is
+gone (describe: RESOURCE_NOT_FOUND).
 One `PASS|FAIL confluent <scenario>` line each on stdout.
 """
 
@@ -85,6 +90,50 @@ def wrong_password():
         raise RuntimeError(f"no authentication error reported (errors: {errors})")
 
 
+def scram_users(mechanism_name):
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    mechanism = getattr(ScramMechanism, mechanism_name.replace("-", "_"))
+    user, password, iterations = "kc-made", b"made-over-kafka", 8192
+    admin = AdminClient(conf(mechanism_name))
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(mechanism, iterations), password)
+    for f in admin.alter_user_scram_credentials([upsert], request_timeout=DEADLINE_S).values():
+        f.result()
+    described = admin.describe_user_scram_credentials([user], request_timeout=DEADLINE_S)[user].result()
+    infos = [(i.mechanism, i.iterations) for i in described.scram_credential_infos]
+    if infos != [(mechanism, iterations)]:
+        raise RuntimeError(f"described {infos}")
+    # The new user logs in with the password the admin set, and produces.
+    errors = []
+    p = Producer(
+        {
+            **conf(mechanism_name, **{"message.timeout.ms": 10000}),
+            "sasl.username": user,
+            "sasl.password": password.decode(),
+        }
+    )
+    p.produce(TOPIC, b"from a user made over Kafka's API", partition=0, on_delivery=lambda e, m: e and errors.append(e))
+    left = p.flush(DEADLINE_S)
+    if left or errors:
+        raise RuntimeError(f"the new user's record: {left} not delivered, errors {errors}")
+    deletion = UserScramCredentialDeletion(user, mechanism)
+    for f in admin.alter_user_scram_credentials([deletion], request_timeout=DEADLINE_S).values():
+        f.result()
+    try:
+        gone = admin.describe_user_scram_credentials([user], request_timeout=DEADLINE_S)[user].result()
+    except KafkaException as e:
+        if "RESOURCE_NOT_FOUND" not in str(e.args[0].name() if e.args else e):
+            raise
+    else:
+        raise RuntimeError(f"the deleted user is still described: {gone}")
+
+
 def run(name, fn, *args):
     t0 = time.time()
     try:
@@ -98,5 +147,8 @@ def run(name, fn, *args):
 if MODE == "login":
     for m in MECHANISMS:
         run(f"sasl-ssl-{m.lower()}", produce_consume, m)
+elif MODE == "users":
+    for m in MECHANISMS:
+        run(f"scram-users-over-kafka-{m.lower()}", scram_users, m)
 else:
     run("sasl-ssl-wrong-password", wrong_password)

@@ -470,6 +470,49 @@ def scenario_compaction(bootstrap, topic):
     return problems
 
 
+def scenario_record_errors(bootstrap, topic):
+    """librdkafka 2.15's test 0011 (KIP-467): one batch of 100 records to a compacted
+    topic, every tenth without a key. The broker names the ten bad records, so exactly
+    those fail with INVALID_RECORD and the other 90 with _INVALID_DIFFERENT_RECORD
+    ("an invalid record in the same batch"); nothing is stored."""
+    admin = AdminClient(conf(bootstrap))
+    new = NewTopic(topic, num_partitions=1, replication_factor=1, config={"cleanup.policy": "compact"})
+    for f in admin.create_topics([new], operation_timeout=5, request_timeout=10).values():
+        f.result(timeout=15)
+    common.wait_for(lambda: len(partitions_of(admin, topic)) == 1, 10, f"metadata of {topic}")
+    errors = {}
+
+    def on_delivery(err, msg):
+        i = int(msg.value().decode().rsplit(" ", 1)[1])
+        errors[i] = err.code() if err is not None else None
+
+    # One batch: every record is queued before the linger time lets the first go.
+    p = Producer(conf(bootstrap, **{"linger.ms": 1000, "message.timeout.ms": 10000}))
+    for i in range(100):
+        key = None if i % 10 == 0 else f"key-{i}".encode()
+        p.produce(topic, key=key, value=f"record {i}".encode(), partition=0, on_delivery=on_delivery)
+    left = p.flush(common.DEADLINE_S)
+    if left:
+        return [f"{left} records not reported"]
+    different = getattr(KafkaError, "_INVALID_DIFFERENT_RECORD", None)
+    bad = sorted(i for i, e in errors.items() if e == KafkaError.INVALID_RECORD)
+    others = [i for i, e in errors.items() if e == different]
+    problems = []
+    if bad != list(range(0, 100, 10)):
+        problems.append(f"INVALID_RECORD for {bad}, expected the ten keyless records")
+    if len(others) != 90:
+        rest = sorted({str(e) for i, e in errors.items() if i % 10})
+        problems.append(f"{len(others)} of the keyed records failed as _INVALID_DIFFERENT_RECORD, expected 90 (codes {rest})")
+    c = Consumer(conf(bootstrap, **{"group.id": f"{topic}-w"}))
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+    finally:
+        c.close()
+    if hi != 0:
+        problems.append(f"the refused batch left {hi - lo} records")
+    return problems
+
+
 def scenario_static_member(bootstrap, topic):
     """Static membership (KIP-345): two consumers with group.instance.id share
     the partitions; one closes (a static member does not leave) and a new
@@ -751,6 +794,7 @@ def main():
         rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
     rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
+    rep.run("record-errors", scenario_record_errors, bootstrap, f"{pre}-rerr")
     rep.run("static-member", scenario_static_member, bootstrap, f"{pre}-static", timeout=3 * common.DEADLINE_S)
     rep.run("delete-records", scenario_delete_records, bootstrap, f"{pre}-del")
     rep.run("transactions", scenario_transactions, bootstrap, f"{pre}-txn", timeout=3 * common.DEADLINE_S)

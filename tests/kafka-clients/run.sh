@@ -510,7 +510,7 @@ run_kcat() {
 
 # ---------------------------------------------------------------------------
 if want kcat; then run_kcat; fi
-if want confluent; then run_client confluent 15 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
+if want confluent; then run_client confluent 16 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
 # Two flume-cli group members and a librdkafka one on librdkafka's mock cluster of three
 # brokers, from the confluent-kafka wheel (mock_group.py, issue 41): needs flume-cli only.
 if want confluent && [ -n "$FLUME" ]; then
@@ -538,7 +538,8 @@ fi
 # ---------------------------------------------------------------------------
 # SASL_SSL (issue #20): a second broker with TLS, --auth required and a user, certificates
 # made here with openssl. kcat and confluent-kafka log in with SCRAM-SHA-256 and -512 over
-# TLS, a wrong password fails, openssl s_client verifies the chain and TLS 1.1 is refused.
+# TLS, confluent-kafka's admin client (the user is an admin) adds a user that then logs in
+# and deletes it (Describe/AlterUserScramCredentials), a wrong password fails, openssl s_client verifies the chain and TLS 1.1 is refused.
 SECURE_USER=kc-user
 SECURE_PW=kc-secret-pw
 secure_broker() {
@@ -558,7 +559,7 @@ secure_broker() {
   SKPORT=$(free_port)
   while [ "$SKPORT" = "$SPORT" ]; do SKPORT=$(free_port); done
   "$FLUME" broker --host 127.0.0.1 --port "$SPORT" --kafka-port "$SKPORT" --data "$WORK/sdata" \
-    --tls-cert "$t/broker.pem" --tls-key "$t/broker.key" --auth required >"$WORK/sbroker.log" 2>&1 &
+    --tls-cert "$t/broker.pem" --tls-key "$t/broker.key" --auth required --admin-user "$SECURE_USER" >"$WORK/sbroker.log" 2>&1 &
   SBROKER_PID=$!
   PIDS+=("$SBROKER_PID")
   end=$((SECONDS + 20))
@@ -636,6 +637,8 @@ run_secure() {
   fi
   if want confluent; then
     run_client confluent-secure 2 "$PY" "$HERE/confluent_secure.py" "${args[@]}" login SCRAM-SHA-256 SCRAM-SHA-512
+    # The user is an admin: it adds a user over Kafka's admin API, which then logs in.
+    run_client confluent-secure-users 1 "$PY" "$HERE/confluent_secure.py" "${args[@]}" users SCRAM-SHA-256
   fi
   if want kcat; then kcat_scenario sasl-ssl-wrong-password kcat_secure_wrong; fi
   if want confluent; then

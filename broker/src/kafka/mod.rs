@@ -82,6 +82,9 @@ pub struct Ctx {
     pub principal: Mutex<Principal>,
     /// Produce quota throttle time to report in the Produce response.
     pub throttle_ms: AtomicI32,
+    /// The user store SCRAM logins check (`None` where there is none:
+    /// [`handle_request`]), which Describe/AlterUserScramCredentials serve.
+    pub auth: Option<Arc<Authenticator>>,
 }
 
 impl Ctx {
@@ -184,6 +187,7 @@ pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8
         client_host: "/127.0.0.1".into(),
         principal: Mutex::new(Principal::Anonymous),
         throttle_ms: AtomicI32::new(0),
+        auth: None,
     };
     apis::handle(&ctx, Bytes::copy_from_slice(frame))
         .await
@@ -389,6 +393,7 @@ async fn serve_kafka(proto: Proto, c: crate::net::Accepted) {
         client_host: format!("/{}", peer.ip()),
         principal: Mutex::new(c.principal.clone()),
         throttle_ms: AtomicI32::new(0),
+        auth: Some(Arc::clone(&proto.auth)),
     };
     let quota = ConnQuota::new(Arc::clone(&proto.quotas), peer.ip(), &c.principal);
     match serve(&ctx, &proto, c.stream, &c.handle, quota).await {

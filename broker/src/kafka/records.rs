@@ -40,21 +40,86 @@ pub enum RecordsError {
         /// The limit in bytes.
         limit: usize,
     },
-    /// One record, stored, would be larger than the broker's `max_record_bytes`.
+    /// A batch Flume does not accept from a producer (a control batch, a
+    /// transactional one without a transactional id, ...).
+    #[error("invalid record: {0}")]
+    Invalid(String),
+    /// Records of the set Flume refuses, each named by its index (Kafka's
+    /// `batch_index`, KIP-467): the whole set is refused. Every record is
+    /// walked, so all of them are found; the first [`MAX_RECORD_ERRORS`]
+    /// are listed.
+    #[error("{}", records_message(.errors, .total))]
+    Records {
+        /// The bad records, in order (at most [`MAX_RECORD_ERRORS`]).
+        errors: Vec<RecordFault>,
+        /// How many records are bad in all.
+        total: u32,
+    },
+}
+
+/// Most bad records a refusal lists (each costs a few dozen bytes in the
+/// response); those past it are counted, and a client reports them as
+/// failed because of another record.
+pub const MAX_RECORD_ERRORS: usize = 1_000;
+
+/// One record Flume refuses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordFault {
+    /// Its index in the partition's record set (in its batch, for the one
+    /// batch a client sends).
+    pub index: u32,
+    /// What is wrong with it.
+    pub kind: FaultKind,
+}
+
+/// What is wrong with a record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FaultKind {
+    /// Stored, it would be larger than the broker's `max_record_bytes`
+    /// (Kafka's MESSAGE_TOO_LARGE).
     #[error(
         "a record of {size} bytes (16-byte header included) is above max_record_bytes ({limit})"
     )]
-    RecordTooLarge {
+    TooLarge {
         /// The record's stored size.
         size: usize,
         /// The limit in bytes.
         limit: usize,
     },
-    /// A record or batch Flume does not accept from a producer (too many
-    /// headers, a header name too long, a control batch, no key on a
-    /// compacted topic, ...).
-    #[error("invalid record: {0}")]
+    /// No key on a compacted topic, too many headers, a header name too
+    /// long (Kafka's INVALID_RECORD).
+    #[error("{0}")]
     Invalid(String),
+}
+
+impl std::fmt::Display for RecordFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "record {}: {}", self.index, self.kind)
+    }
+}
+
+/// "3 of the batch's records are refused: record 0: ..., record 4: ... (the
+/// first 3 shown)": a refusal's message, naming at most three records.
+fn records_message(errors: &[RecordFault], total: &u32) -> String {
+    const SHOWN: usize = 3;
+    let first: Vec<String> = errors.iter().take(SHOWN).map(ToString::to_string).collect();
+    let more = match usize::try_from(*total).unwrap_or(usize::MAX) {
+        n if n > SHOWN => format!(" (the first {SHOWN} shown)"),
+        _ => String::new(),
+    };
+    format!(
+        "{total} of the batch's records are refused: {}{more}",
+        first.join("; ")
+    )
+}
+
+impl RecordsError {
+    /// Whether a record is over the size limit (the refusal is then Kafka's
+    /// MESSAGE_TOO_LARGE; otherwise INVALID_RECORD).
+    pub fn has_too_large(&self) -> bool {
+        matches!(self, RecordsError::Records { errors, .. }
+            if errors.iter().any(|e| matches!(e.kind, FaultKind::TooLarge { .. })))
+    }
 }
 
 impl From<BatchError> for RecordsError {
@@ -128,8 +193,10 @@ fn stored_len(r: &kafka_batch::RecordView<'_, '_>) -> usize {
 ///
 /// # Errors
 /// [`RecordsError`]: `Corrupt` for a batch that does not check or decode,
-/// `TooLarge` past `rules.limit`, `RecordTooLarge` past `max_record_bytes`,
-/// `Invalid` for what Kafka's broker refuses as INVALID_RECORD.
+/// `TooLarge` past `rules.limit`, `Invalid` for a batch Kafka's broker
+/// refuses as INVALID_RECORD, `Records` for records it refuses (past
+/// `max_record_bytes`, no key on a compacted topic, bad headers), every one
+/// of them found.
 pub fn prepare(set: &[u8], rules: &ProduceRules) -> Result<Prepared, RecordsError> {
     let mut out = Prepared {
         entries: Vec::with_capacity(set.len() + 64),
@@ -140,6 +207,10 @@ pub fn prepare(set: &[u8], rules: &ProduceRules) -> Result<Prepared, RecordsErro
     };
     let mut inflated = 0usize;
     let mut batches = 0usize;
+    // Records walked so far (each one's index), and the bad ones.
+    let mut walked = 0u32;
+    let mut faults: Vec<RecordFault> = Vec::new();
+    let mut faults_total = 0u32;
     for batch in kafka_batch::batches(set) {
         let batch = batch?;
         let h = batch.header;
@@ -197,31 +268,43 @@ pub fn prepare(set: &[u8], rules: &ProduceRules) -> Result<Prepared, RecordsErro
                 )));
             }
             next_delta += 1;
-            if r.headers.len() > usize::from(u16::MAX) {
-                return Err(invalid(format!("{} headers", r.headers.len())));
-            }
-            if let Some((k, _)) = r
+            let index = walked;
+            walked = walked.saturating_add(1);
+            let fault = if r.headers.len() > usize::from(u16::MAX) {
+                Some(FaultKind::Invalid(format!("{} headers", r.headers.len())))
+            } else if let Some((k, _)) = r
                 .headers
                 .iter()
                 .find(|(k, _)| k.len() > usize::from(u16::MAX))
             {
-                return Err(invalid(format!("header name of {} bytes", k.len())));
-            }
-            if rules.keyed_only && r.key.is_none() {
-                return Err(invalid(
+                Some(FaultKind::Invalid(format!(
+                    "header name of {} bytes",
+                    k.len()
+                )))
+            } else if rules.keyed_only && r.key.is_none() {
+                Some(FaultKind::Invalid(
                     "a record without a key on a compacted topic".to_owned(),
-                ));
-            }
-            let size = stored_len(&r);
-            if size > rules.max_record_bytes {
-                return Err(RecordsError::RecordTooLarge {
+                ))
+            } else {
+                let size = stored_len(&r);
+                (size > rules.max_record_bytes).then_some(FaultKind::TooLarge {
                     size,
                     limit: rules.max_record_bytes,
-                });
+                })
+            };
+            if let Some(kind) = fault {
+                faults_total = faults_total.saturating_add(1);
+                if faults.len() < MAX_RECORD_ERRORS {
+                    faults.push(RecordFault { index, kind });
+                }
             }
             max_ts = max_ts.max(r.timestamp);
             Ok(())
         })?;
+        if faults_total > 0 {
+            // Refused: the rest of the set is only walked for its faults.
+            continue;
+        }
         let max_ts = rules.append_time.unwrap_or(max_ts);
         let flags = match rules.append_time {
             Some(_) => (h.attributes | ATTR_LOG_APPEND_TIME) & !kafka_batch::ATTR_CODEC_MASK,
@@ -272,6 +355,12 @@ pub fn prepare(set: &[u8], rules: &ProduceRules) -> Result<Prepared, RecordsErro
             .ok_or_else(|| invalid("too many records"))?;
         out.records = out.span;
         out.max_timestamp = out.max_timestamp.max(max_ts);
+    }
+    if faults_total > 0 {
+        return Err(RecordsError::Records {
+            errors: faults,
+            total: faults_total,
+        });
     }
     if out.records == 0 {
         return Err(RecordsError::Corrupt("no records".into()));
@@ -498,20 +587,21 @@ mod tests {
             keyed_only: true,
             ..rules()
         };
-        assert!(matches!(
-            prepare(&keyless, &compacted),
-            Err(RecordsError::Invalid(_))
-        ));
-        assert!(matches!(
-            prepare(
-                &keyless,
-                &ProduceRules {
-                    max_record_bytes: 40,
-                    ..rules()
-                }
-            ),
-            Err(RecordsError::RecordTooLarge { .. })
-        ));
+        match prepare(&keyless, &compacted) {
+            Err(e @ RecordsError::Records { .. }) => assert!(!e.has_too_large(), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let too_large = prepare(
+            &keyless,
+            &ProduceRules {
+                max_record_bytes: 40,
+                ..rules()
+            },
+        );
+        assert!(
+            matches!(&too_large, Err(e) if e.has_too_large()),
+            "{too_large:?}"
+        );
         assert!(matches!(
             prepare(
                 &keyless,
@@ -552,6 +642,46 @@ mod tests {
             prepare(&control, &rules()),
             Err(RecordsError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn every_bad_record_is_named_by_its_index_in_the_set() {
+        use kafka_protocol::records::Compression as C;
+        let compacted = ProduceRules {
+            keyed_only: true,
+            ..rules()
+        };
+        // Two batches: the indexes go on across them.
+        let keys: Vec<Option<&str>> = (0..10).map(|i| (i % 4 != 0).then_some("k")).collect();
+        let mut set = client_batch(C::Gzip, &keys).to_vec();
+        set.extend_from_slice(&client_batch(C::None, &[Some("k"), None]));
+        let Err(e) = prepare(&set, &compacted) else {
+            panic!("keyless records on a compacted topic")
+        };
+        let RecordsError::Records { errors, total } = &e else {
+            panic!("{e:?}")
+        };
+        let indexes: Vec<u32> = errors.iter().map(|f| f.index).collect();
+        assert_eq!(indexes, vec![0, 4, 8, 11]);
+        assert_eq!(*total, 4);
+        assert!(errors
+            .iter()
+            .all(|f| f.kind.to_string() == "a record without a key on a compacted topic"));
+        assert_eq!(
+            e.to_string(),
+            "4 of the batch's records are refused: record 0: a record without a key on a \
+             compacted topic; record 4: a record without a key on a compacted topic; record 8: \
+             a record without a key on a compacted topic (the first 3 shown)"
+        );
+        // Past the listing limit the rest are counted.
+        let many: Vec<Option<&str>> = vec![None; MAX_RECORD_ERRORS + 5];
+        match prepare(&client_batch(C::None, &many), &compacted) {
+            Err(RecordsError::Records { errors, total }) => {
+                assert_eq!(errors.len(), MAX_RECORD_ERRORS);
+                assert_eq!(total as usize, MAX_RECORD_ERRORS + 5);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     proptest::proptest! {

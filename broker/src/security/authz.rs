@@ -102,13 +102,62 @@ impl<'a> Subject<'a> {
             || self.may(Operation::Create, Resource::topic(topic))
     }
 
-    /// Manage the ACLs (list them: DESCRIBE; change them: ALTER): admins, and
-    /// with the authorizer on whoever the ACLs allow `op` on the cluster.
-    pub fn manage_acls(&self, op: Operation) -> bool {
+    /// Manage the ACLs (list them: DESCRIBE; change them: ALTER): admins
+    /// (with the authorizer off too: they may stage ACLs before turning it
+    /// on), and with the authorizer on whoever the ACLs allow `op` on the
+    /// cluster.
+    ///
+    /// # Errors
+    /// [`AclsRefused::Disabled`] with the authorizer off (Kafka's
+    /// SECURITY_DISABLED: no permission is missing, the ACLs are not in
+    /// use), [`AclsRefused::Denied`] when the ACLs do not allow it.
+    pub fn manage_acls(&self, op: Operation) -> Result<(), AclsRefused> {
+        if self.acl.is_admin(self.principal) {
+            Ok(())
+        } else if !self.acl.enabled() {
+            Err(AclsRefused::Disabled)
+        } else if self
+            .acl
+            .check(self.protocol, self.principal, op, Resource::cluster())
+        {
+            Ok(())
+        } else {
+            Err(AclsRefused::Denied)
+        }
+    }
+
+    /// Manage the users of SCRAM logins (list them: DESCRIBE; add, change or
+    /// remove them: ALTER on the cluster, as Kafka's
+    /// Describe/AlterUserScramCredentials): admins, and with the authorizer
+    /// on whoever the ACLs allow `op` on the cluster. With it off only
+    /// admins, as Flume's USERS (Kafka would let anyone).
+    pub fn manage_users(&self, op: Operation) -> bool {
         self.acl.is_admin(self.principal)
             || (self.acl.enabled()
                 && self
                     .acl
                     .check(self.protocol, self.principal, op, Resource::cluster()))
+    }
+}
+
+/// Why a principal may not list or change the ACLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AclsRefused {
+    /// The authorizer is off: ACLs are not enforced, and only admins may
+    /// list or stage them.
+    Disabled,
+    /// The ACLs do not allow this principal `op` on the cluster.
+    Denied,
+}
+
+impl AclsRefused {
+    /// What the refusal says to the client.
+    pub fn message(self) -> &'static str {
+        match self {
+            AclsRefused::Disabled => {
+                "ACLs are not enforced: the broker runs with --authorizer off (only an admin, --admin-user, may list or stage ACLs)"
+            }
+            AclsRefused::Denied => "not authorized: no ACL allows this principal to manage the ACLs (ALTER on the cluster to change them, DESCRIBE to list them)",
+        }
     }
 }

@@ -212,6 +212,11 @@ impl UserStore {
         lock(&self.users).get(name).and_then(|v| v.sha512.clone())
     }
 
+    /// Every verifier of `name`, if there is such a user.
+    pub fn verifiers(&self, name: &str) -> Option<Verifiers> {
+        lock(&self.users).get(name).cloned()
+    }
+
     /// The user names, sorted.
     pub fn list(&self) -> Vec<String> {
         lock(&self.users).keys().cloned().collect()
@@ -267,6 +272,47 @@ impl UserStore {
         write_atomic(&self.path, Self::render(&next).as_bytes())?;
         *users = next;
         Ok(())
+    }
+
+    /// Changes several users at once, as `change` does to a copy of the
+    /// users (a user left without a verifier is removed), durable when it
+    /// returns: the file is written once, and only when something changed.
+    /// What `change` returns is returned. Blocking file I/O: call off the
+    /// executor.
+    ///
+    /// # Errors
+    /// The change leaves more than [`MAX_USERS`] users, a bad name or a
+    /// verifier of fewer than [`MIN_ITERATIONS`] iterations, or the file
+    /// cannot be written: then nothing changed.
+    pub fn alter<R>(
+        &self,
+        change: impl FnOnce(&mut BTreeMap<String, Verifiers>) -> R,
+    ) -> Result<R, BrokerError> {
+        let mut users = lock(&self.users);
+        let mut next = users.clone();
+        let out = change(&mut next);
+        next.retain(|_, v| v.sha256.is_some() || v.sha512.is_some());
+        if next == *users {
+            return Ok(out);
+        }
+        if next.len() > MAX_USERS {
+            return Err(BrokerError::Config(format!("at most {MAX_USERS} users")));
+        }
+        for (name, v) in &next {
+            check_name(name).map_err(BrokerError::Config)?;
+            let low = [
+                v.sha256.as_ref().map(|v| v.iterations),
+                v.sha512.as_ref().map(|v| v.iterations),
+            ];
+            if low.iter().flatten().any(|i| *i < MIN_ITERATIONS) {
+                return Err(BrokerError::Config(format!(
+                    "a verifier needs at least {MIN_ITERATIONS} iterations"
+                )));
+            }
+        }
+        write_atomic(&self.path, Self::render(&next).as_bytes())?;
+        *users = next;
+        Ok(out)
     }
 
     /// Removes `name`; false when there was no such user. Durable when it returns.
@@ -373,6 +419,48 @@ mod tests {
         assert_eq!(old.get("bob"), Some(v));
         assert_eq!(old.get512("bob"), None);
         assert!(store.put_all("x", Verifiers::default()).is_err());
+    }
+
+    #[test]
+    fn alter_changes_several_users_in_one_write_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = UserStore::open(dir.path()).unwrap();
+        store
+            .put_all("alice", new_verifiers("pw").unwrap())
+            .unwrap();
+        let v = new_verifier("bob-pw").unwrap();
+        let n = store
+            .alter(|users| {
+                users.insert(
+                    "bob".into(),
+                    Verifiers {
+                        sha256: Some(v.clone()),
+                        sha512: None,
+                    },
+                );
+                // Alice keeps only her SHA-256 verifier; without any she would go.
+                if let Some(a) = users.get_mut("alice") {
+                    a.sha512 = None;
+                }
+                users.len()
+            })
+            .unwrap();
+        assert_eq!(n, 2);
+        let again = UserStore::open(dir.path()).unwrap();
+        assert_eq!(again.list(), vec!["alice", "bob"]);
+        assert_eq!(again.get("bob"), Some(v));
+        assert!(again.get512("alice").is_none() && again.get("alice").is_some());
+        store
+            .alter(|users| users.get_mut("alice").map(|a| a.sha256 = None))
+            .unwrap();
+        assert_eq!(store.list(), vec!["bob"]);
+        // A bad name refuses the whole change.
+        let bad = store.alter(|users| {
+            users.remove("bob");
+            users.insert("c d".into(), new_verifiers("x").unwrap());
+        });
+        assert!(bad.is_err());
+        assert_eq!(UserStore::open(dir.path()).unwrap().list(), vec!["bob"]);
     }
 
     #[test]

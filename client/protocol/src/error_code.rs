@@ -67,6 +67,10 @@ pub enum ErrorCode {
     /// 43: the principal has no ACL that allows this operation on this
     /// resource (`--authorizer on`); nothing was done.
     AuthorizationFailed,
+    /// 44: ACLs are not in use (`--authorizer off`): nothing to be allowed
+    /// or denied; only an admin may list or stage ACLs then (Kafka's
+    /// SECURITY_DISABLED). Nothing was done.
+    SecurityDisabled,
     /// A code this client does not know (from a newer broker).
     Other(i16),
 }
@@ -103,6 +107,7 @@ impl ErrorCode {
             ErrorCode::AuthenticationRequired => 41,
             ErrorCode::NotAuthorized => 42,
             ErrorCode::AuthorizationFailed => 43,
+            ErrorCode::SecurityDisabled => 44,
             ErrorCode::Other(c) => c,
         }
     }
@@ -138,6 +143,7 @@ impl ErrorCode {
             41 => ErrorCode::AuthenticationRequired,
             42 => ErrorCode::NotAuthorized,
             43 => ErrorCode::AuthorizationFailed,
+            44 => ErrorCode::SecurityDisabled,
             c => ErrorCode::Other(c),
         }
     }
@@ -177,6 +183,7 @@ impl ErrorCode {
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
             ErrorCode::AuthorizationFailed => "AUTHORIZATION_FAILED",
+            ErrorCode::SecurityDisabled => "SECURITY_DISABLED",
             ErrorCode::Other(_) => "UNRECOGNIZED",
         }
     }
@@ -194,7 +201,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in (0..=22).chain(40..=43) {
+        for c in (0..=22).chain(40..=44) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -77,7 +77,10 @@ impl ScramHash {
         }
     }
 
-    fn salted_password(self, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
+    /// SaltedPassword := PBKDF2(HMAC, password, salt, iterations): what a
+    /// Kafka admin client sends in AlterUserScramCredentials (never the
+    /// password itself).
+    pub fn salted_password(self, password: &str, salt: &[u8], iterations: u32) -> Vec<u8> {
         match self {
             ScramHash::Sha256 => salted_password(password, salt, iterations).to_vec(),
             ScramHash::Sha512 => salted_password512(password, salt, iterations).to_vec(),
@@ -161,11 +164,18 @@ impl Verifier512 {
     pub fn new(password: &str, salt: &[u8], iterations: u32) -> Verifier512 {
         let iterations = iterations.max(MIN_ITERATIONS);
         let salted = salted_password512(password, salt, iterations);
+        Verifier512::from_salted_password(&salted, salt, iterations)
+    }
+
+    /// The verifier of a password known only as its SaltedPassword (made
+    /// with `salt` and `iterations`), as Kafka's AlterUserScramCredentials
+    /// carries it.
+    pub fn from_salted_password(salted: &[u8; 64], salt: &[u8], iterations: u32) -> Verifier512 {
         Verifier512 {
             salt: salt.to_vec(),
             iterations,
-            stored_key: Sha512::digest(hmac512(&salted, b"Client Key")).into(),
-            server_key: hmac512(&salted, b"Server Key"),
+            stored_key: Sha512::digest(hmac512(salted, b"Client Key")).into(),
+            server_key: hmac512(salted, b"Server Key"),
         }
     }
 }
@@ -229,11 +239,18 @@ impl Verifier {
     pub fn new(password: &str, salt: &[u8], iterations: u32) -> Verifier {
         let iterations = iterations.max(MIN_ITERATIONS);
         let salted = salted_password(password, salt, iterations);
+        Verifier::from_salted_password(&salted, salt, iterations)
+    }
+
+    /// The verifier of a password known only as its SaltedPassword (made
+    /// with `salt` and `iterations`), as Kafka's AlterUserScramCredentials
+    /// carries it.
+    pub fn from_salted_password(salted: &[u8; 32], salt: &[u8], iterations: u32) -> Verifier {
         Verifier {
             salt: salt.to_vec(),
             iterations,
-            stored_key: sha256(&hmac(&salted, b"Client Key")),
-            server_key: hmac(&salted, b"Server Key"),
+            stored_key: sha256(&hmac(salted, b"Client Key")),
+            server_key: hmac(salted, b"Server Key"),
         }
     }
 }
@@ -588,6 +605,18 @@ impl ClientExchange {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A verifier made from the SaltedPassword (Kafka's
+    /// AlterUserScramCredentials) is the one made from the password.
+    #[test]
+    fn a_verifier_from_the_salted_password_is_the_passwords() {
+        let salted = ScramHash::Sha256.salted_password("pw", b"salt", 4096);
+        let v = Verifier::from_salted_password(&salted.try_into().unwrap(), b"salt", 4096);
+        assert_eq!(v, Verifier::new("pw", b"salt", 4096));
+        let salted = ScramHash::Sha512.salted_password("pw", b"salt", 8192);
+        let v = Verifier512::from_salted_password(&salted.try_into().unwrap(), b"salt", 8192);
+        assert_eq!(v, Verifier512::new("pw", b"salt", 8192));
+    }
 
     /// RFC 7677, section 3: the worked example, byte for byte.
     #[test]

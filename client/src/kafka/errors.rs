@@ -88,6 +88,7 @@ pub(crate) fn flume_equivalent(code: i16) -> Option<ErrorCode> {
         UNKNOWN_MEMBER_ID => ErrorCode::UnknownMember,
         REBALANCE_IN_PROGRESS => ErrorCode::RebalanceInProgress,
         29..=31 => ErrorCode::AuthorizationFailed,
+        54 => ErrorCode::SecurityDisabled,
         UNSUPPORTED_VERSION | 44 => ErrorCode::UnsupportedApi,
         TOPIC_ALREADY_EXISTS => ErrorCode::TopicAlreadyExists,
         40 => ErrorCode::InvalidConfig,

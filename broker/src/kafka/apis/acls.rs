@@ -2,8 +2,10 @@
 //! ([`crate::security::acl`]) in Kafka's codes, so `kafka-acls.sh` and
 //! admin clients manage them. Admins may, and with the authorizer on a
 //! principal allowed DESCRIBE (to list) or ALTER (to change) on the cluster;
-//! others get CLUSTER_AUTHORIZATION_FAILED. Flume ACLs have no host: a
-//! creation names host `*`.
+//! others get CLUSTER_AUTHORIZATION_FAILED, or with the authorizer off
+//! SECURITY_DISABLED (54), as a Kafka broker without an authorizer answers
+//! (admins may still stage ACLs then). Every refusal carries a message.
+//! Flume ACLs have no host: a creation names host `*`.
 
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::{
@@ -18,6 +20,17 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
 use crate::security::acl::{Acl, AclPrincipal, Operation, PatternType, Permission, ResourceType};
+use crate::security::authz::AclsRefused;
+
+/// Kafka's code for a refusal: SECURITY_DISABLED with the authorizer off
+/// (as a Kafka broker without an authorizer answers), else
+/// CLUSTER_AUTHORIZATION_FAILED.
+fn refusal_code(why: AclsRefused) -> i16 {
+    match why {
+        AclsRefused::Disabled => errors::SECURITY_DISABLED,
+        AclsRefused::Denied => errors::CLUSTER_AUTHORIZATION_FAILED,
+    }
+}
 
 /// Kafka's ANY in a filter.
 const ANY: i8 = 1;
@@ -162,8 +175,9 @@ fn to_acl(
 
 pub(super) fn describe(ctx: &Ctx, req: DescribeAclsRequest, _version: i16) -> DescribeAclsResponse {
     let mut resp = DescribeAclsResponse::default();
-    if !ctx.with_subject(|s| s.manage_acls(Operation::Describe)) {
-        resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
+    if let Err(why) = ctx.with_subject(|s| s.manage_acls(Operation::Describe)) {
+        resp.error_code = refusal_code(why);
+        resp.error_message = Some(StrBytes::from_static_str(why.message()));
         return resp;
     }
     let filter = Filter {
@@ -215,11 +229,8 @@ pub(super) async fn create(ctx: &Ctx, req: CreateAclsRequest, _version: i16) -> 
     let allowed = ctx.with_subject(|s| s.manage_acls(Operation::Alter));
     for c in req.creations {
         let mut r = AclCreationResult::default();
-        let outcome = if !allowed {
-            Err((
-                errors::CLUSTER_AUTHORIZATION_FAILED,
-                "not authorized to alter ACLs".to_owned(),
-            ))
+        let outcome = if let Err(why) = allowed {
+            Err((refusal_code(why), why.message().to_owned()))
         } else {
             match to_acl(
                 c.resource_type,
@@ -254,9 +265,9 @@ pub(super) async fn delete(ctx: &Ctx, req: DeleteAclsRequest, _version: i16) -> 
     let allowed = ctx.with_subject(|s| s.manage_acls(Operation::Alter));
     for f in req.filters {
         let mut r = DeleteAclsFilterResult::default();
-        if !allowed {
-            r.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
-            r.error_message = Some(StrBytes::from_static_str("not authorized to alter ACLs"));
+        if let Err(why) = allowed {
+            r.error_code = refusal_code(why);
+            r.error_message = Some(StrBytes::from_static_str(why.message()));
             resp.filter_results.push(r);
             continue;
         }

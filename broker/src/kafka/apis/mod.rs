@@ -11,6 +11,7 @@ mod acls;
 mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
+mod alter_user_scram_credentials;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -23,6 +24,7 @@ mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
 mod describe_transactions;
+mod describe_user_scram_credentials;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
@@ -91,6 +93,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
     (ApiKey::DescribeProducers, 0, 0),
+    // The users of SCRAM logins (the store `flume-cli users` manages).
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -237,6 +242,12 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::DeleteGroups => answer!(req => delete_groups::handle(ctx, req, version).await),
         ApiKey::OffsetDelete => answer!(req => offset_delete::handle(ctx, req, version).await),
         ApiKey::DescribeLogDirs => answer!(req => describe_log_dirs::handle(ctx, req, version)),
+        ApiKey::DescribeUserScramCredentials => {
+            answer!(req => describe_user_scram_credentials::handle(ctx, req))
+        }
+        ApiKey::AlterUserScramCredentials => {
+            answer!(req => alter_user_scram_credentials::handle(ctx, req).await)
+        }
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };
     encoded.map_err(|detail| RequestError::Encode {

@@ -3,6 +3,14 @@
 //! batch entry per batch ([`records::prepare`]): a Kafka fetch serves it
 //! back as it is, compressed or not. acks 0 gets no response.
 //!
+//! A set refused for some of its records (no key on a compacted topic, a
+//! record above `max_record_bytes`, bad headers) names every one of them in
+//! v8+'s `record_errors` (their index in the batch and why, KIP-467), with
+//! `error_message` summing up: librdkafka then fails those records with
+//! INVALID_RECORD (or MESSAGE_TOO_LARGE) and the others with "an invalid
+//! record in the same batch". Flume checks no timestamp (the
+//! `message.timestamp.*.max.ms` configs are stored, not applied).
+//!
 //! An idempotent producer's batch carries its producer id, epoch and base
 //! sequence to the partition, which checks the sequence as it appends (see
 //! [`crate::partition::producers`]): a retry of a stored batch is answered with its
@@ -10,7 +18,9 @@
 //! epoch with INVALID_PRODUCER_EPOCH (as Kafka 2.7+ answers every produce
 //! version), an id this broker never issued with UNKNOWN_PRODUCER_ID.
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
@@ -83,8 +93,16 @@ pub(super) async fn handle(
                             errors::MESSAGE_TOO_LARGE,
                             format!("records decompress to more than {limit} bytes"),
                         )),
-                        Err(e @ RecordsError::RecordTooLarge { .. }) => {
-                            Err((errors::MESSAGE_TOO_LARGE, e.to_string()))
+                        Err(e @ RecordsError::Records { .. }) => {
+                            let code = if e.has_too_large() {
+                                errors::MESSAGE_TOO_LARGE
+                            } else {
+                                errors::INVALID_RECORD
+                            };
+                            if let RecordsError::Records { errors, .. } = &e {
+                                pr.record_errors = record_errors(errors);
+                            }
+                            Err((code, e.to_string()))
                         }
                         Err(e @ RecordsError::Invalid(_)) => {
                             Err((errors::INVALID_RECORD, e.to_string()))
@@ -131,6 +149,8 @@ pub(super) async fn handle(
                     pr.error_code = code;
                     if version >= 8 {
                         pr.error_message = Some(StrBytes::from_string(message));
+                    } else {
+                        pr.record_errors.clear();
                     }
                 }
             }
@@ -143,4 +163,20 @@ pub(super) async fn handle(
         return None;
     }
     Some(resp)
+}
+
+/// The bad records of a refused set as Produce v8+ lists them (KIP-467):
+/// each one's index and why, so a client fails exactly those records with
+/// the partition's error and the others with "another record of the batch
+/// was invalid".
+fn record_errors(faults: &[records::RecordFault]) -> Vec<BatchIndexAndErrorMessage> {
+    faults
+        .iter()
+        .map(|f| {
+            let mut e = BatchIndexAndErrorMessage::default();
+            e.batch_index = i32::try_from(f.index).unwrap_or(i32::MAX);
+            e.batch_index_error_message = Some(StrBytes::from_string(f.kind.to_string()));
+            e
+        })
+        .collect()
 }
