@@ -507,7 +507,7 @@ run_kcat() {
 
 # ---------------------------------------------------------------------------
 if want kcat; then run_kcat; fi
-if want confluent; then run_client confluent 15 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
+if want confluent; then run_client confluent 16 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
 if want kafka-python; then run_client kafka-python 9 "$PY" "$HERE/kafka_python_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
 if want kafkajs; then
   run_client kafkajs 10 env NODE_PATH="$NPM_PREFIX/node_modules" node "$HERE/kafkajs_test.js" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"
