@@ -7,7 +7,8 @@
 //! consumer and over Kafka's Fetch; the commits are there; new appends (a
 //! Kafka batch among them) go on after a restart; the active segments carry
 //! the new format's header, so the older release refuses the directory
-//! instead of misreading it.
+//! instead of misreading it. Each topic gets an id at the first open (a
+//! `topic-id` file in its directory), the same after a restart.
 
 use crate::common;
 use crate::common::kafka::Kc;
@@ -20,7 +21,7 @@ use flume_broker::{Broker, BrokerConfig};
 use flume_client::{Admin, PartitionConsumer, StartOffset};
 use flume_protocol::kafka_batch;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, MetadataRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
 /// (partition, offset, key, value, timestamp, headers) of one record.
@@ -185,6 +186,21 @@ fn read_kafka(kc: &mut Kc, topic: &str, partitions: i32) -> Result<Vec<Rec>> {
     Ok(out)
 }
 
+/// Every topic's (name, id) by Metadata v12, by name.
+fn topic_ids(kc: &mut Kc) -> Result<Vec<(String, uuid::Uuid)>> {
+    let mut ids: Vec<(String, uuid::Uuid)> = kc
+        .call(12, &MetadataRequest::default().with_topics(None))?
+        .topics
+        .iter()
+        .map(|t| {
+            let n = t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default();
+            (n, t.topic_id)
+        })
+        .collect();
+    ids.sort();
+    Ok(ids)
+}
+
 fn config(dir: &Path) -> BrokerConfig {
     let mut c = common::config(dir);
     c.kafka_listen = Some("127.0.0.1:0".into());
@@ -218,6 +234,17 @@ fn a_data_directory_of_the_previous_release_opens_and_serves_everything() -> Res
         let mut kafka = read_kafka(&mut kc, topic, partitions)?;
         kafka.sort();
         ensure!(kafka == want, "{topic} through Kafka's protocol");
+    }
+    // Topics of a release before topic ids get one at the first open, kept
+    // in their directories.
+    let ids = topic_ids(&mut kc)?;
+    ensure!(
+        ids.len() == 2 && ids.iter().all(|(_, id)| !id.is_nil()) && ids[0].1 != ids[1].1,
+        "{ids:?}"
+    );
+    for (topic, id) in &ids {
+        let on_disk = std::fs::read_to_string(data.join(topic).join("topic-id"))?;
+        ensure!(on_disk == format!("{id}\n"), "{topic}: {on_disk:?}");
     }
     // The group's commits are there.
     let committed = flume_rt::block_on(async {
@@ -271,6 +298,9 @@ fn a_data_directory_of_the_previous_release_opens_and_serves_everything() -> Res
     let addr = broker.local_addr().to_string();
     let after = read_flume(&addr, "orders")?;
     ensure!(after.len() == before + 2, "{} then {}", before, after.len());
+    let mut kc = Kc::connect(&broker.kafka_addr().context("kafka")?.to_string())?;
+    ensure!(topic_ids(&mut kc)? == ids, "the same ids after a restart");
+    drop(kc);
     ensure!(after
         .iter()
         .any(|r| r.3.as_deref() == Some("kafka after upgrade")));

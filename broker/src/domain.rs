@@ -56,6 +56,62 @@ pub struct PartitionOffsets {
     pub log_end: i64,
 }
 
+/// A topic's id: a random (version 4) UUID given when the topic is created
+/// and kept in its directory (`docs/storage.md`, "Topic ids"), so a topic
+/// deleted and created again under the same name has another one. Shown as
+/// a UUID's 36 characters (`8-4-4-4-12` lowercase hex digits).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicId(pub [u8; 16]);
+
+impl TopicId {
+    /// A version 4 UUID from 16 random bytes (the version and variant bits
+    /// set), never the all-zero id Kafka reserves for "no id".
+    pub fn from_random(mut bytes: [u8; 16]) -> Self {
+        bytes[6] = (bytes[6] & 0x0f) | 0x40;
+        bytes[8] = (bytes[8] & 0x3f) | 0x80;
+        TopicId(bytes)
+    }
+
+    /// Reads the 36-character form [`std::fmt::Display`] writes (either
+    /// case); `None` for anything else.
+    pub fn parse(text: &str) -> Option<Self> {
+        let b = text.as_bytes();
+        if b.len() != 36 || [8, 13, 18, 23].iter().any(|&i| b[i] != b'-') {
+            return None;
+        }
+        let mut digits = b
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ![8, 13, 18, 23].contains(i))
+            .map(|(_, &c)| char::from(c).to_digit(16));
+        let mut out = [0u8; 16];
+        for byte in &mut out {
+            let hi = digits.next()??;
+            let lo = digits.next()??;
+            *byte = u8::try_from(hi * 16 + lo).ok()?;
+        }
+        Some(TopicId(out))
+    }
+}
+
+impl std::fmt::Display for TopicId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, b) in self.0.iter().enumerate() {
+            if matches!(i, 4 | 6 | 8 | 10) {
+                f.write_str("-")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for TopicId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TopicId({self})")
+    }
+}
+
 /// A topic as a describe reports it: its partitions, or why there are none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicDescription {
@@ -702,4 +758,32 @@ pub struct PartitionStatus {
     /// For a compacted partition, when asked with the disk: the share of its
     /// sealed bytes the cleaner has not cleaned yet, in parts per million.
     pub dirty_ppm: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TopicId;
+
+    #[test]
+    fn a_topic_id_is_a_version_4_uuid_and_reads_back_from_its_text() {
+        let id = TopicId::from_random([0xff; 16]);
+        let text = id.to_string();
+        assert_eq!(text, "ffffffff-ffff-4fff-bfff-ffffffffffff");
+        assert_eq!(TopicId::parse(&text), Some(id));
+        assert_eq!(TopicId::parse(&text.to_uppercase()), Some(id));
+        let zero = TopicId::from_random([0; 16]);
+        assert_ne!(zero.0, [0; 16], "never the all-zero id");
+        assert_eq!(zero.to_string(), "00000000-0000-4000-8000-000000000000");
+        for bad in [
+            "",
+            "ffffffff-ffff-4fff-bfff-fffffffffff",
+            "ffffffff-ffff-4fff-bfff-fffffffffffff",
+            "ffffffffeffff-4fff-bfff-ffffffffffff",
+            "gfffffff-ffff-4fff-bfff-ffffffffffff",
+            "+fffffff-ffff-4fff-bfff-ffffffffffff",
+            "ffffffff-ffff-4fff-bfff-fffffffffff\u{e9}",
+        ] {
+            assert_eq!(TopicId::parse(bad), None, "{bad:?}");
+        }
+    }
 }

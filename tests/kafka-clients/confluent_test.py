@@ -392,6 +392,53 @@ def scenario_admin(bootstrap, topic):
     return problems
 
 
+def scenario_topic_ids(bootstrap, topic):
+    """Topic ids and a one-broker cluster's leader election: describe_topics gives the
+    topic a non-zero id, a new one once it is deleted and created again; a consumer then
+    reads only the new topic's record (librdkafka fetches by topic id where the broker
+    serves it); elect_leaders answers ELECTION_NOT_NEEDED for a partition (its one replica
+    leads) and UNKNOWN_TOPIC_OR_PART for one that does not exist."""
+    from confluent_kafka import ElectionType, TopicCollection
+
+    zero = "AAAAAAAAAAAAAAAAAAAAAA"  # Kafka's all-zero id in its base64 form
+    problems = []
+    admin = AdminClient(conf(bootstrap))
+
+    def topic_id():
+        futures = admin.describe_topics(TopicCollection([topic]), request_timeout=10)
+        return str(futures[topic].result(timeout=15).topic_id)
+
+    def one_record(value):
+        _, errors = produce_plan_records(
+            bootstrap, topic, [{"key": None, "value": value, "headers": [], "timestamp": None, "partition": 0}]
+        )
+        problems.extend(errors)
+
+    create_topic(bootstrap, topic, partitions=1)
+    first = topic_id()
+    if first in ("", "None", zero):
+        problems.append(f"describe_topics: topic id {first!r}")
+    one_record(b"before")
+    wanted = {TopicPartition(topic, 0): None, TopicPartition(topic, 99): None}
+    res = admin.elect_leaders(ElectionType.PREFERRED, list(wanted), request_timeout=10).result(timeout=15)
+    codes = {tp.partition: (err.args[0].code() if err is not None else None) for tp, err in res.items()}
+    want = {0: KafkaError.ELECTION_NOT_NEEDED, 99: KafkaError.UNKNOWN_TOPIC_OR_PART}
+    if codes != want:
+        problems.append(f"elect_leaders: {codes}, expected {want}")
+    for f in admin.delete_topics([topic], operation_timeout=5, request_timeout=10).values():
+        f.result(timeout=15)
+    common.wait_for(lambda: not partitions_of(admin, topic), 10, f"{topic} gone from the metadata")
+    create_topic(bootstrap, topic, partitions=1)
+    second = topic_id()
+    if second in ("", "None", zero, first):
+        problems.append(f"the topic created again has id {second!r} (first {first!r})")
+    one_record(b"after")
+    got = [r["value"] for r in consume_all(bootstrap, topic, 1, partitions=1)]
+    if got != [b"after"]:
+        problems.append(f"consumed {got} from the topic created again, expected [b'after']")
+    return problems
+
+
 def scenario_compaction(bootstrap, topic):
     """A compacted topic (cleanup.policy=compact, small segments): 20 values for each of
     five keys, tombstones for two of them, then records of another key to roll the
@@ -793,6 +840,7 @@ def main():
     for codec in CODECS:
         rep.run(f"compression-{codec}", scenario_compression, bootstrap, f"{pre}-z{codec}", codec)
     rep.run("admin", scenario_admin, bootstrap, f"{pre}-adm")
+    rep.run("topic-ids", scenario_topic_ids, bootstrap, f"{pre}-ids")
     rep.run("compaction", scenario_compaction, bootstrap, f"{pre}-cmp", timeout=3 * common.DEADLINE_S)
     rep.run("record-errors", scenario_record_errors, bootstrap, f"{pre}-rerr")
     rep.run("static-member", scenario_static_member, bootstrap, f"{pre}-static", timeout=3 * common.DEADLINE_S)

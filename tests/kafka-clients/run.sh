@@ -510,7 +510,7 @@ run_kcat() {
 
 # ---------------------------------------------------------------------------
 if want kcat; then run_kcat; fi
-if want confluent; then run_client confluent 16 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
+if want confluent; then run_client confluent 17 "$PY" "$HERE/confluent_test.py" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"; fi
 # Two flume-cli group members and a librdkafka one on librdkafka's mock cluster of three
 # brokers, from the confluent-kafka wheel (mock_group.py, issue 41): needs flume-cli only.
 if want confluent && [ -n "$FLUME" ]; then

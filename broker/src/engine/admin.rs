@@ -15,7 +15,7 @@ use crate::config::named::{self, ConfigError, ConfigType};
 use crate::config::{
     valid_group_id, valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES,
 };
-use crate::domain::{ConfigOp, FoundOffset, OffsetSpec, TopicChanges, TopicPartition};
+use crate::domain::{ConfigOp, FoundOffset, OffsetSpec, TopicChanges, TopicId, TopicPartition};
 use crate::error::BrokerError;
 use crate::storage::write_atomic;
 use flume_rt::sync::lock;
@@ -88,6 +88,14 @@ impl Engine {
     /// unless the rename to the tombstone was done: then it is gone, and the
     /// next start finishes the cleanup).
     pub async fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {
+        self.delete_topic_returning_id(name).await.map(|_| ())
+    }
+
+    /// [`Engine::delete_topic`], answering the deleted topic's id.
+    ///
+    /// # Errors
+    /// As [`Engine::delete_topic`].
+    pub async fn delete_topic_returning_id(&self, name: &str) -> Result<TopicId, BrokerError> {
         if !valid_name(name) {
             return Err(BrokerError::code_for(
                 ErrorCode::InvalidName,
@@ -102,6 +110,42 @@ impl Engine {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(name)
             .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
+        let id = topic.id;
+        self.delete_removed(topic).await.map(|()| id)
+    }
+
+    /// Deletes the topic with this id, as [`Engine::delete_topic`] does (a
+    /// topic of the same name created since has another id and stays);
+    /// returns its name.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC (no topic has this id), else as [`Engine::delete_topic`].
+    pub async fn delete_topic_by_id(&self, id: TopicId) -> Result<String, BrokerError> {
+        let _guard = self.create_lock.lock().await;
+        let topic = {
+            let mut topics = self
+                .topics
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let name = topics
+                .values()
+                .find(|t| t.id == id)
+                .map(|t| t.name.clone())
+                .ok_or_else(|| {
+                    BrokerError::code_for(ErrorCode::UnknownTopic, format!("id {id}"))
+                })?;
+            topics
+                .remove(&name)
+                .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?
+        };
+        let name = topic.name.clone();
+        self.delete_removed(topic).await.map(|()| name)
+    }
+
+    /// Steps 2 to 5 of a delete (docs/storage.md, "Deleting a topic") for a
+    /// topic just taken out of the map, under the create lock.
+    async fn delete_removed(&self, topic: Arc<Topic>) -> Result<(), BrokerError> {
+        let name = topic.name.as_str();
         for p in &topic.partitions {
             p.close_for_delete().await;
         }
@@ -131,8 +175,8 @@ impl Engine {
                 return Err(e);
             }
             let (config, shared) = (self.config.clone(), self.shared.clone());
-            let (owned, tc) = (name.to_owned(), topic.config.clone());
-            match rt::unblock(move || Self::open_topic(&config, &shared, &owned, tc)).await {
+            let (owned, id, tc) = (name.to_owned(), topic.id, topic.config.clone());
+            match rt::unblock(move || Self::open_topic(&config, &shared, &owned, id, tc)).await {
                 Ok(t) => {
                     self.topics
                         .write()
@@ -793,6 +837,53 @@ mod tests {
         assert_eq!(e.topic("t").unwrap().partitions.len(), 1);
         assert_eq!(e.committed("g", "t", 1), None);
         rt::block_on(e.shutdown());
+    }
+
+    #[test]
+    fn topic_ids_are_kept_given_to_old_directories_and_a_damaged_one_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = open(dir.path());
+        create(&e, "a", 1);
+        create(&e, "b", 1);
+        let (a, b) = (e.topic("a").unwrap().id, e.topic("b").unwrap().id);
+        assert_ne!(a, b);
+        assert_eq!(e.topic_by_id(a).unwrap().name, "a");
+        rt::block_on(e.shutdown());
+        drop(e);
+        // "b" as a release before topic ids left it: no id file.
+        let b_file = dir.path().join("b").join(super::super::TOPIC_ID_FILE);
+        std::fs::remove_file(&b_file).unwrap();
+        let e = open(dir.path());
+        assert_eq!(e.topic("a").unwrap().id, a, "kept across a restart");
+        let b2 = e.topic("b").unwrap().id;
+        assert_ne!(b2, a);
+        assert_eq!(std::fs::read_to_string(&b_file).unwrap(), format!("{b2}\n"));
+        // Deleted by id: gone, and a stale id deletes nothing.
+        assert_eq!(rt::block_on(e.delete_topic_by_id(a)).unwrap(), "a");
+        assert!(e.topic("a").is_none() && e.topic_by_id(a).is_none());
+        create(&e, "a", 1);
+        let a2 = e.topic("a").unwrap().id;
+        assert_ne!(a2, a, "a topic created again has a new id");
+        let stale = rt::block_on(e.delete_topic_by_id(a)).unwrap_err();
+        assert_eq!(stale.code(), ErrorCode::UnknownTopic);
+        assert!(e.topic("a").is_some());
+        rt::block_on(e.shutdown());
+        drop(e);
+        let e = open(dir.path());
+        assert_eq!(
+            e.topic("b").unwrap().id,
+            b2,
+            "the id given at the upgrade is kept"
+        );
+        rt::block_on(e.shutdown());
+        drop(e);
+        // A damaged id file: the broker does not start, and says which file.
+        std::fs::write(&b_file, "not an id\n").unwrap();
+        let err = Engine::open(config(dir.path())).unwrap_err().to_string();
+        assert!(
+            err.contains("topic-id") && err.contains("not a topic id"),
+            "{err}"
+        );
     }
 
     #[test]

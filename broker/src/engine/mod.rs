@@ -47,9 +47,9 @@ mod txn;
 pub use admin::TOMBSTONE_PREFIX;
 pub use fetch::{FetchMemory, GaveUp, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
-pub use topics::Topic;
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;
+pub use topics::{Topic, TOPIC_ID_FILE};
 pub use txn::{TxnFailure, TxnStats};
 
 type JoinReply = oneshot::Sender<Result<Answer, GroupError>>;
@@ -61,7 +61,8 @@ type JoinReply = oneshot::Sender<Result<Answer, GroupError>>;
 /// cold cache.
 const OPEN_THREADS: usize = 16;
 
-/// Loads every topic of the data directory: each topic's `topic.conf`, then
+/// Loads every topic of the data directory: each topic's `topic.conf` and
+/// id (given one if it has none, see [`topics::load_or_assign_id`]), then
 /// every partition's log (recovering it), spread over [`OPEN_THREADS`].
 /// Also returns the directories of topic deletes a crash interrupted
 /// (tombstones, see `admin.rs`), for the caller to finish.
@@ -91,37 +92,47 @@ fn open_topics(
         let conf_path = TopicConfig::path(path);
         let Ok(text) = std::fs::read_to_string(&conf_path) else {
             tracing::warn!(dir = %path.display(), "directory without topic.conf; not a topic, skipped");
-            return Ok(None);
+            return Ok::<_, BrokerError>(None);
         };
-        TopicConfig::from_text(&text)
-            .map(|tc| Some((name.clone(), tc)))
-            .map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))
+        let tc = TopicConfig::from_text(&text)
+            .map_err(|e| BrokerError::Config(format!("{}: {e}", conf_path.display())))?;
+        let (id, assigned) = topics::load_or_assign_id(path)?;
+        Ok(Some((name.clone(), id, tc, assigned)))
     });
     let mut found = Vec::new();
+    let mut assigned = 0usize;
     for c in configs {
-        if let Some(t) = c? {
-            found.push(t);
+        if let Some((name, id, tc, new)) = c? {
+            assigned += usize::from(new);
+            found.push((name, id, tc));
         }
+    }
+    if assigned > 0 {
+        // A data directory of a release before topic ids: given once, kept.
+        tracing::info!(
+            topics = assigned,
+            "topics without an id were given one (written to their directories)"
+        );
     }
     let work: Vec<(usize, u32)> = found
         .iter()
         .enumerate()
-        .flat_map(|(t, (_, tc))| (0..tc.partitions).map(move |p| (t, p)))
+        .flat_map(|(t, (_, _, tc))| (0..tc.partitions).map(move |p| (t, p)))
         .collect();
     let mut opened = parallel_map(&work, |&(t, p)| {
-        let (name, tc) = &found[t];
+        let (name, _, tc) = &found[t];
         Topic::open_partition(config, shared, name, tc, p)
     })
     .into_iter();
     let mut topics = BTreeMap::new();
-    for (name, tc) in found {
+    for (name, id, tc) in found {
         let partitions = opened
             .by_ref()
             .take(tc.partitions as usize)
             .collect::<Result<Vec<_>, _>>()?;
         topics.insert(
             name.clone(),
-            Arc::new(Topic::from_parts(name, tc, partitions)),
+            Arc::new(Topic::from_parts(name, id, tc, partitions)),
         );
     }
     Ok((topics, tombstones))

@@ -1,6 +1,7 @@
 //! Topics: opening, creating (explicitly or on first use), looking up and
 //! describing them.
 
+use std::path::Path;
 use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 #[cfg(test)]
@@ -11,17 +12,64 @@ use flume_rt as rt;
 
 use super::Engine;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
-use crate::domain::{PartitionOffsets, PartitionStatus, TopicDescription};
+use crate::domain::{PartitionOffsets, PartitionStatus, TopicDescription, TopicId};
 use crate::error::BrokerError;
 use crate::partition::producers::ProducerLimits;
 use crate::partition::Partition;
 use crate::storage::{write_atomic, FileCache, Log, LogConfig};
+
+/// The file in a topic's directory that holds its id: the id's 36
+/// characters and a newline (`docs/storage.md`, "Topic ids").
+pub const TOPIC_ID_FILE: &str = "topic-id";
+
+/// A fresh topic id from the OS's randomness.
+fn new_id() -> Result<TopicId, BrokerError> {
+    crate::security::users::random_bytes::<16>().map(TopicId::from_random)
+}
+
+/// Writes a topic's id into its directory, atomically.
+fn write_id(topic_dir: &Path, id: TopicId) -> Result<(), BrokerError> {
+    Ok(write_atomic(
+        &topic_dir.join(TOPIC_ID_FILE),
+        format!("{id}\n").as_bytes(),
+    )?)
+}
+
+/// A topic's id from its directory, and whether it was given one now: a
+/// directory written before topic ids (or by a crash between creating it and
+/// writing the id) gets a new id, written durably before the topic is served,
+/// so every later start reads the same one.
+///
+/// # Errors
+/// A file that holds something else than an id ([`BrokerError::Config`]
+/// naming it: the broker does not start rather than give the topic another
+/// id), or I/O errors.
+pub(super) fn load_or_assign_id(topic_dir: &Path) -> Result<(TopicId, bool), BrokerError> {
+    let path = topic_dir.join(TOPIC_ID_FILE);
+    let text = crate::storage::read_optional(&path)?;
+    if text.is_empty() {
+        let id = new_id()?;
+        write_id(topic_dir, id)?;
+        return Ok((id, true));
+    }
+    TopicId::parse(text.trim_end())
+        .map(|id| (id, false))
+        .ok_or_else(|| {
+            BrokerError::Config(format!(
+                "{}: {:?} is not a topic id (a UUID of 36 characters); restore the file or remove it to give the topic a new id",
+                path.display(),
+                text.chars().take(64).collect::<String>()
+            ))
+        })
+}
 
 /// A topic and its partitions.
 #[derive(Debug)]
 pub struct Topic {
     /// Name.
     pub name: String,
+    /// Id, given at creation and kept on disk ([`TOPIC_ID_FILE`]).
+    pub id: TopicId,
     /// Settings.
     pub config: TopicConfig,
     /// Partitions, by number: the engine's own; others see their offsets
@@ -128,11 +176,13 @@ impl Topic {
     /// A topic from its opened partitions.
     pub(super) fn from_parts(
         name: String,
+        id: TopicId,
         config: TopicConfig,
         partitions: Vec<Arc<Partition>>,
     ) -> Topic {
         Topic {
             name,
+            id,
             config,
             partitions,
             sticky: AtomicU32::new(0),
@@ -143,6 +193,7 @@ impl Topic {
     pub(super) fn with_config(&self, config: TopicConfig) -> Topic {
         Topic {
             name: self.name.clone(),
+            id: self.id,
             config,
             partitions: self.partitions.clone(),
             sticky: AtomicU32::new(self.next_sticky()),
@@ -159,6 +210,7 @@ impl Topic {
         partitions.extend(added);
         Topic {
             name: self.name.clone(),
+            id: self.id,
             config,
             partitions,
             sticky: AtomicU32::new(self.next_sticky()),
@@ -187,6 +239,7 @@ impl Engine {
         config: &BrokerConfig,
         shared: &Shared,
         name: &str,
+        id: TopicId,
         tc: TopicConfig,
     ) -> Result<Topic, BrokerError> {
         let dir = config.data_dir.join(name);
@@ -213,7 +266,7 @@ impl Engine {
         })
         .into_iter()
         .collect::<Result<Vec<_>, _>>()?;
-        Ok(Topic::from_parts(name.to_owned(), tc, partitions))
+        Ok(Topic::from_parts(name.to_owned(), id, tc, partitions))
     }
 
     /// A topic, if it exists.
@@ -222,6 +275,16 @@ impl Engine {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .get(name)
+            .cloned()
+    }
+
+    /// The topic with this id, if it exists (a scan of the topics).
+    pub fn topic_by_id(&self, id: TopicId) -> Option<Arc<Topic>> {
+        self.topics
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .find(|t| t.id == id)
             .cloned()
     }
 
@@ -284,13 +347,19 @@ impl Engine {
                 .push((owned.clone(), std::thread::current().id()));
             let dir = config.data_dir.join(&owned);
             crate::storage::create_dir_durable(&dir)?;
+            // The id first: `topic.conf` makes the directory a topic, and a
+            // topic never exists without its id (a crash in between leaves
+            // a directory a start skips and the next create overwrites).
+            let id = new_id()?;
+            write_id(&dir, id)?;
             write_atomic(&TopicConfig::path(&dir), tc.to_text().as_bytes())?;
-            Self::open_topic(&config, &shared, &owned, tc)
+            Self::open_topic(&config, &shared, &owned, id, tc)
         })
         .await?;
         let topic = Arc::new(topic);
         tracing::info!(
             topic = name,
+            id = %topic.id,
             partitions = topic.partitions.len(),
             "topic created"
         );

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use flume_protocol::ErrorCode;
+use uuid::Uuid;
 
 use super::errors as kerr;
 use crate::budget::MemoryBudget;
@@ -17,20 +18,39 @@ use crate::coordinator::offsets::Committed;
 use crate::coordinator::txn::{TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
-    Member, ProducerError, ReadAs, SyncSpec, Synced, TopicPartition,
+    Member, ProducerError, ReadAs, SyncSpec, Synced, TopicId, TopicPartition,
 };
 use crate::engine::{Engine, FetchMemory, TxnFailure};
 
-/// A topic: its name and partition count.
+/// A topic: its name, id and partition count, and its configs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicInfo {
     /// Name.
     pub name: String,
+    /// Id (all zero for a topic not created: a `validate_only` CreateTopics).
+    pub id: Uuid,
     /// Number of partitions (numbered from 0).
     pub partitions: i32,
     /// Every topic config by Kafka's name, its value and source, for
     /// DescribeConfigs and CreateTopics v5+.
     pub configs: Vec<crate::config::named::Described>,
+}
+
+/// A topic's name, id and partition count, without its configs: for the
+/// answers that list partitions (DescribeTopicPartitions, ElectLeaders).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicBrief {
+    /// Name.
+    pub name: String,
+    /// Id.
+    pub id: Uuid,
+    /// Number of partitions (numbered from 0).
+    pub partitions: i32,
+}
+
+/// A topic id as Kafka's messages carry it.
+pub fn kafka_id(id: TopicId) -> Uuid {
+    Uuid::from_bytes(id.0)
 }
 
 /// One partition to read.
@@ -186,15 +206,57 @@ impl Backend {
     }
 
     fn info(&self, t: &crate::engine::Topic) -> TopicInfo {
-        Self::info_of(&t.name, &t.config, &self.engine.default_topic())
+        Self::info_of(
+            &t.name,
+            kafka_id(t.id),
+            &t.config,
+            &self.engine.default_topic(),
+        )
     }
 
-    fn info_of(name: &str, tc: &TopicConfig, defaults: &TopicConfig) -> TopicInfo {
+    fn info_of(name: &str, id: Uuid, tc: &TopicConfig, defaults: &TopicConfig) -> TopicInfo {
         TopicInfo {
             name: name.to_owned(),
+            id,
             partitions: i32::try_from(tc.partitions).unwrap_or(i32::MAX),
             configs: crate::config::named::describe_topic(tc, defaults),
         }
+    }
+
+    fn brief(t: &crate::engine::Topic) -> TopicBrief {
+        TopicBrief {
+            name: t.name.clone(),
+            id: kafka_id(t.id),
+            partitions: i32::try_from(t.partition_count()).unwrap_or(i32::MAX),
+        }
+    }
+
+    /// Every topic's name, id and partition count, by name.
+    pub fn topic_briefs(&self) -> Vec<TopicBrief> {
+        self.engine
+            .topics()
+            .iter()
+            .map(|t| Self::brief(t))
+            .collect()
+    }
+
+    /// One topic's name, id and partition count.
+    pub fn topic_brief(&self, name: &str) -> Option<TopicBrief> {
+        self.engine.topic(name).map(|t| Self::brief(&t))
+    }
+
+    /// The name, id and partition count of the topic with this id.
+    pub fn topic_brief_by_id(&self, id: Uuid) -> Option<TopicBrief> {
+        self.engine
+            .topic_by_id(TopicId(id.into_bytes()))
+            .map(|t| Self::brief(&t))
+    }
+
+    /// The topic with this id.
+    pub fn topic_by_id(&self, id: Uuid) -> Option<TopicInfo> {
+        self.engine
+            .topic_by_id(TopicId(id.into_bytes()))
+            .map(|t| self.info(&t))
     }
 
     /// The broker's settings and its defaults for new topics by the
@@ -304,7 +366,8 @@ impl Backend {
             if self.engine.topic(name).is_some() {
                 return Err((kerr::TOPIC_ALREADY_EXISTS, name.to_owned()));
             }
-            return Ok(Self::info_of(name, &tc, &defaults));
+            // Nothing was created, so no id (Kafka's controller makes one up).
+            return Ok(Self::info_of(name, Uuid::nil(), &tc, &defaults));
         }
         match self.engine.create_topic_async(name, tc).await {
             Ok(t) => Ok(self.info(&t)),
@@ -362,15 +425,33 @@ impl Backend {
 
     // ------------------------------------------------------------ admin: delete, offsets by time
 
-    /// Deletes a topic (see [`Engine::delete_topic`]).
+    /// Deletes a topic (see [`Engine::delete_topic`]); its id.
     ///
     /// # Errors
     /// A Kafka error code and a message.
-    pub async fn delete_topic(&self, name: &str) -> Result<(), (i16, String)> {
+    pub async fn delete_topic(&self, name: &str) -> Result<Uuid, (i16, String)> {
         self.engine
-            .delete_topic(name)
+            .delete_topic_returning_id(name)
             .await
+            .map(kafka_id)
             .map_err(|e| (kafka_code(e.code()), e.to_string()))
+    }
+
+    /// Deletes the topic with this id (see [`Engine::delete_topic_by_id`]);
+    /// its name.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC_ID and a message for an id no topic has, else a Kafka
+    /// error code and a message.
+    pub async fn delete_topic_by_id(&self, id: Uuid) -> Result<String, (i16, String)> {
+        let id = TopicId(id.into_bytes());
+        match self.engine.delete_topic_by_id(id).await {
+            Ok(name) => Ok(name),
+            Err(e) if e.code() == ErrorCode::UnknownTopic => {
+                Err((kerr::UNKNOWN_TOPIC_ID, format!("no topic has the id {id}")))
+            }
+            Err(e) => Err((kafka_code(e.code()), e.to_string())),
+        }
     }
 
     /// Moves a partition's log start to `before` (`None`: its end); the new

@@ -102,6 +102,37 @@ impl<'a> Subject<'a> {
             || self.may(Operation::Create, Resource::topic(topic))
     }
 
+    /// Describe `topic` (its partitions, leaders and id, as Metadata and
+    /// DescribeTopicPartitions answer for a topic named): DESCRIBE on it.
+    pub fn describe_topic(&self, topic: &str) -> bool {
+        self.may(Operation::Describe, Resource::topic(topic))
+    }
+
+    /// Whether a listing of every topic shows `topic`: DESCRIBE on it, a
+    /// denial not counted (the topic is left out, as if absent).
+    pub fn lists_topic(&self, topic: &str) -> bool {
+        self.sees(Operation::Describe, Resource::topic(topic))
+    }
+
+    /// Delete `topic` (its records and committed offsets): DELETE on it.
+    pub fn delete_topic(&self, topic: &str) -> bool {
+        self.may(Operation::Delete, Resource::topic(topic))
+    }
+
+    /// Place replicas: elect leaders, reassign partitions to brokers, move a
+    /// replica to another log directory (Kafka's ElectLeaders,
+    /// AlterPartitionReassignments, AlterReplicaLogDirs): ALTER on the
+    /// cluster.
+    pub fn place_replicas(&self) -> bool {
+        self.may(Operation::Alter, Resource::cluster())
+    }
+
+    /// See where replicas are going (Kafka's ListPartitionReassignments):
+    /// DESCRIBE on the cluster.
+    pub fn describe_placement(&self) -> bool {
+        self.may(Operation::Describe, Resource::cluster())
+    }
+
     /// Manage the ACLs (list them: DESCRIBE; change them: ALTER): admins
     /// (with the authorizer off too: they may stage ACLs before turning it
     /// on), and with the authorizer on whoever the ACLs allow `op` on the

@@ -6,7 +6,7 @@
 //! only one a one-broker cluster has: partitions 0..n, each with this broker
 //! as its one replica (INVALID_REPLICA_ASSIGNMENT otherwise), with the
 //! partition count and replication factor left at -1 (INVALID_REQUEST
-//! otherwise, as Kafka answers).
+//! otherwise, as Kafka answers). v7+ answers the new topic's id.
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::create_topics_response::{
@@ -64,6 +64,8 @@ pub(super) async fn handle(
         };
         match outcome {
             Ok(info) => {
+                // v7+ carries it (all zero for validate_only: nothing was created).
+                r.topic_id = info.id;
                 if version >= 5 {
                     r.num_partitions = info.partitions;
                     r.replication_factor = 1;

@@ -1,13 +1,17 @@
-//! DeleteTopics (v1-6): each topic by name goes through the engine's delete
-//! (its files and committed offsets; see `docs/storage.md`). Flume has no
-//! topic ids, so a v6 entry naming only an id gets UNKNOWN_TOPIC_ID.
+//! DeleteTopics (v1-6): each topic goes through the engine's delete (its
+//! files and committed offsets; see `docs/storage.md`). v1-5 name topics;
+//! v6 names each by name or by id (KIP-516), answered with both: a name
+//! with an id, or neither, is INVALID_REQUEST; an id no topic has
+//! UNKNOWN_TOPIC_ID. DELETE on the topic (TOPIC_AUTHORIZATION_FAILED; for
+//! a topic named by id the name is answered only to whom may describe it,
+//! as Kafka does).
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
-use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -15,7 +19,7 @@ pub(super) async fn handle(
     version: i16,
 ) -> DeleteTopicsResponse {
     // v1-5 name topics in `topic_names`, v6 in `topics` (a name or an id).
-    let wanted: Vec<(Option<_>, _)> = if version >= 6 {
+    let wanted: Vec<(Option<TopicName>, Uuid)> = if version >= 6 {
         req.topics
             .into_iter()
             .map(|t| (t.name, t.topic_id))
@@ -23,32 +27,89 @@ pub(super) async fn handle(
     } else {
         req.topic_names
             .into_iter()
-            .map(|n| (Some(n), Default::default()))
+            .map(|n| (Some(n), Uuid::nil()))
             .collect()
     };
     let mut resp = DeleteTopicsResponse::default();
     for (name, topic_id) in wanted {
         let mut r = DeletableTopicResult::default();
-        r.topic_id = topic_id;
-        let outcome = match &name {
-            Some(n) if !ctx.may(Operation::Delete, Resource::topic(n.0.as_str())) => Err((
-                errors::TOPIC_AUTHORIZATION_FAILED,
-                format!("not authorized to delete topic {:?}", n.0.as_str()),
-            )),
-            Some(n) => ctx.backend.delete_topic(n.0.as_str()).await,
-            None => Err((
-                errors::UNKNOWN_TOPIC_ID,
-                "topics are deleted by name on this broker (it has no topic ids)".to_owned(),
-            )),
+        let (answered_name, answered_id, outcome) = match (name, topic_id.is_nil()) {
+            (Some(n), true) => {
+                let outcome = if ctx.with_subject(|s| s.delete_topic(n.0.as_str())) {
+                    ctx.backend.delete_topic(n.0.as_str()).await
+                } else {
+                    Err((
+                        errors::TOPIC_AUTHORIZATION_FAILED,
+                        format!("not authorized to delete topic {:?}", n.0.as_str()),
+                    ))
+                };
+                let id = *outcome.as_ref().unwrap_or(&Uuid::nil());
+                (Some(n), id, outcome.map(|_| ()))
+            }
+            (Some(n), false) => (
+                Some(n),
+                topic_id,
+                Err((
+                    errors::INVALID_REQUEST,
+                    "a topic is named by its name or by its id, not both".to_owned(),
+                )),
+            ),
+            (None, true) => (
+                None,
+                topic_id,
+                Err((
+                    errors::INVALID_REQUEST,
+                    "neither a topic name nor an id".to_owned(),
+                )),
+            ),
+            (None, false) => {
+                let (name, outcome) = by_id(ctx, topic_id).await;
+                (
+                    name.map(|n| TopicName(StrBytes::from_string(n))),
+                    topic_id,
+                    outcome,
+                )
+            }
         };
+        r.name = answered_name;
+        r.topic_id = answered_id;
         if let Err((code, message)) = outcome {
             r.error_code = code;
             if version >= 5 {
                 r.error_message = Some(StrBytes::from_string(message));
             }
         }
-        r.name = name;
         resp.responses.push(r);
     }
     resp
+}
+
+/// Deletes the topic with this id: the name to answer (none when the
+/// principal may not describe it, nor for an unknown id) and the outcome.
+async fn by_id(ctx: &Ctx, id: Uuid) -> (Option<String>, Result<(), (i16, String)>) {
+    let Some(topic) = ctx.backend.topic_by_id(id) else {
+        return (
+            None,
+            Err((
+                errors::UNKNOWN_TOPIC_ID,
+                format!("no topic has the id {id}"),
+            )),
+        );
+    };
+    let name = topic.name;
+    if !ctx.with_subject(|s| s.delete_topic(&name)) {
+        let shown = ctx.with_subject(|s| s.lists_topic(&name)).then_some(name);
+        return (
+            shown,
+            Err((
+                errors::TOPIC_AUTHORIZATION_FAILED,
+                format!("not authorized to delete the topic with id {id}"),
+            )),
+        );
+    }
+    // By id again: a topic of that name created since has another id and stays.
+    match ctx.backend.delete_topic_by_id(id).await {
+        Ok(deleted) => (Some(deleted), Ok(())),
+        Err(e) => (Some(name), Err(e)),
+    }
 }

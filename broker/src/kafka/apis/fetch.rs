@@ -2,29 +2,65 @@
 //! total and per-partition max bytes), answered with the stored batches as
 //! they are (a Kafka producer's, compressed or not) and one uncompressed
 //! magic-2 batch per run of records produced through Flume's protocol. No fetch sessions: every fetch is a full
-//! one (session id 0), which Kafka's clients accept.
+//! one (session id 0), which Kafka's clients accept. v13+ names topics by
+//! id (KIP-516): an id no topic has, or whose topic was deleted (and
+//! perhaps created again) before the answer, gets UNKNOWN_TOPIC_ID for each
+//! of its partitions, so a client holding a stale id never reads another
+//! topic's records.
 
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use uuid::Uuid;
 
 use super::super::backend::{FetchAsk, FetchWant};
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
+/// One topic of the request as it will be answered.
+struct Shape {
+    /// As the request named it (v0-12).
+    topic: TopicName,
+    /// As the request named it (v13+).
+    id: Uuid,
+    /// Its name, when known (v13+: the name of the topic with the id).
+    name: Option<String>,
+    partitions: Vec<i32>,
+    /// The error every partition gets instead of records (not read then).
+    refused: Option<i16>,
+}
+
 pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchResponse {
     let mut wants = Vec::new();
-    // Per topic: its partitions, and whether READ on it is denied.
-    let mut shape: Vec<(kafka_protocol::messages::TopicName, Vec<i32>, bool)> = Vec::new();
+    let mut shape: Vec<Shape> = Vec::new();
     for t in &req.topics {
-        let name = t.topic.0.as_str().to_owned();
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        if !ctx.may(Operation::Read, Resource::topic(&name)) {
-            parts.extend(t.partitions.iter().map(|p| p.partition));
-            shape.push((t.topic.clone(), parts, true));
+        let name = if version >= 13 {
+            ctx.backend.topic_brief_by_id(t.topic_id).map(|b| b.name)
+        } else {
+            Some(t.topic.0.as_str().to_owned())
+        };
+        let mut s = Shape {
+            topic: t.topic.clone(),
+            id: t.topic_id,
+            name: name.clone(),
+            partitions: Vec::with_capacity(t.partitions.len()),
+            refused: None,
+        };
+        let refused = match &name {
+            None => Some(errors::UNKNOWN_TOPIC_ID),
+            Some(n) if !ctx.may(Operation::Read, Resource::topic(n)) => {
+                Some(errors::TOPIC_AUTHORIZATION_FAILED)
+            }
+            Some(_) => None,
+        };
+        let (Some(name), None) = (name, refused) else {
+            s.partitions
+                .extend(t.partitions.iter().map(|p| p.partition));
+            s.refused = refused;
+            shape.push(s);
             continue;
-        }
+        };
         for p in &t.partitions {
             wants.push(FetchWant {
                 topic: name.clone(),
@@ -32,9 +68,9 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
                 offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
             });
-            parts.push(p.partition);
+            s.partitions.push(p.partition);
         }
-        shape.push((t.topic.clone(), parts, false));
+        shape.push(s);
     }
     let max_bytes = if version >= 3 {
         req.max_bytes
@@ -57,14 +93,34 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
         .await;
     let mut got = got.into_iter();
     let mut resp = FetchResponse::default();
-    for (topic, parts, denied) in shape {
+    for s in shape {
+        // By id: still the topic it was when the request came (a topic
+        // deleted during the long poll, and perhaps created again, has
+        // another id or none; what was read of it is not answered).
+        let stale = version >= 13
+            && s.refused.is_none()
+            && s.name
+                .as_deref()
+                .and_then(|n| ctx.backend.topic_brief(n))
+                .map(|b| b.id)
+                != Some(s.id);
+        let refused = if stale {
+            Some(errors::UNKNOWN_TOPIC_ID)
+        } else {
+            s.refused
+        };
         let mut tr = FetchableTopicResponse::default();
-        tr.topic = topic;
-        for partition in parts {
+        tr.topic = s.topic;
+        tr.topic_id = s.id;
+        for partition in s.partitions {
             let mut pd = PartitionData::default();
             pd.partition_index = partition;
-            if denied {
-                pd.error_code = errors::TOPIC_AUTHORIZATION_FAILED;
+            if let Some(code) = refused {
+                if s.refused.is_none() {
+                    // Read, not answered.
+                    got.next();
+                }
+                pd.error_code = code;
                 pd.high_watermark = -1;
                 pd.last_stable_offset = -1;
                 pd.records = Some(Default::default());

@@ -1,5 +1,6 @@
 //! Metadata: this one broker leads every partition; topics asked for by
-//! name are created when the broker auto-creates and the client allows it.
+//! name are created when the broker auto-creates and the client allows it;
+//! each topic's id (v10+), and topics asked for by id (v12+).
 //! Authorized operations (v8+) are computed when asked for
 //! ([`Ctx::authorized_operations`]).
 
@@ -8,6 +9,7 @@ use kafka_protocol::messages::metadata_response::{
 };
 use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::super::backend::TopicInfo;
 use super::super::{errors, Ctx};
@@ -29,6 +31,7 @@ fn topic(
                     ctx.authorized_operations(Resource::topic(&t.name));
             }
             out.name = Some(TopicName(StrBytes::from_string(t.name)));
+            out.topic_id = t.id;
             out.partitions = (0..t.partitions)
                 .map(|p| {
                     let mut mp = MetadataResponsePartition::default();
@@ -72,12 +75,13 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
         };
     let with_operations = version >= 8 && req.include_topic_authorized_operations;
     // v0: an empty list means every topic; v1+: null means every topic.
-    let names: Option<Vec<Option<String>>> = match req.topics {
+    // v12+ may name a topic by its id alone (a null name).
+    let names: Option<Vec<Result<String, Uuid>>> = match req.topics {
         None => None,
         Some(ts) if ts.is_empty() && version == 0 => None,
         Some(ts) => Some(
             ts.into_iter()
-                .map(|t| t.name.map(|n| n.0.as_str().to_owned()))
+                .map(|t| t.name.map(|n| n.0.as_str().to_owned()).ok_or(t.topic_id))
                 .collect(),
         ),
     };
@@ -94,12 +98,12 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
         Some(names) => {
             let mut out = Vec::with_capacity(names.len().min(1024));
             for name in names {
-                let Some(name) = name else {
-                    // Asked by topic id: Flume topics have none (all-zero ids).
-                    let mut t = MetadataResponseTopic::default();
-                    t.error_code = errors::UNKNOWN_TOPIC_ID;
-                    out.push(t);
-                    continue;
+                let name = match name {
+                    Ok(name) => name,
+                    Err(id) => {
+                        out.push(by_id(ctx, id, version, with_operations));
+                        continue;
+                    }
                 };
                 if !ctx.may(Operation::Describe, Resource::topic(&name)) {
                     out.push(topic(
@@ -129,4 +133,34 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
         }
     };
     resp
+}
+
+/// A topic asked for by its id (a null name, v12+): its metadata, or, as
+/// Kafka answers (ids are not secret), UNKNOWN_TOPIC_ID with the id for an
+/// id no topic has and TOPIC_AUTHORIZATION_FAILED with the id and no name
+/// without DESCRIBE on the topic.
+fn by_id(ctx: &Ctx, id: Uuid, version: i16, with_operations: bool) -> MetadataResponseTopic {
+    let found = ctx.backend.topic_by_id(id);
+    let code = match &found {
+        None => errors::UNKNOWN_TOPIC_ID,
+        Some(t) if !ctx.with_subject(|s| s.describe_topic(&t.name)) => {
+            errors::TOPIC_AUTHORIZATION_FAILED
+        }
+        Some(_) => errors::NONE,
+    };
+    match found {
+        Some(t) if code == errors::NONE => topic(ctx, Ok(t), version, with_operations),
+        _ => {
+            let mut t = MetadataResponseTopic::default();
+            t.topic_authorized_operations = i32::MIN;
+            t.error_code = code;
+            t.topic_id = id;
+            // Null from v12 (Kafka's answer); an empty name before, which
+            // cannot carry a null.
+            if version >= 12 {
+                t.name = None;
+            }
+            t
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod add_offsets_to_txn;
 mod add_partitions_to_txn;
 mod alter_configs;
 mod alter_user_scram_credentials;
+mod alter_replica_log_dirs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -23,8 +24,10 @@ mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
 mod describe_producers;
+mod describe_topic_partitions;
 mod describe_transactions;
 mod describe_user_scram_credentials;
+mod elect_leaders;
 mod end_txn;
 mod fetch;
 mod find_coordinator;
@@ -39,6 +42,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod partition_reassignments;
 mod produce;
 mod sync_group;
 mod txn_offset_commit;
@@ -54,7 +58,8 @@ use super::Ctx;
 /// advertises, and nothing else).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
+    // v13+ names topics by id (KIP-516); v14+ is not served.
+    (ApiKey::Fetch, 4, 13),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::FindCoordinator, 0, 4),
@@ -84,6 +89,13 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+    // Replica placement, answered as a one-broker cluster (the only
+    // replica leads; nothing to reassign; one log directory).
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::AlterReplicaLogDirs, 1, 2),
     // Transactions (KIP-98, KIP-447): the coordinator's side (markers wait
     // for the log format: EndTxn of a transaction with partitions is refused).
     (ApiKey::AddPartitionsToTxn, 0, 3),
@@ -248,6 +260,17 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::AlterUserScramCredentials => {
             answer!(req => alter_user_scram_credentials::handle(ctx, req).await)
         }
+        ApiKey::DescribeTopicPartitions => {
+            answer!(req => describe_topic_partitions::handle(ctx, req))
+        }
+        ApiKey::ElectLeaders => answer!(req => elect_leaders::handle(ctx, req, version)),
+        ApiKey::AlterPartitionReassignments => {
+            answer!(req => partition_reassignments::alter(ctx, req))
+        }
+        ApiKey::ListPartitionReassignments => {
+            answer!(req => partition_reassignments::list(ctx, req))
+        }
+        ApiKey::AlterReplicaLogDirs => answer!(req => alter_replica_log_dirs::handle(ctx, req)),
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };
     encoded.map_err(|detail| RequestError::Encode {
@@ -310,6 +333,7 @@ mod tests {
             assert!(v.min <= *min && *max <= v.max, "{k:?} {min}..{max} vs {v}");
             assert_ne!(*k as i16, 71);
         }
-        assert!(served(ApiKey::Fetch as i16).is_some_and(|(_, _, max)| max <= 12));
+        // Fetch v13 (topics by id) and not beyond: v14+ is not served yet.
+        assert!(served(ApiKey::Fetch as i16).is_some_and(|(_, _, max)| max == 13));
     }
 }
