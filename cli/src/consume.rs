@@ -407,6 +407,10 @@ async fn read_group(
     // Next offset per partition, from the records printed.
     let mut next: HashMap<i32, u64> = HashMap::new();
     let mut last_record = Instant::now();
+    // Records printed since the last commit. A commit abandons a `next` left half-way (a
+    // join waiting for the other members is sent again), so an idle tick commits only
+    // when there is something to commit.
+    let mut uncommitted = false;
     let tick = Duration::from_millis(100);
     while *n < max {
         // Take what is ready without waiting; before waiting, flush the output so a
@@ -419,8 +423,9 @@ async fn read_group(
                 futures::select! {
                     r = c.next().fuse() => r,
                     _ = flume_rt::sleep(tick).fuse() => {
-                        if last_commit.elapsed() >= commit_every {
+                        if uncommitted && last_commit.elapsed() >= commit_every {
                             commit(c).await;
+                            uncommitted = false;
                             last_commit = Instant::now();
                         }
                         if a
@@ -443,9 +448,11 @@ async fn read_group(
         writeln!(out, "{}", record_line(a.format, r.partition, &r.record))?;
         next.insert(r.partition, r.record.offset + 1);
         *n += 1;
+        uncommitted = true;
         if last_commit.elapsed() >= commit_every {
             out.flush()?;
             commit(c).await;
+            uncommitted = false;
             last_commit = Instant::now();
         }
     }
