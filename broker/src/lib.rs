@@ -49,11 +49,14 @@ pub use storage::FsyncPolicy;
 /// The committed-offsets file read without changing it (`flume-cli data
 /// check`); the segments are in [`storage::inspect`].
 pub use coordinator::offsets::{check_offsets_file, OffsetsFileReport};
+/// The share-state file read without changing it (`flume-cli data check`).
+pub use coordinator::share::store::{check_share_file, ShareFileReport};
 
 /// Every on-disk format this build reads and writes (`flume-cli --version`).
 pub fn disk_formats() -> Vec<storage::inspect::DiskFormat> {
     let mut formats = storage::inspect::storage_formats();
     formats.push(coordinator::offsets::offsets_format());
+    formats.push(coordinator::share::store::share_format());
     formats
 }
 

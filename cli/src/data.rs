@@ -19,9 +19,10 @@ use crate::output::{record_fields, record_json, Format};
 #[derive(Debug, Subcommand)]
 pub enum DataCommand {
     /// Check every segment (each record's size, CRC, payload and offset; each
-    /// index against its log; segments that meet) and the committed-offsets
-    /// file. Prints a line per partition and one per problem, naming the
-    /// file, offset and byte position; exits 1 when anything is damaged.
+    /// index against its log; segments that meet), the committed-offsets
+    /// file and the share-group state file. Prints a line per partition and
+    /// one per problem, naming the file, offset and byte position; exits 1
+    /// when anything is damaged.
     Check {
         #[command(flatten)]
         dir: DirArgs,
@@ -172,6 +173,29 @@ fn check(d: &DataDir, verbose: bool) -> Result<()> {
                 if o.damage.is_some() { "" } else { " ok" }
             )?;
             if let Some(p) = o.damage {
+                writeln!(out, "  problem: {p}")?;
+                problems += 1;
+            }
+        }
+    }
+    match flume_broker::check_share_file(&d.share_state_file())? {
+        None => writeln!(
+            out,
+            "share-group state: none (no {})",
+            d.share_state_file().display()
+        )?,
+        Some(r) => {
+            writeln!(
+                out,
+                "share-group state: {} (version {}, {} bytes, {} records, {} share-partitions){}",
+                r.path.display(),
+                r.version,
+                r.bytes,
+                r.records,
+                r.partitions.len(),
+                if r.damage.is_some() { "" } else { " ok" }
+            )?;
+            if let Some(p) = r.damage {
                 writeln!(out, "  problem: {p}")?;
                 problems += 1;
             }

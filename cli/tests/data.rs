@@ -254,3 +254,50 @@ fn snapshot(dir: &std::path::Path) -> Vec<(std::path::PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// The share-group state file is checked beside the offsets file: its
+/// records counted, a torn tail named with its byte position.
+#[test]
+fn check_reads_the_share_state_file_and_names_its_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let share = data.join("__share_state");
+    std::fs::create_dir_all(&share).unwrap();
+    std::fs::write(
+        data.join(".flume-data-dir"),
+        b"flume data directory, layout 1\n",
+    )
+    .unwrap();
+    let d = data.to_str().unwrap();
+    let report = ok(&["data", "check", d]);
+    assert!(report.contains("share-group state: none"), "{report}");
+    // One update of g/t/0 (full: start 3, end 5, records 3 and 4 available,
+    // delivered once), then the same record torn.
+    let mut value = vec![1u8, 0, 1, b't', 0, 0, 0, 0, 1];
+    value.extend(3i64.to_be_bytes());
+    value.extend(5i64.to_be_bytes());
+    value.extend(1u32.to_be_bytes());
+    value.extend(3i64.to_be_bytes());
+    value.extend(2u32.to_be_bytes());
+    value.extend([0u8, 0, 1]);
+    let mut raw = b"FLMSHR\x00\x01".to_vec();
+    flume_protocol::record::encode(&mut raw, 0, 1, Some(b"g"), &value, &[]);
+    let good = raw.len();
+    let path = share.join("share.log");
+    std::fs::write(&path, &raw).unwrap();
+    let report = ok(&["data", "check", d]);
+    let line = format!(
+        "share-group state: {} (version 1, {good} bytes, 1 records, 1 share-partitions) ok",
+        path.display()
+    );
+    assert!(report.contains(&line), "{report}\nwants {line}");
+    flume_protocol::record::encode(&mut raw, 0, 1, Some(b"g"), &value, &[]);
+    raw.truncate(raw.len() - 3);
+    std::fs::write(&path, &raw).unwrap();
+    let damaged = run(&["data", "check", d]);
+    assert_eq!(damaged.status.code(), Some(1));
+    let report = stdout(&damaged);
+    let torn = format!("problem: {}: byte {good}: torn record", path.display());
+    assert!(report.contains(&torn), "{report}\nwants {torn}");
+    assert_eq!(std::fs::read(&path).unwrap(), raw, "checked, not changed");
+}

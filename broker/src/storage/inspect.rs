@@ -16,7 +16,8 @@
 //! and the sparse index against the records it points at. Each
 //! [`Problem`] names the file, the offset and the byte position.
 //!
-//! - [`DataDir`]: the directory, its topics and partitions, the offsets file.
+//! - [`DataDir`]: the directory, its topics and partitions, the offsets and
+//!   share-state files.
 //! - [`segments`], [`check_partition`]: a partition's segment files, checked.
 //! - [`read_records`]: records from an offset, decoded as a consumer gets them.
 
@@ -301,6 +302,11 @@ impl DataDir {
     /// The committed-offsets file (which may not exist).
     pub fn offsets_file(&self) -> PathBuf {
         self.dir.join("__consumer_offsets").join("offsets.log")
+    }
+
+    /// The share-group state file (which may not exist).
+    pub fn share_state_file(&self) -> PathBuf {
+        self.dir.join("__share_state").join("share.log")
     }
 }
 

@@ -7,9 +7,16 @@
 //!   passed in: which records are acquired, by whom and until when, which
 //!   are done, how often each was delivered, and the start offset below
 //!   which everything is done.
+//! - [`store`]: the share-state file, `<data>/__share_state/share.log`:
+//!   each share-partition's updates appended as runs of offsets, replayed
+//!   (a torn or corrupt tail cut) on open, compacted into full states.
+//! - [`writer`]: [`writer::ShareState`], the store behind a bounded queue and
+//!   a writer task that group-commits, so the engine awaits a write and
+//!   answers a client once its acknowledgements are stored.
 //!
-//! Like the rest of the coordinator layer, nothing here does I/O or reads a
-//! clock: the engine feeds it the offsets it read from the log and `now`.
+//! Like the rest of the coordinator layer, the state machine does no I/O and
+//! reads no clock: the engine feeds it the offsets it read from the log and
+//! `now`; the store and its writer do the file work.
 
 // The engine's share-group service and the front ends' APIs build on this
 // state machine (issue 44); until they land, parts of it are used by its
@@ -18,3 +25,5 @@
 
 pub(crate) mod group;
 pub(crate) mod partition;
+pub(crate) mod store;
+pub(crate) mod writer;
