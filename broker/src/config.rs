@@ -599,6 +599,9 @@ pub struct BrokerConfig {
     pub group_max_session_timeout: Duration,
     /// The transaction coordinator's bounds and timeouts (see [`TransactionSettings`]).
     pub transactions: TransactionSettings,
+    /// Share groups (queues): record locks, the delivery limit, where a new
+    /// group starts, sessions and bounds (see [`crate::engine::ShareSettings`]).
+    pub share: crate::engine::ShareSettings,
     /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
     /// a longer list gets INVALID_REQUEST before its names are decoded.
     pub max_topics_per_join: usize,
@@ -731,6 +734,7 @@ impl BrokerConfig {
                 crate::domain::CLIENT_SESSION_TIMEOUT_MS.1,
             ),
             transactions: TransactionSettings::default(),
+            share: crate::engine::ShareSettings::default(),
             max_members_per_group: 1_000,
             max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,

@@ -221,6 +221,31 @@ pub struct BrokerArgs {
     /// session instead. At least --group-min-session-timeout-ms.
     #[arg(long, env = "FLUME_GROUP_MAX_SESSION_TIMEOUT_MS", default_value_t = 1_800_000, value_parser = range_u64(1, i64::from(i32::MAX)))]
     group_max_session_timeout_ms: u64,
+    /// How long a share group's member holds a record it acquired before it
+    /// goes back to the others, in milliseconds (Kafka's
+    /// share.record.lock.duration.ms).
+    #[arg(long, env = "FLUME_SHARE_RECORD_LOCK_DURATION_MS", default_value_t = 30_000, value_parser = range_u64(1_000, 3_600_000))]
+    share_record_lock_duration_ms: u64,
+    /// Deliveries after which a record a share group released or let time
+    /// out is archived instead of delivered again (Kafka's
+    /// share.delivery.count.limit): a poison record stops coming back.
+    #[arg(long, env = "FLUME_SHARE_DELIVERY_COUNT_LIMIT", default_value_t = 5, value_parser = range_u64(2, 10))]
+    share_delivery_count_limit: u64,
+    /// Most records in flight (acquired, or released and not yet done) per
+    /// share-partition; past it, nothing new is acquired until the lowest
+    /// complete (Kafka's share.partition.max.record.locks).
+    #[arg(long, env = "FLUME_SHARE_PARTITION_MAX_RECORD_LOCKS", default_value_t = 2_000, value_parser = range_u64(100, 10_000))]
+    share_partition_max_record_locks: u64,
+    /// Where a new share group starts reading: latest (records produced from
+    /// its first fetch on, Kafka's default) or earliest
+    /// (share.auto.offset.reset).
+    #[arg(long, env = "FLUME_SHARE_AUTO_OFFSET_RESET", default_value = "latest", value_parser = ["latest", "earliest"])]
+    share_auto_offset_reset: String,
+    /// A share group's member not heard from for this long is removed and
+    /// its records go back to the others, in milliseconds
+    /// (group.share.session.timeout.ms).
+    #[arg(long, env = "FLUME_SHARE_SESSION_TIMEOUT_MS", default_value_t = 45_000, value_parser = range_u64(1_000, 3_600_000))]
+    share_session_timeout_ms: u64,
     /// Close a Kafka connection that sends no request for this long, in
     /// milliseconds (Kafka's connections.max.idle.ms; clients keep idle
     /// connections to the coordinator and each leader). Flume's own
@@ -801,6 +826,16 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
     c.group_initial_rebalance_delay = Duration::from_millis(a.group_initial_rebalance_delay_ms);
     c.group_min_session_timeout = Duration::from_millis(a.group_min_session_timeout_ms);
     c.group_max_session_timeout = Duration::from_millis(a.group_max_session_timeout_ms);
+    c.share.partition.lock_duration_ms = a.share_record_lock_duration_ms;
+    c.share.partition.delivery_count_limit = u16::try_from(a.share_delivery_count_limit)?;
+    c.share.partition.max_in_flight = usize::try_from(a.share_partition_max_record_locks)?;
+    c.share.auto_offset_reset = a
+        .share_auto_offset_reset
+        .parse()
+        .map_err(anyhow::Error::msg)?;
+    c.share.groups.session_timeout_ms = a.share_session_timeout_ms;
+    c.share.groups.heartbeat_interval_ms = (a.share_session_timeout_ms / 9).clamp(500, 5_000);
+    c.share.groups.max_groups = c.max_groups;
     c.connections_max_idle = Duration::from_millis(a.connections_max_idle_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;
     c.max_request_memory = match a.max_request_memory {

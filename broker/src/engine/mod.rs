@@ -12,6 +12,8 @@
 //! - `admin.rs`: deleting and altering topics, offsets by timestamp,
 //!   deleting groups.
 //! - `cleaner.rs`: the log cleaner's rounds over compacted partitions.
+//! - `share.rs`: share groups (queues): membership, acquisitions from the
+//!   log, acknowledgements, lock expiry, their kept state.
 //! - `txn.rs`: transactions, through the transaction coordinator and its
 //!   state log (markers wait for the storage format: see there).
 
@@ -41,12 +43,17 @@ mod cleaner;
 mod fetch;
 mod groups;
 mod produce;
+mod share;
 mod topics;
 mod txn;
 
 pub use admin::TOMBSTONE_PREFIX;
 pub use fetch::{FetchMemory, GaveUp, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
+pub use share::{
+    ShareAck, ShareError, ShareFetchSpec, ShareFetched, ShareGroupView, ShareMemberView,
+    SharePartitionView, ShareReset, ShareSettings, ShareTp,
+};
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;
 pub use topics::{Topic, TOPIC_ID_FILE};
@@ -201,6 +208,8 @@ pub struct Engine {
     shared: Shared,
     /// The transaction coordinator and its state log (see `txn.rs`).
     txns: txn::Transactions,
+    /// Share groups and their kept state (see `share.rs`).
+    shares: share::Shares,
 }
 
 impl Engine {
@@ -253,6 +262,7 @@ impl Engine {
             config.clock.clone(),
         );
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
+        let shares = share::Shares::open(dir, config.share, config.fsync, nonce)?;
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
             default_topic: RwLock::new(config.default_topic.clone()),
@@ -272,6 +282,7 @@ impl Engine {
             quotas,
             shared,
             txns,
+            shares,
         });
         let weak = Arc::downgrade(&engine);
         let tick = engine.config.tick;
@@ -289,6 +300,7 @@ impl Engine {
                     break;
                 }
                 engine.tick_groups();
+                engine.tick_shares().await;
                 if last_maintained.elapsed() >= every || engine.config.fsync != FsyncPolicy::Never {
                     last_maintained = Instant::now();
                     engine.maintain().await;
@@ -309,6 +321,7 @@ impl Engine {
         crate::partition::maintain_all(partitions, now).await;
         self.start_cleaning(now);
         self.offsets.maintain().await;
+        self.shares.maintain().await;
         self.maintain_txns().await;
     }
 
@@ -352,6 +365,7 @@ impl Engine {
     /// this instead of waiting for the ticker.
     pub async fn tick_now(&self) {
         self.tick_groups();
+        self.tick_shares().await;
         self.maintain().await;
     }
 
@@ -401,6 +415,7 @@ impl Engine {
             }
         }
         self.offsets.shutdown().await;
+        self.shares.shutdown().await;
         // Everything is on disk: another broker (or a reopen in this process) may take over.
         drop(lock(&self.data_lock).take());
     }
@@ -443,5 +458,7 @@ impl Engine {
 #[cfg(test)]
 mod offsets_tests;
 
+#[cfg(test)]
+mod share_tests;
 #[cfg(test)]
 mod txn_tests;

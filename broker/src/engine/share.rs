@@ -1,0 +1,698 @@
+//! Share groups (queues, KIP-932) as the engine serves them to every front
+//! end: membership ([`crate::coordinator::share::group`]), each
+//! share-partition's records ([`crate::coordinator::share::partition`])
+//! acquired from the log, and their kept state
+//! ([`crate::coordinator::share::store`]).
+//!
+//! An acquisition reads the log from the share-partition's next fetch
+//! offset (read_committed: a share group never sees an open or aborted
+//! transaction's records), hands the records found to the state machine,
+//! writes what changed (delivery counts) and only then returns the records.
+//! An acknowledgement is applied, written, and only then answered: after a
+//! crash, an accepted or rejected record is never delivered again and
+//! every other comes back, with its delivery count.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use flume_protocol::record::RecordIter;
+use flume_rt as rt;
+use futures::FutureExt;
+
+use super::{lock, Engine};
+use crate::coordinator::share::group::{
+    ShareBeat, ShareGroupError, ShareGroupLimits, ShareGroups, ShareHeartbeat,
+};
+use crate::coordinator::share::partition::{
+    AckError, AckType, Acquired, ShareConfig, ShareCounts, SharePartition, ShareUpdate,
+};
+use crate::coordinator::share::writer::ShareState;
+use crate::domain::ReadAs;
+use crate::error::BrokerError;
+
+/// Most share-partitions (group, topic, partition) the broker keeps.
+pub const MAX_SHARE_PARTITIONS: usize = 100_000;
+
+/// Where a new share group starts reading (`share.auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShareReset {
+    /// At the log end: only records produced from now on (Kafka's default).
+    #[default]
+    Latest,
+    /// At the log start.
+    Earliest,
+}
+
+impl std::str::FromStr for ShareReset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "latest" => Ok(ShareReset::Latest),
+            "earliest" => Ok(ShareReset::Earliest),
+            other => Err(format!(
+                "share.auto.offset.reset is latest or earliest, not {other:?}"
+            )),
+        }
+    }
+}
+
+/// The share-group settings of a broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShareSettings {
+    /// Locks, the delivery limit, the in-flight bound.
+    pub partition: ShareConfig,
+    /// Members and groups, sessions, heartbeats.
+    pub groups: ShareGroupLimits,
+    /// Where new share groups start.
+    pub auto_offset_reset: ShareReset,
+}
+
+/// Why a share-group request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShareError {
+    /// Membership refused the request.
+    #[error(transparent)]
+    Group(#[from] ShareGroupError),
+    /// The member is not assigned that partition (or not in the group).
+    #[error("member {member} is not assigned {topic}-{partition}")]
+    NotAssigned {
+        /// The member.
+        member: String,
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
+    /// No such topic.
+    #[error("unknown topic {0}")]
+    UnknownTopic(String),
+    /// No such partition.
+    #[error("unknown partition {topic}-{partition}")]
+    UnknownPartition {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+    },
+    /// An acknowledgement of records the member does not hold.
+    #[error(transparent)]
+    RecordState(#[from] AckError),
+    /// Past a bound (share-partitions).
+    #[error("{0}")]
+    Limit(String),
+    /// The state could not be read or written.
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+}
+
+/// One partition of a share fetch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ShareTp {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: i32,
+}
+
+/// What a share fetch asks for.
+#[derive(Debug, Clone)]
+pub struct ShareFetchSpec {
+    /// The group.
+    pub group: String,
+    /// The member.
+    pub member: String,
+    /// The partitions to acquire from (each must be assigned to the member).
+    pub partitions: Vec<ShareTp>,
+    /// Most records over all partitions.
+    pub max_records: usize,
+    /// Most bytes read per partition.
+    pub max_bytes: usize,
+    /// How long to wait for records when there are none.
+    pub max_wait: Duration,
+}
+
+/// The records acquired from one partition.
+#[derive(Debug)]
+pub struct ShareFetched {
+    /// The partition.
+    pub tp: ShareTp,
+    /// Why nothing was acquired here, if it failed.
+    pub error: Option<ShareError>,
+    /// The acquired records, in Flume's stored format (whole records, in
+    /// offset order; a front end converts them as its FETCH does).
+    pub records: Vec<u8>,
+    /// The runs acquired, with their delivery counts.
+    pub acquired: Vec<Acquired>,
+}
+
+/// One acknowledgement.
+#[derive(Debug, Clone)]
+pub struct ShareAck {
+    /// The partition.
+    pub tp: ShareTp,
+    /// First offset.
+    pub first: i64,
+    /// Last offset (inclusive).
+    pub last: i64,
+    /// What to do with them.
+    pub ack: AckType,
+}
+
+/// A share-partition as described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartitionView {
+    /// The partition.
+    pub tp: ShareTp,
+    /// Everything below is done.
+    pub start_offset: i64,
+    /// Counts of its in-flight records.
+    pub counts: ShareCounts,
+    /// Records archived since the broker started.
+    pub archived: u64,
+    /// The partition's log end (for the lag: records not yet done).
+    pub log_end: i64,
+}
+
+/// A share group as described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareGroupView {
+    /// Its name.
+    pub group: String,
+    /// Its epoch (0 when it has no members).
+    pub epoch: i32,
+    /// Its members: id, client id, host, epoch, subscription, assignment.
+    pub members: Vec<ShareMemberView>,
+    /// Its share-partitions.
+    pub partitions: Vec<SharePartitionView>,
+}
+
+/// A member as described.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareMemberView {
+    /// Its id.
+    pub member_id: String,
+    /// The client's id.
+    pub client_id: String,
+    /// The client's address.
+    pub client_host: String,
+    /// Its epoch.
+    pub member_epoch: i32,
+    /// Its topics.
+    pub subscribed: Vec<String>,
+    /// Its partitions by topic.
+    pub assignment: BTreeMap<String, Vec<i32>>,
+}
+
+type SpKey = (String, String, i32);
+
+/// The share groups' state in the engine.
+#[derive(Debug)]
+pub(crate) struct Shares {
+    settings: ShareSettings,
+    groups: Mutex<ShareGroups>,
+    partitions: Mutex<HashMap<SpKey, SharePartition>>,
+    /// Notified when records become available again (released, expired),
+    /// so waiting share fetches look again.
+    available: event_listener::Event,
+    store: ShareState,
+}
+
+impl Shares {
+    /// The share groups of a data directory, their kept state replayed.
+    pub(crate) fn open(
+        dir: &std::path::Path,
+        settings: ShareSettings,
+        fsync: crate::storage::FsyncPolicy,
+        nonce: u64,
+    ) -> Result<Self, BrokerError> {
+        let store = ShareState::open(&dir.join("__share_state"), fsync)?;
+        let mut partitions = HashMap::new();
+        for g in store.groups() {
+            for (t, p) in store.partitions_of(&g) {
+                if let Some(snap) = store.get(&g, &t, p) {
+                    let sp = SharePartition::restore(settings.partition, &snap);
+                    partitions.insert((g.clone(), t, p), sp);
+                }
+            }
+        }
+        Ok(Shares {
+            settings,
+            groups: Mutex::new(ShareGroups::new(settings.groups, nonce)),
+            partitions: Mutex::new(partitions),
+            available: event_listener::Event::new(),
+            store,
+        })
+    }
+
+    pub(crate) async fn shutdown(&self) {
+        self.store.shutdown().await;
+    }
+
+    /// The interval fsync and compaction of the kept state.
+    pub(crate) async fn maintain(&self) {
+        self.store.maintain().await;
+    }
+}
+
+impl Engine {
+    /// The share-group settings in force.
+    pub fn share_settings(&self) -> ShareSettings {
+        self.shares.settings
+    }
+
+    /// A share-group heartbeat: joins, keeps, updates or removes a member
+    /// and answers its assignment. A member that leaves gives its records
+    /// back (written before the answer).
+    ///
+    /// # Errors
+    /// See [`ShareGroupError`]; a storage failure.
+    pub async fn share_heartbeat(&self, hb: ShareHeartbeat<'_>) -> Result<ShareBeat, ShareError> {
+        if !crate::config::valid_group_id(hb.group) {
+            return Err(ShareGroupError::Invalid(format!("group id {:?}", hb.group)).into());
+        }
+        let now = self.mono_ms();
+        let group = hb.group.to_owned();
+        let (beat, left) = {
+            let partitions_of = |t: &str| {
+                self.topic(t)
+                    .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
+            };
+            lock(&self.shares.groups).heartbeat(hb, &partitions_of, now)?
+        };
+        if !left.is_empty() {
+            let gone: Vec<(String, String)> =
+                left.into_iter().map(|m| (group.clone(), m)).collect();
+            self.release_members(&gone).await?;
+        }
+        Ok(beat)
+    }
+
+    /// Gives back the records of members that left or were removed.
+    async fn release_members(&self, gone: &[(String, String)]) -> Result<(), BrokerError> {
+        let updates = {
+            let mut parts = lock(&self.shares.partitions);
+            let mut updates = Vec::new();
+            for ((g, t, p), sp) in parts.iter_mut() {
+                for (group, member) in gone {
+                    if g == group {
+                        sp.release_member(member);
+                    }
+                }
+                if let Some(u) = sp.take_update() {
+                    updates.push((g.clone(), t.clone(), *p, u));
+                }
+            }
+            updates
+        };
+        self.write_share(updates).await
+    }
+
+    async fn write_share(
+        &self,
+        updates: Vec<(String, String, i32, ShareUpdate)>,
+    ) -> Result<(), BrokerError> {
+        if updates.is_empty() {
+            return Ok(());
+        }
+        let released = updates.iter().any(|(.., u)| {
+            u.state
+                .records
+                .iter()
+                .any(|r| r.1 == crate::coordinator::share::partition::SnapshotState::Available)
+        });
+        self.shares.store.write(updates).await?;
+        if released {
+            self.shares.available.notify(usize::MAX);
+        }
+        Ok(())
+    }
+
+    /// Acquires records for a member: from each partition of the request
+    /// (each must be assigned to it) up to `max_records` in all, waiting up
+    /// to `max_wait` when none are available. Each partition answers its
+    /// records or why it has none.
+    ///
+    /// # Errors
+    /// The member is not in the group (or was fenced).
+    pub async fn share_fetch(&self, req: ShareFetchSpec) -> Result<Vec<ShareFetched>, ShareError> {
+        let deadline = std::time::Instant::now()
+            + req.max_wait.min(Duration::from_millis(
+                u64::try_from(crate::config::MAX_FETCH_WAIT_MS).unwrap_or(0),
+            ));
+        loop {
+            {
+                let groups = lock(&self.shares.groups);
+                if groups
+                    .group(&req.group)
+                    .is_none_or(|g| !g.members().any(|m| m.member_id == req.member))
+                {
+                    return Err(ShareGroupError::UnknownMember(req.member.clone()).into());
+                }
+            }
+            // Listen before looking, so records that arrive in between wake us.
+            let mut listeners = vec![self.shares.available.listen()];
+            for tp in &req.partitions {
+                listeners
+                    .extend(self.listen(&tp.topic, &[u32::try_from(tp.partition).unwrap_or(0)]));
+            }
+            let mut out = Vec::with_capacity(req.partitions.len());
+            let mut left = req.max_records.max(1);
+            for tp in &req.partitions {
+                if left == 0 {
+                    out.push(ShareFetched {
+                        tp: tp.clone(),
+                        error: None,
+                        records: Vec::new(),
+                        acquired: Vec::new(),
+                    });
+                    continue;
+                }
+                match self.acquire_from(&req, tp, left).await {
+                    Ok((records, acquired)) => {
+                        let n: usize = acquired
+                            .iter()
+                            .map(|a| {
+                                usize::try_from(a.last_offset - a.first_offset + 1).unwrap_or(0)
+                            })
+                            .sum();
+                        left = left.saturating_sub(n);
+                        out.push(ShareFetched {
+                            tp: tp.clone(),
+                            error: None,
+                            records,
+                            acquired,
+                        });
+                    }
+                    Err(e) => out.push(ShareFetched {
+                        tp: tp.clone(),
+                        error: Some(e),
+                        records: Vec::new(),
+                        acquired: Vec::new(),
+                    }),
+                }
+            }
+            let got = out
+                .iter()
+                .any(|f| !f.acquired.is_empty() || f.error.is_some());
+            let now = std::time::Instant::now();
+            if got || now >= deadline || self.is_shutting_down() {
+                return Ok(out);
+            }
+            // Wake at the earliest of: records, a release, a lock running
+            // out (looked at by the ticker), the deadline.
+            let wait = (deadline - now).min(Duration::from_millis(100));
+            let any = futures::future::select_all(listeners.into_iter().map(Box::pin));
+            futures::select! {
+                _ = any.fuse() => {},
+                _ = rt::sleep(wait).fuse() => {},
+            }
+        }
+    }
+
+    /// One partition's acquisition (see [`Engine::share_fetch`]).
+    async fn acquire_from(
+        &self,
+        req: &ShareFetchSpec,
+        tp: &ShareTp,
+        max_records: usize,
+    ) -> Result<(Vec<u8>, Vec<Acquired>), ShareError> {
+        let assigned = lock(&self.shares.groups)
+            .group(&req.group)
+            .is_some_and(|g| g.is_assigned(&req.member, &tp.topic, tp.partition));
+        if !assigned {
+            return Err(ShareError::NotAssigned {
+                member: req.member.clone(),
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            });
+        }
+        let topic = self
+            .topic(&tp.topic)
+            .ok_or_else(|| ShareError::UnknownTopic(tp.topic.clone()))?;
+        let part = topic
+            .partition(tp.partition)
+            .ok_or_else(|| ShareError::UnknownPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+            })?;
+        let key: SpKey = (req.group.clone(), tp.topic.clone(), tp.partition);
+        let log_start = i64::try_from(part.start_offset()).unwrap_or(i64::MAX);
+        let log_end = i64::try_from(part.end_offset()).unwrap_or(i64::MAX);
+        let (from, created) = {
+            let mut parts = lock(&self.shares.partitions);
+            let mut created = None;
+            if !parts.contains_key(&key) {
+                if parts.len() >= MAX_SHARE_PARTITIONS {
+                    return Err(ShareError::Limit(format!(
+                        "the broker keeps {MAX_SHARE_PARTITIONS} share-partitions, its limit"
+                    )));
+                }
+                let start = match self.shares.settings.auto_offset_reset {
+                    ShareReset::Latest => log_end,
+                    ShareReset::Earliest => log_start,
+                };
+                let mut sp = SharePartition::new(self.shares.settings.partition, start);
+                created = sp.take_update();
+                parts.insert(key.clone(), sp);
+            }
+            let sp = parts
+                .get_mut(&key)
+                .ok_or_else(|| ShareError::Limit("share-partition gone".into()))?;
+            if sp.start_offset() < log_start {
+                sp.log_start_moved(log_start);
+            }
+            (sp.next_fetch_offset(), created)
+        };
+        if let Some(u) = created {
+            self.write_share(vec![(key.0.clone(), key.1.clone(), key.2, u)])
+                .await?;
+        }
+        let Some(from) = from else {
+            return Ok((Vec::new(), Vec::new()));
+        };
+        if from >= log_end {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let read = part
+            .read(
+                u64::try_from(from).unwrap_or(0),
+                req.max_bytes.max(1),
+                ReadAs::Records,
+                true,
+            )
+            .await?;
+        let mut offsets = Vec::new();
+        for raw in RecordIter::new(&read.records) {
+            let raw = raw.map_err(|e| {
+                BrokerError::code_for(flume_protocol::ErrorCode::CorruptRecord, e.to_string())
+            })?;
+            offsets.push(i64::try_from(raw.offset).unwrap_or(i64::MAX));
+        }
+        let read_end = i64::try_from(read.next).unwrap_or(i64::MAX);
+        let now = self.mono_ms();
+        let (acquired, update) = {
+            let mut parts = lock(&self.shares.partitions);
+            let Some(sp) = parts.get_mut(&key) else {
+                return Ok((Vec::new(), Vec::new()));
+            };
+            // A reset since the read moved the end below where it began:
+            // what was read no longer says where the gaps are.
+            if from > sp.end_offset() {
+                return Ok((Vec::new(), Vec::new()));
+            }
+            let acquired = sp.acquire(&req.member, &offsets, read_end, max_records, now);
+            (acquired, sp.take_update())
+        };
+        if let Some(u) = update {
+            self.write_share(vec![(key.0, key.1, key.2, u)]).await?;
+        }
+        if acquired.is_empty() {
+            return Ok((Vec::new(), acquired));
+        }
+        // Only the acquired records go out.
+        let mut records = Vec::new();
+        let mut runs = acquired.iter().peekable();
+        for raw in RecordIter::new(&read.records).flatten() {
+            let o = i64::try_from(raw.offset).unwrap_or(i64::MAX);
+            while runs.peek().is_some_and(|r| r.last_offset < o) {
+                runs.next();
+            }
+            if runs.peek().is_some_and(|r| r.first_offset <= o) {
+                if let Some(bytes) = read.records.get(raw.pos..raw.pos + raw.encoded_len()) {
+                    records.extend_from_slice(bytes);
+                }
+            }
+        }
+        Ok((records, acquired))
+    }
+
+    /// Applies a member's acknowledgements; each answers for itself (a
+    /// refused one changes nothing). Answers once what changed is written.
+    ///
+    /// # Errors
+    /// The member is not in the group; a storage failure.
+    pub async fn share_acknowledge(
+        &self,
+        group: &str,
+        member: &str,
+        acks: &[ShareAck],
+    ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
+        {
+            let groups = lock(&self.shares.groups);
+            if groups
+                .group(group)
+                .is_none_or(|g| !g.members().any(|m| m.member_id == member))
+            {
+                return Err(ShareGroupError::UnknownMember(member.to_owned()).into());
+            }
+        }
+        let now = self.mono_ms();
+        let (results, updates) = {
+            let mut parts = lock(&self.shares.partitions);
+            let mut results = Vec::with_capacity(acks.len());
+            for a in acks {
+                let key: SpKey = (group.to_owned(), a.tp.topic.clone(), a.tp.partition);
+                let r = match parts.get_mut(&key) {
+                    Some(sp) => sp
+                        .acknowledge(member, a.first, a.last, a.ack, now)
+                        .map_err(ShareError::from),
+                    None => Err(ShareError::RecordState(AckError::NotAcquired {
+                        offset: a.first,
+                        member: member.to_owned(),
+                    })),
+                };
+                results.push(r);
+            }
+            let mut updates = Vec::new();
+            let mut touched: Vec<&ShareTp> = acks.iter().map(|a| &a.tp).collect();
+            touched.sort_unstable();
+            touched.dedup();
+            for tp in touched {
+                let key: SpKey = (group.to_owned(), tp.topic.clone(), tp.partition);
+                if let Some(u) = parts.get_mut(&key).and_then(SharePartition::take_update) {
+                    updates.push((key.0, key.1, key.2, u));
+                }
+            }
+            (results, updates)
+        };
+        self.write_share(updates).await?;
+        Ok(results)
+    }
+
+    /// The share groups' maintenance: members whose session ran out leave,
+    /// locks that ran out release their records. Run by the ticker.
+    pub(super) async fn tick_shares(&self) {
+        let now = self.mono_ms();
+        let gone = lock(&self.shares.groups).expire(now);
+        let updates = {
+            let mut parts = lock(&self.shares.partitions);
+            let mut updates = Vec::new();
+            for ((g, t, p), sp) in parts.iter_mut() {
+                for (group, member) in &gone {
+                    if g == group {
+                        sp.release_member(member);
+                    }
+                }
+                if sp.next_deadline().is_some_and(|d| d <= now) {
+                    sp.expire(now);
+                }
+                if let Some(u) = sp.take_update() {
+                    updates.push((g.clone(), t.clone(), *p, u));
+                }
+            }
+            updates
+        };
+        if let Err(e) = self.write_share(updates).await {
+            tracing::error!(error = %e, "share-group state not written");
+        }
+    }
+
+    /// Describes a share group: its members and its share-partitions.
+    pub fn describe_share_group(&self, group: &str) -> Option<ShareGroupView> {
+        let (epoch, members) = {
+            let groups = lock(&self.shares.groups);
+            match groups.group(group) {
+                Some(g) => (
+                    g.epoch,
+                    g.members()
+                        .map(|m| ShareMemberView {
+                            member_id: m.member_id.clone(),
+                            client_id: m.client_id.clone(),
+                            client_host: m.client_host.clone(),
+                            member_epoch: m.member_epoch,
+                            subscribed: m.subscribed.clone(),
+                            assignment: m.assignment.clone(),
+                        })
+                        .collect(),
+                ),
+                None => (0, Vec::new()),
+            }
+        };
+        let mut partitions: Vec<SharePartitionView> = lock(&self.shares.partitions)
+            .iter()
+            .filter(|((g, _, _), _)| g == group)
+            .map(|((_, t, p), sp)| SharePartitionView {
+                tp: ShareTp {
+                    topic: t.clone(),
+                    partition: *p,
+                },
+                start_offset: sp.start_offset(),
+                counts: sp.counts(),
+                archived: sp.archived_total(),
+                log_end: self
+                    .topic(t)
+                    .and_then(|t| {
+                        t.partition(*p)
+                            .map(|p| i64::try_from(p.end_offset()).unwrap_or(i64::MAX))
+                    })
+                    .unwrap_or(-1),
+            })
+            .collect();
+        if members.is_empty() && partitions.is_empty() {
+            return None;
+        }
+        partitions.sort_unstable_by(|a, b| a.tp.cmp(&b.tp));
+        Some(ShareGroupView {
+            group: group.to_owned(),
+            epoch,
+            members,
+            partitions,
+        })
+    }
+
+    /// Every share group: those with members or kept state.
+    pub fn list_share_groups(&self) -> Vec<String> {
+        let mut names = lock(&self.shares.groups).names();
+        names.extend(
+            lock(&self.shares.partitions)
+                .keys()
+                .map(|(g, _, _)| g.clone()),
+        );
+        names.sort_unstable();
+        names.dedup();
+        names
+    }
+
+    /// Deletes a share group's kept state; refused while it has members.
+    ///
+    /// # Errors
+    /// The group has members ([`ShareGroupError::Invalid`]); a storage failure.
+    pub async fn delete_share_group(&self, group: &str) -> Result<bool, ShareError> {
+        if lock(&self.shares.groups).group(group).is_some() {
+            return Err(
+                ShareGroupError::Invalid(format!("share group {group} has members")).into(),
+            );
+        }
+        let existed = {
+            let mut parts = lock(&self.shares.partitions);
+            let before = parts.len();
+            parts.retain(|(g, _, _), _| g != group);
+            parts.len() != before
+        };
+        if existed {
+            self.shares.store.remove_group(group).await?;
+        }
+        Ok(existed)
+    }
+}
