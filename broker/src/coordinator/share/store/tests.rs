@@ -599,7 +599,6 @@ fn the_updates_of_a_share_partition_replay_to_its_snapshot() {
     p.acknowledge("m", 110, 119, AckType::Release, 1).unwrap();
     p.acknowledge("m", 120, 121, AckType::Reject, 1).unwrap();
     store(&mut p);
-    drop(store);
     drop(s);
     let s = open(dir.path());
     let kept = s.get("g", "t", 0).unwrap();
