@@ -189,6 +189,9 @@ impl Engine {
             }
             return Err(e);
         }
+        if let Err(e) = self.forget_share_topic(name).await {
+            tracing::error!(topic = name, error = %e, "forgetting the deleted topic's share-group state failed");
+        }
         let owned = name.to_owned();
         let dropped = self.offsets.remove_where(move |k| k.1 == owned).await;
         match dropped {

@@ -262,7 +262,9 @@ impl Engine {
             config.clock.clone(),
         );
         let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
-        let shares = share::Shares::open(dir, config.share, config.fsync, nonce)?;
+        let shares = share::Shares::open(dir, config.share, config.fsync, nonce, &|t| {
+            topics.contains_key(t)
+        })?;
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let engine = Arc::new(Engine {
             default_topic: RwLock::new(config.default_topic.clone()),

@@ -225,8 +225,23 @@ impl Shares {
         settings: ShareSettings,
         fsync: crate::storage::FsyncPolicy,
         nonce: u64,
+        topic_exists: &dyn Fn(&str) -> bool,
     ) -> Result<Self, BrokerError> {
         let store = ShareState::open(&dir.join("__share_state"), fsync)?;
+        // The state of topics deleted while a crash interrupted the delete
+        // goes now, so a topic made again under the name starts afresh.
+        let mut gone: Vec<String> = store
+            .groups()
+            .iter()
+            .flat_map(|g| store.partitions_of(g))
+            .map(|(t, _)| t)
+            .filter(|t| !topic_exists(t))
+            .collect();
+        gone.sort_unstable();
+        gone.dedup();
+        for t in gone {
+            store.apply_now(&[crate::coordinator::share::store::ShareOp::RemoveTopic(t)])?;
+        }
         let mut partitions = HashMap::new();
         for g in store.groups() {
             for (t, p) in store.partitions_of(&g) {
@@ -606,6 +621,12 @@ impl Engine {
         if let Err(e) = self.write_share(updates).await {
             tracing::error!(error = %e, "share-group state not written");
         }
+    }
+
+    /// Forgets every share group's state of a deleted topic.
+    pub(super) async fn forget_share_topic(&self, topic: &str) -> Result<(), BrokerError> {
+        lock(&self.shares.partitions).retain(|(_, t, _), _| t != topic);
+        self.shares.store.remove_topic(topic).await
     }
 
     /// Describes a share group: its members and its share-partitions.

@@ -335,3 +335,37 @@ fn fetches_and_acknowledgements_of_strangers_are_refused() {
         assert!(e.delete_share_group("g").await.is_err());
     });
 }
+
+#[test]
+fn a_deleted_topic_takes_its_share_state_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual();
+    {
+        let e = engine(dir.path(), &clock, ShareReset::Earliest);
+        rt::block_on(async {
+            produce(&e, 3).await;
+            join(&e, "a").await;
+            assert_eq!(fetch(&e, "a", 10).await.len(), 3);
+            assert!(ack(&e, "a", 0, 2, AckType::Accept).await);
+            e.delete_topic("t").await.unwrap();
+            e.create_topic(
+                "t",
+                TopicConfig {
+                    partitions: 1,
+                    ..TopicConfig::default()
+                },
+            )
+            .unwrap();
+            produce(&e, 1).await;
+            // The group reads the new topic from its start, not from 3.
+            assert_eq!(fetch(&e, "a", 10).await, vec![(0, 1)]);
+            e.shutdown().await;
+        });
+    }
+    // And after a restart too.
+    let e = engine(dir.path(), &clock, ShareReset::Earliest);
+    rt::block_on(async {
+        join(&e, "b").await;
+        assert_eq!(fetch(&e, "b", 10).await, vec![(0, 2)]);
+    });
+}
