@@ -144,7 +144,7 @@ impl ShareState {
         loop {
             let room = self.room();
             match self.try_queue(ops) {
-                Ok(rx) => return finish(rx).await,
+                Ok(rx) => return crate::coordinator::offsets::finish(rx).await,
                 Err(NotQueued::Full(back)) => {
                     ops = back;
                     room.await;
@@ -246,15 +246,6 @@ impl ShareState {
             tracing::error!(error = %e, "fsync of the share state failed at shutdown");
         }
     }
-}
-
-/// Waits for a queued job's result.
-///
-/// # Errors
-/// The job's failure, or SHUTTING_DOWN if the writer went away.
-pub async fn finish(rx: oneshot::Receiver<Result<(), BrokerError>>) -> Result<(), BrokerError> {
-    rx.await
-        .unwrap_or_else(|_| Err(ErrorCode::ShuttingDown.into()))
 }
 
 async fn writer_loop(

@@ -1,6 +1,7 @@
 //! The share-state writer: a write is answered once stored, writes waiting
 //! behind a busy writer share one fsync, the queue is bounded, shutdown.
 
+use crate::coordinator::offsets::finish;
 use std::time::{Duration, Instant};
 
 use flume_protocol::ErrorCode;
