@@ -600,8 +600,8 @@ pub struct BrokerConfig {
     /// The transaction coordinator's bounds and timeouts (see [`TransactionSettings`]).
     pub transactions: TransactionSettings,
     /// Share groups (queues): record locks, the delivery limit, where a new
-    /// group starts, sessions and bounds (see [`crate::engine::ShareSettings`]).
-    pub share: crate::engine::ShareSettings,
+    /// group starts, sessions and bounds (see [`ShareSettings`]).
+    pub share: ShareSettings,
     /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
     /// a longer list gets INVALID_REQUEST before its names are decoded.
     pub max_topics_per_join: usize,
@@ -728,13 +728,13 @@ impl BrokerConfig {
             max_groups: 10_000,
             group_initial_rebalance_delay: Duration::from_secs(3),
             group_min_session_timeout: Duration::from_millis(
-                crate::domain::CLIENT_SESSION_TIMEOUT_MS.0,
+                6_000, /* Kafka's group.min.session.timeout.ms (domain::CLIENT_SESSION_TIMEOUT_MS) */
             ),
             group_max_session_timeout: Duration::from_millis(
-                crate::domain::CLIENT_SESSION_TIMEOUT_MS.1,
+                1_800_000, /* Kafka's group.max.session.timeout.ms */
             ),
             transactions: TransactionSettings::default(),
-            share: crate::engine::ShareSettings::default(),
+            share: ShareSettings::default(),
             max_members_per_group: 1_000,
             max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,
@@ -949,6 +949,93 @@ pub fn valid_name(name: &str) -> bool {
 /// ids name no file: they are keys of the offsets log.
 pub fn valid_group_id(group: &str) -> bool {
     !group.is_empty() && group.len() <= MAX_GROUP_ID_LEN
+}
+
+// ------------------------------------------------------------ share groups
+
+/// The settings of one share-partition (a share group's configs, by Kafka's
+/// names in the comments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareConfig {
+    /// How long an acquired record stays with its member
+    /// (`share.record.lock.duration.ms`, default 30 s).
+    pub lock_duration_ms: u64,
+    /// Deliveries after which a released or timed-out record is archived
+    /// (`share.delivery.count.limit`, default 5).
+    pub delivery_count_limit: u16,
+    /// Most records in flight between the start and the end
+    /// (`share.partition.max.record.locks`, default 2000).
+    pub max_in_flight: usize,
+}
+
+impl Default for ShareConfig {
+    fn default() -> Self {
+        ShareConfig {
+            lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            max_in_flight: 2_000,
+        }
+    }
+}
+
+/// Bounds and timing of share groups (broker settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareGroupLimits {
+    /// Most share groups.
+    pub max_groups: usize,
+    /// Most members of one share group (`group.share.max.size`, default 200).
+    pub max_members: usize,
+    /// A member not heard from for this long is removed
+    /// (`group.share.session.timeout.ms`, default 45 s).
+    pub session_timeout_ms: u64,
+    /// How often members heartbeat (`group.share.heartbeat.interval.ms`,
+    /// default 5 s).
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Default for ShareGroupLimits {
+    fn default() -> Self {
+        ShareGroupLimits {
+            max_groups: 10_000,
+            max_members: 200,
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+        }
+    }
+}
+
+/// Where a new share group starts reading (`share.auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShareReset {
+    /// At the log end: only records produced from now on (Kafka's default).
+    #[default]
+    Latest,
+    /// At the log start.
+    Earliest,
+}
+
+impl std::str::FromStr for ShareReset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "latest" => Ok(ShareReset::Latest),
+            "earliest" => Ok(ShareReset::Earliest),
+            other => Err(format!(
+                "share.auto.offset.reset is latest or earliest, not {other:?}"
+            )),
+        }
+    }
+}
+
+/// The share-group settings of a broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShareSettings {
+    /// Locks, the delivery limit, the in-flight bound.
+    pub partition: ShareConfig,
+    /// Members and groups, sessions, heartbeats.
+    pub groups: ShareGroupLimits,
+    /// Where new share groups start.
+    pub auto_offset_reset: ShareReset,
 }
 
 #[cfg(test)]

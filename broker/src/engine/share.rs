@@ -21,11 +21,9 @@ use flume_rt as rt;
 use futures::FutureExt;
 
 use super::{lock, Engine};
-use crate::coordinator::share::group::{
-    ShareBeat, ShareGroupError, ShareGroupLimits, ShareGroups, ShareHeartbeat,
-};
+use crate::coordinator::share::group::{ShareBeat, ShareGroupError, ShareGroups, ShareHeartbeat};
 use crate::coordinator::share::partition::{
-    AckError, AckType, Acquired, ShareConfig, ShareCounts, SharePartition, ShareUpdate,
+    AckError, AckType, Acquired, ShareCounts, SharePartition, ShareUpdate,
 };
 use crate::coordinator::share::writer::ShareState;
 use crate::domain::ReadAs;
@@ -34,39 +32,7 @@ use crate::error::BrokerError;
 /// Most share-partitions (group, topic, partition) the broker keeps.
 pub const MAX_SHARE_PARTITIONS: usize = 100_000;
 
-/// Where a new share group starts reading (`share.auto.offset.reset`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ShareReset {
-    /// At the log end: only records produced from now on (Kafka's default).
-    #[default]
-    Latest,
-    /// At the log start.
-    Earliest,
-}
-
-impl std::str::FromStr for ShareReset {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "latest" => Ok(ShareReset::Latest),
-            "earliest" => Ok(ShareReset::Earliest),
-            other => Err(format!(
-                "share.auto.offset.reset is latest or earliest, not {other:?}"
-            )),
-        }
-    }
-}
-
-/// The share-group settings of a broker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ShareSettings {
-    /// Locks, the delivery limit, the in-flight bound.
-    pub partition: ShareConfig,
-    /// Members and groups, sessions, heartbeats.
-    pub groups: ShareGroupLimits,
-    /// Where new share groups start.
-    pub auto_offset_reset: ShareReset,
-}
+pub use crate::config::{ShareReset, ShareSettings};
 
 /// Why a share-group request failed.
 #[derive(Debug, thiserror::Error)]

@@ -46,31 +46,7 @@ pub enum ShareGroupError {
     Invalid(String),
 }
 
-/// Bounds and timing of share groups (broker settings).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShareGroupLimits {
-    /// Most share groups.
-    pub max_groups: usize,
-    /// Most members of one share group (`group.share.max.size`, default 200).
-    pub max_members: usize,
-    /// A member not heard from for this long is removed
-    /// (`group.share.session.timeout.ms`, default 45 s).
-    pub session_timeout_ms: u64,
-    /// How often members heartbeat (`group.share.heartbeat.interval.ms`,
-    /// default 5 s).
-    pub heartbeat_interval_ms: u64,
-}
-
-impl Default for ShareGroupLimits {
-    fn default() -> Self {
-        ShareGroupLimits {
-            max_groups: 10_000,
-            max_members: 200,
-            session_timeout_ms: 45_000,
-            heartbeat_interval_ms: 5_000,
-        }
-    }
-}
+pub use crate::config::ShareGroupLimits;
 
 /// Longest member id taken (a client makes a UUID: 22 to 36 characters).
 pub const MAX_MEMBER_ID_LEN: usize = 128;

@@ -34,30 +34,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The settings of one share-partition (a share group's configs, by Kafka's
-/// names in the comments).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShareConfig {
-    /// How long an acquired record stays with its member
-    /// (`share.record.lock.duration.ms`, default 30 s).
-    pub lock_duration_ms: u64,
-    /// Deliveries after which a released or timed-out record is archived
-    /// (`share.delivery.count.limit`, default 5).
-    pub delivery_count_limit: u16,
-    /// Most records in flight between the start and the end
-    /// (`share.partition.max.record.locks`, default 2000).
-    pub max_in_flight: usize,
-}
-
-impl Default for ShareConfig {
-    fn default() -> Self {
-        ShareConfig {
-            lock_duration_ms: 30_000,
-            delivery_count_limit: 5,
-            max_in_flight: 2_000,
-        }
-    }
-}
+pub use crate::config::ShareConfig;
 
 /// How a member acknowledges records (the codes of ShareAcknowledge).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
