@@ -8,10 +8,9 @@
 #   tests/kafka-clients/run.sh --install-only  only install the clients into the cache
 #
 # Environment:
-#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust
-#                                     the clients to run (default: all of these); `share`
-#                                     (confluent-kafka's ShareConsumer, share_test.py, issue #44)
-#                                     runs only when named here
+#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share
+#                                     the clients to run (default: all of these); `share` is
+#                                     confluent-kafka's ShareConsumer (share_test.py, issue #44)
 #   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
 #                                     one (the cross-protocol scenarios are skipped then)
 #   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
@@ -25,9 +24,8 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}
-ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust
-# Known but not run by default: share (share groups, issue #44) until the broker serves them.
-KNOWN_CLIENTS=$ALL_CLIENTS,share
+ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share
+KNOWN_CLIENTS=$ALL_CLIENTS
 CLIENTS=${KAFKA_CLIENTS:-$ALL_CLIENTS}
 BOOTSTRAP=${FLUME_KAFKA_BOOTSTRAP:-}
 export KAFKA_CLIENTS_DEADLINE_S=${KAFKA_CLIENTS_DEADLINE_S:-25}

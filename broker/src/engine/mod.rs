@@ -51,8 +51,9 @@ pub use admin::TOMBSTONE_PREFIX;
 pub use fetch::{FetchMemory, GaveUp, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
 pub use share::{
-    ShareAck, ShareError, ShareFetchSpec, ShareFetched, ShareGroupView, ShareMemberView,
-    SharePartitionView, ShareReset, ShareSettings, ShareTp,
+    AckError, AckType, Acquired, SessionError, SessionStep, ShareAck, ShareBeat, ShareCounts,
+    ShareError, ShareFetchSpec, ShareFetched, ShareGroupError, ShareGroupView, ShareHeartbeat,
+    ShareMemberView, SharePartitionView, ShareReset, ShareSettings, ShareTp, MAX_SHARE_SESSIONS,
 };
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;

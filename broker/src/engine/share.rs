@@ -21,16 +21,23 @@ use flume_rt as rt;
 use futures::FutureExt;
 
 use super::{lock, Engine};
-use crate::coordinator::share::group::{ShareBeat, ShareGroupError, ShareGroups, ShareHeartbeat};
-use crate::coordinator::share::partition::{
-    AckError, AckType, Acquired, ShareCounts, SharePartition, ShareUpdate,
-};
+use crate::coordinator::share::group::ShareGroups;
+pub use crate::coordinator::share::group::{ShareBeat, ShareGroupError, ShareHeartbeat};
+pub use crate::coordinator::share::partition::{AckError, AckType, Acquired, ShareCounts};
+use crate::coordinator::share::partition::{SharePartition, ShareUpdate};
+pub use crate::coordinator::share::session::{SessionError, SessionStep};
+use crate::coordinator::share::session::{SessionTp, ShareSessions};
 use crate::coordinator::share::writer::ShareState;
 use crate::domain::ReadAs;
 use crate::error::BrokerError;
 
 /// Most share-partitions (group, topic, partition) the broker keeps.
 pub const MAX_SHARE_PARTITIONS: usize = 100_000;
+
+/// Most share sessions (Kafka's ShareFetch) the broker keeps; past it, the
+/// sessions of members no longer in their group make room, else a new one
+/// is refused (Kafka's `share.max.share.sessions` is 2,000).
+pub const MAX_SHARE_SESSIONS: usize = 10_000;
 
 pub use crate::config::{ShareReset, ShareSettings};
 
@@ -67,6 +74,9 @@ pub enum ShareError {
     /// Past a bound (share-partitions).
     #[error("{0}")]
     Limit(String),
+    /// The request does not fit the member's share session.
+    #[error(transparent)]
+    Session(#[from] SessionError),
     /// The state could not be read or written.
     #[error(transparent)]
     Broker(#[from] BrokerError),
@@ -182,6 +192,7 @@ pub(crate) struct Shares {
     /// so waiting share fetches look again.
     available: event_listener::Event,
     store: ShareState,
+    sessions: Mutex<ShareSessions>,
 }
 
 impl Shares {
@@ -223,6 +234,7 @@ impl Shares {
             partitions: Mutex::new(partitions),
             available: event_listener::Event::new(),
             store,
+            sessions: Mutex::new(ShareSessions::new(MAX_SHARE_SESSIONS)),
         })
     }
 
@@ -264,9 +276,61 @@ impl Engine {
         if !left.is_empty() {
             let gone: Vec<(String, String)> =
                 left.into_iter().map(|m| (group.clone(), m)).collect();
+            lock(&self.shares.sessions).drop_members(&gone);
             self.release_members(&gone).await?;
         }
         Ok(beat)
+    }
+
+    /// Applies a request to the member's share session (Kafka's ShareFetch
+    /// and ShareAcknowledge; see [`ShareSessions::step`]): the partitions to
+    /// fetch from, or that the session closed. Sessions of members no longer
+    /// in their group make room when the table is full.
+    ///
+    /// # Errors
+    /// [`SessionError`]: no session, the wrong epoch, the table full.
+    pub fn share_session(
+        &self,
+        group: &str,
+        member: &str,
+        epoch: i32,
+        added: &[SessionTp],
+        forgotten: &[SessionTp],
+    ) -> Result<SessionStep, ShareError> {
+        let live = |g: &str, m: &str| {
+            lock(&self.shares.groups)
+                .group(g)
+                .is_some_and(|g| g.members().any(|x| x.member_id == m))
+        };
+        Ok(lock(&self.shares.sessions).step(group, member, epoch, added, forgotten, &live)?)
+    }
+
+    /// Gives back what `member` holds in these partitions (its share
+    /// session closed), written before it returns.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub async fn share_release_held(
+        &self,
+        group: &str,
+        member: &str,
+        partitions: &[SessionTp],
+    ) -> Result<(), ShareError> {
+        let updates = {
+            let mut parts = lock(&self.shares.partitions);
+            let mut updates = Vec::new();
+            for (t, p) in partitions {
+                let key: SpKey = (group.to_owned(), t.clone(), *p);
+                if let Some(sp) = parts.get_mut(&key) {
+                    sp.release_member(member);
+                    if let Some(u) = sp.take_update() {
+                        updates.push((key.0, key.1, key.2, u));
+                    }
+                }
+            }
+            updates
+        };
+        Ok(self.write_share(updates).await?)
     }
 
     /// Gives back the records of members that left or were removed.
@@ -566,6 +630,9 @@ impl Engine {
     pub(super) async fn tick_shares(&self) {
         let now = self.mono_ms();
         let gone = lock(&self.shares.groups).expire(now);
+        if !gone.is_empty() {
+            lock(&self.shares.sessions).drop_members(&gone);
+        }
         let updates = {
             let mut parts = lock(&self.shares.partitions);
             let mut updates = Vec::new();
@@ -677,6 +744,7 @@ impl Engine {
             parts.retain(|(g, _, _), _| g != group);
             parts.len() != before
         };
+        lock(&self.shares.sessions).drop_group(group);
         if existed {
             self.shares.store.remove_group(group).await?;
         }

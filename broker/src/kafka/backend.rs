@@ -159,6 +159,12 @@ impl Backend {
         Backend { engine }
     }
 
+    /// The engine, for the APIs that call it as Flume's front end does
+    /// (share groups first; issue 42 moves the rest).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     /// Whether the broker is stopping (connections finish and close).
     pub fn is_shutting_down(&self) -> bool {
         self.engine.is_shutting_down()

@@ -57,3 +57,37 @@ pub const DUPLICATE_RESOURCE: i16 = 92;
 pub const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
+pub const FENCED_MEMBER_EPOCH: i16 = 110;
+pub const INVALID_RECORD_STATE: i16 = 121;
+pub const SHARE_SESSION_NOT_FOUND: i16 = 122;
+pub const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
+pub const SHARE_SESSION_LIMIT_REACHED: i16 = 133;
+
+/// Kafka's code for a share-group failure (ShareGroupHeartbeat, ShareFetch,
+/// ShareAcknowledge).
+pub fn share_code(e: &crate::engine::ShareError) -> i16 {
+    use crate::engine::{SessionError, ShareError, ShareGroupError};
+    match e {
+        ShareError::Group(g) => match g {
+            ShareGroupError::UnknownMember(_) => UNKNOWN_MEMBER_ID,
+            ShareGroupError::FencedEpoch { .. } => FENCED_MEMBER_EPOCH,
+            ShareGroupError::GroupFull { .. } | ShareGroupError::TooManyGroups(_) => {
+                GROUP_MAX_SIZE_REACHED
+            }
+            ShareGroupError::Invalid(_) => INVALID_REQUEST,
+        },
+        ShareError::NotAssigned { .. } => UNKNOWN_TOPIC_OR_PARTITION,
+        ShareError::UnknownTopic(_) | ShareError::UnknownPartition { .. } => {
+            UNKNOWN_TOPIC_OR_PARTITION
+        }
+        ShareError::RecordState(_) => INVALID_RECORD_STATE,
+        ShareError::Limit(_) => THROTTLING_QUOTA_EXCEEDED,
+        ShareError::Session(s) => match s {
+            SessionError::NotFound(_) => SHARE_SESSION_NOT_FOUND,
+            SessionError::Epoch { .. } => INVALID_SHARE_SESSION_EPOCH,
+            SessionError::Full(_) => SHARE_SESSION_LIMIT_REACHED,
+            SessionError::Invalid(_) => INVALID_REQUEST,
+        },
+        ShareError::Broker(b) => super::backend::kafka_code(b.code()),
+    }
+}

@@ -10,6 +10,8 @@
 //! - [`store`]: the share-state file, `<data>/__share_state/share.log`:
 //!   each share-partition's updates appended as runs of offsets, replayed
 //!   (a torn or corrupt tail cut) on open, compacted into full states.
+//! - [`session`]: share sessions, which partitions each member fetches
+//!   from and the epoch its next request carries (Kafka's ShareFetch).
 //! - [`writer`]: [`writer::ShareState`], the store behind a bounded queue and
 //!   a writer task that group-commits, so the engine awaits a write and
 //!   answers a client once its acknowledgements are stored.
@@ -25,5 +27,6 @@
 
 pub(crate) mod group;
 pub(crate) mod partition;
+pub(crate) mod session;
 pub(crate) mod store;
 pub(crate) mod writer;

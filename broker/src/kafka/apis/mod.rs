@@ -44,6 +44,10 @@ mod offset_delete;
 mod offset_fetch;
 mod partition_reassignments;
 mod produce;
+mod share_acknowledge;
+mod share_fetch;
+mod share_group_describe;
+mod share_group_heartbeat;
 mod sync_group;
 mod txn_offset_commit;
 
@@ -108,6 +112,11 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // The users of SCRAM logins (the store `flume-cli users` manages).
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Share groups (KIP-932, queues) at the versions librdkafka 2.15+ sends.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -271,6 +280,12 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
             answer!(req => partition_reassignments::list(ctx, req))
         }
         ApiKey::AlterReplicaLogDirs => answer!(req => alter_replica_log_dirs::handle(ctx, req)),
+        ApiKey::ShareGroupHeartbeat => {
+            answer!(req => share_group_heartbeat::handle(ctx, client_id, req).await)
+        }
+        ApiKey::ShareGroupDescribe => answer!(req => share_group_describe::handle(ctx, req)),
+        ApiKey::ShareFetch => answer!(req => share_fetch::handle(ctx, req).await),
+        ApiKey::ShareAcknowledge => answer!(req => share_acknowledge::handle(ctx, req).await),
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };
     encoded.map_err(|detail| RequestError::Encode {
