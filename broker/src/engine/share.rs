@@ -23,6 +23,7 @@ use futures::FutureExt;
 use super::{lock, Engine};
 use crate::coordinator::share::group::ShareGroups;
 pub use crate::coordinator::share::group::{ShareBeat, ShareGroupError, ShareHeartbeat};
+use crate::coordinator::share::group_config::{self, ShareGroupConfig};
 pub use crate::coordinator::share::partition::{AckError, AckType, Acquired, ShareCounts};
 use crate::coordinator::share::partition::{SharePartition, ShareUpdate};
 pub use crate::coordinator::share::session::{SessionError, SessionStep};
@@ -74,6 +75,9 @@ pub enum ShareError {
     /// Past a bound (share-partitions).
     #[error("{0}")]
     Limit(String),
+    /// The group has members (deleting or moving its state needs none).
+    #[error("share group {0} has members")]
+    NotEmpty(String),
     /// The request does not fit the member's share session.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -193,7 +197,14 @@ pub(crate) struct Shares {
     available: event_listener::Event,
     store: ShareState,
     sessions: Mutex<ShareSessions>,
+    /// Groups' own configs (IncrementalAlterConfigs on a GROUP resource).
+    group_configs: Mutex<BTreeMap<String, ShareGroupConfig>>,
+    /// Where they are kept.
+    group_configs_path: std::path::PathBuf,
 }
+
+/// The file of the groups' own configs, in the share-state directory.
+const GROUP_CONFIGS_FILE: &str = "group-configs";
 
 impl Shares {
     /// The share groups of a data directory, their kept state replayed.
@@ -205,6 +216,13 @@ impl Shares {
         topic_exists: &dyn Fn(&str) -> bool,
     ) -> Result<Self, BrokerError> {
         let store = ShareState::open(&dir.join("__share_state"), fsync)?;
+        let group_configs_path = dir.join("__share_state").join(GROUP_CONFIGS_FILE);
+        let (group_configs, bad) = group_config::from_text(
+            &crate::storage::dirs::read_optional(&group_configs_path).map_err(BrokerError::from)?,
+        );
+        for why in bad {
+            tracing::warn!(file = %group_configs_path.display(), %why, "share group config skipped");
+        }
         // The state of topics deleted while a crash interrupted the delete
         // goes now, so a topic made again under the name starts afresh.
         let mut gone: Vec<String> = store
@@ -223,7 +241,10 @@ impl Shares {
         for g in store.groups() {
             for (t, p) in store.partitions_of(&g) {
                 if let Some(snap) = store.get(&g, &t, p) {
-                    let sp = SharePartition::restore(settings.partition, &snap);
+                    let cfg = group_configs
+                        .get(&g)
+                        .map_or(settings.partition, |c| c.partition(settings.partition));
+                    let sp = SharePartition::restore(cfg, &snap);
                     partitions.insert((g.clone(), t, p), sp);
                 }
             }
@@ -235,6 +256,8 @@ impl Shares {
             available: event_listener::Event::new(),
             store,
             sessions: Mutex::new(ShareSessions::new(MAX_SHARE_SESSIONS)),
+            group_configs: Mutex::new(group_configs),
+            group_configs_path,
         })
     }
 
@@ -493,11 +516,13 @@ impl Engine {
                         "the broker keeps {MAX_SHARE_PARTITIONS} share-partitions, its limit"
                     )));
                 }
-                let start = match self.shares.settings.auto_offset_reset {
+                let own = self.share_group_config(&req.group);
+                let start = match own.reset(self.shares.settings.auto_offset_reset) {
                     ShareReset::Latest => log_end,
                     ShareReset::Earliest => log_start,
                 };
-                let mut sp = SharePartition::new(self.shares.settings.partition, start);
+                let mut sp =
+                    SharePartition::new(own.partition(self.shares.settings.partition), start);
                 created = sp.take_update();
                 parts.insert(key.clone(), sp);
             }
@@ -734,9 +759,7 @@ impl Engine {
     /// The group has members ([`ShareGroupError::Invalid`]); a storage failure.
     pub async fn delete_share_group(&self, group: &str) -> Result<bool, ShareError> {
         if lock(&self.shares.groups).group(group).is_some() {
-            return Err(
-                ShareGroupError::Invalid(format!("share group {group} has members")).into(),
-            );
+            return Err(ShareError::NotEmpty(group.to_owned()));
         }
         let existed = {
             let mut parts = lock(&self.shares.partitions);
@@ -745,9 +768,212 @@ impl Engine {
             parts.len() != before
         };
         lock(&self.shares.sessions).drop_group(group);
+        // Its configs go with it (as Kafka's DeleteGroups deletes them).
+        let text = {
+            let mut all = lock(&self.shares.group_configs);
+            all.remove(group).map(|_| group_config::to_text(&all))
+        };
+        if let Some(text) = text {
+            let path = self.shares.group_configs_path.clone();
+            rt::unblock(move || crate::storage::dirs::write_atomic(&path, text.as_bytes()))
+                .await
+                .map_err(BrokerError::from)?;
+        }
         if existed {
             self.shares.store.remove_group(group).await?;
         }
         Ok(existed)
+    }
+
+    /// True when `group` is a share group: it has members or kept state.
+    pub fn is_share_group(&self, group: &str) -> bool {
+        lock(&self.shares.groups).group(group).is_some()
+            || lock(&self.shares.partitions)
+                .keys()
+                .any(|(g, _, _)| g == group)
+    }
+
+    /// Moves share-partitions' start offsets (Kafka's
+    /// AlterShareGroupOffsets): each starts afresh at its offset (clamped
+    /// into the log), its in-flight state gone. Only while the group has
+    /// no members; each partition answers for itself.
+    ///
+    /// # Errors
+    /// [`ShareError::NotEmpty`]; a storage failure.
+    pub async fn alter_share_start_offsets(
+        &self,
+        group: &str,
+        starts: &[(ShareTp, i64)],
+    ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
+        if lock(&self.shares.groups).group(group).is_some() {
+            return Err(ShareError::NotEmpty(group.to_owned()));
+        }
+        let mut results = Vec::with_capacity(starts.len());
+        for (tp, offset) in starts {
+            let r = async {
+                let topic = self
+                    .topic(&tp.topic)
+                    .ok_or_else(|| ShareError::UnknownTopic(tp.topic.clone()))?;
+                let part =
+                    topic
+                        .partition(tp.partition)
+                        .ok_or_else(|| ShareError::UnknownPartition {
+                            topic: tp.topic.clone(),
+                            partition: tp.partition,
+                        })?;
+                if *offset < 0 {
+                    return Err(ShareError::Group(ShareGroupError::Invalid(format!(
+                        "start offset {offset}"
+                    ))));
+                }
+                let log_start = i64::try_from(part.start_offset()).unwrap_or(i64::MAX);
+                let log_end = i64::try_from(part.end_offset()).unwrap_or(i64::MAX);
+                let start = (*offset).clamp(log_start, log_end.max(log_start));
+                let key: SpKey = (group.to_owned(), tp.topic.clone(), tp.partition);
+                let update = {
+                    let mut parts = lock(&self.shares.partitions);
+                    if !parts.contains_key(&key) && parts.len() >= MAX_SHARE_PARTITIONS {
+                        return Err(ShareError::Limit(format!(
+                            "the broker keeps {MAX_SHARE_PARTITIONS} share-partitions, its limit"
+                        )));
+                    }
+                    let cfg = self
+                        .share_group_config(group)
+                        .partition(self.shares.settings.partition);
+                    let mut sp = SharePartition::new(cfg, start);
+                    let u = sp.take_update();
+                    parts.insert(key.clone(), sp);
+                    u
+                };
+                self.shares
+                    .store
+                    .remove_partition(&key.0, &key.1, key.2)
+                    .await?;
+                if let Some(u) = update {
+                    self.write_share(vec![(key.0, key.1, key.2, u)]).await?;
+                }
+                Ok(())
+            }
+            .await;
+            results.push(r);
+        }
+        Ok(results)
+    }
+
+    /// Forgets a share group's state of these topics (Kafka's
+    /// DeleteShareGroupOffsets): the next member starts them afresh. Only
+    /// while the group has no members; each topic answers for itself.
+    ///
+    /// # Errors
+    /// [`ShareError::NotEmpty`]; a storage failure.
+    pub async fn delete_share_offsets(
+        &self,
+        group: &str,
+        topics: &[String],
+    ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
+        if lock(&self.shares.groups).group(group).is_some() {
+            return Err(ShareError::NotEmpty(group.to_owned()));
+        }
+        let mut results = Vec::with_capacity(topics.len());
+        for t in topics {
+            if self.topic(t).is_none() {
+                results.push(Err(ShareError::UnknownTopic(t.clone())));
+                continue;
+            }
+            let gone: Vec<i32> = {
+                let mut parts = lock(&self.shares.partitions);
+                let gone = parts
+                    .keys()
+                    .filter(|(g, tt, _)| g == group && tt == t)
+                    .map(|(_, _, p)| *p)
+                    .collect::<Vec<_>>();
+                for p in &gone {
+                    parts.remove(&(group.to_owned(), t.clone(), *p));
+                }
+                gone
+            };
+            let mut r = Ok(());
+            for p in gone {
+                if let Err(e) = self.shares.store.remove_partition(group, t, p).await {
+                    r = Err(e.into());
+                }
+            }
+            results.push(r);
+        }
+        Ok(results)
+    }
+
+    /// A group's own configs (all unset for most groups).
+    fn share_group_config(&self, group: &str) -> ShareGroupConfig {
+        lock(&self.shares.group_configs)
+            .get(group)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// A group's configs by Kafka's names: each value in force, and
+    /// whether the group set it (else it is the broker's).
+    pub fn share_group_configs(&self, group: &str) -> Vec<(&'static str, String, bool)> {
+        self.share_group_config(group).entries(
+            self.shares.settings.partition,
+            self.shares.settings.auto_offset_reset,
+        )
+    }
+
+    /// Changes a group's configs (SET, DELETE; all or nothing), kept
+    /// before it returns; its share-partitions take the lock duration and
+    /// the delivery limit at once (records acquired before keep their
+    /// deadline). `validate_only` checks and keeps nothing.
+    ///
+    /// # Errors
+    /// An unknown config or a value out of range; past the bound of groups
+    /// with configs; a storage failure.
+    pub async fn alter_share_group_configs(
+        &self,
+        group: &str,
+        ops: &[crate::domain::ConfigOp],
+        validate_only: bool,
+    ) -> Result<(), ShareError> {
+        use crate::domain::ConfigOp;
+        let invalid = |m: String| ShareError::Group(ShareGroupError::Invalid(m));
+        if !crate::config::valid_group_id(group) {
+            return Err(invalid(format!("group id {group:?}")));
+        }
+        let mut c = self.share_group_config(group);
+        for op in ops {
+            match op {
+                ConfigOp::Set(n, v) => c.set(n, v).map_err(invalid)?,
+                ConfigOp::Delete(n) => c.delete(n).map_err(invalid)?,
+                ConfigOp::Append(n, _) | ConfigOp::Subtract(n, _) => {
+                    return Err(invalid(format!("{n} is not a list: SET or DELETE it")))
+                }
+            }
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let text = {
+            let mut all = lock(&self.shares.group_configs).clone();
+            if !all.contains_key(group) && all.len() >= group_config::MAX_CONFIGURED_GROUPS {
+                return Err(ShareError::Limit(format!(
+                    "{} share groups have configs of their own, the limit",
+                    group_config::MAX_CONFIGURED_GROUPS
+                )));
+            }
+            all.insert(group.to_owned(), c);
+            group_config::to_text(&all)
+        };
+        let path = self.shares.group_configs_path.clone();
+        rt::unblock(move || crate::storage::dirs::write_atomic(&path, text.as_bytes()))
+            .await
+            .map_err(BrokerError::from)?;
+        lock(&self.shares.group_configs).insert(group.to_owned(), c);
+        let cfg = c.partition(self.shares.settings.partition);
+        for ((g, _, _), sp) in lock(&self.shares.partitions).iter_mut() {
+            if g == group {
+                sp.set_config(cfg);
+            }
+        }
+        Ok(())
     }
 }

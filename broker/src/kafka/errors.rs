@@ -81,6 +81,7 @@ pub fn share_code(e: &crate::engine::ShareError) -> i16 {
             UNKNOWN_TOPIC_OR_PARTITION
         }
         ShareError::RecordState(_) => INVALID_RECORD_STATE,
+        ShareError::NotEmpty(_) => NON_EMPTY_GROUP,
         ShareError::Limit(_) => THROTTLING_QUOTA_EXCEEDED,
         ShareError::Session(s) => match s {
             SessionError::NotFound(_) => SHARE_SESSION_NOT_FOUND,

@@ -10,6 +10,8 @@
 //! - [`store`]: the share-state file, `<data>/__share_state/share.log`:
 //!   each share-partition's updates appended as runs of offsets, replayed
 //!   (a torn or corrupt tail cut) on open, compacted into full states.
+//! - [`group_config`]: a group's own settings by Kafka's names (lock
+//!   duration, delivery-count limit, where a new share-partition starts).
 //! - [`session`]: share sessions, which partitions each member fetches
 //!   from and the epoch its next request carries (Kafka's ShareFetch).
 //! - [`writer`]: [`writer::ShareState`], the store behind a bounded queue and
@@ -26,6 +28,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod group;
+pub(crate) mod group_config;
 pub(crate) mod partition;
 pub(crate) mod session;
 pub(crate) mod store;

@@ -13,8 +13,13 @@
 //! A broker resource is refused (INVALID_REQUEST): the broker's defaults
 //! for topics are set at start (`flume-cli broker --topic-config`).
 //!
+//! IncrementalAlterConfigs of a GROUP resource (type 32) SETs or DELETEs a
+//! share group's configs (`share.record.lock.duration.ms`,
+//! `share.delivery.count.limit`, `share.auto.offset.reset`), kept at once.
+//!
 //! Authorization: ALTER on the topic (Flume's ACLs have no separate
-//! ALTER_CONFIGS operation), ALTER on the cluster for a broker.
+//! ALTER_CONFIGS operation), ALTER on the cluster for a broker, ALTER on
+//! the group.
 
 use std::collections::BTreeSet;
 
@@ -25,7 +30,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use super::describe_configs::{BROKER, TOPIC};
+use super::describe_configs::{BROKER, GROUP, TOPIC};
 use crate::config::named::TOPIC_CONFIGS;
 use crate::domain::ConfigOp;
 use crate::security::acl::{Operation, Resource};
@@ -71,14 +76,18 @@ pub(super) async fn incremental(
             )),
             None => ops,
         };
-        let (code, message) = alter_one(
-            ctx,
-            res.resource_type,
-            res.resource_name.as_str(),
-            ops,
-            req.validate_only,
-        )
-        .await;
+        let (code, message) = if res.resource_type == GROUP {
+            alter_group(ctx, res.resource_name.as_str(), ops, req.validate_only).await
+        } else {
+            alter_one(
+                ctx,
+                res.resource_type,
+                res.resource_name.as_str(),
+                ops,
+                req.validate_only,
+            )
+            .await
+        };
         let mut r = AlterConfigsResourceResponse::default();
         r.error_code = code;
         r.error_message = message.map(StrBytes::from_string);
@@ -87,6 +96,37 @@ pub(super) async fn incremental(
         resp.responses.push(r);
     }
     resp
+}
+
+/// A share group's configs (IncrementalAlterConfigs only).
+async fn alter_group(
+    ctx: &Ctx,
+    group: &str,
+    ops: Result<Vec<ConfigOp>, Outcome>,
+    validate_only: bool,
+) -> Outcome {
+    if !ctx.may(Operation::Alter, Resource::group(group)) {
+        return (
+            errors::GROUP_AUTHORIZATION_FAILED,
+            Some(format!(
+                "not authorized to alter the configs of group {group:?}"
+            )),
+        );
+    }
+    let ops = match ops {
+        Ok(ops) => ops,
+        Err(e) => return e,
+    };
+    match ctx
+        .backend
+        .engine()
+        .alter_share_group_configs(group, &ops, validate_only)
+        .await
+    {
+        Ok(()) => (errors::NONE, None),
+        Err(crate::engine::ShareError::Group(e)) => (errors::INVALID_CONFIG, Some(e.to_string())),
+        Err(e) => (errors::share_code(&e), Some(e.to_string())),
+    }
 }
 
 pub(super) async fn replace(ctx: &Ctx, req: AlterConfigsRequest) -> AlterConfigsResponse {
@@ -169,7 +209,9 @@ async fn alter_one(
         }
         other => (
             errors::INVALID_REQUEST,
-            Some(format!("resource type {other}: only topics (2) are altered")),
+            Some(format!(
+                "resource type {other}: only topics (2), and groups (32) with IncrementalAlterConfigs, are altered"
+            )),
         ),
     }
 }

@@ -1,6 +1,7 @@
 //! DeleteGroups (v0-2): each group through the engine's delete (only with
 //! no members: NON_EMPTY_GROUP; its committed offsets go, durably;
-//! GROUP_ID_NOT_FOUND when the broker knows nothing of it). DELETE on the group.
+//! GROUP_ID_NOT_FOUND when the broker knows nothing of it). A share group
+//! (KIP-932) the same way: its kept state goes. DELETE on the group.
 
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
@@ -16,10 +17,16 @@ pub(super) async fn handle(
     let mut resp = DeleteGroupsResponse::default();
     for group in req.groups_names {
         let name = group.0.as_str();
-        let code = if ctx.may(Operation::Delete, Resource::group(name)) {
-            ctx.backend.delete_group(name).await
-        } else {
+        let engine = ctx.backend.engine();
+        let code = if !ctx.may(Operation::Delete, Resource::group(name)) {
             errors::GROUP_AUTHORIZATION_FAILED
+        } else if engine.is_share_group(name) {
+            match engine.delete_share_group(name).await {
+                Ok(_) => errors::NONE,
+                Err(e) => errors::share_code(&e),
+            }
+        } else {
+            ctx.backend.delete_group(name).await
         };
         let mut r = DeletableGroupResult::default();
         r.error_code = code;

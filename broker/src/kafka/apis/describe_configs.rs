@@ -6,8 +6,13 @@
 //! and its defaults for topics (`log.retention.ms`, ...) by the broker's
 //! names, read-only: they are set at start.
 //!
+//! A GROUP resource (type 32) answers a share group's configs (KIP-932:
+//! lock duration, delivery-count limit, `share.auto.offset.reset`), the
+//! group's own (source GROUP_CONFIG) or the broker's (DEFAULT_CONFIG).
+//!
 //! Authorization: DESCRIBE on the topic, DESCRIBE on the cluster for a
-//! broker (Flume's ACLs have no separate DESCRIBE_CONFIGS operation).
+//! broker, DESCRIBE on the group (Flume's ACLs have no separate
+//! DESCRIBE_CONFIGS operation).
 
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
@@ -23,6 +28,12 @@ use crate::security::acl::{Operation, Resource};
 pub(super) const TOPIC: i8 = 2;
 /// Resource type BROKER.
 pub(super) const BROKER: i8 = 4;
+/// Resource type GROUP (KIP-848/932 group configs).
+pub(super) const GROUP: i8 = 32;
+/// Kafka's config source of a group's own config.
+const SOURCE_GROUP_CONFIG: i8 = 8;
+/// Kafka's config source of a default.
+const SOURCE_DEFAULT_CONFIG: i8 = 5;
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -33,6 +44,45 @@ pub(super) fn handle(
     for res in req.resources {
         let mut r = DescribeConfigsResult::default();
         r.resource_type = res.resource_type;
+        if res.resource_type == GROUP {
+            let group = res.resource_name.as_str();
+            if ctx.may(Operation::Describe, Resource::group(group)) {
+                r.configs = ctx
+                    .backend
+                    .engine()
+                    .share_group_configs(group)
+                    .into_iter()
+                    .filter(|(name, ..)| {
+                        res.configuration_keys
+                            .as_ref()
+                            .is_none_or(|ks| ks.iter().any(|x| x.as_str() == *name))
+                    })
+                    .map(|(name, value, own)| {
+                        let mut e = DescribeConfigsResourceResult::default();
+                        e.name = StrBytes::from_static_str(name);
+                        e.value = Some(StrBytes::from_string(value));
+                        e.config_source = if own {
+                            SOURCE_GROUP_CONFIG
+                        } else {
+                            SOURCE_DEFAULT_CONFIG
+                        };
+                        if version >= 3 {
+                            // STRING (2) for the reset, INT (3) for the numbers.
+                            e.config_type = if name.ends_with("reset") { 2 } else { 3 };
+                        }
+                        e
+                    })
+                    .collect();
+            } else {
+                r.error_code = errors::GROUP_AUTHORIZATION_FAILED;
+                r.error_message = Some(StrBytes::from_static_str(
+                    "not authorized to describe the group",
+                ));
+            }
+            r.resource_name = res.resource_name;
+            resp.results.push(r);
+            continue;
+        }
         let configs = match res.resource_type {
             TOPIC
                 if !ctx.may(
@@ -59,7 +109,7 @@ pub(super) fn handle(
             BROKER => Ok((ctx.backend.broker_configs(&ctx.listeners), true)),
             _ => Err((
                 errors::INVALID_REQUEST,
-                "only topic and broker resources are described".to_owned(),
+                "only topic, broker and group resources are described".to_owned(),
             )),
         };
         match configs {

@@ -1,6 +1,8 @@
 //! ListGroups: every group with members or committed offsets, its protocol
-//! type and (v4+) state; v4's states filter and v5's types filter (every
-//! group here is "classic") are honoured.
+//! type and (v4+) state; v4's states filter and v5's types filter
+//! ("classic" groups, and "share" groups, KIP-932) are honoured. Share
+//! groups are listed to v4+ requests only (an older client would take them
+//! for consumer groups).
 
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
@@ -27,10 +29,34 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         Vec::new()
     };
     let mut resp = ListGroupsResponse::default();
-    if !types.is_empty() && !types.iter().any(|t| t == "classic") {
+    let wants = |t: &str| types.is_empty() || types.iter().any(|x| x == t);
+    if version >= 4 && wants("share") {
+        let engine = ctx.backend.engine();
+        for name in engine.list_share_groups() {
+            if !ctx.sees(Operation::Describe, Resource::group(&name)) {
+                continue;
+            }
+            let state = match engine.describe_share_group(&name) {
+                Some(v) if !v.members.is_empty() => "Stable",
+                _ => "Empty",
+            };
+            if !states.is_empty() && !states.contains(&state.to_ascii_lowercase()) {
+                continue;
+            }
+            let mut l = ListedGroup::default();
+            l.group_id = GroupId(StrBytes::from_string(name));
+            l.protocol_type = StrBytes::from_static_str("share");
+            l.group_state = StrBytes::from_static_str(state);
+            if version >= 5 {
+                l.group_type = StrBytes::from_static_str("share");
+            }
+            resp.groups.push(l);
+        }
+    }
+    if !wants("classic") {
         return resp;
     }
-    resp.groups = ctx
+    let classic: Vec<ListedGroup> = ctx
         .backend
         .list_groups()
         .into_iter()
@@ -50,5 +76,6 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
             l
         })
         .collect();
+    resp.groups.extend(classic);
     resp
 }

@@ -48,6 +48,7 @@ mod share_acknowledge;
 mod share_fetch;
 mod share_group_describe;
 mod share_group_heartbeat;
+mod share_group_offsets;
 mod sync_group;
 mod txn_offset_commit;
 
@@ -117,6 +118,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     // Answered by the connection loop (crate::kafka::sasl), not here.
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
@@ -286,6 +290,15 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
         ApiKey::ShareGroupDescribe => answer!(req => share_group_describe::handle(ctx, req)),
         ApiKey::ShareFetch => answer!(req => share_fetch::handle(ctx, req).await),
         ApiKey::ShareAcknowledge => answer!(req => share_acknowledge::handle(ctx, req).await),
+        ApiKey::DescribeShareGroupOffsets => {
+            answer!(req => share_group_offsets::describe(ctx, req))
+        }
+        ApiKey::AlterShareGroupOffsets => {
+            answer!(req => share_group_offsets::alter(ctx, req).await)
+        }
+        ApiKey::DeleteShareGroupOffsets => {
+            answer!(req => share_group_offsets::delete(ctx, req).await)
+        }
         _ => return Ok(Some(unsupported(correlation, Some(api)))),
     };
     encoded.map_err(|detail| RequestError::Encode {
