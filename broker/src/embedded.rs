@@ -12,6 +12,13 @@
 //! - Consumers that join the same (topic, group) split its partitions by the
 //!   range assignor over their sorted names; there are no heartbeats in-process.
 //! - Reopening on the same directory restores topics, records and offsets.
+//! - Queues (share groups, KIP-932): `share_poll` acquires records for a
+//!   consumer of a share group, each for the group's lock duration and
+//!   with its delivery count, from every partition of the topic (any number
+//!   of consumers share them); `share_acknowledge` accepts, releases or
+//!   rejects one. A record not acknowledged in time goes back to the
+//!   others. Each `share_poll` keeps the consumer in the group (it leaves
+//!   with `share_leave`, or after the share session timeout without polls).
 //!
 //! Every async method has a blocking twin on [`Blocking`] for plain threads.
 
@@ -33,6 +40,44 @@ use crate::error::BrokerError;
 
 type Members = HashMap<(String, String), BTreeSet<String>>;
 
+/// A share-group consumer's membership: its epoch and topics.
+type ShareMembers = HashMap<(String, String), (i32, BTreeSet<String>)>;
+
+/// A record acquired through a share group.
+#[derive(Debug, Clone)]
+pub struct ShareRecord {
+    /// Its partition.
+    pub partition: u32,
+    /// The record.
+    pub record: Record,
+    /// How many times it has been delivered, this time included.
+    pub delivery_count: u16,
+}
+
+pub use crate::engine::AckType;
+
+/// A share-group failure as the embedded API reports it.
+fn share_error(e: crate::engine::ShareError) -> BrokerError {
+    use crate::engine::{ShareError as S, ShareGroupError as G};
+    let e = match e {
+        S::Broker(b) => return b,
+        e => e,
+    };
+    let code = match &e {
+        S::Broker(_) => ErrorCode::StorageError,
+        S::Group(G::UnknownMember(_)) => ErrorCode::UnknownMember,
+        S::Group(G::FencedEpoch { .. }) => ErrorCode::IllegalGeneration,
+        S::Group(G::GroupFull { .. } | G::TooManyGroups(_)) | S::Limit(_) => {
+            ErrorCode::LimitReached
+        }
+        S::UnknownTopic(_) => ErrorCode::UnknownTopic,
+        S::UnknownPartition { .. } | S::NotAssigned { .. } => ErrorCode::UnknownPartition,
+        S::NotEmpty(_) => ErrorCode::GroupNotEmpty,
+        S::Group(G::Invalid(_)) | S::RecordState(_) | S::Session(_) => ErrorCode::InvalidRequest,
+    };
+    BrokerError::code_for(code, e.to_string())
+}
+
 /// What `poll` returns: `(partition, (offset, value))`, as in NanoKafka
 /// (`None` for a tombstone, a null value).
 pub type Polled = (u32, (u64, Option<Bytes>));
@@ -43,6 +88,7 @@ pub struct EmbeddedBroker {
     engine: Arc<Engine>,
     members: Mutex<Members>,
     turn: Mutex<HashMap<(String, String, String), usize>>,
+    share_members: Mutex<ShareMembers>,
 }
 
 impl EmbeddedBroker {
@@ -68,6 +114,7 @@ impl EmbeddedBroker {
             engine: Engine::open(config)?,
             members: Mutex::new(HashMap::new()),
             turn: Mutex::new(HashMap::new()),
+            share_members: Mutex::new(HashMap::new()),
         })
     }
 
@@ -370,6 +417,191 @@ impl EmbeddedBroker {
         p.offset_for_time(timestamp_ms).await
     }
 
+    /// Keeps `consumer` in share group `group` reading `topic` (joining, or
+    /// joining again after its session ran out).
+    async fn share_member(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+    ) -> Result<(), BrokerError> {
+        use crate::engine::ShareHeartbeat;
+        let key = (group.to_owned(), consumer.to_owned());
+        let (epoch, topics, new_topic) = {
+            let mut m = lock(&self.share_members);
+            let e = m.entry(key.clone()).or_insert((0, BTreeSet::new()));
+            let new_topic = e.1.insert(topic.to_owned());
+            (e.0, e.1.clone(), new_topic)
+        };
+        let subscribed: Vec<String> = topics.into_iter().collect();
+        for attempt in 0..2 {
+            let join = epoch == 0 || new_topic || attempt > 0;
+            let beat = self
+                .engine
+                .share_heartbeat(ShareHeartbeat {
+                    group,
+                    member_id: consumer,
+                    member_epoch: if join { 0 } else { epoch },
+                    subscribed: join.then(|| subscribed.clone()),
+                    client_id: "embedded",
+                    client_host: "in-process",
+                })
+                .await;
+            match beat {
+                Ok(b) => {
+                    if let Some(e) = lock(&self.share_members).get_mut(&key) {
+                        e.0 = b.member_epoch;
+                    }
+                    return Ok(());
+                }
+                // Its session ran out (or it was fenced): join again.
+                Err(crate::engine::ShareError::Group(
+                    crate::engine::ShareGroupError::UnknownMember(_)
+                    | crate::engine::ShareGroupError::FencedEpoch { .. },
+                )) if attempt == 0 => continue,
+                Err(e) => return Err(share_error(e)),
+            }
+        }
+        Err(BrokerError::code_for(
+            ErrorCode::UnknownMember,
+            format!("{consumer} could not join share group {group}"),
+        ))
+    }
+
+    /// Acquires up to `max` records of `topic` for `consumer` of share
+    /// group `group` (joining it on the first call), each locked for the
+    /// group's lock duration, waiting up to `wait` when none is available.
+    /// Acknowledge each with [`EmbeddedBroker::share_acknowledge`]; one not
+    /// acknowledged in time goes back to the others with its delivery
+    /// count.
+    ///
+    /// # Errors
+    /// UNKNOWN_TOPIC, a group at its limits, storage errors.
+    pub async fn share_poll(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max: usize,
+        wait: std::time::Duration,
+    ) -> Result<Vec<ShareRecord>, BrokerError> {
+        let t = self
+            .engine
+            .topic(topic)
+            .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
+        self.share_member(topic, group, consumer).await?;
+        let partitions = (0..i32::try_from(t.partition_count()).unwrap_or(i32::MAX))
+            .map(|partition| crate::engine::ShareTp {
+                topic: topic.to_owned(),
+                partition,
+            })
+            .collect();
+        let fetched = self
+            .engine
+            .share_fetch(crate::engine::ShareFetchSpec {
+                group: group.to_owned(),
+                member: consumer.to_owned(),
+                partitions,
+                max_records: max.max(1),
+                max_bytes: 1 << 20,
+                max_wait: wait,
+            })
+            .await
+            .map_err(share_error)?;
+        let mut out = Vec::new();
+        for f in fetched {
+            if let Some(e) = f.error {
+                return Err(share_error(e));
+            }
+            let partition = u32::try_from(f.tp.partition).unwrap_or(0);
+            let records = record::decode_all(&Bytes::from(f.records))
+                .map_err(|e| BrokerError::code_for(ErrorCode::CorruptRecord, e.to_string()))?;
+            for r in records {
+                let o = i64::try_from(r.offset).unwrap_or(i64::MAX);
+                let delivery_count = f
+                    .acquired
+                    .iter()
+                    .find(|a| a.first_offset <= o && o <= a.last_offset)
+                    .map_or(1, |a| a.delivery_count);
+                out.push(ShareRecord {
+                    partition,
+                    record: r,
+                    delivery_count,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Accepts, releases or rejects the record at `offset` of `partition`
+    /// that `consumer` acquired; answers once it is stored.
+    ///
+    /// # Errors
+    /// INVALID_REQUEST: the consumer does not hold that record (its lock
+    /// ran out, or it was acknowledged already); storage errors.
+    pub async fn share_acknowledge(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        partition: u32,
+        offset: u64,
+        ack: AckType,
+    ) -> Result<(), BrokerError> {
+        let o = i64::try_from(offset).unwrap_or(i64::MAX);
+        let results = self
+            .engine
+            .share_acknowledge(
+                group,
+                consumer,
+                &[crate::engine::ShareAck {
+                    tp: crate::engine::ShareTp {
+                        topic: topic.to_owned(),
+                        partition: i32::try_from(partition).unwrap_or(i32::MAX),
+                    },
+                    first: o,
+                    last: o,
+                    ack,
+                }],
+            )
+            .await
+            .map_err(share_error)?;
+        match results.into_iter().next() {
+            Some(Err(e)) => Err(share_error(e)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes `consumer` out of share group `group`: what it holds goes back
+    /// to the others at once.
+    ///
+    /// # Errors
+    /// Storage errors.
+    pub async fn share_leave(&self, group: &str, consumer: &str) -> Result<(), BrokerError> {
+        let was = lock(&self.share_members).remove(&(group.to_owned(), consumer.to_owned()));
+        if was.is_none() {
+            return Ok(());
+        }
+        match self
+            .engine
+            .share_heartbeat(crate::engine::ShareHeartbeat {
+                group,
+                member_id: consumer,
+                member_epoch: -1,
+                subscribed: None,
+                client_id: "embedded",
+                client_host: "in-process",
+            })
+            .await
+        {
+            Ok(_)
+            | Err(crate::engine::ShareError::Group(
+                crate::engine::ShareGroupError::UnknownMember(_),
+            )) => Ok(()),
+            Err(e) => Err(share_error(e)),
+        }
+    }
+
     /// Drains every queue to disk and fsyncs.
     pub async fn close(&self) {
         self.engine.shutdown().await;
@@ -381,6 +613,45 @@ impl EmbeddedBroker {
 pub struct Blocking<'a>(&'a EmbeddedBroker);
 
 impl Blocking<'_> {
+    /// See [`EmbeddedBroker::share_poll`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn share_poll(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max: usize,
+        wait: std::time::Duration,
+    ) -> Result<Vec<ShareRecord>, BrokerError> {
+        rt::block_on(self.0.share_poll(topic, group, consumer, max, wait))
+    }
+    /// See [`EmbeddedBroker::share_acknowledge`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn share_acknowledge(
+        &self,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        partition: u32,
+        offset: u64,
+        ack: AckType,
+    ) -> Result<(), BrokerError> {
+        rt::block_on(
+            self.0
+                .share_acknowledge(topic, group, consumer, partition, offset, ack),
+        )
+    }
+    /// See [`EmbeddedBroker::share_leave`].
+    ///
+    /// # Errors
+    /// As there.
+    pub fn share_leave(&self, group: &str, consumer: &str) -> Result<(), BrokerError> {
+        rt::block_on(self.0.share_leave(group, consumer))
+    }
     /// See [`EmbeddedBroker::create_topic`].
     ///
     /// # Errors

@@ -228,3 +228,92 @@ fn reopen_restores_topics_records_and_offsets() {
     }
     assert_eq!(n, 5);
 }
+
+/// Queues in-process: consumers of one share group split a partition's
+/// records record by record; a released record comes back with its
+/// delivery count, a rejected one never; what a consumer that leaves still
+/// holds goes to the others; the delivery limit archives a poison record;
+/// every record is accepted exactly once, and the state survives a reopen.
+#[test]
+fn share_groups_in_process() {
+    use flume_broker::embedded::AckType;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = BrokerConfig::new(dir.path());
+    c.share.auto_offset_reset = flume_broker::engine::ShareReset::Earliest;
+    c.share.partition.delivery_count_limit = 2;
+    let none = Duration::ZERO;
+    {
+        let broker = EmbeddedBroker::with_config(c.clone()).unwrap();
+        let b = broker.blocking();
+        b.create_topic("jobs", topic(1)).unwrap();
+        for i in 0..100u32 {
+            b.produce("jobs", format!("job-{i}").as_bytes(), None)
+                .unwrap();
+        }
+        // Two workers on one partition, five records at a time each.
+        let first = b.share_poll("jobs", "w", "a", 5, none).unwrap();
+        let second = b.share_poll("jobs", "w", "b", 5, none).unwrap();
+        let offs = |rs: &[flume_broker::embedded::ShareRecord]| -> Vec<u64> {
+            rs.iter().map(|r| r.record.offset).collect()
+        };
+        assert_eq!(offs(&first), vec![0, 1, 2, 3, 4]);
+        assert_eq!(offs(&second), vec![5, 6, 7, 8, 9]);
+        assert!(first.iter().all(|r| r.delivery_count == 1));
+        // a: accepts 0-2, releases 3, rejects 4.
+        for o in 0..3 {
+            b.share_acknowledge("jobs", "w", "a", 0, o, AckType::Accept)
+                .unwrap();
+        }
+        b.share_acknowledge("jobs", "w", "a", 0, 3, AckType::Release)
+            .unwrap();
+        b.share_acknowledge("jobs", "w", "a", 0, 4, AckType::Reject)
+            .unwrap();
+        // Not held any more: refused.
+        assert!(b
+            .share_acknowledge("jobs", "w", "a", 0, 0, AckType::Accept)
+            .is_err());
+        // b leaves holding 5-9: they go back.
+        b.share_leave("w", "b").unwrap();
+        let again = b.share_poll("jobs", "w", "a", 6, none).unwrap();
+        assert_eq!(offs(&again), vec![3, 5, 6, 7, 8, 9]);
+        assert_eq!(again[0].delivery_count, 2);
+        assert_eq!(again[0].record.value.as_deref(), Some(&b"job-3"[..]));
+        // 3 released a second time reaches the limit (2): archived.
+        b.share_acknowledge("jobs", "w", "a", 0, 3, AckType::Release)
+            .unwrap();
+        for r in &again[1..] {
+            b.share_acknowledge("jobs", "w", "a", 0, r.record.offset, AckType::Accept)
+                .unwrap();
+        }
+        // Accept 10-49 and hold 50-59 across the reopen.
+        let batch = b.share_poll("jobs", "w", "a", 40, none).unwrap();
+        assert_eq!(offs(&batch), (10..50).collect::<Vec<_>>());
+        for r in &batch {
+            b.share_acknowledge("jobs", "w", "a", 0, r.record.offset, AckType::Accept)
+                .unwrap();
+        }
+        let held = b.share_poll("jobs", "w", "a", 10, none).unwrap();
+        assert_eq!(offs(&held), (50..60).collect::<Vec<_>>());
+        b.close();
+    }
+    // Reopened: nothing accepted or rejected comes back; what was held does.
+    let broker = EmbeddedBroker::with_config(c).unwrap();
+    let b = broker.blocking();
+    let mut seen = Vec::new();
+    loop {
+        let got = b.share_poll("jobs", "w", "c", 25, none).unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for r in got {
+            if r.record.offset < 60 {
+                assert_eq!(r.delivery_count, 2, "{}", r.record.offset);
+            }
+            seen.push(r.record.offset);
+            b.share_acknowledge("jobs", "w", "c", 0, r.record.offset, AckType::Accept)
+                .unwrap();
+        }
+    }
+    assert_eq!(seen, (50..100).collect::<Vec<_>>());
+    b.close();
+}

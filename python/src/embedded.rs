@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 
 use crate::errors::{broker_error, closed, code_error};
 use crate::record::{for_each_keyed, opt_bytes, RawRecord, RecordMetadata};
+use flume_broker::embedded::AckType;
 
 /// Most bytes of records in one produce entry of `produce_many`.
 const ENTRY_MAX_BYTES: usize = 1024 * 1024;
@@ -85,6 +86,22 @@ fn metadata(results: &[ProduceResult], topic: &str) -> PyResult<Vec<RecordMetada
 }
 
 impl EmbeddedBroker {
+    /// One acknowledgement of a record acquired through `share_poll`.
+    fn acknowledge(
+        &self,
+        py: Python<'_>,
+        (topic, group, consumer): (&str, &str, &str),
+        partition: u32,
+        offset: u64,
+        ack: AckType,
+    ) -> PyResult<()> {
+        let b = self.get()?;
+        py.detach(|| {
+            rt::block_on(b.share_acknowledge(topic, group, consumer, partition, offset, ack))
+        })
+        .map_err(broker_error)
+    }
+
     fn get(&self) -> PyResult<Arc<flume_broker::EmbeddedBroker>> {
         self.inner
             .read()
@@ -465,6 +482,120 @@ impl EmbeddedBroker {
     ) -> PyResult<Vec<RawRecord>> {
         let max = max_records.clamp(1, POLL_MANY_LIMIT);
         self.poll_wait(py, topic, group, consumer, max, timeout)
+    }
+
+    /// Queues (share groups): up to `max_records` records of `topic` acquired
+    /// for `consumer` of share group `group` (joined on the first call), as
+    /// `(record, delivery_count)` pairs; each is the consumer's for the
+    /// group's lock duration: `ack`, `release` or `reject` it, or it goes
+    /// back to the others. `timeout`: seconds to wait for one (0, the
+    /// default: do not wait; None: until one comes).
+    #[pyo3(signature = (topic, group, consumer, max_records = 500, timeout = Some(0.0)))]
+    fn share_poll(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        max_records: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Vec<(RawRecord, u16)>> {
+        let b = self.get()?;
+        let max = max_records.clamp(1, POLL_MANY_LIMIT);
+        let deadline = crate::bridge::seconds(timeout)?.map(|t| Instant::now() + t);
+        loop {
+            let slice = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()).min(SLICE),
+                None => SLICE,
+            };
+            let got = py
+                .detach(|| rt::block_on(b.share_poll(topic, group, consumer, max, slice)))
+                .map_err(broker_error)?;
+            if !got.is_empty() || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(got
+                    .into_iter()
+                    .map(|r| {
+                        (
+                            RawRecord {
+                                topic: topic.to_owned(),
+                                partition: r.partition,
+                                record: r.record,
+                            },
+                            r.delivery_count,
+                        )
+                    })
+                    .collect());
+            }
+            py.check_signals()?;
+        }
+    }
+
+    /// Accepts a record `consumer` acquired through `share_poll`: done,
+    /// never delivered again. Raises InvalidRequest if it does not hold it
+    /// (its lock ran out, or it was acknowledged already).
+    fn ack(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        partition: u32,
+        offset: u64,
+    ) -> PyResult<()> {
+        self.acknowledge(
+            py,
+            (topic, group, consumer),
+            partition,
+            offset,
+            AckType::Accept,
+        )
+    }
+
+    /// Releases a record `consumer` acquired: delivered again (to any
+    /// consumer), until the group's delivery limit archives it.
+    fn release(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        partition: u32,
+        offset: u64,
+    ) -> PyResult<()> {
+        self.acknowledge(
+            py,
+            (topic, group, consumer),
+            partition,
+            offset,
+            AckType::Release,
+        )
+    }
+
+    /// Rejects a record `consumer` acquired: archived, never delivered again.
+    fn reject(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: &str,
+        consumer: &str,
+        partition: u32,
+        offset: u64,
+    ) -> PyResult<()> {
+        self.acknowledge(
+            py,
+            (topic, group, consumer),
+            partition,
+            offset,
+            AckType::Reject,
+        )
+    }
+
+    /// Takes `consumer` out of share group `group`: what it holds goes back
+    /// to the others at once.
+    fn share_leave(&self, py: Python<'_>, group: &str, consumer: &str) -> PyResult<()> {
+        let b = self.get()?;
+        py.detach(|| rt::block_on(b.share_leave(group, consumer)))
+            .map_err(broker_error)
     }
 
     /// Marks the record at `offset` of `partition` as processed (stores

@@ -315,3 +315,58 @@ def test_second_process_on_the_same_directory_gets_a_clear_error(tmp_path):
     # The first process is unharmed.
     broker.join_group("t", "g", "c")
     assert broker.poll("t", "g", "c")[1] == (0, "mine")
+
+
+def test_share_groups_are_queues(tmp_path):
+    """Two workers of one share group split a one-partition topic message by message;
+    a released message comes back, a rejected one never; a worker that leaves gives back
+    what it holds; every message is acknowledged exactly once."""
+    broker = flume.EmbeddedBroker(str(tmp_path / "q"))
+    broker.create_topic("jobs", partitions=1)
+    for i in range(20):
+        broker.produce("jobs", f"job-{i}".encode())
+    # A share group starts at the log end by default: these 20 are older than it.
+    assert broker.share_poll("jobs", "workers", "a") == []
+    for i in range(20, 30):
+        broker.produce("jobs", f"job-{i}".encode())
+    a = broker.share_poll("jobs", "workers", "a", max_records=4)
+    b = broker.share_poll("jobs", "workers", "b", max_records=4)
+    assert [r.offset for r, _ in a] == [20, 21, 22, 23]
+    assert [r.offset for r, _ in b] == [24, 25, 26, 27]
+    assert all(count == 1 for _, count in a + b)
+    broker.ack("jobs", "workers", "a", 0, 20)
+    broker.release("jobs", "workers", "a", 0, 21)
+    broker.reject("jobs", "workers", "a", 0, 22)
+    broker.ack("jobs", "workers", "a", 0, 23)
+    with pytest.raises(flume.FlumeError):
+        broker.ack("jobs", "workers", "a", 0, 20)
+    broker.share_leave("workers", "b")
+    again = broker.share_poll("jobs", "workers", "a", max_records=10)
+    assert [(r.offset, c) for r, c in again] == [(21, 2), (24, 2), (25, 2), (26, 2), (27, 2), (28, 1), (29, 1)]
+    assert again[0][0].value == b"job-21"
+    for r, _ in again:
+        broker.ack("jobs", "workers", "a", r.partition, r.offset)
+    assert broker.share_poll("jobs", "workers", "a", timeout=0.05) == []
+    broker.close()
+
+
+def test_nanokafka_share_poll_ack_release_reject():
+    broker = NanoKafka()
+    broker.create_topic("tasks")
+    # Join first (a new share group starts at the log end), then produce.
+    assert broker.share_poll("tasks", "g", "w1", timeout=0) is None
+    for i in range(3):
+        broker.produce("tasks", {"task": i})
+    p, (o, msg) = broker.share_poll("tasks", "g", "w1", timeout=1)
+    assert msg == {"task": 0}
+    broker.release("tasks", "g", "w1", p, o)
+    p2, (o2, msg2) = broker.share_poll("tasks", "g", "w2", timeout=1)
+    assert (o2, msg2) == (o, {"task": 0})
+    broker.ack("tasks", "g", "w2", p2, o2)
+    p3, (o3, _) = broker.share_poll("tasks", "g", "w1", timeout=1)
+    broker.reject("tasks", "g", "w1", p3, o3)
+    p4, (o4, msg4) = broker.share_poll("tasks", "g", "w1", timeout=1)
+    assert msg4 == {"task": 2}
+    broker.ack("tasks", "g", "w1", p4, o4)
+    assert broker.share_poll("tasks", "g", "w1", timeout=0) is None
+    broker.close()

@@ -238,6 +238,34 @@ class NanoKafka:
         """Marks the message at ``offset`` of ``partition`` as processed."""
         self._e.broker.commit(topic, group, partition, offset)
 
+    def share_poll(
+        self, topic: str, group: str, consumer: str, timeout: Optional[float] = None
+    ) -> Optional[Tuple[int, Tuple[int, Any]]]:
+        """Queues: ``(partition, (offset, message))`` acquired for ``consumer`` of share group ``group``.
+
+        Any number of consumers of the group share the topic's partitions; each message is
+        handed to one of them at a time, until it is ``ack``-ed, ``release``-d (delivered
+        again) or ``reject``-ed, or its lock runs out (then it is delivered again). Waits
+        until one is available, or ``timeout`` seconds (then returns None).
+        """
+        got = self._e.broker.share_poll(topic, group, consumer, 1, timeout=timeout)
+        if not got:
+            return None
+        r, _count = got[0]
+        return r.partition, (r.offset, _decode(r.value))
+
+    def ack(self, topic: str, group: str, consumer: str, partition: int, offset: int) -> None:
+        """Accepts a message from ``share_poll``: done, never delivered again."""
+        self._e.broker.ack(topic, group, consumer, partition, offset)
+
+    def release(self, topic: str, group: str, consumer: str, partition: int, offset: int) -> None:
+        """Gives a message from ``share_poll`` back: delivered again (to any consumer)."""
+        self._e.broker.release(topic, group, consumer, partition, offset)
+
+    def reject(self, topic: str, group: str, consumer: str, partition: int, offset: int) -> None:
+        """Rejects a message from ``share_poll``: never delivered again."""
+        self._e.broker.reject(topic, group, consumer, partition, offset)
+
     def lag(self, topic: str, group: str) -> Dict[int, int]:
         """``{partition: messages not yet committed by group}``."""
         e = self._e
