@@ -701,6 +701,14 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<CreatePartitionsResponse>(bytes)?;
     survives::<DeleteOffsetsRequest>(bytes)?;
     survives::<DeleteOffsetsResponse>(bytes)?;
+    survives::<ShareHeartbeatRequest>(bytes)?;
+    survives::<ShareHeartbeatResponse>(bytes)?;
+    survives::<ShareFetchRequest>(bytes)?;
+    survives::<ShareFetchResponse>(bytes)?;
+    survives::<ShareAcknowledgeRequest>(bytes)?;
+    survives::<ShareAcknowledgeResponse>(bytes)?;
+    survives::<ShareGroupDescribeRequest>(bytes)?;
+    survives::<ShareGroupDescribeResponse>(bytes)?;
     survives::<Span>(bytes)
 }
 
