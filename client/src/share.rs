@@ -429,6 +429,11 @@ impl ShareConsumer {
         lock(&self.member.state).assignment.clone()
     }
 
+    /// Most records the next polls acquire (as the builder's `max_records`).
+    pub fn set_max_records(&mut self, n: usize) {
+        self.cfg.max_records = i32::try_from(n.max(1)).unwrap_or(i32::MAX);
+    }
+
     /// Marks `record` as `ack` says (as [`ShareRecord::acknowledge`]).
     pub fn acknowledge(&self, record: &ShareRecord, ack: AcknowledgeType) {
         record.acknowledge(ack);
