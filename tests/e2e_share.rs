@@ -102,9 +102,11 @@ fn three_members_accept_every_record_of_one_partition_exactly_once() {
         for t in tasks {
             per_member.push(t.await);
         }
-        let seen = seen.lock().unwrap();
-        assert_eq!(seen.len(), 3_000);
-        assert!(seen.values().all(|&n| n == 1), "a record came twice");
+        {
+            let seen = seen.lock().unwrap();
+            assert_eq!(seen.len(), 3_000);
+            assert!(seen.values().all(|&n| n == 1), "a record came twice");
+        }
         assert!(per_member.iter().all(|&n| n > 0), "{per_member:?}");
         let admin = Admin::connect(&addr).await.unwrap();
         common::wait_until("every record accepted", Duration::from_secs(10), || async {

@@ -416,48 +416,6 @@ pub fn group_description(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use flume_protocol::messages::Encode;
-
-    fn join(topics: &[&str]) -> Vec<u8> {
-        let mut buf = Vec::new();
-        JoinGroupRequest {
-            group: "g".into(),
-            member_id: String::new(),
-            session_timeout_ms: 1000,
-            rebalance_timeout_ms: 1000,
-            assignor: String::new(),
-            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
-        }
-        .encode(&mut buf);
-        buf
-    }
-
-    #[test]
-    fn join_topic_lists_are_deduplicated_and_capped_before_decoding() {
-        let req = decode_join(&join(&["b", "a", "b", "a", "b"]), 5).unwrap();
-        assert_eq!(req.topics, vec!["a".to_owned(), "b".to_owned()]);
-        let err = decode_join(&join(&["a"; 6]), 5).unwrap_err();
-        assert!(
-            err.contains("6 entries") && err.contains("max_topics_per_join is 5"),
-            "{err}"
-        );
-        // The count is checked before the names: a list that claims more names
-        // than the cap is refused even if its bytes are cut short.
-        let mut cut = join(&["a"; 6]);
-        cut.truncate(cut.len() - 4);
-        assert!(decode_join(&cut, 5)
-            .unwrap_err()
-            .contains("max_topics_per_join"));
-        assert!(decode_join(&join(&["a"]), 5).is_ok());
-        let mut trailing = join(&["a"]);
-        trailing.push(0);
-        assert!(decode_join(&trailing, 5).is_err());
-    }
-}
-
 // ------------------------------------------------------------ share groups
 
 /// The code a client sees for a share-group failure.
@@ -575,5 +533,69 @@ pub fn share_group_description(
                 archived: i64::try_from(p.archived).unwrap_or(i64::MAX),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flume_protocol::messages::Encode;
+
+    fn join(topics: &[&str]) -> Vec<u8> {
+        let mut buf = Vec::new();
+        JoinGroupRequest {
+            group: "g".into(),
+            member_id: String::new(),
+            session_timeout_ms: 1000,
+            rebalance_timeout_ms: 1000,
+            assignor: String::new(),
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+        }
+        .encode(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn join_topic_lists_are_deduplicated_and_capped_before_decoding() {
+        let req = decode_join(&join(&["b", "a", "b", "a", "b"]), 5).unwrap();
+        assert_eq!(req.topics, vec!["a".to_owned(), "b".to_owned()]);
+        let err = decode_join(&join(&["a"; 6]), 5).unwrap_err();
+        assert!(
+            err.contains("6 entries") && err.contains("max_topics_per_join is 5"),
+            "{err}"
+        );
+        // The count is checked before the names: a list that claims more names
+        // than the cap is refused even if its bytes are cut short.
+        let mut cut = join(&["a"; 6]);
+        cut.truncate(cut.len() - 4);
+        assert!(decode_join(&cut, 5)
+            .unwrap_err()
+            .contains("max_topics_per_join"));
+        assert!(decode_join(&join(&["a"]), 5).is_ok());
+        let mut trailing = join(&["a"]);
+        trailing.push(0);
+        assert!(decode_join(&trailing, 5).is_err());
+    }
+
+    #[test]
+    fn share_ack_codes_keep_request_order_around_refused_types() {
+        use crate::coordinator::share::partition::AckError;
+        use crate::engine::ShareError;
+        let results = vec![
+            Ok(()),
+            Err(ShareError::RecordState(AckError::NotAcquired {
+                offset: 3,
+                member: "m".into(),
+            })),
+        ];
+        assert_eq!(
+            share_ack_codes(results, &[0, 2]),
+            vec![
+                ErrorCode::InvalidRequest,
+                ErrorCode::None,
+                ErrorCode::InvalidRequest,
+                ErrorCode::InvalidRecordState
+            ]
+        );
     }
 }
