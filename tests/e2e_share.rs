@@ -443,3 +443,72 @@ fn a_share_consumer_over_kafka_is_refused_clearly() {
         assert!(e.to_string().contains("not supported"), "{e}");
     });
 }
+
+/// With the authorizer on, a share group's member needs READ on the group
+/// and on every topic it subscribes to or names; describing needs DESCRIBE
+/// on the group (READ implies it).
+#[test]
+fn share_groups_follow_the_acls() {
+    use flume_broker::security::auth::AuthMode;
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = common::config(dir.path());
+        c.auth = AuthMode::Required;
+        c.admin_users = vec!["admin".into()];
+        c.authorizer = true;
+        let broker = Broker::start(c).await.unwrap();
+        broker.add_user("admin", "admin-pw").await.unwrap();
+        broker.add_user("alice", "alice-pw").await.unwrap();
+        for t in ["q", "audit"] {
+            broker.engine().create_topic(t, common::topic(1)).unwrap();
+        }
+        let addr = broker.local_addr().to_string();
+        let login = |u: &str| ConnectionConfig::default().credentials(u, format!("{u}-pw"));
+        let allow = |op: &str, kind: &str, name: &str, pattern: &str| flume_client::AclEntry {
+            principal: "User:alice".into(),
+            permission: "allow".into(),
+            resource_type: kind.into(),
+            pattern: pattern.into(),
+            name: name.into(),
+            operation: op.into(),
+        };
+        let admin = Admin::connect_with(&addr, login("admin")).await.unwrap();
+        admin
+            .add_acl(allow("read", "topic", "q", "literal"))
+            .await
+            .unwrap();
+        let alice = |group: &str| member(&addr, group).connection(login("alice")).build();
+        let e = alice("team-a").await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::AuthorizationFailed), "{e}");
+        admin
+            .add_acl(allow("read", "group", "team-", "prefixed"))
+            .await
+            .unwrap();
+        let mut m = alice("team-a").await.unwrap();
+        assert!(m.poll().await.unwrap().is_empty());
+        let raw = Client::connect(addr.clone(), login("alice")).await.unwrap();
+        let e = raw
+            .call(&ShareFetchRequest {
+                group: "team-a".into(),
+                member_id: m.member_id(),
+                max_wait_ms: 0,
+                max_records: 1,
+                max_bytes: 1 << 20,
+                partitions: vec![SharePartitionRef {
+                    topic: "audit".into(),
+                    partition: 0,
+                }],
+                acknowledgements: vec![],
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::AuthorizationFailed), "{e}");
+        let alice_admin = Admin::connect_with(&addr, login("alice")).await.unwrap();
+        let d = alice_admin.describe_share_group("team-a").await.unwrap();
+        assert_eq!(d.members.len(), 1);
+        let e = alice_admin.describe_share_group("other").await.unwrap_err();
+        assert_eq!(e.code(), Some(ErrorCode::AuthorizationFailed), "{e}");
+        m.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}
