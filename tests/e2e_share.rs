@@ -431,6 +431,34 @@ fn share_requests_answer_each_acknowledgement_and_partition() {
     });
 }
 
+/// The consumer as a stream: records one at a time, accepted by the next
+/// fetch (implicit mode).
+#[test]
+fn a_share_consumer_is_a_stream_of_records() {
+    use futures::StreamExt;
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr) = broker(dir.path(), 30_000, 5, 6).await;
+        let c = member(&addr, "g").max_records(4).build().await.unwrap();
+        let got: Vec<u64> = c
+            .into_stream()
+            .take(6)
+            .map(|r| r.unwrap().offset)
+            .collect()
+            .await;
+        assert_eq!(got, (0..6).collect::<Vec<_>>());
+        // The first four were accepted by the fetch of the last two.
+        let d = Admin::connect(&addr)
+            .await
+            .unwrap()
+            .describe_share_group("g")
+            .await
+            .unwrap();
+        assert_eq!(d.partitions[0].start_offset, 4);
+        broker.shutdown().await;
+    });
+}
+
 /// The SDK refuses a share group over Kafka's protocol with a clear error.
 #[test]
 fn a_share_consumer_over_kafka_is_refused_clearly() {

@@ -29,6 +29,12 @@
 //!   its records back when their locks or its session run out.
 //!
 //! Over a `kafka://` address share groups are not served by the SDK yet.
+//!
+//! Cancel safety: a [`ShareConsumer::poll`] dropped while it waits has sent
+//! (or lost) the acknowledgements it carried, and the records it acquired
+//! come back when their locks run out; call [`ShareConsumer::commit`]
+//! before a poll that may be cancelled to keep acknowledgements from being
+//! lost (they would be delivered again: at-least-once).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -581,6 +587,20 @@ impl ShareConsumer {
             }
         }
         Ok(out)
+    }
+
+    /// The records one at a time as a [`Stream`](futures::Stream) (each
+    /// [`next`](Self::next)); it ends after the first error. The consumer is
+    /// not closed when the stream is dropped (as dropping it: the records it
+    /// holds come back when their locks run out).
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<ShareRecord>> {
+        futures::stream::unfold(Some(self), |c| async move {
+            let mut c = c?;
+            match c.next().await {
+                Ok(r) => Some((Ok(r), Some(c))),
+                Err(e) => Some((Err(e), None)),
+            }
+        })
     }
 
     /// Sends the acknowledgements pending now (SHARE_ACKNOWLEDGE) and answers
