@@ -79,6 +79,12 @@ fn consume_with_a_share_group_accepts_rejects_and_releases_what_it_prints() {
     let released = consume(&["--max", "1", "--release"]);
     assert_eq!(offsets(&released), vec![7], "{released}");
 
+    let list = ok(&["groups", "list", "--broker", &addr]);
+    assert!(
+        list.lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["q", "Empty", "share"]),
+        "{list}"
+    );
     let out = ok(&["groups", "describe", "q", "--broker", &addr]);
     assert!(out.starts_with("share group q: epoch"), "{out}");
     assert!(out.contains("0 member(s)"), "{out}");
