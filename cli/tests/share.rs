@@ -102,3 +102,87 @@ fn consume_with_a_share_group_accepts_rejects_and_releases_what_it_prints() {
     let none = consume(&["--timeout", "700"]);
     assert!(none.is_empty(), "{none}");
 }
+
+/// A share-group consumer that follows is stopped by Ctrl-C: it exits 0,
+/// the records it printed stay accepted and it has left the group.
+#[test]
+fn an_interrupt_stops_a_share_consumer_which_leaves() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+
+    let dir = tempfile::tempdir().unwrap();
+    let b = BrokerProc::start(
+        &dir.path().join("data"),
+        &["--share-auto-offset-reset", "earliest"],
+    );
+    let addr = b.addr.clone();
+    ok(&[
+        "topics",
+        "create",
+        "t",
+        "--partitions",
+        "1",
+        "--broker",
+        &addr,
+    ]);
+    flume_rt::block_on(async {
+        let p = Producer::connect(&addr).await.unwrap();
+        for i in 0..3 {
+            p.send("t", None, format!("v{i}").as_bytes()).await.unwrap();
+        }
+    });
+    let mut child = common::bin()
+        .args([
+            "consume",
+            "--topic",
+            "t",
+            "--share-group",
+            "w",
+            "--broker",
+            &addr,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn consume --share-group");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut lines = Vec::new();
+    while lines.len() < 3 {
+        let line = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the three records printed");
+        lines.push(line);
+    }
+    assert_eq!(offsets(&lines.join("\n")), vec![0, 1, 2]);
+    let out = ok(&["groups", "describe", "w", "--broker", &addr]);
+    assert!(out.contains("1 member(s)"), "{out}");
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "still running 10 s after SIGINT");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    let out = ok(&["groups", "describe", "w", "--broker", &addr]);
+    assert!(out.contains("0 member(s)"), "{out}");
+    assert_eq!(share_row(&out), vec![3, 3, 0, 0, 0, 0, 0], "{out}");
+}
