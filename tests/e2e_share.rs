@@ -459,6 +459,54 @@ fn a_share_consumer_is_a_stream_of_records() {
     });
 }
 
+/// A member the broker dropped (here made to leave behind its back) joins
+/// again at its next poll and goes on: the records it held come back to it.
+#[test]
+fn a_dropped_member_joins_again_and_gets_its_records_back() {
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr) = broker(dir.path(), 30_000, 5, 5).await;
+        let mut c = member(&addr, "g")
+            .ack_mode(AckMode::Explicit)
+            .build()
+            .await
+            .unwrap();
+        assert_eq!(c.poll().await.unwrap().len(), 5);
+        let raw = Client::connect(addr.clone(), ConnectionConfig::default())
+            .await
+            .unwrap();
+        let left = raw
+            .call(&ShareHeartbeatRequest {
+                group: "g".into(),
+                member_id: c.member_id(),
+                member_epoch: -1,
+                client_id: String::new(),
+                topics: vec![],
+            })
+            .await
+            .unwrap();
+        assert_eq!(left.member_epoch, -1);
+        let mut back = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while back.len() < 5 {
+            assert!(Instant::now() < deadline, "got back only {back:?}");
+            for r in c.poll().await.unwrap() {
+                assert_eq!(r.delivery_count, 2);
+                back.push(r.offset);
+                r.accept();
+            }
+        }
+        assert_eq!(back, (0..5).collect::<Vec<_>>());
+        let outcomes = c.commit().await.unwrap();
+        assert!(
+            outcomes.iter().all(|o| o.error == ErrorCode::None),
+            "{outcomes:?}"
+        );
+        c.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}
+
 /// The SDK refuses a share group over Kafka's protocol with a clear error.
 #[test]
 fn a_share_consumer_over_kafka_is_refused_clearly() {

@@ -511,7 +511,9 @@ impl ShareConsumer {
         let resp = match self.client.call_with_extra(&req, self.cfg.max_wait).await {
             Ok(r) => r,
             Err(e) if fenced(&e) => {
-                // The broker dropped the member and gave its records back.
+                // The broker dropped the member and gave its records back:
+                // nothing held is ours to acknowledge any more.
+                lock(&self.book).held.clear();
                 self.member.join(&self.client).await?;
                 return Ok(Vec::new());
             }
