@@ -507,6 +507,37 @@ fn a_dropped_member_joins_again_and_gets_its_records_back() {
     });
 }
 
+/// A poll waits at the broker for records (long polling) and is answered
+/// as soon as one is produced, well before its wait ends.
+#[test]
+fn a_waiting_poll_is_answered_when_a_record_arrives() {
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, addr) = broker(dir.path(), 30_000, 5, 0).await;
+        let mut c = member(&addr, "g")
+            .max_wait(Duration::from_secs(20))
+            .build()
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let poll = flume_rt::spawn(async move {
+            let got = c.poll().await.unwrap();
+            (got.iter().map(|r| r.offset).collect::<Vec<_>>(), c)
+        });
+        let p = Producer::connect(&addr).await.unwrap();
+        p.send("q", None, b"late").await.unwrap();
+        let (got, c) = poll.await;
+        assert_eq!(got, vec![0]);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        c.close().await.unwrap();
+        broker.shutdown().await;
+    });
+}
+
 /// The SDK refuses a share group over Kafka's protocol with a clear error.
 #[test]
 fn a_share_consumer_over_kafka_is_refused_clearly() {
