@@ -31,6 +31,7 @@ mod e2e_produce_fetch;
 mod e2e_protocol_edges;
 mod e2e_quota;
 mod e2e_rebalance;
+mod e2e_share;
 mod e2e_tls;
 mod e2e_upgrade;
 mod observability;

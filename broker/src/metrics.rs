@@ -220,9 +220,9 @@ impl PartitionStats {
     }
 }
 
-const NAPIS: usize = 27;
-/// Codes 0..=22 by number, the last row for every other code.
-const NCODES: usize = 24;
+const NAPIS: usize = 31;
+/// Codes 0..=24 by number, the last row for every other code.
+const NCODES: usize = 26;
 
 /// A dense row per API key (the keys have gaps: 18-19 are unused), the
 /// last row for keys the broker does not know.
@@ -236,6 +236,10 @@ fn api_index(api_key: i16) -> usize {
         Some(ApiKey::DeleteOffsets) => 23,
         Some(ApiKey::DeleteRecords) => 24,
         Some(ApiKey::ListTransactions) => 25,
+        Some(ApiKey::ShareHeartbeat) => 26,
+        Some(ApiKey::ShareFetch) => 27,
+        Some(ApiKey::ShareAcknowledge) => 28,
+        Some(ApiKey::ShareGroupDescribe) => 29,
         Some(a) if (a as usize) < 18 => a as usize,
         _ => NAPIS - 1,
     }
@@ -270,6 +274,10 @@ pub fn api_name(index: usize) -> &'static str {
         "delete_offsets",
         "delete_records",
         "list_transactions",
+        "share_heartbeat",
+        "share_fetch",
+        "share_acknowledge",
+        "share_group_describe",
         "unknown",
     ];
     NAMES.get(index).copied().unwrap_or("unknown")

@@ -541,13 +541,116 @@ fn seconds(ms: i64) -> String {
 /// `groups describe`.
 pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
     let admin = connect(broker).await?;
+    // A share group of the name (a namespace of its own) is shown too; a
+    // Kafka address has none to show here.
+    let share = if broker.is_kafka() {
+        None
+    } else {
+        match admin.describe_share_group(group).await {
+            Ok(d) => Some(d),
+            Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => None,
+            Err(e) => return Err(describe(e)),
+        }
+    };
     let d = match admin.describe_group(group).await {
         Ok(d) => d,
         Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {
+            if let Some(s) = share {
+                print_share_group(&s);
+                return Ok(());
+            }
             bail!("group {group} does not exist (no members and no committed offsets)")
         }
         Err(e) => return Err(describe(e)),
     };
+    print_consumer_group(&d);
+    if let Some(s) = share {
+        println!();
+        print_share_group(&s);
+    }
+    Ok(())
+}
+
+/// A share group: its members, and per share-partition where it stands.
+fn print_share_group(d: &flume_client::ShareGroupDescribeResponse) {
+    println!(
+        "share group {}: epoch {}, {} member(s)",
+        d.group,
+        d.epoch,
+        d.members.len()
+    );
+    if !d.members.is_empty() {
+        println!();
+        println!(
+            "{:<40} {:<20} {:>6}  PARTITIONS",
+            "MEMBER", "CLIENT-ID", "EPOCH"
+        );
+        for m in &d.members {
+            let parts: Vec<String> = m
+                .assignment
+                .iter()
+                .map(|a| {
+                    let ps: Vec<String> = a.partitions.iter().map(i32::to_string).collect();
+                    format!("{}:{}", a.topic, ps.join(","))
+                })
+                .collect();
+            println!(
+                "{:<40} {:<20} {:>6}  {}",
+                m.member_id,
+                if m.client_id.is_empty() {
+                    "-"
+                } else {
+                    &m.client_id
+                },
+                m.member_epoch,
+                if parts.is_empty() {
+                    "-".to_owned()
+                } else {
+                    parts.join(" ")
+                }
+            );
+        }
+    }
+    println!();
+    if d.partitions.is_empty() {
+        println!("no share-partitions yet (nothing fetched)");
+        return;
+    }
+    println!(
+        "{:<24} {:>9} {:>12} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
+        "TOPIC",
+        "PARTITION",
+        "START",
+        "END",
+        "IN-FLIGHT",
+        "ACQUIRED",
+        "AVAILABLE",
+        "REDELIVERED",
+        "ARCHIVED"
+    );
+    for p in &d.partitions {
+        let end = if p.log_end < 0 {
+            "-".to_owned()
+        } else {
+            p.log_end.to_string()
+        };
+        println!(
+            "{:<24} {:>9} {:>12} {:>12} {:>9} {:>9} {:>9} {:>11} {:>9}",
+            p.topic,
+            p.partition,
+            p.start_offset,
+            end,
+            p.in_flight,
+            p.acquired,
+            p.available,
+            p.redelivered,
+            p.archived
+        );
+    }
+}
+
+/// A consumer group: state, members and committed offsets with their lag.
+fn print_consumer_group(d: &flume_client::DescribeGroupResponse) {
     let or_dash = |s: &str| {
         if s.is_empty() {
             "-".to_owned()
@@ -602,7 +705,7 @@ pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
     println!();
     if d.offsets.is_empty() {
         println!("no committed offsets");
-        return Ok(());
+        return;
     }
     println!(
         "{:<24} {:>9} {:>12} {:>12} {:>10}  OWNER",
@@ -626,5 +729,4 @@ pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
             o.topic, o.partition, o.committed, end, lag
         );
     }
-    Ok(())
 }

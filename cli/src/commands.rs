@@ -687,7 +687,9 @@ pub enum GroupsCommand {
         broker: BrokerAddr,
     },
     /// A group's state, generation, members and the partitions each owns, and
-    /// its committed offset, end and lag per partition.
+    /// its committed offset, end and lag per partition; for a share group its
+    /// members and per partition its start, end and record counts (in
+    /// flight, acquired, available, redelivered, archived).
     Describe {
         /// Group.
         group: String,

@@ -1,4 +1,5 @@
-//! `flume-cli consume`: partitions of a topic, or a group member's share of them.
+//! `flume-cli consume`: partitions of a topic, a group member's share of them, or the
+//! records a share group (a queue) hands a member.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -8,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flume_client::{
-    lowlevel::Client, Admin, FetchConfig, GroupConsumer, PartitionConsumer, Record, StartOffset,
+    lowlevel::Client, AckMode, AcknowledgeType, Admin, FetchConfig, GroupConsumer,
+    PartitionConsumer, Record, ShareConsumer, StartOffset,
 };
 use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -40,9 +42,23 @@ pub struct ConsumeArgs {
     /// Join this consumer group instead of reading partitions directly.
     #[arg(long)]
     group: Option<String>,
+    /// Join this share group (a queue): its members share every partition of --topic
+    /// (comma-separated topics for several), each record printed is accepted (or
+    /// released or rejected: --release, --reject) and never handed to another member.
+    /// Follows until --max, --timeout or Ctrl-C, then leaves.
+    #[arg(long, conflicts_with_all = ["group", "partition", "from_time", "exit_at_end"])]
+    share_group: Option<String>,
+    /// Share mode: release each record printed (it is delivered again, to any member)
+    /// instead of accepting it.
+    #[arg(long, requires = "share_group", conflicts_with = "reject")]
+    release: bool,
+    /// Share mode: reject each record printed (never delivered again) instead of
+    /// accepting it.
+    #[arg(long, requires = "share_group")]
+    reject: bool,
     /// Stop after N records. In group mode without --follow it also stops at the end of
     /// the assigned partitions, saying how many records there were.
-    #[arg(long)]
+    #[arg(long, visible_alias = "max-messages")]
     max: Option<u64>,
     /// Keep waiting for new records. Partition mode stops at the end otherwise; group
     /// mode follows unless --max or --exit-at-end is given.
@@ -78,7 +94,9 @@ enum Stop {
 }
 
 pub async fn consume(a: ConsumeArgs) -> Result<()> {
-    if a.group.is_some() {
+    if a.share_group.is_some() {
+        share(a).await
+    } else if a.group.is_some() {
         group(a).await
     } else {
         partitions(a).await
@@ -499,4 +517,117 @@ async fn at_end(
         }
     }
     Ok(true)
+}
+
+/// Share mode: prints the records the share group hands this member, acknowledging each
+/// once printed, until --max, --timeout or an interrupt; then sends the last
+/// acknowledgements and leaves (within a grace period).
+async fn share(a: ConsumeArgs) -> Result<()> {
+    let stop = interrupt()?;
+    let Some(group) = a.share_group.clone() else {
+        bail!("--share-group is required in share mode");
+    };
+    let topics: Vec<String> =
+        a.at.topic
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+            .collect();
+    let ack = if a.release {
+        AcknowledgeType::Release
+    } else if a.reject {
+        AcknowledgeType::Reject
+    } else {
+        AcknowledgeType::Accept
+    };
+    let max = a.max.unwrap_or(u64::MAX);
+    let batch = |left: u64| usize::try_from(left.min(500)).unwrap_or(500);
+    let builder = ShareConsumer::builder(&a.at.broker.addr, &group)
+        .connection(a.at.broker.connection()?)
+        .subscribe(topics)
+        .ack_mode(AckMode::Explicit)
+        .max_records(batch(max))
+        .max_wait(Duration::from_millis(500));
+    let Some(built) = interruptible(&stop, builder.build()).await else {
+        return Ok(());
+    };
+    let mut c = built
+        .map_err(describe)
+        .context("cannot join the share group")?;
+    let mut n = 0u64;
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut last_record = Instant::now();
+    let mut why = Stop::Max;
+    while n < max {
+        c.set_max_records(batch(max - n));
+        let Some(got) = interruptible(&stop, c.poll()).await else {
+            why = Stop::Interrupted;
+            break;
+        };
+        let got = got.map_err(describe)?;
+        if got.is_empty() {
+            if a.timeout
+                .is_some_and(|ms| last_record.elapsed() >= Duration::from_millis(ms))
+            {
+                why = Stop::Idle;
+                break;
+            }
+            continue;
+        }
+        last_record = Instant::now();
+        let mut printed = Vec::with_capacity(got.len());
+        for r in &got {
+            if n >= max {
+                // Not printed: another member (or the next run) gets it.
+                r.release();
+                continue;
+            }
+            writeln!(out, "{}", record_line(a.format, r.partition, &r.record))?;
+            printed.push(r);
+            n += 1;
+        }
+        // Acknowledged only once on stdout (at-least-once), and sent at once, so an
+        // interrupt while the next poll waits loses none.
+        out.flush()?;
+        for r in printed {
+            r.acknowledge(ack);
+        }
+        for o in c.commit().await.map_err(describe)? {
+            if !o.error.is_ok() {
+                tracing::warn!(
+                    topic = %o.topic, partition = o.partition, offset = o.offset, error = %o.error,
+                    "acknowledgement refused (the record's lock ran out: it is delivered again)"
+                );
+            }
+        }
+    }
+    out.flush()?;
+    let interrupted = matches!(why, Stop::Interrupted);
+    let grace = if interrupted {
+        INTERRUPT_GRACE
+    } else {
+        CLOSE_GRACE
+    };
+    let interrupt_now = async {
+        if interrupted {
+            futures::future::pending::<()>().await;
+        }
+        let _ = stop.recv().await;
+    };
+    let closed = futures::select! {
+        r = c.close().fuse() => Some(r),
+        () = flume_rt::sleep(grace).fuse() => None,
+        () = interrupt_now.fuse() => None,
+    };
+    match closed {
+        Some(r) => r.map_err(describe).context("leaving the share group")?,
+        None => tracing::warn!(
+            "the broker did not take the last acknowledgements and the leave within {} ms; \
+             the records held come back when their locks run out",
+            grace.as_millis()
+        ),
+    }
+    report_stop(&why, n, a.max);
+    Ok(())
 }

@@ -16,5 +16,6 @@ mod group_join;
 mod groups;
 mod messages;
 mod produce_consume;
+mod share;
 mod tls;
 mod users;

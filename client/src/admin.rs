@@ -14,8 +14,9 @@ use crate::protocol::{
     DeletedOffset, DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest,
     ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest,
     ListTransactionsRequest, ListedOffset, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchPartition, OffsetFetchRequest, PartitionOffset, TopicMetadata, TopicPartitions,
-    TopicSettings, TransactionListing, ACLS_ADD, ACLS_LIST, ACLS_REMOVE,
+    OffsetFetchPartition, OffsetFetchRequest, PartitionOffset, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse, TopicMetadata, TopicPartitions, TopicSettings, TransactionListing,
+    ACLS_ADD, ACLS_LIST, ACLS_REMOVE,
 };
 use crate::protocol::{
     ConfigEntry, TopicConfigsRequest, TopicConfigsResponse, TOPIC_CONFIGS_ALTER,
@@ -510,6 +511,23 @@ impl Admin {
         };
         client
             .call(&DescribeGroupRequest {
+                group: group.to_owned(),
+            })
+            .await
+            .map_err(|e| with_context(e, group))
+    }
+
+    /// A share group (a queue): its members with their subscriptions and
+    /// assignments, and per share-partition its start offset, the log end
+    /// and the counts of records in flight, acquired, available,
+    /// redelivered and archived. Flume's own (SHARE_GROUP_DESCRIBE).
+    ///
+    /// # Errors
+    /// UNKNOWN_GROUP (no members and no kept state); a `kafka://` address;
+    /// connection failures.
+    pub async fn describe_share_group(&self, group: &str) -> Result<ShareGroupDescribeResponse> {
+        self.flume("describe_share_group")?
+            .call(&ShareGroupDescribeRequest {
                 group: group.to_owned(),
             })
             .await

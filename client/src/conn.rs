@@ -979,6 +979,10 @@ fn api_name(k: protocol::ApiKey) -> &'static str {
         DeleteOffsets => "DELETE_OFFSETS",
         TopicConfigs => "TOPIC_CONFIGS",
         ListTransactions => "LIST_TRANSACTIONS",
+        ShareHeartbeat => "SHARE_HEARTBEAT",
+        ShareFetch => "SHARE_FETCH",
+        ShareAcknowledge => "SHARE_ACKNOWLEDGE",
+        ShareGroupDescribe => "SHARE_GROUP_DESCRIBE",
     }
 }
 

@@ -25,6 +25,8 @@
 //!   with heartbeats, rebalances ([`RebalanceEvents`]) and commits.
 //! - [`PartitionConsumer`] is a [`Stream`](futures::Stream) of [`Record`]s of
 //!   one partition from a [`StartOffset`].
+//! - [`ShareConsumer`] is a member of a share group (a queue): records of
+//!   shared partitions, each acknowledged on its own ([`ShareRecord`]).
 //! - [`Admin`] creates topics, reads metadata, committed offsets and lag.
 //! - Every call fails with an [`Error`]; [`Error::code`] gives the broker's
 //!   [`ErrorCode`] when the broker refused.
@@ -34,7 +36,7 @@
 //!
 //! Layout (private modules): `conn` (one multiplexed connection, and the
 //! reconnecting client), `producer`, `consumer` (the partition consumer),
-//! `group` (the group consumer), `admin`. The wire format lives in the
+//! `group` (the group consumer), `share` (the share consumer), `admin`. The wire format lives in the
 //! `flume-protocol` crate (no I/O) and the runtime seam in `flume-rt` (the
 //! only crate that names async-std).
 //!
@@ -51,6 +53,7 @@ mod group;
 mod join_failures;
 mod kafka;
 mod producer;
+mod share;
 mod tls;
 
 use flume_protocol as protocol;
@@ -74,9 +77,13 @@ pub use protocol::{
     AclEntry, AlterTopicRequest, CreateTopicRequest, DeletedOffset, DescribeGroupResponse,
     ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition,
     ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record,
-    TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions, TopicSettings,
-    TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
-    EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+    ShareGroupDescribeResponse, ShareMemberInfo, SharePartitionInfo, TopicConfigValue,
+    TopicConfigsResponse, TopicMetadata, TopicPartitions, TopicSettings, TransactionListing,
+    CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP, MAX_TIMESTAMP,
+};
+pub use share::{
+    AckMode, AckOutcome, AcknowledgeType, ShareConsumer, ShareConsumerBuilder, ShareRecord,
 };
 pub use tls::TlsConfig;
 

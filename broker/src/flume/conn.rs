@@ -141,7 +141,8 @@ struct Charged {
 
 /// Whether a request may wait on others rather than only on the broker's own
 /// work: a FETCH with `max_wait_ms` > 0 (new records), HEARTBEAT_WAIT and
-/// GROUP_FETCH (a rebalance, records), JOIN_GROUP (the other members). Once the peer has closed its
+/// GROUP_FETCH (a rebalance, records), JOIN_GROUP (the other members),
+/// SHARE_FETCH (records to acquire). Once the peer has closed its
 /// side, such a request is dropped unanswered: its answer could take up to
 /// its wait, and a peer that closed is almost always gone. Every other
 /// request is still answered (a half-closed peer may read its answers).
@@ -152,7 +153,9 @@ fn waits_on_others(api_key: i16, payload: &[u8]) -> bool {
         Some(ApiKey::Fetch) => payload
             .first_chunk::<4>()
             .is_some_and(|w| i32::from_be_bytes(*w) > 0),
-        Some(ApiKey::HeartbeatWait | ApiKey::JoinGroup | ApiKey::GroupFetch) => true,
+        Some(
+            ApiKey::HeartbeatWait | ApiKey::JoinGroup | ApiKey::GroupFetch | ApiKey::ShareFetch,
+        ) => true,
         _ => false,
     }
 }

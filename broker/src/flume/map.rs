@@ -416,6 +416,126 @@ pub fn group_description(
     }
 }
 
+// ------------------------------------------------------------ share groups
+
+/// The code a client sees for a share-group failure.
+pub fn share_error_code(e: &crate::engine::ShareError) -> ErrorCode {
+    use crate::coordinator::share::group::ShareGroupError as G;
+    use crate::coordinator::share::partition::AckError;
+    use crate::engine::ShareError as S;
+    match e {
+        S::Group(G::UnknownMember(_)) => ErrorCode::UnknownMember,
+        S::Group(G::FencedEpoch { .. }) => ErrorCode::IllegalGeneration,
+        S::Group(G::GroupFull { .. } | G::TooManyGroups(_)) | S::Limit(_) => {
+            ErrorCode::LimitReached
+        }
+        S::Group(G::Invalid(_)) | S::RecordState(AckError::BadRange { .. }) => {
+            ErrorCode::InvalidRequest
+        }
+        S::NotAssigned { .. } => ErrorCode::NotAssigned,
+        S::UnknownTopic(_) => ErrorCode::UnknownTopic,
+        S::UnknownPartition { .. } => ErrorCode::UnknownPartition,
+        S::RecordState(AckError::NotAcquired { .. }) => ErrorCode::InvalidRecordState,
+        S::Broker(b) => b.code(),
+    }
+}
+
+/// Acknowledgements as the engine takes them; one with an unknown type is
+/// left out and answered INVALID_REQUEST (its index in `refused`).
+pub fn share_acks(
+    acks: Vec<flume_protocol::ShareAcknowledgement>,
+) -> (Vec<crate::engine::ShareAck>, Vec<usize>) {
+    use crate::coordinator::share::partition::AckType;
+    let mut out = Vec::with_capacity(acks.len());
+    let mut refused = Vec::new();
+    for (i, a) in acks.into_iter().enumerate() {
+        match AckType::from_code(a.ack_type) {
+            Some(ack) => out.push(crate::engine::ShareAck {
+                tp: crate::engine::ShareTp {
+                    topic: a.topic,
+                    partition: a.partition,
+                },
+                first: a.first_offset,
+                last: a.last_offset,
+                ack,
+            }),
+            None => refused.push(i),
+        }
+    }
+    (out, refused)
+}
+
+/// The per-acknowledgement codes in request order: the engine's results for
+/// the acknowledgements it took, INVALID_REQUEST for those `refused`.
+pub fn share_ack_codes(
+    results: Vec<Result<(), crate::engine::ShareError>>,
+    refused: &[usize],
+) -> Vec<ErrorCode> {
+    let mut results = results.into_iter();
+    let total = results.len() + refused.len();
+    (0..total)
+        .map(|i| {
+            if refused.binary_search(&i).is_ok() {
+                ErrorCode::InvalidRequest
+            } else {
+                match results.next() {
+                    Some(Ok(())) => ErrorCode::None,
+                    Some(Err(e)) => share_error_code(&e),
+                    None => ErrorCode::Unknown,
+                }
+            }
+        })
+        .collect()
+}
+
+/// An assignment by topic as the wire lists it.
+pub fn topic_partitions(
+    assignment: std::collections::BTreeMap<String, Vec<i32>>,
+) -> Vec<TopicPartitions> {
+    assignment
+        .into_iter()
+        .map(|(topic, partitions)| TopicPartitions { topic, partitions })
+        .collect()
+}
+
+/// A share group as SHARE_GROUP_DESCRIBE answers it.
+pub fn share_group_description(
+    v: crate::engine::ShareGroupView,
+) -> flume_protocol::ShareGroupDescribeResponse {
+    let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+    flume_protocol::ShareGroupDescribeResponse {
+        group: v.group,
+        epoch: v.epoch,
+        members: v
+            .members
+            .into_iter()
+            .map(|m| flume_protocol::ShareMemberInfo {
+                member_id: m.member_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                member_epoch: m.member_epoch,
+                subscribed: m.subscribed,
+                assignment: topic_partitions(m.assignment),
+            })
+            .collect(),
+        partitions: v
+            .partitions
+            .into_iter()
+            .map(|p| flume_protocol::SharePartitionInfo {
+                topic: p.tp.topic,
+                partition: p.tp.partition,
+                start_offset: p.start_offset,
+                log_end: p.log_end,
+                in_flight: n(p.counts.in_flight),
+                acquired: n(p.counts.acquired),
+                available: n(p.counts.available),
+                redelivered: n(p.counts.redelivered),
+                archived: i64::try_from(p.archived).unwrap_or(i64::MAX),
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -455,5 +575,27 @@ mod tests {
         let mut trailing = join(&["a"]);
         trailing.push(0);
         assert!(decode_join(&trailing, 5).is_err());
+    }
+
+    #[test]
+    fn share_ack_codes_keep_request_order_around_refused_types() {
+        use crate::coordinator::share::partition::AckError;
+        use crate::engine::ShareError;
+        let results = vec![
+            Ok(()),
+            Err(ShareError::RecordState(AckError::NotAcquired {
+                offset: 3,
+                member: "m".into(),
+            })),
+        ];
+        assert_eq!(
+            share_ack_codes(results, &[0, 2]),
+            vec![
+                ErrorCode::InvalidRequest,
+                ErrorCode::None,
+                ErrorCode::InvalidRequest,
+                ErrorCode::InvalidRecordState
+            ]
+        );
     }
 }

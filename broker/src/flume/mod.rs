@@ -141,6 +141,10 @@ async fn admit_request(
         ApiKey::Acls => apis::acls::handle(cx, payload),
         ApiKey::TopicConfigs => apis::topic_configs::handle(cx, payload),
         ApiKey::ListTransactions => apis::list_transactions::handle(cx, payload),
+        ApiKey::ShareHeartbeat => apis::share_heartbeat::handle(cx, payload),
+        ApiKey::ShareFetch => apis::share_fetch::handle(cx, payload),
+        ApiKey::ShareAcknowledge => apis::share_fetch::handle_acknowledge(cx, payload),
+        ApiKey::ShareGroupDescribe => apis::share_group_describe::handle(cx, payload),
         // A connection answers AUTHENTICATE and USERS itself (`conn`); here
         // there is no connection state to authenticate.
         ApiKey::Authenticate => apis::error_frame(id, ErrorCode::AuthenticationFailed),

@@ -56,6 +56,13 @@ pub enum ErrorCode {
     /// on a compacted topic (Kafka's INVALID_RECORD); nothing of the batch
     /// was appended.
     InvalidRecord,
+    /// 23: a share group acknowledgement of records the member does not
+    /// hold: never acquired by it, already acknowledged, or their lock ran
+    /// out (Kafka's INVALID_RECORD_STATE); nothing of it was applied.
+    InvalidRecordState,
+    /// 24: SHARE_FETCH of a partition the member is not assigned (not
+    /// subscribed to its topic, or the topic has fewer partitions).
+    NotAssigned,
     /// 40: AUTHENTICATE failed (wrong user name or password, a malformed
     /// message, an unsupported mechanism). Codes 40-49 are security's.
     AuthenticationFailed,
@@ -103,6 +110,8 @@ impl ErrorCode {
             ErrorCode::OffsetMetadataTooLarge => 20,
             ErrorCode::InvalidConfig => 21,
             ErrorCode::InvalidRecord => 22,
+            ErrorCode::InvalidRecordState => 23,
+            ErrorCode::NotAssigned => 24,
             ErrorCode::AuthenticationFailed => 40,
             ErrorCode::AuthenticationRequired => 41,
             ErrorCode::NotAuthorized => 42,
@@ -139,6 +148,8 @@ impl ErrorCode {
             20 => ErrorCode::OffsetMetadataTooLarge,
             21 => ErrorCode::InvalidConfig,
             22 => ErrorCode::InvalidRecord,
+            23 => ErrorCode::InvalidRecordState,
+            24 => ErrorCode::NotAssigned,
             40 => ErrorCode::AuthenticationFailed,
             41 => ErrorCode::AuthenticationRequired,
             42 => ErrorCode::NotAuthorized,
@@ -179,6 +190,8 @@ impl ErrorCode {
             ErrorCode::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
             ErrorCode::InvalidConfig => "INVALID_CONFIG",
             ErrorCode::InvalidRecord => "INVALID_RECORD",
+            ErrorCode::InvalidRecordState => "INVALID_RECORD_STATE",
+            ErrorCode::NotAssigned => "NOT_ASSIGNED",
             ErrorCode::AuthenticationFailed => "AUTHENTICATION_FAILED",
             ErrorCode::AuthenticationRequired => "AUTHENTICATION_REQUIRED",
             ErrorCode::NotAuthorized => "NOT_AUTHORIZED",
@@ -201,7 +214,7 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_are_stable() {
-        for c in (0..=22).chain(40..=44) {
+        for c in (0..=24).chain(40..=44) {
             assert_eq!(ErrorCode::from_code(c).code(), c);
             assert_ne!(ErrorCode::from_code(c).name(), "UNRECOGNIZED");
         }

@@ -73,6 +73,14 @@ pub enum ApiKey {
     /// Extension: the transactional ids the broker coordinates, with their
     /// transactions (Kafka's ListTransactions and DescribeTransactions).
     ListTransactions = 27,
+    /// Extension: join, keep, update or leave a share group (a queue).
+    ShareHeartbeat = 28,
+    /// Extension: acknowledge records of a share group, then acquire more.
+    ShareFetch = 29,
+    /// Extension: acknowledge records of a share group.
+    ShareAcknowledge = 30,
+    /// Extension: a share group's members and its share-partitions' state.
+    ShareGroupDescribe = 31,
 }
 
 impl ApiKey {
@@ -105,6 +113,10 @@ impl ApiKey {
             25 => ApiKey::DeleteOffsets,
             26 => ApiKey::DeleteRecords,
             27 => ApiKey::ListTransactions,
+            28 => ApiKey::ShareHeartbeat,
+            29 => ApiKey::ShareFetch,
+            30 => ApiKey::ShareAcknowledge,
+            31 => ApiKey::ShareGroupDescribe,
             _ => return None,
         })
     }
@@ -882,6 +894,225 @@ impl Default for ListTransactionsRequest {
     }
 }
 
+// ---------------------------------------------------------------- SHARE GROUPS (extension, keys 28-31)
+
+/// [`ShareAcknowledgement::ack_type`]: offsets with no record (nothing to do).
+pub const ACK_GAP: i8 = 0;
+/// [`ShareAcknowledgement::ack_type`]: processed, never delivered again.
+pub const ACK_ACCEPT: i8 = 1;
+/// [`ShareAcknowledgement::ack_type`]: back to available, delivered again (to any member).
+pub const ACK_RELEASE: i8 = 2;
+/// [`ShareAcknowledgement::ack_type`]: not processable, never delivered again (archived).
+pub const ACK_REJECT: i8 = 3;
+/// [`ShareAcknowledgement::ack_type`]: keep the records another lock duration.
+pub const ACK_RENEW: i8 = 4;
+
+message! {
+    /// SHARE_HEARTBEAT request (extension): `[group][member_id]
+    /// [member_epoch i32][client_id][topics [string]]`: epoch 0 joins (with
+    /// an empty member id the broker makes one), -1 leaves, any other is the
+    /// epoch last answered. `topics` empty: the subscription is unchanged
+    /// (a join needs one).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareHeartbeatRequest {
+        /// The share group.
+        pub group: String,
+        /// The member's id (empty on a join: the broker makes one).
+        pub member_id: String,
+        /// 0 to join, -1 to leave, else the epoch last answered.
+        pub member_epoch: i32,
+        /// The client's id (shown by SHARE_GROUP_DESCRIBE).
+        pub client_id: String,
+        /// The topics subscribed to; empty: unchanged.
+        pub topics: Vec<String>,
+    }
+
+    /// SHARE_HEARTBEAT response: `[member_id][member_epoch i32]
+    /// [heartbeat_interval_ms i32][assignment [topic [partition i32]]]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareHeartbeatResponse {
+        /// The member's id (the one made for it on a join without one).
+        pub member_id: String,
+        /// Its epoch now, to send in the next heartbeat (-1 after a leave).
+        pub member_epoch: i32,
+        /// How often to heartbeat.
+        pub heartbeat_interval_ms: i32,
+        /// Its partitions: every partition of every topic it subscribes to.
+        pub assignment: Vec<TopicPartitions>,
+    }
+
+    /// One acknowledgement: the records `first_offset..=last_offset` of a partition.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ShareAcknowledgement {
+        /// Topic.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// First offset.
+        pub first_offset: i64,
+        /// Last offset (inclusive).
+        pub last_offset: i64,
+        /// [`ACK_GAP`], [`ACK_ACCEPT`], [`ACK_RELEASE`], [`ACK_REJECT`] or [`ACK_RENEW`].
+        pub ack_type: i8,
+    }
+
+    /// One partition to acquire records from.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct SharePartitionRef {
+        /// Topic.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+    }
+
+    /// SHARE_FETCH request (extension): `[group][member_id][max_wait_ms i32]
+    /// [max_records i32][max_bytes i32][partitions [topic][partition i32]]
+    /// [acknowledgements [topic][partition i32][first_offset i64]
+    /// [last_offset i64][ack_type i8]]`: the acknowledgements are applied
+    /// first, then records are acquired.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareFetchRequest {
+        /// The share group.
+        pub group: String,
+        /// The member.
+        pub member_id: String,
+        /// Longest the broker waits for records when none are available.
+        pub max_wait_ms: i32,
+        /// Most records acquired over all partitions.
+        pub max_records: i32,
+        /// Most record bytes read per partition (the first record is whole).
+        pub max_bytes: i32,
+        /// Partitions to acquire from (assigned to the member).
+        pub partitions: Vec<SharePartitionRef>,
+        /// Acknowledgements, applied before acquiring.
+        pub acknowledgements: Vec<ShareAcknowledgement>,
+    }
+
+    /// A run of acquired records with one delivery count.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct AcquiredRecords {
+        /// First offset.
+        pub first_offset: i64,
+        /// Last offset (inclusive).
+        pub last_offset: i64,
+        /// Deliveries of these records, this one included (1 the first time).
+        pub delivery_count: i16,
+    }
+
+    /// What one partition of a SHARE_FETCH acquired.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ShareFetchPartition {
+        /// Topic.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Why nothing was acquired here (NOT_ASSIGNED, UNKNOWN_TOPIC, ...).
+        pub error: ErrorCode,
+        /// The runs acquired, in offset order.
+        pub acquired: Vec<AcquiredRecords>,
+        /// The acquired records (only those), in the stored format.
+        pub records: Bytes,
+    }
+
+    /// SHARE_FETCH response: `[acknowledgements [error i16]]
+    /// [partitions [topic][partition i32][error i16]
+    /// [acquired [first_offset i64][last_offset i64][delivery_count i16]]
+    /// [records bytes]]`: one result per acknowledgement and one entry per
+    /// partition, in request order.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareFetchResponse {
+        /// One per acknowledgement of the request, in order.
+        pub acknowledgements: Vec<ErrorCode>,
+        /// One per partition of the request, in order.
+        pub partitions: Vec<ShareFetchPartition>,
+    }
+
+    /// SHARE_ACKNOWLEDGE request (extension): `[group][member_id]
+    /// [acknowledgements [topic][partition i32][first_offset i64]
+    /// [last_offset i64][ack_type i8]]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareAcknowledgeRequest {
+        /// The share group.
+        pub group: String,
+        /// The member.
+        pub member_id: String,
+        /// The acknowledgements.
+        pub acknowledgements: Vec<ShareAcknowledgement>,
+    }
+
+    /// SHARE_ACKNOWLEDGE response: `[results [error i16]]`, one per
+    /// acknowledgement, in order.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareAcknowledgeResponse {
+        /// One per acknowledgement.
+        pub results: Vec<ErrorCode>,
+    }
+
+    /// SHARE_GROUP_DESCRIBE request (extension): `[group]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareGroupDescribeRequest {
+        /// The share group.
+        pub group: String,
+    }
+
+    /// One member of a share group.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ShareMemberInfo {
+        /// Its id.
+        pub member_id: String,
+        /// The client's id.
+        pub client_id: String,
+        /// The client's address (Kafka clients; empty for Flume's).
+        pub client_host: String,
+        /// Its epoch.
+        pub member_epoch: i32,
+        /// The topics it subscribes to.
+        pub subscribed: Vec<String>,
+        /// Its partitions.
+        pub assignment: Vec<TopicPartitions>,
+    }
+
+    /// One share-partition of a share group.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct SharePartitionInfo {
+        /// Topic.
+        pub topic: String,
+        /// Partition.
+        pub partition: i32,
+        /// Every record below is done (accepted or archived).
+        pub start_offset: i64,
+        /// The partition's log end (-1 if the topic is gone).
+        pub log_end: i64,
+        /// Records between the start and the last handed out, in any state.
+        pub in_flight: i64,
+        /// Of those, acquired by a member now.
+        pub acquired: i64,
+        /// Of those, available for (re)delivery.
+        pub available: i64,
+        /// Of those, delivered more than once and not done.
+        pub redelivered: i64,
+        /// Records archived (rejected or delivered too often) since the broker started.
+        pub archived: i64,
+    }
+
+    /// SHARE_GROUP_DESCRIBE response: `[group][epoch i32]
+    /// [members [member_id][client_id][client_host][member_epoch i32]
+    /// [subscribed [string]][assignment [topic [partition i32]]]]
+    /// [partitions [topic][partition i32][start_offset i64][log_end i64]
+    /// [in_flight i64][acquired i64][available i64][redelivered i64][archived i64]]`.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ShareGroupDescribeResponse {
+        /// The group.
+        pub group: String,
+        /// Its epoch (0 without members).
+        pub epoch: i32,
+        /// Its members, sorted by id.
+        pub members: Vec<ShareMemberInfo>,
+        /// Its share-partitions, sorted by topic and partition.
+        pub partitions: Vec<SharePartitionInfo>,
+    }
+}
+
 // ---------------------------------------------------------------- CREATE_PARTITIONS, DELETE_OFFSETS (extension, keys 24, 25)
 
 message! {
@@ -1248,4 +1479,8 @@ requests! {
     DeleteOffsetsRequest => DeleteOffsetsResponse: DeleteOffsets,
     TopicConfigsRequest => TopicConfigsResponse: TopicConfigs,
     ListTransactionsRequest => ListTransactionsResponse: ListTransactions,
+    ShareHeartbeatRequest => ShareHeartbeatResponse: ShareHeartbeat,
+    ShareFetchRequest => ShareFetchResponse: ShareFetch,
+    ShareAcknowledgeRequest => ShareAcknowledgeResponse: ShareAcknowledge,
+    ShareGroupDescribeRequest => ShareGroupDescribeResponse: ShareGroupDescribe,
 }

@@ -701,6 +701,14 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<CreatePartitionsResponse>(bytes)?;
     survives::<DeleteOffsetsRequest>(bytes)?;
     survives::<DeleteOffsetsResponse>(bytes)?;
+    survives::<ShareHeartbeatRequest>(bytes)?;
+    survives::<ShareHeartbeatResponse>(bytes)?;
+    survives::<ShareFetchRequest>(bytes)?;
+    survives::<ShareFetchResponse>(bytes)?;
+    survives::<ShareAcknowledgeRequest>(bytes)?;
+    survives::<ShareAcknowledgeResponse>(bytes)?;
+    survives::<ShareGroupDescribeRequest>(bytes)?;
+    survives::<ShareGroupDescribeResponse>(bytes)?;
     survives::<Span>(bytes)
 }
 
@@ -821,4 +829,130 @@ fn topic_configs_messages_round_trip_with_exact_bytes() {
     };
     check(&resp).unwrap();
     assert_eq!(ApiKey::from_i16(23), Some(ApiKey::TopicConfigs));
+}
+
+#[test]
+fn share_messages_round_trip_with_exact_bytes() {
+    let fetch = ShareFetchRequest {
+        group: "g".into(),
+        member_id: "m".into(),
+        max_wait_ms: 500,
+        max_records: 10,
+        max_bytes: 1024,
+        partitions: vec![SharePartitionRef {
+            topic: "t".into(),
+            partition: 0,
+        }],
+        acknowledgements: vec![ShareAcknowledgement {
+            topic: "t".into(),
+            partition: 0,
+            first_offset: 3,
+            last_offset: 5,
+            ack_type: ACK_ACCEPT,
+        }],
+    };
+    let mut buf = Vec::new();
+    fetch.encode(&mut buf);
+    assert_eq!(
+        hex(&buf),
+        concat!(
+            "000167",
+            "00016d",
+            "000001f4",
+            "0000000a",
+            "00000400",
+            "00000001",
+            "000174",
+            "00000000",
+            "00000001",
+            "000174",
+            "00000000",
+            "0000000000000003",
+            "0000000000000005",
+            "01"
+        )
+    );
+    check(&fetch).unwrap();
+    let fetched = ShareFetchResponse {
+        acknowledgements: vec![ErrorCode::InvalidRecordState],
+        partitions: vec![ShareFetchPartition {
+            topic: "t".into(),
+            partition: 0,
+            error: ErrorCode::None,
+            acquired: vec![AcquiredRecords {
+                first_offset: 3,
+                last_offset: 4,
+                delivery_count: 2,
+            }],
+            records: Bytes::from_static(b"\x01\x02\x03"),
+        }],
+    };
+    let mut buf = Vec::new();
+    fetched.encode(&mut buf);
+    assert_eq!(
+        hex(&buf),
+        concat!(
+            "00000001",
+            "0017",
+            "00000001",
+            "000174",
+            "00000000",
+            "0000",
+            "00000001",
+            "0000000000000003",
+            "0000000000000004",
+            "0002",
+            "00000003",
+            "010203"
+        )
+    );
+    check(&fetched).unwrap();
+    check(&ShareHeartbeatRequest {
+        group: "g".into(),
+        member_id: String::new(),
+        member_epoch: 0,
+        client_id: "c".into(),
+        topics: vec!["t".into(), "u".into()],
+    })
+    .unwrap();
+    check(&ShareHeartbeatResponse {
+        member_id: "m".into(),
+        member_epoch: 3,
+        heartbeat_interval_ms: 5000,
+        assignment: vec![TopicPartitions {
+            topic: "t".into(),
+            partitions: vec![0, 1],
+        }],
+    })
+    .unwrap();
+    check(&ShareAcknowledgeResponse {
+        results: vec![ErrorCode::None, ErrorCode::NotAssigned],
+    })
+    .unwrap();
+    check(&ShareGroupDescribeResponse {
+        group: "g".into(),
+        epoch: 2,
+        members: vec![ShareMemberInfo {
+            member_id: "m".into(),
+            client_id: "c".into(),
+            client_host: String::new(),
+            member_epoch: 2,
+            subscribed: vec!["t".into()],
+            assignment: vec![],
+        }],
+        partitions: vec![SharePartitionInfo {
+            topic: "t".into(),
+            partition: 0,
+            start_offset: 7,
+            log_end: 10,
+            in_flight: 1,
+            acquired: 0,
+            available: 1,
+            redelivered: 0,
+            archived: 3,
+        }],
+    })
+    .unwrap();
+    assert_eq!(ApiKey::from_i16(29), Some(ApiKey::ShareFetch));
+    assert_eq!(ApiKey::from_i16(32), None);
 }

@@ -1,4 +1,6 @@
-//! LIST_GROUPS: every group the principal may describe, by state.
+//! LIST_GROUPS: every group the principal may describe, by state: consumer
+//! groups, and share groups (protocol type `share`, state `Stable` with
+//! members, `Empty` without).
 
 use flume_protocol::ListGroupsRequest;
 
@@ -13,7 +15,28 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             if cx.who.enforced() {
                 groups.retain(|g| cx.who.sees(Operation::Describe, Resource::group(&g.group)));
             }
-            cx.ready(Ok(map::group_listings(groups, &req.states_filter)))
+            let mut listed = map::group_listings(groups, &req.states_filter);
+            for name in cx.engine.list_share_groups() {
+                if cx.who.enforced() && !cx.who.sees(Operation::Describe, Resource::group(&name)) {
+                    continue;
+                }
+                let members = cx
+                    .engine
+                    .describe_share_group(&name)
+                    .is_some_and(|d| !d.members.is_empty());
+                let state = if members { "Stable" } else { "Empty" };
+                if req.states_filter.is_empty() || req.states_filter.iter().any(|s| s == state) {
+                    listed.groups.push(flume_protocol::GroupListing {
+                        group: name,
+                        state: state.to_owned(),
+                        protocol_type: "share".to_owned(),
+                    });
+                }
+            }
+            listed
+                .groups
+                .sort_by(|a, b| (&a.group, &a.protocol_type).cmp(&(&b.group, &b.protocol_type)));
+            cx.ready(Ok(listed))
         }
         Err(f) => f,
     }

@@ -24,6 +24,9 @@ pub(super) mod metadata;
 pub(super) mod offset_commit;
 pub(super) mod offset_fetch;
 pub(super) mod produce;
+pub(super) mod share_fetch;
+pub(super) mod share_group_describe;
+pub(super) mod share_heartbeat;
 pub(super) mod topic_configs;
 
 use std::sync::Arc;

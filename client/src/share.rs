@@ -1,0 +1,715 @@
+//! [`ShareConsumer`]: a member of a share group (a queue, KIP-932): the
+//! members of a group share the records of every partition of the topics
+//! they subscribe to, each record handed to one member at a time, and each
+//! record is acknowledged on its own.
+//!
+//! - Every member is assigned every partition of its subscription; the
+//!   broker hands each record to one member at a time, locked for the
+//!   broker's lock duration. More members than partitions is the point.
+//! - A record is *accepted* (done, never delivered again), *released*
+//!   (delivered again, to any member, its delivery count one higher) or
+//!   *rejected* (never delivered again, not processed). A record not
+//!   acknowledged before its lock runs out, or held by a member that leaves
+//!   or is dropped, comes back; one delivered too often (the broker's
+//!   delivery-count limit) is archived.
+//! - [`AckMode::Implicit`] (the default): every record handed out by one
+//!   [`ShareConsumer::poll`] (or [`ShareConsumer::next`]) that the
+//!   application did not acknowledge itself is accepted by the next poll.
+//!   [`AckMode::Explicit`]: only what the application acknowledges
+//!   ([`ShareRecord::accept`], [`ShareRecord::release`],
+//!   [`ShareRecord::reject`], [`ShareConsumer::acknowledge`]) is sent; an
+//!   unacknowledged record comes back when its lock runs out.
+//! - Acknowledgements ride on the next SHARE_FETCH;
+//!   [`ShareConsumer::commit`] sends them at once (SHARE_ACKNOWLEDGE) and
+//!   answers each record's outcome.
+//! - Heartbeats (SHARE_HEARTBEAT) run in a background task at the interval
+//!   the broker answers; [`ShareConsumer::close`] sends the pending
+//!   acknowledgements and leaves, so the records it still holds come back at
+//!   once. Dropping the consumer stops the heartbeats; the broker then gives
+//!   its records back when their locks or its session run out.
+//!
+//! Over a `kafka://` address share groups are not served by the SDK yet.
+//!
+//! Cancel safety: a [`ShareConsumer::poll`] dropped while it waits has sent
+//! (or lost) the acknowledgements it carried, and the records it acquired
+//! come back when their locks run out; call [`ShareConsumer::commit`]
+//! before a poll that may be cancelled to keep acknowledgements from being
+//! lost (they would be delivered again: at-least-once).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::conn::{Client, ConnectionConfig};
+use crate::error::{Error, Result};
+use crate::protocol::record::{self, Record};
+use crate::protocol::{
+    ErrorCode, ShareAcknowledgeRequest, ShareAcknowledgement, ShareFetchRequest,
+    ShareHeartbeatRequest, SharePartitionRef, ACK_ACCEPT, ACK_REJECT, ACK_RELEASE, ACK_RENEW,
+};
+use crate::rt;
+use crate::rt::sync::lock;
+
+/// How a [`ShareConsumer`] acknowledges what it handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AckMode {
+    /// What the application did not acknowledge itself is accepted by the next poll.
+    #[default]
+    Implicit,
+    /// Only what the application acknowledges is sent.
+    Explicit,
+}
+
+/// What to do with a record of a share group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcknowledgeType {
+    /// Processed: never delivered again.
+    Accept,
+    /// Not processed now: delivered again (to any member).
+    Release,
+    /// Not processable: never delivered again.
+    Reject,
+    /// Still processing: keep the lock another lock duration.
+    Renew,
+}
+
+impl AcknowledgeType {
+    fn code(self) -> i8 {
+        match self {
+            AcknowledgeType::Accept => ACK_ACCEPT,
+            AcknowledgeType::Release => ACK_RELEASE,
+            AcknowledgeType::Reject => ACK_REJECT,
+            AcknowledgeType::Renew => ACK_RENEW,
+        }
+    }
+}
+
+/// (topic, partition, offset) of a record handed out.
+type RecordKey = (String, i32, i64);
+
+/// The records handed out and not yet acknowledged to the broker, with what
+/// the application chose for them (`None`: nothing yet).
+#[derive(Debug, Default)]
+struct AckBook {
+    held: BTreeMap<RecordKey, Option<AcknowledgeType>>,
+}
+
+impl AckBook {
+    /// Takes the acknowledgements to send: those chosen, and with
+    /// `accept_rest` every other record held, as accepted. Consecutive
+    /// offsets of one partition with one type become one range.
+    fn take(&mut self, accept_rest: bool) -> Vec<ShareAcknowledgement> {
+        let mut out: Vec<ShareAcknowledgement> = Vec::new();
+        let mut keep = BTreeMap::new();
+        for (key, choice) in std::mem::take(&mut self.held) {
+            let ack = match choice {
+                Some(a) => a,
+                None if accept_rest => AcknowledgeType::Accept,
+                None => {
+                    keep.insert(key, None);
+                    continue;
+                }
+            };
+            if ack == AcknowledgeType::Renew {
+                keep.insert(key.clone(), None);
+            }
+            let (topic, partition, offset) = key;
+            match out.last_mut() {
+                Some(l)
+                    if l.topic == topic
+                        && l.partition == partition
+                        && l.last_offset + 1 == offset
+                        && l.ack_type == ack.code() =>
+                {
+                    l.last_offset = offset;
+                }
+                _ => out.push(ShareAcknowledgement {
+                    topic,
+                    partition,
+                    first_offset: offset,
+                    last_offset: offset,
+                    ack_type: ack.code(),
+                }),
+            }
+        }
+        self.held = keep;
+        out
+    }
+}
+
+/// A record of a share group, with how many times it has been delivered.
+#[derive(Debug, Clone)]
+pub struct ShareRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Deliveries of this record, this one included (1 the first time).
+    pub delivery_count: u16,
+    /// The record (offset, timestamp, key, value, headers).
+    pub record: Record,
+    book: Arc<Mutex<AckBook>>,
+}
+
+impl std::ops::Deref for ShareRecord {
+    type Target = Record;
+    fn deref(&self) -> &Record {
+        &self.record
+    }
+}
+
+impl ShareRecord {
+    /// Marks the record processed (sent with the next poll or commit).
+    pub fn accept(&self) {
+        self.acknowledge(AcknowledgeType::Accept);
+    }
+    /// Marks the record to be delivered again (sent with the next poll or commit).
+    pub fn release(&self) {
+        self.acknowledge(AcknowledgeType::Release);
+    }
+    /// Marks the record never to be delivered again (sent with the next poll or commit).
+    pub fn reject(&self) {
+        self.acknowledge(AcknowledgeType::Reject);
+    }
+    /// Marks the record as `ack` says (sent with the next poll or commit).
+    /// A record already acknowledged to the broker is left as it is.
+    pub fn acknowledge(&self, ack: AcknowledgeType) {
+        let key = (self.topic.clone(), self.partition, self.offset_i64());
+        if let Some(slot) = lock(&self.book).held.get_mut(&key) {
+            *slot = Some(ack);
+        }
+    }
+    fn offset_i64(&self) -> i64 {
+        i64::try_from(self.record.offset).unwrap_or(i64::MAX)
+    }
+}
+
+/// The outcome of one record's acknowledgement ([`ShareConsumer::commit`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// What was sent.
+    pub ack: i8,
+    /// NONE, or why the broker refused (INVALID_RECORD_STATE: the lock ran
+    /// out and the record went back, or another member holds it now).
+    pub error: ErrorCode,
+}
+
+/// Builder for [`ShareConsumer`].
+#[derive(Debug, Clone)]
+pub struct ShareConsumerBuilder {
+    addr: String,
+    group: String,
+    topics: Vec<String>,
+    mode: AckMode,
+    max_records: i32,
+    max_bytes: i32,
+    max_wait: Duration,
+    client_id: String,
+    connection: ConnectionConfig,
+}
+
+impl ShareConsumerBuilder {
+    /// Subscribes to these topics (adds to those given before).
+    pub fn subscribe<I, S>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.topics.extend(topics.into_iter().map(Into::into));
+        self
+    }
+    /// How records are acknowledged (default [`AckMode::Implicit`]).
+    pub fn ack_mode(mut self, mode: AckMode) -> Self {
+        self.mode = mode;
+        self
+    }
+    /// Most records one poll acquires (default 500).
+    pub fn max_records(mut self, n: usize) -> Self {
+        self.max_records = i32::try_from(n.max(1)).unwrap_or(i32::MAX);
+        self
+    }
+    /// Most record bytes one poll reads per partition (default 1 MiB).
+    pub fn max_bytes(mut self, n: usize) -> Self {
+        self.max_bytes = i32::try_from(n.max(1)).unwrap_or(i32::MAX);
+        self
+    }
+    /// How long a poll waits at the broker for records (default 1 s).
+    pub fn max_wait(mut self, d: Duration) -> Self {
+        self.max_wait = d;
+        self
+    }
+    /// The client id shown by the group's description (default `flume-share`).
+    pub fn client_id(mut self, id: &str) -> Self {
+        id.clone_into(&mut self.client_id);
+        self
+    }
+    /// Connection settings (timeouts, TLS, credentials).
+    pub fn connection(mut self, c: ConnectionConfig) -> Self {
+        self.connection = c;
+        self
+    }
+
+    /// Connects and joins the group.
+    ///
+    /// # Errors
+    /// No topic, a `kafka://` address, connection failures, the broker's
+    /// refusal (INVALID_NAME, LIMIT_REACHED, AUTHORIZATION_FAILED,
+    /// UNSUPPORTED_API from a broker without share groups).
+    pub async fn build(self) -> Result<ShareConsumer> {
+        if self.topics.is_empty() {
+            return Err(Error::InvalidArgument(
+                "subscribe to at least one topic".into(),
+            ));
+        }
+        let addr = match crate::kafka::endpoint(&self.addr)? {
+            crate::kafka::Endpoint::Kafka(_) => {
+                return Err(Error::InvalidArgument(format!(
+                    "share groups over Kafka's protocol ({}) are not supported by the SDK yet; \
+                     use a Flume address",
+                    self.addr
+                )))
+            }
+            crate::kafka::Endpoint::Flume(addr) => addr,
+        };
+        let client = Arc::new(Client::connect(&addr, self.connection.clone()).await?);
+        let member = Arc::new(Member {
+            group: self.group.clone(),
+            client_id: self.client_id.clone(),
+            topics: self.topics.clone(),
+            state: Mutex::new(MemberState::default()),
+        });
+        member.join(&client).await?;
+        let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
+        let task = rt::spawn(heartbeat_loop(
+            Arc::clone(&client),
+            Arc::clone(&member),
+            stop_rx,
+        ));
+        Ok(ShareConsumer {
+            client,
+            member,
+            cfg: self,
+            book: Arc::new(Mutex::new(AckBook::default())),
+            buffer: VecDeque::new(),
+            stop: Some(stop_tx),
+            heartbeat: rt::sync::TaskSlot::new(task),
+            rotation: 0,
+        })
+    }
+}
+
+#[derive(Debug, Default)]
+struct MemberState {
+    member_id: String,
+    epoch: i32,
+    interval: Duration,
+    assignment: Vec<(String, i32)>,
+}
+
+/// The membership, shared by the consumer and its heartbeat task.
+#[derive(Debug)]
+struct Member {
+    group: String,
+    client_id: String,
+    topics: Vec<String>,
+    state: Mutex<MemberState>,
+}
+
+impl Member {
+    /// One heartbeat: a join (epoch 0, with the subscription) when `join`.
+    async fn beat(&self, client: &Client, join: bool) -> Result<()> {
+        let (member_id, epoch) = {
+            let st = lock(&self.state);
+            (st.member_id.clone(), if join { 0 } else { st.epoch })
+        };
+        let r = client
+            .call(&ShareHeartbeatRequest {
+                group: self.group.clone(),
+                member_id,
+                member_epoch: epoch,
+                client_id: self.client_id.clone(),
+                topics: if join {
+                    self.topics.clone()
+                } else {
+                    Vec::new()
+                },
+            })
+            .await?;
+        let mut st = lock(&self.state);
+        st.member_id = r.member_id;
+        st.epoch = r.member_epoch;
+        st.interval = Duration::from_millis(u64::try_from(r.heartbeat_interval_ms).unwrap_or(0))
+            .max(Duration::from_millis(10));
+        st.assignment = r
+            .assignment
+            .into_iter()
+            .flat_map(|tp| {
+                let t = tp.topic;
+                tp.partitions.into_iter().map(move |p| (t.clone(), p))
+            })
+            .collect();
+        Ok(())
+    }
+
+    async fn join(&self, client: &Client) -> Result<()> {
+        self.beat(client, true).await
+    }
+
+    /// A heartbeat that joins again when the broker no longer knows the
+    /// member or its epoch.
+    async fn keep(&self, client: &Client) -> Result<()> {
+        match self.beat(client, false).await {
+            Err(e) if fenced(&e) => self.join(client).await,
+            r => r,
+        }
+    }
+}
+
+fn fenced(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        Some(ErrorCode::UnknownMember | ErrorCode::IllegalGeneration)
+    )
+}
+
+async fn heartbeat_loop(
+    client: Arc<Client>,
+    member: Arc<Member>,
+    stop: async_channel::Receiver<()>,
+) {
+    use futures::FutureExt;
+    loop {
+        let wait = lock(&member.state).interval;
+        futures::select! {
+            _ = stop.recv().fuse() => return,
+            () = rt::sleep(wait).fuse() => {}
+        }
+        if let Err(e) = member.keep(&client).await {
+            tracing::warn!(group = %member.group, error = %e, "share group heartbeat failed");
+        }
+    }
+}
+
+/// A member of a share group (see the module docs).
+#[derive(Debug)]
+pub struct ShareConsumer {
+    client: Arc<Client>,
+    member: Arc<Member>,
+    cfg: ShareConsumerBuilder,
+    book: Arc<Mutex<AckBook>>,
+    buffer: VecDeque<ShareRecord>,
+    stop: Option<async_channel::Sender<()>>,
+    heartbeat: rt::sync::TaskSlot<()>,
+    rotation: usize,
+}
+
+impl ShareConsumer {
+    /// A builder for a member of `group` at `addr`.
+    pub fn builder(addr: &str, group: &str) -> ShareConsumerBuilder {
+        ShareConsumerBuilder {
+            addr: addr.to_owned(),
+            group: group.to_owned(),
+            topics: Vec::new(),
+            mode: AckMode::Implicit,
+            max_records: 500,
+            max_bytes: 1 << 20,
+            max_wait: Duration::from_secs(1),
+            client_id: "flume-share".into(),
+            connection: ConnectionConfig::default(),
+        }
+    }
+
+    /// The member id the broker knows this member by.
+    pub fn member_id(&self) -> String {
+        lock(&self.member.state).member_id.clone()
+    }
+
+    /// The partitions assigned (every partition of the subscription).
+    pub fn assignment(&self) -> Vec<(String, i32)> {
+        lock(&self.member.state).assignment.clone()
+    }
+
+    /// Most records the next polls acquire (as the builder's `max_records`).
+    pub fn set_max_records(&mut self, n: usize) {
+        self.cfg.max_records = i32::try_from(n.max(1)).unwrap_or(i32::MAX);
+    }
+
+    /// Marks `record` as `ack` says (as [`ShareRecord::acknowledge`]).
+    pub fn acknowledge(&self, record: &ShareRecord, ack: AcknowledgeType) {
+        record.acknowledge(ack);
+    }
+
+    /// The next batch of records: sends the acknowledgements pending (in
+    /// implicit mode every record handed out before is accepted), then
+    /// acquires records, waiting up to the builder's `max_wait` for some.
+    /// Records already fetched and not yet handed out by
+    /// [`next`](Self::next) come first.
+    ///
+    /// # Errors
+    /// Connection failures; the broker's refusal (AUTHORIZATION_FAILED, ...).
+    /// A member the broker dropped (its session ran out) joins again and the
+    /// poll answers what it acquires then.
+    pub async fn poll(&mut self) -> Result<Vec<ShareRecord>> {
+        if !self.buffer.is_empty() {
+            return Ok(self.buffer.drain(..).collect());
+        }
+        self.fetch().await
+    }
+
+    /// The next record, waiting for one (as [`poll`](Self::poll), one at a time).
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    pub async fn next(&mut self) -> Result<ShareRecord> {
+        loop {
+            if let Some(r) = self.buffer.pop_front() {
+                return Ok(r);
+            }
+            let got = self.fetch().await?;
+            self.buffer.extend(got);
+        }
+    }
+
+    async fn fetch(&mut self) -> Result<Vec<ShareRecord>> {
+        let acks = lock(&self.book).take(self.cfg.mode == AckMode::Implicit);
+        let (member_id, mut partitions) = {
+            let st = lock(&self.member.state);
+            (st.member_id.clone(), st.assignment.clone())
+        };
+        if partitions.is_empty() {
+            // Nothing assigned (the topics do not exist yet): send the
+            // acknowledgements, ask again after a wait.
+            if !acks.is_empty() {
+                self.send_acks(acks).await?;
+            }
+            rt::sleep(self.cfg.max_wait.min(Duration::from_millis(200))).await;
+            self.member.keep(&self.client).await?;
+            return Ok(Vec::new());
+        }
+        // Start one partition further on each time, so none starves the others.
+        self.rotation = self.rotation.wrapping_add(1);
+        let n = partitions.len();
+        partitions.rotate_left(self.rotation % n);
+        let req = ShareFetchRequest {
+            group: self.member.group.clone(),
+            member_id,
+            max_wait_ms: i32::try_from(self.cfg.max_wait.as_millis()).unwrap_or(i32::MAX),
+            max_records: self.cfg.max_records,
+            max_bytes: self.cfg.max_bytes,
+            partitions: partitions
+                .into_iter()
+                .map(|(topic, partition)| SharePartitionRef { topic, partition })
+                .collect(),
+            acknowledgements: acks.clone(),
+        };
+        let resp = match self.client.call_with_extra(&req, self.cfg.max_wait).await {
+            Ok(r) => r,
+            Err(e) if fenced(&e) => {
+                // The broker dropped the member and gave its records back:
+                // nothing held is ours to acknowledge any more.
+                lock(&self.book).held.clear();
+                self.member.join(&self.client).await?;
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        for (a, code) in acks.iter().zip(&resp.acknowledgements) {
+            if !code.is_ok() {
+                tracing::warn!(
+                    topic = %a.topic, partition = a.partition, first = a.first_offset,
+                    last = a.last_offset, error = %code,
+                    "share acknowledgement refused (the records come back or were taken)"
+                );
+            }
+        }
+        let mut out = Vec::new();
+        let mut refresh = false;
+        for p in resp.partitions {
+            if !p.error.is_ok() {
+                tracing::debug!(topic = %p.topic, partition = p.partition, error = %p.error, "share fetch partition");
+                refresh |= p.error == ErrorCode::NotAssigned;
+                continue;
+            }
+            let records = record::decode_all(&p.records).map_err(|e| Error::CorruptRecord {
+                detail: format!("{}-{}: {e}", p.topic, p.partition),
+            })?;
+            let mut book = lock(&self.book);
+            for r in records {
+                let o = i64::try_from(r.offset).unwrap_or(i64::MAX);
+                let count = p
+                    .acquired
+                    .iter()
+                    .find(|a| a.first_offset <= o && o <= a.last_offset)
+                    .map_or(1, |a| u16::try_from(a.delivery_count).unwrap_or(1));
+                book.held.insert((p.topic.clone(), p.partition, o), None);
+                out.push(ShareRecord {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    delivery_count: count,
+                    record: r,
+                    book: Arc::clone(&self.book),
+                });
+            }
+        }
+        if refresh {
+            self.member.keep(&self.client).await?;
+        }
+        Ok(out)
+    }
+
+    async fn send_acks(&self, acks: Vec<ShareAcknowledgement>) -> Result<Vec<AckOutcome>> {
+        if acks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let member_id = self.member_id();
+        let resp = self
+            .client
+            .call(&ShareAcknowledgeRequest {
+                group: self.member.group.clone(),
+                member_id,
+                acknowledgements: acks.clone(),
+            })
+            .await?;
+        let mut out = Vec::new();
+        for (a, code) in acks.into_iter().zip(resp.results) {
+            for offset in a.first_offset..=a.last_offset {
+                out.push(AckOutcome {
+                    topic: a.topic.clone(),
+                    partition: a.partition,
+                    offset,
+                    ack: a.ack_type,
+                    error: code,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The records one at a time as a [`Stream`](futures::Stream) (each
+    /// [`next`](Self::next)); it ends after the first error. The consumer is
+    /// not closed when the stream is dropped (as dropping it: the records it
+    /// holds come back when their locks run out).
+    pub fn into_stream(self) -> impl futures::Stream<Item = Result<ShareRecord>> {
+        futures::stream::unfold(Some(self), |c| async move {
+            let mut c = c?;
+            match c.next().await {
+                Ok(r) => Some((Ok(r), Some(c))),
+                Err(e) => Some((Err(e), None)),
+            }
+        })
+    }
+
+    /// Sends the acknowledgements pending now (SHARE_ACKNOWLEDGE) and answers
+    /// each record's outcome. In implicit mode every record handed out so
+    /// far counts as accepted, except those buffered and not yet handed out.
+    ///
+    /// # Errors
+    /// Connection failures; UNKNOWN_MEMBER when the broker dropped the
+    /// member (its records went back).
+    pub async fn commit(&mut self) -> Result<Vec<AckOutcome>> {
+        let acks = {
+            let mut book = lock(&self.book);
+            // Buffered records were not handed out: not accepted yet.
+            let buffered: Vec<RecordKey> = self
+                .buffer
+                .iter()
+                .map(|r| (r.topic.clone(), r.partition, r.offset_i64()))
+                .collect();
+            let kept: Vec<(RecordKey, Option<AcknowledgeType>)> = buffered
+                .into_iter()
+                .filter_map(|k| book.held.remove(&k).map(|v| (k, v)))
+                .collect();
+            let acks = book.take(self.cfg.mode == AckMode::Implicit);
+            book.held.extend(kept);
+            acks
+        };
+        self.send_acks(acks).await
+    }
+
+    /// Sends the pending acknowledgements (as [`commit`](Self::commit); the
+    /// records fetched and not handed out are released), leaves the group and
+    /// stops the heartbeats.
+    ///
+    /// # Errors
+    /// The acknowledgements or the leave failed (the broker gives the
+    /// records back when the member's session runs out).
+    pub async fn close(mut self) -> Result<()> {
+        for r in std::mem::take(&mut self.buffer) {
+            r.release();
+        }
+        let acked = {
+            let acks = lock(&self.book).take(self.cfg.mode == AckMode::Implicit);
+            self.send_acks(acks).await
+        };
+        self.stop.take();
+        let _ = self.heartbeat.cancel().await;
+        let member_id = self.member_id();
+        let left = self
+            .client
+            .call(&ShareHeartbeatRequest {
+                group: self.member.group.clone(),
+                member_id,
+                member_epoch: -1,
+                client_id: self.member.client_id.clone(),
+                topics: Vec::new(),
+            })
+            .await;
+        self.client.close().await;
+        acked?;
+        left.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(book: &mut AckBook, t: &str, p: i32, o: i64, a: Option<AcknowledgeType>) {
+        book.held.insert((t.into(), p, o), a);
+    }
+
+    #[test]
+    fn acks_coalesce_consecutive_offsets_of_one_type() {
+        let mut b = AckBook::default();
+        for o in 0..5 {
+            held(&mut b, "t", 0, o, Some(AcknowledgeType::Accept));
+        }
+        held(&mut b, "t", 0, 5, Some(AcknowledgeType::Release));
+        held(&mut b, "t", 0, 7, Some(AcknowledgeType::Accept));
+        held(&mut b, "t", 1, 8, None);
+        let acks = b.take(false);
+        let runs: Vec<(i32, i64, i64, i8)> = acks
+            .iter()
+            .map(|a| (a.partition, a.first_offset, a.last_offset, a.ack_type))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (0, 0, 4, ACK_ACCEPT),
+                (0, 5, 5, ACK_RELEASE),
+                (0, 7, 7, ACK_ACCEPT)
+            ]
+        );
+        // Explicit mode keeps what was not acknowledged; implicit accepts it.
+        assert_eq!(b.held.len(), 1);
+        let acks = b.take(true);
+        assert_eq!(acks.len(), 1);
+        assert_eq!(acks[0].ack_type, ACK_ACCEPT);
+        assert!(b.held.is_empty());
+    }
+
+    #[test]
+    fn a_renewed_record_stays_held() {
+        let mut b = AckBook::default();
+        held(&mut b, "t", 0, 3, Some(AcknowledgeType::Renew));
+        let acks = b.take(false);
+        assert_eq!(acks[0].ack_type, ACK_RENEW);
+        assert_eq!(b.held.get(&("t".into(), 0, 3)), Some(&None));
+    }
+}
