@@ -71,8 +71,12 @@ fn share_error(e: crate::engine::ShareError) -> BrokerError {
             ErrorCode::LimitReached
         }
         S::UnknownTopic(_) => ErrorCode::UnknownTopic,
-        S::UnknownPartition { .. } | S::NotAssigned { .. } => ErrorCode::UnknownPartition,
+        S::UnknownPartition { .. } => ErrorCode::UnknownPartition,
+        S::NotAssigned { .. } => ErrorCode::NotAssigned,
         S::NotEmpty(_) => ErrorCode::GroupNotEmpty,
+        S::RecordState(crate::engine::AckError::NotAcquired { .. }) => {
+            ErrorCode::InvalidRecordState
+        }
         S::Group(G::Invalid(_)) | S::RecordState(_) | S::Session(_) => ErrorCode::InvalidRequest,
     };
     BrokerError::code_for(code, e.to_string())

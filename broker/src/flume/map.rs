@@ -420,9 +420,9 @@ pub fn group_description(
 
 /// The code a client sees for a share-group failure.
 pub fn share_error_code(e: &crate::engine::ShareError) -> ErrorCode {
-    use crate::coordinator::share::group::ShareGroupError as G;
-    use crate::coordinator::share::partition::AckError;
+    use crate::engine::AckError;
     use crate::engine::ShareError as S;
+    use crate::engine::ShareGroupError as G;
     match e {
         S::Group(G::UnknownMember(_)) => ErrorCode::UnknownMember,
         S::Group(G::FencedEpoch { .. }) => ErrorCode::IllegalGeneration,
@@ -436,6 +436,8 @@ pub fn share_error_code(e: &crate::engine::ShareError) -> ErrorCode {
         S::UnknownTopic(_) => ErrorCode::UnknownTopic,
         S::UnknownPartition { .. } => ErrorCode::UnknownPartition,
         S::RecordState(AckError::NotAcquired { .. }) => ErrorCode::InvalidRecordState,
+        S::NotEmpty(_) => ErrorCode::GroupNotEmpty,
+        S::Session(_) => ErrorCode::InvalidRequest,
         S::Broker(b) => b.code(),
     }
 }
@@ -445,7 +447,7 @@ pub fn share_error_code(e: &crate::engine::ShareError) -> ErrorCode {
 pub fn share_acks(
     acks: Vec<flume_protocol::ShareAcknowledgement>,
 ) -> (Vec<crate::engine::ShareAck>, Vec<usize>) {
-    use crate::coordinator::share::partition::AckType;
+    use crate::engine::AckType;
     let mut out = Vec::with_capacity(acks.len());
     let mut refused = Vec::new();
     for (i, a) in acks.into_iter().enumerate() {
@@ -579,7 +581,7 @@ mod tests {
 
     #[test]
     fn share_ack_codes_keep_request_order_around_refused_types() {
-        use crate::coordinator::share::partition::AckError;
+        use crate::engine::AckError;
         use crate::engine::ShareError;
         let results = vec![
             Ok(()),

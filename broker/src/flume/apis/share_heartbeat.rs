@@ -9,7 +9,7 @@ use futures::FutureExt;
 
 use super::super::{map, InFlight};
 use super::{error_frame, respond, Cx};
-use crate::coordinator::share::group::ShareHeartbeat;
+use crate::engine::ShareHeartbeat;
 
 /// Most topics one member subscribes to.
 pub(crate) const MAX_SHARE_TOPICS: usize = 1000;
