@@ -18,6 +18,7 @@ use crate::commands::range_u64;
 use crate::commands::{BrokerAddr, TopicAt};
 
 mod groups;
+mod share;
 
 #[derive(Debug, Subcommand)]
 pub enum PerfCommand {
@@ -30,6 +31,9 @@ pub enum PerfCommand {
     /// Many consumer groups at once (default 1,000 x 10 members): the broker's
     /// idle CPU, RSS and descriptors, and one group's rebalance time while all run.
     Groups(groups::GroupsArgs),
+    /// A queue: share consumers of one group accept records one by one as
+    /// they are produced; records/s and each consumer's share.
+    Share(share::ShareArgs),
 }
 
 /// How every perf run prints its summary: one definition flattened into each.
@@ -145,6 +149,7 @@ pub async fn run(cmd: PerfCommand) -> Result<()> {
         PerfCommand::Consume(a) => consume(a).await,
         PerfCommand::E2e(a) => e2e(a).await,
         PerfCommand::Groups(a) => groups::groups(a).await,
+        PerfCommand::Share(a) => share::share(a).await,
     }
 }
 
