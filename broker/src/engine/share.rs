@@ -102,7 +102,8 @@ pub struct ShareFetchSpec {
     pub partitions: Vec<ShareTp>,
     /// Most records over all partitions.
     pub max_records: usize,
-    /// Most bytes read per partition.
+    /// Most bytes read per partition (at least one batch, unless 0: then
+    /// nothing is acquired, as Kafka answers a ShareFetch of `max_bytes` 0).
     pub max_bytes: usize,
     /// How long to wait for records when there are none.
     pub max_wait: Duration,
@@ -516,13 +517,13 @@ impl Engine {
         let Some(from) = from else {
             return Ok((Vec::new(), Vec::new()));
         };
-        if from >= log_end {
+        if from >= log_end || req.max_bytes == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
         let read = part
             .read(
                 u64::try_from(from).unwrap_or(0),
-                req.max_bytes.max(1),
+                req.max_bytes,
                 ReadAs::Records,
                 true,
             )
