@@ -278,6 +278,47 @@ fn a_small_max_bytes_acquires_one_batch_and_zero_acquires_none() {
 }
 
 #[test]
+fn a_member_that_leaves_with_its_session_open_acknowledges_until_it_closes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual();
+    let e = engine(dir.path(), &clock, ShareReset::Earliest);
+    rt::block_on(async {
+        produce(&e, 2).await;
+        join(&e, "a").await;
+        e.share_session("g", "a", 0, &[("t".into(), 0)], &[])
+            .unwrap();
+        assert_eq!(fetch(&e, "a", 10).await, vec![(0, 1), (1, 1)]);
+        // Its leave heartbeat comes before its close.
+        e.share_heartbeat(ShareHeartbeat {
+            group: "g",
+            member_id: "a",
+            member_epoch: -1,
+            subscribed: None,
+            client_id: "test",
+            client_host: "/127.0.0.1",
+        })
+        .await
+        .unwrap();
+        join(&e, "b").await;
+        assert!(
+            fetch(&e, "b", 10).await.is_empty(),
+            "a's session still holds them"
+        );
+        assert!(ack(&e, "a", 0, 0, AckType::Accept).await);
+        let closed = e.share_session("g", "a", -1, &[], &[]).unwrap();
+        let super::SessionStep::Closed(parts) = closed else {
+            panic!("{closed:?}")
+        };
+        e.share_release_held("g", "a", &parts).await.unwrap();
+        assert_eq!(fetch(&e, "b", 10).await, vec![(1, 2)]);
+        assert!(
+            e.share_acknowledge("g", "a", &[]).await.is_err(),
+            "a stranger once its session closed"
+        );
+    });
+}
+
+#[test]
 fn a_new_group_starts_at_the_log_end_by_default() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::manual();
