@@ -8,7 +8,8 @@
 # (kcat, confluent-kafka, kafka-python, kafkajs: tests/kafka-clients/run.sh; a
 # failing scenario fails the run; FLUME_SKIP_KAFKA_CLIENTS=1 skips it), a subset
 # of librdkafka's own integration tests (tests/librdkafka/run.sh, built from
-# Debian's source package; FLUME_SKIP_LIBRDKAFKA=1 skips it), the SDK's Kafka client against
+# Debian's source package, then librdkafka 2.15.1's share-consumer tests from the
+# npm package's source: run.sh --lrk 2.15; FLUME_SKIP_LIBRDKAFKA=1 skips them), the SDK's Kafka client against
 # librdkafka's mock cluster and kcat (tests/kafka-mock/run.sh; FLUME_SKIP_KAFKA_MOCK=1 skips
 # it), then the Python
 # package (python/) built into a cached virtual environment and its pytest suite.
@@ -70,6 +71,9 @@ else
     lstart=$(date +%s)
     # Builds librdkafka's test runner from Debian's source package into the cache on the first run.
     bash tests/librdkafka/run.sh
+    # librdkafka 2.15.1's share-consumer tests (its source from the npm package
+    # @confluentinc/kafka-javascript 1.10.1, built into the cache on the first run).
+    bash tests/librdkafka/run.sh --lrk 2.15
     echo "librdkafka's tests took $(( $(date +%s) - lstart )) s"
 fi
 

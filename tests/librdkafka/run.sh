@@ -8,6 +8,9 @@
 #                                        the `skip` lines are printed as SKIP with their reason)
 #   tests/librdkafka/run.sh 0082 0099    only these test numbers, whatever tests.txt says of them
 #   tests/librdkafka/run.sh --build-only build the test-runner into the cache and stop
+#   tests/librdkafka/run.sh --lrk 2.15 [...]  the same with librdkafka 2.15.1 (the source the npm
+#                                        package @confluentinc/kafka-javascript 1.10.1 ships) and
+#                                        its list tests-2.15.txt: its share-consumer tests
 #
 # Environment:
 #   FLUME_CLI=path                  the flume-cli binary to run (default: cargo build -p flume-cli
@@ -46,9 +49,12 @@ BATCH_TIMEOUT=${LIBRDKAFKA_BATCH_TIMEOUT:-300}
 KAFKA_VERSION_CLAIMED=2.8.0
 
 # Debian's source package (bookworm). Another version may be served one day (a point release):
-# the build then takes whatever bookworm has and says so.
+# the build then takes whatever bookworm has and says so. With --lrk 2.15: librdkafka 2.15.1
+# from the npm tarball below (pinned by its sha256).
 LRK_PKG=librdkafka
 LRK_WANT=2.0.2
+NPM_TARBALL=https://registry.npmjs.org/@confluentinc/kafka-javascript/-/kafka-javascript-1.10.1.tgz
+NPM_SHA256=ada7d703bb1d3237e2292bfabf438d663b6160c9f1ac2a2406b5dc4257c81b66
 # No SSL, SASL or HTTP (their tests are skipped); zstd for 0017; -O0 without -g builds in about
 # half the time of -O2 (librdkafka's own dev-conf.sh tests -O0 builds too).
 CONFIGURE_FLAGS=(--no-download --disable-ssl --disable-gssapi --disable-curl --enable-zstd --disable-lz4-ext
@@ -56,10 +62,27 @@ CONFIGURE_FLAGS=(--no-download --disable-ssl --disable-gssapi --disable-curl --e
 
 MODE=ci
 ONLY=()
+BROKER_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --all) MODE=all ;;
     --build-only) MODE=build ;;
+    --lrk)
+      case "${2:-}" in
+        2.0 | 2.0.2) ;;
+        2.15 | 2.15.1)
+          LRK_WANT=2.15.1
+          LIST=$HERE/tests-2.15.txt
+          # The share-consumer tests need Kafka 4.2 (TEST_BRKVER(4, 2, 0, 0)).
+          KAFKA_VERSION_CLAIMED=4.2.0
+          # Their groups' share.auto.offset.reset=earliest (IncrementalAlterConfigs on the
+          # group, which Flume refuses) as the broker's default.
+          BROKER_ARGS=(--share-auto-offset-reset earliest)
+          ;;
+        *) echo "error: --lrk takes 2.0 or 2.15, not '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift
+      ;;
     -h | --help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1' "$0"; exit 0 ;;
     [0-9][0-9][0-9][0-9]) MODE=only; ONLY+=("$1") ;;
     *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -122,7 +145,11 @@ elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
 BUILD_DEPS="zlib zstd rapidjson"
 install_build_deps() {
   local missing=()
-  command -v dpkg-source >/dev/null || missing+=(dpkg-dev)
+  if [ "$LRK_WANT" = 2.15.1 ]; then
+    command -v curl >/dev/null || missing+=(curl ca-certificates)
+  else
+    command -v dpkg-source >/dev/null || missing+=(dpkg-dev)
+  fi
   command -v gcc >/dev/null || missing+=(gcc)
   command -v g++ >/dev/null || missing+=(g++)
   command -v make >/dev/null || missing+=(make)
@@ -177,9 +204,27 @@ fetch_source() { # dest-dir: downloads and unpacks the source package there
     { tail -n 20 "$WORK/apt-src.log" >&2; return 1; }
 }
 
+# librdkafka 2.15.1: deps/librdkafka of the npm package (src/, src-cpp/ and tests/ as in
+# librdkafka's repository), unpacked as dest-dir/src.
+fetch_npm_source() { # dest-dir
+  local dest=$1 tgz=$1/kafka-javascript.tgz
+  curl -sSfL --retry 3 -o "$tgz" "$NPM_TARBALL" 2>"$WORK/npm-src.log" || { cat "$WORK/npm-src.log" >&2; return 1; }
+  echo "$NPM_SHA256  $tgz" | sha256sum -c --quiet - >&2 || { say "$NPM_TARBALL: sha256 mismatch"; return 1; }
+  tar -xzf "$tgz" -C "$dest" package/deps/librdkafka || return 1
+  mv "$dest/package/deps/librdkafka" "$dest/src"
+  rm -rf "$dest/package" "$tgz"
+  [ -f "$dest/src/tests/0170-share_consumer_subscription.c" ] || { say "no tests/ in $NPM_TARBALL's deps/librdkafka"; return 1; }
+  grep -q 'define RD_KAFKA_VERSION *0x020f01ff' "$dest/src/src/rdkafka.h" ||
+    { say "$NPM_TARBALL's librdkafka is not 2.15.1"; return 1; }
+}
+
 LRK_DIR=
 RUNNER=
-stamp_for() { echo "$LRK_PKG-$1 ($BUILD_DEPS) configure ${CONFIGURE_FLAGS[*]}; make libs; make -C tests build"; }
+stamp_for() {
+  local from=
+  [ "$LRK_WANT" != 2.15.1 ] || from=" from ${NPM_TARBALL##*/}"
+  echo "$LRK_PKG-$1$from ($BUILD_DEPS) configure ${CONFIGURE_FLAGS[*]}; make libs; make -C tests build"
+}
 BUILD_TMP=
 build_runner() {
   local t0 dir= d want_stamp tmp ver
@@ -202,10 +247,16 @@ build_runner() {
     install_build_deps || { flock -u 9; return 1; }
     tmp=$(mktemp -d "$CACHE/$LRK_PKG-build.XXXXXX")
     BUILD_TMP=$tmp # removed by cleanup if the build is interrupted
-    say "fetching Debian's $LRK_PKG source (apt-get source, deb-src lists of its own in $CACHE/apt-src)"
-    fetch_source "$tmp" || { rm -rf "$tmp"; flock -u 9; return 1; }
+    if [ "$LRK_WANT" = 2.15.1 ]; then
+      say "fetching $LRK_PKG $LRK_WANT's source ($NPM_TARBALL, deps/librdkafka)"
+      fetch_npm_source "$tmp" || { rm -rf "$tmp"; flock -u 9; return 1; }
+      ver=$LRK_WANT
+    else
+      say "fetching Debian's $LRK_PKG source (apt-get source, deb-src lists of its own in $CACHE/apt-src)"
+      fetch_source "$tmp" || { rm -rf "$tmp"; flock -u 9; return 1; }
+      ver=$(sed -n 's/^Version: \([^-]*\).*/\1/p' "$tmp"/"$LRK_PKG"_*.dsc | head -n 1)
+    fi
     say "fetched the source in $(elapsed "$t0")s"
-    ver=$(sed -n 's/^Version: \([^-]*\).*/\1/p' "$tmp"/"$LRK_PKG"_*.dsc | head -n 1)
     if [ "$ver" != "$LRK_WANT" ]; then
       say "note: bookworm serves $LRK_PKG $ver, not $LRK_WANT (tests.txt was written for $LRK_WANT)"
       dir=$CACHE/$LRK_PKG-$ver
@@ -308,12 +359,15 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 declare -A B_PID B_PORT B_CONF B_LOG
 BROKER_STARTS=0
-start_broker() { # scenario: starts (or restarts) that scenario's broker and writes its test.conf
-  local sc=$1 extra=() kport pid end n
+start_broker() { # broker key (scenario_of): starts (or restarts) that broker and writes its test.conf
+  local key=$1 sc=${1%% *} extra=() kport pid end n own=()
   # As librdkafka's scenarios (tests/scenarios/*.json): 4 partitions per auto-created topic
   # (0029, 0054 and others produce to partition 3 of one); noautocreate: no auto-creation.
-  extra=(--partitions 4)
+  extra=(--partitions 4 "${BROKER_ARGS[@]}")
   [ "$sc" = noautocreate ] && extra+=(--no-auto-create)
+  # The list's broker:ARG arguments of these tests.
+  [ "$key" = "$sc" ] || read -r -a own <<<"${key#* }"
+  extra+=("${own[@]}")
   BROKER_STARTS=$((BROKER_STARTS + 1))
   n=$BROKER_STARTS
   kport=$(free_port)
@@ -332,11 +386,11 @@ start_broker() { # scenario: starts (or restarts) that scenario's broker and wri
     [ "$SECONDS" -lt "$end" ] || { say "the broker's Kafka port $kport did not accept connections within 20s"; return 1; }
     sleep 0.05
   done
-  B_PID[$sc]=$pid
-  B_PORT[$sc]=$kport
-  B_CONF[$sc]=$WORK/test-$sc.conf
-  B_LOG[$sc]=$WORK/broker-$n.log
-  cat >"${B_CONF[$sc]}" <<EOF
+  B_PID[$key]=$pid
+  B_PORT[$key]=$kport
+  B_CONF[$key]=$WORK/test-$n.conf
+  B_LOG[$key]=$WORK/broker-$n.log
+  cat >"${B_CONF[$key]}" <<EOF
 # Written by tests/librdkafka/run.sh for the $sc scenario
 bootstrap.servers=127.0.0.1:$kport
 test.timeout.multiplier=$MULTIPLIER
@@ -370,9 +424,11 @@ report() { # state NNNN_name seconds [detail]
 # Runs the test-runner once: label, scenario, test numbers (space separated), runner args...
 # Sets R_LOG, R_CODE, R_TOOK.
 run_runner() {
-  local label=$1 sc=$2 nums=$3 t0
+  local label=$1 sc=$2 nums=$3 t0 a
   shift 3
-  local args=("$@" -p1 -L)
+  local args=()
+  for a in "$@"; do [[ "$a" == broker:* ]] || args+=("$a"); done
+  args+=(-p1 -L)
   [ "$QUICK" = 1 ] && args+=(-Q)
   R_LOG=$WORK/logs/$label.log
   R_CODE=0
@@ -400,13 +456,14 @@ check_broker() { # scenario what-ran
   fi
 }
 
-scenario_of() { # runner args...: the -s argument, else default
-  local sc=default
+scenario_of() { # list args...: the broker's key: the -s argument (else default), then the
+  local sc=default b=() # broker:ARG arguments' ARGs (flags of flume-cli broker)
   while [ $# -gt 0 ]; do
     if [ "$1" = -s ] && [ $# -gt 1 ]; then sc=$2; fi
+    [[ "$1" != broker:* ]] || b+=("${1#broker:}")
     shift
   done
-  echo "$sc"
+  echo "$sc${b[*]:+ ${b[*]}}"
 }
 
 last_line() { strip_colors <"$1" | grep -v '^[[:space:]]*$' | tail -n 1 | cut -c1-200; }

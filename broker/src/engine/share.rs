@@ -106,7 +106,8 @@ pub struct ShareFetchSpec {
     pub partitions: Vec<ShareTp>,
     /// Most records over all partitions.
     pub max_records: usize,
-    /// Most bytes read per partition.
+    /// Most bytes read per partition (at least one batch, unless 0: then
+    /// nothing is acquired, as Kafka answers a ShareFetch of `max_bytes` 0).
     pub max_bytes: usize,
     /// How long to wait for records when there are none.
     pub max_wait: Duration,
@@ -279,7 +280,11 @@ impl Engine {
 
     /// A share-group heartbeat: joins, keeps, updates or removes a member
     /// and answers its assignment. A member that leaves gives its records
-    /// back (written before the answer).
+    /// back (written before the answer), unless its share session is still
+    /// open: then, as with Kafka, the session keeps what the member holds
+    /// until it closes (a client's close sends its last acknowledgements at
+    /// session epoch -1, and may send them after its leave) or the records'
+    /// locks run out.
     ///
     /// # Errors
     /// See [`ShareGroupError`]; a storage failure.
@@ -297,9 +302,13 @@ impl Engine {
             lock(&self.shares.groups).heartbeat(hb, &partitions_of, now)?
         };
         if !left.is_empty() {
-            let gone: Vec<(String, String)> =
-                left.into_iter().map(|m| (group.clone(), m)).collect();
-            lock(&self.shares.sessions).drop_members(&gone);
+            let gone: Vec<(String, String)> = {
+                let sessions = lock(&self.shares.sessions);
+                left.into_iter()
+                    .filter(|m| !sessions.is_open(&group, m))
+                    .map(|m| (group.clone(), m))
+                    .collect()
+            };
             self.release_members(&gone).await?;
         }
         Ok(beat)
@@ -326,6 +335,12 @@ impl Engine {
                 .is_some_and(|g| g.members().any(|x| x.member_id == m))
         };
         Ok(lock(&self.shares.sessions).step(group, member, epoch, added, forgotten, &live)?)
+    }
+
+    /// True when the member has a share session open (it may have left its
+    /// group since: see [`Engine::share_heartbeat`]).
+    pub fn share_session_open(&self, group: &str, member: &str) -> bool {
+        lock(&self.shares.sessions).is_open(group, member)
     }
 
     /// Gives back what `member` holds in these partitions (its share
@@ -541,13 +556,13 @@ impl Engine {
         let Some(from) = from else {
             return Ok((Vec::new(), Vec::new()));
         };
-        if from >= log_end {
+        if from >= log_end || req.max_bytes == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
         let read = part
             .read(
                 u64::try_from(from).unwrap_or(0),
-                req.max_bytes.max(1),
+                req.max_bytes,
                 ReadAs::Records,
                 true,
             )
@@ -599,23 +614,22 @@ impl Engine {
 
     /// Applies a member's acknowledgements; each answers for itself (a
     /// refused one changes nothing). Answers once what changed is written.
+    /// A member that left its group with its share session open still
+    /// acknowledges what it holds.
     ///
     /// # Errors
-    /// The member is not in the group; a storage failure.
+    /// The member is not in the group (nor has a session); a storage failure.
     pub async fn share_acknowledge(
         &self,
         group: &str,
         member: &str,
         acks: &[ShareAck],
     ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
-        {
-            let groups = lock(&self.shares.groups);
-            if groups
-                .group(group)
-                .is_none_or(|g| !g.members().any(|m| m.member_id == member))
-            {
-                return Err(ShareGroupError::UnknownMember(member.to_owned()).into());
-            }
+        let live = lock(&self.shares.groups)
+            .group(group)
+            .is_some_and(|g| g.members().any(|m| m.member_id == member));
+        if !live && !self.share_session_open(group, member) {
+            return Err(ShareGroupError::UnknownMember(member.to_owned()).into());
         }
         let now = self.mono_ms();
         let (results, updates) = {

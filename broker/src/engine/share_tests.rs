@@ -80,13 +80,18 @@ fn tp() -> ShareTp {
 
 /// Acquires up to `max` records for `member`; returns (offset, delivery count) of each.
 async fn fetch(e: &Engine, member: &str, max: usize) -> Vec<(i64, u16)> {
+    fetch_bytes(e, member, max, 1 << 20).await
+}
+
+/// As [`fetch`], reading at most `max_bytes` (at least one batch unless 0).
+async fn fetch_bytes(e: &Engine, member: &str, max: usize, max_bytes: usize) -> Vec<(i64, u16)> {
     let got = e
         .share_fetch(ShareFetchSpec {
             group: "g".into(),
             member: member.into(),
             partitions: vec![tp()],
             max_records: max,
-            max_bytes: 1 << 20,
+            max_bytes,
             max_wait: Duration::ZERO,
         })
         .await
@@ -252,6 +257,64 @@ fn a_record_is_archived_at_the_delivery_limit() {
         let view = e.describe_share_group("g").unwrap();
         assert_eq!(view.partitions[0].start_offset, 2);
         assert_eq!(view.partitions[0].archived, 2);
+    });
+}
+
+#[test]
+fn a_small_max_bytes_acquires_one_batch_and_zero_acquires_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual();
+    let e = engine(dir.path(), &clock, ShareReset::Earliest);
+    rt::block_on(async {
+        for _ in 0..3 {
+            produce(&e, 1).await;
+        }
+        join(&e, "a").await;
+        assert!(fetch_bytes(&e, "a", 10, 0).await.is_empty());
+        assert_eq!(fetch_bytes(&e, "a", 10, 1).await, vec![(0, 1)]);
+        assert_eq!(fetch_bytes(&e, "a", 10, 1).await, vec![(1, 1)]);
+        assert_eq!(fetch(&e, "a", 10).await, vec![(2, 1)]);
+    });
+}
+
+#[test]
+fn a_member_that_leaves_with_its_session_open_acknowledges_until_it_closes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Clock::manual();
+    let e = engine(dir.path(), &clock, ShareReset::Earliest);
+    rt::block_on(async {
+        produce(&e, 2).await;
+        join(&e, "a").await;
+        e.share_session("g", "a", 0, &[("t".into(), 0)], &[])
+            .unwrap();
+        assert_eq!(fetch(&e, "a", 10).await, vec![(0, 1), (1, 1)]);
+        // Its leave heartbeat comes before its close.
+        e.share_heartbeat(ShareHeartbeat {
+            group: "g",
+            member_id: "a",
+            member_epoch: -1,
+            subscribed: None,
+            client_id: "test",
+            client_host: "/127.0.0.1",
+        })
+        .await
+        .unwrap();
+        join(&e, "b").await;
+        assert!(
+            fetch(&e, "b", 10).await.is_empty(),
+            "a's session still holds them"
+        );
+        assert!(ack(&e, "a", 0, 0, AckType::Accept).await);
+        let closed = e.share_session("g", "a", -1, &[], &[]).unwrap();
+        let super::SessionStep::Closed(parts) = closed else {
+            panic!("{closed:?}")
+        };
+        e.share_release_held("g", "a", &parts).await.unwrap();
+        assert_eq!(fetch(&e, "b", 10).await, vec![(1, 2)]);
+        assert!(
+            e.share_acknowledge("g", "a", &[]).await.is_err(),
+            "a stranger once its session closed"
+        );
     });
 }
 

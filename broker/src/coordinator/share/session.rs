@@ -158,6 +158,12 @@ impl ShareSessions {
         }
     }
 
+    /// True when the member has a session open.
+    pub fn is_open(&self, group: &str, member: &str) -> bool {
+        self.sessions
+            .contains_key(&(group.to_owned(), member.to_owned()))
+    }
+
     /// Drops every session of a group.
     pub fn drop_group(&mut self, group: &str) {
         self.sessions.retain(|(g, _), _| g != group);

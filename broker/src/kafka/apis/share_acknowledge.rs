@@ -71,6 +71,16 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAckn
             }
         }
     }
+    // A close's acknowledgements go in while the session is still open: the
+    // member may have left its group already (its leave heartbeat raced
+    // this close), and its open session is what lets it acknowledge.
+    let closing = req.share_session_epoch == -1 && engine.share_session_open(group, member);
+    let mut acks = Some(acks);
+    if closing {
+        if let Some(acks) = acks.take() {
+            apply_acks(ctx, group, member, acks, &mut answers).await;
+        }
+    }
     let step = match engine.share_session(group, member, req.share_session_epoch, &[], &[]) {
         Ok(s) => s,
         Err(e) => {
@@ -79,7 +89,9 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAckn
             return resp;
         }
     };
-    apply_acks(ctx, group, member, acks, &mut answers).await;
+    if let Some(acks) = acks {
+        apply_acks(ctx, group, member, acks, &mut answers).await;
+    }
     if let SessionStep::Closed(parts) = step {
         if let Err(e) = engine.share_release_held(group, member, &parts).await {
             resp.error_code = errors::share_code(&e);

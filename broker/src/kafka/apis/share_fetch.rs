@@ -28,9 +28,6 @@ use crate::security::acl::{Operation, Resource};
 
 /// Most bytes read for one partition of a share fetch.
 const PARTITION_MAX_BYTES: usize = 1 << 20;
-/// Fewest bytes read for one partition (so a small `max_bytes` still gets
-/// a record).
-const PARTITION_MIN_BYTES: usize = 64 << 10;
 /// Records per response when the request says none (librdkafka's
 /// `max.poll.records` default).
 const DEFAULT_MAX_RECORDS: usize = 500;
@@ -293,8 +290,7 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
                 .ok()
                 .filter(|n| *n > 0)
                 .unwrap_or(DEFAULT_MAX_RECORDS);
-            let per_partition = (usize::try_from(req.max_bytes).unwrap_or(0) / n)
-                .clamp(PARTITION_MIN_BYTES, PARTITION_MAX_BYTES);
+            let per_partition = partition_max_bytes(req.max_bytes, n);
             let spec = ShareFetchSpec {
                 group: group.to_owned(),
                 member: member.to_owned(),
@@ -383,4 +379,31 @@ pub(super) fn group_by_topic<P>(
         }
     }
     out
+}
+
+/// Bytes read per partition for a request's `max_bytes` over `n` partitions:
+/// Kafka's even split, each partition at least one batch (the read's first
+/// whole batch, however small the share), none when `max_bytes` is 0 or
+/// less (Kafka then answers no records).
+fn partition_max_bytes(max_bytes: i32, n: usize) -> usize {
+    match usize::try_from(max_bytes) {
+        Ok(0) | Err(_) => 0,
+        Ok(b) => (b / n.max(1)).clamp(1, PARTITION_MAX_BYTES),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_max_bytes;
+
+    #[test]
+    fn max_bytes_is_split_evenly_with_one_batch_at_least_and_none_at_zero() {
+        assert_eq!(partition_max_bytes(0, 1), 0);
+        assert_eq!(partition_max_bytes(-1, 1), 0);
+        assert_eq!(partition_max_bytes(1, 1), 1);
+        assert_eq!(partition_max_bytes(5, 10), 1);
+        assert_eq!(partition_max_bytes(1000, 4), 250);
+        assert_eq!(partition_max_bytes(52_428_800, 2), 1 << 20);
+        assert_eq!(partition_max_bytes(100, 0), 100);
+    }
 }
