@@ -75,9 +75,9 @@ while [ $# -gt 0 ]; do
           LIST=$HERE/tests-2.15.txt
           # The share-consumer tests need Kafka 4.2 (TEST_BRKVER(4, 2, 0, 0)).
           KAFKA_VERSION_CLAIMED=4.2.0
-          # Their groups' share.auto.offset.reset=earliest (IncrementalAlterConfigs on the
-          # group, which Flume refuses) as the broker's default.
-          BROKER_ARGS=(--share-auto-offset-reset earliest)
+          # The broker as it starts by default: the tests set their groups' configs
+          # (share.auto.offset.reset, ...) with IncrementalAlterConfigs on a GROUP resource.
+          BROKER_ARGS=()
           ;;
         *) echo "error: --lrk takes 2.0 or 2.15, not '${2:-}'" >&2; exit 2 ;;
       esac
