@@ -28,8 +28,12 @@ passed), from the logs:
   * violation: a record produced and acknowledged by the broker, never confirmed accepted
     (lost), unless its last acceptance had an unknown outcome (killed in the commit, or an
     error other than INVALID_RECORD_STATE: the broker may have stored it; counted apart);
+  * violation: a record delivered again with a delivery count not above its previous one
+    (Flume writes the count before it hands a record out, so even a broker crash keeps it);
   * a record delivered again when its acceptance was NOT confirmed is a redelivery, no
     violation.
+Before the run, the judge is tried on made-up histories (each kind of violation must be
+found; a redelivery after a refused acceptance and an unknown outcome must not count).
 Prints the figures and one PASS/FAIL line; exits non-zero on a violation.
 """
 
@@ -287,6 +291,85 @@ class History:
         return last is not None and last[1] in ("P unknown", "F unknown")
 
 
+def judge(hist, produced, records):
+    """The violations in a history, and its figures."""
+    violations = []
+    twice = [v for v, acc in hist.accepted.items() if len(acc) > 1]
+    again = []
+    for v, acc in hist.accepted.items():
+        first = min(t for t, _ in acc)
+        later = [d for d in hist.deliveries.get(v, []) if d[0] > first]
+        if later:
+            again.append((v, acc, later))
+    lost = sorted(v for v in produced if not hist.resolved(v))
+    unconfirmed = sorted(v for v in produced if v not in hist.accepted and hist.resolved(v))
+    unexpected = sorted(v for v in hist.deliveries if not (v.startswith("r") and v[1:].isdigit()
+                                                            and int(v[1:]) < records))
+    deliveries = sum(len(d) for d in hist.deliveries.values())
+    redeliveries = deliveries - len(hist.deliveries)
+    counts_not_rising = 0
+    for ds in hist.deliveries.values():
+        cs = [dc for _, dc, _ in sorted(ds)]
+        counts_not_rising += sum(1 for x, y in zip(cs, cs[1:]) if y <= x)
+    over_limit = sum(1 for ds in hist.deliveries.values() for _, dc, _ in ds if dc > DELIVERY_LIMIT)
+    confirmed = sum(len(acc) for acc in hist.accepted.values())
+    if twice:
+        v = twice[0]
+        violations.append(f"{len(twice)} records confirmed accepted twice (e.g. {v}: {hist.accepted[v]})")
+    if again:
+        v, acc, later = again[0]
+        violations.append(f"{len(again)} records delivered again after their acceptance was confirmed "
+                          f"(e.g. {v}: accepted {acc}, then delivered {later})")
+    if lost:
+        v = lost[0]
+        violations.append(f"{len(lost)} produced records never accepted (e.g. {v}: deliveries "
+                          f"{hist.deliveries.get(v)}, last acceptance {hist.last_attempt.get(v)})")
+    if unexpected:
+        violations.append(f"{len(unexpected)} unexpected records delivered (e.g. {unexpected[0]})")
+    if counts_not_rising:
+        violations.append(f"{counts_not_rising} redeliveries without a higher delivery count (Flume writes the "
+                          f"count before it hands a record out)")
+    if over_limit:
+        violations.append(f"{over_limit} deliveries past the delivery limit {DELIVERY_LIMIT}")
+    fig = {"deliveries": deliveries, "redeliveries": redeliveries, "counts_not_rising": counts_not_rising,
+           "confirmed": confirmed, "unconfirmed": len(unconfirmed)}
+    return violations, fig
+
+
+def self_test():
+    """The judge on made-up histories: each kind of violation is found, a redelivery after an
+    unconfirmed acceptance and an unknown outcome are not violations. Returns problems."""
+    ir = "KafkaError{code=INVALID_RECORD_STATE}"
+    cases = [  # (name, {consumer: log lines}, violations expected (substrings), figures expected)
+        ("clean", {"a": ["1 D r0 1 0 0", "2 P r0 0", "3 A r0"]}, [], {"confirmed": 1}),
+        ("accepted twice", {"a": ["1 D r0 1 0 0", "2 P r0 0", "3 A r0"],
+                            "b": ["0.5 D r0 1 0 0", "4 P r0 0", "5 A r0"]}, ["accepted twice"], {}),
+        ("delivered after accept", {"a": ["1 D r0 1 0 0", "2 P r0 0", "3 A r0"], "b": ["4 D r0 2 0 0"]},
+         ["delivered again after"], {}),
+        ("lost", {"a": ["1 D r0 1 0 0"]}, ["never accepted"], {}),
+        ("refused, never back", {"a": ["1 D r0 1 0 0", "2 P r0 0", f"3 F r0 {ir}"]}, ["never accepted"], {}),
+        ("redelivered after a refusal", {"a": ["1 D r0 1 0 0", "2 P r0 0", f"5 F r0 {ir}"],
+                                         "b": ["4 D r0 2 0 0", "6 P r0 0", "7 A r0"]}, [], {"redeliveries": 1}),
+        ("unknown outcome", {"a": ["1 D r0 1 0 0", "2 P r0 0", "2.1 K in-commit"]}, [], {"unconfirmed": 1}),
+        ("count not rising", {"a": ["1 D r0 1 0 0", "2 K before-ack"], "b": ["4 D r0 1 0 0", "5 P r0 0", "6 A r0"]},
+         ["without a higher delivery count"], {}),
+    ]
+    problems = []
+    for name, logs, want, want_fig in cases:
+        d = tempfile.mkdtemp(prefix="flume-share-chaos-judge.")
+        for c, lines in logs.items():
+            with open(os.path.join(d, f"consumer-{c}.log"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+        violations, fig = judge(History(d), {"r0"}, 1)
+        found = [w for w in want if any(w in v for v in violations)]
+        if found != want or (not want and violations):
+            problems.append(f"judge self-test {name}: violations {violations}, expected {want or 'none'}")
+        for k, v in want_fig.items():
+            if fig[k] != v:
+                problems.append(f"judge self-test {name}: {k} {fig[k]}, expected {v}")
+    return problems
+
+
 def run(a):
     rng = random.Random(a.seed)
     work = tempfile.mkdtemp(prefix="flume-share-chaos.")
@@ -320,7 +403,7 @@ def run(a):
     try:
         create_topic(bootstrap)
         set_group_configs(bootstrap)
-        feeder = Feeder(bootstrap, a.records, chaos_s * 0.6)
+        feeder = Feeder(bootstrap, a.records, chaos_s * 0.4)
         feeder.start()
         names = [f"c{i}" for i in range(a.consumers)]
         for n in names:
@@ -365,50 +448,16 @@ def run(a):
 
     hist = History(logdir)
     produced = set(feeder.acked)
-    violations = []
-    twice = [v for v, acc in hist.accepted.items() if len(acc) > 1]
-    again = []
-    for v, acc in hist.accepted.items():
-        first = min(t for t, _ in acc)
-        later = [d for d in hist.deliveries.get(v, []) if d[0] > first]
-        if later:
-            again.append((v, acc, later))
-    lost = sorted(v for v in produced if not hist.resolved(v))
-    unconfirmed = sorted(v for v in produced if v not in hist.accepted and hist.resolved(v))
-    unexpected = sorted(v for v in hist.deliveries if not (v.startswith("r") and v[1:].isdigit()
-                                                            and int(v[1:]) < a.records))
-    deliveries = sum(len(d) for d in hist.deliveries.values())
-    redeliveries = deliveries - len(hist.deliveries)
-    counts_not_rising = 0
-    for ds in hist.deliveries.values():
-        cs = [dc for _, dc, _ in sorted(ds)]
-        counts_not_rising += sum(1 for x, y in zip(cs, cs[1:]) if y <= x)
-    over_limit = sum(1 for ds in hist.deliveries.values() for _, dc, _ in ds if dc > DELIVERY_LIMIT)
-    confirmed = sum(len(acc) for acc in hist.accepted.values())
-    if twice:
-        v = twice[0]
-        violations.append(f"{len(twice)} records confirmed accepted twice (e.g. {v}: {hist.accepted[v]})")
-    if again:
-        v, acc, later = again[0]
-        violations.append(f"{len(again)} records delivered again after their acceptance was confirmed "
-                          f"(e.g. {v}: accepted {acc}, then delivered {later})")
-    if lost:
-        v = lost[0]
-        violations.append(f"{len(lost)} produced records never accepted (e.g. {v}: deliveries "
-                          f"{hist.deliveries.get(v)}, last acceptance {hist.last_attempt.get(v)})")
-    if unexpected:
-        violations.append(f"{len(unexpected)} unexpected records delivered (e.g. {unexpected[0]})")
-    if over_limit:
-        violations.append(f"{over_limit} deliveries past the delivery limit {DELIVERY_LIMIT}")
+    violations, fig = judge(hist, produced, a.records)
     if not settled:
         violations.append(f"not settled within {a.deadline:.0f} s (every record resolved, then quiet {quiet_s:.0f} s)")
     print(f"records: {a.records} produced, {len(produced)} acknowledged by the broker, {len(feeder.failed)} failed, "
           f"{feeder.left} unflushed")
-    print(f"deliveries {deliveries} of {len(hist.deliveries)} records, redeliveries {redeliveries}, "
-          f"delivery counts not rising {counts_not_rising}, max delivery count "
+    print(f"deliveries {fig['deliveries']} of {len(hist.deliveries)} records, redeliveries {fig['redeliveries']}, "
+          f"delivery counts not rising {fig['counts_not_rising']}, max delivery count "
           f"{max((dc for ds in hist.deliveries.values() for _, dc, _ in ds), default=0)}")
-    print(f"confirmed accepts {confirmed} of {len(hist.accepted)} records; accepted with an unknown outcome "
-          f"(never confirmed, never back) {len(unconfirmed)}; failed acknowledgements {hist.failed_acks}")
+    print(f"confirmed accepts {fig['confirmed']} of {len(hist.accepted)} records; accepted with an unknown outcome "
+          f"(never confirmed, never back) {fig['unconfirmed']}; failed acknowledgements {hist.failed_acks}")
     print(f"chaos: broker kills {broker.kills}, consumer kills from outside {outside_kills}, self-kills before "
           f"acknowledging {hist.kills['before-ack']}, self-kills in commit_sync {hist.kills['in-commit']}, "
           f"stalls past the lock {hist.stalls}, consumer processes {sum(incarnations.values())} "
@@ -428,7 +477,7 @@ def main():
     ap.add_argument("--records", type=int, default=3000)
     ap.add_argument("--consumers", type=int, default=3)
     ap.add_argument("--deadline", type=float, default=50.0, help="seconds for the whole run")
-    ap.add_argument("--kill-p", type=float, default=0.01, help="per batch: each kind of self-kill")
+    ap.add_argument("--kill-p", type=float, default=0.015, help="per batch: each kind of self-kill")
     ap.add_argument("--stall-p", type=float, default=0.02, help="per batch: a stall past the lock")
     # A consumer process (started by the harness).
     ap.add_argument("--consumer")
@@ -441,7 +490,10 @@ def main():
         return 0
     if not a.flume:
         ap.error("FLUME_CLI is needed")
-    return run(a)
+    broken = self_test()
+    for p in broken:
+        print(f"FAIL share-chaos: {p}")
+    return 1 if broken else run(a)
 
 
 if __name__ == "__main__":
