@@ -10,7 +10,8 @@
 # Environment:
 #   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share
 #                                     the clients to run (default: all of these); `share` is
-#                                     confluent-kafka's ShareConsumer (share_test.py, issue #44)
+#                                     confluent-kafka's ShareConsumer (share_test.py, issue #44, and
+#                                     tests/chaos/share_queue.py under failures)
 #   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
 #                                     one (the cross-protocol scenarios are skipped then)
 #   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
