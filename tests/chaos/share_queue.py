@@ -356,11 +356,11 @@ def self_test():
     ]
     problems = []
     for name, logs, want, want_fig in cases:
-        d = tempfile.mkdtemp(prefix="flume-share-chaos-judge.")
-        for c, lines in logs.items():
-            with open(os.path.join(d, f"consumer-{c}.log"), "w") as f:
-                f.write("\n".join(lines) + "\n")
-        violations, fig = judge(History(d), {"r0"}, 1)
+        with tempfile.TemporaryDirectory(prefix="flume-share-chaos-judge.") as d:
+            for c, lines in logs.items():
+                with open(os.path.join(d, f"consumer-{c}.log"), "w") as f:
+                    f.write("\n".join(lines) + "\n")
+            violations, fig = judge(History(d), {"r0"}, 1)
         found = [w for w in want if any(w in v for v in violations)]
         if found != want or (not want and violations):
             problems.append(f"judge self-test {name}: violations {violations}, expected {want or 'none'}")
