@@ -10,7 +10,8 @@
 # Environment:
 #   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share
 #                                     the clients to run (default: all of these); `share` is
-#                                     confluent-kafka's ShareConsumer (share_test.py, issue #44)
+#                                     confluent-kafka's ShareConsumer (share_test.py, issue #44, and
+#                                     tests/chaos/share_queue.py under failures)
 #   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
 #                                     one (the cross-protocol scenarios are skipped then)
 #   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
@@ -545,6 +546,13 @@ fi
 # killed too; seeded (CHAOS_SEED, default 7). Needs a broker of our own: not with FLUME_KAFKA_BOOTSTRAP.
 if want confluent && [ -z "${FLUME_KAFKA_BOOTSTRAP:-}" ] && [ -n "${FLUME:-}" ]; then
   run_client exactly-once 1 "$PY" "$ROOT/tests/chaos/exactly_once.py" "$FLUME"
+fi
+# Share groups under failures (tests/chaos/share_queue.py, issue #44): its own broker, killed
+# and restarted, share consumers (processes) killed, killing themselves and stalling past the
+# lock; no record lost, none confirmed accepted twice or delivered after a confirmed accept.
+# Seeded (CHAOS_SEED, default 7). Needs a broker of our own: not with FLUME_KAFKA_BOOTSTRAP.
+if want share && [ -z "${FLUME_KAFKA_BOOTSTRAP:-}" ] && [ -n "${FLUME:-}" ]; then
+  run_client share-chaos 1 "$PY" "$ROOT/tests/chaos/share_queue.py" "$FLUME"
 fi
 
 # ---------------------------------------------------------------------------
