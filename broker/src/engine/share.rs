@@ -625,6 +625,33 @@ impl Engine {
         member: &str,
         acks: &[ShareAck],
     ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
+        self.acknowledge_shares(group, member, acks, false).await
+    }
+
+    /// As [`Engine::share_acknowledge`], but each partition's
+    /// acknowledgements are all or nothing (Kafka's ShareFetch and
+    /// ShareAcknowledge answer one error per partition): if one of a
+    /// partition's is refused, none of that partition's is applied and each
+    /// answers the refusal.
+    ///
+    /// # Errors
+    /// As [`Engine::share_acknowledge`].
+    pub async fn share_acknowledge_by_partition(
+        &self,
+        group: &str,
+        member: &str,
+        acks: &[ShareAck],
+    ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
+        self.acknowledge_shares(group, member, acks, true).await
+    }
+
+    async fn acknowledge_shares(
+        &self,
+        group: &str,
+        member: &str,
+        acks: &[ShareAck],
+        by_partition: bool,
+    ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
         let live = lock(&self.shares.groups)
             .group(group)
             .is_some_and(|g| g.members().any(|m| m.member_id == member));
@@ -635,7 +662,28 @@ impl Engine {
         let (results, updates) = {
             let mut parts = lock(&self.shares.partitions);
             let mut results = Vec::with_capacity(acks.len());
+            // Partitions one of whose acknowledgements is refused: none of theirs applies.
+            let mut refused: BTreeMap<&ShareTp, AckError> = BTreeMap::new();
+            if by_partition {
+                for a in acks {
+                    let key: SpKey = (group.to_owned(), a.tp.topic.clone(), a.tp.partition);
+                    let check = match parts.get(&key) {
+                        Some(sp) => sp.check_acknowledge(member, a.first, a.last, a.ack),
+                        None => Err(AckError::NotAcquired {
+                            offset: a.first,
+                            member: member.to_owned(),
+                        }),
+                    };
+                    if let Err(e) = check {
+                        refused.entry(&a.tp).or_insert(e);
+                    }
+                }
+            }
             for a in acks {
+                if let Some(e) = refused.get(&a.tp) {
+                    results.push(Err(ShareError::RecordState(e.clone())));
+                    continue;
+                }
                 let key: SpKey = (group.to_owned(), a.tp.topic.clone(), a.tp.partition);
                 let r = match parts.get_mut(&key) {
                     Some(sp) => sp

@@ -361,18 +361,23 @@ impl SharePartition {
     /// Applies one acknowledgement of `first..=last` by `member`. Every
     /// record of the range must be acquired by that member (gaps excepted):
     /// otherwise nothing is applied.
-    pub fn acknowledge(
-        &mut self,
+    /// Whether [`Self::acknowledge`] would take this acknowledgement (every
+    /// record of the range held by `member`), changing nothing: how a
+    /// request's acknowledgements of one partition are checked together
+    /// before any is applied.
+    ///
+    /// # Errors
+    /// As [`Self::acknowledge`].
+    pub fn check_acknowledge(
+        &self,
         member: &str,
         first: i64,
         last: i64,
         ack: AckType,
-        now_ms: u64,
     ) -> Result<(), AckError> {
         if last < first {
             return Err(AckError::BadRange { first, last });
         }
-        // Check first, then apply: an acknowledgement is all or nothing.
         for (&offset, r) in self.in_flight.range(first..=last) {
             if !matches!(&r.state, RecordState::Acquired { member: m, .. } if m == member) {
                 return Err(AckError::NotAcquired {
@@ -388,6 +393,19 @@ impl SharePartition {
                 member: member.to_owned(),
             });
         }
+        Ok(())
+    }
+
+    pub fn acknowledge(
+        &mut self,
+        member: &str,
+        first: i64,
+        last: i64,
+        ack: AckType,
+        now_ms: u64,
+    ) -> Result<(), AckError> {
+        // Check first, then apply: an acknowledgement is all or nothing.
+        self.check_acknowledge(member, first, last, ack)?;
         let limit = self.config.delivery_count_limit;
         let lock = self.config.lock_duration_ms;
         let mut archived = 0u64;

@@ -145,7 +145,10 @@ pub(super) async fn apply_acks(
         return;
     }
     let engine = ctx.backend.engine();
-    match engine.share_acknowledge(group, member, &flat).await {
+    match engine
+        .share_acknowledge_by_partition(group, member, &flat)
+        .await
+    {
         Err(e) => {
             let code = errors::share_code(&e);
             for named in owners {
