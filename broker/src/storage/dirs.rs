@@ -111,6 +111,10 @@ pub struct DataDirLock {
     _file: File,
 }
 
+/// How long a lock held by this process itself is tried again (see
+/// [`DataDirLock::acquire`]).
+const OWN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl DataDirLock {
     /// Creates `dir` if needed, refuses a foreign non-empty directory unless
     /// `allow_foreign`, takes the exclusive lock on `<dir>/.lock` (writing
@@ -139,17 +143,34 @@ impl DataDirLock {
             .truncate(false)
             .open(&path)
             .map_err(io_err("open", &path))?;
-        match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
-                let mut text = String::new();
-                let _ = file.read_to_string(&mut text);
-                return Err(StorageError::DataDirLocked {
-                    dir: dir.to_path_buf(),
-                    holder_pid: text.trim().parse().ok(),
-                });
+        // A lock this very process released can still be held for a moment
+        // by a child forked (by any thread) while it was open: the child
+        // shares the open file until its exec closes it. So a lock whose
+        // holder is this process is tried again for up to OWN_LOCK_WAIT
+        // before it counts as held (a broker opened twice in one process
+        // still fails, a little later).
+        let waited_since = std::time::Instant::now();
+        loop {
+            match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+                Ok(()) => break,
+                Err(e) if e == rustix::io::Errno::WOULDBLOCK => {
+                    let mut text = String::new();
+                    let _ = file.rewind();
+                    let _ = file.read_to_string(&mut text);
+                    let holder_pid: Option<u32> = text.trim().parse().ok();
+                    if holder_pid == Some(std::process::id())
+                        && waited_since.elapsed() < OWN_LOCK_WAIT
+                    {
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                        continue;
+                    }
+                    return Err(StorageError::DataDirLocked {
+                        dir: dir.to_path_buf(),
+                        holder_pid,
+                    });
+                }
+                Err(e) => return Err(io_err("lock", &path)(e.into())),
             }
-            Err(e) => return Err(io_err("lock", &path)(e.into())),
         }
         let pid = format!("{}\n", std::process::id());
         file.set_len(0)
