@@ -14,28 +14,25 @@ use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use super::share_fetch::{acks_of, apply_acks, group_by_topic, resolve, who, Answer, Named};
+use super::share_fetch::{acks_of, apply_acks, group_by_topic, member_of, resolve, Answer, Named};
 use crate::engine::{SessionStep, ShareTp};
 use crate::security::acl::Operation;
 
 pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
     let engine = ctx.backend.engine();
     let mut resp = ShareAcknowledgeResponse::default();
-    let (group, member) = match who(
+    let (group, member) = match member_of(
+        ctx,
         req.group_id.as_ref().map(|g| g.0.as_str()),
         req.member_id.as_ref().map(|m| m.as_str()),
     ) {
         Ok(w) => w,
         Err((code, why)) => {
             resp.error_code = code;
-            resp.error_message = Some(StrBytes::from_static_str(why));
+            resp.error_message = why;
             return resp;
         }
     };
-    if !ctx.with_subject(|s| s.in_group(group)) {
-        resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
-        return resp;
-    }
     if req.share_session_epoch == 0 {
         resp.error_code = errors::INVALID_SHARE_SESSION_EPOCH;
         resp.error_message = Some(StrBytes::from_static_str(

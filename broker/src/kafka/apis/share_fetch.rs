@@ -171,16 +171,26 @@ pub(super) async fn apply_acks(
     }
 }
 
-/// The group and member a request names, or the top-level error.
-pub(super) fn who<'a>(
+/// The group and member a request names, once the principal may act in the
+/// group (READ on it); else the top-level error and its message.
+pub(super) fn member_of<'a>(
+    ctx: &Ctx,
     group: Option<&'a str>,
     member: Option<&'a str>,
-) -> Result<(&'a str, &'a str), (i16, &'static str)> {
+) -> Result<(&'a str, &'a str), (i16, Option<StrBytes>)> {
     match (group, member) {
-        (Some(g), Some(m)) if !g.is_empty() && !m.is_empty() => Ok((g, m)),
+        (Some(g), Some(m)) if !g.is_empty() && !m.is_empty() => {
+            if ctx.with_subject(|s| s.in_group(g)) {
+                Ok((g, m))
+            } else {
+                Err((errors::GROUP_AUTHORIZATION_FAILED, None))
+            }
+        }
         _ => Err((
             errors::INVALID_REQUEST,
-            "a share request names its group and member",
+            Some(StrBytes::from_static_str(
+                "a share request names its group and member",
+            )),
         )),
     }
 }
@@ -196,21 +206,18 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
     let mut resp = ShareFetchResponse::default().with_acquisition_lock_timeout_ms(
         i32::try_from(engine.share_settings().partition.lock_duration_ms).unwrap_or(i32::MAX),
     );
-    let (group, member) = match who(
+    let (group, member) = match member_of(
+        ctx,
         req.group_id.as_ref().map(|g| g.0.as_str()),
         req.member_id.as_ref().map(|m| m.as_str()),
     ) {
         Ok(w) => w,
         Err((code, why)) => {
             resp.error_code = code;
-            resp.error_message = Some(StrBytes::from_static_str(why));
+            resp.error_message = why;
             return resp;
         }
     };
-    if !ctx.with_subject(|s| s.in_group(group)) {
-        resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
-        return resp;
-    }
     let epoch = req.share_session_epoch;
     let mut answers: BTreeMap<Named, Answer> = BTreeMap::new();
     let mut added = Vec::new();

@@ -37,6 +37,23 @@ fn topic_id(ctx: &Ctx, topic: &str) -> Uuid {
         .map_or(Uuid::nil(), |t| kafka_id(t.id))
 }
 
+/// Why a change to `group`'s offsets is refused before looking at them:
+/// `op` on the group not allowed, or it is not a share group.
+fn refused(ctx: &Ctx, group: &str, op: Operation) -> Option<(i16, Option<StrBytes>)> {
+    if !ctx.may(op, Resource::group(group)) {
+        return Some((errors::GROUP_AUTHORIZATION_FAILED, None));
+    }
+    if !ctx.backend.engine().is_share_group(group) {
+        return Some((
+            errors::GROUP_ID_NOT_FOUND,
+            Some(StrBytes::from_string(format!(
+                "{group} is not a share group"
+            ))),
+        ));
+    }
+    None
+}
+
 fn message(e: &ShareError) -> Option<StrBytes> {
     Some(StrBytes::from_string(e.to_string()))
 }
@@ -122,15 +139,8 @@ pub(super) async fn alter(
     let engine = ctx.backend.engine();
     let group = req.group_id.0.as_str();
     let resp = AlterShareGroupOffsetsResponse::default();
-    if !ctx.may(Operation::Alter, Resource::group(group)) {
-        return resp.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-    }
-    if !engine.is_share_group(group) {
-        return resp
-            .with_error_code(errors::GROUP_ID_NOT_FOUND)
-            .with_error_message(Some(StrBytes::from_string(format!(
-                "{group} is not a share group"
-            ))));
+    if let Some((code, message)) = refused(ctx, group, Operation::Alter) {
+        return resp.with_error_code(code).with_error_message(message);
     }
     // (topic index, partition index) of each start handed to the engine.
     let mut starts = Vec::new();
@@ -189,15 +199,8 @@ pub(super) async fn delete(
     let engine = ctx.backend.engine();
     let group = req.group_id.0.as_str();
     let resp = DeleteShareGroupOffsetsResponse::default();
-    if !ctx.may(Operation::Delete, Resource::group(group)) {
-        return resp.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
-    }
-    if !engine.is_share_group(group) {
-        return resp
-            .with_error_code(errors::GROUP_ID_NOT_FOUND)
-            .with_error_message(Some(StrBytes::from_string(format!(
-                "{group} is not a share group"
-            ))));
+    if let Some((code, message)) = refused(ctx, group, Operation::Delete) {
+        return resp.with_error_code(code).with_error_message(message);
     }
     let mut names = Vec::new();
     let mut placed = Vec::new();
