@@ -85,10 +85,13 @@ fn writes_waiting_behind_a_busy_writer_share_the_next_fsync() {
     for rx in rest {
         rt::block_on(finish(rx)).unwrap();
     }
-    assert_eq!(
-        s.fsync_count(),
-        2,
-        "one for the first write, one for the ten behind it"
+    // One for the first write and one for the ten behind it; or one in all
+    // when the writer gathered the ten into its first batch before it
+    // reached the held store (the scheduler decides): never one per write.
+    let fsyncs = s.fsync_count();
+    assert!(
+        (1..=2).contains(&fsyncs),
+        "{fsyncs} fsyncs: the ten behind the first share one"
     );
     assert_eq!(s.groups().len(), 11);
     rt::block_on(s.shutdown());
