@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use flume_client::lowlevel::Client;
-use flume_client::{Admin, ConnectionConfig};
+use flume_client::{AckMode, Admin, ConnectionConfig, ShareConsumer};
 use flume_protocol::record;
 use flume_protocol::{
     ErrorCode, FetchPartition, FetchRequest, PartitionOffset, ProduceEntry, ProduceRequest,
@@ -287,6 +287,158 @@ fn metrics_count_a_known_workload_exactly() {
             .collect();
         assert_eq!(errors.len(), 4, "{errors:?}");
         assert!(errors.contains(&"UNKNOWN_PARTITION"));
+        broker.shutdown().await;
+    });
+}
+
+/// A share group's metrics and overview after a known workload: 10
+/// records handed to one member, 6 accepted, 2 released (then delivered
+/// again), 1 rejected, 1 held.
+#[test]
+fn share_group_metrics_count_a_known_workload_exactly() {
+    rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = common::config(dir.path());
+        c.http_listen = Some("127.0.0.1:0".into());
+        c.share.auto_offset_reset = flume_broker::config::ShareReset::Earliest;
+        let broker = flume_broker::Broker::start(c).await.expect("broker starts");
+        broker
+            .engine()
+            .create_topic("q", common::topic(1))
+            .expect("topic");
+        let http = broker.http_addr().expect("http is on");
+        let addr = broker.local_addr().to_string();
+        let client = Client::connect(&addr, ConnectionConfig::default())
+            .await
+            .unwrap();
+        let resp = client
+            .call(&ProduceRequest {
+                entries: vec![ProduceEntry {
+                    topic: "q".into(),
+                    partition: 0,
+                    records: records(10),
+                }],
+            })
+            .await
+            .unwrap();
+        assert!(resp.results.iter().all(|r| r.error.is_ok()));
+
+        let mut member = ShareConsumer::builder(&addr, "jobs")
+            .subscribe(["q"])
+            .ack_mode(AckMode::Explicit)
+            .max_wait(Duration::from_millis(100))
+            .build()
+            .await
+            .unwrap();
+        let mut got = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while got.len() < 10 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "records stopped coming"
+            );
+            got.extend(member.poll().await.unwrap());
+        }
+        for r in &got {
+            match r.offset {
+                0..=5 => r.accept(),
+                6 | 7 => r.release(),
+                8 => r.reject(),
+                _ => {}
+            }
+        }
+        member.commit().await.unwrap();
+
+        let m = Metrics::scrape(http).await.unwrap();
+        let g = [("group", "jobs")];
+        let l = [("group", "jobs"), ("topic", "q"), ("partition", "0")];
+        assert_eq!(m.value("flume_share_group_members", &g), 1.0);
+        assert!(m.value("flume_share_group_epoch", &g) >= 1.0);
+        assert_eq!(m.value("flume_share_partition_start_offset", &l), 6.0);
+        // 6 and 7 waiting, 9 held, 8 archived: three not done.
+        assert_eq!(m.value("flume_share_partition_lag_records", &l), 3.0);
+        assert_eq!(m.value("flume_share_partition_in_flight_records", &l), 4.0);
+        assert_eq!(m.value("flume_share_partition_acquired_records", &l), 1.0);
+        assert_eq!(m.value("flume_share_partition_available_records", &l), 2.0);
+        assert_eq!(m.value("flume_share_partition_deliveries_total", &l), 10.0);
+        assert_eq!(m.value("flume_share_partition_redeliveries_total", &l), 0.0);
+        assert_eq!(
+            m.value("flume_share_partition_archived_records_total", &l),
+            1.0
+        );
+        assert_eq!(
+            m.value("flume_share_partition_lock_expiries_total", &l),
+            0.0
+        );
+        let ack = |t: &'static str| {
+            [
+                ("group", "jobs"),
+                ("topic", "q"),
+                ("partition", "0"),
+                ("type", t),
+            ]
+        };
+        assert_eq!(
+            m.value(
+                "flume_share_partition_acknowledgements_total",
+                &ack("accept")
+            ),
+            6.0
+        );
+        assert_eq!(
+            m.value(
+                "flume_share_partition_acknowledgements_total",
+                &ack("release")
+            ),
+            2.0
+        );
+        assert_eq!(
+            m.value(
+                "flume_share_partition_acknowledgements_total",
+                &ack("reject")
+            ),
+            1.0
+        );
+
+        // The released two come again, each a redelivery.
+        let mut again = Vec::new();
+        while again.len() < 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "released records did not come back"
+            );
+            again.extend(member.poll().await.unwrap());
+        }
+        assert_eq!(again.iter().map(|r| r.offset).collect::<Vec<_>>(), [6, 7]);
+        let m = Metrics::scrape(http).await.unwrap();
+        assert_eq!(m.value("flume_share_partition_deliveries_total", &l), 12.0);
+        assert_eq!(m.value("flume_share_partition_redeliveries_total", &l), 2.0);
+        assert_eq!(m.value("flume_share_partition_acquired_records", &l), 3.0);
+
+        // The overview has the group for the dashboard's card.
+        let (_, _, body) = get(http, "/api/overview").await.unwrap();
+        let o: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let s = &o["share_groups"][0];
+        assert_eq!(s["group"], "jobs");
+        assert_eq!(s["members"], 1);
+        let p = &s["partitions"][0];
+        assert_eq!(
+            (p["topic"].as_str(), p["partition"].as_i64()),
+            (Some("q"), Some(0))
+        );
+        assert_eq!(p["start_offset"], 6);
+        assert_eq!(p["end_offset"], 10);
+        assert_eq!(p["lag"], 3);
+        assert_eq!(p["acquired"], 3);
+        assert_eq!(p["available"], 0);
+        assert_eq!(p["delivered"], 12);
+        assert_eq!(p["redelivered"], 2);
+        assert_eq!(p["accepted"], 6);
+        assert_eq!(p["released"], 2);
+        assert_eq!(p["rejected"], 1);
+        assert_eq!(p["archived"], 1);
+        assert_eq!(o["share_groups_truncated"], false);
+        member.close().await.unwrap();
         broker.shutdown().await;
     });
 }

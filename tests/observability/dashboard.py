@@ -4,7 +4,7 @@
 throughput and lag are shown and change while a producer runs, that the
 browser console has no errors, and saves screenshots (laptop and phone).
 
-usage: dashboard.py CHROMEDRIVER_URL DASHBOARD_URL OUT_DIR TOPIC GROUP
+usage: dashboard.py CHROMEDRIVER_URL DASHBOARD_URL OUT_DIR TOPIC GROUP SHARE_GROUP
 """
 import base64
 import json
@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 
-DRIVER, PAGE, OUT, TOPIC, GROUP = sys.argv[1:6]
+DRIVER, PAGE, OUT, TOPIC, GROUP, SHARE_GROUP = sys.argv[1:7]
 
 
 def call(method, path, body=None):
@@ -58,9 +58,11 @@ const cards = Object.fromEntries([...document.querySelectorAll('#cards .card')].
 const lags = [...document.querySelectorAll('#groups td.lag')].map(c => c.textContent);
 const groups = document.querySelector('#groups').textContent;
 const errors = document.querySelector('#errors').textContent;
+const share = document.querySelector('#shares [data-share-group="%s"]');
+const shareLags = share ? [...share.querySelectorAll('td.share-lag')].map(c => c.textContent) : [];
 return {ends: cells, cards, lags, groups, errors, summary: topic.querySelector('h3').textContent,
-        width: t.width};
-""" % TOPIC
+        width: t.width, share: share ? share.querySelector('h3').textContent : null, shareLags};
+""" % (TOPIC, SHARE_GROUP)
 
 
 def parse(n):
@@ -79,6 +81,11 @@ try:
     assert first["lags"], "no lag shown"
     assert "TOPIC_ALREADY_EXISTS" in first["errors"], first["errors"]
     assert first["width"] > 0, "chart not drawn"
+    # The share group's card: its partitions with lag, and the 50 released records redelivered
+    # or waiting (the producer below keeps adding to its lag).
+    assert first["share"] and SHARE_GROUP in first["share"], first["share"]
+    assert first["shareLags"], "no share-partition rows"
+    print(f"dashboard: share group card: {first['share']}; lag {first['shareLags']}")
     # Live: throughput above zero, and end offsets and lag moving while the producer runs.
     wait_for("records/s in above zero", lambda: parse((js(READ) or first)["cards"].get("records/s in", "0")) > 0)
     later = wait_for("end offsets and lag to change",

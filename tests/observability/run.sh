@@ -70,7 +70,8 @@ read -r PORT HTTP PROM DRIVER <<<"$(free_ports 4)"
 BROKER="127.0.0.1:$PORT"
 
 # --- broker and workload -------------------------------------------------------
-"$CLI" broker --host 127.0.0.1 --port "$PORT" --http-port "$HTTP" --data "$WORK/data" >"$WORK/broker.log" 2>&1 &
+"$CLI" broker --host 127.0.0.1 --port "$PORT" --http-port "$HTTP" --data "$WORK/data" \
+    --share-auto-offset-reset earliest >"$WORK/broker.log" 2>&1 &
 PIDS+=($!)
 wait_for "the broker's /healthz" 30 curl -fsS "http://127.0.0.1:$HTTP/healthz"
 say "broker on $BROKER, HTTP on $HTTP"
@@ -79,6 +80,10 @@ say "broker on $BROKER, HTTP on $HTTP"
 "$CLI" perf produce --broker "$BROKER" --topic obs --records 30000 --record-size 100 >"$WORK/produce.log" 2>&1
 # A group that reads part of the topic and commits: it has lag.
 "$CLI" consume --broker "$BROKER" --topic obs --group dash --max 2000 --format plain >/dev/null 2>"$WORK/consume.log"
+# A share group (a queue) that accepts 500 records and releases 50 (delivered again):
+# in flight, redelivered and lag on its card.
+"$CLI" consume --broker "$BROKER" --topic obs --share-group jobs --max 500 --format plain >/dev/null 2>"$WORK/share.log"
+"$CLI" consume --broker "$BROKER" --topic obs --share-group jobs --max 50 --release --format plain >/dev/null 2>>"$WORK/share.log"
 # A provoked error (TOPIC_ALREADY_EXISTS), for the page's recent errors.
 if "$CLI" topics create obs --broker "$BROKER" >/dev/null 2>&1; then
     echo "creating an existing topic succeeded" >&2
@@ -91,6 +96,8 @@ promtool check metrics <"$OUT/metrics.txt"
 curl -fsS -H 'Accept: application/openmetrics-text; version=1.0.0' "http://127.0.0.1:$HTTP/metrics" >"$OUT/metrics.openmetrics.txt"
 grep -q '^# EOF$' "$OUT/metrics.openmetrics.txt"
 say "promtool check metrics: ok ($(grep -c '^flume_' "$OUT/metrics.txt") flume samples)"
+grep -q '^flume_share_partition_acknowledgements_total{group="jobs",topic="obs",partition="[0-9]*",type="release"} [1-9]' "$OUT/metrics.txt" ||
+    { echo "no released records of share group jobs in /metrics" >&2; exit 1; }
 
 # A producer that keeps running while Prometheus and the browser watch.
 "$CLI" perf e2e --broker "$BROKER" --topic obs --records 100000000 --rate 2000 >"$WORK/live.log" 2>&1 &
@@ -129,5 +136,5 @@ say "Prometheus: rate(flume_partition_records_in_total) = $(rate_above_zero) rec
 chromedriver --port="$DRIVER" --allowed-ips=127.0.0.1 >"$WORK/chromedriver.log" 2>&1 &
 PIDS+=($!)
 wait_for "chromedriver" 30 curl -fsS "http://127.0.0.1:$DRIVER/status"
-python3 "$ROOT/tests/observability/dashboard.py" "http://127.0.0.1:$DRIVER" "http://127.0.0.1:$HTTP/" "$OUT" obs dash
+python3 "$ROOT/tests/observability/dashboard.py" "http://127.0.0.1:$DRIVER" "http://127.0.0.1:$HTTP/" "$OUT" obs dash jobs
 say "passed; screenshots: $OUT/dashboard.png, $OUT/dashboard-phone.png"

@@ -53,7 +53,8 @@ pub use produce::PendingProduce;
 pub use share::{
     AckError, AckType, Acquired, SessionError, SessionStep, ShareAck, ShareBeat, ShareCounts,
     ShareError, ShareFetchSpec, ShareFetched, ShareGroupError, ShareGroupView, ShareHeartbeat,
-    ShareMemberView, SharePartitionView, ShareReset, ShareSettings, ShareTp, MAX_SHARE_SESSIONS,
+    ShareMemberView, SharePartitionView, ShareReset, ShareSettings, ShareTotals, ShareTp,
+    MAX_SHARE_SESSIONS,
 };
 #[cfg(test)]
 pub(crate) use topics::FILE_WORK_THREADS;

@@ -24,7 +24,9 @@ use super::{lock, Engine};
 use crate::coordinator::share::group::ShareGroups;
 pub use crate::coordinator::share::group::{ShareBeat, ShareGroupError, ShareHeartbeat};
 use crate::coordinator::share::group_config::{self, ShareGroupConfig};
-pub use crate::coordinator::share::partition::{AckError, AckType, Acquired, ShareCounts};
+pub use crate::coordinator::share::partition::{
+    AckError, AckType, Acquired, ShareCounts, ShareTotals,
+};
 use crate::coordinator::share::partition::{SharePartition, ShareUpdate};
 pub use crate::coordinator::share::session::{SessionError, SessionStep};
 use crate::coordinator::share::session::{SessionTp, ShareSessions};
@@ -151,6 +153,8 @@ pub struct SharePartitionView {
     pub counts: ShareCounts,
     /// Records archived since the broker started.
     pub archived: u64,
+    /// What happened to its records since the broker started (metrics).
+    pub totals: ShareTotals,
     /// The partition's log end (for the lag: records not yet done).
     pub log_end: i64,
 }
@@ -780,7 +784,8 @@ impl Engine {
                 },
                 start_offset: sp.start_offset(),
                 counts: sp.counts(),
-                archived: sp.archived_total(),
+                archived: sp.totals().archived,
+                totals: sp.totals(),
                 log_end: self
                     .topic(t)
                     .and_then(|t| {
@@ -800,6 +805,78 @@ impl Engine {
             members,
             partitions,
         })
+    }
+
+    /// Every share group described (by name), for metrics and the
+    /// dashboard: at most `max_partitions` share-partitions in all (the
+    /// first by group, topic and partition); true when some were left out.
+    pub fn describe_share_groups(&self, max_partitions: usize) -> (Vec<ShareGroupView>, bool) {
+        let mut parts: Vec<(String, ShareTp, i64, ShareCounts, ShareTotals)> =
+            lock(&self.shares.partitions)
+                .iter()
+                .map(|((g, t, p), sp)| {
+                    let tp = ShareTp {
+                        topic: t.clone(),
+                        partition: *p,
+                    };
+                    (g.clone(), tp, sp.start_offset(), sp.counts(), sp.totals())
+                })
+                .collect();
+        parts.sort_unstable_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+        let truncated = parts.len() > max_partitions;
+        parts.truncate(max_partitions);
+        let mut views: BTreeMap<String, ShareGroupView> = BTreeMap::new();
+        {
+            let groups = lock(&self.shares.groups);
+            for name in groups.names() {
+                if let Some(g) = groups.group(&name) {
+                    let members = g
+                        .members()
+                        .map(|m| ShareMemberView {
+                            member_id: m.member_id.clone(),
+                            client_id: m.client_id.clone(),
+                            client_host: m.client_host.clone(),
+                            member_epoch: m.member_epoch,
+                            subscribed: m.subscribed.clone(),
+                            assignment: m.assignment.clone(),
+                        })
+                        .collect();
+                    let view = ShareGroupView {
+                        group: name.clone(),
+                        epoch: g.epoch,
+                        members,
+                        partitions: Vec::new(),
+                    };
+                    views.insert(name, view);
+                }
+            }
+        }
+        for (group, tp, start_offset, counts, totals) in parts {
+            let log_end = self
+                .topic(&tp.topic)
+                .and_then(|t| {
+                    t.partition(tp.partition)
+                        .map(|p| i64::try_from(p.end_offset()).unwrap_or(i64::MAX))
+                })
+                .unwrap_or(-1);
+            let view = views
+                .entry(group.clone())
+                .or_insert_with(|| ShareGroupView {
+                    group,
+                    epoch: 0,
+                    members: Vec::new(),
+                    partitions: Vec::new(),
+                });
+            view.partitions.push(SharePartitionView {
+                tp,
+                start_offset,
+                counts,
+                archived: totals.archived,
+                totals,
+                log_end,
+            });
+        }
+        (views.into_values().collect(), truncated)
     }
 
     /// Every share group: those with members or kept state.

@@ -4,15 +4,16 @@
 //!
 //! Everything is bounded: [`HISTORY_SAMPLES`] samples of at most
 //! [`HISTORY_TOPICS`] topics and [`HISTORY_LAGS`] lag series; the partition
-//! list stops at [`OVERVIEW_PARTITIONS`] and the group offsets at
-//! [`OVERVIEW_OFFSETS`] (with `truncated: true`).
+//! list stops at [`OVERVIEW_PARTITIONS`], the group offsets at
+//! [`OVERVIEW_OFFSETS`] and the share-partitions at
+//! [`OVERVIEW_SHARE_PARTITIONS`] (with `truncated: true`).
 
 use std::collections::VecDeque;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::scrape::{group_lags, process_stats, ServerStats};
+use super::scrape::{group_lags, process_stats, share_lag, ServerStats};
 use crate::engine::Engine;
 
 /// Time between history samples.
@@ -27,6 +28,8 @@ pub const HISTORY_LAGS: usize = 256;
 pub const OVERVIEW_PARTITIONS: usize = 2000;
 /// Committed offsets listed in one overview.
 pub const OVERVIEW_OFFSETS: usize = 2000;
+/// Share-partitions listed in one overview (over every share group).
+pub const OVERVIEW_SHARE_PARTITIONS: usize = 2000;
 
 /// One history sample.
 #[derive(Debug, Clone, Default)]
@@ -175,6 +178,33 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
             })
         })
         .collect();
+    let (share_views, share_truncated) = engine.describe_share_groups(OVERVIEW_SHARE_PARTITIONS);
+    let share_groups: Vec<Value> = share_views
+        .iter()
+        .map(|g| {
+            let parts: Vec<Value> = g
+                .partitions
+                .iter()
+                .map(|p| {
+                    let (c, t) = (p.counts, p.totals);
+                    json!({
+                        "topic": p.tp.topic, "partition": p.tp.partition,
+                        "start_offset": p.start_offset, "end_offset": p.log_end,
+                        "lag": share_lag(p), "in_flight": c.in_flight,
+                        "acquired": c.acquired, "available": c.available,
+                        "delivered": t.delivered, "redelivered": t.redelivered,
+                        "accepted": t.accepted, "released": t.released,
+                        "rejected": t.rejected, "lock_expired": t.lock_expired,
+                        "archived": t.archived,
+                    })
+                })
+                .collect();
+            json!({
+                "group": g.group, "epoch": g.epoch, "members": g.members.len(),
+                "partitions": parts,
+            })
+        })
+        .collect();
     let offsets: Vec<Value> = lags
         .iter()
         .take(OVERVIEW_OFFSETS)
@@ -266,6 +296,8 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
         "topics": topics,
         "partitions_truncated": truncated,
         "groups": groups,
+        "share_groups": share_groups,
+        "share_groups_truncated": share_truncated,
         "transactions": transactions,
         "offsets": offsets,
         "offsets_truncated": lags.len() > OVERVIEW_OFFSETS,

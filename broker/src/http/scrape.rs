@@ -174,6 +174,7 @@ impl Collector for Scrape {
         let e = &self.engine;
         partition_metrics(&mut enc, e)?;
         group_metrics(&mut enc, e)?;
+        share_metrics(&mut enc, e)?;
         txn_metrics(&mut enc, e.transaction_stats())?;
         broker_metrics(&mut enc, e, (self.probe)())
     }
@@ -461,6 +462,152 @@ fn group_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std:
     )?;
 
     Ok(())
+}
+
+/// A metric's name, help and how to read it from a `T`.
+type Field<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
+/// Records of a share-partition not yet done: from its start offset to the
+/// log end, less those in flight already accepted or archived.
+pub fn share_lag(p: &crate::engine::SharePartitionView) -> i64 {
+    let c = p.counts;
+    let done = c.in_flight.saturating_sub(c.acquired + c.available);
+    let behind = p.log_end.saturating_sub(p.start_offset).max(0);
+    behind
+        .saturating_sub(i64::try_from(done).unwrap_or(i64::MAX))
+        .max(0)
+}
+
+/// Per share group: members and epoch; per share-partition (at most
+/// [`MAX_GROUP_SERIES`]): the start offset, the records in flight by state,
+/// the lag, and what happened to the records since the broker started
+/// (deliveries, redeliveries, acknowledgements by type, lock expiries,
+/// archived records).
+fn share_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
+    let (groups, _) = e.describe_share_groups(MAX_GROUP_SERIES);
+    family(
+        enc,
+        "flume_share_group_members",
+        "Members of the share group.",
+        groups.iter().map(|g| {
+            (
+                [("group", g.group.clone())],
+                ConstGauge::new(to_i64(g.members.len() as u64)),
+            )
+        }),
+    )?;
+    family(
+        enc,
+        "flume_share_group_epoch",
+        "The share group's epoch (0 without members).",
+        groups.iter().map(|g| {
+            (
+                [("group", g.group.clone())],
+                ConstGauge::new(i64::from(g.epoch)),
+            )
+        }),
+    )?;
+    let parts: Vec<([(&str, String); 3], &crate::engine::SharePartitionView)> = groups
+        .iter()
+        .flat_map(|g| {
+            g.partitions.iter().map(|p| {
+                (
+                    [
+                        ("group", g.group.clone()),
+                        ("topic", p.tp.topic.clone()),
+                        ("partition", p.tp.partition.to_string()),
+                    ],
+                    p,
+                )
+            })
+        })
+        .collect();
+    let gauges: [Field<crate::engine::SharePartitionView, i64>; 5] = [
+        (
+            "flume_share_partition_start_offset",
+            "Every record below is accepted, archived or a gap.",
+            |p| p.start_offset,
+        ),
+        (
+            "flume_share_partition_lag_records",
+            "Records from the start offset to the log end not yet accepted or archived.",
+            share_lag,
+        ),
+        (
+            "flume_share_partition_in_flight_records",
+            "Records tracked past the start offset (any state).",
+            |p| to_i64(p.counts.in_flight as u64),
+        ),
+        (
+            "flume_share_partition_acquired_records",
+            "Records a member holds now.",
+            |p| to_i64(p.counts.acquired as u64),
+        ),
+        (
+            "flume_share_partition_available_records",
+            "Records released or timed out, waiting to be delivered again.",
+            |p| to_i64(p.counts.available as u64),
+        ),
+    ];
+    for (name, help, f) in gauges {
+        family(
+            enc,
+            name,
+            help,
+            parts
+                .iter()
+                .map(|(l, p)| (l.clone(), ConstGauge::new(f(p)))),
+        )?;
+    }
+    let counters: [Field<crate::engine::ShareTotals, u64>; 4] = [
+        (
+            "flume_share_partition_deliveries",
+            "Records handed to a member (each redelivery counts again).",
+            |t| t.delivered,
+        ),
+        (
+            "flume_share_partition_redeliveries",
+            "Deliveries of a record delivered before.",
+            |t| t.redelivered,
+        ),
+        (
+            "flume_share_partition_lock_expiries",
+            "Records whose lock ran out before their member acknowledged them.",
+            |t| t.lock_expired,
+        ),
+        (
+            "flume_share_partition_archived_records",
+            "Records archived: rejected, or delivered the delivery-count limit of times.",
+            |t| t.archived,
+        ),
+    ];
+    for (name, help, f) in counters {
+        family(
+            enc,
+            name,
+            help,
+            parts
+                .iter()
+                .map(|(l, p)| (l.clone(), ConstCounter::new(f(&p.totals)))),
+        )?;
+    }
+    family(
+        enc,
+        "flume_share_partition_acknowledgements",
+        "Records acknowledged by their member, by type (accept, release, reject).",
+        parts.iter().flat_map(|(l, p)| {
+            [
+                ("accept", p.totals.accepted),
+                ("release", p.totals.released),
+                ("reject", p.totals.rejected),
+            ]
+            .into_iter()
+            .map(move |(kind, v)| {
+                let [g, t, n] = l.clone();
+                ([g, t, n, ("type", kind.to_owned())], ConstCounter::new(v))
+            })
+        }),
+    )
 }
 
 /// The broker as a whole: connections, limits, authorization, requests, latencies, memory, process.

@@ -85,6 +85,7 @@ impl ShareGroup {
         self.members.values()
     }
 
+    #[cfg(test)]
     /// The union of its members' subscriptions.
     pub fn subscribed_topics(&self) -> Vec<String> {
         let mut t: Vec<String> = self
@@ -154,11 +155,6 @@ impl ShareGroups {
             next_id: 0,
             nonce,
         }
-    }
-
-    /// The settings in force.
-    pub fn limits(&self) -> ShareGroupLimits {
-        self.limits
     }
 
     /// A group, if it has members.

@@ -22,11 +22,6 @@
 //! reads no clock: the engine feeds it the offsets it read from the log and
 //! `now`; the store and its writer do the file work.
 
-// A few accessors (a partition's state of one offset, the store's fsync
-// count, reset_to, ...) are used by the tests only: marking each
-// #[cfg(test)] is the next step (issue 44).
-#![allow(dead_code)]
-
 pub(crate) mod group;
 pub(crate) mod group_config;
 pub(crate) mod partition;

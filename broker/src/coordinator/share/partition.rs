@@ -166,6 +166,26 @@ pub struct ShareCounts {
     pub redelivered: usize,
 }
 
+/// What happened to a share-partition's records since its state was created
+/// or restored (for metrics; not kept across restarts). Each counts records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ShareTotals {
+    /// Deliveries: records acquired by a member (a redelivery counts again).
+    pub delivered: u64,
+    /// Of those, deliveries of a record delivered before.
+    pub redelivered: u64,
+    /// Records accepted (gaps acknowledged as such are not counted).
+    pub accepted: u64,
+    /// Records released by their member.
+    pub released: u64,
+    /// Records rejected by their member.
+    pub rejected: u64,
+    /// Records whose lock ran out before their member acknowledged them.
+    pub lock_expired: u64,
+    /// Records archived: rejected, or at the delivery-count limit.
+    pub archived: u64,
+}
+
 /// One share-partition's state (see the module docs).
 #[derive(Debug, Clone)]
 pub struct SharePartition {
@@ -173,9 +193,8 @@ pub struct SharePartition {
     start: i64,
     end: i64,
     in_flight: BTreeMap<i64, InFlight>,
-    /// Records archived over the partition's life here (for describe and
-    /// metrics; not kept across restarts).
-    archived_total: u64,
+    /// What happened here since the state was created or restored.
+    totals: ShareTotals,
     /// Offsets whose kept state (done or not, delivery count) changed since
     /// the last [`SharePartition::take_update`].
     changed: BTreeSet<i64>,
@@ -194,7 +213,7 @@ impl SharePartition {
             start: start_offset,
             end: start_offset,
             in_flight: BTreeMap::new(),
-            archived_total: 0,
+            totals: ShareTotals::default(),
             changed: BTreeSet::new(),
             full: true,
             written: (start_offset, start_offset),
@@ -229,11 +248,6 @@ impl SharePartition {
         p
     }
 
-    /// The settings in force.
-    pub fn config(&self) -> ShareConfig {
-        self.config
-    }
-
     /// Changes the settings; they apply to the next acquisition and lock.
     pub fn set_config(&mut self, config: ShareConfig) {
         self.config = config;
@@ -263,6 +277,7 @@ impl SharePartition {
         (self.in_flight.len() < self.config.max_in_flight).then_some(self.end)
     }
 
+    #[cfg(test)]
     /// True when an acquisition could hand something out if the log has it.
     pub fn can_acquire(&self) -> bool {
         self.next_fetch_offset().is_some()
@@ -310,10 +325,14 @@ impl SharePartition {
                     {
                         // The limit was lowered since it was released.
                         r.state = RecordState::Archived;
-                        self.archived_total += 1;
+                        self.totals.archived += 1;
                         self.changed.insert(offset);
                     } else if r.state == RecordState::Available {
                         r.delivery_count = r.delivery_count.saturating_add(1);
+                        self.totals.delivered += 1;
+                        if r.delivery_count > 1 {
+                            self.totals.redelivered += 1;
+                        }
                         r.state = RecordState::Acquired {
                             member: member.to_owned(),
                             deadline_ms,
@@ -339,6 +358,7 @@ impl SharePartition {
                     delivery_count: 1,
                 },
             );
+            self.totals.delivered += 1;
             // Offsets between the old end and this record are gaps: done.
             self.end = offset + 1;
             self.changed.insert(offset);
@@ -409,11 +429,13 @@ impl SharePartition {
         let limit = self.config.delivery_count_limit;
         let lock = self.config.lock_duration_ms;
         let mut archived = 0u64;
+        let mut applied = 0u64;
         if ack != AckType::Renew {
             self.changed
                 .extend(self.in_flight.range(first..=last).map(|(&o, _)| o));
         }
         for r in self.in_flight.range_mut(first..=last).map(|(_, r)| r) {
+            applied += 1;
             match ack {
                 AckType::Gap | AckType::Accept => r.state = RecordState::Acknowledged,
                 AckType::Reject => {
@@ -435,7 +457,13 @@ impl SharePartition {
                 }
             }
         }
-        self.archived_total += archived;
+        match ack {
+            AckType::Accept => self.totals.accepted += applied,
+            AckType::Release => self.totals.released += applied,
+            AckType::Reject => self.totals.rejected += applied,
+            AckType::Gap | AckType::Renew => {}
+        }
+        self.totals.archived += archived;
         self.advance();
         Ok(())
     }
@@ -443,9 +471,11 @@ impl SharePartition {
     /// Releases every record whose lock ran out by `now_ms` (archiving those
     /// at the delivery limit). Returns how many were released or archived.
     pub fn expire(&mut self, now_ms: u64) -> usize {
-        self.release_where(|state| {
+        let n = self.release_where(|state| {
             matches!(state, RecordState::Acquired { deadline_ms, .. } if *deadline_ms <= now_ms)
-        })
+        });
+        self.totals.lock_expired += n as u64;
+        n
     }
 
     /// Releases every record `member` holds (it left or was fenced).
@@ -471,7 +501,7 @@ impl SharePartition {
                 }
             }
         }
-        self.archived_total += archived;
+        self.totals.archived += archived;
         if n > 0 {
             self.advance();
         }
@@ -501,6 +531,7 @@ impl SharePartition {
         self.advance();
     }
 
+    #[cfg(test)]
     /// Moves the start to `offset` as an administrator's reset does
     /// (AlterShareGroupOffsets; the group must have no members): every
     /// in-flight record is forgotten.
@@ -511,6 +542,7 @@ impl SharePartition {
         self.full = true;
     }
 
+    #[cfg(test)]
     /// The state of the record at `offset`, if in flight.
     pub fn state_of(&self, offset: i64) -> Option<(&RecordState, u16)> {
         self.in_flight
@@ -537,9 +569,9 @@ impl SharePartition {
         c
     }
 
-    /// Records archived since this state was created or restored.
-    pub fn archived_total(&self) -> u64 {
-        self.archived_total
+    /// What happened here since this state was created or restored.
+    pub fn totals(&self) -> ShareTotals {
+        self.totals
     }
 
     /// What a restart keeps (see the module docs).
@@ -626,6 +658,7 @@ pub struct ShareUpdate {
 }
 
 impl ShareSnapshot {
+    #[cfg(test)]
     /// Applies a write onto this kept state, as replaying the store does.
     pub fn apply(&mut self, update: &ShareUpdate) {
         if update.full {

@@ -377,31 +377,37 @@ impl ShareStore {
         })
     }
 
+    #[cfg(test)]
     /// The kept state of a share-partition, if any.
     pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<ShareSnapshot> {
         get(&self.map, group, topic, partition)
     }
 
+    #[cfg(test)]
     /// The groups with kept state, sorted.
     pub fn groups(&self) -> Vec<String> {
         groups(&self.map)
     }
 
+    #[cfg(test)]
     /// The partitions of `group` with kept state, sorted.
     pub fn partitions_of(&self, group: &str) -> Vec<(String, i32)> {
         partitions_of(&self.map, group)
     }
 
+    #[cfg(test)]
     /// The number of (group, topic, partition) entries kept.
     pub fn len(&self) -> usize {
         read_map(&self.map).len()
     }
 
+    #[cfg(test)]
     /// Whether nothing is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[cfg(test)]
     /// Stores updates with one write and, as the fsync policy says, one
     /// fsync (`always`: before this returns): all of them or none.
     ///
@@ -413,6 +419,7 @@ impl ShareStore {
         self.commit(&[&ops]).pop().unwrap_or(Ok(()))
     }
 
+    #[cfg(test)]
     /// Forgets every partition of `group`, durably as [`Self::write_batch`].
     ///
     /// # Errors
@@ -422,6 +429,7 @@ impl ShareStore {
         self.commit(&[&op]).pop().unwrap_or(Ok(()))
     }
 
+    #[cfg(test)]
     /// Forgets one share-partition, durably as [`Self::write_batch`].
     ///
     /// # Errors
@@ -440,6 +448,7 @@ impl ShareStore {
         self.commit(&[&op]).pop().unwrap_or(Ok(()))
     }
 
+    #[cfg(test)]
     /// Forgets the partitions of `topic` in every group (the topic was
     /// deleted), durably as [`Self::write_batch`].
     ///
@@ -703,11 +712,13 @@ impl ShareStore {
         Ok(())
     }
 
+    #[cfg(test)]
     /// The file's size.
     pub fn file_bytes(&self) -> u64 {
         self.size
     }
 
+    #[cfg(test)]
     /// Number of fsyncs of the file so far.
     pub fn fsync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)

@@ -14,6 +14,7 @@
 //! batch in.
 
 use std::path::Path;
+#[cfg(test)]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -58,6 +59,7 @@ pub enum NotQueued {
 pub struct ShareState {
     store: Arc<Mutex<ShareStore>>,
     map: Arc<RwLock<Map>>,
+    #[cfg(test)]
     syncs: Arc<AtomicU64>,
     queue: async_channel::Sender<Job>,
     room: Arc<Event>,
@@ -76,6 +78,7 @@ impl ShareState {
     /// Starts the writer task of an opened store.
     pub fn start(store: ShareStore) -> Self {
         let map = Arc::clone(&store.map);
+        #[cfg(test)]
         let syncs = Arc::clone(&store.syncs);
         let store = Arc::new(Mutex::new(store));
         let (tx, rx) = async_channel::bounded(SHARE_QUEUE_CAPACITY);
@@ -84,6 +87,7 @@ impl ShareState {
         ShareState {
             store,
             map,
+            #[cfg(test)]
             syncs,
             queue: tx,
             room,
@@ -220,6 +224,7 @@ impl ShareState {
         }
     }
 
+    #[cfg(test)]
     /// Number of fsyncs of the share-state file so far.
     pub fn fsync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)

@@ -49,7 +49,7 @@ fn accepting_the_lowest_records_moves_the_start() {
     p.acknowledge("a", 3, 3, AckType::Reject, 0).unwrap();
     assert_eq!(p.start_offset(), 4);
     assert_eq!(p.counts(), ShareCounts::default());
-    assert_eq!(p.archived_total(), 1);
+    assert_eq!(p.totals().archived, 1);
 }
 
 #[test]
@@ -139,8 +139,44 @@ fn a_record_delivered_to_the_limit_is_archived() {
         }
     }
     assert_eq!(p.start_offset(), 1);
-    assert_eq!(p.archived_total(), 1);
+    assert_eq!(p.totals().archived, 1);
     assert!(p.acquire("a", &[], 1, 100, 0).is_empty());
+    assert_eq!(
+        p.totals(),
+        ShareTotals {
+            delivered: 3,
+            redelivered: 2,
+            released: 2,
+            lock_expired: 1,
+            archived: 1,
+            ..ShareTotals::default()
+        }
+    );
+}
+
+#[test]
+fn totals_count_deliveries_and_acknowledgements_by_type() {
+    let mut p = SharePartition::new(cfg(), 0);
+    p.acquire("a", &all(0, 6), 6, 100, 0);
+    p.acknowledge("a", 0, 2, AckType::Accept, 0).unwrap();
+    p.acknowledge("a", 3, 3, AckType::Reject, 0).unwrap();
+    p.acknowledge("a", 4, 4, AckType::Release, 0).unwrap();
+    p.acknowledge("a", 5, 5, AckType::Renew, 0).unwrap();
+    // A refused acknowledgement counts nothing.
+    assert!(p.acknowledge("b", 5, 5, AckType::Accept, 0).is_err());
+    p.acquire("b", &all(4, 5), 5, 100, 0);
+    assert_eq!(
+        p.totals(),
+        ShareTotals {
+            delivered: 7,
+            redelivered: 1,
+            accepted: 3,
+            released: 1,
+            rejected: 1,
+            lock_expired: 0,
+            archived: 1,
+        }
+    );
 }
 
 #[test]
