@@ -526,7 +526,7 @@ impl Engine {
         let key: SpKey = (req.group.clone(), tp.topic.clone(), tp.partition);
         let log_start = i64::try_from(part.start_offset()).unwrap_or(i64::MAX);
         let log_end = i64::try_from(part.end_offset()).unwrap_or(i64::MAX);
-        let (from, created) = {
+        let (from, budget, created) = {
             let mut parts = lock(&self.shares.partitions);
             let mut created = None;
             if !parts.contains_key(&key) {
@@ -551,7 +551,11 @@ impl Engine {
             if sp.start_offset() < log_start {
                 sp.log_start_moved(log_start);
             }
-            (sp.next_fetch_offset(), created)
+            (
+                sp.next_fetch_offset(),
+                sp.read_budget(max_records, req.max_bytes),
+                created,
+            )
         };
         if let Some(u) = created {
             self.write_share(vec![(key.0.clone(), key.1.clone(), key.2, u)])
@@ -566,7 +570,7 @@ impl Engine {
         let read = part
             .read(
                 u64::try_from(from).unwrap_or(0),
-                req.max_bytes,
+                budget,
                 ReadAs::Records,
                 true,
             )
@@ -590,6 +594,7 @@ impl Engine {
             if from > sp.end_offset() {
                 return Ok((Vec::new(), Vec::new()));
             }
+            sp.note_read(read.records.len(), offsets.len());
             let acquired = sp.acquire(&req.member, &offsets, read_end, max_records, now);
             (acquired, sp.take_update())
         };

@@ -85,8 +85,8 @@ impl ShareGroup {
         self.members.values()
     }
 
-    #[cfg(test)]
     /// The union of its members' subscriptions.
+    #[cfg(test)]
     pub fn subscribed_topics(&self) -> Vec<String> {
         let mut t: Vec<String> = self
             .members

@@ -195,6 +195,9 @@ pub struct SharePartition {
     in_flight: BTreeMap<i64, InFlight>,
     /// What happened here since the state was created or restored.
     totals: ShareTotals,
+    /// Bytes per record of the last read of the log (0: none yet), to read
+    /// about what an acquisition of some records takes (not kept).
+    bytes_per_record: usize,
     /// Offsets whose kept state (done or not, delivery count) changed since
     /// the last [`SharePartition::take_update`].
     changed: BTreeSet<i64>,
@@ -214,6 +217,7 @@ impl SharePartition {
             end: start_offset,
             in_flight: BTreeMap::new(),
             totals: ShareTotals::default(),
+            bytes_per_record: 0,
             changed: BTreeSet::new(),
             full: true,
             written: (start_offset, start_offset),
@@ -277,8 +281,32 @@ impl SharePartition {
         (self.in_flight.len() < self.config.max_in_flight).then_some(self.end)
     }
 
-    #[cfg(test)]
+    /// How many bytes of the log to read for an acquisition of up to
+    /// `max_records` records, at most `max_bytes`: a quarter more than the
+    /// records took in the last read, at least 16 KiB (all of `max_bytes`
+    /// before any read). A short read hands out fewer records; the member
+    /// asks again.
+    pub fn read_budget(&self, max_records: usize, max_bytes: usize) -> usize {
+        if self.bytes_per_record == 0 {
+            return max_bytes;
+        }
+        let want = self
+            .bytes_per_record
+            .saturating_mul(max_records)
+            .saturating_add(self.bytes_per_record.saturating_mul(max_records) / 4);
+        want.max(16 << 10).min(max_bytes)
+    }
+
+    /// Notes what a read of the log found (`bytes` over `records`) for
+    /// [`Self::read_budget`].
+    pub fn note_read(&mut self, bytes: usize, records: usize) {
+        if records > 0 {
+            self.bytes_per_record = bytes.div_ceil(records).max(1);
+        }
+    }
+
     /// True when an acquisition could hand something out if the log has it.
+    #[cfg(test)]
     pub fn can_acquire(&self) -> bool {
         self.next_fetch_offset().is_some()
     }
@@ -531,10 +559,10 @@ impl SharePartition {
         self.advance();
     }
 
-    #[cfg(test)]
     /// Moves the start to `offset` as an administrator's reset does
     /// (AlterShareGroupOffsets; the group must have no members): every
     /// in-flight record is forgotten.
+    #[cfg(test)]
     pub fn reset_to(&mut self, offset: i64) {
         self.in_flight.clear();
         self.start = offset;
@@ -542,8 +570,8 @@ impl SharePartition {
         self.full = true;
     }
 
-    #[cfg(test)]
     /// The state of the record at `offset`, if in flight.
+    #[cfg(test)]
     pub fn state_of(&self, offset: i64) -> Option<(&RecordState, u16)> {
         self.in_flight
             .get(&offset)
@@ -658,8 +686,8 @@ pub struct ShareUpdate {
 }
 
 impl ShareSnapshot {
-    #[cfg(test)]
     /// Applies a write onto this kept state, as replaying the store does.
+    #[cfg(test)]
     pub fn apply(&mut self, update: &ShareUpdate) {
         if update.full {
             *self = update.state.clone();

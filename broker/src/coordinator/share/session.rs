@@ -169,14 +169,14 @@ impl ShareSessions {
         self.sessions.retain(|(g, _), _| g != group);
     }
 
-    #[cfg(test)]
     /// How many sessions are kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.sessions.len()
     }
 
-    #[cfg(test)]
     /// True when none are kept.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
     }

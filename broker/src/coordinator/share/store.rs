@@ -377,63 +377,63 @@ impl ShareStore {
         })
     }
 
-    #[cfg(test)]
     /// The kept state of a share-partition, if any.
+    #[cfg(test)]
     pub fn get(&self, group: &str, topic: &str, partition: i32) -> Option<ShareSnapshot> {
         get(&self.map, group, topic, partition)
     }
 
-    #[cfg(test)]
     /// The groups with kept state, sorted.
+    #[cfg(test)]
     pub fn groups(&self) -> Vec<String> {
         groups(&self.map)
     }
 
-    #[cfg(test)]
     /// The partitions of `group` with kept state, sorted.
+    #[cfg(test)]
     pub fn partitions_of(&self, group: &str) -> Vec<(String, i32)> {
         partitions_of(&self.map, group)
     }
 
-    #[cfg(test)]
     /// The number of (group, topic, partition) entries kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         read_map(&self.map).len()
     }
 
-    #[cfg(test)]
     /// Whether nothing is kept.
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    #[cfg(test)]
     /// Stores updates with one write and, as the fsync policy says, one
     /// fsync (`always`: before this returns): all of them or none.
     ///
     /// # Errors
     /// LIMIT_REACHED past a bound (nothing stored), I/O errors (the file is
     /// cut back; nothing stored).
+    #[cfg(test)]
     pub fn write_batch(&mut self, updates: &[ShareWrite]) -> Result<(), BrokerError> {
         let ops: Vec<ShareOp> = updates.iter().cloned().map(ShareOp::Update).collect();
         self.commit(&[&ops]).pop().unwrap_or(Ok(()))
     }
 
-    #[cfg(test)]
     /// Forgets every partition of `group`, durably as [`Self::write_batch`].
     ///
     /// # Errors
     /// I/O errors.
+    #[cfg(test)]
     pub fn remove_group(&mut self, group: &str) -> Result<(), BrokerError> {
         let op = [ShareOp::RemoveGroup(group.to_owned())];
         self.commit(&[&op]).pop().unwrap_or(Ok(()))
     }
 
-    #[cfg(test)]
     /// Forgets one share-partition, durably as [`Self::write_batch`].
     ///
     /// # Errors
     /// I/O errors.
+    #[cfg(test)]
     pub fn remove_partition(
         &mut self,
         group: &str,
@@ -448,12 +448,12 @@ impl ShareStore {
         self.commit(&[&op]).pop().unwrap_or(Ok(()))
     }
 
-    #[cfg(test)]
     /// Forgets the partitions of `topic` in every group (the topic was
     /// deleted), durably as [`Self::write_batch`].
     ///
     /// # Errors
     /// I/O errors.
+    #[cfg(test)]
     pub fn remove_topic(&mut self, topic: &str) -> Result<(), BrokerError> {
         let op = [ShareOp::RemoveTopic(topic.to_owned())];
         self.commit(&[&op]).pop().unwrap_or(Ok(()))
@@ -712,14 +712,14 @@ impl ShareStore {
         Ok(())
     }
 
-    #[cfg(test)]
     /// The file's size.
+    #[cfg(test)]
     pub fn file_bytes(&self) -> u64 {
         self.size
     }
 
-    #[cfg(test)]
     /// Number of fsyncs of the file so far.
+    #[cfg(test)]
     pub fn fsync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }

@@ -224,8 +224,8 @@ impl ShareState {
         }
     }
 
-    #[cfg(test)]
     /// Number of fsyncs of the share-state file so far.
+    #[cfg(test)]
     pub fn fsync_count(&self) -> u64 {
         self.syncs.load(Ordering::Relaxed)
     }

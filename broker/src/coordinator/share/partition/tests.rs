@@ -500,3 +500,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_read_budget_follows_the_record_size_of_the_last_read() {
+    let mut p = SharePartition::new(cfg(), 0);
+    assert_eq!(p.read_budget(10, 1 << 20), 1 << 20, "nothing read yet");
+    p.note_read(100_000, 1_000);
+    // 500 records of 100 bytes, a quarter more.
+    assert_eq!(p.read_budget(500, 1 << 20), 62_500);
+    assert_eq!(p.read_budget(1, 1 << 20), 16 << 10, "at least 16 KiB");
+    assert_eq!(
+        p.read_budget(100_000, 1 << 20),
+        1 << 20,
+        "at most max_bytes"
+    );
+    assert_eq!(p.read_budget(usize::MAX, 1 << 20), 1 << 20);
+    p.note_read(0, 0);
+    assert_eq!(
+        p.read_budget(500, 1 << 20),
+        62_500,
+        "an empty read changes nothing"
+    );
+}
