@@ -70,7 +70,7 @@ fn metadata_ids(k: &mut Kc) -> Result<Vec<(String, Uuid)>> {
     let mut r = MetadataRequest::default();
     r.topics = None;
     let mut ids: Vec<(String, Uuid)> = k
-        .call(12, &r)?
+        .call(13, &r)?
         .topics
         .iter()
         .map(|t| {
@@ -440,10 +440,15 @@ fn fetch_v13_reads_by_topic_id_and_a_stale_id_reads_nothing() -> Result<()> {
     ensure!(versions
         .api_keys
         .iter()
-        .any(|a| a.api_key == ApiKey::Fetch as i16 && (a.min_version, a.max_version) == (4, 13)));
+        .any(|a| a.api_key == ApiKey::Fetch as i16 && (a.min_version, a.max_version) == (4, 18)));
     let old = create(&mut k, "f", 1)?;
     send(&broker, "f", "before")?;
-    ensure!(fetch(&mut k, 13, "", old)? == (NONE, vec!["before".to_owned()]));
+    for v in 13..=18 {
+        ensure!(
+            fetch(&mut k, v, "", old)? == (NONE, vec!["before".to_owned()]),
+            "fetch v{v}"
+        );
+    }
     ensure!(fetch(&mut k, 12, "f", Uuid::nil())? == (NONE, vec!["before".to_owned()]));
     // Deleted and created again under the same name: the old id is stale.
     ensure!(delete_v6(&mut k, &[(Some("f"), Uuid::nil())])?[0].0 == NONE);
@@ -459,6 +464,159 @@ fn fetch_v13_reads_by_topic_id_and_a_stale_id_reads_nothing() -> Result<()> {
     ensure!(fetch(&mut k, 13, "", new)?.0 == TOPIC_AUTHORIZATION_FAILED);
     ensure!(fetch(&mut k, 13, "", old)?.0 == UNKNOWN_TOPIC_ID);
     drop(k);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+/// One uncompressed batch of `values`, keyless.
+fn batch(values: &[&str]) -> Result<bytes::Bytes> {
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: TimestampType::Creation,
+            offset: i64::try_from(i).unwrap_or(0),
+            sequence: -1,
+            timestamp: 1_700_000_000_000,
+            key: None,
+            value: Some(bytes::Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut b = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut b,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )?;
+    Ok(b.freeze())
+}
+
+/// Produce of `values` to partition 0 at `version`, by name before v13 and
+/// by id from it: (the answer's topic name and id, error code, base offset).
+fn produce(
+    k: &mut Kc,
+    version: i16,
+    topic: &str,
+    id: Uuid,
+    values: &[&str],
+) -> Result<(String, Uuid, i16, i64)> {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::ProduceRequest;
+    let mut t =
+        TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
+            .with_index(0)
+            .with_records(Some(batch(values)?))]);
+    if version >= 13 {
+        t.topic_id = id;
+    } else {
+        t.name = name(topic);
+    }
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5_000)
+        .with_topic_data(vec![t]);
+    let resp = k.call(version, &req)?;
+    let t = resp.responses.into_iter().next().context("a topic")?;
+    let p = t.partition_responses.first().context("a partition")?;
+    Ok((
+        t.name.0.to_string(),
+        t.topic_id,
+        p.error_code,
+        p.base_offset,
+    ))
+}
+
+/// Produce v13 names topics by id: records go to the topic with the id, the
+/// answer names it by that id, a stale or unknown id gets UNKNOWN_TOPIC_ID
+/// (and creates nothing); v9-12 by name as before. Advertised 3-13.
+#[test]
+fn produce_v13_writes_by_topic_id_and_a_stale_id_writes_nothing() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (broker, mut k) = start(dir.path(), false)?;
+    let versions = k.call(3, &ApiVersionsRequest::default())?;
+    let range = |key: ApiKey| {
+        versions
+            .api_keys
+            .iter()
+            .find(|a| a.api_key == key as i16)
+            .map(|a| (a.min_version, a.max_version))
+    };
+    ensure!(range(ApiKey::Produce) == Some((3, 13)), "{versions:?}");
+    ensure!(range(ApiKey::ListOffsets) == Some((1, 10)), "{versions:?}");
+    ensure!(range(ApiKey::Metadata) == Some((0, 13)), "{versions:?}");
+    let id = create(&mut k, "p", 1)?;
+    ensure!(produce(&mut k, 13, "", id, &["a", "b"])? == (String::new(), id, NONE, 0));
+    for v in 9..=12 {
+        let (n, _, code, base) = produce(&mut k, v, "p", Uuid::nil(), &["c"])?;
+        ensure!((n.as_str(), code) == ("p", NONE), "produce v{v}: {code}");
+        ensure!(base == i64::from(v) - 7, "produce v{v}: base {base}");
+    }
+    ensure!(fetch(&mut k, 13, "", id)?.1 == ["a", "b", "c", "c", "c", "c"]);
+    // A random id and, after delete + create, the old one: nothing written.
+    let random = Uuid::from_u128(0x1234);
+    ensure!(
+        produce(&mut k, 13, "", random, &["x"])? == (String::new(), random, UNKNOWN_TOPIC_ID, -1)
+    );
+    ensure!(delete_v6(&mut k, &[(Some("p"), Uuid::nil())])?[0].0 == NONE);
+    let new = create(&mut k, "p", 1)?;
+    ensure!(produce(&mut k, 13, "", id, &["x"])?.2 == UNKNOWN_TOPIC_ID);
+    ensure!(fetch(&mut k, 13, "", new)? == (NONE, vec![]));
+    ensure!(
+        metadata_ids(&mut k)? == [("p".to_owned(), new)],
+        "no topic created"
+    );
+    drop(k);
+    flume_rt::block_on(broker.shutdown());
+    Ok(())
+}
+
+/// ListOffsets v8-10: the local log start (-4) is the log start (nothing
+/// is tiered), the latest tiered offset (-5) is -1; before their versions
+/// both are INVALID_REQUEST.
+#[test]
+fn list_offsets_answers_the_local_log_start_and_no_tiered_offset() -> Result<()> {
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::ListOffsetsRequest;
+    let dir = tempfile::tempdir()?;
+    let (broker, mut k) = start(dir.path(), false)?;
+    create(&mut k, "l", 1)?;
+    send(&broker, "l", "one")?;
+    send(&broker, "l", "two")?;
+    let mut list = |version: i16, timestamp: i64| -> Result<(i16, i64)> {
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name("l"))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp)])]);
+        let resp = k.call(version, &req)?;
+        let p = &resp.topics[0].partitions[0];
+        Ok((p.error_code, p.offset))
+    };
+    ensure!(list(10, -2)? == (NONE, 0));
+    ensure!(list(10, -1)? == (NONE, 2));
+    for v in 8..=10 {
+        ensure!(list(v, -4)? == (NONE, 0), "v{v}");
+    }
+    ensure!(list(7, -4)?.0 == INVALID_REQUEST);
+    ensure!(list(9, -5)? == (NONE, -1));
+    ensure!(list(10, -5)? == (NONE, -1));
+    ensure!(list(8, -5)?.0 == INVALID_REQUEST);
+    ensure!(list(10, -6)?.0 == INVALID_REQUEST);
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }

@@ -3,8 +3,12 @@
 //! or offset -1 and timestamp -1 when no record is that recent (as Kafka);
 //! max timestamp (-3, v7+, KIP-734): the first record with the largest
 //! timestamp, its offset and timestamp (-1 and -1 when the partition holds
-//! none). Other negative values (-4 local log start, -5 tiered, and -3
-//! before v7, where Kafka does not define it) are answered INVALID_REQUEST.
+//! none); the local log start (-4, v8+, KIP-1005) is the log start, as
+//! this broker tiers nothing; the latest tiered offset (-5, v9+) is offset
+//! -1 and timestamp -1, as Kafka answers without tiered storage. Other
+//! negative values (and each of these before its version) are answered
+//! INVALID_REQUEST. v10's `timeout_ms` bounds remote lookups Flume never
+//! makes.
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -16,6 +20,10 @@ use crate::security::acl::{Operation, Resource};
 
 /// Kafka's "the record with the largest timestamp" (KIP-734).
 const MAX_TIMESTAMP: i64 = -3;
+/// Kafka's "the first offset in local storage" (KIP-1005).
+const EARLIEST_LOCAL: i64 = -4;
+/// Kafka's "the last offset in tiered storage" (KIP-1005).
+const LATEST_TIERED: i64 = -5;
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -48,6 +56,8 @@ pub(super) async fn handle(
                 Err(code) => pr.error_code = code,
                 Ok((start, end)) => match p.timestamp {
                     -2 => pr.offset = start,
+                    EARLIEST_LOCAL if version >= 8 => pr.offset = start,
+                    LATEST_TIERED if version >= 9 => {}
                     -1 => pr.offset = end,
                     ts if ts >= 0 => {
                         match ctx

@@ -62,11 +62,11 @@ use super::Ctx;
 /// The APIs this listener serves and their version ranges (what ApiVersions
 /// advertises, and nothing else).
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    // v13+ names topics by id (KIP-516); v14+ is not served.
-    (ApiKey::Fetch, 4, 13),
-    (ApiKey::ListOffsets, 1, 7),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Produce, 3, 13),
+    // v13+ names topics by id (KIP-516); v14-18 add nothing a consumer sends.
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::FindCoordinator, 0, 4),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),

@@ -11,6 +11,15 @@
 //! record in the same batch". Flume checks no timestamp (the
 //! `message.timestamp.*.max.ms` configs are stored, not applied).
 //!
+//! v13 names topics by id (KIP-516): an id no topic has gets
+//! UNKNOWN_TOPIC_ID for each of its partitions (and creates nothing), and
+//! the answer names the topic by the same id. v10-12 add nothing Flume
+//! answers differently: the leader hints of KIP-951 go with
+//! NOT_LEADER_OR_FOLLOWER, which one broker never answers, and v12 (a
+//! client's sign that it may use Kafka's transactions v2, KIP-890) is
+//! served as v11: the `transaction.version` feature is not advertised, so
+//! clients keep adding partitions to their transactions themselves.
+//!
 //! An idempotent producer's batch carries its producer id, epoch and base
 //! sequence to the partition, which checks the sequence as it appends (see
 //! [`crate::partition::producers`]): a retry of a stored batch is answered with its
@@ -47,8 +56,30 @@ pub(super) async fn handle(
     let mut resp = ProduceResponse::default()
         .with_throttle_time_ms(ctx.throttle_ms.load(std::sync::atomic::Ordering::Relaxed));
     for t in req.topic_data {
-        let name = t.name.0.as_str().to_owned();
+        // v13+: by id; None for an id no topic has.
+        let named = if version >= 13 {
+            ctx.backend.topic_brief_by_id(t.topic_id).map(|b| b.name)
+        } else {
+            Some(t.name.0.as_str().to_owned())
+        };
         let mut tr = TopicProduceResponse::default();
+        let Some(name) = named else {
+            for p in t.partition_data {
+                let mut pr = PartitionProduceResponse::default();
+                pr.index = p.index;
+                pr.base_offset = -1;
+                pr.log_append_time_ms = -1;
+                pr.error_code = errors::UNKNOWN_TOPIC_ID;
+                pr.error_message = Some(StrBytes::from_string(format!(
+                    "no topic has the id {}",
+                    t.topic_id
+                )));
+                tr.partition_responses.push(pr);
+            }
+            tr.topic_id = t.topic_id;
+            resp.responses.push(tr);
+            continue;
+        };
         let denied = refuse.is_none()
             && ctx.backend.acl().enabled()
             && !ctx.with_subject(|s| {
@@ -157,6 +188,7 @@ pub(super) async fn handle(
             tr.partition_responses.push(pr);
         }
         tr.name = t.name;
+        tr.topic_id = t.topic_id;
         resp.responses.push(tr);
     }
     if acks == 0 {
