@@ -220,67 +220,21 @@ impl PartitionStats {
     }
 }
 
-const NAPIS: usize = 31;
+const NAPIS: usize = ApiKey::ALL.len() + 1;
 /// Codes 0..=24 by number, the last row for every other code.
 const NCODES: usize = 26;
 
 /// A dense row per API key (the keys have gaps: 18-19 are unused), the
 /// last row for keys the broker does not know.
 fn api_index(api_key: i16) -> usize {
-    match ApiKey::from_i16(api_key) {
-        Some(ApiKey::Authenticate) => 18,
-        Some(ApiKey::Users) => 19,
-        Some(ApiKey::Acls) => 20,
-        Some(ApiKey::TopicConfigs) => 21,
-        Some(ApiKey::CreatePartitions) => 22,
-        Some(ApiKey::DeleteOffsets) => 23,
-        Some(ApiKey::DeleteRecords) => 24,
-        Some(ApiKey::ListTransactions) => 25,
-        Some(ApiKey::ShareHeartbeat) => 26,
-        Some(ApiKey::ShareFetch) => 27,
-        Some(ApiKey::ShareAcknowledge) => 28,
-        Some(ApiKey::ShareGroupDescribe) => 29,
-        Some(a) if (a as usize) < 18 => a as usize,
-        _ => NAPIS - 1,
-    }
+    ApiKey::from_i16(api_key)
+        .and_then(|k| ApiKey::ALL.iter().position(|&a| a == k))
+        .unwrap_or(NAPIS - 1)
 }
 
-/// The label value of an API.
+/// The label value of an API row (`unknown` for the last).
 pub fn api_name(index: usize) -> &'static str {
-    const NAMES: [&str; NAPIS] = [
-        "produce",
-        "fetch",
-        "join_group",
-        "leave_group",
-        "heartbeat",
-        "offset_commit",
-        "offset_fetch",
-        "create_topic",
-        "metadata",
-        "delete_topic",
-        "alter_topic",
-        "describe_topic_config",
-        "list_offsets",
-        "delete_group",
-        "list_groups",
-        "describe_group",
-        "heartbeat_wait",
-        "group_fetch",
-        "authenticate",
-        "users",
-        "acls",
-        "topic_configs",
-        "create_partitions",
-        "delete_offsets",
-        "delete_records",
-        "list_transactions",
-        "share_heartbeat",
-        "share_fetch",
-        "share_acknowledge",
-        "share_group_describe",
-        "unknown",
-    ];
-    NAMES.get(index).copied().unwrap_or("unknown")
+    ApiKey::ALL.get(index).map_or("unknown", |k| k.label())
 }
 
 fn code_index(code: ErrorCode) -> usize {

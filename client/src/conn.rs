@@ -472,7 +472,7 @@ impl Connection {
         let slot = SlotGuard(inner.slots.1.clone());
         let id = inner.next_id.fetch_add(1, Ordering::Relaxed) & i32::MAX;
         let (tx, rx) = oneshot::channel();
-        let api = api_name(R::API_KEY);
+        let api = R::API_KEY.name();
         let timeout = inner.config.request_timeout + extra;
         {
             let mut p = lock(&inner.pending);
@@ -946,44 +946,8 @@ async fn spin_for(
 /// failure names the request (the caller adds the resource).
 fn top_level_error<R: Request>(code: protocol::ErrorCode) -> Error {
     let context = (code == protocol::ErrorCode::AuthorizationFailed)
-        .then(|| format!("{}: no ACL allows it", api_name(R::API_KEY)));
+        .then(|| format!("{}: no ACL allows it", R::API_KEY.name()));
     Error::Broker { code, context }
-}
-
-fn api_name(k: protocol::ApiKey) -> &'static str {
-    use protocol::ApiKey::*;
-    match k {
-        Produce => "PRODUCE",
-        Fetch => "FETCH",
-        JoinGroup => "JOIN_GROUP",
-        LeaveGroup => "LEAVE_GROUP",
-        Heartbeat => "HEARTBEAT",
-        OffsetCommit => "OFFSET_COMMIT",
-        OffsetFetch => "OFFSET_FETCH",
-        CreateTopic => "CREATE_TOPIC",
-        Metadata => "METADATA",
-        DeleteTopic => "DELETE_TOPIC",
-        AlterTopic => "ALTER_TOPIC",
-        DescribeTopicConfig => "DESCRIBE_TOPIC_CONFIG",
-        ListOffsets => "LIST_OFFSETS",
-        DeleteGroup => "DELETE_GROUP",
-        ListGroups => "LIST_GROUPS",
-        DescribeGroup => "DESCRIBE_GROUP",
-        Authenticate => "AUTHENTICATE",
-        Users => "USERS",
-        Acls => "ACLS",
-        HeartbeatWait => "HEARTBEAT_WAIT",
-        GroupFetch => "GROUP_FETCH",
-        DeleteRecords => "DELETE_RECORDS",
-        CreatePartitions => "CREATE_PARTITIONS",
-        DeleteOffsets => "DELETE_OFFSETS",
-        TopicConfigs => "TOPIC_CONFIGS",
-        ListTransactions => "LIST_TRANSACTIONS",
-        ShareHeartbeat => "SHARE_HEARTBEAT",
-        ShareFetch => "SHARE_FETCH",
-        ShareAcknowledge => "SHARE_ACKNOWLEDGE",
-        ShareGroupDescribe => "SHARE_GROUP_DESCRIBE",
-    }
 }
 
 /// A connection that reconnects: the next call after a failure opens a new

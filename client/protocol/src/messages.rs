@@ -14,112 +14,114 @@ use crate::codec::{message, requests};
 use crate::error_code::ErrorCode;
 use crate::wire::{Reader, WireError, WriteExt};
 
-/// The API keys. 0-6 are the original seven; 7 and up are Flume's extensions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(i16)]
-pub enum ApiKey {
-    /// Append records.
-    Produce = 0,
-    /// Read records, with long polling.
-    Fetch = 1,
-    /// Join a consumer group (and receive an assignment).
-    JoinGroup = 2,
-    /// Leave a consumer group.
-    LeaveGroup = 3,
-    /// Keep a membership alive.
-    Heartbeat = 4,
-    /// Commit offsets.
-    OffsetCommit = 5,
-    /// Read committed offsets and log ends.
-    OffsetFetch = 6,
-    /// Extension: create a topic.
-    CreateTopic = 7,
-    /// Extension: list topics with partitions and offsets.
-    Metadata = 8,
-    /// Extension: delete a topic, its records and its committed offsets.
-    DeleteTopic = 9,
-    /// Extension: change a topic's settings that can change at run time.
-    AlterTopic = 10,
-    /// Extension: a topic's settings.
-    DescribeTopicConfig = 11,
-    /// Extension: offsets by timestamp (and the earliest and latest offsets).
-    ListOffsets = 12,
-    /// Extension: delete an empty group's committed offsets.
-    DeleteGroup = 13,
-    /// Extension: every group, with its state.
-    ListGroups = 14,
-    /// Extension: one group's state, members, assignment and committed offsets.
-    DescribeGroup = 15,
-    /// Extension (security, keys 20-29): one step of a SASL exchange (SCRAM-SHA-256).
-    Authenticate = 20,
-    /// Extension (security): list, add or remove SCRAM users (admins only).
-    Users = 21,
-    /// Extension (security): list, add or remove ACLs (admins only).
-    Acls = 22,
-    /// Topic configs by Kafka's names: describe, alter, create with them (extension).
-    TopicConfigs = 23,
-    /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
-    /// rebalance of the member's group, so members learn of one at once.
-    HeartbeatWait = 16,
-    /// Extension: a FETCH by a group member that counts as its heartbeat and
-    /// is answered at once when the group starts a rebalance.
-    GroupFetch = 17,
-    /// Extension: move a partition's log start (Kafka's DeleteRecords).
-    DeleteRecords = 26,
-    /// Extension: more partitions for a topic (never fewer).
-    CreatePartitions = 24,
-    /// Extension: delete a group's committed offsets on one topic.
-    DeleteOffsets = 25,
-    /// Extension: the transactional ids the broker coordinates, with their
-    /// transactions (Kafka's ListTransactions and DescribeTransactions).
-    ListTransactions = 27,
-    /// Extension: join, keep, update or leave a share group (a queue).
-    ShareHeartbeat = 28,
-    /// Extension: acknowledge records of a share group, then acquire more.
-    ShareFetch = 29,
-    /// Extension: acknowledge records of a share group.
-    ShareAcknowledge = 30,
-    /// Extension: a share group's members and its share-partitions' state.
-    ShareGroupDescribe = 31,
+/// Declares [`ApiKey`] from one table: each API's variant, wire value,
+/// wire name (docs, errors) and metrics label. Adding an API is adding a
+/// line here (and its messages below, and its arm in the broker's
+/// dispatch, which the compiler asks for).
+macro_rules! api_keys {
+    ($( $(#[$doc:meta])* $variant:ident = $value:literal, $name:literal, $label:literal; )*) => {
+        /// The API keys. 0-6 are the original seven; 7 and up are Flume's
+        /// extensions.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(i16)]
+        pub enum ApiKey {
+            $( $(#[$doc])* $variant = $value, )*
+        }
+
+        impl ApiKey {
+            /// Every API, by wire value.
+            pub const ALL: &'static [ApiKey] = &[$(ApiKey::$variant,)*];
+
+            /// The key for a wire value.
+            pub fn from_i16(k: i16) -> Option<Self> {
+                match k {
+                    $( $value => Some(ApiKey::$variant), )*
+                    _ => None,
+                }
+            }
+
+            /// Its name as `docs/protocol.md` and error messages spell it
+            /// (`PRODUCE`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( ApiKey::$variant => $name, )*
+                }
+            }
+
+            /// Its metrics label (`produce`).
+            pub fn label(self) -> &'static str {
+                match self {
+                    $( ApiKey::$variant => $label, )*
+                }
+            }
+        }
+    };
 }
 
-impl ApiKey {
-    /// The key for a wire value.
-    pub fn from_i16(k: i16) -> Option<Self> {
-        Some(match k {
-            0 => ApiKey::Produce,
-            1 => ApiKey::Fetch,
-            2 => ApiKey::JoinGroup,
-            3 => ApiKey::LeaveGroup,
-            4 => ApiKey::Heartbeat,
-            5 => ApiKey::OffsetCommit,
-            6 => ApiKey::OffsetFetch,
-            7 => ApiKey::CreateTopic,
-            8 => ApiKey::Metadata,
-            9 => ApiKey::DeleteTopic,
-            10 => ApiKey::AlterTopic,
-            11 => ApiKey::DescribeTopicConfig,
-            12 => ApiKey::ListOffsets,
-            13 => ApiKey::DeleteGroup,
-            14 => ApiKey::ListGroups,
-            15 => ApiKey::DescribeGroup,
-            20 => ApiKey::Authenticate,
-            21 => ApiKey::Users,
-            22 => ApiKey::Acls,
-            23 => ApiKey::TopicConfigs,
-            16 => ApiKey::HeartbeatWait,
-            17 => ApiKey::GroupFetch,
-            24 => ApiKey::CreatePartitions,
-            25 => ApiKey::DeleteOffsets,
-            26 => ApiKey::DeleteRecords,
-            27 => ApiKey::ListTransactions,
-            28 => ApiKey::ShareHeartbeat,
-            29 => ApiKey::ShareFetch,
-            30 => ApiKey::ShareAcknowledge,
-            31 => ApiKey::ShareGroupDescribe,
-            _ => return None,
-        })
-    }
+api_keys! {
+    /// Append records.
+    Produce = 0, "PRODUCE", "produce";
+    /// Read records, with long polling.
+    Fetch = 1, "FETCH", "fetch";
+    /// Join a consumer group (and receive an assignment).
+    JoinGroup = 2, "JOIN_GROUP", "join_group";
+    /// Leave a consumer group.
+    LeaveGroup = 3, "LEAVE_GROUP", "leave_group";
+    /// Keep a membership alive.
+    Heartbeat = 4, "HEARTBEAT", "heartbeat";
+    /// Commit offsets.
+    OffsetCommit = 5, "OFFSET_COMMIT", "offset_commit";
+    /// Read committed offsets and log ends.
+    OffsetFetch = 6, "OFFSET_FETCH", "offset_fetch";
+    /// Extension: create a topic.
+    CreateTopic = 7, "CREATE_TOPIC", "create_topic";
+    /// Extension: list topics with partitions and offsets.
+    Metadata = 8, "METADATA", "metadata";
+    /// Extension: delete a topic, its records and its committed offsets.
+    DeleteTopic = 9, "DELETE_TOPIC", "delete_topic";
+    /// Extension: change a topic's settings that can change at run time.
+    AlterTopic = 10, "ALTER_TOPIC", "alter_topic";
+    /// Extension: a topic's settings.
+    DescribeTopicConfig = 11, "DESCRIBE_TOPIC_CONFIG", "describe_topic_config";
+    /// Extension: offsets by timestamp (and the earliest and latest offsets).
+    ListOffsets = 12, "LIST_OFFSETS", "list_offsets";
+    /// Extension: delete an empty group's committed offsets.
+    DeleteGroup = 13, "DELETE_GROUP", "delete_group";
+    /// Extension: every group, with its state.
+    ListGroups = 14, "LIST_GROUPS", "list_groups";
+    /// Extension: one group's state, members, assignment and committed offsets.
+    DescribeGroup = 15, "DESCRIBE_GROUP", "describe_group";
+    /// Extension: a heartbeat that waits (up to `max_wait_ms`) for a
+    /// rebalance of the member's group, so members learn of one at once.
+    HeartbeatWait = 16, "HEARTBEAT_WAIT", "heartbeat_wait";
+    /// Extension: a FETCH by a group member that counts as its heartbeat and
+    /// is answered at once when the group starts a rebalance.
+    GroupFetch = 17, "GROUP_FETCH", "group_fetch";
+    /// Extension (security, keys 20-29): one step of a SASL exchange (SCRAM-SHA-256).
+    Authenticate = 20, "AUTHENTICATE", "authenticate";
+    /// Extension (security): list, add or remove SCRAM users (admins only).
+    Users = 21, "USERS", "users";
+    /// Extension (security): list, add or remove ACLs (admins only).
+    Acls = 22, "ACLS", "acls";
+    /// Topic configs by Kafka's names: describe, alter, create with them (extension).
+    TopicConfigs = 23, "TOPIC_CONFIGS", "topic_configs";
+    /// Extension: more partitions for a topic (never fewer).
+    CreatePartitions = 24, "CREATE_PARTITIONS", "create_partitions";
+    /// Extension: delete a group's committed offsets on one topic.
+    DeleteOffsets = 25, "DELETE_OFFSETS", "delete_offsets";
+    /// Extension: move a partition's log start (Kafka's DeleteRecords).
+    DeleteRecords = 26, "DELETE_RECORDS", "delete_records";
+    /// Extension: the transactional ids the broker coordinates, with their
+    /// transactions (Kafka's ListTransactions and DescribeTransactions).
+    ListTransactions = 27, "LIST_TRANSACTIONS", "list_transactions";
+    /// Extension: join, keep, update or leave a share group (a queue).
+    ShareHeartbeat = 28, "SHARE_HEARTBEAT", "share_heartbeat";
+    /// Extension: acknowledge records of a share group, then acquire more.
+    ShareFetch = 29, "SHARE_FETCH", "share_fetch";
+    /// Extension: acknowledge records of a share group.
+    ShareAcknowledge = 30, "SHARE_ACKNOWLEDGE", "share_acknowledge";
+    /// Extension: a share group's members and its share-partitions' state.
+    ShareGroupDescribe = 31, "SHARE_GROUP_DESCRIBE", "share_group_describe";
 }
 
 /// Encoding into a buffer.
@@ -1483,4 +1485,24 @@ requests! {
     ShareFetchRequest => ShareFetchResponse: ShareFetch,
     ShareAcknowledgeRequest => ShareAcknowledgeResponse: ShareAcknowledge,
     ShareGroupDescribeRequest => ShareGroupDescribeResponse: ShareGroupDescribe,
+}
+
+#[cfg(test)]
+mod api_key_tests {
+    use super::ApiKey;
+
+    #[test]
+    fn every_key_round_trips_and_is_named_once() {
+        let mut values = std::collections::HashSet::new();
+        let mut names = std::collections::HashSet::new();
+        for &k in ApiKey::ALL {
+            assert_eq!(ApiKey::from_i16(k as i16), Some(k));
+            assert!(values.insert(k as i16), "{k:?}");
+            assert!(names.insert(k.name()), "{k:?}");
+            assert_eq!(k.label(), k.name().to_lowercase(), "{k:?}");
+        }
+        assert_eq!(ApiKey::from_i16(18), None);
+        assert_eq!(ApiKey::from_i16(-1), None);
+        assert_eq!(ApiKey::ShareGroupDescribe.name(), "SHARE_GROUP_DESCRIBE");
+    }
 }
