@@ -221,8 +221,9 @@ impl PartitionStats {
 }
 
 const NAPIS: usize = ApiKey::ALL.len() + 1;
-/// Codes 0..=24 by number, the last row for every other code.
-const NCODES: usize = 26;
+/// Codes 0..=44 by number (Flume's codes end at 44, SECURITY_DISABLED),
+/// the last row for every other code.
+const NCODES: usize = 46;
 
 /// A dense row per API key (the keys have gaps: 18-19 are unused), the
 /// last row for keys the broker does not know.
@@ -598,6 +599,15 @@ mod tests {
         assert_eq!(code_index(ErrorCode::Other(999)), NCODES - 1);
         assert_eq!(code_index(ErrorCode::Other(-3)), NCODES - 1);
         assert_eq!(code_name(code_index(ErrorCode::QueueFull)), "QUEUE_FULL");
+        // Every code Flume answers has its own row.
+        for c in [
+            ErrorCode::NotAssigned,
+            ErrorCode::AuthenticationFailed,
+            ErrorCode::AuthorizationFailed,
+            ErrorCode::SecurityDisabled,
+        ] {
+            assert_eq!(code_name(code_index(c)), c.name(), "{c:?}");
+        }
         assert_eq!(api_name(api_index(-1)), "unknown");
         assert_eq!(api_name(api_index(0)), "produce");
         assert_eq!(api_name(api_index(8)), "metadata");
