@@ -17,6 +17,8 @@ use flume_client::{
     AckMode, Admin, ConnectionConfig, ErrorCode, Producer, ShareConsumer, ShareConsumerBuilder,
 };
 use flume_protocol::ShareHeartbeatRequest;
+use kafka_protocol::messages::{GroupId, ShareAcknowledgeRequest};
+use kafka_protocol::protocol::StrBytes;
 
 /// A broker with both listeners whose share groups start at the log start,
 /// with these lock and delivery limits, and a topic `q` of one partition
@@ -438,6 +440,69 @@ fn a_kafka_member_made_to_leave_joins_again_and_goes_on() {
         c.close().await.unwrap();
         let d = admin.describe_share_group("g").await.unwrap();
         assert_eq!(d.partitions[0].start_offset, 6);
+        broker.shutdown().await;
+    });
+}
+
+/// A share session out of step (its epoch moved on behind the member's
+/// back, as when a poll is cancelled after its request went out): the
+/// next poll opens a new session at once and still gets records, and the
+/// acknowledgements the refused fetch carried follow the opening one.
+#[test]
+fn a_share_session_out_of_step_is_opened_again_within_the_poll() {
+    flume_rt::block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (broker, kafka, native) = broker(dir.path(), 30_000, 5, 6).await;
+        let mut c = member(&kafka, "g")
+            .ack_mode(AckMode::Explicit)
+            .max_records(3)
+            .build()
+            .await
+            .unwrap();
+        let first = c.poll().await.unwrap();
+        assert_eq!(
+            first.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+        for r in &first {
+            r.accept();
+        }
+        // The opening fetch was epoch 0; the broker expects 1 next. A
+        // ShareAcknowledge of nothing at epoch 1 moves it to 2.
+        let addr = kafka.trim_start_matches("kafka://").to_owned();
+        let mut raw = common::kafka::Kc::connect(&addr).unwrap();
+        let moved = raw
+            .call(
+                1,
+                &ShareAcknowledgeRequest::default()
+                    .with_group_id(Some(GroupId(StrBytes::from_static_str("g"))))
+                    .with_member_id(Some(StrBytes::from_string(c.member_id())))
+                    .with_share_session_epoch(1),
+            )
+            .unwrap();
+        assert_eq!(moved.error_code, 0, "{moved:?}");
+        let second = c.poll().await.unwrap();
+        assert_eq!(
+            second.iter().map(|r| r.offset).collect::<Vec<_>>(),
+            vec![3, 4, 5]
+        );
+        for r in &second {
+            r.accept();
+        }
+        let outcomes = c.commit().await.unwrap();
+        assert_eq!(outcomes.len(), 3);
+        assert!(
+            outcomes.iter().all(|o| o.error == ErrorCode::None),
+            "{outcomes:?}"
+        );
+        let d = Admin::connect(&native)
+            .await
+            .unwrap()
+            .describe_share_group("g")
+            .await
+            .unwrap();
+        assert_eq!(d.partitions[0].start_offset, 6, "{d:?}");
+        c.close().await.unwrap();
         broker.shutdown().await;
     });
 }

@@ -50,8 +50,7 @@
 //! come back when their locks run out; call [`ShareConsumer::commit`]
 //! before a poll that may be cancelled to keep acknowledgements from being
 //! lost (they would be delivered again: at-least-once). Over `kafka://`
-//! the share session is then out of step: the next poll is answered
-//! nothing and the one after opens a new session.
+//! the share session is then out of step: the next poll opens a new one.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};

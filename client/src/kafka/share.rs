@@ -14,9 +14,11 @@
 //!   session (per broker): epoch 0 opens it listing every assigned
 //!   partition, later requests carry the epoch the broker expects (the last
 //!   plus one, wrapping to 1) and list only partitions added or with
-//!   acknowledgements, and those forgotten. A session the broker no longer
-//!   has (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, a
-//!   connection lost mid-request) is opened again by the next fetch.
+//!   acknowledgements, and those forgotten. A session the broker refuses
+//!   (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH: a poll
+//!   cancelled after its request went out) is opened again within the same
+//!   poll, with the refused request's acknowledgements; after a connection
+//!   lost mid-request the next poll opens a new one.
 //!   Acknowledgements ride on the fetch to the leader whose session holds
 //!   the partition; an opening fetch carries none (the broker refuses
 //!   them), so they follow it in a ShareAcknowledge. Only records inside
@@ -286,12 +288,64 @@ fn next_epoch(e: i32) -> i32 {
     }
 }
 
+/// A partition's acknowledgement batches: (first, last, type).
+type Batches = Vec<(i64, i64, i8)>;
+
+/// What one ShareFetch lists, given the session at its broker.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Diff {
+    /// Partitions listed, with their acknowledgements (first, last, type).
+    listed: BTreeMap<Tp, Batches>,
+    /// Partitions the session drops.
+    forgotten: Vec<Tp>,
+    /// Acknowledgements held back: a session's opening request carries none.
+    deferred: Vec<ShareAcknowledgement>,
+}
+
+/// The request's lists: with no open session every partition of `parts`
+/// and no acknowledgements; else the partitions added, those with
+/// acknowledgements, and those forgotten (but not one that carries
+/// acknowledgements: it is forgotten by the next request).
+fn diff(session: Option<&Session>, parts: &BTreeSet<Tp>, acks: &[ShareAcknowledgement]) -> Diff {
+    let mut d = Diff::default();
+    match session.filter(|s| s.epoch != 0) {
+        None => {
+            for tp in parts {
+                d.listed.entry(tp.clone()).or_default();
+            }
+            d.deferred = acks.to_vec();
+        }
+        Some(s) => {
+            for tp in parts.difference(&s.partitions) {
+                d.listed.entry(tp.clone()).or_default();
+            }
+            for a in acks {
+                d.listed
+                    .entry((a.topic.clone(), a.partition))
+                    .or_default()
+                    .push((a.first_offset, a.last_offset, a.ack_type));
+            }
+            d.forgotten = s
+                .partitions
+                .difference(parts)
+                .filter(|tp| !d.listed.contains_key(*tp))
+                .cloned()
+                .collect();
+        }
+    }
+    d
+}
+
 /// One request to one broker, built from its session.
 struct Planned {
     node: i32,
     req: ShareFetchRequest,
     /// The partitions the session holds once the request is answered.
     partitions: BTreeSet<Tp>,
+    /// The partitions asked for and every acknowledgement for this broker
+    /// (to send again when the session is opened again).
+    wanted: BTreeSet<Tp>,
+    acks: Vec<ShareAcknowledgement>,
     /// Acknowledgements held back from an opening request, sent after it.
     deferred: Vec<ShareAcknowledgement>,
     /// Whether the request carries acknowledgements.
@@ -422,79 +476,113 @@ impl KafkaShare {
         }
         let mut nodes: BTreeSet<i32> = wanted.keys().copied().collect();
         nodes.extend(acks_at.keys().copied());
-        let mut plans = Vec::new();
-        for node in nodes {
-            let parts = wanted.remove(&node).unwrap_or_default();
-            let acks = acks_at.remove(&node).unwrap_or_default();
-            plans.push(self.plan(node, parts, acks, limits));
-        }
-        let cluster = &self.cluster;
-        let sent = futures::future::join_all(plans.into_iter().map(|p| async move {
-            let r = async {
-                let conn = cluster.broker(p.node).await?;
-                let v = conn.version(ApiKey::ShareFetch)?;
-                conn.call_at(&p.req, v, limits.max_wait).await
-            }
-            .await;
-            (p, r)
-        }))
-        .await;
+        let mut round: Vec<(i32, BTreeSet<Tp>, Vec<ShareAcknowledgement>)> = nodes
+            .into_iter()
+            .map(|n| {
+                (
+                    n,
+                    wanted.remove(&n).unwrap_or_default(),
+                    acks_at.remove(&n).unwrap_or_default(),
+                )
+            })
+            .collect();
         let mut out = Fetched::default();
         let mut fatal = None;
         let mut opened = Vec::new();
-        for (p, r) in sent {
-            let session = self.sessions.entry(p.node).or_default();
-            let resp = match r {
-                Ok(resp) => resp,
-                Err(e) => {
-                    // Whether the broker took the request is unknown: the
-                    // next fetch opens a new session.
-                    *session = Session::default();
-                    if e.is_retriable() {
-                        tracing::debug!(node = p.node, error = %e, "share fetch failed");
-                        stale.extend(p.partitions.iter().map(|(t, _)| t.clone()));
-                    } else {
-                        fatal.get_or_insert(e);
+        // A session the broker refuses for its epoch (a poll cancelled after
+        // its request went out, a broker that dropped it) is opened again
+        // at once, its acknowledgements following the opening fetch: the
+        // refused request applied none of them.
+        for attempt in 0..2 {
+            if round.is_empty() {
+                break;
+            }
+            let mut limits = limits;
+            if attempt > 0 && !out.partitions.is_empty() {
+                limits.max_wait = Duration::ZERO;
+            }
+            let plans: Vec<Planned> = round
+                .drain(..)
+                .map(|(node, parts, acks)| self.plan(node, parts, acks, limits))
+                .collect();
+            let cluster = &self.cluster;
+            let sent = futures::future::join_all(plans.into_iter().map(|p| async move {
+                let r = async {
+                    let conn = cluster.broker(p.node).await?;
+                    let v = conn.version(ApiKey::ShareFetch)?;
+                    conn.call_at(&p.req, v, limits.max_wait).await
+                }
+                .await;
+                (p, r)
+            }))
+            .await;
+            for (p, r) in sent {
+                let session = self.sessions.entry(p.node).or_default();
+                let resp = match r {
+                    Ok(resp) => resp,
+                    Err(e) => {
+                        // Whether the broker took the request is unknown: the
+                        // next fetch opens a new session.
+                        *session = Session::default();
+                        if e.is_retriable() {
+                            tracing::debug!(node = p.node, error = %e, "share fetch failed");
+                            stale.extend(p.wanted.iter().map(|(t, _)| t.clone()));
+                        } else {
+                            fatal.get_or_insert(e);
+                        }
+                        continue;
                     }
-                    continue;
-                }
-            };
-            match resp.error_code {
-                errors::NONE => {
-                    session.epoch = next_epoch(p.req.share_session_epoch);
-                    session.partitions = p.partitions.clone();
-                    if !p.deferred.is_empty() {
-                        opened.push((p.node, p.deferred.clone()));
+                };
+                match resp.error_code {
+                    errors::NONE => {
+                        session.epoch = next_epoch(p.req.share_session_epoch);
+                        session.partitions = p.partitions.clone();
+                        if !p.deferred.is_empty() {
+                            opened.push((p.node, p.deferred.clone()));
+                        }
                     }
-                }
-                c if is_fenced_code(c) => {
-                    out.dropped = true;
-                    continue;
-                }
-                c => {
-                    *session = Session::default();
-                    if matches!(
+                    c if is_fenced_code(c) => {
+                        out.dropped = true;
+                        continue;
+                    }
+                    c if matches!(
                         c,
                         errors::SHARE_SESSION_NOT_FOUND | errors::INVALID_SHARE_SESSION_EPOCH
-                    ) || errors::is_retriable(c)
+                    ) && attempt == 0 =>
                     {
-                        tracing::debug!(
-                            node = p.node,
-                            code = c,
-                            "share session to be opened again"
-                        );
-                        stale.extend(p.partitions.iter().map(|(t, _)| t.clone()));
-                    } else {
-                        fatal.get_or_insert(errors::error_with(
-                            c,
-                            format!("ShareFetch of share group {}", self.member.group),
-                            resp.error_message.as_deref(),
-                        ));
+                        tracing::debug!(node = p.node, code = c, "share session opened again");
+                        *session = Session::default();
+                        round.push((p.node, p.wanted, p.acks));
+                        continue;
                     }
-                    continue;
+                    c => {
+                        *session = Session::default();
+                        if matches!(
+                            c,
+                            errors::SHARE_SESSION_NOT_FOUND | errors::INVALID_SHARE_SESSION_EPOCH
+                        ) || errors::is_retriable(c)
+                        {
+                            tracing::debug!(
+                                node = p.node,
+                                code = c,
+                                "share session to be opened again"
+                            );
+                            stale.extend(p.wanted.iter().map(|(t, _)| t.clone()));
+                        } else {
+                            fatal.get_or_insert(errors::error_with(
+                                c,
+                                format!("ShareFetch of share group {}", self.member.group),
+                                resp.error_message.as_deref(),
+                            ));
+                        }
+                        continue;
+                    }
                 }
+                self.take_records(&p, resp, limits, &mut out, &mut stale)?;
             }
-            self.take_records(&p, resp, limits, &mut out, &mut stale)?;
+            if out.dropped {
+                break;
+            }
         }
         if out.dropped {
             // The coordinator dropped the member and gave its records back.
@@ -536,42 +624,38 @@ impl KafkaShare {
     ) -> Planned {
         let session = self.sessions.get(&node);
         let epoch = session.map_or(0, |s| s.epoch);
-        let open = epoch == 0;
-        let mut listed: BTreeMap<Tp, Vec<AcknowledgementBatch>> = BTreeMap::new();
-        let mut forgotten: Vec<Tp> = Vec::new();
-        let mut deferred = Vec::new();
-        let mut acked = BTreeSet::new();
-        match session.filter(|_| !open) {
-            None => {
-                for tp in &parts {
-                    listed.entry(tp.clone()).or_default();
-                }
-                deferred = acks;
-            }
-            Some(s) => {
-                for tp in parts.difference(&s.partitions) {
-                    listed.entry(tp.clone()).or_default();
-                }
-                forgotten.extend(s.partitions.difference(&parts).cloned());
-                for a in acks {
-                    let tp = (a.topic.clone(), a.partition);
-                    acked.insert(tp.clone());
-                    listed.entry(tp).or_default().push(
-                        AcknowledgementBatch::default()
-                            .with_first_offset(a.first_offset)
-                            .with_last_offset(a.last_offset)
-                            .with_acknowledge_types(vec![a.ack_type]),
-                    );
-                }
-            }
-        }
+        let Diff {
+            listed,
+            forgotten,
+            deferred,
+        } = diff(session, &parts, &acks);
+        let acked: BTreeSet<Tp> = listed
+            .iter()
+            .filter(|(_, b)| !b.is_empty())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let wanted = parts.clone();
         let mut topics: Vec<FetchTopic> = Vec::new();
+        // A partition listed for its acknowledgements joins the session at
+        // the broker (and is forgotten by the next request if not assigned).
         let mut partitions = parts;
+        if epoch != 0 {
+            partitions.extend(acked.iter().cloned());
+        }
         for ((topic, partition), batches) in listed {
             let Some(id) = self.member.id_of(&topic) else {
                 partitions.remove(&(topic, partition));
                 continue;
             };
+            let batches = batches
+                .into_iter()
+                .map(|(first, last, ty)| {
+                    AcknowledgementBatch::default()
+                        .with_first_offset(first)
+                        .with_last_offset(last)
+                        .with_acknowledge_types(vec![ty])
+                })
+                .collect();
             let fp = FetchPartition::default()
                 .with_partition_index(partition)
                 .with_acknowledgement_batches(batches);
@@ -615,6 +699,8 @@ impl KafkaShare {
             node,
             req,
             partitions,
+            wanted,
+            acks,
             deferred,
             acked,
         }
@@ -887,6 +973,73 @@ fn to_flume(code: i16) -> ErrorCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn tp(t: &str, p: i32) -> Tp {
+        (t.to_owned(), p)
+    }
+
+    fn ack(t: &str, p: i32, first: i64, last: i64, ty: i8) -> ShareAcknowledgement {
+        ShareAcknowledgement {
+            topic: t.to_owned(),
+            partition: p,
+            first_offset: first,
+            last_offset: last,
+            ack_type: ty,
+        }
+    }
+
+    #[test]
+    fn an_opening_fetch_lists_every_partition_and_holds_acknowledgements_back() {
+        let parts: BTreeSet<Tp> = [tp("a", 0), tp("a", 1)].into_iter().collect();
+        let acks = vec![ack("a", 0, 3, 4, 1)];
+        for session in [
+            None,
+            Some(Session {
+                epoch: 0,
+                partitions: BTreeSet::new(),
+            }),
+        ] {
+            let d = diff(session.as_ref(), &parts, &acks);
+            assert_eq!(
+                d.listed.keys().cloned().collect::<Vec<_>>(),
+                vec![tp("a", 0), tp("a", 1)]
+            );
+            assert!(d.listed.values().all(Vec::is_empty));
+            assert!(d.forgotten.is_empty());
+            assert_eq!(d.deferred, acks);
+        }
+    }
+
+    #[test]
+    fn an_incremental_fetch_lists_what_changed_and_carries_acknowledgements() {
+        let session = Session {
+            epoch: 3,
+            partitions: [tp("a", 0), tp("a", 1), tp("b", 0)].into_iter().collect(),
+        };
+        // a/1 no longer assigned, c/0 new; acknowledgements on a/0 and on b/0,
+        // which is no longer assigned either: forgotten next time.
+        let parts: BTreeSet<Tp> = [tp("a", 0), tp("c", 0)].into_iter().collect();
+        let acks = vec![
+            ack("a", 0, 0, 1, 1),
+            ack("a", 0, 2, 2, 2),
+            ack("b", 0, 7, 7, 3),
+        ];
+        let d = diff(Some(&session), &parts, &acks);
+        let listed: Vec<(Tp, Batches)> = d.listed.into_iter().collect();
+        assert_eq!(
+            listed,
+            vec![
+                (tp("a", 0), vec![(0, 1, 1), (2, 2, 2)]),
+                (tp("b", 0), vec![(7, 7, 3)]),
+                (tp("c", 0), vec![]),
+            ]
+        );
+        assert_eq!(d.forgotten, vec![tp("a", 1)]);
+        assert!(d.deferred.is_empty());
+        // Nothing changed, nothing acknowledged: an empty list.
+        let same = diff(Some(&session), &session.partitions, &[]);
+        assert_eq!(same, Diff::default());
+    }
 
     #[test]
     fn session_epochs_wrap_to_one() {
