@@ -348,7 +348,7 @@ struct Planned {
     acks: Vec<ShareAcknowledgement>,
     /// Acknowledgements held back from an opening request, sent after it.
     deferred: Vec<ShareAcknowledgement>,
-    /// Whether the request carries acknowledgements.
+    /// The partitions whose acknowledgements the request carries.
     acked: BTreeSet<Tp>,
 }
 
