@@ -486,6 +486,11 @@ impl KafkaShare {
                 )
             })
             .collect();
+        if round.is_empty() {
+            // No leader known for any assigned partition: pause before the
+            // caller asks again.
+            super::backoff(&self.cluster).await;
+        }
         let mut out = Fetched::default();
         let mut fatal = None;
         let mut opened = Vec::new();
