@@ -83,14 +83,19 @@ fn two_members_over_kafka_accept_every_record_exactly_once() {
         let dir = tempfile::tempdir().unwrap();
         let (broker, kafka, native) = broker(dir.path(), 30_000, 5, 2_000).await;
         let seen: Arc<Mutex<HashMap<u64, u32>>> = Arc::default();
-        let mut tasks = Vec::new();
+        // Both join before either polls, so neither can take everything first.
+        let mut members = Vec::new();
         for _ in 0..2 {
-            let mut c = member(&kafka, "workers")
+            let c = member(&kafka, "workers")
                 .max_records(50)
                 .build()
                 .await
                 .unwrap();
             assert_eq!(c.assignment(), vec![("q".to_owned(), 0)]);
+            members.push(c);
+        }
+        let mut tasks = Vec::new();
+        for mut c in members {
             let seen = Arc::clone(&seen);
             tasks.push(flume_rt::spawn(async move {
                 let deadline = Instant::now() + Duration::from_secs(60);
