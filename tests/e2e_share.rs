@@ -538,19 +538,6 @@ fn a_waiting_poll_is_answered_when_a_record_arrives() {
     });
 }
 
-/// The SDK refuses a share group over Kafka's protocol with a clear error.
-#[test]
-fn a_share_consumer_over_kafka_is_refused_clearly() {
-    flume_rt::block_on(async {
-        let e = ShareConsumer::builder("kafka://127.0.0.1:9", "g")
-            .subscribe(["q"])
-            .build()
-            .await
-            .unwrap_err();
-        assert!(e.to_string().contains("not supported"), "{e}");
-    });
-}
-
 /// With the authorizer on, a share group's member needs READ on the group
 /// and on every topic it subscribes to or names; describing needs DESCRIBE
 /// on the group (READ implies it).

@@ -93,6 +93,9 @@ pub(crate) const SPOKEN: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
 ];
 
 /// The version to use of `key`, given what the broker advertised: the
@@ -708,6 +711,9 @@ fn api_name(key: ApiKey) -> &'static str {
         ApiKey::CreatePartitions => "CreatePartitions",
         ApiKey::DeleteGroups => "DeleteGroups",
         ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::ShareGroupHeartbeat => "ShareGroupHeartbeat",
+        ApiKey::ShareFetch => "ShareFetch",
+        ApiKey::ShareAcknowledge => "ShareAcknowledge",
         _ => "Kafka",
     }
 }

@@ -27,6 +27,10 @@ pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub(crate) const FENCED_LEADER_EPOCH: i16 = 74;
 pub(crate) const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub(crate) const MEMBER_ID_REQUIRED: i16 = 79;
+pub(crate) const FENCED_MEMBER_EPOCH: i16 = 110;
+pub(crate) const INVALID_RECORD_STATE: i16 = 121;
+pub(crate) const SHARE_SESSION_NOT_FOUND: i16 = 122;
+pub(crate) const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
 
 /// `NotLeaderOrFollower` as Kafka spells it: `NOT_LEADER_OR_FOLLOWER`.
 pub(crate) fn name(code: i16) -> String {
@@ -84,7 +88,7 @@ pub(crate) fn flume_equivalent(code: i16) -> Option<ErrorCode> {
         10 => ErrorCode::RecordTooLarge,
         12 => ErrorCode::OffsetMetadataTooLarge,
         17 => ErrorCode::InvalidName,
-        ILLEGAL_GENERATION => ErrorCode::IllegalGeneration,
+        ILLEGAL_GENERATION | FENCED_MEMBER_EPOCH => ErrorCode::IllegalGeneration,
         UNKNOWN_MEMBER_ID => ErrorCode::UnknownMember,
         REBALANCE_IN_PROGRESS => ErrorCode::RebalanceInProgress,
         29..=31 => ErrorCode::AuthorizationFailed,
@@ -97,6 +101,7 @@ pub(crate) fn flume_equivalent(code: i16) -> Option<ErrorCode> {
         68 => ErrorCode::GroupNotEmpty,
         69 => ErrorCode::UnknownGroup,
         87 => ErrorCode::InvalidRecord,
+        INVALID_RECORD_STATE => ErrorCode::InvalidRecordState,
         _ => return None,
     })
 }

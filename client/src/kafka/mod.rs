@@ -23,6 +23,9 @@
 //! - `fetch`: one Fetch in flight per leader, shared by `consumer` (the
 //!   partition consumer) and `group` (the classic group protocol), whose
 //!   leader runs the pure assignors of `assignor`.
+//! - `share`: `ShareConsumer` over Kafka's share APIs (KIP-932):
+//!   ShareGroupHeartbeat at the coordinator, share sessions and ShareFetch
+//!   at each leader, ShareAcknowledge.
 //!
 //! docs/kafka-client.md lists the APIs and versions.
 
@@ -37,6 +40,7 @@ pub(crate) mod group;
 pub(crate) mod offsets;
 pub(crate) mod partitioner;
 pub(crate) mod producer;
+pub(crate) mod share;
 
 use crate::error::{Error, Result};
 
