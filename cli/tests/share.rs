@@ -103,6 +103,57 @@ fn consume_with_a_share_group_accepts_rejects_and_releases_what_it_prints() {
     assert!(none.is_empty(), "{none}");
 }
 
+/// `consume --share-group` over a `kafka://` address (Kafka's share APIs
+/// through the SDK): what it accepts or rejects there is done for the
+/// group, whichever protocol its next member speaks.
+#[test]
+fn consume_with_a_share_group_over_kafka_accepts_and_rejects_what_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let (b, kafka) = BrokerProc::start_with_kafka(
+        &dir.path().join("data"),
+        &["--share-auto-offset-reset", "earliest"],
+    );
+    let addr = b.addr.clone();
+    let kafka = format!("kafka://{kafka}");
+    ok(&[
+        "topics",
+        "create",
+        "t",
+        "--partitions",
+        "1",
+        "--broker",
+        &addr,
+    ]);
+    flume_rt::block_on(async {
+        let p = Producer::connect(&addr).await.unwrap();
+        for i in 0..6 {
+            p.send("t", None, format!("v{i}").as_bytes()).await.unwrap();
+        }
+    });
+    let consume = |broker: &str, extra: &[&str]| {
+        let mut args = vec![
+            "consume",
+            "--topic",
+            "t",
+            "--share-group",
+            "q",
+            "--broker",
+            broker,
+        ];
+        args.extend_from_slice(extra);
+        ok(&args)
+    };
+    let accepted = consume(&kafka, &["--max", "3"]);
+    assert_eq!(offsets(&accepted), vec![0, 1, 2], "{accepted}");
+    let rejected = consume(&kafka, &["--max", "2", "--reject"]);
+    assert_eq!(offsets(&rejected), vec![3, 4], "{rejected}");
+    let rest = consume(&addr, &["--max", "1"]);
+    assert_eq!(offsets(&rest), vec![5], "{rest}");
+    let out = ok(&["groups", "describe", "q", "--broker", &addr]);
+    assert_eq!(share_row(&out), vec![6, 6, 0, 0, 0, 0, 2], "{out}");
+    drop(b);
+}
+
 /// A share-group consumer that follows is stopped by Ctrl-C: it exits 0,
 /// the records it printed stay accepted and it has left the group.
 #[test]

@@ -51,6 +51,45 @@ impl BrokerProc {
         BrokerProc { child, addr }
     }
 
+    /// As [`BrokerProc::start`], with a Kafka listener on port 0 too: the
+    /// broker and the Kafka listener's address.
+    pub fn start_with_kafka(data: &Path, extra: &[&str]) -> (BrokerProc, String) {
+        let mut child = bin()
+            .args(["broker", "--port", "0", "--kafka-port", "0", "--data"])
+            .arg(data)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn flume-cli broker");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut addr = None;
+        let mut kafka = None;
+        while kafka.is_none() {
+            let line = lines
+                .next()
+                .expect("the broker prints its addresses")
+                .expect("stdout");
+            let found = line
+                .split_whitespace()
+                .find(|w| w.starts_with("127.0.0.1:"))
+                .map(str::to_owned);
+            if line.contains("serving Kafka clients") {
+                kafka = found;
+            } else if addr.is_none() {
+                addr = found;
+            }
+        }
+        // Keep reading, so a later line does not meet a closed pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        let b = BrokerProc {
+            child,
+            addr: addr.expect("the broker's address"),
+        };
+        (b, kafka.expect("the Kafka listener's address"))
+    }
+
     pub fn port(&self) -> &str {
         self.addr.rsplit(':').next().unwrap()
     }
