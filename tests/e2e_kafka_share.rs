@@ -444,6 +444,8 @@ fn group_configs_are_set_described_checked_and_kept() -> Result<()> {
         ensure!(set(&mut k, "share.delivery.count.limit", "3")? == NONE);
         ensure!(set(&mut k, "share.delivery.count.limit", "11")? == INVALID_CONFIG);
         ensure!(set(&mut k, "share.no.such.config", "1")? == INVALID_CONFIG);
+        ensure!(set(&mut k, "share.isolation.level", "read_uncommitted")? == NONE);
+        ensure!(set(&mut k, "share.isolation.level", "uncommitted")? == INVALID_CONFIG);
         flume_rt::block_on(broker.shutdown());
     }
     let (broker, mut k) = start(dir.path())?;
@@ -451,7 +453,8 @@ fn group_configs_are_set_described_checked_and_kept() -> Result<()> {
     ensure!(
         kept.contains(&("share.record.lock.duration.ms".into(), "2000".into(), 8))
             && kept.contains(&("share.delivery.count.limit".into(), "3".into(), 8))
-            && kept.contains(&("share.auto.offset.reset".into(), "latest".into(), 5)),
+            && kept.contains(&("share.auto.offset.reset".into(), "latest".into(), 5))
+            && kept.contains(&("share.isolation.level".into(), "read_uncommitted".into(), 8)),
         "{kept:?}"
     );
     flume_rt::block_on(broker.shutdown());

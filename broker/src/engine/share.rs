@@ -567,12 +567,15 @@ impl Engine {
         if from >= log_end || req.max_bytes == 0 {
             return Ok((Vec::new(), Vec::new()));
         }
+        // read_committed (the default): up to the last stable offset, the
+        // records of aborted transactions left out (gaps to the share-partition).
+        let committed = self.share_group_config(&req.group).read_committed();
         let read = part
             .read(
                 u64::try_from(from).unwrap_or(0),
                 budget,
                 ReadAs::Records,
-                true,
+                committed,
             )
             .await?;
         let mut offsets = Vec::new();

@@ -432,3 +432,53 @@ fn a_deleted_topic_takes_its_share_state_with_it() {
         assert_eq!(fetch(&e, "b", 10).await, vec![(0, 2)]);
     });
 }
+
+/// A share group reads committed records by default: an aborted
+/// transaction's records are never acquired (gaps), an open one's wait
+/// until it ends; with `share.isolation.level=read_uncommitted` (a group
+/// config) every record up to the log end is.
+#[test]
+fn a_share_group_reads_committed_records_unless_its_isolation_level_says_otherwise() {
+    for uncommitted in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::manual();
+        let e = engine(dir.path(), &clock, ShareReset::Earliest);
+        rt::block_on(async {
+            if uncommitted {
+                let op = crate::domain::ConfigOp::Set(
+                    "share.isolation.level".into(),
+                    "read_uncommitted".into(),
+                );
+                e.alter_share_group_configs("g", &[op], false)
+                    .await
+                    .unwrap();
+            }
+            produce(&e, 2).await;
+            let (pid, epoch) = e
+                .init_transactional_producer("tx", 60_000, None)
+                .await
+                .unwrap();
+            let tps = vec![crate::domain::TopicPartition::new("t", 0)];
+            e.add_partitions_to_txn("tx", pid, epoch, tps.clone())
+                .await
+                .unwrap();
+            super::txn_tests::produce_txn(&e, pid, epoch, 0, &["x", "y"]).await;
+            produce(&e, 1).await;
+            join(&e, "a").await;
+            let open: Vec<i64> = fetch(&e, "a", 10).await.iter().map(|r| r.0).collect();
+            if uncommitted {
+                assert_eq!(open, [0, 1, 2, 3, 4]);
+            } else {
+                assert_eq!(open, [0, 1], "stops at the open transaction");
+            }
+            e.end_txn("tx", pid, epoch, false).await.unwrap();
+            let rest: Vec<i64> = fetch(&e, "a", 10).await.iter().map(|r| r.0).collect();
+            if uncommitted {
+                assert!(rest.is_empty(), "{rest:?}");
+            } else {
+                assert_eq!(rest, [4], "the aborted records are gaps");
+            }
+            e.shutdown().await;
+        });
+    }
+}

@@ -123,7 +123,7 @@ fn an_offsets_only_transaction_commits_its_offsets_into_the_group() {
 }
 
 /// A transactional batch entry of `values` from (pid, epoch), sequence `seq`.
-fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> bytes::Bytes {
+pub(super) fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> bytes::Bytes {
     use flume_protocol::kafka_batch::{BatchBuilder, BatchMeta, Compression, ATTR_TRANSACTIONAL};
     let mut b = BatchBuilder::new(None);
     for (i, v) in values.iter().enumerate() {
@@ -150,7 +150,7 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32, values: &[&str]) -> bytes::Bytes {
     bytes::Bytes::from(entry)
 }
 
-async fn produce_txn(e: &Engine, pid: i64, epoch: i16, seq: i32, values: &[&str]) {
+pub(super) async fn produce_txn(e: &Engine, pid: i64, epoch: i16, seq: i32, values: &[&str]) {
     let n = u32::try_from(values.len()).unwrap();
     let pb = crate::domain::ProducerBatch {
         id: pid,

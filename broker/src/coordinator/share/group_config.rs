@@ -1,7 +1,7 @@
 //! Share-group configs by Kafka's names (KIP-932's group configs, set with
 //! IncrementalAlterConfigs on a GROUP resource): a group's own lock
-//! duration, delivery-count limit and `share.auto.offset.reset`, over the
-//! broker's settings. Kept in `<data>/__share_state/group-configs`, one
+//! duration, delivery-count limit, `share.auto.offset.reset` and
+//! `share.isolation.level`, over the broker's settings. Kept in `<data>/__share_state/group-configs`, one
 //! line per set config, `<name>=<value> <group>` (the group last: it may
 //! hold spaces, never a newline), rewritten atomically on each change.
 
@@ -23,7 +23,31 @@ pub const GROUP_CONFIGS: &[(&str, &str)] = &[
         "share.auto.offset.reset",
         "where a new share-partition starts: latest or earliest",
     ),
+    (
+        "share.isolation.level",
+        "read_committed (records of aborted or open transactions are not delivered) or read_uncommitted",
+    ),
 ];
+
+/// Which records of transactions a share group delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShareIsolation {
+    /// Only committed ones, up to the last stable offset (Flume's default).
+    #[default]
+    ReadCommitted,
+    /// Every record up to the log end, aborted ones too.
+    ReadUncommitted,
+}
+
+impl ShareIsolation {
+    /// Kafka's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            ShareIsolation::ReadCommitted => "read_committed",
+            ShareIsolation::ReadUncommitted => "read_uncommitted",
+        }
+    }
+}
 
 /// Most groups with configs of their own.
 pub const MAX_CONFIGURED_GROUPS: usize = 10_000;
@@ -37,6 +61,8 @@ pub struct ShareGroupConfig {
     pub delivery_count_limit: Option<u16>,
     /// `share.auto.offset.reset`.
     pub auto_offset_reset: Option<ShareReset>,
+    /// `share.isolation.level`.
+    pub isolation: Option<ShareIsolation>,
 }
 
 impl ShareGroupConfig {
@@ -63,6 +89,17 @@ impl ShareGroupConfig {
             "share.auto.offset.reset" => {
                 self.auto_offset_reset = Some(value.trim().parse()?);
             }
+            "share.isolation.level" => {
+                self.isolation = Some(match value.trim() {
+                    "read_committed" => ShareIsolation::ReadCommitted,
+                    "read_uncommitted" => ShareIsolation::ReadUncommitted,
+                    v => {
+                        return Err(format!(
+                            "{name} is read_committed or read_uncommitted, not {v:?}"
+                        ))
+                    }
+                });
+            }
             other => return Err(unknown(other)),
         }
         Ok(())
@@ -77,6 +114,7 @@ impl ShareGroupConfig {
             "share.record.lock.duration.ms" => self.lock_duration_ms = None,
             "share.delivery.count.limit" => self.delivery_count_limit = None,
             "share.auto.offset.reset" => self.auto_offset_reset = None,
+            "share.isolation.level" => self.isolation = None,
             other => return Err(unknown(other)),
         }
         Ok(())
@@ -91,6 +129,12 @@ impl ShareGroupConfig {
                 .unwrap_or(base.delivery_count_limit),
             ..base
         }
+    }
+
+    /// Whether the group reads committed records only (its
+    /// `share.isolation.level`, read_committed unless it says otherwise).
+    pub fn read_committed(&self) -> bool {
+        self.isolation.unwrap_or_default() == ShareIsolation::ReadCommitted
     }
 
     /// Where a new share-partition of the group starts.
@@ -120,6 +164,11 @@ impl ShareGroupConfig {
                 "share.auto.offset.reset",
                 reset_name(self.reset(reset)).to_owned(),
                 self.auto_offset_reset.is_some(),
+            ),
+            (
+                "share.isolation.level",
+                self.isolation.unwrap_or_default().name().to_owned(),
+                self.isolation.is_some(),
             ),
         ]
     }
@@ -193,6 +242,10 @@ mod tests {
         c.set("share.record.lock.duration.ms", "2000").unwrap();
         c.set("share.delivery.count.limit", "3").unwrap();
         c.set("share.auto.offset.reset", "earliest").unwrap();
+        assert!(c.read_committed());
+        c.set("share.isolation.level", "read_uncommitted").unwrap();
+        assert!(!c.read_committed());
+        assert!(c.set("share.isolation.level", "uncommitted").is_err());
         assert!(c.set("share.delivery.count.limit", "11").is_err());
         assert!(c.set("share.record.lock.duration.ms", "999").is_err());
         assert!(c.set("share.auto.offset.reset", "none").is_err());
