@@ -169,7 +169,14 @@ impl EmbeddedBroker {
         partition: Option<u32>,
     ) -> Result<(u32, u64), BrokerError> {
         let mut buf = Vec::with_capacity(record::encoded_len(key, value, headers));
-        record::encode(&mut buf, 0, crate::now_ms(), key, value, headers);
+        record::encode(
+            &mut buf,
+            0,
+            self.engine.config().clock.wall_ms(),
+            key,
+            value,
+            headers,
+        );
         let batch = ProduceBatch {
             topic: topic.to_owned(),
             route: Route::to(partition),

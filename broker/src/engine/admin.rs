@@ -151,7 +151,7 @@ impl Engine {
         }
         let data = self.config.data_dir.clone();
         let dir = data.join(name);
-        let (tomb_name, name_file) = tombstone_dir_name(name, crate::now_ms());
+        let (tomb_name, name_file) = tombstone_dir_name(name, self.config.clock.wall_ms());
         let tomb = data.join(tomb_name);
         let renamed = {
             let (data, tomb, owned) = (data.clone(), tomb.clone(), name.to_owned());
@@ -1153,7 +1153,12 @@ mod tests {
     #[test]
     fn log_append_time_gives_records_the_broker_clock() {
         let dir = tempfile::tempdir().unwrap();
-        let e = open(dir.path());
+        let clock = crate::clock::Clock::manual();
+        // An hour ahead of the system's: the stamp is the engine's clock.
+        clock.advance(std::time::Duration::from_secs(3600));
+        let mut c = config(dir.path());
+        c.clock = clock.clone();
+        let e = Engine::open(c).unwrap();
         let mut tc = TopicConfig {
             partitions: 1,
             ..TopicConfig::default()
@@ -1161,7 +1166,6 @@ mod tests {
         tc.set_named("message.timestamp.type", "LogAppendTime")
             .unwrap();
         e.create_topic("t", tc).unwrap();
-        let before = crate::now_ms();
         let stored = rt::block_on(async {
             e.admit_produce(crate::domain::ProduceBatch {
                 topic: "t".into(),
@@ -1176,11 +1180,7 @@ mod tests {
         let p = Arc::clone(&e.topic("t").unwrap().partitions[0]);
         let read = p.read_now(0, 1 << 20).unwrap();
         let recs = record::decode_all(&Bytes::from(read.records)).unwrap();
-        assert!(
-            recs[0].timestamp >= before,
-            "{} < {before}",
-            recs[0].timestamp
-        );
+        assert_eq!(recs[0].timestamp, clock.wall_ms());
         rt::block_on(e.shutdown());
     }
 

@@ -152,7 +152,7 @@ impl Engine {
             return fail(ErrorCode::InvalidRecord);
         }
         let records = if t.config.message_timestamp_type == TimestampType::LogAppendTime {
-            let now = crate::now_ms();
+            let now = self.config.clock.wall_ms();
             info.max_timestamp = now;
             with_timestamp(&records, now)
         } else {

@@ -111,7 +111,7 @@ pub fn sample(engine: &Engine) -> Sample {
         .map(|l| (format!("{}/{}/{}", l.group, l.topic, l.partition), l.lag))
         .collect();
     Sample {
-        time_ms: crate::now_ms(),
+        time_ms: engine.config().clock.wall_ms(),
         topics,
         lags,
     }
@@ -282,7 +282,7 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
     json!({
         "broker": {
             "version": env!("CARGO_PKG_VERSION"),
-            "time_ms": crate::now_ms(),
+            "time_ms": engine.config().clock.wall_ms(),
             "uptime_s": m.uptime().as_secs(),
             "connections_open": server.connections_open,
             "connections_refused": refused,

@@ -100,7 +100,9 @@ pub(super) async fn handle(
             } else {
                 let set = p.records.unwrap_or_default();
                 let limits = ctx.backend.produce_limits(&name);
-                let append_time = limits.log_append_time.then(crate::now_ms);
+                let append_time = limits
+                    .log_append_time
+                    .then(|| ctx.backend.engine().config().clock.wall_ms());
                 pr.log_append_time_ms = append_time.unwrap_or(-1);
                 let largest = records::largest_batch(&set);
                 if largest > limits.max_message_bytes {
