@@ -100,13 +100,18 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     cfg.kafka_listen = Some("127.0.0.1:0".into());
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
     let engine = broker.engine().clone();
-    engine.create_topic("t", common::topic(4)).context("topic")?;
+    engine
+        .create_topic("t", common::topic(4))
+        .context("topic")?;
     let id = Uuid::from_bytes(engine.topic("t").context("t")?.id.0);
     let addr = broker.kafka_addr().context("kafka")?.to_string();
     let mut k = Kc::connect(&addr)?;
 
     let versions = k.call(3, &ApiVersionsRequest::default())?;
-    for key in [ApiKey::ConsumerGroupHeartbeat, ApiKey::ConsumerGroupDescribe] {
+    for key in [
+        ApiKey::ConsumerGroupHeartbeat,
+        ApiKey::ConsumerGroupDescribe,
+    ] {
         ensure!(
             versions
                 .api_keys
@@ -151,9 +156,15 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
     ensure!(engine.committed("g", "t", 0) == Some(5));
     let r = k.call(9, &commit("g", &m1, e1))?;
-    ensure!(r.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH, "{r:?}");
+    ensure!(
+        r.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH,
+        "{r:?}"
+    );
     let r = k.call(9, &commit("g", "nobody", e2))?;
-    ensure!(r.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID, "{r:?}");
+    ensure!(
+        r.topics[0].partitions[0].error_code == UNKNOWN_MEMBER_ID,
+        "{r:?}"
+    );
 
     // Describe, list; the classic APIs see no classic group.
     let d = k.call(
@@ -180,7 +191,9 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
         .with_session_timeout_ms(6000)
         .with_rebalance_timeout_ms(6000)
         .with_protocol_type(s("consumer"))
-        .with_protocols(vec![JoinGroupRequestProtocol::default().with_name(s("range"))]);
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default().with_name(s("range"))
+        ]);
     let j = k.call(3, &join)?;
     ensure!(j.error_code == INCONSISTENT_GROUP_PROTOCOL, "{j:?}");
 
@@ -224,7 +237,10 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     ensure!(parts(&a).len() == 4 && a.member_epoch > e2, "{a:?}");
     // Leaving empties the group.
     let left = hb(&mut k, "g", &m1, -1, None, None)?;
-    ensure!(left.error_code == NONE && left.member_epoch == -1, "{left:?}");
+    ensure!(
+        left.error_code == NONE && left.member_epoch == -1,
+        "{left:?}"
+    );
     ensure!(!engine.is_consumer_group("g"));
     flume_rt::block_on(broker.shutdown());
     Ok(())

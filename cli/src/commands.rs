@@ -844,8 +844,7 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
     c.share.groups.session_timeout_ms = a.share_session_timeout_ms;
     c.share.groups.heartbeat_interval_ms = (a.share_session_timeout_ms / 9).clamp(500, 5_000);
     c.consumer_groups.session_timeout_ms = a.consumer_session_timeout_ms;
-    c.consumer_groups.heartbeat_interval_ms =
-        (a.consumer_session_timeout_ms / 9).clamp(500, 5_000);
+    c.consumer_groups.heartbeat_interval_ms = (a.consumer_session_timeout_ms / 9).clamp(500, 5_000);
     c.share.groups.max_groups = c.max_groups;
     c.connections_max_idle = Duration::from_millis(a.connections_max_idle_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;

@@ -533,19 +533,17 @@ impl Engine {
                 // member epoch (KIP-848); the consumer groups' lock is held
                 // to the hand-off, as the classic one is.
                 let consumers = lock(&self.consumer_groups);
-                let protocol_type = match consumers.check_commit(
-                    member.group,
-                    member.member_id,
-                    member.generation,
-                ) {
-                    Ok(true) => CONSUMER_PROTOCOL_TYPE.to_owned(),
-                    Ok(false) => groups.check_commit_as(
-                        member.group,
-                        (member.member_id, instance),
-                        member.generation,
-                    )?,
-                    Err(e) => return Err(consumer_commit_error(e)),
-                };
+                let protocol_type =
+                    match consumers.check_commit(member.group, member.member_id, member.generation)
+                    {
+                        Ok(true) => CONSUMER_PROTOCOL_TYPE.to_owned(),
+                        Ok(false) => groups.check_commit_as(
+                            member.group,
+                            (member.member_id, instance),
+                            member.generation,
+                        )?,
+                        Err(e) => return Err(consumer_commit_error(e)),
+                    };
                 if store.is_empty() {
                     return Ok(results);
                 }
