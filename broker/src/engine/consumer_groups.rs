@@ -143,12 +143,6 @@ impl Engine {
         })
     }
 
-    /// The heartbeat interval and session timeout in force, in ms.
-    pub fn consumer_group_timing_ms(&self) -> (u64, u64) {
-        let l = lock(&self.consumer_groups).limits();
-        (l.heartbeat_interval_ms, l.session_timeout_ms)
-    }
-
     /// Removes consumer-protocol members whose session ran out or that did
     /// not give up revoked partitions in time. Run by the ticker.
     pub(super) fn tick_consumer_groups(&self) {

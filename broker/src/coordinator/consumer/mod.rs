@@ -356,11 +356,6 @@ impl ConsumerGroups {
         }
     }
 
-    /// The settings in force.
-    pub fn limits(&self) -> ConsumerGroupLimits {
-        self.limits
-    }
-
     /// A group, if it has members.
     pub fn group(&self, group: &str) -> Option<&ConsumerGroup> {
         self.groups.get(group)
