@@ -6,7 +6,7 @@
 //! ListGroups with the consumer type, DescribeGroups and a classic join
 //! refused as Kafka refuses them; a classic group with members refused to a
 //! consumer heartbeat; errors for an unknown assignor and a fenced epoch;
-//! a silent member removed after the session timeout.
+//! a silent member removed after the session timeout; a regex subscription.
 
 use crate::common;
 use crate::common::kafka::Kc;
@@ -36,6 +36,7 @@ const GROUP_ID_NOT_FOUND: i16 = 69;
 const FENCED_MEMBER_EPOCH: i16 = 110;
 const UNSUPPORTED_ASSIGNOR: i16 = 112;
 const STALE_MEMBER_EPOCH: i16 = 113;
+const INVALID_REGULAR_EXPRESSION: i16 = 130;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
@@ -235,6 +236,30 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     ensure!(gone.error_code == UNKNOWN_MEMBER_ID, "{gone:?}");
     let a = hb(&mut k, "g", &m1, e2, None, Some((id, &kept)))?;
     ensure!(parts(&a).len() == 4 && a.member_epoch > e2, "{a:?}");
+    // A regex subscription matches whole topic names; a bad one is refused.
+    let re = |k: &mut Kc, regex: &str| {
+        k.call(
+            1,
+            &ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s("rg")))
+                .with_member_id(s("regex-member-1"))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_regex(Some(s(regex))),
+        )
+    };
+    let r = re(&mut k, "(t")?;
+    ensure!(r.error_code == INVALID_REGULAR_EXPRESSION, "{r:?}");
+    let r = re(&mut k, "x|t")?;
+    ensure!(r.error_code == NONE && parts(&r).len() == 4, "{r:?}");
+    let d = k.call(
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(s("rg"))]),
+    )?;
+    ensure!(
+        d.groups[0].members[0].subscribed_topic_regex.as_deref() == Some("x|t"),
+        "{d:?}"
+    );
     // Leaving empties the group.
     let left = hb(&mut k, "g", &m1, -1, None, None)?;
     ensure!(

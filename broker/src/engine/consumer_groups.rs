@@ -12,6 +12,7 @@
 //! (committed offsets only) is taken over; the offsets stay.
 
 use super::{lock, Engine};
+use crate::coordinator::consumer::TopicSource;
 pub use crate::coordinator::consumer::{
     Assignment, ConsumerBeat, ConsumerGroupError, ConsumerHeartbeat,
 };
@@ -46,8 +47,10 @@ pub struct ConsumerMemberView {
     pub client_id: String,
     /// The client's address.
     pub client_host: String,
-    /// Its subscription.
+    /// Its subscription by name.
     pub subscribed: Vec<String>,
+    /// Its regex subscription.
+    pub regex: Option<String>,
     /// Its current assignment.
     pub assignment: Assignment,
     /// Its target assignment.
@@ -85,10 +88,6 @@ impl Engine {
             return Err(ConsumerError::InvalidGroupId(hb.group.to_owned()));
         }
         let now = self.mono_ms();
-        let partitions_of = |t: &str| {
-            self.topic(t)
-                .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
-        };
         // The classic groups' lock first, as commits take them.
         let classic = lock(&self.groups);
         let mut consumers = lock(&self.consumer_groups);
@@ -99,7 +98,7 @@ impl Engine {
             return Err(ConsumerError::NotConsumerGroup(hb.group.to_owned()));
         }
         drop(classic);
-        Ok(consumers.heartbeat(hb, &partitions_of, now)?)
+        Ok(consumers.heartbeat(hb, &EngineTopics(self), now)?)
     }
 
     /// True when `group` is a consumer-protocol group with members.
@@ -136,6 +135,7 @@ impl Engine {
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     subscribed: m.subscribed.clone(),
+                    regex: m.regex.as_ref().map(|r| r.pattern.clone()),
                     assignment: m.assigned.clone(),
                     target: g.target_of(&m.member_id),
                 })
@@ -150,5 +150,20 @@ impl Engine {
         for (group, member) in lock(&self.consumer_groups).expire(now) {
             tracing::info!(%group, %member, "consumer-protocol member removed (session or rebalance timeout)");
         }
+    }
+}
+
+/// The engine's topics as the coordinator reads them.
+struct EngineTopics<'a>(&'a Engine);
+
+impl TopicSource for EngineTopics<'_> {
+    fn partitions(&self, topic: &str) -> Option<i32> {
+        self.0
+            .topic(topic)
+            .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.0.topics().iter().map(|t| t.name.clone()).collect()
     }
 }

@@ -26,6 +26,12 @@
 //!
 //! A member not heard from for the session timeout is removed
 //! ([`ConsumerGroups::expire`]); its partitions are free at once.
+//!
+//! A member subscribes by topic names, by a regular expression (Kafka takes
+//! RE2 syntax; the `regex` crate's is close: linear time, no look-around or
+//! back-references), or both: the expression must match a whole topic name,
+//! and the topics it matches are looked at again on every heartbeat of the
+//! group, so a topic created later joins the subscription.
 
 pub(crate) mod assign;
 #[cfg(test)]
@@ -38,6 +44,12 @@ pub use assign::{Assignment, Assignor};
 
 /// Longest member or instance id taken (a client makes a UUID).
 pub const MAX_ID_LEN: usize = 128;
+
+/// Longest regex subscription taken, in bytes.
+pub const MAX_REGEX_LEN: usize = 1_024;
+
+/// Most memory a compiled regex subscription may take.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
 
 /// Longest rebalance timeout taken from a member (Kafka's default
 /// max.poll.interval.ms is 5 minutes).
@@ -86,10 +98,69 @@ pub enum ConsumerGroupError {
     /// A malformed heartbeat.
     #[error("invalid consumer group heartbeat: {0}")]
     Invalid(String),
+    /// A regex subscription that does not compile (or is too long or big).
+    #[error("invalid regular expression: {0}")]
+    InvalidRegex(String),
+}
+
+/// A regex subscription: the expression as sent and compiled to match a
+/// whole topic name.
+#[derive(Debug, Clone)]
+pub struct TopicRegex {
+    /// As the member sent it.
+    pub pattern: String,
+    matcher: regex::Regex,
+}
+
+impl TopicRegex {
+    /// Compiles `pattern`, anchored at both ends.
+    ///
+    /// # Errors
+    /// [`ConsumerGroupError::InvalidRegex`]: too long, too big, or not valid.
+    pub fn new(pattern: &str) -> Result<Self, ConsumerGroupError> {
+        if pattern.len() > MAX_REGEX_LEN {
+            return Err(ConsumerGroupError::InvalidRegex(format!(
+                "{} bytes, limit {MAX_REGEX_LEN}",
+                pattern.len()
+            )));
+        }
+        let matcher = regex::RegexBuilder::new(&format!("^(?:{pattern})$"))
+            .size_limit(REGEX_SIZE_LIMIT)
+            .build()
+            .map_err(|e| ConsumerGroupError::InvalidRegex(e.to_string()))?;
+        Ok(TopicRegex {
+            pattern: pattern.to_owned(),
+            matcher,
+        })
+    }
+
+    /// True when it matches the whole of `topic`.
+    pub fn matches(&self, topic: &str) -> bool {
+        self.matcher.is_match(topic)
+    }
+}
+
+/// What the coordinator reads of the topics: partition counts, and every
+/// topic's name (asked only while a member subscribes by regex).
+pub trait TopicSource {
+    /// A topic's partition count; None: no such topic.
+    fn partitions(&self, topic: &str) -> Option<i32>;
+    /// Every topic's name.
+    fn names(&self) -> Vec<String>;
+}
+
+/// Topics by a partition-count function, with no names to match a regex.
+impl<F: Fn(&str) -> Option<i32>> TopicSource for F {
+    fn partitions(&self, topic: &str) -> Option<i32> {
+        self(topic)
+    }
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// One member.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ConsumerMember {
     /// Its id.
     pub member_id: String,
@@ -105,8 +176,10 @@ pub struct ConsumerMember {
     pub member_epoch: i32,
     /// The epoch before, taken once more (a lost answer).
     previous_epoch: i32,
-    /// Topics it subscribes to.
+    /// Topics it subscribes to by name.
     pub subscribed: Vec<String>,
+    /// Its regex subscription, if any.
+    pub regex: Option<TopicRegex>,
     /// The assignor it asked for, if any.
     pub assignor: Option<Assignor>,
     /// Its current assignment.
@@ -121,6 +194,12 @@ pub struct ConsumerMember {
 }
 
 impl ConsumerMember {
+    /// True when it subscribes to `topic`, by name or by its regex.
+    pub fn subscribes(&self, topic: &str) -> bool {
+        self.subscribed.iter().any(|t| t == topic)
+            || self.regex.as_ref().is_some_and(|r| r.matches(topic))
+    }
+
     /// True when it owns `topic`'s `partition` (assigned or being revoked).
     pub fn owns(&self, topic: &str, partition: i32) -> bool {
         [&self.assigned, &self.revoking]
@@ -197,15 +276,28 @@ impl ConsumerGroup {
 
     /// Takes the partition counts of the subscribed topics now; true when
     /// they changed (the caller moves the group epoch).
-    fn refresh_metadata(&mut self, partitions_of: &dyn Fn(&str) -> Option<i32>) -> bool {
-        let topics: BTreeSet<&String> = self
+    fn refresh_metadata(&mut self, topics: &dyn TopicSource) -> bool {
+        let mut names: BTreeSet<String> = self
             .members
             .values()
-            .flat_map(|m| m.subscribed.iter())
+            .flat_map(|m| m.subscribed.iter().cloned())
             .collect();
-        let now: BTreeMap<String, i32> = topics
+        let regexes: Vec<&TopicRegex> = self
+            .members
+            .values()
+            .filter_map(|m| m.regex.as_ref())
+            .collect();
+        if !regexes.is_empty() {
+            names.extend(
+                topics
+                    .names()
+                    .into_iter()
+                    .filter(|t| regexes.iter().any(|r| r.matches(t))),
+            );
+        }
+        let now: BTreeMap<String, i32> = names
             .into_iter()
-            .filter_map(|t| partitions_of(t).map(|n| (t.clone(), n)))
+            .filter_map(|t| topics.partitions(&t).map(|n| (t, n)))
             .collect();
         if now == self.partitions {
             return false;
@@ -223,7 +315,15 @@ impl ConsumerGroup {
         let subscriptions: BTreeMap<String, Vec<String>> = self
             .members
             .values()
-            .map(|m| (m.member_id.clone(), m.subscribed.clone()))
+            .map(|m| {
+                let topics = self
+                    .partitions
+                    .keys()
+                    .filter(|t| m.subscribes(t))
+                    .cloned()
+                    .collect();
+                (m.member_id.clone(), topics)
+            })
             .collect();
         self.target = self
             .assignor
@@ -311,7 +411,7 @@ pub struct ConsumerHeartbeat<'a> {
     pub rebalance_timeout_ms: i32,
     /// Its subscription (None: unchanged; required when joining).
     pub subscribed: Option<Vec<String>>,
-    /// A regex subscription (not served: refused).
+    /// A regex subscription (None: unchanged; empty: none).
     pub regex: Option<&'a str>,
     /// The assignor it asks for (None: unchanged).
     pub server_assignor: Option<&'a str>,
@@ -368,24 +468,26 @@ impl ConsumerGroups {
         n
     }
 
-    /// Applies a heartbeat. `partitions_of` gives a topic's partition count
-    /// (None: no such topic).
+    /// Applies a heartbeat. `topics` gives the topics' partition counts
+    /// (and their names, for regex subscriptions).
     ///
     /// # Errors
     /// See [`ConsumerGroupError`].
     pub fn heartbeat(
         &mut self,
         hb: ConsumerHeartbeat<'_>,
-        partitions_of: &dyn Fn(&str) -> Option<i32>,
+        topics: &dyn TopicSource,
         now_ms: u64,
     ) -> Result<ConsumerBeat, ConsumerGroupError> {
         let invalid = |m: String| Err(ConsumerGroupError::Invalid(m));
         if hb.member_id.len() > MAX_ID_LEN || hb.instance_id.is_some_and(|i| i.len() > MAX_ID_LEN) {
             return invalid(format!("a member or instance id over {MAX_ID_LEN} bytes"));
         }
-        if hb.regex.is_some_and(|r| !r.is_empty()) {
-            return invalid("regex subscriptions are not served; name the topics".into());
-        }
+        let regex = match hb.regex {
+            None => None,
+            Some("") => Some(None),
+            Some(r) => Some(Some(TopicRegex::new(r)?)),
+        };
         let assignor = match hb.server_assignor.filter(|a| !a.is_empty()) {
             None => None,
             Some(a) => Some(
@@ -422,7 +524,7 @@ impl ConsumerGroups {
                 }
                 Ok(beat(hb.member_id.to_owned(), hb.member_epoch, None))
             }
-            0 => self.join(hb, assignor, partitions_of, now_ms),
+            0 => self.join(hb, assignor, regex, topics, now_ms),
             e if e < 0 => invalid(format!("member epoch {e}")),
             sent => {
                 let g = self
@@ -464,7 +566,13 @@ impl ConsumerGroups {
                     m.assignor = assignor;
                     changed = true;
                 }
-                if g.refresh_metadata(partitions_of) || changed {
+                if let Some(r) = regex {
+                    if r.as_ref().map(|r| &r.pattern) != m.regex.as_ref().map(|r| &r.pattern) {
+                        m.regex = r;
+                        changed = true;
+                    }
+                }
+                if g.refresh_metadata(topics) || changed {
                     g.epoch += 1;
                 }
                 g.refresh_target();
@@ -486,7 +594,8 @@ impl ConsumerGroups {
         &mut self,
         hb: ConsumerHeartbeat<'_>,
         assignor: Option<Assignor>,
-        partitions_of: &dyn Fn(&str) -> Option<i32>,
+        regex: Option<Option<TopicRegex>>,
+        topics: &dyn TopicSource,
         now_ms: u64,
     ) -> Result<ConsumerBeat, ConsumerGroupError> {
         if !self.groups.contains_key(hb.group) && self.groups.len() >= self.limits.max_groups {
@@ -532,15 +641,21 @@ impl ConsumerGroups {
                 limit: limits.max_members,
             });
         }
+        let regex = match (regex, &old) {
+            (Some(r), _) => r,
+            (None, Some((m, _))) => m.regex.clone(),
+            (None, None) => None,
+        };
         let subscribed = match (&hb.subscribed, &old) {
             (Some(s), _) => dedup(s),
             (None, Some((m, _))) => m.subscribed.clone(),
+            (None, None) if regex.is_some() => Vec::new(),
             (None, None) => {
                 if g.members.is_empty() {
                     self.groups.remove(hb.group);
                 }
                 return Err(ConsumerGroupError::Invalid(
-                    "a joining member names its subscription".into(),
+                    "a joining member names its topics or a regex".into(),
                 ));
             }
         };
@@ -557,6 +672,7 @@ impl ConsumerGroups {
             member_epoch: 0,
             previous_epoch: 0,
             subscribed,
+            regex,
             assignor,
             assigned: Assignment::new(),
             revoking: Assignment::new(),
@@ -574,12 +690,14 @@ impl ConsumerGroups {
                 m.revoking = o.revoking;
                 m.revoke_deadline_ms = o.revoke_deadline_ms;
                 g.target.insert(member_id.clone(), target);
-                o.subscribed != m.subscribed || o.assignor != m.assignor
+                o.subscribed != m.subscribed
+                    || o.assignor != m.assignor
+                    || o.regex.as_ref().map(|r| &r.pattern) != m.regex.as_ref().map(|r| &r.pattern)
             }
             None => true,
         };
         g.members.insert(member_id.clone(), m);
-        if g.refresh_metadata(partitions_of) || changed {
+        if g.refresh_metadata(topics) || changed {
             g.epoch += 1;
         }
         g.refresh_target();

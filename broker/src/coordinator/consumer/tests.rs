@@ -275,12 +275,6 @@ fn assignors_bounds_and_bad_input() {
         g.heartbeat(other, &topics, 0),
         Err(ConsumerGroupError::TooManyGroups(1))
     );
-    let mut regex = join("m4", &[]);
-    regex.regex = Some("a.*");
-    assert!(matches!(
-        g.heartbeat(regex, &topics, 0),
-        Err(ConsumerGroupError::Invalid(_))
-    ));
     let long = "x".repeat(MAX_ID_LEN + 1);
     assert!(g.heartbeat(join(&long, &["a"]), &topics, 0).is_err());
     let mut none = join("m1", &[]);
@@ -298,6 +292,59 @@ fn new_partitions_move_the_group_epoch() {
         .unwrap();
     assert_eq!(count(b.assignment.as_ref().unwrap()), 6);
     assert!(b.member_epoch > a.member_epoch);
+}
+
+/// Topics with names, for regex subscriptions.
+struct Named(Vec<(&'static str, i32)>);
+
+impl TopicSource for Named {
+    fn partitions(&self, topic: &str) -> Option<i32> {
+        self.0.iter().find(|(t, _)| *t == topic).map(|(_, n)| *n)
+    }
+    fn names(&self) -> Vec<String> {
+        self.0.iter().map(|(t, _)| t.to_string()).collect()
+    }
+}
+
+#[test]
+fn a_regex_subscription_matches_whole_names_and_new_topics() {
+    let mut g = ConsumerGroups::new(limits(), 1);
+    let mut j = join("m1", &[]);
+    j.subscribed = None;
+    j.regex = Some("orders-.*");
+    let two = Named(vec![("orders-eu", 2), ("orders-us", 1), ("xorders-eu", 5)]);
+    let a = g.heartbeat(j, &two, 0).unwrap();
+    let got = a.assignment.unwrap();
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        vec!["orders-eu", "orders-us"]
+    );
+    // A topic created later joins the subscription.
+    let three = Named(vec![("orders-eu", 2), ("orders-us", 1), ("orders-ap", 3)]);
+    let b = g
+        .heartbeat(beat("m1", a.member_epoch, Some(got)), &three, 1)
+        .unwrap();
+    assert_eq!(count(b.assignment.as_ref().unwrap()), 6);
+    assert!(b.member_epoch > a.member_epoch);
+    // Clearing it (an empty regex) leaves the member nothing.
+    let mut clear = beat("m1", b.member_epoch, b.assignment.clone());
+    clear.regex = Some("");
+    let c = g.heartbeat(clear, &three, 2).unwrap();
+    assert!(c.assignment.unwrap().is_empty());
+    // An invalid or oversized one is refused.
+    let mut bad = join("m2", &[]);
+    bad.regex = Some("(unclosed");
+    assert!(matches!(
+        g.heartbeat(bad, &three, 3),
+        Err(ConsumerGroupError::InvalidRegex(_))
+    ));
+    let long = "a".repeat(MAX_REGEX_LEN + 1);
+    let mut big = join("m2", &[]);
+    big.regex = Some(&long);
+    assert!(matches!(
+        g.heartbeat(big, &three, 3),
+        Err(ConsumerGroupError::InvalidRegex(_))
+    ));
 }
 
 #[derive(Debug, Clone)]

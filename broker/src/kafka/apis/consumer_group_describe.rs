@@ -81,6 +81,7 @@ pub(super) fn handle(
                                 .map(|t| TopicName(StrBytes::from_string(t.clone())))
                                 .collect(),
                         )
+                        .with_subscribed_topic_regex(m.regex.clone().map(StrBytes::from_string))
                         .with_assignment(assignment(&m.assignment))
                         .with_target_assignment(assignment(&m.target))
                         // v1: 1 is a consumer-protocol member (0 classic).

@@ -5,7 +5,9 @@
 //! interval and its assignment by topic id; the owned partitions the
 //! member reports (by topic id) acknowledge revocations. READ on the group
 //! is required; topics the member may not describe are left out of its
-//! assignment. v1 (client-made member ids) is served as v0.
+//! assignment. A regex subscription (`subscribed_topic_regex`, matched
+//! against whole topic names) that does not compile gets
+//! INVALID_REGULAR_EXPRESSION. v1 (client-made member ids) is served as v0.
 
 use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, TopicPartitions};
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
@@ -101,6 +103,7 @@ fn code(e: &ConsumerError) -> i16 {
             ConsumerGroupError::UnsupportedAssignor(_) => errors::UNSUPPORTED_ASSIGNOR,
             ConsumerGroupError::UnreleasedInstance(_) => errors::UNRELEASED_INSTANCE_ID,
             ConsumerGroupError::Invalid(_) => errors::INVALID_REQUEST,
+            ConsumerGroupError::InvalidRegex(_) => errors::INVALID_REGULAR_EXPRESSION,
         },
         ConsumerError::NotConsumerGroup(_) => errors::GROUP_ID_NOT_FOUND,
         ConsumerError::InvalidGroupId(_) => errors::INVALID_GROUP_ID,
