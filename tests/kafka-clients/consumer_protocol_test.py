@@ -18,6 +18,9 @@ Scenarios (one PASS/FAIL line each, as common.Reporter prints them):
   killed-consumer  a consumer in a subprocess is killed (SIGKILL) while owning partitions:
                    they move to the survivor after the session timeout, which reads every
                    record produced afterwards
+  regex-subscription  a consumer subscribed to `^PREFIX-rx-.*` (sent to the broker as a regex)
+                   reads the records of the two topics that match and not of the one that
+                   does not, then of a matching topic created after it joined
 Every wait is a condition with a deadline (common.DEADLINE_S); consumers are closed at the end.
 """
 
@@ -42,7 +45,7 @@ import probe  # noqa: E402
 CLIENT = "consumer-protocol"
 PARTITIONS = 4
 SESSION_MS = 6000
-SCENARIOS = ["join-and-leave", "killed-consumer"]
+SCENARIOS = ["join-and-leave", "killed-consumer", "regex-subscription"]
 APIS = {68: "ConsumerGroupHeartbeat"}
 
 
@@ -74,14 +77,14 @@ def produce(bootstrap, topic, first, n):
 class Member:
     """A consumer polling on its own thread; commits every record before its next poll."""
 
-    def __init__(self, bootstrap, group, topic, name, seen, lock):
+    def __init__(self, bootstrap, group, topic, name, seen, lock, with_topic=False):
         self.name = name
         self.c = Consumer(consumer_conf(bootstrap, group, **{"client.id": name}))
         # What it owns, kept by the rebalance callbacks on its polling thread (incremental
         # with this protocol): assignment() from another thread waits for the poll.
         self.owned = set()
         self.c.subscribe([topic], on_assign=self.assigned, on_revoke=self.revoked, on_lost=self.revoked)
-        self.seen, self.lock = seen, lock
+        self.seen, self.lock, self.with_topic = seen, lock, with_topic
         self.stop = threading.Event()
         self.errors = []
         self.t = threading.Thread(target=self.run, daemon=True)
@@ -97,19 +100,21 @@ class Member:
                     self.errors.append(str(m.error()))
                     continue
                 with self.lock:
-                    self.seen.append((m.partition(), m.offset(), self.name))
+                    key = (m.topic(), m.partition(), m.offset()) if self.with_topic else (m.partition(), m.offset())
+                    self.seen.append(key + (self.name,))
                 self.c.commit(message=m, asynchronous=False)
             except KafkaException as e:
                 self.errors.append(str(e))
 
     def assigned(self, _c, tps):
-        self.owned |= {tp.partition for tp in tps}
+        self.owned |= {(tp.topic, tp.partition) for tp in tps}
 
     def revoked(self, _c, tps):
-        self.owned -= {tp.partition for tp in tps}
+        self.owned -= {(tp.topic, tp.partition) for tp in tps}
 
     def assignment(self):
-        return set(self.owned)
+        """The partitions it owns: numbers (one topic), or (topic, number) with with_topic."""
+        return set(self.owned) if self.with_topic else {p for _, p in self.owned}
 
     def close(self):
         self.stop.set()
@@ -240,6 +245,34 @@ def killed_consumer(bootstrap, pre, session_s):
     return problems
 
 
+def regex_subscription(bootstrap, pre):
+    group = f"{pre}-rx-g"
+    a, b, other, late = f"{pre}-rx-a", f"{pre}-rx-b", f"{pre}-other", f"{pre}-rx-late"
+    for t in (a, b, other):
+        confluent_test.create_topic(bootstrap, t, PARTITIONS)
+    seen, lock, problems = [], threading.Lock(), []
+    m = Member(bootstrap, group, f"^{pre}-rx-.*", "a", seen, lock, with_topic=True)
+    try:
+        common.wait_for(lambda: len(m.assignment()) == 2 * PARTITIONS, common.DEADLINE_S,
+                        "the 8 partitions of the two matching topics")
+        for t in (a, b, other):
+            produce(bootstrap, t, 0, 20)
+        common.wait_for(lambda: len(seen) >= 40, common.DEADLINE_S, "the 40 records of the matching topics")
+        confluent_test.create_topic(bootstrap, late, PARTITIONS)
+        produce(bootstrap, late, 0, 20)
+        common.wait_for(lambda: len(seen) >= 60, common.DEADLINE_S, "the 20 records of the topic created later")
+        time.sleep(0.5)  # not a synchronisation: a window for a stray record to show up
+        with lock:
+            topics = sorted({t for t, _, _, _ in seen})
+            n = len(seen)
+        if topics != sorted([a, b, late]) or n != 60:
+            problems.append(f"read {n} records of {topics}, want 60 of {sorted([a, b, late])}")
+        problems += [f"a: {e}" for e in m.errors[:3]]
+    finally:
+        m.close()
+    return problems
+
+
 def preflight(bootstrap):
     try:
         apis = {k: (lo, hi) for k, lo, hi in probe.probe(bootstrap, 10)}
@@ -284,6 +317,7 @@ def main():
         runs = {
             "join-and-leave": (join_and_leave, (bootstrap, pre), 6),
             "killed-consumer": (killed_consumer, (bootstrap, pre, session_s), 4),
+            "regex-subscription": (regex_subscription, (bootstrap, pre), 4),
         }
         for name in names:
             fn, fargs, factor = runs[name]
