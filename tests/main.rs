@@ -19,6 +19,7 @@ mod e2e_kafka_client;
 mod e2e_kafka_client_security;
 mod e2e_kafka_configs;
 mod e2e_kafka_conformance;
+mod e2e_kafka_consumer_protocol;
 mod e2e_kafka_groups;
 mod e2e_kafka_idempotent;
 mod e2e_kafka_mock;

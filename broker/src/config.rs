@@ -602,6 +602,8 @@ pub struct BrokerConfig {
     /// Share groups (queues): record locks, the delivery limit, where a new
     /// group starts, sessions and bounds (see [`ShareSettings`]).
     pub share: ShareSettings,
+    /// Consumer-protocol groups (KIP-848): sessions, heartbeats and bounds.
+    pub consumer_groups: ConsumerGroupLimits,
     /// Most topics one JOIN_GROUP may list, duplicates included (default 1 000);
     /// a longer list gets INVALID_REQUEST before its names are decoded.
     pub max_topics_per_join: usize,
@@ -735,6 +737,7 @@ impl BrokerConfig {
             ),
             transactions: TransactionSettings::default(),
             share: ShareSettings::default(),
+            consumer_groups: ConsumerGroupLimits::default(),
             max_members_per_group: 1_000,
             max_topics_per_join: 1_000,
             writer_batch_bytes: 4 * 1024 * 1024,
@@ -998,6 +1001,32 @@ impl Default for ShareGroupLimits {
         ShareGroupLimits {
             max_groups: 10_000,
             max_members: 200,
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 5_000,
+        }
+    }
+}
+
+/// Bounds and timing of consumer-protocol groups (KIP-848; broker settings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerGroupLimits {
+    /// Most consumer-protocol groups.
+    pub max_groups: usize,
+    /// Most members of one group (`group.consumer.max.size`).
+    pub max_members: usize,
+    /// A member not heard from for this long is removed
+    /// (`group.consumer.session.timeout.ms`, default 45 s).
+    pub session_timeout_ms: u64,
+    /// How often members heartbeat (`group.consumer.heartbeat.interval.ms`,
+    /// default 5 s).
+    pub heartbeat_interval_ms: u64,
+}
+
+impl Default for ConsumerGroupLimits {
+    fn default() -> Self {
+        ConsumerGroupLimits {
+            max_groups: 10_000,
+            max_members: 1_000,
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5_000,
         }

@@ -427,6 +427,24 @@ pub enum GroupError {
         /// The broker's greatest session timeout.
         max: u64,
     },
+    /// A consumer-protocol member's commit with an epoch older than its own
+    /// (Kafka's STALE_MEMBER_EPOCH).
+    #[error("member epoch {sent} is older than the member's epoch {current}")]
+    StaleMemberEpoch {
+        /// What the member sent.
+        sent: i32,
+        /// Its epoch.
+        current: i32,
+    },
+    /// A consumer-protocol member's commit with an epoch newer than its own
+    /// (Kafka's FENCED_MEMBER_EPOCH).
+    #[error("member epoch {sent} is not the member's epoch {current}")]
+    FencedMemberEpoch {
+        /// What the member sent.
+        sent: i32,
+        /// Its epoch.
+        current: i32,
+    },
 }
 
 impl GroupError {
@@ -441,6 +459,9 @@ impl GroupError {
             }
             GroupError::MemberIdRequired(_) | GroupError::FencedInstanceId => {
                 ErrorCode::UnknownMember
+            }
+            GroupError::StaleMemberEpoch { .. } | GroupError::FencedMemberEpoch { .. } => {
+                ErrorCode::IllegalGeneration
             }
         }
     }

@@ -246,6 +246,12 @@ pub struct BrokerArgs {
     /// (group.share.session.timeout.ms).
     #[arg(long, env = "FLUME_SHARE_SESSION_TIMEOUT_MS", default_value_t = 45_000, value_parser = range_u64(1_000, 3_600_000))]
     share_session_timeout_ms: u64,
+    /// A consumer-protocol group's member (KIP-848, group.protocol=consumer)
+    /// not heard from for this long is removed and its partitions go to the
+    /// others, in milliseconds (group.consumer.session.timeout.ms); members
+    /// heartbeat every ninth of it, 0.5 to 5 s.
+    #[arg(long, env = "FLUME_CONSUMER_SESSION_TIMEOUT_MS", default_value_t = 45_000, value_parser = range_u64(1_000, 3_600_000))]
+    consumer_session_timeout_ms: u64,
     /// Close a Kafka connection that sends no request for this long, in
     /// milliseconds (Kafka's connections.max.idle.ms; clients keep idle
     /// connections to the coordinator and each leader). Flume's own
@@ -837,6 +843,8 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig> {
         .map_err(anyhow::Error::msg)?;
     c.share.groups.session_timeout_ms = a.share_session_timeout_ms;
     c.share.groups.heartbeat_interval_ms = (a.share_session_timeout_ms / 9).clamp(500, 5_000);
+    c.consumer_groups.session_timeout_ms = a.consumer_session_timeout_ms;
+    c.consumer_groups.heartbeat_interval_ms = (a.consumer_session_timeout_ms / 9).clamp(500, 5_000);
     c.share.groups.max_groups = c.max_groups;
     c.connections_max_idle = Duration::from_millis(a.connections_max_idle_ms);
     c.max_open_files = usize::try_from(a.max_open_files)?;

@@ -147,6 +147,7 @@ share-delivery-count-limit = 7
 share-partition-max-record-locks = 500
 share-auto-offset-reset = "earliest"
 share-session-timeout-ms = 20000
+consumer-session-timeout-ms = 30000
 connections-max-idle-ms = 5000
 max-open-files = 1000
 max-request-memory = 16777216

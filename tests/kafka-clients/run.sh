@@ -8,10 +8,12 @@
 #   tests/kafka-clients/run.sh --install-only  only install the clients into the cache
 #
 # Environment:
-#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share
+#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share,consumer-protocol
 #                                     the clients to run (default: all of these); `share` is
 #                                     confluent-kafka's ShareConsumer (share_test.py, issue #44, and
-#                                     tests/chaos/share_queue.py under failures)
+#                                     tests/chaos/share_queue.py under failures); `consumer-protocol`
+#                                     is confluent-kafka's Consumer with group.protocol=consumer
+#                                     (KIP-848, consumer_protocol_test.py)
 #   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
 #                                     one (the cross-protocol scenarios are skipped then)
 #   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
@@ -25,7 +27,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}
-ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share
+ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share,consumer-protocol
 KNOWN_CLIENTS=$ALL_CLIENTS
 CLIENTS=${KAFKA_CLIENTS:-$ALL_CLIENTS}
 BOOTSTRAP=${FLUME_KAFKA_BOOTSTRAP:-}
@@ -182,7 +184,7 @@ install_all() {
   INSTALL_TIMES=()
   if want kcat; then timed kcat install_kcat || die "could not install kcat (apt-get install kcat)"; fi
   # kcat has no OffsetFetch (nor CreateTopics): its scenarios use kafka_admin.py for those.
-  if want confluent || want kafka-python || want kcat || want share; then
+  if want confluent || want kafka-python || want kcat || want share || want consumer-protocol; then
     timed python install_python || die "could not install the Python clients (pip)"
   fi
   if want kafkajs; then timed kafkajs install_kafkajs || die "could not install kafkajs (npm)"; fi
@@ -531,6 +533,16 @@ if want share; then
     run_client share 6 "$PY" "$HERE/share_test.py" --flume "$FLUME" --prefix "$PREFIX" --logdir "$WORK/logs/share"
   else
     run_client share 6 "$PY" "$HERE/share_test.py" --bootstrap "$BOOTSTRAP" --prefix "$PREFIX" --logdir "$WORK/logs/share"
+  fi
+fi
+# Consumer-protocol groups (KIP-848) with confluent-kafka's Consumer, group.protocol=consumer:
+# 3 scenarios. With flume-cli on a broker of its own with a 6 s session timeout (a killed consumer's
+# partitions move after it); against a running broker, after that broker's 45 s default.
+if want consumer-protocol; then
+  if [ -n "$FLUME" ]; then
+    run_client consumer-protocol 3 "$PY" "$HERE/consumer_protocol_test.py" --flume "$FLUME" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
+  else
+    run_client consumer-protocol 3 "$PY" "$HERE/consumer_protocol_test.py" --bootstrap "$BOOTSTRAP" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
   fi
 fi
 # Both libraries side by side (stream_apps.py runs each in a thread): 2 scenarios each.

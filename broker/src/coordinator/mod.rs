@@ -4,6 +4,9 @@
 //! - [`group`]: the consumer-group coordinator, a state machine per group
 //!   with time passed in (joins, rebalances, generations, fencing, session
 //!   expiry), for broker-assigned (Flume) and client-assigned (Kafka) groups;
+//! - [`consumer`]: consumer-protocol groups (KIP-848): members with epochs,
+//!   a target assignment by a server-side assignor, incremental
+//!   reconciliation, time passed in;
 //! - [`assignor`]: the assignors of broker-assigned groups, pure functions;
 //! - [`offsets`]: committed offsets, the file ([`offsets::OffsetStore`]) and
 //!   the writer task that group-commits them ([`offsets::Offsets`]);
@@ -17,6 +20,7 @@
 //! which owns one of each and is the only caller.
 
 pub(crate) mod assignor;
+pub(crate) mod consumer;
 pub(crate) mod group;
 pub(crate) mod offsets;
 pub(crate) mod producer_ids;

@@ -178,7 +178,12 @@ impl Engine {
         }
         let ready = {
             let now = self.mono_ms();
-            lock(&self.groups).join_client(&group, params, now, tx)
+            let mut groups = lock(&self.groups);
+            // A consumer-protocol group with members is not joined this way.
+            if lock(&self.consumer_groups).group(&group).is_some() {
+                return Err(GroupError::InconsistentProtocol);
+            }
+            groups.join_client(&group, params, now, tx)
         };
         Self::deliver(ready);
         match rx.await {
@@ -524,11 +529,21 @@ impl Engine {
             let room = self.offsets.room();
             let queued = {
                 let groups = lock(&self.groups);
-                let protocol_type = groups.check_commit_as(
-                    member.group,
-                    (member.member_id, instance),
-                    member.generation,
-                )?;
+                // A consumer-protocol group's members commit with their
+                // member epoch (KIP-848); the consumer groups' lock is held
+                // to the hand-off, as the classic one is.
+                let consumers = lock(&self.consumer_groups);
+                let protocol_type =
+                    match consumers.check_commit(member.group, member.member_id, member.generation)
+                    {
+                        Ok(true) => CONSUMER_PROTOCOL_TYPE.to_owned(),
+                        Ok(false) => groups.check_commit_as(
+                            member.group,
+                            (member.member_id, instance),
+                            member.generation,
+                        )?,
+                        Err(e) => return Err(consumer_commit_error(e)),
+                    };
                 if store.is_empty() {
                     return Ok(results);
                 }
@@ -669,5 +684,18 @@ impl Engine {
             }
         }
         out
+    }
+}
+
+/// The protocol type kept with a consumer-protocol group's commits.
+const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+
+/// A consumer-protocol member's refused commit, in the group vocabulary.
+fn consumer_commit_error(e: crate::coordinator::consumer::ConsumerGroupError) -> GroupError {
+    use crate::coordinator::consumer::ConsumerGroupError as E;
+    match e {
+        E::StaleEpoch { sent, current } => GroupError::StaleMemberEpoch { sent, current },
+        E::FencedEpoch { sent, current } => GroupError::FencedMemberEpoch { sent, current },
+        _ => ErrorCode::UnknownMember.into(),
     }
 }

@@ -12,6 +12,8 @@
 //! - `admin.rs`: deleting and altering topics, offsets by timestamp,
 //!   deleting groups.
 //! - `cleaner.rs`: the log cleaner's rounds over compacted partitions.
+//! - `consumer_groups.rs`: consumer-protocol groups (KIP-848): heartbeats,
+//!   session expiry, describe and list.
 //! - `share.rs`: share groups (queues): membership, acquisitions from the
 //!   log, acknowledgements, lock expiry, their kept state.
 //! - `txn.rs`: transactions, through the transaction coordinator and its
@@ -40,6 +42,7 @@ use topics::Shared;
 
 mod admin;
 mod cleaner;
+mod consumer_groups;
 mod fetch;
 mod groups;
 mod produce;
@@ -48,6 +51,10 @@ mod topics;
 mod txn;
 
 pub use admin::TOMBSTONE_PREFIX;
+pub use consumer_groups::{
+    Assignment, ConsumerBeat, ConsumerError, ConsumerGroupError, ConsumerGroupView,
+    ConsumerHeartbeat, ConsumerMemberView,
+};
 pub use fetch::{FetchMemory, GaveUp, COUNT_CHUNK_BYTES};
 pub use produce::PendingProduce;
 pub use share::{
@@ -190,6 +197,9 @@ pub struct Engine {
     /// Held across a topic's creation, including its file work on the blocking pool.
     create_lock: futures::lock::Mutex<()>,
     groups: Mutex<Coordinator<JoinReply>>,
+    /// Consumer-protocol groups (KIP-848; see `consumer_groups.rs`). Taken
+    /// after `groups` when both are held.
+    consumer_groups: Mutex<crate::coordinator::consumer::ConsumerGroups>,
     offsets: Offsets,
     shutdown_tx: async_channel::Sender<()>,
     shutdown_rx: async_channel::Receiver<()>,
@@ -268,12 +278,15 @@ impl Engine {
             topics.contains_key(t)
         })?;
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
+        let consumer_groups =
+            crate::coordinator::consumer::ConsumerGroups::new(config.consumer_groups, nonce);
         let engine = Arc::new(Engine {
             default_topic: RwLock::new(config.default_topic.clone()),
             config,
             topics: RwLock::new(topics),
             create_lock: futures::lock::Mutex::new(()),
             groups: Mutex::new(Coordinator::new(nonce)),
+            consumer_groups: Mutex::new(consumer_groups),
             offsets,
             shutdown_tx,
             shutdown_rx,
@@ -304,6 +317,7 @@ impl Engine {
                     break;
                 }
                 engine.tick_groups();
+                engine.tick_consumer_groups();
                 engine.tick_shares().await;
                 if last_maintained.elapsed() >= every || engine.config.fsync != FsyncPolicy::Never {
                     last_maintained = Instant::now();
@@ -369,6 +383,7 @@ impl Engine {
     /// this instead of waiting for the ticker.
     pub async fn tick_now(&self) {
         self.tick_groups();
+        self.tick_consumer_groups();
         self.tick_shares().await;
         self.maintain().await;
     }

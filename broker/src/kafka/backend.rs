@@ -1021,6 +1021,8 @@ pub fn group_code(e: &GroupError) -> i16 {
         GroupError::MemberIdRequired(_) => kerr::MEMBER_ID_REQUIRED,
         GroupError::FencedInstanceId => kerr::FENCED_INSTANCE_ID,
         GroupError::InvalidSessionTimeout { .. } => kerr::INVALID_SESSION_TIMEOUT,
+        GroupError::StaleMemberEpoch { .. } => kerr::STALE_MEMBER_EPOCH,
+        GroupError::FencedMemberEpoch { .. } => kerr::FENCED_MEMBER_EPOCH,
         GroupError::Code(c) => match c {
             ErrorCode::InvalidName => kerr::INVALID_GROUP_ID,
             ErrorCode::LimitReached => kerr::GROUP_MAX_SIZE_REACHED,

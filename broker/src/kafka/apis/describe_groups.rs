@@ -3,7 +3,9 @@
 //! metadata and assignment. A group the broker
 //! knows nothing of is "Dead" (v0-5) or GROUP_ID_NOT_FOUND (v6+), as Kafka
 //! answers. Broker-assigned (Flume protocol) groups show protocol type
-//! "flume" and their assignor.
+//! "flume" and their assignor. A consumer-protocol group (KIP-848) is
+//! answered as Kafka does: not a classic group, "Dead" and (v6+)
+//! GROUP_ID_NOT_FOUND.
 
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
@@ -37,11 +39,17 @@ pub(super) fn handle(
                 g.error_code = errors::GROUP_AUTHORIZATION_FAILED;
                 return g;
             }
-            let Some(d) = ctx.backend.describe_group(&name) else {
+            // A consumer-protocol group (KIP-848) is not a classic group:
+            // Kafka answers it as not found (ConsumerGroupDescribe describes it).
+            let consumer = ctx.backend.engine().is_consumer_group(&name);
+            let Some(d) = ctx.backend.describe_group(&name).filter(|_| !consumer) else {
                 if version >= 6 {
                     g.error_code = errors::GROUP_ID_NOT_FOUND;
-                    g.error_message =
-                        Some(StrBytes::from_string(format!("group {name:?} not found")));
+                    g.error_message = Some(StrBytes::from_string(if consumer {
+                        format!("group {name:?} is not a classic group")
+                    } else {
+                        format!("group {name:?} not found")
+                    }));
                 }
                 g.group_state = StrBytes::from_static_str("Dead");
                 return g;

@@ -2,7 +2,10 @@
 //! type and (v4+) state; v4's states filter and v5's types filter
 //! ("classic" groups, and "share" groups, KIP-932) are honoured. Share
 //! groups are listed to v4+ requests only (an older client would take them
-//! for consumer groups).
+//! for consumer groups). Consumer-protocol groups (KIP-848) with members
+//! are listed with type "consumer" and state Stable or Reconciling; once
+//! empty they are listed as their committed offsets leave them (classic,
+//! Empty, protocol type "consumer").
 
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
@@ -53,6 +56,32 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
             resp.groups.push(l);
         }
     }
+    // Consumer-protocol groups (KIP-848) with members: type "consumer".
+    let consumer = ctx.backend.engine().list_consumer_groups();
+    if wants("consumer") {
+        let engine = ctx.backend.engine();
+        for name in &consumer {
+            if !ctx.sees(Operation::Describe, Resource::group(name)) {
+                continue;
+            }
+            let state = engine
+                .describe_consumer_group(name)
+                .map_or("Empty", |v| v.state);
+            if !states.is_empty() && !states.contains(&state.to_ascii_lowercase()) {
+                continue;
+            }
+            let mut l = ListedGroup::default();
+            l.group_id = GroupId(StrBytes::from_string(name.clone()));
+            l.protocol_type = StrBytes::from_static_str("consumer");
+            if version >= 4 {
+                l.group_state = StrBytes::from_static_str(state);
+            }
+            if version >= 5 {
+                l.group_type = StrBytes::from_static_str("consumer");
+            }
+            resp.groups.push(l);
+        }
+    }
     if !wants("classic") {
         return resp;
     }
@@ -62,6 +91,7 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         .into_iter()
         // Only the groups the principal may describe (Kafka's filter).
         .filter(|g| ctx.sees(Operation::Describe, Resource::group(&g.group)))
+        .filter(|g| consumer.binary_search(&g.group).is_err())
         .filter(|g| states.is_empty() || states.contains(&g.phase.as_str().to_ascii_lowercase()))
         .map(|g| {
             let mut l = ListedGroup::default();

@@ -14,6 +14,8 @@ mod alter_configs;
 mod alter_replica_log_dirs;
 mod alter_user_scram_credentials;
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -113,6 +115,9 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     // The users of SCRAM logins (the store `flume-cli users` manages).
     (ApiKey::DescribeUserScramCredentials, 0, 0),
     (ApiKey::AlterUserScramCredentials, 0, 0),
+    // Consumer-protocol groups (KIP-848, group.protocol=consumer).
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
     // Share groups (KIP-932, queues) at the versions librdkafka 2.15+ sends.
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
@@ -284,6 +289,10 @@ pub async fn handle(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<u8>>, RequestE
             answer!(req => partition_reassignments::list(ctx, req))
         }
         ApiKey::AlterReplicaLogDirs => answer!(req => alter_replica_log_dirs::handle(ctx, req)),
+        ApiKey::ConsumerGroupHeartbeat => {
+            answer!(req => consumer_group_heartbeat::handle(ctx, client_id, req))
+        }
+        ApiKey::ConsumerGroupDescribe => answer!(req => consumer_group_describe::handle(ctx, req)),
         ApiKey::ShareGroupHeartbeat => {
             answer!(req => share_group_heartbeat::handle(ctx, client_id, req).await)
         }
