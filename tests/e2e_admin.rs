@@ -471,7 +471,7 @@ fn list_offsets_max_timestamp_and_describe_log_dirs() -> Result<()> {
         "-3 is v7's"
     );
     let versions = c.call(3, &ApiVersionsRequest::default())?;
-    for (key, max) in [(2, 7), (37, 3), (42, 2), (47, 0), (35, 4)] {
+    for (key, max) in [(2, 10), (37, 3), (42, 2), (47, 0), (35, 4)] {
         ensure!(
             versions
                 .api_keys

@@ -264,7 +264,7 @@ fn unknown_apis_and_versions_get_unsupported_version_and_the_connection_lives() 
     for (key, version, id) in [
         (999, 0, 8),
         (ApiKey::JoinGroup as i16, 10, 9),
-        (ApiKey::Fetch as i16, 14, 10),
+        (ApiKey::Fetch as i16, 19, 10),
     ] {
         s.write_all(&frame(key, version, id, &[]))?;
         let mut r = Bytes::from(read_frame(&mut s)?);

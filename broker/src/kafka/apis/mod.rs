@@ -370,7 +370,8 @@ mod tests {
             assert!(v.min <= *min && *max <= v.max, "{k:?} {min}..{max} vs {v}");
             assert_ne!(*k as i16, 71);
         }
-        // Fetch v13 (topics by id) and not beyond: v14+ is not served yet.
-        assert!(served(ApiKey::Fetch as i16).is_some_and(|(_, _, max)| max == 13));
+        // Topics by id: Fetch to v18 and Produce to v13 (the codec's newest).
+        assert!(served(ApiKey::Fetch as i16).is_some_and(|(_, _, max)| max == 18));
+        assert!(served(ApiKey::Produce as i16).is_some_and(|(_, _, max)| max == 13));
     }
 }
