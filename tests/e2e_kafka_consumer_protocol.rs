@@ -270,3 +270,167 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
+
+/// The admin side of consumer-protocol groups, on both of the SDK's
+/// transports: CONSUMER_GROUP_DESCRIBE (Flume) and ConsumerGroupDescribe
+/// with ListGroups v5 (Kafka) answer the same group the same way, with
+/// each member's epoch, partitions and target while one reconciles; Flume's
+/// LIST_GROUPS lists it once (type consumer, its state) beside a classic
+/// group and a group known by commits only; `/api/overview` shows it too.
+#[test]
+fn consumer_protocol_groups_are_described_over_both_transports_and_the_overview() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (mut cfg, _clock) = common::manual_config(dir.path());
+    cfg.kafka_listen = Some("127.0.0.1:0".into());
+    cfg.http_listen = Some("127.0.0.1:0".into());
+    let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
+    let engine = broker.engine().clone();
+    engine
+        .create_topic("t", common::topic(4))
+        .context("topic")?;
+    let id = Uuid::from_bytes(engine.topic("t").context("t")?.id.0);
+    let kafka = broker.kafka_addr().context("kafka")?.to_string();
+    let flume = broker.local_addr().to_string();
+    let http = broker.http_addr().context("http")?;
+    let mut k = Kc::connect(&kafka)?;
+
+    // m1 owns all four; m2 joins, so m1 is asked to give two up: the group
+    // reconciles until m1 acknowledges.
+    let a = hb(&mut k, "cg", "", 0, Some(&["t"]), None)?;
+    let m1 = a.member_id.clone().context("member id")?.to_string();
+    let b = hb(&mut k, "cg", "", 0, Some(&["t"]), None)?;
+    let m2 = b.member_id.clone().context("member id")?.to_string();
+    let all = parts(&a);
+    let a = hb(&mut k, "cg", &m1, a.member_epoch, None, Some((id, &all)))?;
+    ensure!(parts(&a).len() == 2, "{a:?}");
+    // Committed offsets of the consumer group, and of a group with none else.
+    let r = k.call(9, &commit("cg", &m1, a.member_epoch))?;
+    ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
+    let r = k.call(9, &commit("old", "", -1))?;
+    ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
+
+    let describe = |addr: String, names: Vec<&'static str>| {
+        flume_rt::block_on(async move {
+            let admin = flume_client::Admin::connect(&addr).await?;
+            let d = admin.describe_consumer_groups(&names).await?;
+            admin.close().await;
+            anyhow::Ok(d)
+        })
+    };
+    for addr in [flume.clone(), format!("kafka://{kafka}")] {
+        for names in [vec![], vec!["cg", "old", "nobody"]] {
+            let d = describe(addr.clone(), names.clone())?;
+            ensure!(d.len() == 1, "{addr} {names:?}: only cg is one: {d:?}");
+            let g = &d[0];
+            ensure!(
+                g.group == "cg" && g.state == "Reconciling" && g.assignor == "uniform",
+                "{addr}: {g:?}"
+            );
+            ensure!(
+                g.members.len() == 2 && g.epoch == b.member_epoch,
+                "{addr}: {g:?}"
+            );
+            let one = g.members.iter().find(|m| m.member_id == m1).context("m1")?;
+            let two = g.members.iter().find(|m| m.member_id == m2).context("m2")?;
+            ensure!(
+                one.member_epoch < g.epoch && one.subscribed == ["t"],
+                "{one:?}"
+            );
+            // m1 was given two (the two it gives up are pending); m2's two
+            // are its target until m1 acknowledges.
+            let flat = |tps: &[flume_client::TopicPartitions]| -> Vec<i32> {
+                tps.iter().flat_map(|t| t.partitions.clone()).collect()
+            };
+            ensure!(
+                flat(&one.assignment).len() == 2 && one.assignment[0].topic == "t",
+                "{addr}: {one:?}"
+            );
+            ensure!(
+                flat(&one.target) == flat(&one.assignment),
+                "{addr}: {one:?}"
+            );
+            ensure!(flat(&two.target).len() == 2, "{addr}: {two:?}");
+            ensure!(
+                two.assignment.iter().all(|t| t.partitions.is_empty()),
+                "{two:?}"
+            );
+        }
+    }
+
+    // Flume's LIST_GROUPS: the consumer group once, with its state.
+    let listed = flume_rt::block_on(async {
+        let admin = flume_client::Admin::connect(&flume).await?;
+        let l = admin.list_groups(&[]).await?;
+        let only = admin.list_groups(&["Reconciling"]).await?;
+        admin.close().await;
+        anyhow::Ok((l, only))
+    })?;
+    let rows: Vec<(&str, &str, &str)> = listed
+        .0
+        .iter()
+        .map(|g| (g.group.as_str(), g.state.as_str(), g.protocol_type.as_str()))
+        .collect();
+    ensure!(
+        rows == [("cg", "Reconciling", "consumer"), ("old", "Empty", "")],
+        "{rows:?}"
+    );
+    ensure!(
+        listed.1.len() == 1 && listed.1[0].group == "cg",
+        "{:?}",
+        listed.1
+    );
+
+    // The overview: the group with its type, epochs and members.
+    let body = http_get(http, "/api/overview")?;
+    let o: serde_json::Value = serde_json::from_str(&body)?;
+    let g = o["groups"]
+        .as_array()
+        .context("groups")?
+        .iter()
+        .find(|g| g["group"] == "cg")
+        .context("cg in the overview")?;
+    ensure!(
+        g["type"] == "consumer" && g["state"] == "reconciling" && g["members"] == 2,
+        "{g}"
+    );
+    ensure!(
+        g["assignor"] == "uniform" && g["epoch"] == b.member_epoch,
+        "{g}"
+    );
+    let list = g["member_list"].as_array().context("member_list")?;
+    let two = list
+        .iter()
+        .find(|m| m["member_id"] == m2.as_str())
+        .context("m2")?;
+    ensure!(
+        two["partitions"] == "" && two["target"].as_str().is_some_and(|t| t.len() == 5),
+        "{two}"
+    );
+    ensure!(
+        o["groups"]
+            .as_array()
+            .context("groups")?
+            .iter()
+            .filter(|g| g["group"] == "cg")
+            .count()
+            == 1,
+        "once: {o}"
+    );
+    Ok(())
+}
+
+/// GET over HTTP/1.0 (the answer is not chunked): the body.
+fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr)?;
+    c.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut resp = String::new();
+    c.read_to_string(&mut resp)?;
+    ensure!(
+        resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200"),
+        "{resp}"
+    );
+    let (_, body) = resp.split_once("\r\n\r\n").context("a body")?;
+    Ok(body.to_owned())
+}

@@ -464,17 +464,36 @@ pub async fn reset_offsets(
     }
 }
 
-/// `groups list`.
+/// `groups list`: every group with its state and type: `flume` (Flume's
+/// groups, which the broker assigns), `classic` (Kafka clients' classic
+/// groups), `consumer` (Kafka clients' consumer-protocol groups, KIP-848),
+/// `share` (share groups, queues), `-` (known by committed offsets only).
 pub async fn list_groups(broker: &BrokerAddr, states: &[String]) -> Result<()> {
     let admin = connect(broker).await?;
     let states: Vec<&str> = states.iter().map(String::as_str).collect();
     let groups = admin.list_groups(&states).await.map_err(describe)?;
+    // Consumer-protocol groups also say "consumer" as their protocol type:
+    // the broker names them.
+    let consumer: std::collections::HashSet<String> =
+        if groups.iter().any(|g| g.protocol_type == "consumer") {
+            admin
+                .describe_consumer_groups(&[])
+                .await
+                .map_err(describe)?
+                .into_iter()
+                .map(|g| g.group)
+                .collect()
+        } else {
+            std::collections::HashSet::new()
+        };
     println!("{:<32} {:<20} TYPE", "GROUP", "STATE");
     for g in groups {
-        let kind = if g.protocol_type.is_empty() {
-            "-"
-        } else {
-            g.protocol_type.as_str()
+        let kind = match g.protocol_type.as_str() {
+            "" => "-",
+            "flume" => "flume",
+            "share" => "share",
+            "consumer" if consumer.contains(&g.group) => "consumer",
+            _ => "classic",
         };
         println!("{:<32} {:<20} {kind}", g.group, g.state);
     }
@@ -552,6 +571,23 @@ pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
             Err(e) => return Err(describe(e)),
         }
     };
+    let consumer = admin
+        .describe_consumer_groups(&[group])
+        .await
+        .map_err(describe)?;
+    if let Some(c) = consumer.into_iter().next() {
+        print_consumer_protocol_group(&c);
+        let offsets = committed_offsets(&admin, group).await?;
+        print_offsets(
+            &offsets,
+            &owners(c.members.iter().map(|m| (&m.member_id, &m.assignment))),
+        );
+        if let Some(s) = share {
+            println!();
+            print_share_group(&s);
+        }
+        return Ok(());
+    }
     let d = match admin.describe_group(group).await {
         Ok(d) => d,
         Err(e) if e.code() == Some(ErrorCode::UnknownGroup) => {
@@ -651,13 +687,6 @@ fn print_share_group(d: &flume_client::ShareGroupDescribeResponse) {
 
 /// A consumer group: state, members and committed offsets with their lag.
 fn print_consumer_group(d: &flume_client::DescribeGroupResponse) {
-    let or_dash = |s: &str| {
-        if s.is_empty() {
-            "-".to_owned()
-        } else {
-            s.to_owned()
-        }
-    };
     println!(
         "group {}: state {}, generation {}, protocol {} ({}), {} member(s), leader {}",
         d.group,
@@ -668,7 +697,6 @@ fn print_consumer_group(d: &flume_client::DescribeGroupResponse) {
         d.members.len(),
         or_dash(&d.leader_id)
     );
-    let mut owner = std::collections::HashMap::new();
     if !d.members.is_empty() {
         println!();
         println!(
@@ -676,34 +704,112 @@ fn print_consumer_group(d: &flume_client::DescribeGroupResponse) {
             "MEMBER", "CLIENT-ID", "HOST"
         );
         for m in &d.members {
-            let parts: Vec<String> = m
-                .assignment
-                .iter()
-                .map(|a| {
-                    let ps: Vec<String> = a.partitions.iter().map(i32::to_string).collect();
-                    format!("{}:{}", a.topic, ps.join(","))
-                })
-                .collect();
-            for a in &m.assignment {
-                for p in &a.partitions {
-                    owner.insert((a.topic.clone(), *p), m.member_id.clone());
-                }
-            }
             println!(
                 "{:<40} {:<20} {:<16} {}",
                 m.member_id,
                 or_dash(&m.client_id),
                 or_dash(&m.client_host),
-                if parts.is_empty() {
-                    "-".to_owned()
-                } else {
-                    parts.join(" ")
-                }
+                partitions(&m.assignment)
             );
         }
     }
+    print_offsets(
+        &d.offsets,
+        &owners(d.members.iter().map(|m| (&m.member_id, &m.assignment))),
+    );
+}
+
+/// A consumer-protocol group (KIP-848): its epochs and assignor, and per
+/// member its epoch, what it owns and, while it reconciles, its target.
+fn print_consumer_protocol_group(g: &flume_client::ConsumerGroupInfo) {
+    println!(
+        "group {}: type consumer, state {}, epoch {}, assignment epoch {}, assignor {}, {} member(s)",
+        g.group,
+        g.state,
+        g.epoch,
+        g.assignment_epoch,
+        or_dash(&g.assignor),
+        g.members.len()
+    );
+    if g.members.is_empty() {
+        return;
+    }
     println!();
-    if d.offsets.is_empty() {
+    println!(
+        "{:<40} {:>6} {:<20} {:<16} {:<24} {:<24} TARGET",
+        "MEMBER", "EPOCH", "CLIENT-ID", "HOST", "SUBSCRIPTION", "PARTITIONS"
+    );
+    for m in &g.members {
+        let subscription = if m.regex.is_empty() {
+            or_dash(&m.subscribed.join(","))
+        } else {
+            format!("/{}/", m.regex)
+        };
+        let owned = partitions(&m.assignment);
+        let target = partitions(&m.target);
+        println!(
+            "{:<40} {:>6} {:<20} {:<16} {:<24} {:<24} {}",
+            m.member_id,
+            m.member_epoch,
+            or_dash(&m.client_id),
+            or_dash(&m.client_host),
+            subscription,
+            owned,
+            // The target only while it differs: the member reconciles.
+            if target == owned { "=" } else { &target }
+        );
+    }
+}
+
+/// `s`, or `-` for an empty string.
+fn or_dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Partitions as `topic:0,1 other:2`, or `-` for none.
+fn partitions(tps: &[flume_client::TopicPartitions]) -> String {
+    let parts: Vec<String> = tps
+        .iter()
+        .filter(|a| !a.partitions.is_empty())
+        .map(|a| {
+            let ps: Vec<String> = a.partitions.iter().map(i32::to_string).collect();
+            format!("{}:{}", a.topic, ps.join(","))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(" ")
+    }
+}
+
+/// Which member owns each partition.
+fn owners<'a>(
+    members: impl Iterator<Item = (&'a String, &'a Vec<flume_client::TopicPartitions>)>,
+) -> std::collections::HashMap<(String, i32), String> {
+    let mut owner = std::collections::HashMap::new();
+    for (member, assignment) in members {
+        for a in assignment {
+            for p in &a.partitions {
+                owner.insert((a.topic.clone(), *p), member.clone());
+            }
+        }
+    }
+    owner
+}
+
+/// A group's committed offsets beside each partition's end, with the lag
+/// and the member owning the partition.
+fn print_offsets(
+    offsets: &[flume_client::GroupOffsetInfo],
+    owner: &std::collections::HashMap<(String, i32), String>,
+) {
+    println!();
+    if offsets.is_empty() {
         println!("no committed offsets");
         return;
     }
@@ -711,7 +817,7 @@ fn print_consumer_group(d: &flume_client::DescribeGroupResponse) {
         "{:<24} {:>9} {:>12} {:>12} {:>10}  OWNER",
         "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"
     );
-    for o in &d.offsets {
+    for o in offsets {
         let (end, lag) = if o.log_end < 0 {
             ("-".to_owned(), "-".to_owned())
         } else {
@@ -729,4 +835,33 @@ fn print_consumer_group(d: &flume_client::DescribeGroupResponse) {
             o.topic, o.partition, o.committed, end, lag
         );
     }
+}
+
+/// A group's committed offsets on every topic, each beside its partition's
+/// end (for a consumer-protocol group, which DESCRIBE_GROUP does not describe).
+async fn committed_offsets(
+    admin: &Admin,
+    group: &str,
+) -> Result<Vec<flume_client::GroupOffsetInfo>> {
+    let topics: Vec<String> = admin
+        .topics(&[])
+        .await
+        .map_err(describe)?
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    let parts = admin
+        .group_offsets(group, &topics)
+        .await
+        .map_err(describe)?;
+    Ok(parts
+        .into_iter()
+        .filter(|p| p.error.is_ok() && p.committed >= 0)
+        .map(|p| flume_client::GroupOffsetInfo {
+            topic: p.topic,
+            partition: p.partition,
+            committed: p.committed,
+            log_end: p.log_end,
+        })
+        .collect())
 }

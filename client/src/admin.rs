@@ -9,14 +9,14 @@ use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::cluster::Cluster;
 use crate::kafka::Endpoint;
 use crate::protocol::{
-    AclEntry, AclsRequest, AlterTopicRequest, CreatePartitionsRequest, CreateTopicRequest,
-    DeleteGroupRequest, DeleteOffsetsRequest, DeleteRecordsRequest, DeleteTopicRequest,
-    DeletedOffset, DescribeGroupRequest, DescribeGroupResponse, DescribeTopicConfigRequest,
-    ErrorCode, GroupListing, ListGroupsRequest, ListOffsetsPartition, ListOffsetsRequest,
-    ListTransactionsRequest, ListedOffset, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchPartition, OffsetFetchRequest, PartitionOffset, ShareGroupDescribeRequest,
-    ShareGroupDescribeResponse, TopicMetadata, TopicPartitions, TopicSettings, TransactionListing,
-    ACLS_ADD, ACLS_LIST, ACLS_REMOVE,
+    AclEntry, AclsRequest, AlterTopicRequest, ConsumerGroupDescribeRequest, ConsumerGroupInfo,
+    CreatePartitionsRequest, CreateTopicRequest, DeleteGroupRequest, DeleteOffsetsRequest,
+    DeleteRecordsRequest, DeleteTopicRequest, DeletedOffset, DescribeGroupRequest,
+    DescribeGroupResponse, DescribeTopicConfigRequest, ErrorCode, GroupListing, ListGroupsRequest,
+    ListOffsetsPartition, ListOffsetsRequest, ListTransactionsRequest, ListedOffset,
+    MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
+    PartitionOffset, ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicMetadata,
+    TopicPartitions, TopicSettings, TransactionListing, ACLS_ADD, ACLS_LIST, ACLS_REMOVE,
 };
 use crate::protocol::{
     ConfigEntry, TopicConfigsRequest, TopicConfigsResponse, TOPIC_CONFIGS_ALTER,
@@ -532,6 +532,39 @@ impl Admin {
             })
             .await
             .map_err(|e| with_context(e, group))
+    }
+
+    /// Consumer-protocol groups (Kafka clients with `group.protocol=consumer`,
+    /// KIP-848), sorted by id: state, group epoch, assignor, and each
+    /// member's epoch, subscription, assignment and target assignment. With
+    /// `groups` empty, every such group with members (on Kafka, those
+    /// ListGroups v5 lists with type "consumer"). A named group that is not
+    /// one (a classic group, or none) is left out, so `groups list` can tell
+    /// the types apart. Flume's CONSUMER_GROUP_DESCRIBE, or Kafka's
+    /// ConsumerGroupDescribe; a broker or cluster that serves neither has
+    /// none to describe (an empty answer).
+    ///
+    /// # Errors
+    /// INVALID_REQUEST for more than 10,000 names; connection failures.
+    pub async fn describe_consumer_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<Vec<ConsumerGroupInfo>> {
+        let client = match &self.backend {
+            Backend::Flume(c) => c,
+            Backend::Kafka(k) => return k.describe_consumer_groups(groups).await,
+        };
+        match client
+            .call(&ConsumerGroupDescribeRequest {
+                groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            })
+            .await
+        {
+            Ok(r) => Ok(r.groups),
+            // A broker from before consumer-protocol groups has none.
+            Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
     }
 
     /// The transactional ids the broker coordinates (every broker of a

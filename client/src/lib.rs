@@ -74,13 +74,13 @@ pub use producer::{
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use protocol::{
-    AclEntry, AlterTopicRequest, CreateTopicRequest, DeletedOffset, DescribeGroupResponse,
-    ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo, Header, ListOffsetsPartition,
-    ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset, Record,
-    ShareGroupDescribeResponse, ShareMemberInfo, SharePartitionInfo, TopicConfigValue,
-    TopicConfigsResponse, TopicMetadata, TopicPartitions, TopicSettings, TransactionListing,
-    CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP, MAX_TIMESTAMP,
+    AclEntry, AlterTopicRequest, ConsumerGroupInfo, ConsumerMemberInfo, CreateTopicRequest,
+    DeletedOffset, DescribeGroupResponse, ErrorCode, GroupListing, GroupMemberInfo,
+    GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
+    PartitionMetadata, PartitionOffset, Record, ShareGroupDescribeResponse, ShareMemberInfo,
+    SharePartitionInfo, TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions,
+    TopicSettings, TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT,
+    CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
 pub use share::{
     AckMode, AckOutcome, AcknowledgeType, ShareConsumer, ShareConsumerBuilder, ShareRecord,

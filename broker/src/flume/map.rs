@@ -538,6 +538,43 @@ pub fn share_group_description(
     }
 }
 
+/// A consumer-protocol group as CONSUMER_GROUP_DESCRIBE answers it.
+pub fn consumer_group_info(
+    v: crate::engine::ConsumerGroupView,
+) -> flume_protocol::ConsumerGroupInfo {
+    let tps = |a: crate::engine::Assignment| -> Vec<TopicPartitions> {
+        a.into_iter()
+            .map(|(topic, ps)| TopicPartitions {
+                topic,
+                partitions: ps.into_iter().collect(),
+            })
+            .collect()
+    };
+    flume_protocol::ConsumerGroupInfo {
+        group: v.group,
+        state: v.state.to_owned(),
+        epoch: v.epoch,
+        assignment_epoch: v.assignment_epoch,
+        assignor: v.assignor.to_owned(),
+        members: v
+            .members
+            .into_iter()
+            .map(|m| flume_protocol::ConsumerMemberInfo {
+                member_id: m.member_id,
+                instance_id: m.instance_id.unwrap_or_default(),
+                rack_id: m.rack_id.unwrap_or_default(),
+                member_epoch: m.member_epoch,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                subscribed: m.subscribed,
+                regex: m.regex.unwrap_or_default(),
+                assignment: tps(m.assignment),
+                target: tps(m.target),
+            })
+            .collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,6 +145,7 @@ async fn admit_request(
         ApiKey::ShareFetch => apis::share_fetch::handle(cx, payload),
         ApiKey::ShareAcknowledge => apis::share_fetch::handle_acknowledge(cx, payload),
         ApiKey::ShareGroupDescribe => apis::share_group_describe::handle(cx, payload),
+        ApiKey::ConsumerGroupDescribe => apis::consumer_group_describe::handle(cx, payload),
         // A connection answers AUTHENTICATE and USERS itself (`conn`); here
         // there is no connection state to authenticate.
         ApiKey::Authenticate => apis::error_frame(id, ErrorCode::AuthenticationFailed),

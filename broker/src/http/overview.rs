@@ -121,6 +121,10 @@ fn ms(seconds: Option<f64>) -> Value {
     seconds.map_or(Value::Null, |s| json!((s * 1e6).round() / 1e3))
 }
 
+/// Most consumer-protocol groups the overview describes, and members of each.
+const OVERVIEW_CONSUMER_GROUPS: usize = 500;
+const OVERVIEW_CONSUMER_MEMBERS: usize = 100;
+
 /// Most open transactions the overview lists (the oldest).
 const OVERVIEW_TRANSACTIONS: usize = 50;
 
@@ -168,16 +172,59 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
         })
         .collect();
     let lags = group_lags(engine);
-    let groups: Vec<Value> = engine
+    let consumer_names = engine.list_consumer_groups();
+    let mut groups: Vec<Value> = engine
         .group_summaries()
         .into_iter()
+        // A consumer-protocol group is shown once, below, as such.
+        .filter(|g| consumer_names.binary_search(&g.group).is_err())
         .map(|g| {
             json!({
-                "group": g.group, "state": g.state, "generation": g.generation,
+                "group": g.group, "type": "classic", "state": g.state, "generation": g.generation,
                 "members": g.members, "rebalances": g.rebalances,
             })
         })
         .collect();
+    // Consumer-protocol groups (KIP-848): epochs, and each member's epoch,
+    // partitions and (while it reconciles) target; bounded like the rest.
+    groups.extend(
+        consumer_names
+            .iter()
+            .filter_map(|name| engine.describe_consumer_group(name))
+            .take(OVERVIEW_CONSUMER_GROUPS)
+            .map(|g| {
+                let tps = |a: &crate::engine::Assignment| -> String {
+                    a.iter()
+                        .filter(|(_, ps)| !ps.is_empty())
+                        .map(|(t, ps)| {
+                            let ps: Vec<String> = ps.iter().map(i32::to_string).collect();
+                            format!("{t}:{}", ps.join(","))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                let members: Vec<Value> = g
+                    .members
+                    .iter()
+                    .take(OVERVIEW_CONSUMER_MEMBERS)
+                    .map(|m| {
+                        json!({
+                            "member_id": m.member_id, "member_epoch": m.member_epoch,
+                            "client_id": m.client_id, "instance_id": m.instance_id,
+                            "partitions": tps(&m.assignment), "target": tps(&m.target),
+                        })
+                    })
+                    .collect();
+                json!({
+                    "group": g.group, "type": "consumer",
+                    "state": g.state.to_ascii_lowercase(), "generation": g.epoch,
+                    "epoch": g.epoch, "assignment_epoch": g.assignment_epoch,
+                    "assignor": g.assignor, "members": g.members.len(),
+                    "member_list": members,
+                })
+            }),
+    );
+    groups.sort_by(|a, b| a["group"].as_str().cmp(&b["group"].as_str()));
     let (share_views, share_truncated) = engine.describe_share_groups(OVERVIEW_SHARE_PARTITIONS);
     let share_groups: Vec<Value> = share_views
         .iter()

@@ -122,6 +122,9 @@ api_keys! {
     ShareAcknowledge = 30, "SHARE_ACKNOWLEDGE", "share_acknowledge";
     /// Extension: a share group's members and its share-partitions' state.
     ShareGroupDescribe = 31, "SHARE_GROUP_DESCRIBE", "share_group_describe";
+    /// Extension: consumer-protocol groups (Kafka's KIP-848): each member's
+    /// epoch, subscription, assignment and target assignment.
+    ConsumerGroupDescribe = 32, "CONSUMER_GROUP_DESCRIBE", "consumer_group_describe";
 }
 
 /// Encoding into a buffer.
@@ -1115,6 +1118,71 @@ message! {
     }
 }
 
+// ---------------------------------------------------------------- CONSUMER_GROUP_DESCRIBE (extension, key 32)
+
+message! {
+    /// CONSUMER_GROUP_DESCRIBE request (extension): `[groups [string]]`:
+    /// these consumer-protocol groups (Kafka clients with
+    /// `group.protocol=consumer`, KIP-848), or every one with members when
+    /// `groups` is empty. At most 10,000 names (else INVALID_REQUEST).
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ConsumerGroupDescribeRequest {
+        /// Group ids; empty for every consumer-protocol group with members.
+        pub groups: Vec<String>,
+    }
+
+    /// One member of a consumer-protocol group.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ConsumerMemberInfo {
+        /// Its id (the client's).
+        pub member_id: String,
+        /// A static member's `group.instance.id` (empty for a dynamic one).
+        pub instance_id: String,
+        /// Its rack (empty without one).
+        pub rack_id: String,
+        /// Its epoch: the group epoch whose assignment it has reconciled.
+        pub member_epoch: i32,
+        /// The client's id.
+        pub client_id: String,
+        /// The client's address.
+        pub client_host: String,
+        /// The topics it subscribes to by name.
+        pub subscribed: Vec<String>,
+        /// Its regular-expression subscription (empty without one).
+        pub regex: String,
+        /// The partitions it owns now.
+        pub assignment: Vec<TopicPartitions>,
+        /// The partitions the group's target assignment gives it.
+        pub target: Vec<TopicPartitions>,
+    }
+
+    /// One consumer-protocol group.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct ConsumerGroupInfo {
+        /// Group id.
+        pub group: String,
+        /// `Stable` (every member owns its target) or `Reconciling`.
+        pub state: String,
+        /// The group epoch (bumped by every membership or subscription change).
+        pub epoch: i32,
+        /// The epoch of the target assignment.
+        pub assignment_epoch: i32,
+        /// The server-side assignor (`uniform`, `range`).
+        pub assignor: String,
+        /// Members, sorted by id.
+        pub members: Vec<ConsumerMemberInfo>,
+    }
+
+    /// CONSUMER_GROUP_DESCRIBE response: `[groups [ConsumerGroupInfo]]`,
+    /// sorted by id; a named group that is not a consumer-protocol group
+    /// with members is left out.
+    #[derive(Debug, Clone, PartialEq, Eq, Default)]
+    pub struct ConsumerGroupDescribeResponse {
+        /// The groups described.
+        pub groups: Vec<ConsumerGroupInfo>,
+    }
+}
+
 // ---------------------------------------------------------------- CREATE_PARTITIONS, DELETE_OFFSETS (extension, keys 24, 25)
 
 message! {
@@ -1485,6 +1553,7 @@ requests! {
     ShareFetchRequest => ShareFetchResponse: ShareFetch,
     ShareAcknowledgeRequest => ShareAcknowledgeResponse: ShareAcknowledge,
     ShareGroupDescribeRequest => ShareGroupDescribeResponse: ShareGroupDescribe,
+    ConsumerGroupDescribeRequest => ConsumerGroupDescribeResponse: ConsumerGroupDescribe,
 }
 
 #[cfg(test)]

@@ -709,6 +709,8 @@ fn every_decoder_survives(bytes: &[u8]) -> Result<(), TestCaseError> {
     survives::<ShareAcknowledgeResponse>(bytes)?;
     survives::<ShareGroupDescribeRequest>(bytes)?;
     survives::<ShareGroupDescribeResponse>(bytes)?;
+    survives::<ConsumerGroupDescribeRequest>(bytes)?;
+    survives::<ConsumerGroupDescribeResponse>(bytes)?;
     survives::<Span>(bytes)
 }
 
@@ -953,6 +955,39 @@ fn share_messages_round_trip_with_exact_bytes() {
         }],
     })
     .unwrap();
+    check(&ConsumerGroupDescribeRequest {
+        groups: vec!["g".into()],
+    })
+    .unwrap();
+    check(&ConsumerGroupDescribeResponse {
+        groups: vec![ConsumerGroupInfo {
+            group: "g".into(),
+            state: "Reconciling".into(),
+            epoch: 3,
+            assignment_epoch: 3,
+            assignor: "uniform".into(),
+            members: vec![ConsumerMemberInfo {
+                member_id: "m".into(),
+                instance_id: String::new(),
+                rack_id: "r1".into(),
+                member_epoch: 2,
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                subscribed: vec!["t".into()],
+                regex: String::new(),
+                assignment: vec![TopicPartitions {
+                    topic: "t".into(),
+                    partitions: vec![0, 1],
+                }],
+                target: vec![TopicPartitions {
+                    topic: "t".into(),
+                    partitions: vec![0],
+                }],
+            }],
+        }],
+    })
+    .unwrap();
     assert_eq!(ApiKey::from_i16(29), Some(ApiKey::ShareFetch));
-    assert_eq!(ApiKey::from_i16(32), None);
+    assert_eq!(ApiKey::from_i16(32), Some(ApiKey::ConsumerGroupDescribe));
+    assert_eq!(ApiKey::from_i16(33), None);
 }

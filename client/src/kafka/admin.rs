@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::{
-    create_partitions_request, create_topics_request, delete_records_request,
-    delete_topics_request, describe_configs_request, offset_delete_request, ApiKey,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest,
-    DeleteTopicsRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeTransactionsRequest, ListGroupsRequest, ListTransactionsRequest, OffsetDeleteRequest,
-    TransactionalId,
+    consumer_group_describe_response, create_partitions_request, create_topics_request,
+    delete_records_request, delete_topics_request, describe_configs_request, offset_delete_request,
+    ApiKey, ConsumerGroupDescribeRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeTransactionsRequest, ListGroupsRequest, ListTransactionsRequest,
+    OffsetDeleteRequest, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
 
@@ -23,11 +23,11 @@ use super::errors;
 use super::offsets::{self, flume_code, group_id, topic_name};
 use crate::error::{Error, Result};
 use crate::protocol::{
-    CreateTopicRequest, DeletedOffset, DescribeGroupResponse, ErrorCode, GroupListing,
-    GroupMemberInfo, GroupOffsetInfo, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
-    PartitionMetadata, PartitionOffset, TopicConfigValue, TopicConfigsResponse, TopicMetadata,
-    TopicPartitions, TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT,
-    CONFIG_SOURCE_TOPIC,
+    ConsumerGroupInfo, ConsumerMemberInfo, CreateTopicRequest, DeletedOffset,
+    DescribeGroupResponse, ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo,
+    ListOffsetsPartition, ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset,
+    TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions, TransactionListing,
+    CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT, CONFIG_SOURCE_TOPIC,
 };
 
 /// How long the brokers may take over topic and partition changes.
@@ -643,6 +643,122 @@ impl KafkaAdmin {
             ));
         }
         Ok(g)
+    }
+
+    /// Consumer-protocol groups (KIP-848) by ConsumerGroupDescribe at each
+    /// group's coordinator; with `groups` empty, those ListGroups (v5+, type
+    /// "consumer") lists at every broker. A group that is not one (Kafka's
+    /// GROUP_ID_NOT_FOUND) is left out; a cluster without the API has none.
+    pub(crate) async fn describe_consumer_groups(
+        &self,
+        groups: &[&str],
+    ) -> Result<Vec<ConsumerGroupInfo>> {
+        let names: Vec<String> = if groups.is_empty() {
+            self.consumer_group_names().await?
+        } else {
+            groups.iter().map(|g| (*g).to_owned()).collect()
+        };
+        let mut out = BTreeMap::new();
+        for group in names {
+            let conn = self.cluster.coordinator(&group).await?;
+            let Ok(v) = conn.version(ApiKey::ConsumerGroupDescribe) else {
+                continue;
+            };
+            let req =
+                ConsumerGroupDescribeRequest::default().with_group_ids(vec![group_id(&group)]);
+            let resp = conn.call_at(&req, v, Duration::ZERO).await?;
+            for g in resp.groups {
+                if g.error_code == errors::GROUP_ID_NOT_FOUND {
+                    continue;
+                }
+                if g.error_code != errors::NONE {
+                    return Err(errors::error_with(
+                        g.error_code,
+                        format!("group {group}"),
+                        g.error_message.as_deref(),
+                    ));
+                }
+                let tps =
+                    |a: &consumer_group_describe_response::Assignment| -> Vec<TopicPartitions> {
+                        let mut v: Vec<TopicPartitions> = a
+                            .topic_partitions
+                            .iter()
+                            .map(|t| TopicPartitions {
+                                topic: t.topic_name.0.to_string(),
+                                partitions: t.partitions.clone(),
+                            })
+                            .collect();
+                        v.sort_by(|a, b| a.topic.cmp(&b.topic));
+                        v
+                    };
+                let mut members: Vec<ConsumerMemberInfo> = g
+                    .members
+                    .iter()
+                    .map(|m| ConsumerMemberInfo {
+                        member_id: m.member_id.to_string(),
+                        instance_id: m
+                            .instance_id
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
+                        rack_id: m
+                            .rack_id
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
+                        member_epoch: m.member_epoch,
+                        client_id: m.client_id.to_string(),
+                        client_host: m.client_host.to_string(),
+                        subscribed: m
+                            .subscribed_topic_names
+                            .iter()
+                            .map(|t| t.0.to_string())
+                            .collect(),
+                        regex: m
+                            .subscribed_topic_regex
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default(),
+                        assignment: tps(&m.assignment),
+                        target: tps(&m.target_assignment),
+                    })
+                    .collect();
+                members.sort_by(|a, b| a.member_id.cmp(&b.member_id));
+                let name = g.group_id.0.to_string();
+                out.insert(
+                    name.clone(),
+                    ConsumerGroupInfo {
+                        group: name,
+                        state: g.group_state.to_string(),
+                        epoch: g.group_epoch,
+                        assignment_epoch: g.assignment_epoch,
+                        assignor: g.assignor_name.to_string(),
+                        members,
+                    },
+                );
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// The ids of consumer-protocol groups, by ListGroups v5 (type
+    /// "consumer") at every broker; none from brokers older than v5.
+    async fn consumer_group_names(&self) -> Result<Vec<String>> {
+        let brokers = self.cluster.refresh(Some(&[]), false).await?.brokers;
+        let mut out = std::collections::BTreeSet::new();
+        for b in brokers {
+            let conn = self.cluster.broker(b.node_id.0).await?;
+            let v = conn.version(ApiKey::ListGroups)?;
+            if v < 5 {
+                continue;
+            }
+            let req = ListGroupsRequest::default()
+                .with_types_filter(vec![StrBytes::from_static_str("consumer")]);
+            let resp = conn.call_at(&req, v, Duration::ZERO).await?;
+            errors::check(resp.error_code, || format!("ListGroups at {}", conn.addr()))?;
+            out.extend(resp.groups.into_iter().map(|g| g.group_id.0.to_string()));
+        }
+        Ok(out.into_iter().collect())
     }
 
     /// The group's state and members (with their partitions, read from the

@@ -79,7 +79,7 @@ pub(crate) const SPOKEN: &[(ApiKey, i16, i16)] = &[
     (ApiKey::LeaveGroup, 0, 2),
     (ApiKey::SyncGroup, 0, 3),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::SaslHandshake, 1, 1),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
@@ -96,6 +96,7 @@ pub(crate) const SPOKEN: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The version to use of `key`, given what the broker advertised: the

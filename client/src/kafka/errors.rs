@@ -27,6 +27,7 @@ pub(crate) const UNKNOWN_PRODUCER_ID: i16 = 59;
 pub(crate) const FENCED_LEADER_EPOCH: i16 = 74;
 pub(crate) const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub(crate) const MEMBER_ID_REQUIRED: i16 = 79;
+pub(crate) const GROUP_ID_NOT_FOUND: i16 = 69;
 pub(crate) const FENCED_MEMBER_EPOCH: i16 = 110;
 pub(crate) const INVALID_RECORD_STATE: i16 = 121;
 pub(crate) const SHARE_SESSION_NOT_FOUND: i16 = 122;

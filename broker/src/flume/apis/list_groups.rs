@@ -1,6 +1,8 @@
 //! LIST_GROUPS: every group the principal may describe, by state: consumer
-//! groups, and share groups (protocol type `share`, state `Stable` with
-//! members, `Empty` without).
+//! groups, consumer-protocol groups (KIP-848: protocol type `consumer`, state
+//! `Stable` or `Reconciling` while they have members; CONSUMER_GROUP_DESCRIBE
+//! tells them from classic ones), and share groups (protocol type `share`,
+//! state `Stable` with members, `Empty` without).
 
 use flume_protocol::ListGroupsRequest;
 
@@ -11,11 +13,30 @@ use crate::security::acl::{Operation, Resource};
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<ListGroupsRequest>(payload) {
         Ok(req) => {
+            let consumer = cx.engine.list_consumer_groups();
             let mut groups = cx.engine.list_groups();
+            // A consumer-protocol group with members is listed once, as such.
+            groups.retain(|g| consumer.binary_search(&g.group).is_err());
             if cx.who.enforced() {
                 groups.retain(|g| cx.who.sees(Operation::Describe, Resource::group(&g.group)));
             }
             let mut listed = map::group_listings(groups, &req.states_filter);
+            for name in consumer {
+                if cx.who.enforced() && !cx.who.sees(Operation::Describe, Resource::group(&name)) {
+                    continue;
+                }
+                let Some(view) = cx.engine.describe_consumer_group(&name) else {
+                    continue;
+                };
+                if req.states_filter.is_empty() || req.states_filter.iter().any(|s| s == view.state)
+                {
+                    listed.groups.push(flume_protocol::GroupListing {
+                        group: name,
+                        state: view.state.to_owned(),
+                        protocol_type: "consumer".to_owned(),
+                    });
+                }
+            }
             for name in cx.engine.list_share_groups() {
                 if cx.who.enforced() && !cx.who.sees(Operation::Describe, Resource::group(&name)) {
                     continue;

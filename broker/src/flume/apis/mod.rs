@@ -4,6 +4,7 @@
 
 pub(super) mod acls;
 pub(super) mod alter_topic;
+pub(super) mod consumer_group_describe;
 pub(super) mod create_partitions;
 pub(super) mod create_topic;
 pub(super) mod delete_group;
