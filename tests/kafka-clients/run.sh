@@ -14,6 +14,8 @@
 #                                     tests/chaos/share_queue.py under failures); `consumer-protocol`
 #                                     is confluent-kafka's Consumer with group.protocol=consumer
 #                                     (KIP-848, consumer_protocol_test.py)
+#   FLUME_CLI=path                    the flume-cli binary to run (default: cargo build -p flume-cli
+#                                     --locked, then ${CARGO_TARGET_DIR:-target}/debug/flume-cli)
 #   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
 #                                     one (the cross-protocol scenarios are skipped then)
 #   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
@@ -47,7 +49,7 @@ INSTALL_ONLY=0
 case "${1:-}" in
   --install-only) INSTALL_ONLY=1 ;;
   "") ;;
-  -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+  -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
   *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 
@@ -209,7 +211,11 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 FLUME=
 NATIVE=
-if [ -z "$BOOTSTRAP" ]; then
+if [ -z "$BOOTSTRAP" ] && [ -n "${FLUME_CLI:-}" ]; then
+  FLUME=$FLUME_CLI
+  [ -x "$FLUME" ] || die "FLUME_CLI=$FLUME is not an executable"
+  say "using $FLUME (FLUME_CLI; no build)"
+elif [ -z "$BOOTSTRAP" ]; then
   say "building flume-cli"
   if ! (cd "$ROOT" && cargo build -p flume-cli --locked) >"$WORK/build.log" 2>&1; then
     tail -n 30 "$WORK/build.log" >&2
@@ -217,6 +223,8 @@ if [ -z "$BOOTSTRAP" ]; then
   fi
   FLUME=${CARGO_TARGET_DIR:-$ROOT/target}/debug/flume-cli
   [[ "$FLUME" = /* ]] || FLUME=$ROOT/$FLUME
+fi
+if [ -n "$FLUME" ]; then
   if ! "$FLUME" broker --help 2>/dev/null | grep -q -- '--kafka-port'; then
     die "flume-cli broker does not accept --kafka-port yet (issue #14: the Kafka listener is not built)"
   fi
