@@ -49,7 +49,7 @@ INSTALL_ONLY=0
 case "${1:-}" in
   --install-only) INSTALL_ONLY=1 ;;
   "") ;;
-  -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+  -h | --help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 
