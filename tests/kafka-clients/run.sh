@@ -575,13 +575,13 @@ if want share; then
   fi
 fi
 # Consumer-protocol groups (KIP-848) with confluent-kafka's Consumer, group.protocol=consumer:
-# 3 scenarios. With flume-cli on a broker of its own with a 6 s session timeout (a killed consumer's
+# 5 scenarios. With flume-cli on a broker of its own with a 6 s session timeout (a killed consumer's
 # partitions move after it); against a running broker, after that broker's 45 s default.
 if want consumer-protocol; then
   if [ -n "$FLUME" ]; then
-    run_client consumer-protocol 3 "$PY" "$HERE/consumer_protocol_test.py" --flume "$FLUME" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
+    run_client consumer-protocol 5 "$PY" "$HERE/consumer_protocol_test.py" --flume "$FLUME" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
   else
-    run_client consumer-protocol 3 "$PY" "$HERE/consumer_protocol_test.py" --bootstrap "$BOOTSTRAP" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
+    run_client consumer-protocol 5 "$PY" "$HERE/consumer_protocol_test.py" --bootstrap "$BOOTSTRAP" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
   fi
 fi
 # Both libraries side by side (stream_apps.py runs each in a thread): 2 scenarios each.
