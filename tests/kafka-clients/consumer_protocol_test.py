@@ -21,6 +21,14 @@ Scenarios (one PASS/FAIL line each, as common.Reporter prints them):
   regex-subscription  a consumer subscribed to `^PREFIX-rx-.*` (sent to the broker as a regex)
                    reads the records of the two topics that match and not of the one that
                    does not, then of a matching topic created after it joined
+  classic-and-consumer  on one topic, a classic group (group.protocol=classic, JoinGroup and
+                   SyncGroup) of one consumer and a consumer-protocol group of two each read
+                   every record once and commit it; the admin client lists both with their
+                   type (ListGroups v5) and describes both (the consumer-protocol one through
+                   ConsumerGroupDescribe: its members and the partitions each is assigned)
+  classic-takeover a classic group reads and commits, and its consumer leaves; a
+                   consumer-protocol consumer then joins the empty group and reads from the
+                   classic group's committed offsets: only the records produced after them
 Every wait is a condition with a deadline (common.DEADLINE_S); consumers are closed at the end.
 """
 
@@ -35,7 +43,8 @@ import threading
 import time
 import traceback
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupState, ConsumerGroupType, Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -45,16 +54,19 @@ import probe  # noqa: E402
 CLIENT = "consumer-protocol"
 PARTITIONS = 4
 SESSION_MS = 6000
-SCENARIOS = ["join-and-leave", "killed-consumer", "regex-subscription"]
+SCENARIOS = ["join-and-leave", "killed-consumer", "regex-subscription", "classic-and-consumer", "classic-takeover"]
 APIS = {68: "ConsumerGroupHeartbeat"}
 
 
-def consumer_conf(bootstrap, group, **extra):
+def consumer_conf(bootstrap, group, protocol="consumer", **extra):
+    if protocol == "classic":
+        # librdkafka's default protocol; the classic group's own timeouts, the client's assignor.
+        extra = {**confluent_test.CONSUMER, **extra}
     c = confluent_test.conf(
         bootstrap,
         **{
             "group.id": group,
-            "group.protocol": "consumer",
+            "group.protocol": protocol,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 100,
@@ -77,9 +89,9 @@ def produce(bootstrap, topic, first, n):
 class Member:
     """A consumer polling on its own thread; commits every record before its next poll."""
 
-    def __init__(self, bootstrap, group, topic, name, seen, lock, with_topic=False):
+    def __init__(self, bootstrap, group, topic, name, seen, lock, with_topic=False, protocol="consumer"):
         self.name = name
-        self.c = Consumer(consumer_conf(bootstrap, group, **{"client.id": name}))
+        self.c = Consumer(consumer_conf(bootstrap, group, protocol, **{"client.id": name}))
         # What it owns, kept by the rebalance callbacks on its polling thread (incremental
         # with this protocol): assignment() from another thread waits for the poll.
         self.owned = set()
@@ -273,6 +285,135 @@ def regex_subscription(bootstrap, pre):
     return problems
 
 
+def listed_groups(admin):
+    """group id -> (type, state) of every group ListGroups answers."""
+    res = admin.list_consumer_groups(request_timeout=10).result(timeout=15)
+    return {g.group_id: (g.type, g.state) for g in res.valid}
+
+
+def exactly_once(seen, n, who):
+    """seen: (partition, offset, name) tuples; problems unless n distinct records, each once."""
+    keys = [(p, o) for p, o, _ in seen]
+    if len(keys) != n or len(set(keys)) != n:
+        return [f"{who}: {len(keys)} reads of {len(set(keys))} distinct records, want {n} of {n}"]
+    return []
+
+
+def classic_and_consumer(bootstrap, pre):
+    topic, g_classic, g_consumer = f"{pre}-mix", f"{pre}-mix-classic", f"{pre}-mix-consumer"
+    confluent_test.create_topic(bootstrap, topic, PARTITIONS)
+    seen_classic, seen_consumer, lock, problems = [], [], threading.Lock(), []
+    members = []
+    try:
+        classic = Member(bootstrap, g_classic, topic, "cl", seen_classic, lock, protocol="classic")
+        members.append(classic)
+        ca = Member(bootstrap, g_consumer, topic, "ca", seen_consumer, lock)
+        members.append(ca)
+        common.wait_for(lambda: len(ca.assignment()) == PARTITIONS, common.DEADLINE_S, "ca owns the 4 partitions")
+        cb = Member(bootstrap, g_consumer, topic, "cb", seen_consumer, lock)
+        members.append(cb)
+
+        def split():
+            a, b = ca.assignment(), cb.assignment()
+            return a and b and not a & b and a | b == set(range(PARTITIONS))
+
+        common.wait_for(split, common.DEADLINE_S, "the partitions split between ca and cb")
+        common.wait_for(lambda: len(classic.assignment()) == PARTITIONS, common.DEADLINE_S,
+                        "the classic group's consumer owns the 4 partitions")
+        produce(bootstrap, topic, 0, 200)
+        common.wait_for(lambda: len(seen_classic) >= 200 and len(seen_consumer) >= 200, common.DEADLINE_S,
+                        "200 records in each group")
+        admin = AdminClient(confluent_test.conf(bootstrap))
+        # Both listed, each with its type, while their members are in.
+        want = {g_classic: ConsumerGroupType.CLASSIC, g_consumer: ConsumerGroupType.CONSUMER}
+        listed = listed_groups(admin)
+        for g, t in want.items():
+            if g not in listed:
+                problems.append(f"list_consumer_groups does not list {g}")
+            elif listed[g][0] != t:
+                problems.append(f"list_consumer_groups: {g} has type {listed[g][0]}, want {t}")
+        owned = {"cl": classic.assignment(), "ca": ca.assignment(), "cb": cb.assignment()}
+        fs = admin.describe_consumer_groups([g_classic, g_consumer], request_timeout=10)
+        for g, f in fs.items():
+            try:
+                d = f.result(timeout=15)
+            except KafkaException as e:
+                problems.append(f"describe_consumer_groups({g}): {e}")
+                continue
+            if d.type != want[g]:
+                problems.append(f"described {g} with type {d.type}, want {want[g]}")
+            got = {}
+            for m in d.members:
+                tps = m.assignment.topic_partitions if m.assignment else []
+                got[m.client_id] = {tp.partition for tp in tps if tp.topic == topic}
+            names = ["cl"] if g == g_classic else ["ca", "cb"]
+            expected = {n: owned[n] for n in names}
+            if got != expected:
+                problems.append(f"described {g}'s members and assignments as {got}, want {expected}")
+            common.log(f"[{CLIENT}] {g}: {d.type}, {d.state}, assignor {d.partition_assignor!r}, members {got}")
+        time.sleep(0.5)  # not a synchronisation: a window for a duplicate to show up
+        with lock:
+            problems += exactly_once(seen_classic, 200, "classic group")
+            problems += exactly_once(seen_consumer, 200, "consumer-protocol group")
+            readers = {n for _, _, n in seen_consumer}
+        if readers != {"ca", "cb"}:
+            problems.append(f"the consumer-protocol group's records read by {sorted(readers)}, want ca and cb")
+        for m in members:
+            problems += [f"{m.name}: {e}" for e in m.errors[:3]]
+    finally:
+        for m in members:
+            m.close()
+    for g in (g_classic, g_consumer):
+        got = committed_of(bootstrap, g, topic)
+        if got != {p: 50 for p in range(PARTITIONS)}:
+            problems.append(f"{g} committed {got}, want 50 on each partition")
+    return problems
+
+
+def classic_takeover(bootstrap, pre):
+    topic, group = f"{pre}-tk", f"{pre}-tk-g"
+    confluent_test.create_topic(bootstrap, topic, PARTITIONS)
+    seen, lock, problems = [], threading.Lock(), []
+    admin = AdminClient(confluent_test.conf(bootstrap))
+    produce(bootstrap, topic, 0, 100)
+    classic = Member(bootstrap, group, topic, "cl", seen, lock, protocol="classic")
+    try:
+        common.wait_for(lambda: len(seen) >= 100, common.DEADLINE_S, "the classic consumer reads 100 records")
+        problems += exactly_once(seen, 100, "classic consumer")
+    finally:
+        classic.close()
+    problems += [f"cl: {e}" for e in classic.errors[:3]]
+    got = committed_of(bootstrap, group, topic)
+    if got != {p: 25 for p in range(PARTITIONS)}:
+        return problems + [f"the classic group committed {got}, want 25 on each partition"]
+    common.wait_for(lambda: listed_groups(admin).get(group, (None, None))[1] == ConsumerGroupState.EMPTY,
+                    common.DEADLINE_S, "the classic group listed Empty once its consumer left")
+    produce(bootstrap, topic, 100, 100)
+    with lock:
+        seen.clear()
+    m = Member(bootstrap, group, topic, "cp", seen, lock)
+    try:
+        common.wait_for(lambda: len(m.assignment()) == PARTITIONS, common.DEADLINE_S,
+                        "the consumer-protocol consumer owns the 4 partitions of the group")
+        t = listed_groups(admin).get(group, (None, None))[0]
+        if t != ConsumerGroupType.CONSUMER:
+            problems.append(f"list_consumer_groups: the group has type {t} after the takeover, want {ConsumerGroupType.CONSUMER}")
+        common.wait_for(lambda: len(seen) >= 100, common.DEADLINE_S, "the 100 records produced after the commits")
+        time.sleep(0.5)  # not a synchronisation: a window for a re-read record to show up
+        with lock:
+            old = [(p, o) for p, o, _ in seen if o < 25]
+            problems += exactly_once(seen, 100, "consumer-protocol consumer")
+        if old:
+            problems.append(f"{len(old)} records before the classic group's commits read again (e.g. {old[0]})")
+        problems += [f"cp: {e}" for e in m.errors[:3]]
+    finally:
+        m.close()
+    got = committed_of(bootstrap, group, topic)
+    if got != {p: 50 for p in range(PARTITIONS)}:
+        problems.append(f"committed {got} after the takeover, want 50 on each partition")
+    return problems
+
+
 def preflight(bootstrap):
     try:
         apis = {k: (lo, hi) for k, lo, hi in probe.probe(bootstrap, 10)}
@@ -318,6 +459,8 @@ def main():
             "join-and-leave": (join_and_leave, (bootstrap, pre), 6),
             "killed-consumer": (killed_consumer, (bootstrap, pre, session_s), 4),
             "regex-subscription": (regex_subscription, (bootstrap, pre), 4),
+            "classic-and-consumer": (classic_and_consumer, (bootstrap, pre), 5),
+            "classic-takeover": (classic_takeover, (bootstrap, pre), 6),
         }
         for name in names:
             fn, fargs, factor = runs[name]

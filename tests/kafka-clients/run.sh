@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Real Kafka clients against Flume's Kafka listener (issue #14): kcat, confluent-kafka,
-# kafka-python and kafkajs, none written here, and two stream-processing libraries that
+# kafka-python, kafkajs and @platformatic/kafka, none written here, and two stream-processing libraries that
 # keep their state in compacted changelog topics (Quix Streams, faust-streaming). See
 # README.md beside this file.
 #
@@ -8,12 +8,16 @@
 #   tests/kafka-clients/run.sh --install-only  only install the clients into the cache
 #
 # Environment:
-#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share,consumer-protocol
+#   KAFKA_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share,consumer-protocol,platformatic
 #                                     the clients to run (default: all of these); `share` is
 #                                     confluent-kafka's ShareConsumer (share_test.py, issue #44, and
 #                                     tests/chaos/share_queue.py under failures); `consumer-protocol`
 #                                     is confluent-kafka's Consumer with group.protocol=consumer
-#                                     (KIP-848, consumer_protocol_test.py)
+#                                     (KIP-848, consumer_protocol_test.py); `platformatic` is
+#                                     @platformatic/kafka, consumer-protocol and classic groups
+#                                     (platformatic_test.mjs)
+#   FLUME_CLI=path                    the flume-cli binary to run (default: cargo build -p flume-cli
+#                                     --locked, then ${CARGO_TARGET_DIR:-target}/debug/flume-cli)
 #   FLUME_KAFKA_BOOTSTRAP=host:port   use this running Kafka-protocol broker instead of starting
 #                                     one (the cross-protocol scenarios are skipped then)
 #   FLUME_CACHE=dir                   install cache (default ${TMPDIR:-/tmp}/flume-ci-cache)
@@ -27,7 +31,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 CACHE=${FLUME_CACHE:-${TMPDIR:-/tmp}/flume-ci-cache}
-ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share,consumer-protocol
+ALL_CLIENTS=kcat,confluent,kafka-python,kafkajs,quixstreams,faust,share,consumer-protocol,platformatic
 KNOWN_CLIENTS=$ALL_CLIENTS
 CLIENTS=${KAFKA_CLIENTS:-$ALL_CLIENTS}
 BOOTSTRAP=${FLUME_KAFKA_BOOTSTRAP:-}
@@ -39,6 +43,8 @@ DEADLINE_S=$KAFKA_CLIENTS_DEADLINE_S
 CONFLUENT_KAFKA_VERSION=2.16.1
 KAFKA_PYTHON_VERSION=3.0.12
 KAFKAJS_VERSION=2.2.4
+# Its package.json wants Node >= 22.22; platformatic_test.mjs polyfills what Node 20 lacks.
+PLATFORMATIC_KAFKA_VERSION=2.12.1
 # The stream-processing libraries and every one of their dependencies are pinned in
 # stream-requirements.txt; uv installs them (pip fetches one package at a time: 67 here).
 UV_VERSION=0.13.9
@@ -47,7 +53,7 @@ INSTALL_ONLY=0
 case "${1:-}" in
   --install-only) INSTALL_ONLY=1 ;;
   "") ;;
-  -h | --help) sed -n '2,22p' "$0"; exit 0 ;;
+  -h | --help) awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0"; exit 0 ;;
   *) echo "error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
 esac
 
@@ -141,6 +147,25 @@ install_kafkajs() {
   }
 }
 
+# @platformatic/kafka in an npm prefix of its own: `npm install --no-save` in kafkajs's prefix
+# removes what an earlier --no-save install put there (kafkajs), so each would reinstall the
+# other on every run. Its own dependencies are npm's newest within the package's ^ ranges at
+# install time (the top level is pinned, as kafkajs, which has none).
+PF_PREFIX=$CACHE/kafka-clients-npm-platformatic
+install_platformatic() {
+  command -v node >/dev/null || { say "node is required for @platformatic/kafka"; return 1; }
+  local have
+  have=$(node -p "require('$PF_PREFIX/node_modules/@platformatic/kafka/package.json').version" 2>/dev/null || true)
+  [ "$have" = "$PLATFORMATIC_KAFKA_VERSION" ] && return 0
+  say "installing @platformatic/kafka@$PLATFORMATIC_KAFKA_VERSION into $PF_PREFIX"
+  mkdir -p "$PF_PREFIX"
+  npm install --prefix "$PF_PREFIX" --no-audit --no-fund --no-save --loglevel=error \
+    "@platformatic/kafka@$PLATFORMATIC_KAFKA_VERSION" >"$WORK/npm-platformatic.log" 2>&1 || {
+    tail -n 20 "$WORK/npm-platformatic.log" >&2
+    return 1
+  }
+}
+
 # Quix Streams and faust-streaming in one venv (their dependencies do not overlap where
 # it matters), installed by uv: pip fetches and installs one package after another
 # (measured here: 87-106 s for Quix Streams' 43 packages), uv in parallel (3-5 s for all
@@ -188,6 +213,9 @@ install_all() {
     timed python install_python || die "could not install the Python clients (pip)"
   fi
   if want kafkajs; then timed kafkajs install_kafkajs || die "could not install kafkajs (npm)"; fi
+  if want platformatic; then
+    timed platformatic install_platformatic || die "could not install @platformatic/kafka (npm)"
+  fi
   if want quixstreams || want faust; then
     timed stream install_stream || die "could not install the stream-processing libraries (uv)"
   fi
@@ -209,7 +237,11 @@ port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
 
 FLUME=
 NATIVE=
-if [ -z "$BOOTSTRAP" ]; then
+if [ -z "$BOOTSTRAP" ] && [ -n "${FLUME_CLI:-}" ]; then
+  FLUME=$FLUME_CLI
+  [ -x "$FLUME" ] || die "FLUME_CLI=$FLUME is not an executable"
+  say "using $FLUME (FLUME_CLI; no build)"
+elif [ -z "$BOOTSTRAP" ]; then
   say "building flume-cli"
   if ! (cd "$ROOT" && cargo build -p flume-cli --locked) >"$WORK/build.log" 2>&1; then
     tail -n 30 "$WORK/build.log" >&2
@@ -217,6 +249,8 @@ if [ -z "$BOOTSTRAP" ]; then
   fi
   FLUME=${CARGO_TARGET_DIR:-$ROOT/target}/debug/flume-cli
   [[ "$FLUME" = /* ]] || FLUME=$ROOT/$FLUME
+fi
+if [ -n "$FLUME" ]; then
   if ! "$FLUME" broker --help 2>/dev/null | grep -q -- '--kafka-port'; then
     die "flume-cli broker does not accept --kafka-port yet (issue #14: the Kafka listener is not built)"
   fi
@@ -525,6 +559,11 @@ if want kafka-python; then run_client kafka-python 11 "$PY" "$HERE/kafka_python_
 if want kafkajs; then
   run_client kafkajs 10 env NODE_PATH="$NPM_PREFIX/node_modules" node "$HERE/kafkajs_test.js" "$BOOTSTRAP" "$PREFIX" "$WORK/logs"
 fi
+# @platformatic/kafka (ESM: PLATFORMATIC_PREFIX, not NODE_PATH): a consumer-protocol group of
+# one member and of two, and a classic group: 3 scenarios.
+if want platformatic; then
+  run_client platformatic 3 env PLATFORMATIC_PREFIX="$PF_PREFIX" node "$HERE/platformatic_test.mjs" "$BOOTSTRAP" "$PREFIX"
+fi
 # Share groups (issue #44) with confluent-kafka's ShareConsumer: 6 scenarios. With flume-cli it
 # starts brokers of its own when the group configs it needs (lock duration, delivery limit,
 # share.auto.offset.reset) are not taken through IncrementalAlterConfigs (see share_test.py).
@@ -536,13 +575,13 @@ if want share; then
   fi
 fi
 # Consumer-protocol groups (KIP-848) with confluent-kafka's Consumer, group.protocol=consumer:
-# 3 scenarios. With flume-cli on a broker of its own with a 6 s session timeout (a killed consumer's
+# 5 scenarios. With flume-cli on a broker of its own with a 6 s session timeout (a killed consumer's
 # partitions move after it); against a running broker, after that broker's 45 s default.
 if want consumer-protocol; then
   if [ -n "$FLUME" ]; then
-    run_client consumer-protocol 3 "$PY" "$HERE/consumer_protocol_test.py" --flume "$FLUME" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
+    run_client consumer-protocol 5 "$PY" "$HERE/consumer_protocol_test.py" --flume "$FLUME" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
   else
-    run_client consumer-protocol 3 "$PY" "$HERE/consumer_protocol_test.py" --bootstrap "$BOOTSTRAP" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
+    run_client consumer-protocol 5 "$PY" "$HERE/consumer_protocol_test.py" --bootstrap "$BOOTSTRAP" --prefix "$PREFIX" --logdir "$WORK/logs/consumer-protocol"
   fi
 fi
 # Both libraries side by side (stream_apps.py runs each in a thread): 2 scenarios each.
