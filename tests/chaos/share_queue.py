@@ -203,11 +203,13 @@ def create_topic(bootstrap):
 
 
 class Feeder(threading.Thread):
-    """An idempotent producer: `records` unique values over `over_s` seconds."""
+    """An idempotent producer: `records` unique values over `over_s` seconds, round-robin over
+    the partitions of `topic`."""
 
-    def __init__(self, bootstrap, records, over_s):
+    def __init__(self, bootstrap, records, over_s, topic=TOPIC, partitions=PARTITIONS):
         super().__init__(daemon=True)
         self.bootstrap, self.records, self.over_s = bootstrap, records, over_s
+        self.topic, self.partitions = topic, partitions
         self.acked, self.failed, self.left = set(), [], None
 
     def run(self):
@@ -229,7 +231,7 @@ class Feeder(threading.Thread):
                 p.poll(0.005)
             while True:
                 try:
-                    p.produce(TOPIC, f"r{i}".encode(), partition=i % PARTITIONS, on_delivery=done)
+                    p.produce(self.topic, f"r{i}".encode(), partition=i % self.partitions, on_delivery=done)
                     break
                 except BufferError:
                     p.poll(0.01)
