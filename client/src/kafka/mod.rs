@@ -37,6 +37,7 @@ pub(crate) mod consumer;
 pub(crate) mod errors;
 pub(crate) mod fetch;
 pub(crate) mod group;
+pub(crate) mod group_consumer;
 pub(crate) mod offsets;
 pub(crate) mod partitioner;
 pub(crate) mod producer;
