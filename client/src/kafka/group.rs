@@ -149,7 +149,9 @@ impl KafkaGroup {
         let shared = Arc::new(Shared {
             member: Mutex::new((String::new(), -1)),
             assignment: Mutex::new(Vec::new()),
-            rejoin: AtomicBool::new(true),
+            // The classic protocol joins at the first `ensure_joined`; the
+            // consumer protocol's member joins in `start` and never rejoins so.
+            rejoin: AtomicBool::new(!consumer_protocol),
             rebalance: event_listener::Event::new(),
             stop: AtomicBool::new(false),
             stopped: event_listener::Event::new(),
