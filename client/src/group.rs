@@ -815,7 +815,8 @@ impl GroupConsumer {
         }
     }
 
-    /// The current generation (-1 before the first join).
+    /// The current generation (-1 before the first join); with
+    /// [`GroupProtocol::Consumer`] the member epoch (0 while joining).
     pub async fn generation(&self) -> i32 {
         if let Backend::Kafka(k) = &self.backend {
             return k.generation();

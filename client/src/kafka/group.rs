@@ -877,7 +877,7 @@ fn ms(d: Duration) -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::AtomicU32;
@@ -898,13 +898,13 @@ mod tests {
     /// A Kafka broker that answers ApiVersions, Metadata and FindCoordinator
     /// (itself, node 0) and closes the connection at every JoinGroup, as
     /// librdkafka's mock cluster does at a JoinGroup it misreads.
-    struct Fake {
-        addr: String,
+    pub(in crate::kafka) struct Fake {
+        pub(in crate::kafka) addr: String,
         joins: Arc<AtomicU32>,
     }
 
     impl Fake {
-        fn start() -> Fake {
+        pub(in crate::kafka) fn start() -> Fake {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = listener.local_addr().unwrap();
             let joins = Arc::new(AtomicU32::new(0));

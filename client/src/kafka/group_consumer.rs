@@ -886,6 +886,35 @@ mod tests {
         assert!(Reconciler::new("n".into(), t0).leave().is_none());
     }
 
+    /// A cluster whose brokers do not advertise ConsumerGroupHeartbeat (a
+    /// Kafka before 4.0): `build` says the consumer group protocol is not
+    /// served, with Flume's UNSUPPORTED_API.
+    #[test]
+    fn a_cluster_without_the_consumer_group_protocol_is_a_clear_error() {
+        use crate::group::{GroupConsumer, GroupProtocol};
+        let fake = super::super::group::tests::Fake::start();
+        rt::block_on(async {
+            let err = GroupConsumer::builder(&format!("kafka://{}", fake.addr), "g")
+                .topic("t")
+                .group_protocol(GroupProtocol::Consumer)
+                .build()
+                .await
+                .expect_err("joined without ConsumerGroupHeartbeat");
+            assert_eq!(err.kafka_code(), Some(errors::UNSUPPORTED_VERSION), "{err}");
+            assert_eq!(
+                err.code(),
+                Some(crate::protocol::ErrorCode::UnsupportedApi),
+                "{err}"
+            );
+            assert!(
+                err.to_string()
+                    .contains("does not serve the consumer group protocol"),
+                "{err}"
+            );
+            assert!(!err.is_retriable(), "{err}");
+        });
+    }
+
     #[test]
     fn server_assignors_are_checked_and_member_ids_are_uuids() {
         assert_eq!(server_assignor("").unwrap(), None);
