@@ -25,6 +25,7 @@ mod e2e_kafka_idempotent;
 mod e2e_kafka_mock;
 mod e2e_kafka_one_broker;
 mod e2e_kafka_sasl;
+mod e2e_kafka_sdk_consumer_protocol;
 mod e2e_kafka_share;
 mod e2e_kafka_share_sdk;
 mod e2e_kafka_topic_ids;

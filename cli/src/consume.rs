@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use flume_client::{
-    lowlevel::Client, AckMode, AcknowledgeType, Admin, FetchConfig, GroupConsumer,
+    lowlevel::Client, AckMode, AcknowledgeType, Admin, FetchConfig, GroupConsumer, GroupProtocol,
     PartitionConsumer, Record, ShareConsumer, StartOffset,
 };
 use futures::future::BoxFuture;
@@ -42,6 +42,14 @@ pub struct ConsumeArgs {
     /// Join this consumer group instead of reading partitions directly.
     #[arg(long)]
     group: Option<String>,
+    /// Group mode: the group protocol on a kafka:// broker. classic (the
+    /// default): JoinGroup and SyncGroup, the assignment made by a member;
+    /// consumer: Kafka 4's consumer group protocol (KIP-848,
+    /// group.protocol=consumer), the coordinator assigns and partitions move
+    /// one at a time while the others keep reading. Ignored on a Flume
+    /// address (Flume's groups are assigned by the broker).
+    #[arg(long, value_enum, requires = "group")]
+    group_protocol: Option<GroupProtocolArg>,
     /// Join this share group (a queue): its members share every partition of --topic
     /// (comma-separated topics for several), each record printed is accepted (or
     /// released or rejected: --release, --reject) and never handed to another member.
@@ -83,6 +91,13 @@ pub struct ConsumeArgs {
     /// Group mode: commit what was printed this often (and on exit).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     commit_interval_ms: u64,
+}
+
+/// `--group-protocol`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum GroupProtocolArg {
+    Classic,
+    Consumer,
 }
 
 /// Why reading stopped, for the message on stderr.
@@ -320,6 +335,10 @@ async fn group(a: ConsumeArgs) -> Result<()> {
         .topic(&a.at.topic)
         .start(start)
         .session_timeout(Duration::from_millis(a.session_timeout_ms))
+        .group_protocol(match a.group_protocol {
+            Some(GroupProtocolArg::Consumer) => GroupProtocol::Consumer,
+            Some(GroupProtocolArg::Classic) | None => GroupProtocol::Classic,
+        })
         .auto_commit(false);
     if !a.follow && (stop_at_end || a.timeout.is_some()) {
         // A run that is to end gives up on a group it cannot join; a follower keeps trying.

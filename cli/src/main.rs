@@ -72,7 +72,13 @@ fn flag_error(e: &clap::Error) -> ExitCode {
             .collect();
         first = format!("{} {}", first, listed.join(", "));
     }
-    let tip = lines
+    // An invalid value of a flag with a fixed set: "[possible values: a, b]" kept.
+    let rest: Vec<&str> = lines.collect();
+    if let Some(values) = rest.iter().find(|l| l.starts_with("[possible values:")) {
+        first = format!("{first} {values}");
+    }
+    let tip = rest
+        .iter()
         .find_map(|l| l.strip_prefix("tip: "))
         .map(|t| format!("; {t}"))
         .unwrap_or_default();

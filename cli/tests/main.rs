@@ -9,6 +9,7 @@ mod acls;
 mod admin;
 mod cli;
 mod config;
+mod consumer_protocol;
 mod crash;
 mod data;
 mod data_dir;

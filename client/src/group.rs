@@ -143,8 +143,26 @@ pub struct GroupConsumerBuilder {
     commit_on_revoke: bool,
     start: StartOffset,
     assignor: String,
+    group_protocol: GroupProtocol,
     fetch: FetchConfig,
     connection: ConnectionConfig,
+}
+
+/// Which of Kafka's group protocols a [`GroupConsumer`] on a `kafka://`
+/// address speaks ([`GroupConsumerBuilder::group_protocol`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GroupProtocol {
+    /// The classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
+    /// with the assignment computed by the member elected leader: what
+    /// every Kafka broker serves (Kafka's `group.protocol=classic`).
+    #[default]
+    Classic,
+    /// The consumer group protocol of KIP-848 (Kafka's
+    /// `group.protocol=consumer`, Kafka 4.0+ and Flume's Kafka listener):
+    /// ConsumerGroupHeartbeat, the assignment computed by the coordinator,
+    /// partitions moved between members one at a time without stopping
+    /// the others.
+    Consumer,
 }
 
 impl GroupConsumerBuilder {
@@ -221,6 +239,14 @@ impl GroupConsumerBuilder {
     }
     /// `"sticky"` (the broker's default: members keep their partitions across
     /// rebalances where they can), `"range"` or `"roundrobin"`.
+    ///
+    /// Over Kafka's classic protocol (`kafka://`, the default) the member
+    /// offers `"range"` (the default), `"roundrobin"` or
+    /// `"cooperative-sticky"` and computes the assignment when elected
+    /// leader. With [`GroupProtocol::Consumer`] it names the coordinator's
+    /// server assignor: `"uniform"` or `"range"`, or none (empty, the
+    /// default: the coordinator's default, uniform); any other name is an
+    /// [`Error::InvalidArgument`] from [`build`](Self::build).
     pub fn assignor(mut self, a: &str) -> Self {
         a.clone_into(&mut self.assignor);
         self
@@ -240,6 +266,35 @@ impl GroupConsumerBuilder {
     /// in turn.
     pub fn fetch_config(mut self, f: FetchConfig) -> Self {
         self.fetch = f;
+        self
+    }
+    /// The group protocol on a `kafka://` address: [`GroupProtocol::Classic`]
+    /// (the default) or [`GroupProtocol::Consumer`] (KIP-848).
+    ///
+    /// With `Consumer` the member heartbeats with ConsumerGroupHeartbeat at
+    /// the interval the coordinator answers, the coordinator computes the
+    /// assignment (see [`assignor`](Self::assignor)), and partitions move
+    /// incrementally: a partition taken away is revoked alone (committed
+    /// first with auto-commit or [`commit_on_revoke`](Self::commit_on_revoke),
+    /// [`RebalanceEvent::Revoked`] with just it), acknowledged to the
+    /// coordinator, and only then handed to its new member; the member
+    /// keeps reading the rest meanwhile. [`RebalanceEvent::Assigned`] carries
+    /// the whole assignment and the member epoch, which
+    /// [`GroupConsumer::generation`] returns and commits carry. A fenced
+    /// member (FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) drops its partitions
+    /// without committing ([`RebalanceEvent::Revoked`]) and joins again. The
+    /// session timeout is the coordinator's (`group.consumer.session.timeout.ms`):
+    /// [`session_timeout`](Self::session_timeout) and
+    /// [`heartbeat_interval`](Self::heartbeat_interval) are not used; the
+    /// rebalance timeout is sent. A cluster that does not serve
+    /// ConsumerGroupHeartbeat is an error from [`build`](Self::build) that
+    /// says so ([`ErrorCode::UnsupportedApi`](crate::ErrorCode::UnsupportedApi)).
+    ///
+    /// On a Flume address (`flume://`, `host:port`) the setting is accepted
+    /// and ignored: Flume's own groups are assigned by the broker already
+    /// and move their partitions as their protocol does.
+    pub fn group_protocol(mut self, p: GroupProtocol) -> Self {
+        self.group_protocol = p;
         self
     }
     /// Connection settings (timeouts, TLS) of the consumer's connection
@@ -349,6 +404,9 @@ impl GroupConsumerBuilder {
     }
     pub(crate) fn assignor_setting(&self) -> &str {
         &self.assignor
+    }
+    pub(crate) fn protocol_setting(&self) -> GroupProtocol {
+        self.group_protocol
     }
     pub(crate) fn fetch_settings(&self) -> &FetchConfig {
         &self.fetch
@@ -719,6 +777,7 @@ impl GroupConsumer {
             commit_on_revoke: false,
             start: StartOffset::Earliest,
             assignor: String::new(),
+            group_protocol: GroupProtocol::Classic,
             fetch: FetchConfig::default().max_wait(DEFAULT_FETCH_WAIT),
             connection: ConnectionConfig::default(),
         }
@@ -756,7 +815,8 @@ impl GroupConsumer {
         }
     }
 
-    /// The current generation (-1 before the first join).
+    /// The current generation (-1 before the first join); with
+    /// [`GroupProtocol::Consumer`] the member epoch (0 while joining).
     pub async fn generation(&self) -> i32 {
         if let Backend::Kafka(k) = &self.backend {
             return k.generation();

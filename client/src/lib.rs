@@ -64,8 +64,8 @@ pub use conn::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
 pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
 pub use group::{
-    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, RebalanceEvent, RebalanceEvents,
-    TopicPartition, DEFAULT_FETCH_WAIT,
+    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, GroupProtocol, RebalanceEvent,
+    RebalanceEvents, TopicPartition, DEFAULT_FETCH_WAIT,
 };
 pub use producer::{
     Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,

@@ -45,26 +45,29 @@ use super::cluster::Cluster;
 use super::conn::decode_response;
 use super::errors;
 use super::fetch::{Fetcher, RETRY_PAUSE};
+use super::group_consumer::{self, Member};
 use super::offsets::{self, group_id};
 use crate::consumer::StartOffset;
 use crate::error::{Error, Result};
-use crate::group::{ConsumerRecord, GroupConsumerBuilder, RebalanceEvent};
+use crate::group::{ConsumerRecord, GroupConsumerBuilder, GroupProtocol, RebalanceEvent};
 use crate::join_failures::{self, JoinFailures};
 use crate::rt;
 use crate::rt::sync::lock;
 
 /// What the consumer and its heartbeat task share.
-struct Shared {
-    /// Member id and generation, changed together.
-    member: Mutex<(String, i32)>,
+pub(super) struct Shared {
+    /// Member id and generation (the member epoch with the consumer
+    /// protocol), changed together.
+    pub(super) member: Mutex<(String, i32)>,
     /// The assignment as of the last join, for readers that must not wait
     /// for the consumer's lock.
-    assignment: Mutex<Vec<Tp>>,
+    pub(super) assignment: Mutex<Vec<Tp>>,
     rejoin: AtomicBool,
-    /// Notified when `rejoin` is set: a waiting fetch stops waiting.
-    rebalance: event_listener::Event,
-    stop: AtomicBool,
-    stopped: event_listener::Event,
+    /// Notified when `rejoin` is set (or the consumer protocol's member has
+    /// work): a waiting fetch stops waiting.
+    pub(super) rebalance: event_listener::Event,
+    pub(super) stop: AtomicBool,
+    pub(super) stopped: event_listener::Event,
 }
 
 impl Shared {
@@ -89,15 +92,15 @@ impl Shared {
 }
 
 /// The consumer's state, behind the consumer's lock.
-struct State {
+pub(super) struct State {
     cluster: Arc<Cluster>,
-    cfg: GroupConsumerBuilder,
+    pub(super) cfg: GroupConsumerBuilder,
     protocols: Vec<&'static str>,
     /// The protocol the coordinator chose at the last join.
     protocol: &'static str,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
     fetcher: Fetcher,
-    assignment: Vec<Tp>,
+    pub(super) assignment: Vec<Tp>,
     positions: HashMap<Tp, i64>,
     processed: BTreeMap<Tp, i64>,
     committed: BTreeMap<Tp, i64>,
@@ -110,6 +113,9 @@ struct State {
     join_failures: JoinFailures,
     /// The coordinator of the last join attempt, for messages.
     join_broker: Option<String>,
+    /// The consumer protocol's member (KIP-848), or `None` for the classic
+    /// protocol.
+    consumer: Option<Arc<Member>>,
 }
 
 /// How many SyncGroups in a row may be refused with INVALID_REQUEST before
@@ -132,12 +138,20 @@ impl KafkaGroup {
         brokers: Vec<String>,
         events: async_channel::Sender<RebalanceEvent>,
     ) -> Result<Arc<KafkaGroup>> {
-        let protocols = assignor::protocols(cfg.assignor_setting())?;
+        let consumer_protocol = cfg.protocol_setting() == GroupProtocol::Consumer;
+        let protocols = if consumer_protocol {
+            group_consumer::server_assignor(cfg.assignor_setting())?;
+            Vec::new()
+        } else {
+            assignor::protocols(cfg.assignor_setting())?
+        };
         let cluster = Cluster::connect(brokers, cfg.connection_config().clone()).await?;
         let shared = Arc::new(Shared {
             member: Mutex::new((String::new(), -1)),
             assignment: Mutex::new(Vec::new()),
-            rejoin: AtomicBool::new(true),
+            // The classic protocol joins at the first `ensure_joined`; the
+            // consumer protocol's member joins in `start` and never rejoins so.
+            rejoin: AtomicBool::new(!consumer_protocol),
             rebalance: event_listener::Event::new(),
             stop: AtomicBool::new(false),
             stopped: event_listener::Event::new(),
@@ -150,6 +164,15 @@ impl KafkaGroup {
         let group = cfg.group_name().to_owned();
         let interval = cfg.interval();
         let join_failures = cfg.join_failures();
+        let consumer = if consumer_protocol {
+            Some(Arc::new(Member::new(
+                Arc::clone(&cluster),
+                &cfg,
+                Arc::clone(&shared),
+            )?))
+        } else {
+            None
+        };
         let state = State {
             cluster: Arc::clone(&cluster),
             protocol: protocols.first().copied().unwrap_or(assignor::RANGE),
@@ -168,6 +191,7 @@ impl KafkaGroup {
             sync_refusals: 0,
             join_failures,
             join_broker: None,
+            consumer: consumer.clone(),
         };
         let g = Arc::new(KafkaGroup {
             state: AsyncMutex::new(state),
@@ -175,6 +199,23 @@ impl KafkaGroup {
             cluster: Arc::clone(&cluster),
             group: group.clone(),
         });
+        if let Some(member) = consumer {
+            let joined = {
+                let mut st = g.state.lock().await;
+                let mut failures = st.cfg.join_failures();
+                match member.join(&mut failures).await {
+                    Ok(()) => st.ensure_joined().await,
+                    Err(e) => Err(e),
+                }
+            };
+            if let Err(e) = joined {
+                cluster.close().await;
+                return Err(e);
+            }
+            let failures = g.state.lock().await.cfg.join_failures();
+            rt::spawn(group_consumer::heartbeat_loop(member, failures));
+            return Ok(g);
+        }
         g.state.lock().await.ensure_joined().await?;
         rt::spawn(heartbeat_loop(cluster, group, shared, interval));
         Ok(g)
@@ -254,7 +295,9 @@ impl KafkaGroup {
         let (member, _) = self.shared.member();
         self.shared.stop.store(true, Ordering::Release);
         self.shared.stopped.notify(usize::MAX);
-        if !member.is_empty()
+        if let Some(m) = st.consumer.clone() {
+            m.leave().await;
+        } else if !member.is_empty()
             && let Ok(conn) = self.cluster.coordinator(&self.group).await
             && let Ok(v) = conn.version(ApiKey::LeaveGroup)
         {
@@ -284,7 +327,11 @@ fn is_fencing(e: &Error) -> bool {
     matches!(
         e.kafka_code(),
         Some(
-            errors::REBALANCE_IN_PROGRESS | errors::ILLEGAL_GENERATION | errors::UNKNOWN_MEMBER_ID
+            errors::REBALANCE_IN_PROGRESS
+                | errors::ILLEGAL_GENERATION
+                | errors::UNKNOWN_MEMBER_ID
+                | errors::FENCED_MEMBER_EPOCH
+                | group_consumer::STALE_MEMBER_EPOCH
         )
     )
 }
@@ -341,7 +388,7 @@ async fn heartbeat_loop(
 }
 
 impl State {
-    fn emit(&self, ev: RebalanceEvent) {
+    pub(super) fn emit(&self, ev: RebalanceEvent) {
         if let Err(async_channel::TrySendError::Full(ev)) = self.events.try_send(ev) {
             tracing::debug!(
                 ?ev,
@@ -358,13 +405,14 @@ impl State {
         }
     }
 
-    /// Forgets what was fetched of `parts` and commits what was processed of
-    /// them (auto-commit or commit-on-revoke).
-    async fn revoke(&mut self, parts: &[Tp]) {
+    /// Forgets what was fetched of `parts` and, when `commit`, commits what
+    /// was processed of them (auto-commit or commit-on-revoke; not for
+    /// partitions lost to a fence).
+    pub(super) async fn revoke(&mut self, parts: &[Tp], commit: bool) {
         if parts.is_empty() {
             return;
         }
-        if self.cfg.auto_commit_on() || self.cfg.commit_on_revoke_on() {
+        if commit && (self.cfg.auto_commit_on() || self.cfg.commit_on_revoke_on()) {
             let todo: Vec<(Tp, i64)> = self
                 .processed
                 .iter()
@@ -400,11 +448,14 @@ impl State {
     }
 
     async fn ensure_joined(&mut self) -> Result<()> {
+        if let Some(m) = self.consumer.clone() {
+            return group_consumer::reconcile(self, &m).await;
+        }
         while self.shared.rejoin.load(Ordering::Acquire) {
             let cooperative = assignor::is_cooperative(self.protocol);
             if !cooperative {
                 let all = std::mem::take(&mut self.assignment);
-                self.revoke(&all).await;
+                self.revoke(&all, true).await;
                 self.buffer.clear();
                 self.positions.clear();
             }
@@ -442,7 +493,7 @@ impl State {
                 .filter(|tp| !new.contains(tp))
                 .cloned()
                 .collect();
-            self.revoke(&revoked).await;
+            self.revoke(&revoked, true).await;
             self.assignment = new;
             lock(&self.shared.assignment).clone_from(&self.assignment);
             if assignor::is_cooperative(self.protocol) && !revoked.is_empty() {
@@ -662,7 +713,7 @@ impl State {
 
     /// Positions of `parts` from the group's committed offsets, or by
     /// `auto.offset.reset` where none is committed.
-    async fn load_positions(&mut self, parts: &[Tp]) -> Result<()> {
+    pub(super) async fn load_positions(&mut self, parts: &[Tp]) -> Result<()> {
         if parts.is_empty() {
             return Ok(());
         }
@@ -695,9 +746,16 @@ impl State {
         Ok(())
     }
 
+    /// Whether a rejoin (classic) or a reconciliation (consumer protocol)
+    /// is due: fetching waits for it.
+    fn rebalance_due(&self) -> bool {
+        self.shared.rejoin.load(Ordering::Acquire)
+            || self.consumer.as_ref().is_some_and(|m| m.pending())
+    }
+
     async fn fetch(&mut self) -> Result<()> {
         let rebalance = self.shared.rebalance.listen();
-        if self.shared.rejoin.load(Ordering::Acquire) {
+        if self.rebalance_due() {
             return Ok(());
         }
         if self.assignment.is_empty() {
@@ -722,7 +780,7 @@ impl State {
         };
         let Some(got) = got else { return Ok(()) };
         let got = got?;
-        if self.shared.rejoin.load(Ordering::Acquire) {
+        if self.rebalance_due() {
             return Ok(());
         }
         for (tp, off) in positions {
@@ -764,25 +822,52 @@ impl State {
         if todo.is_empty() {
             return Ok(());
         }
-        let (member, generation) = self.shared.member();
         let offs: Vec<(String, i32, i64)> =
             todo.iter().map(|((t, p), o)| (t.clone(), *p, *o)).collect();
         let group = self.cfg.group_name().to_owned();
-        match offsets::commit(&self.cluster, &group, generation, &member, &offs).await {
-            Ok(()) => {
-                for (tp, o) in todo {
-                    self.committed.insert(tp, o);
+        let consumer_protocol = self.consumer.is_some();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (member, generation) = self.shared.member();
+            let r = offsets::commit_as(
+                &self.cluster,
+                &group,
+                generation,
+                &member,
+                &offs,
+                consumer_protocol,
+            )
+            .await;
+            let e = match r {
+                Ok(()) => {
+                    for (tp, o) in todo {
+                        self.committed.insert(tp, o);
+                    }
+                    return Ok(());
                 }
-                Ok(())
-            }
-            Err(e) => {
-                if let Some(code) = e.kafka_code()
-                    && is_fencing(&e)
+                Err(e) => e,
+            };
+            if let Some(m) = &self.consumer {
+                // A heartbeat moved the epoch while the commit was on its way:
+                // once more with the new one. Else the heartbeat finds out.
+                if e.kafka_code() == Some(group_consumer::STALE_MEMBER_EPOCH)
+                    && self.shared.member().1 != generation
+                    && attempt < 2
                 {
-                    self.shared.fenced(&member, generation, code);
+                    continue;
                 }
-                Err(e)
+                if is_fencing(&e) {
+                    m.wake();
+                }
+                return Err(e);
             }
+            if let Some(code) = e.kafka_code()
+                && is_fencing(&e)
+            {
+                self.shared.fenced(&member, generation, code);
+            }
+            return Err(e);
         }
     }
 }
@@ -792,7 +877,7 @@ fn ms(d: Duration) -> i32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
     use std::sync::atomic::AtomicU32;
@@ -813,13 +898,13 @@ mod tests {
     /// A Kafka broker that answers ApiVersions, Metadata and FindCoordinator
     /// (itself, node 0) and closes the connection at every JoinGroup, as
     /// librdkafka's mock cluster does at a JoinGroup it misreads.
-    struct Fake {
-        addr: String,
+    pub(in crate::kafka) struct Fake {
+        pub(in crate::kafka) addr: String,
         joins: Arc<AtomicU32>,
     }
 
     impl Fake {
-        fn start() -> Fake {
+        pub(in crate::kafka) fn start() -> Fake {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
             let addr = listener.local_addr().unwrap();
             let joins = Arc::new(AtomicU32::new(0));

@@ -23,6 +23,9 @@
 //! - `fetch`: one Fetch in flight per leader, shared by `consumer` (the
 //!   partition consumer) and `group` (the classic group protocol), whose
 //!   leader runs the pure assignors of `assignor`.
+//! - `group_consumer`: the same consumer with Kafka 4's consumer group
+//!   protocol (KIP-848): ConsumerGroupHeartbeat membership and a pure
+//!   reconciler; fetching, positions and commits stay `group`'s.
 //! - `share`: `ShareConsumer` over Kafka's share APIs (KIP-932):
 //!   ShareGroupHeartbeat at the coordinator, share sessions and ShareFetch
 //!   at each leader, ShareAcknowledge.
@@ -37,6 +40,7 @@ pub(crate) mod consumer;
 pub(crate) mod errors;
 pub(crate) mod fetch;
 pub(crate) mod group;
+pub(crate) mod group_consumer;
 pub(crate) mod offsets;
 pub(crate) mod partitioner;
 pub(crate) mod producer;

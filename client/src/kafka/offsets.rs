@@ -290,13 +290,37 @@ pub(crate) async fn commit(
     member: &str,
     offsets: &[(String, i32, i64)],
 ) -> Result<()> {
+    commit_as(cluster, group, generation, member, offsets, false).await
+}
+
+/// The highest OffsetCommit version sent outside the consumer group
+/// protocol: v9 says the same as v8, for consumer-protocol members.
+const CLASSIC_OFFSET_COMMIT_MAX: i16 = 8;
+
+/// As [`commit`]; `consumer_protocol`: a KIP-848 member, whose `generation`
+/// is its member epoch, commits with OffsetCommit v9 where the broker
+/// serves it (Kafka refuses older versions from such members).
+///
+/// # Errors
+/// As [`commit`]; STALE_MEMBER_EPOCH and FENCED_MEMBER_EPOCH too.
+pub(crate) async fn commit_as(
+    cluster: &Cluster,
+    group: &str,
+    generation: i32,
+    member: &str,
+    offsets: &[(String, i32, i64)],
+    consumer_protocol: bool,
+) -> Result<()> {
     if offsets.is_empty() {
         return Ok(());
     }
     let mut last = None;
     for _ in 0..=STALE_RETRIES {
         let conn = cluster.coordinator(group).await?;
-        let v = conn.version(ApiKey::OffsetCommit)?;
+        let mut v = conn.version(ApiKey::OffsetCommit)?;
+        if !consumer_protocol {
+            v = v.min(CLASSIC_OFFSET_COMMIT_MAX);
+        }
         let mut by_topic: BTreeMap<&str, Vec<offset_commit_request::OffsetCommitRequestPartition>> =
             BTreeMap::new();
         for (t, p, o) in offsets {
