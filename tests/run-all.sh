@@ -9,7 +9,9 @@
 # failing scenario fails the run; FLUME_SKIP_KAFKA_CLIENTS=1 skips it), a subset
 # of librdkafka's own integration tests (tests/librdkafka/run.sh, built from
 # Debian's source package, then librdkafka 2.15.1's share-consumer tests from the
-# npm package's source: run.sh --lrk 2.15; FLUME_SKIP_LIBRDKAFKA=1 skips them), the SDK's Kafka client against
+# npm package's source: run.sh --lrk 2.15, and a subset of its broker tests with the
+# consumer group protocol: run.sh --lrk 2.15 --list broker --protocol consumer;
+# FLUME_SKIP_LIBRDKAFKA=1 skips them), the SDK's Kafka client against
 # librdkafka's mock cluster and kcat (tests/kafka-mock/run.sh; FLUME_SKIP_KAFKA_MOCK=1 skips
 # it), then the Python
 # package (python/) built into a cached virtual environment and its pytest suite.
@@ -74,6 +76,9 @@ else
     # librdkafka 2.15.1's share-consumer tests (its source from the npm package
     # @confluentinc/kafka-javascript 1.10.1, built into the cache on the first run).
     bash tests/librdkafka/run.sh --lrk 2.15
+    # librdkafka 2.15.1's broker tests with group.protocol=consumer (KIP-848): the `ci` half of
+    # the `full/ci` lines of tests-2.15-broker.txt (about 45 s).
+    bash tests/librdkafka/run.sh --lrk 2.15 --list broker --protocol consumer
     echo "librdkafka's tests took $(( $(date +%s) - lstart )) s"
 fi
 

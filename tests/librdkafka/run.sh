@@ -11,6 +11,17 @@
 #   tests/librdkafka/run.sh --lrk 2.15 [...]  the same with librdkafka 2.15.1 (the source the npm
 #                                        package @confluentinc/kafka-javascript 1.10.1 ships) and
 #                                        its list tests-2.15.txt: its share-consumer tests
+#   tests/librdkafka/run.sh --lrk 2.15 --list broker [--protocol classic|consumer] [...]
+#                                        librdkafka 2.15.1's other broker tests (tests-2.15-broker.txt),
+#                                        their consumers on the classic group protocol (the default)
+#                                        or on Kafka 4's consumer protocol (KIP-848,
+#                                        TEST_CONSUMER_GROUP_PROTOCOL=consumer: group.protocol=consumer
+#                                        on every consumer the runner creates)
+#   --list share|broker                  with --lrk 2.15: which list (default share: tests-2.15.txt)
+#   --protocol classic|consumer          with --lrk 2.15: the group protocol of the tests' consumers
+#                                        (TEST_CONSUMER_GROUP_PROTOCOL of the runner; default: that
+#                                        variable if set, else classic). A list's mode may differ
+#                                        per protocol: `full/ci` is full under classic, ci under consumer
 #
 # Environment:
 #   FLUME_CLI=path                  the flume-cli binary to run (default: cargo build -p flume-cli
@@ -63,6 +74,8 @@ CONFIGURE_FLAGS=(--no-download --disable-ssl --disable-gssapi --disable-curl --e
 MODE=ci
 ONLY=()
 BROKER_ARGS=()
+LIST_KIND=
+PROTOCOL=
 while [ $# -gt 0 ]; do
   case "$1" in
     --all) MODE=all ;;
@@ -72,14 +85,28 @@ while [ $# -gt 0 ]; do
         2.0 | 2.0.2) ;;
         2.15 | 2.15.1)
           LRK_WANT=2.15.1
-          LIST=$HERE/tests-2.15.txt
-          # The share-consumer tests need Kafka 4.2 (TEST_BRKVER(4, 2, 0, 0)).
+          # Kafka 4.2: the share-consumer tests are TEST_BRKVER(4, 2, 0, 0); the broker tests
+          # take their Kafka 4 paths (0081's group configs, 0092 skips MsgVersion 1, ...).
           KAFKA_VERSION_CLAIMED=4.2.0
-          # The broker as it starts by default: the tests set their groups' configs
+          # The broker as it starts by default: the share tests set their groups' configs
           # (share.auto.offset.reset, ...) with IncrementalAlterConfigs on a GROUP resource.
           BROKER_ARGS=()
           ;;
         *) echo "error: --lrk takes 2.0 or 2.15, not '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift
+      ;;
+    --list)
+      case "${2:-}" in
+        share | broker) LIST_KIND=$2 ;;
+        *) echo "error: --list takes share or broker, not '${2:-}'" >&2; exit 2 ;;
+      esac
+      shift
+      ;;
+    --protocol)
+      case "${2:-}" in
+        classic | consumer) PROTOCOL=$2 ;;
+        *) echo "error: --protocol takes classic or consumer, not '${2:-}'" >&2; exit 2 ;;
       esac
       shift
       ;;
@@ -89,6 +116,27 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+
+# Which list, and the consumers' group protocol (librdkafka 2.15.1's test.c reads
+# TEST_CONSUMER_GROUP_PROTOCOL and sets group.protocol on every consumer it creates; 2.0.2 has
+# no consumer protocol).
+if [ "$LRK_WANT" = 2.15.1 ]; then
+  case "${LIST_KIND:-share}" in
+    share) LIST=$HERE/tests-2.15.txt ;;
+    broker) LIST=$HERE/tests-2.15-broker.txt ;;
+  esac
+  if [ -z "$PROTOCOL" ]; then
+    case "${TEST_CONSUMER_GROUP_PROTOCOL:-classic}" in
+      classic | consumer) PROTOCOL=${TEST_CONSUMER_GROUP_PROTOCOL:-classic} ;;
+      *) echo "error: TEST_CONSUMER_GROUP_PROTOCOL must be classic or consumer, not '$TEST_CONSUMER_GROUP_PROTOCOL'" >&2; exit 2 ;;
+    esac
+  fi
+else
+  [ -z "$LIST_KIND" ] || { echo "error: --list goes with --lrk 2.15 (2.0.2 has one list, tests.txt)" >&2; exit 2; }
+  [ "${PROTOCOL:-${TEST_CONSUMER_GROUP_PROTOCOL:-classic}}" = classic ] ||
+    { echo "error: --protocol consumer (TEST_CONSUMER_GROUP_PROTOCOL) goes with --lrk 2.15: librdkafka 2.0.2 has no consumer group protocol" >&2; exit 2; }
+  PROTOCOL=classic
+fi
 
 # Batching: the CI subset by default (see run_batched).
 if [ -z "$BATCH" ]; then
@@ -288,6 +336,7 @@ say "build step: $(elapsed "$BUILD_T0")s"
 # ---------------------------------------------------------------------------
 # The list: which tests run in which mode, with the test-runner's extra arguments.
 #   NAME  ci|full|skip  [runner args]  # why
+# A mode CLASSIC/CONSUMER (e.g. full/ci) is one per group protocol: this run's is taken.
 declare -A L_MODE L_ARGS L_WHY
 L_NAMES=()
 while IFS= read -r line; do
@@ -297,9 +346,13 @@ while IFS= read -r line; do
   [ ${#f[@]} -gt 0 ] || continue
   name=${f[0]}
   [[ "$name" =~ ^[0-9]{4}_ ]] || { echo "error: $LIST: bad test name '$name'" >&2; exit 2; }
-  case "${f[1]:-}" in ci | full | skip) ;; *) echo "error: $LIST: $name: mode must be ci, full or skip" >&2; exit 2 ;; esac
+  mode=${f[1]:-}
+  if [[ "$mode" == */* ]]; then
+    if [ "$PROTOCOL" = consumer ]; then mode=${mode#*/}; else mode=${mode%%/*}; fi
+  fi
+  case "$mode" in ci | full | skip) ;; *) echo "error: $LIST: $name: mode must be ci, full or skip, or CLASSIC/CONSUMER of these ('${f[1]:-}')" >&2; exit 2 ;; esac
   L_NAMES+=("$name")
-  L_MODE[$name]=${f[1]}
+  L_MODE[$name]=$mode
   L_ARGS[$name]=${f[*]:2}
   L_WHY[$name]=$why
 done <"$LIST"
@@ -434,7 +487,9 @@ run_runner() {
   R_CODE=0
   t0=$(date +%s.%N)
   # CI=true would make the runner add 2 to the timeout multiplier: the same settings everywhere.
-  (cd "$WORK/run" && env -u CI TESTS="$nums" TEST_KAFKA_VERSION="$KAFKA_VERSION_CLAIMED" \
+  local proto=(-u TEST_CONSUMER_GROUP_PROTOCOL)
+  [ "$LRK_WANT" != 2.15.1 ] || proto=(TEST_CONSUMER_GROUP_PROTOCOL="$PROTOCOL")
+  (cd "$WORK/run" && env -u CI "${proto[@]}" TESTS="$nums" TEST_KAFKA_VERSION="$KAFKA_VERSION_CLAIMED" \
     RDKAFKA_TEST_CONF="${B_CONF[$sc]}" TEST_LEVEL="${TEST_LEVEL:-2}" \
     KAFKA_PATH="$KAFKA_STUB" ZK_ADDRESS=127.0.0.1:1 \
     LD_LIBRARY_PATH="$LRK_DIR/src:$LRK_DIR/src-cpp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
@@ -475,7 +530,7 @@ report_group() { # key results code took log [note-if-pass]
   read -r -a names <<<"${G_NAMES[$key]}"
   while IFS='|' read -r name state secs detail; do
     case "$state" in
-      OTHER) say "note: $name ($detail) ran with $num but is not in tests.txt" ;;
+      OTHER) say "note: $name ($detail) ran with $num but is not in ${LIST##*/}" ;;
       FAILED) [ "$name" != "<MAIN>" ] || main_why=$detail ;;
     esac
   done <<<"$results"
@@ -483,7 +538,7 @@ report_group() { # key results code took log [note-if-pass]
     state= secs= detail=
     IFS='|' read -r _ state secs detail < <(grep "^$name|" <<<"$results" | head -n 1) || true
     if ! selected "$name"; then
-      report SKIP "$name" 0 "${L_WHY[$name]:-excluded in tests.txt} (ran with its number; result ignored)"
+      report SKIP "$name" 0 "${L_WHY[$name]:-excluded in ${LIST##*/}} (ran with its number; result ignored)"
       continue
     fi
     case "${state:-}" in
@@ -525,7 +580,7 @@ run_group() { # key [note-if-pass]: one runner run for one group, reported
   read -r -a names <<<"${G_NAMES[$key]}"
   for name in "${names[@]}"; do selected "$name" && run=1; done
   if [ "$run" -eq 0 ]; then
-    for name in "${names[@]}"; do report SKIP "$name" 0 "${L_WHY[$name]:-excluded in tests.txt}"; done
+    for name in "${names[@]}"; do report SKIP "$name" 0 "${L_WHY[$name]:-excluded in ${LIST##*/}}"; done
     return
   fi
   sc=$(scenario_of "${args[@]}")
@@ -610,7 +665,7 @@ run_batched() {
 # ../src/statistics_schema.json, so ../src is librdkafka's src.
 mkdir -p "$WORK/logs" "$WORK/run"
 ln -s "$LRK_DIR/src" "$WORK/src"
-say "runner: $RUNNER (TEST_KAFKA_VERSION=$KAFKA_VERSION_CLAIMED, test.timeout.multiplier=$MULTIPLIER, quick=$QUICK, outer timeout ${TEST_TIMEOUT}s)"
+say "runner: $RUNNER (list ${LIST##*/}, group protocol $PROTOCOL, TEST_KAFKA_VERSION=$KAFKA_VERSION_CLAIMED, test.timeout.multiplier=$MULTIPLIER, quick=$QUICK, outer timeout ${TEST_TIMEOUT}s)"
 RUN_T0=$(date +%s.%N)
 if [ "$BATCH" = 1 ]; then
   say "mode: $MODE; ${#GROUPS_ORDER[@]} test numbers in one runner run per argument set"
