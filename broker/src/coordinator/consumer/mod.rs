@@ -55,6 +55,13 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 /// max.poll.interval.ms is 5 minutes).
 pub const MAX_REBALANCE_TIMEOUT_MS: u64 = 3_600_000;
 
+/// The heartbeat interval answered while a group reconciles, and for one
+/// configured interval after it changed (the configured one, if shorter).
+/// Kafka answers its configured interval (5 s) throughout, so a member
+/// learns of a change up to 5 s late; clients take the interval of every
+/// answer (librdkafka, the Java client), so this costs nothing once stable.
+pub const FAST_HEARTBEAT_MS: u64 = 250;
+
 /// Why a heartbeat or a commit was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -221,6 +228,10 @@ pub struct ConsumerGroup {
     target: BTreeMap<String, Assignment>,
     /// The subscribed topics' partition counts the target was made from.
     partitions: BTreeMap<String, i32>,
+    /// The epoch as of the last heartbeat, and when that heartbeat first
+    /// saw it: how recently the group changed (for the heartbeat interval).
+    seen_epoch: i32,
+    seen_epoch_ms: u64,
 }
 
 impl ConsumerGroup {
@@ -474,6 +485,32 @@ impl ConsumerGroups {
     /// # Errors
     /// See [`ConsumerGroupError`].
     pub fn heartbeat(
+        &mut self,
+        hb: ConsumerHeartbeat<'_>,
+        topics: &dyn TopicSource,
+        now_ms: u64,
+    ) -> Result<ConsumerBeat, ConsumerGroupError> {
+        let group = hb.group;
+        let mut beat = self.apply(hb, topics, now_ms)?;
+        if let Some(g) = self.groups.get_mut(group) {
+            if g.seen_epoch != g.epoch {
+                g.seen_epoch = g.epoch;
+                g.seen_epoch_ms = now_ms;
+            }
+            // While the group moves partitions, and for one interval after
+            // its last change (members joining one after another), members
+            // heartbeat often: each learns of its new partitions (or of
+            // those to give up) within FAST_HEARTBEAT_MS, not within the
+            // configured interval. A stable group heartbeats at the interval.
+            let interval = self.limits.heartbeat_interval_ms;
+            if !g.is_stable() || now_ms.saturating_sub(g.seen_epoch_ms) < interval {
+                beat.heartbeat_interval_ms = interval.min(FAST_HEARTBEAT_MS);
+            }
+        }
+        Ok(beat)
+    }
+
+    fn apply(
         &mut self,
         hb: ConsumerHeartbeat<'_>,
         topics: &dyn TopicSource,

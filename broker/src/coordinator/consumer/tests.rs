@@ -442,3 +442,46 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn members_heartbeat_fast_while_the_group_changes_and_at_the_interval_once_settled() {
+    let lim = ConsumerGroupLimits {
+        session_timeout_ms: 60_000,
+        heartbeat_interval_ms: 5_000,
+        ..ConsumerGroupLimits::default()
+    };
+    let mut g = ConsumerGroups::new(lim, 1);
+    // A join is a change: fast.
+    let a = g.heartbeat(join("m1", &["a"]), &topics, 0).unwrap();
+    assert_eq!(a.heartbeat_interval_ms, FAST_HEARTBEAT_MS);
+    // Stable, but within one interval of the change: still fast.
+    assert_eq!(step(&mut g, "m1", 1_000).heartbeat_interval_ms, FAST_HEARTBEAT_MS);
+    // Stable for an interval: the configured one.
+    assert_eq!(step(&mut g, "m1", 6_000).heartbeat_interval_ms, 5_000);
+    // m2 joins: the group reconciles (m1 must give two up), both fast.
+    let b = g.heartbeat(join("m2", &["a"]), &topics, 7_000).unwrap();
+    assert_eq!(b.heartbeat_interval_ms, FAST_HEARTBEAT_MS);
+    let mut now = 7_000;
+    for _ in 0..4 {
+        now += FAST_HEARTBEAT_MS;
+        for m in ["m1", "m2"] {
+            assert_eq!(step(&mut g, m, now).heartbeat_interval_ms, FAST_HEARTBEAT_MS);
+        }
+    }
+    assert!(g.group("g").unwrap().is_stable());
+    // An interval after the last change, stable: back to 5 s.
+    now += 5_000;
+    for m in ["m1", "m2"] {
+        assert_eq!(step(&mut g, m, now).heartbeat_interval_ms, 5_000);
+    }
+    // A configured interval below the fast one is kept.
+    let mut g = ConsumerGroups::new(
+        ConsumerGroupLimits {
+            heartbeat_interval_ms: 100,
+            ..lim
+        },
+        1,
+    );
+    let a = g.heartbeat(join("m1", &["a"]), &topics, 0).unwrap();
+    assert_eq!(a.heartbeat_interval_ms, 100);
+}

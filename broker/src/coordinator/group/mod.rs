@@ -1098,6 +1098,13 @@ impl<R> Coordinator<R> {
         generation: i32,
     ) -> Result<String, ErrorCode> {
         let g = self.groups.get(group);
+        // A commit outside group management (a negative generation) is
+        // taken while the group has no members, whatever member id it
+        // names: as Kafka, for librdkafka's consumers with `assign()` under
+        // the consumer protocol, which send their own member id (KIP-1082).
+        if generation < 0 && g.is_none_or(|g| g.members.is_empty()) {
+            return Ok(g.map_or_else(String::new, |g| g.protocol_type()));
+        }
         if generation == -1 && member.is_empty() {
             return match g {
                 Some(g) if !g.members.is_empty() => Err(if g.is_client() {

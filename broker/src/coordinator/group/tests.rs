@@ -230,7 +230,17 @@ fn fencing_and_tool_commits() {
         Ok(String::new()),
         "no group: a tool may commit, outside any protocol"
     );
+    assert_eq!(
+        c.check_commit("g", "a-client-made-id", -1),
+        Ok(String::new()),
+        "no group: a consumer with assign() and its own member id (KIP-1082) too"
+    );
     let ids = three(&mut c);
+    assert_eq!(
+        c.check_commit("g", "a-client-made-id", -1),
+        Err(ErrorCode::UnknownMember),
+        "not while the group has members"
+    );
     assert_eq!(
         c.check_commit("g", "", -1),
         Err(ErrorCode::RebalanceInProgress)
@@ -251,6 +261,11 @@ fn fencing_and_tool_commits() {
     assert_eq!(
         c.check_commit("g", "", -1),
         Ok(BROKER_ASSIGNED_PROTOCOL_TYPE.to_owned())
+    );
+    assert_eq!(
+        c.check_commit("g", &ids[0], -1),
+        Ok(BROKER_ASSIGNED_PROTOCOL_TYPE.to_owned()),
+        "an empty group: any member id with a negative generation, as Kafka"
     );
     // A stale member id must rejoin from scratch.
     let r = c.join("g", params(&ids[0]), 0, 9, &six);
