@@ -455,7 +455,10 @@ fn members_heartbeat_fast_while_the_group_changes_and_at_the_interval_once_settl
     let a = g.heartbeat(join("m1", &["a"]), &topics, 0).unwrap();
     assert_eq!(a.heartbeat_interval_ms, FAST_HEARTBEAT_MS);
     // Stable, but within one interval of the change: still fast.
-    assert_eq!(step(&mut g, "m1", 1_000).heartbeat_interval_ms, FAST_HEARTBEAT_MS);
+    assert_eq!(
+        step(&mut g, "m1", 1_000).heartbeat_interval_ms,
+        FAST_HEARTBEAT_MS
+    );
     // Stable for an interval: the configured one.
     assert_eq!(step(&mut g, "m1", 6_000).heartbeat_interval_ms, 5_000);
     // m2 joins: the group reconciles (m1 must give two up), both fast.
@@ -465,7 +468,10 @@ fn members_heartbeat_fast_while_the_group_changes_and_at_the_interval_once_settl
     for _ in 0..4 {
         now += FAST_HEARTBEAT_MS;
         for m in ["m1", "m2"] {
-            assert_eq!(step(&mut g, m, now).heartbeat_interval_ms, FAST_HEARTBEAT_MS);
+            assert_eq!(
+                step(&mut g, m, now).heartbeat_interval_ms,
+                FAST_HEARTBEAT_MS
+            );
         }
     }
     assert!(g.group("g").unwrap().is_stable());
