@@ -12,7 +12,7 @@ import sys
 import time
 import urllib.request
 
-DRIVER, PAGE, OUT, TOPIC, GROUP, SHARE_GROUP = sys.argv[1:7]
+DRIVER, PAGE, OUT, TOPIC, GROUP, SHARE_GROUP, CONSUMER_GROUP = sys.argv[1:8]
 
 
 def call(method, path, body=None):
@@ -60,9 +60,13 @@ const groups = document.querySelector('#groups').textContent;
 const errors = document.querySelector('#errors').textContent;
 const share = document.querySelector('#shares [data-share-group="%s"]');
 const shareLags = share ? [...share.querySelectorAll('td.share-lag')].map(c => c.textContent) : [];
+const cg = document.querySelector('#groups [data-consumer-group="%s"]');
+const cgMembers = cg ? [...cg.querySelectorAll('table')[0].querySelectorAll('tr')].slice(1).map(
+  r => [...r.children].map(c => c.textContent)) : [];
 return {ends: cells, cards, lags, groups, errors, summary: topic.querySelector('h3').textContent,
-        width: t.width, share: share ? share.querySelector('h3').textContent : null, shareLags};
-""" % (TOPIC, SHARE_GROUP)
+        width: t.width, share: share ? share.querySelector('h3').textContent : null, shareLags,
+        cg: cg ? cg.querySelector('h3').textContent : null, cgMembers};
+""" % (TOPIC, SHARE_GROUP, CONSUMER_GROUP)
 
 
 def parse(n):
@@ -86,6 +90,10 @@ try:
     assert first["share"] and SHARE_GROUP in first["share"], first["share"]
     assert first["shareLags"], "no share-partition rows"
     print(f"dashboard: share group card: {first['share']}; lag {first['shareLags']}")
+    # The consumer-protocol group (KIP-848): its type and epoch, one member owning the 3 partitions.
+    assert first["cg"] and "consumer protocol" in first["cg"] and "epoch" in first["cg"], first["cg"]
+    assert len(first["cgMembers"]) == 1 and first["cgMembers"][0][3] == "obs:0,1,2", first["cgMembers"]
+    print(f"dashboard: consumer-protocol group card: {first['cg']}; member {first['cgMembers'][0]}")
     # Live: throughput above zero, and end offsets and lag moving while the producer runs.
     wait_for("records/s in above zero", lambda: parse((js(READ) or first)["cards"].get("records/s in", "0")) > 0)
     later = wait_for("end offsets and lag to change",

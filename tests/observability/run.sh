@@ -66,11 +66,11 @@ wait_for() {
     done
 }
 
-read -r PORT HTTP PROM DRIVER <<<"$(free_ports 4)"
+read -r PORT HTTP PROM DRIVER KAFKA <<<"$(free_ports 5)"
 BROKER="127.0.0.1:$PORT"
 
 # --- broker and workload -------------------------------------------------------
-"$CLI" broker --host 127.0.0.1 --port "$PORT" --http-port "$HTTP" --data "$WORK/data" \
+"$CLI" broker --host 127.0.0.1 --port "$PORT" --http-port "$HTTP" --kafka-port "$KAFKA" --data "$WORK/data" \
     --share-auto-offset-reset earliest >"$WORK/broker.log" 2>&1 &
 PIDS+=($!)
 wait_for "the broker's /healthz" 30 curl -fsS "http://127.0.0.1:$HTTP/healthz"
@@ -84,6 +84,17 @@ say "broker on $BROKER, HTTP on $HTTP"
 # in flight, redelivered and lag on its card.
 "$CLI" consume --broker "$BROKER" --topic obs --share-group jobs --max 500 --format plain >/dev/null 2>"$WORK/share.log"
 "$CLI" consume --broker "$BROKER" --topic obs --share-group jobs --max 50 --release --format plain >/dev/null 2>>"$WORK/share.log"
+# A consumer-protocol group (KIP-848) over the Kafka listener, a member that stays while the
+# page is checked: its card shows the type, epoch and the member's partitions.
+"$CLI" consume --broker "kafka://127.0.0.1:$KAFKA" --topic obs --group kip848 --group-protocol consumer \
+    --follow --format plain >/dev/null 2>"$WORK/consumer-protocol.log" &
+PIDS+=($!)
+wait_for "the consumer-protocol group in /api/overview" 30 \
+    python3 -c 'import json, sys, urllib.request
+o = json.load(urllib.request.urlopen(sys.argv[1]))
+sys.exit(0 if any(g["group"] == "kip848" and g.get("type") == "consumer" and g["members"] == 1
+                  and g["member_list"][0]["partitions"] == "obs:0,1,2" for g in o["groups"]) else 1)' \
+    "http://127.0.0.1:$HTTP/api/overview"
 # A provoked error (TOPIC_ALREADY_EXISTS), for the page's recent errors.
 if "$CLI" topics create obs --broker "$BROKER" >/dev/null 2>&1; then
     echo "creating an existing topic succeeded" >&2
@@ -136,5 +147,5 @@ say "Prometheus: rate(flume_partition_records_in_total) = $(rate_above_zero) rec
 chromedriver --port="$DRIVER" --allowed-ips=127.0.0.1 >"$WORK/chromedriver.log" 2>&1 &
 PIDS+=($!)
 wait_for "chromedriver" 30 curl -fsS "http://127.0.0.1:$DRIVER/status"
-python3 "$ROOT/tests/observability/dashboard.py" "http://127.0.0.1:$DRIVER" "http://127.0.0.1:$HTTP/" "$OUT" obs dash jobs
+python3 "$ROOT/tests/observability/dashboard.py" "http://127.0.0.1:$DRIVER" "http://127.0.0.1:$HTTP/" "$OUT" obs dash jobs kip848
 say "passed; screenshots: $OUT/dashboard.png, $OUT/dashboard-phone.png"
