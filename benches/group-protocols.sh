@@ -2,7 +2,7 @@
 # Kafka's two group protocols on Flume's Kafka listener (issue #43): a group of 10 and of 100
 # members (the SDK's GroupConsumer over kafka://) settling from empty and after one leaves,
 # classic against consumer protocol, in one run; and the broker's CPU per idle member per
-# second (its own process: utime+stime from /proc). See benches/group_protocols.rs.
+# second (its own process: its threads' CPU time from /proc). See benches/group_protocols.rs.
 #
 #   benches/group-protocols.sh [members=10,100] [runs=3] [idle seconds=10]
 set -euo pipefail

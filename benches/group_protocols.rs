@@ -11,8 +11,10 @@
 //! - **after a leave**: one member closes (a clean leave); the time until
 //!   the N-1 others own every partition between them again;
 //! - **idle CPU**: with the group settled and nothing produced, the
-//!   broker's CPU (utime+stime of its process, from /proc) over a window,
-//!   per member per second. Needs the broker in its own process: with
+//!   broker's CPU (its threads' time on a CPU, from /proc) over a window
+//!   that starts 6 s after the group settled (past the fast heartbeats that
+//!   follow a change), less the broker's CPU over as long a window before
+//!   the group formed, per member per second. Needs the broker in its own process: with
 //!   `--bootstrap HOST:PORT --broker-pid PID` (benches/group-protocols.sh
 //!   starts one); in-process (the default) the CPU figure is left out.
 //!
@@ -108,17 +110,22 @@ async fn wait_settled(owned: &Owned, members: &[usize], partitions: i32, what: &
     Ok(())
 }
 
-/// The broker's CPU time so far (utime + stime), from /proc/PID/stat.
+/// The broker's CPU time so far: the sum over its threads of the time on
+/// a CPU (/proc/PID/task/*/schedstat, nanoseconds; /proc/PID/stat counts
+/// in 10 ms ticks, too coarse for an idle window).
 fn cpu_of(pid: u32) -> Result<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command's closing parenthesis: state is the 3rd
-    // field of the line, utime the 14th and stime the 15th.
-    let rest = stat.rsplit_once(')').context("stat")?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 =
-        f.get(11).context("utime")?.parse::<u64>()? + f.get(12).context("stime")?.parse::<u64>()?;
-    // USER_HZ is 100 on Linux.
-    Ok(Duration::from_millis(ticks * 10))
+    let mut ns = 0u64;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Ok(stat) = std::fs::read_to_string(t?.path().join("schedstat")) else {
+            continue; // a thread that ended
+        };
+        ns += stat
+            .split_whitespace()
+            .next()
+            .context("schedstat")?
+            .parse::<u64>()?;
+    }
+    Ok(Duration::from_nanos(ns))
 }
 
 struct RunResult {
@@ -153,6 +160,16 @@ async fn one_run(
         .await
         .context("create the topic")?;
     admin.close().await;
+    // The broker's own idle CPU (timers, sampling), without the group: taken
+    // off the figure below, which is then the members' alone.
+    let baseline = match broker_pid {
+        Some(pid) if !idle.is_zero() => {
+            let before = cpu_of(pid)?;
+            rt::sleep(idle).await;
+            Some(cpu_of(pid)?.saturating_sub(before))
+        }
+        _ => None,
+    };
     let owned: Owned = Arc::default();
     let t0 = Instant::now();
     let builds = (0..n).map(|_| {
@@ -176,9 +193,14 @@ async fn one_run(
 
     let idle_cpu = match broker_pid {
         Some(pid) if !idle.is_zero() => {
+            // Past the fast heartbeats that follow a change (one interval,
+            // 5 s by default): the group as it idles for hours.
+            rt::sleep(Duration::from_secs(6)).await;
             let before = cpu_of(pid)?;
             rt::sleep(idle).await;
-            let used = cpu_of(pid)?.saturating_sub(before);
+            let used = cpu_of(pid)?
+                .saturating_sub(before)
+                .saturating_sub(baseline.unwrap_or_default());
             #[allow(clippy::cast_precision_loss)] // ok: a figure
             Some(used.as_micros() as f64 / n as f64 / idle.as_secs_f64())
         }
