@@ -37,6 +37,7 @@ use crate::domain::Assignor;
 use crate::domain::{ProduceBatch, Route, TopicChanges};
 use crate::engine::Engine;
 use crate::error::BrokerError;
+use crate::server::InProcessServer;
 
 type Members = HashMap<(String, String), BTreeSet<String>>;
 
@@ -93,6 +94,8 @@ pub struct EmbeddedBroker {
     members: Mutex<Members>,
     turn: Mutex<HashMap<(String, String, String), usize>>,
     share_members: Mutex<ShareMembers>,
+    /// The Flume protocol in-process, once [`EmbeddedBroker::address`] was asked for.
+    in_process: Mutex<Option<Arc<InProcessServer>>>,
 }
 
 impl EmbeddedBroker {
@@ -119,7 +122,28 @@ impl EmbeddedBroker {
             members: Mutex::new(HashMap::new()),
             turn: Mutex::new(HashMap::new()),
             share_members: Mutex::new(HashMap::new()),
+            in_process: Mutex::new(None),
         })
+    }
+
+    /// The address at which the SDK of this process reaches this broker
+    /// without TCP (`inproc://flume-embedded-<pid>-<n>`): the same
+    /// application code that runs on `host:port` or `kafka://...` runs here,
+    /// e.g. `Producer::connect(&broker.address()?)` or a `GroupConsumer`
+    /// with automatic heartbeats and rebalances. Served from the first call
+    /// until [`EmbeddedBroker::close`].
+    ///
+    /// # Errors
+    /// The users file (for authentication) cannot be read.
+    pub fn address(&self) -> Result<String, BrokerError> {
+        let mut slot = lock(&self.in_process);
+        if let Some(s) = slot.as_ref() {
+            return Ok(s.address().to_owned());
+        }
+        let server = Arc::new(InProcessServer::start(&self.engine)?);
+        let address = server.address().to_owned();
+        *slot = Some(server);
+        Ok(address)
     }
 
     /// The engine (for metadata and direct access).
@@ -613,8 +637,16 @@ impl EmbeddedBroker {
         }
     }
 
-    /// Drains every queue to disk and fsyncs.
+    /// Drains every queue to disk and fsyncs; in-process connections (see
+    /// [`EmbeddedBroker::address`]) finish what they serve first, up to the
+    /// shutdown timeout.
     pub async fn close(&self) {
+        let served = lock(&self.in_process).clone();
+        if let Some(server) = served {
+            self.engine.begin_shutdown();
+            let deadline = std::time::Instant::now() + self.engine.config().shutdown_timeout;
+            server.stop(deadline).await;
+        }
         self.engine.shutdown().await;
     }
 }

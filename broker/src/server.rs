@@ -26,7 +26,9 @@ use crate::config::{BrokerConfig, FD_MARGIN};
 use crate::engine::Engine;
 use crate::error::BrokerError;
 use crate::flume::conn::serve;
-use crate::net::{accept_loop, Accepted, Connections, Listening, COUNTING_BYTES};
+use crate::net::{
+    accept_local_loop, accept_loop, Accepted, Connections, Listening, COUNTING_BYTES,
+};
 use crate::security::auth::{AuthMode, Authenticator};
 use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::ServerTls;
@@ -42,6 +44,10 @@ pub struct Broker {
     addr: SocketAddr,
     conns: Arc<Connections>,
     accept: TaskSlot<()>,
+    /// In-process connections' address (`inproc://...`; see [`Broker::in_process_address`]).
+    in_process: String,
+    /// Their accept loop.
+    accept_local: TaskSlot<()>,
     /// The HTTP server (metrics, dashboard), when configured.
     http: Option<crate::http::HttpServer>,
     /// The Kafka listener, when configured.
@@ -127,21 +133,33 @@ impl Broker {
             metrics: Arc::clone(engine.metrics()),
         };
         let served = (Arc::clone(&engine), Arc::clone(&auth), quotas);
+        let serve = move |c| {
+            let (engine, auth, quotas) = served.clone();
+            serve_flume(engine, auth, quotas, c)
+        };
+        let local = rt::local::LocalListener::bind_unique("flume");
+        let in_process = local.address();
+        let accept_local = rt::spawn(accept_local_loop(
+            local,
+            Arc::clone(&conns),
+            how.clone(),
+            engine.shutdown_signal(),
+            serve.clone(),
+        ));
         let accept = rt::spawn(accept_loop(
             listener,
             Arc::clone(&conns),
             how,
             engine.shutdown_signal(),
-            move |c| {
-                let (engine, auth, quotas) = served.clone();
-                serve_flume(engine, auth, quotas, c)
-            },
+            serve,
         ));
         Ok(Broker {
             engine,
             addr,
             conns,
             accept: TaskSlot::new(accept),
+            in_process,
+            accept_local: TaskSlot::new(accept_local),
             http,
             kafka,
             tls,
@@ -152,6 +170,15 @@ impl Broker {
     /// The bound address (useful with port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The address at which clients in this same process reach the broker
+    /// without TCP: `inproc://flume-<pid>-<n>`. The SDK connects to it as to
+    /// `host:port` (`Producer::connect(broker.in_process_address())`); the
+    /// connections are served exactly as TCP ones (limits, authentication,
+    /// ACLs), without TLS. Valid until [`Broker::shutdown`].
+    pub fn in_process_address(&self) -> &str {
+        &self.in_process
     }
 
     /// Adds an ACL (false: it was there); durable and in force for every
@@ -294,6 +321,7 @@ impl Broker {
     pub async fn shutdown(&self) {
         self.engine.begin_shutdown();
         self.accept.join().await;
+        self.accept_local.join().await;
         if let Some(k) = &self.kafka {
             k.shutdown().await;
         }
@@ -307,6 +335,72 @@ impl Broker {
         }
         self.engine.shutdown().await;
         tracing::info!("broker stopped");
+    }
+}
+
+/// The Flume protocol served to clients of this process only, without a
+/// TCP port: what [`crate::EmbeddedBroker::address`] starts. Its connections
+/// are served as the TCP server's are (the same connection loop, limits,
+/// memory budget, authentication and ACLs).
+#[derive(Debug)]
+pub(crate) struct InProcessServer {
+    address: String,
+    conns: Arc<Connections>,
+    accept: TaskSlot<()>,
+}
+
+impl InProcessServer {
+    /// Registers an `inproc://` name and serves it until the engine shuts down.
+    ///
+    /// # Errors
+    /// The users file cannot be read.
+    pub(crate) fn start(engine: &Arc<Engine>) -> Result<InProcessServer, BrokerError> {
+        let auth = Arc::new(Authenticator::open(
+            &engine.data_dir(),
+            engine.config().auth,
+        )?);
+        let conns = Connections::new(engine.config().max_request_memory, COUNTING_BYTES);
+        let how = Listening {
+            name: "in-process",
+            max_connections: engine.config().max_connections,
+            connection_memory: engine
+                .config()
+                .max_connection_memory
+                .max(engine.config().max_frame_bytes),
+            handshake: engine.config().read_timeout,
+            tls: None,
+            metrics: Arc::clone(engine.metrics()),
+        };
+        let served = (Arc::clone(engine), auth, Arc::clone(engine.quotas()));
+        let local = rt::local::LocalListener::bind_unique("flume-embedded");
+        let address = local.address();
+        let accept = rt::spawn(accept_local_loop(
+            local,
+            Arc::clone(&conns),
+            how,
+            engine.shutdown_signal(),
+            move |c| {
+                let (engine, auth, quotas) = served.clone();
+                serve_flume(engine, auth, quotas, c)
+            },
+        ));
+        Ok(InProcessServer {
+            address,
+            conns,
+            accept: TaskSlot::new(accept),
+        })
+    }
+
+    /// `inproc://flume-embedded-<pid>-<n>`.
+    pub(crate) fn address(&self) -> &str {
+        &self.address
+    }
+
+    /// After the engine's shutdown began: the accept loop ends, connections
+    /// finish what they serve until `deadline`, the rest are cancelled.
+    pub(crate) async fn stop(&self, deadline: Instant) {
+        self.accept.join().await;
+        self.conns.drain(deadline).await;
     }
 }
 

@@ -19,8 +19,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("coordinator", &["coordinator"]),
     ("engine", &["engine"]),
     ("network", &["net"]),
-    ("front ends", &["flume", "kafka", "http", "embedded"]),
-    ("server", &["server"]),
+    ("front ends", &["flume", "kafka", "http"]),
+    ("servers", &["server", "embedded"]),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -250,7 +250,7 @@ impl ConnState {
         stream: Transport,
         security: Security,
     ) -> std::io::Result<Self> {
-        stream.tcp().set_nodelay(true)?;
+        stream.set_nodelay()?;
         let cfg = engine.config().clone();
         let spin_policy = cfg.busy_poll;
         let stop = engine.shutdown_signal();
@@ -691,6 +691,7 @@ impl ConnState {
                 return match io {
                     Transport::Plain(reader) => reader.read_ready(buf).await,
                     Transport::Tls(t) => t.read(buf).await,
+                    Transport::Local(s) => (&*s).read(buf).await,
                 };
             }
             match io {
@@ -706,6 +707,8 @@ impl ConnState {
                 Transport::Plain(reader) => (&*reader).read(chunk).await,
                 // rustls keeps what it decrypted but was not read; a cancelled read loses nothing.
                 Transport::Tls(t) => t.read(chunk).await,
+                // Copied out under the pipe's lock: a cancelled read loses nothing.
+                Transport::Local(s) => (&*s).read(chunk).await,
             }
         };
         let memory = &self.memory;

@@ -480,7 +480,7 @@ impl Inbox {
         loop {
             // Room is made only once the socket has something (bytes or EOF):
             // most requests are served before anything arrives.
-            self.stream.tcp().readable().await?;
+            self.stream.readable().await?;
             self.ahead.resize(len + room, 0);
             let mut kept = Truncate {
                 buf: &mut self.ahead,
@@ -488,6 +488,7 @@ impl Inbox {
             };
             let r = match &mut self.stream {
                 Transport::Plain(s) => s.try_read(&mut kept.buf[len..]),
+                Transport::Local(s) => s.try_read(&mut kept.buf[len..]),
                 // rustls keeps what it decrypted but was not read; a cancelled read loses nothing.
                 Transport::Tls(t) => t.read(&mut kept.buf[len..]).await,
             };

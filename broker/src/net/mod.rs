@@ -346,42 +346,96 @@ pub(crate) async fn accept_loop<F, Fut>(
 {
     while let Some((stream, peer)) = next_connection(&listener, &stop, how.name).await {
         let _ = stream.set_nodelay(true);
-        let memory = MemoryBudget::within(
-            &conns.memory,
-            how.connection_memory,
-            CONNECTION_RESERVE_BYTES,
-        );
-        let counting = Arc::clone(&conns.counting);
-        let (tls, handshake, name, serve) =
-            (how.tls.clone(), how.handshake, how.name, serve.clone());
-        let admitted = conns.spawn(how.max_connections, move |handle| async move {
-            tracing::debug!(%peer, listener = name, "connection open");
-            let (stream, principal) = match secure(tls.as_deref(), stream, handshake).await {
+        admit(&conns, &how, &serve, Arrived::Tcp(stream, peer));
+    }
+}
+
+/// The peer address given to in-process connections (they have none):
+/// loopback, port 0, so per-address limits treat them as local.
+pub(crate) const IN_PROCESS_PEER: std::net::SocketAddr =
+    std::net::SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+
+/// Takes in-process connections ([`rt::local`]) until `stop` fires, under the
+/// same limit, budgets and `serve` as the TCP listener they stand beside; no
+/// TLS (the bytes never leave the process), so each starts anonymous and
+/// authenticates as a TCP client does.
+pub(crate) async fn accept_local_loop<F, Fut>(
+    listener: rt::local::LocalListener,
+    conns: Arc<Connections>,
+    how: Listening,
+    stop: async_channel::Receiver<()>,
+    serve: F,
+) where
+    F: Fn(Accepted) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    use futures::FutureExt;
+    loop {
+        let accepted = futures::select! {
+            r = listener.accept().fuse() => r,
+            _ = stop.recv().fuse() => return,
+        };
+        match accepted {
+            Ok(stream) => admit(&conns, &how, &serve, Arrived::Local(stream)),
+            Err(_) => return,
+        }
+    }
+}
+
+/// A connection as it arrives, before its handshake.
+enum Arrived {
+    Tcp(rt::TcpStream, std::net::SocketAddr),
+    Local(rt::local::LocalStream),
+}
+
+/// Gives a new connection its task (handshake, then `serve`) unless the
+/// listener is at `how.max_connections`: then it is closed, logged and counted.
+fn admit<F, Fut>(conns: &Arc<Connections>, how: &Listening, serve: &F, arrived: Arrived)
+where
+    F: Fn(Accepted) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let peer = match &arrived {
+        Arrived::Tcp(_, peer) => *peer,
+        Arrived::Local(_) => IN_PROCESS_PEER,
+    };
+    let memory = MemoryBudget::within(
+        &conns.memory,
+        how.connection_memory,
+        CONNECTION_RESERVE_BYTES,
+    );
+    let counting = Arc::clone(&conns.counting);
+    let (tls, handshake, name, serve) = (how.tls.clone(), how.handshake, how.name, serve.clone());
+    let admitted = conns.spawn(how.max_connections, move |handle| async move {
+        tracing::debug!(%peer, listener = name, "connection open");
+        let (stream, principal) = match arrived {
+            Arrived::Tcp(stream, _) => match secure(tls.as_deref(), stream, handshake).await {
                 Ok(x) => x,
                 Err(e) => {
                     tracing::info!(%peer, listener = name, error = %e, "TLS handshake failed; connection closed");
                     return;
                 }
-            };
-            if !principal.is_anonymous() {
-                tracing::debug!(%peer, %principal, "connection authenticated by its certificate");
-            }
-            handle.set_principal(principal.clone());
-            serve(Accepted {
-                stream,
-                peer,
-                principal,
-                memory,
-                counting,
-                handle,
-            })
-            .await;
-        });
-        if !admitted {
-            // The refused socket was moved into the unspawned task and closed with it.
-            tracing::warn!(%peer, listener = how.name, max = how.max_connections, "connection limit reached; closing the new connection");
-            how.metrics.connection_refused();
+            },
+            Arrived::Local(stream) => (Transport::Local(stream), Principal::Anonymous),
+        };
+        if !principal.is_anonymous() {
+            tracing::debug!(%peer, %principal, "connection authenticated by its certificate");
         }
+        handle.set_principal(principal.clone());
+        serve(Accepted {
+            stream,
+            peer,
+            principal,
+            memory,
+            counting,
+            handle,
+        })
+        .await;
+    });
+    if !admitted {
+        // The refused stream was moved into the unspawned task and closed with it.
+        tracing::warn!(%peer, listener = how.name, max = how.max_connections, "connection limit reached; closing the new connection");
+        how.metrics.connection_refused();
     }
 }
 

@@ -265,21 +265,41 @@ pub fn subject(der: &[u8]) -> Result<String, String> {
     Ok(out)
 }
 
-/// A connection's byte stream: plain TCP or TLS over it.
+/// A connection's byte stream: plain TCP, TLS over it, or an in-process
+/// stream from a client in the broker's own process ([`flume_rt::local`]).
 #[derive(Debug)]
 pub enum Transport {
     /// Plain TCP.
     Plain(TcpStream),
     /// TLS (boxed: the session state is a few KB).
     Tls(Box<TlsStream>),
+    /// In-process: no socket, no TLS.
+    Local(flume_rt::local::LocalStream),
 }
 
 impl Transport {
-    /// The TCP socket under the stream.
-    pub fn tcp(&self) -> &TcpStream {
+    /// Sends small writes at once (`TCP_NODELAY`); nothing to set in-process.
+    ///
+    /// # Errors
+    /// The socket refuses the option.
+    pub fn set_nodelay(&self) -> io::Result<()> {
         match self {
-            Transport::Plain(s) => s,
-            Transport::Tls(t) => t.get_ref().0,
+            Transport::Plain(s) => s.set_nodelay(true),
+            Transport::Tls(t) => t.get_ref().0.set_nodelay(true),
+            Transport::Local(_) => Ok(()),
+        }
+    }
+
+    /// Waits until a read would not block (bytes, EOF or an error on the
+    /// socket under the stream).
+    ///
+    /// # Errors
+    /// The socket failed.
+    pub async fn readable(&self) -> io::Result<()> {
+        match self {
+            Transport::Plain(s) => s.readable().await,
+            Transport::Tls(t) => t.get_ref().0.readable().await,
+            Transport::Local(s) => s.readable().await,
         }
     }
 }
@@ -293,6 +313,7 @@ impl AsyncRead for Transport {
         match self.get_mut() {
             Transport::Plain(s) => Pin::new(s).poll_read(cx, buf),
             Transport::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
+            Transport::Local(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -306,18 +327,21 @@ impl AsyncWrite for Transport {
         match self.get_mut() {
             Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Transport::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
+            Transport::Local(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Plain(s) => Pin::new(s).poll_flush(cx),
             Transport::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
+            Transport::Local(s) => Pin::new(s).poll_flush(cx),
         }
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Transport::Plain(s) => Pin::new(s).poll_close(cx),
             Transport::Tls(t) => Pin::new(&mut **t).poll_close(cx),
+            Transport::Local(s) => Pin::new(s).poll_close(cx),
         }
     }
 }

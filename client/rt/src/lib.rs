@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use async_io::Async;
 
 pub mod heap;
+pub mod local;
 pub mod spin;
 pub use spin::{BusyPoll, SpinBudget};
 
