@@ -20,7 +20,11 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("engine", &["engine"]),
     ("network", &["net"]),
     ("front ends", &["flume", "kafka", "http"]),
-    ("servers", &["server", "embedded"]),
+    ("server", &["server"]),
+    (
+        "embedded mode (serves in-process connections with the server's loop)",
+        &["embedded"],
+    ),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
