@@ -7,151 +7,17 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::{Args, Subcommand};
 use flume_client::{
     lowlevel::Client, Admin, GroupConsumer, PartitionConsumer, Producer, ProducerConfig,
     ProducerRecord, StartOffset,
 };
 use serde_json::json;
 
-use crate::commands::range_u64;
-use crate::commands::{BrokerAddr, TopicAt};
+use crate::args::perf::{ConsumeArgs, E2eArgs, ProduceArgs};
+use crate::common::describe;
 
-mod groups;
-mod share;
-
-#[derive(Debug, Subcommand)]
-pub enum PerfCommand {
-    /// Produce N records as fast as possible and report throughput and latency.
-    Produce(ProduceArgs),
-    /// Consume N records as fast as possible and report throughput.
-    Consume(ConsumeArgs),
-    /// Produce at a fixed rate while a group consumer reads: latency from send to delivery.
-    E2e(E2eArgs),
-    /// Many consumer groups at once (default 1,000 x 10 members): the broker's
-    /// idle CPU, RSS and descriptors, and one group's rebalance time while all run.
-    Groups(groups::GroupsArgs),
-    /// A queue: share consumers of one group accept records one by one as
-    /// they are produced; records/s and each consumer's share.
-    Share(share::ShareArgs),
-}
-
-/// How every perf run prints its summary: one definition flattened into each.
-#[derive(Debug, Args)]
-pub struct Summary {
-    /// Print the summary as one JSON object.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct E2eArgs {
-    #[command(flatten)]
-    broker: BrokerAddr,
-    /// Topic (use a fresh one: the consumer starts at the end).
-    #[arg(long)]
-    topic: String,
-    /// Records to send.
-    #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, 100_000_000))]
-    records: u64,
-    /// Records per second.
-    #[arg(long, default_value_t = 50_000, value_parser = range_u64(1, 10_000_000))]
-    rate: u64,
-    /// Value size in bytes, at least 24: a tag marking the record as this run's and
-    /// the send time travel in the value.
-    #[arg(long, default_value_t = 100, value_parser = range_u64(E2E_MIN_SIZE as i64, 64 * 1024 * 1024))]
-    record_size: u64,
-    /// Spinning of the producer's and the consumer's connections, as for
-    /// `perf produce`: `auto`, `auto:N`, `0` (off) or N µs fixed.
-    #[arg(long, default_value = "auto")]
-    busy_poll_us: flume_client::BusyPoll,
-    #[command(flatten)]
-    summary: Summary,
-}
-
-#[derive(Debug, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct ProduceArgs {
-    #[command(flatten)]
-    at: TopicAt,
-    #[command(flatten)]
-    kafka: crate::commands::KafkaProduceFlags,
-    /// Records to send (the first goes before the clock starts).
-    #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, 100_000_000))]
-    records: u64,
-    /// Value size in bytes.
-    #[arg(long, default_value_t = 100, value_parser = range_u64(0, 64 * 1024 * 1024))]
-    record_size: u64,
-    /// Distinct keys (0: no keys).
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, i64::MAX))]
-    key_cardinality: u64,
-    /// Spread records over partitions 0..N of each topic in turn (explicit
-    /// partitions, so every one of them gets records; 0: the producer's
-    /// partitioner decides). The topic must have at least N partitions.
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 100_000))]
-    partitions_spread: u64,
-    /// Spread records over T topics named `<topic>-0` .. `<topic>-<T-1>`
-    /// (auto-created with the broker's default partitions if missing); with
-    /// --partitions-spread N, record j goes to topic j % T, partition (j / T) % N.
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 1_000_000))]
-    topics_spread: u64,
-    /// Producer connections, each driven by its own task.
-    #[arg(long, default_value_t = 1, value_parser = range_u64(1, 1024))]
-    producers: u64,
-    /// Linger before sending a batch (ms).
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 60_000))]
-    linger_ms: u64,
-    /// Largest batch per partition (bytes).
-    #[arg(long, default_value_t = 1024 * 1024, value_parser = range_u64(1, 1 << 30))]
-    batch_bytes: u64,
-    /// PRODUCE requests outstanding per producer (the producer's `max_in_flight`).
-    #[arg(long, default_value_t = 8, value_parser = range_u64(1, 1024))]
-    max_in_flight: u64,
-    /// Records in flight per producer (ignored with --sync); 0: no window of
-    /// its own, the producer's buffer (32 MiB of records) bounds them, as in
-    /// Kafka's producer-perf-test. A small window measures latency at less
-    /// than full load; no window lets batches grow as large as the broker's
-    /// pace allows, which a spread over many partitions needs.
-    #[arg(long, default_value_t = 0, value_parser = range_u64(0, 10_000_000))]
-    window: u64,
-    /// One record per round trip: wait for each acknowledgement before the next send.
-    #[arg(long)]
-    sync: bool,
-    /// Before parking the thread for a response, keep trying to read it
-    /// (the client's `ConnectionConfig::busy_poll`): `auto` spins only as long
-    /// as it recently paid off (up to 50 µs; `auto:N` up to N µs), `0` never
-    /// spins, N spins N µs every time.
-    #[arg(long, default_value = "auto")]
-    busy_poll_us: flume_client::BusyPoll,
-    #[command(flatten)]
-    summary: Summary,
-}
-
-#[derive(Debug, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct ConsumeArgs {
-    #[command(flatten)]
-    at: TopicAt,
-    /// Records to read.
-    #[arg(long, default_value_t = 1_000_000, value_parser = range_u64(1, i64::MAX))]
-    records: u64,
-    /// Read as a member of this group (default: every partition from the start).
-    #[arg(long)]
-    group: Option<String>,
-    #[command(flatten)]
-    summary: Summary,
-}
-
-pub async fn run(cmd: PerfCommand) -> Result<()> {
-    match cmd {
-        PerfCommand::Produce(a) => produce(a).await,
-        PerfCommand::Consume(a) => consume(a).await,
-        PerfCommand::E2e(a) => e2e(a).await,
-        PerfCommand::Groups(a) => groups::groups(a).await,
-        PerfCommand::Share(a) => share::share(a).await,
-    }
-}
+pub mod groups;
+pub mod share;
 
 /// Progress on stderr: on a terminal one line rewritten twice a second; otherwise
 /// (a log file, CI) a new line every few seconds.
@@ -196,7 +62,7 @@ async fn end_progress(bar: Option<flume_rt::Task<()>>) {
     }
 }
 
-fn percentile(sorted: &[u64], p: f64) -> f64 {
+pub fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -250,7 +116,7 @@ fn with_partition(rec: ProducerRecord, partition: Option<i32>) -> ProducerRecord
     }
 }
 
-async fn produce(a: ProduceArgs) -> Result<()> {
+pub async fn produce(a: ProduceArgs) -> Result<()> {
     if a.records == 0 {
         bail!("--records must be at least 1");
     }
@@ -288,7 +154,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
             partition0,
         ))
         .await
-        .map_err(crate::commands::describe)?;
+        .map_err(describe)?;
     let timed = a.records - 1;
     let done = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
@@ -446,7 +312,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
         );
     }
     match failure {
-        Some(e) => Err(crate::commands::describe(e)).context(format!(
+        Some(e) => Err(describe(e)).context(format!(
             "perf produce stopped after {sent} acknowledged records"
         )),
         None => Ok(()),
@@ -456,7 +322,7 @@ async fn produce(a: ProduceArgs) -> Result<()> {
 /// With --group: stop when no record arrives for this long.
 const GROUP_IDLE: Duration = Duration::from_secs(10);
 
-async fn consume(a: ConsumeArgs) -> Result<()> {
+pub async fn consume(a: ConsumeArgs) -> Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     let admin = Admin::connect_with(&a.at.broker.addr, a.at.broker.connection()?)
@@ -465,7 +331,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     let t = admin
         .topics(std::slice::from_ref(&a.at.topic))
         .await
-        .map_err(crate::commands::describe)?
+        .map_err(describe)?
         .into_iter()
         .next();
     let Some(t) = t.filter(|t| t.error.is_ok()) else {
@@ -477,7 +343,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         Some(g) => admin
             .group_offsets(g, std::slice::from_ref(&a.at.topic))
             .await
-            .map_err(crate::commands::describe)?
+            .map_err(describe)?
             .iter()
             .map(flume_protocol::OffsetFetchPartition::lag)
             .sum(),
@@ -502,7 +368,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
             .topic(&a.at.topic)
             .build()
             .await
-            .map_err(crate::commands::describe)?;
+            .map_err(describe)?;
         start = Instant::now();
         let bar = progress(Arc::clone(&done), a.records, start);
         while done.load(Ordering::Relaxed) < a.records {
@@ -523,7 +389,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
                     break;
                 }
                 Some(Some(Err(e))) => {
-                    failure = Some(crate::commands::describe(e));
+                    failure = Some(describe(e));
                     break;
                 }
                 Some(Some(Ok(r))) => r,
@@ -596,7 +462,7 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
         }
         for t in tasks {
             if let Err(e) = t.await {
-                failure.get_or_insert(crate::commands::describe(e));
+                failure.get_or_insert(describe(e));
             }
         }
         end_progress(bar).await;
@@ -630,8 +496,6 @@ async fn consume(a: ConsumeArgs) -> Result<()> {
     }
 }
 
-/// Bytes at the start of each perf e2e value: the tag, this run's id, the send time.
-const E2E_MIN_SIZE: usize = 24;
 /// Marks a perf e2e record.
 const E2E_TAG: &[u8; 8] = b"flmE2E\x00\x01";
 
@@ -649,7 +513,7 @@ fn e2e_sent_at(value: &[u8], run: u64) -> Option<u64> {
     Some(u64::from_be_bytes(b))
 }
 
-async fn e2e(a: E2eArgs) -> Result<()> {
+pub async fn e2e(a: E2eArgs) -> Result<()> {
     let size = usize::try_from(a.record_size)?;
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -664,7 +528,7 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         .max_wait(Duration::from_millis(500))
         .build()
         .await
-        .map_err(crate::commands::describe)
+        .map_err(describe)
         .context("cannot join the group")?;
     let producer = Producer::with_config(
         &a.broker.addr,
@@ -758,14 +622,14 @@ async fn e2e(a: E2eArgs) -> Result<()> {
         (sent, sent_secs, run_result.err())
     });
     let (sent, sent_secs, send_err) = sender.await;
-    let mut failure: Option<anyhow::Error> = send_err.map(crate::commands::describe);
+    let mut failure: Option<anyhow::Error> = send_err.map(describe);
     let read_err = if failure.is_some() {
         // Whatever the reader has by now; it is not waited for.
         reader.cancel().await;
         None
     } else {
         match flume_rt::timeout(Duration::from_secs(60), reader).await {
-            Some(e) => e.map(crate::commands::describe),
+            Some(e) => e.map(describe),
             None => Some(anyhow::anyhow!(
                 "the consumer did not receive every record within 60 s ({} of {total})",
                 received.load(Ordering::Relaxed)

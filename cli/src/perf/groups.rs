@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use flume_client::{
     lowlevel::Client, Admin, ConnectionConfig, FetchConfig, GroupConsumer, RebalanceEvent,
 };
@@ -28,54 +27,9 @@ use flume_protocol::{CreateTopicRequest, ErrorCode, HeartbeatRequest, JoinGroupR
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
 
-use super::{percentile, Summary};
-use crate::commands::{range_u64, BrokerAddr};
-
-#[derive(Debug, Args)]
-pub struct GroupsArgs {
-    #[command(flatten)]
-    broker: BrokerAddr,
-    /// Consumer groups.
-    #[arg(long, default_value_t = 1000, value_parser = range_u64(1, 100_000))]
-    groups: u64,
-    /// Members per group.
-    #[arg(long, default_value_t = 10, value_parser = range_u64(1, 10_000))]
-    members: u64,
-    /// Partitions of the topic every group subscribes to (created with them if missing).
-    #[arg(long, default_value_t = 10, value_parser = range_u64(1, 100_000))]
-    topic_partitions: u64,
-    /// The topic (no records are written to it: the members idle in `next()`).
-    #[arg(long, default_value = "perf-groups")]
-    topic: String,
-    /// Prefix of the group names (`<prefix>-0` ..).
-    #[arg(long, default_value = "perf-group")]
-    group_prefix: String,
-    /// The broker's process id, to read its CPU, RSS and descriptors from /proc.
-    #[arg(long)]
-    broker_pid: Option<u32>,
-    /// Seconds of idle heartbeating over which the broker's CPU is measured.
-    #[arg(long, default_value_t = 30, value_parser = range_u64(1, 3600))]
-    idle_secs: u64,
-    /// Rebalances to time, each in another group (a member leaves, one joins).
-    #[arg(long, default_value_t = 5, value_parser = range_u64(0, 1000))]
-    rebalances: u64,
-    /// How long a member's fetch waits at the broker (ms; by default the
-    /// SDK's default, `GroupConsumerBuilder::max_wait`: 5,000, capped at the
-    /// heartbeat interval, 3,333, since the fetches are the heartbeats).
-    #[arg(long, value_parser = range_u64(0, 30_000))]
-    fetch_wait_ms: Option<u64>,
-    /// Members joining at once while the groups are built.
-    #[arg(long, default_value_t = 256, value_parser = range_u64(1, 100_000))]
-    join_concurrency: u64,
-    /// Interval of the probe's heartbeats (ms).
-    #[arg(long, default_value_t = 10, value_parser = range_u64(1, 10_000))]
-    probe_ms: u64,
-    /// Longest wait for every group to be stable (s).
-    #[arg(long, default_value_t = 300, value_parser = range_u64(1, 3600))]
-    settle_secs: u64,
-    #[command(flatten)]
-    summary: Summary,
-}
+use super::percentile;
+use crate::args::perf::GroupsArgs;
+use crate::common::describe;
 
 /// What one member last saw; a slot is taken over by the member that
 /// replaces its holder.
@@ -382,7 +336,7 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
                 );
             }
         }
-        Err(e) => return Err(crate::commands::describe(e)),
+        Err(e) => return Err(describe(e)),
     }
     let broker = a.broker_pid.map(|p| ProcStat { pid: p.to_string() });
     let me = ProcStat { pid: "self".into() };

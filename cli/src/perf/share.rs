@@ -11,42 +11,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Args;
 use flume_client::{AckMode, Producer, ProducerConfig, ProducerRecord, ShareConsumer};
 use serde_json::json;
 
-use super::Summary;
-use crate::commands::range_u64;
-use crate::commands::TopicAt;
+use crate::args::perf::ShareArgs;
+use crate::common::describe;
 
 /// Most produce requests awaited at once.
 const WINDOW: usize = 10_000;
 /// A run with no record accepted for this long stops.
 const IDLE: Duration = Duration::from_secs(30);
-
-#[derive(Debug, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct ShareArgs {
-    #[command(flatten)]
-    at: TopicAt,
-    /// Records to produce and accept.
-    #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, i64::MAX))]
-    records: u64,
-    /// Share consumers of the group, each its own connection.
-    #[arg(long, default_value_t = 4, value_parser = range_u64(1, 1000))]
-    consumers: u64,
-    /// The share group (default: a new one for this run).
-    #[arg(long)]
-    group: Option<String>,
-    /// Records a consumer takes per poll.
-    #[arg(long, default_value_t = 500, value_parser = range_u64(1, 100_000))]
-    max_records: u64,
-    /// Bytes of each record's value.
-    #[arg(long, default_value_t = 100, value_parser = range_u64(0, 1 << 20))]
-    record_size: u64,
-    #[command(flatten)]
-    summary: Summary,
-}
 
 pub async fn share(a: ShareArgs) -> Result<()> {
     let addr = a.at.broker.addr.clone();
@@ -66,10 +40,10 @@ pub async fn share(a: ShareArgs) -> Result<()> {
             .client_id(&format!("perf-share-{i}"))
             .build()
             .await
-            .map_err(crate::commands::describe)
+            .map_err(describe)
             .context("cannot join the share group")?;
         // The first poll makes the group's share-partitions (at the log end).
-        let first = c.poll().await.map_err(crate::commands::describe)?;
+        let first = c.poll().await.map_err(describe)?;
         if !first.is_empty() {
             bail!("share group {group} already has records to read: use a new --group");
         }
@@ -130,16 +104,16 @@ pub async fn share(a: ShareArgs) -> Result<()> {
         let f = producer
             .enqueue(ProducerRecord::new(a.at.topic.clone(), value.clone()))
             .await
-            .map_err(crate::commands::describe)?;
+            .map_err(describe)?;
         inflight.push_back(f);
         if inflight.len() >= WINDOW {
             if let Some(f) = inflight.pop_front() {
-                f.await.map_err(crate::commands::describe)?;
+                f.await.map_err(describe)?;
             }
         }
     }
     while let Some(f) = inflight.pop_front() {
-        f.await.map_err(crate::commands::describe)?;
+        f.await.map_err(describe)?;
     }
     let produced_in = start.elapsed().as_secs_f64();
     let mut per = Vec::new();
