@@ -3,13 +3,14 @@
 use anyhow::Result;
 
 use crate::args::perf::PerfCommand;
+use crate::perf;
 
 pub async fn run(cmd: PerfCommand) -> Result<()> {
     match cmd {
-        PerfCommand::Produce(a) => crate::perf::produce(a).await,
-        PerfCommand::Consume(a) => crate::perf::consume(a).await,
-        PerfCommand::E2e(a) => crate::perf::e2e(a).await,
-        PerfCommand::Groups(a) => crate::perf::groups::groups(a).await,
-        PerfCommand::Share(a) => crate::perf::share::share(a).await,
+        PerfCommand::Produce(a) => perf::produce::run(a).await,
+        PerfCommand::Consume(a) => perf::consume::run(a).await,
+        PerfCommand::E2e(a) => perf::e2e::run(a).await,
+        PerfCommand::Groups(a) => perf::groups::run(a).await,
+        PerfCommand::Share(a) => perf::share::run(a).await,
     }
 }
