@@ -1,16 +1,12 @@
 //! `flume-cli`: run a broker, produce, consume, manage topics and groups, measure.
 
-mod acls;
-mod admin;
-mod commands;
-mod consume;
-mod data;
+mod args;
+mod cmd;
+mod common;
 mod logging;
 mod output;
 mod perf;
-mod produce;
 mod settings;
-mod users;
 
 use std::process::ExitCode;
 
@@ -25,12 +21,12 @@ fn main() -> ExitCode {
         }
     };
     match &cli.command {
-        commands::Command::Broker(a) => {
+        args::Command::Broker(a) => {
             logging::init(a.log_format == "json", a.log_level.as_deref(), "info");
         }
         _ => logging::init(false, None, "warn"),
     }
-    match flume_rt::block_on(commands::run(cli, effective)) {
+    match flume_rt::block_on(cmd::run(cli, effective)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", chain(&e));

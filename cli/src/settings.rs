@@ -2,7 +2,7 @@
 //! else its `FLUME_<FLAG>` environment variable, else the TOML file of
 //! `--config`, else its default. The file's keys are the flags' long names
 //! and its values go through the flags' own parsers, so one definition
-//! (`commands::BrokerArgs`) gives the flags, the variables, the file's keys,
+//! (`args::broker::BrokerArgs`) gives the flags, the variables, the file's keys,
 //! their checks and `--print-config`.
 //!
 //! How: clap parses the command line and the environment
@@ -21,7 +21,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
 
-use crate::commands::Cli;
+use crate::args::broker::BrokerArgs;
+use crate::args::{Cli, Command as CliCommand};
 
 /// Arguments of `broker` that are not settings: no key in the file.
 const NOT_SETTINGS: &[&str] = &["help", "version", "config", "print_config"];
@@ -282,10 +283,10 @@ impl Effective {
     ///
     /// # Errors
     /// As [`parse`].
-    pub fn reread(&self) -> Result<(crate::commands::BrokerArgs, Effective), ParseError> {
+    pub fn reread(&self) -> Result<(BrokerArgs, Effective), ParseError> {
         let (cli, effective) = parse(&self.argv)?;
         match (cli.command, effective) {
-            (crate::commands::Command::Broker(a), Some(e)) => Ok((*a, e)),
+            (CliCommand::Broker(a), Some(e)) => Ok((*a, e)),
             _ => Err(ParseError::Config("not a broker command".into())),
         }
     }

@@ -15,6 +15,7 @@ mod data;
 mod data_dir;
 mod group_join;
 mod groups;
+mod layers;
 mod messages;
 mod produce_consume;
 mod share;

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
 use flume_client::{
     lowlevel::Client, Admin, ConnectionConfig, FetchConfig, GroupConsumer, RebalanceEvent,
 };
@@ -28,54 +27,9 @@ use flume_protocol::{CreateTopicRequest, ErrorCode, HeartbeatRequest, JoinGroupR
 use futures::{FutureExt, StreamExt};
 use serde_json::json;
 
-use super::{percentile, Summary};
-use crate::commands::{range_u64, BrokerAddr};
-
-#[derive(Debug, Args)]
-pub struct GroupsArgs {
-    #[command(flatten)]
-    broker: BrokerAddr,
-    /// Consumer groups.
-    #[arg(long, default_value_t = 1000, value_parser = range_u64(1, 100_000))]
-    groups: u64,
-    /// Members per group.
-    #[arg(long, default_value_t = 10, value_parser = range_u64(1, 10_000))]
-    members: u64,
-    /// Partitions of the topic every group subscribes to (created with them if missing).
-    #[arg(long, default_value_t = 10, value_parser = range_u64(1, 100_000))]
-    topic_partitions: u64,
-    /// The topic (no records are written to it: the members idle in `next()`).
-    #[arg(long, default_value = "perf-groups")]
-    topic: String,
-    /// Prefix of the group names (`<prefix>-0` ..).
-    #[arg(long, default_value = "perf-group")]
-    group_prefix: String,
-    /// The broker's process id, to read its CPU, RSS and descriptors from /proc.
-    #[arg(long)]
-    broker_pid: Option<u32>,
-    /// Seconds of idle heartbeating over which the broker's CPU is measured.
-    #[arg(long, default_value_t = 30, value_parser = range_u64(1, 3600))]
-    idle_secs: u64,
-    /// Rebalances to time, each in another group (a member leaves, one joins).
-    #[arg(long, default_value_t = 5, value_parser = range_u64(0, 1000))]
-    rebalances: u64,
-    /// How long a member's fetch waits at the broker (ms; by default the
-    /// SDK's default, `GroupConsumerBuilder::max_wait`: 5,000, capped at the
-    /// heartbeat interval, 3,333, since the fetches are the heartbeats).
-    #[arg(long, value_parser = range_u64(0, 30_000))]
-    fetch_wait_ms: Option<u64>,
-    /// Members joining at once while the groups are built.
-    #[arg(long, default_value_t = 256, value_parser = range_u64(1, 100_000))]
-    join_concurrency: u64,
-    /// Interval of the probe's heartbeats (ms).
-    #[arg(long, default_value_t = 10, value_parser = range_u64(1, 10_000))]
-    probe_ms: u64,
-    /// Longest wait for every group to be stable (s).
-    #[arg(long, default_value_t = 300, value_parser = range_u64(1, 3600))]
-    settle_secs: u64,
-    #[command(flatten)]
-    summary: Summary,
-}
+use super::common::percentile;
+use crate::args::perf::GroupsArgs;
+use crate::common::describe;
 
 /// What one member last saw; a slot is taken over by the member that
 /// replaces its holder.
@@ -355,7 +309,7 @@ fn clock_ticks() -> f64 {
 /// How long to wait between looks at the table.
 const LOOK: Duration = Duration::from_millis(1);
 
-pub async fn groups(a: GroupsArgs) -> Result<()> {
+pub async fn run(a: GroupsArgs) -> Result<()> {
     let groups = usize::try_from(a.groups)?;
     let members = usize::try_from(a.members)?;
     let partitions = u32::try_from(a.topic_partitions)?;
@@ -363,6 +317,63 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
     let admin = Admin::connect_with(&a.broker.addr, conn.clone())
         .await
         .context("cannot reach the broker")?;
+    ensure_topic(&a, &admin, partitions).await?;
+    let broker = a.broker_pid.map(|p| ProcStat { pid: p.to_string() });
+    let table = Arc::new(Table {
+        slots: (0..groups * members).map(|_| Slot::new()).collect(),
+        members,
+        partitions,
+        errors: AtomicU64::new(0),
+        last_error: Mutex::new(None),
+    });
+    let fetch_wait = a
+        .fetch_wait_ms
+        .map_or(flume_client::DEFAULT_FETCH_WAIT, Duration::from_millis);
+    let permits = async_channel::bounded(usize::try_from(a.join_concurrency)?);
+    for _ in 0..a.join_concurrency {
+        let _ = permits.0.try_send(());
+    }
+    let spawner = Spawner {
+        addr: a.broker.addr.clone(),
+        topic: a.topic.clone(),
+        conn: conn.clone(),
+        fetch_wait,
+        table: Arc::clone(&table),
+        permits,
+    };
+    let start = Instant::now();
+    let (mut running, settled) = settle(&a, &spawner, start).await?;
+
+    // The probe, in a group of its own.
+    let probes: Probes = Arc::default();
+    let probe_task = flume_rt::spawn(probe(
+        Client::connect(&a.broker.addr, conn.clone())
+            .await
+            .context("probe connection")?,
+        format!("{}-probe", a.group_prefix),
+        a.topic.clone(),
+        Duration::from_millis(a.probe_ms),
+        start,
+        Arc::clone(&probes),
+    ));
+    // Let the probe's group settle before the quiet window.
+    flume_rt::sleep(Duration::from_millis(500)).await;
+
+    let idle = idle(&a, &table, broker.as_ref(), &probes, start).await;
+    print_idle(&a, &idle, fetch_wait, settled);
+    let rebalanced = rebalances(&a, &spawner, &mut running, &probes, start).await?;
+    let probe_state = probe_task.cancel().await;
+    if let Some(Err(e)) = probe_state {
+        eprintln!("note: the probe stopped: {e:#}");
+    }
+    report(&a, &table, &idle, &rebalanced, fetch_wait, settled);
+    // Members are dropped with the process: their sessions expire at the broker.
+    drop(running);
+    Ok(())
+}
+
+/// Creates the topic with --topic-partitions, or checks the one there has as many.
+async fn ensure_topic(a: &GroupsArgs, admin: &Admin, partitions: u32) -> Result<()> {
     match admin
         .create_topic(CreateTopicRequest {
             name: a.topic.clone(),
@@ -382,40 +393,30 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
                 );
             }
         }
-        Err(e) => return Err(crate::commands::describe(e)),
+        Err(e) => return Err(describe(e)),
     }
-    let broker = a.broker_pid.map(|p| ProcStat { pid: p.to_string() });
-    let me = ProcStat { pid: "self".into() };
-    let hz = clock_ticks();
-    let table = Arc::new(Table {
-        slots: (0..groups * members).map(|_| Slot::new()).collect(),
-        members,
-        partitions,
-        errors: AtomicU64::new(0),
-        last_error: Mutex::new(None),
-    });
-    let name = |g: usize| format!("{}-{g}", a.group_prefix);
-    let fetch_wait = a
-        .fetch_wait_ms
-        .map_or(flume_client::DEFAULT_FETCH_WAIT, Duration::from_millis);
-    let permits = async_channel::bounded(usize::try_from(a.join_concurrency)?);
-    for _ in 0..a.join_concurrency {
-        let _ = permits.0.try_send(());
-    }
-    let spawner = Spawner {
-        addr: a.broker.addr.clone(),
-        topic: a.topic.clone(),
-        conn: conn.clone(),
-        fetch_wait,
-        table: Arc::clone(&table),
-        permits,
-    };
-    let start = Instant::now();
+    Ok(())
+}
+
+/// The name of group `g`.
+fn group_name(a: &GroupsArgs, g: usize) -> String {
+    format!("{}-{g}", a.group_prefix)
+}
+
+/// Starts every member, group by group, and waits (up to --settle-secs)
+/// until every group is stable: the members, and how long that took.
+async fn settle(
+    a: &GroupsArgs,
+    spawner: &Spawner,
+    start: Instant,
+) -> Result<(Vec<Running>, Duration)> {
+    let table = &spawner.table;
+    let (groups, members) = (table.slots.len() / table.members, table.members);
     // Group by group, so that a group's members join together.
     let mut running: Vec<Running> = Vec::with_capacity(groups * members);
     for g in 0..groups {
         for m in 0..members {
-            running.push(spawn_member(&spawner, name(g), g * members + m));
+            running.push(spawn_member(spawner, group_name(a, g), g * members + m));
         }
     }
     let total = groups * members;
@@ -432,7 +433,7 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
                 "after {} s only {stable} of {groups} groups are stable ({} errors, last: {})",
                 a.settle_secs,
                 table.errors.load(Ordering::Relaxed),
-                last_error(&table)
+                last_error(table)
             );
         }
         if last_report.elapsed() >= Duration::from_secs(5) {
@@ -450,47 +451,75 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
         settled.as_secs_f64(),
         a.idle_secs
     );
+    Ok((running, settled))
+}
 
-    // The probe, in a group of its own.
-    let probes: Probes = Arc::default();
-    let probe_task = flume_rt::spawn(probe(
-        Client::connect(&a.broker.addr, conn.clone())
-            .await
-            .context("probe connection")?,
-        format!("{}-probe", a.group_prefix),
-        a.topic.clone(),
-        Duration::from_millis(a.probe_ms),
-        start,
-        Arc::clone(&probes),
-    ));
-    // Let the probe's group settle before the quiet window.
-    flume_rt::sleep(Duration::from_millis(500)).await;
+/// What the idle window measured.
+struct Idle {
+    /// Its length (s).
+    secs: f64,
+    /// The broker's CPU and this process's, in % of a core.
+    broker_cpu: Option<f64>,
+    client_cpu: Option<f64>,
+    /// Groups whose generation changed meanwhile.
+    changed: usize,
+    /// The probe's round trips: (samples, p50, p99, max) in ms.
+    probe: (usize, f64, f64, f64),
+    rss_kb: Option<u64>,
+    fds: Option<usize>,
+}
 
-    // Idle.
+/// Every group idles for --idle-secs: the broker's CPU, RSS and
+/// descriptors, this process's CPU, the probe's round trips.
+async fn idle(
+    a: &GroupsArgs,
+    table: &Table,
+    broker: Option<&ProcStat>,
+    probes: &Probes,
+    start: Instant,
+) -> Idle {
+    let groups = table.slots.len() / table.members;
+    let me = ProcStat { pid: "self".into() };
+    let hz = clock_ticks();
     let gens: Vec<Option<i32>> = (0..groups).map(|g| table.stable(g)).collect();
-    let since = |t: Instant| u64::try_from(t.duration_since(start).as_micros()).unwrap_or(0);
-    let (b0, m0, t0) = (
-        broker.as_ref().and_then(ProcStat::ticks),
-        me.ticks(),
-        Instant::now(),
-    );
+    let (b0, m0, t0) = (broker.and_then(ProcStat::ticks), me.ticks(), Instant::now());
     flume_rt::sleep(Duration::from_secs(a.idle_secs)).await;
-    let (b1, m1, t1) = (
-        broker.as_ref().and_then(ProcStat::ticks),
-        me.ticks(),
-        Instant::now(),
-    );
+    let (b1, m1, t1) = (broker.and_then(ProcStat::ticks), me.ticks(), Instant::now());
     let secs = t1.duration_since(t0).as_secs_f64();
     let pct = |x: Option<u64>, y: Option<u64>| match (x, y) {
         (Some(x), Some(y)) => Some(100.0 * y.saturating_sub(x) as f64 / hz / secs),
         _ => None,
     };
-    let broker_cpu = pct(b0, b1);
-    let client_cpu = pct(m0, m1);
-    let idle_changed = (0..groups).filter(|&g| table.stable(g) != gens[g]).count();
-    let idle_probe = window(&probes, since(t0), since(t1));
-    let rss_kb = broker.as_ref().and_then(ProcStat::rss_kb);
-    let fds = broker.as_ref().and_then(ProcStat::fds);
+    Idle {
+        secs,
+        broker_cpu: pct(b0, b1),
+        client_cpu: pct(m0, m1),
+        changed: (0..groups).filter(|&g| table.stable(g) != gens[g]).count(),
+        probe: window(probes, since(start, t0), since(start, t1)),
+        rss_kb: broker.and_then(ProcStat::rss_kb),
+        fds: broker.and_then(ProcStat::fds),
+    }
+}
+
+/// µs from `start` to `t`.
+fn since(start: Instant, t: Instant) -> u64 {
+    u64::try_from(t.duration_since(start).as_micros()).unwrap_or(0)
+}
+
+/// The idle line.
+fn print_idle(a: &GroupsArgs, idle: &Idle, fetch_wait: Duration, settled: Duration) {
+    let (groups, members) = (a.groups, a.members);
+    let total = groups * members;
+    let partitions = a.topic_partitions;
+    let Idle {
+        secs,
+        broker_cpu,
+        client_cpu,
+        changed: idle_changed,
+        probe: idle_probe,
+        rss_kb,
+        fds,
+    } = *idle;
     let fmt_pct =
         |p: Option<f64>| p.map_or("n/a (no --broker-pid)".into(), |p| format!("{p:.1} %"));
     println!(
@@ -509,8 +538,30 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
         idle_probe.0,
         settled.as_secs_f64(),
     );
+}
 
-    // Rebalances, one group at a time, while all run.
+/// What the rebalances measured.
+struct Rebalanced {
+    /// Each one's time to stable (µs), sorted.
+    sorted: Vec<u64>,
+    /// Other groups that rebalanced meanwhile, over all runs.
+    others_changed: usize,
+    /// The probe's round trips during them: (samples, p50, p99, max) in ms.
+    during: (usize, f64, f64, f64),
+}
+
+/// --rebalances rebalances, one group at a time while all run: a member
+/// leaves and a new one joins; each timed until its group is stable again.
+async fn rebalances(
+    a: &GroupsArgs,
+    spawner: &Spawner,
+    running: &mut [Running],
+    probes: &Probes,
+    start: Instant,
+) -> Result<Rebalanced> {
+    let table = &spawner.table;
+    let (groups, members) = (table.slots.len() / table.members, table.members);
+    let since = |t: Instant| since(start, t);
     let mut times = Vec::new();
     let mut others_changed = 0usize;
     let (mut reb_from, mut reb_to) = (Vec::new(), Vec::new());
@@ -518,10 +569,16 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
         let g = (r * groups / usize::try_from(a.rebalances)?.max(1)) % groups;
         let before: Vec<Option<i32>> = (0..groups).map(|g| table.stable(g)).collect();
         let Some(old) = before[g] else {
-            bail!("group {} is not stable before its rebalance", name(g));
+            bail!(
+                "group {} is not stable before its rebalance",
+                group_name(a, g)
+            );
         };
         let slot = g * members;
-        let leaver = std::mem::replace(&mut running[slot], spawn_member(&spawner, name(g), slot));
+        let leaver = std::mem::replace(
+            &mut running[slot],
+            spawn_member(spawner, group_name(a, g), slot),
+        );
         let t0 = Instant::now();
         // The newcomer joins now (it has a permit waiting); the leaver leaves now.
         let _ = leaver.stop.try_send(());
@@ -531,7 +588,10 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
                 break Instant::now();
             }
             if Instant::now() > deadline {
-                bail!("group {} was not stable again within 60 s", name(g));
+                bail!(
+                    "group {} was not stable again within 60 s",
+                    group_name(a, g)
+                );
             }
             flume_rt::sleep(LOOK).await;
         };
@@ -543,7 +603,7 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
         others_changed += changed;
         eprintln!(
             "rebalance {r} (group {}): stable again after {:.1} ms, other groups that rebalanced: {changed}",
-            name(g),
+            group_name(a, g),
             took.as_secs_f64() * 1000.0
         );
         times.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
@@ -576,20 +636,51 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
             rtts.last().map_or(0.0, |m| *m as f64 / 1000.0),
         )
     };
-    let probe_state = probe_task.cancel().await;
-    if let Some(Err(e)) = probe_state {
-        eprintln!("note: the probe stopped: {e:#}");
-    }
-    let mut sorted = times.clone();
+    let mut sorted = times;
     sorted.sort_unstable();
+    Ok(Rebalanced {
+        sorted,
+        others_changed,
+        during,
+    })
+}
+
+/// The rebalance line, a note of the members' errors, and with --json the
+/// whole summary.
+fn report(
+    a: &GroupsArgs,
+    table: &Table,
+    idle: &Idle,
+    rebalanced: &Rebalanced,
+    fetch_wait: Duration,
+    settled: Duration,
+) {
+    let (groups, members) = (table.slots.len() / table.members, table.members);
+    let total = groups * members;
+    let partitions = table.partitions;
+    let Rebalanced {
+        sorted,
+        others_changed,
+        during,
+    } = rebalanced;
+    let (others_changed, during) = (*others_changed, *during);
+    let Idle {
+        secs,
+        broker_cpu,
+        client_cpu,
+        changed: idle_changed,
+        probe: idle_probe,
+        rss_kb,
+        fds,
+    } = *idle;
     if !sorted.is_empty() {
         println!(
             "rebalance of one group (a member leaves, one joins) while all run, {} runs: \
              median {:.1} ms, max {:.1} ms; probe heartbeat during them (and 100 ms after) p50 {:.2} ms p99 {:.2} ms max {:.2} ms ({} samples); \
              other groups that rebalanced: {others_changed}",
             sorted.len(),
-            percentile(&sorted, 0.5),
-            percentile(&sorted, 1.0),
+            percentile(sorted, 0.5),
+            percentile(sorted, 1.0),
             during.1,
             during.2,
             during.3,
@@ -600,7 +691,7 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
     if errors > 0 {
         eprintln!(
             "note: {errors} member errors (joins retried, fetches); last: {}",
-            last_error(&table)
+            last_error(table)
         );
     }
     if a.summary.json {
@@ -622,8 +713,8 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
                 "idle_probe_ms": {"samples": idle_probe.0, "p50": idle_probe.1, "p99": idle_probe.2, "max": idle_probe.3},
                 "rebalance_ms": {
                     "runs": sorted.len(),
-                    "median": percentile(&sorted, 0.5),
-                    "max": percentile(&sorted, 1.0),
+                    "median": percentile(sorted, 0.5),
+                    "max": percentile(sorted, 1.0),
                 },
                 "rebalance_probe_ms": {"samples": during.0, "p50": during.1, "p99": during.2, "max": during.3},
                 "rebalance_other_groups_rebalanced": others_changed,
@@ -631,9 +722,6 @@ pub async fn groups(a: GroupsArgs) -> Result<()> {
             })
         );
     }
-    // Members are dropped with the process: their sessions expire at the broker.
-    drop(running);
-    Ok(())
 }
 
 fn last_error(t: &Table) -> String {

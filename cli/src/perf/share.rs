@@ -11,53 +11,55 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Args;
 use flume_client::{AckMode, Producer, ProducerConfig, ProducerRecord, ShareConsumer};
 use serde_json::json;
 
-use super::Summary;
-use crate::commands::range_u64;
-use crate::commands::TopicAt;
+use crate::args::perf::ShareArgs;
+use crate::common::describe;
 
 /// Most produce requests awaited at once.
 const WINDOW: usize = 10_000;
 /// A run with no record accepted for this long stops.
 const IDLE: Duration = Duration::from_secs(30);
 
-#[derive(Debug, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct ShareArgs {
-    #[command(flatten)]
-    at: TopicAt,
-    /// Records to produce and accept.
-    #[arg(long, default_value_t = 100_000, value_parser = range_u64(1, i64::MAX))]
-    records: u64,
-    /// Share consumers of the group, each its own connection.
-    #[arg(long, default_value_t = 4, value_parser = range_u64(1, 1000))]
-    consumers: u64,
-    /// The share group (default: a new one for this run).
-    #[arg(long)]
-    group: Option<String>,
-    /// Records a consumer takes per poll.
-    #[arg(long, default_value_t = 500, value_parser = range_u64(1, 100_000))]
-    max_records: u64,
-    /// Bytes of each record's value.
-    #[arg(long, default_value_t = 100, value_parser = range_u64(0, 1 << 20))]
-    record_size: u64,
-    #[command(flatten)]
-    summary: Summary,
-}
-
-pub async fn share(a: ShareArgs) -> Result<()> {
-    let addr = a.at.broker.addr.clone();
+pub async fn run(a: ShareArgs) -> Result<()> {
     let group = a
         .group
         .clone()
         .unwrap_or_else(|| format!("perf-share-{}", std::process::id()));
     let accepted = Arc::new(AtomicU64::new(0));
+    let consumers = join(&a, &group).await?;
+    let tasks = consumers
+        .into_iter()
+        .map(|c| flume_rt::spawn(accept(c, Arc::clone(&accepted), a.records)))
+        .collect::<Vec<_>>();
+    let (start, produced_in) = produce(&a).await?;
+    let mut per = Vec::new();
+    let mut failure = None;
+    for t in tasks {
+        let (n, r) = t.await;
+        per.push(n);
+        if let Err(e) = r {
+            failure.get_or_insert(e);
+        }
+    }
+    report(
+        &a,
+        start,
+        produced_in,
+        accepted.load(Ordering::Relaxed),
+        &per,
+        failure,
+    )
+}
+
+/// --consumers members of `group`, each polled once (which makes the
+/// group's share-partitions, at the log end).
+async fn join(a: &ShareArgs, group: &str) -> Result<Vec<ShareConsumer>> {
+    let addr = &a.at.broker.addr;
     let mut consumers = Vec::new();
     for i in 0..a.consumers {
-        let mut c = ShareConsumer::builder(&addr, &group)
+        let mut c = ShareConsumer::builder(addr, group)
             .connection(a.at.broker.connection()?)
             .subscribe([a.at.topic.clone()])
             .ack_mode(AckMode::Explicit)
@@ -66,59 +68,65 @@ pub async fn share(a: ShareArgs) -> Result<()> {
             .client_id(&format!("perf-share-{i}"))
             .build()
             .await
-            .map_err(crate::commands::describe)
+            .map_err(describe)
             .context("cannot join the share group")?;
         // The first poll makes the group's share-partitions (at the log end).
-        let first = c.poll().await.map_err(crate::commands::describe)?;
+        let first = c.poll().await.map_err(describe)?;
         if !first.is_empty() {
             bail!("share group {group} already has records to read: use a new --group");
         }
         consumers.push(c);
     }
-    let total = a.records;
-    let mut tasks = Vec::new();
-    for mut c in consumers {
-        let accepted = Arc::clone(&accepted);
-        tasks.push(flume_rt::spawn(async move {
-            let mut mine = 0u64;
-            let mut last = Instant::now();
-            while accepted.load(Ordering::Relaxed) < total {
-                let got = match flume_rt::timeout(IDLE, c.poll()).await {
-                    Some(Ok(got)) => got,
-                    Some(Err(e)) => return (mine, Err(anyhow::Error::from(e))),
-                    None => {
-                        return (
-                            mine,
-                            Err(anyhow::anyhow!("no poll answered for {} s", IDLE.as_secs())),
-                        )
-                    }
-                };
-                if got.is_empty() {
-                    if last.elapsed() > IDLE {
-                        return (
-                            mine,
-                            Err(anyhow::anyhow!("no record for {} s", IDLE.as_secs())),
-                        );
-                    }
-                    continue;
-                }
-                last = Instant::now();
-                for r in &got {
-                    r.accept();
-                }
-                mine += got.len() as u64;
-                accepted.fetch_add(got.len() as u64, Ordering::Relaxed);
+    Ok(consumers)
+}
+
+/// One consumer's task: accepts records one by one until `total` are
+/// accepted in all, then commits and leaves: how many were its own, and
+/// what stopped it.
+async fn accept(mut c: ShareConsumer, accepted: Arc<AtomicU64>, total: u64) -> (u64, Result<()>) {
+    let mut mine = 0u64;
+    let mut last = Instant::now();
+    while accepted.load(Ordering::Relaxed) < total {
+        let got = match flume_rt::timeout(IDLE, c.poll()).await {
+            Some(Ok(got)) => got,
+            Some(Err(e)) => return (mine, Err(anyhow::Error::from(e))),
+            None => {
+                return (
+                    mine,
+                    Err(anyhow::anyhow!("no poll answered for {} s", IDLE.as_secs())),
+                )
             }
-            // The last acknowledgements go now, then the member leaves.
-            let r = match c.commit().await {
-                Ok(_) => c.close().await.map_err(anyhow::Error::from),
-                Err(e) => Err(anyhow::Error::from(e)),
-            };
-            (mine, r)
-        }));
+        };
+        if got.is_empty() {
+            if last.elapsed() > IDLE {
+                return (
+                    mine,
+                    Err(anyhow::anyhow!("no record for {} s", IDLE.as_secs())),
+                );
+            }
+            continue;
+        }
+        last = Instant::now();
+        for r in &got {
+            r.accept();
+        }
+        mine += got.len() as u64;
+        accepted.fetch_add(got.len() as u64, Ordering::Relaxed);
     }
+    // The last acknowledgements go now, then the member leaves.
+    let r = match c.commit().await {
+        Ok(_) => c.close().await.map_err(anyhow::Error::from),
+        Err(e) => Err(anyhow::Error::from(e)),
+    };
+    (mine, r)
+}
+
+/// Produces the --records records (while the consumers run): when the first
+/// went (the run's clock starts then), and the seconds it took.
+async fn produce(a: &ShareArgs) -> Result<(Instant, f64)> {
+    let total = a.records;
     let producer = Producer::with_config(
-        &addr,
+        &a.at.broker.addr,
         ProducerConfig::default().connection(a.at.broker.connection()?),
     )
     .await
@@ -130,29 +138,32 @@ pub async fn share(a: ShareArgs) -> Result<()> {
         let f = producer
             .enqueue(ProducerRecord::new(a.at.topic.clone(), value.clone()))
             .await
-            .map_err(crate::commands::describe)?;
+            .map_err(describe)?;
         inflight.push_back(f);
         if inflight.len() >= WINDOW {
             if let Some(f) = inflight.pop_front() {
-                f.await.map_err(crate::commands::describe)?;
+                f.await.map_err(describe)?;
             }
         }
     }
     while let Some(f) = inflight.pop_front() {
-        f.await.map_err(crate::commands::describe)?;
+        f.await.map_err(describe)?;
     }
-    let produced_in = start.elapsed().as_secs_f64();
-    let mut per = Vec::new();
-    let mut failure = None;
-    for t in tasks {
-        let (n, r) = t.await;
-        per.push(n);
-        if let Err(e) = r {
-            failure.get_or_insert(e);
-        }
-    }
+    Ok((start, start.elapsed().as_secs_f64()))
+}
+
+/// The summary, as a line or one JSON object; the error that stopped a
+/// consumer, if one did.
+fn report(
+    a: &ShareArgs,
+    start: Instant,
+    produced_in: f64,
+    n: u64,
+    per: &[u64],
+    failure: Option<anyhow::Error>,
+) -> Result<()> {
+    let total = a.records;
     let secs = start.elapsed().as_secs_f64();
-    let n = accepted.load(Ordering::Relaxed);
     if a.summary.json {
         println!(
             "{}",

@@ -1,258 +1,118 @@
-//! Admin commands beyond create/list/describe: `topics delete`, `topics
-//! alter`, `topics add-partitions`, `groups reset-offsets`, `groups delete`,
-//! `groups delete-offsets`, and the time values
-//! `consume --from-time` and `groups reset-offsets --to` take.
+//! `flume-cli groups`: lag, reset-offsets, list, describe, delete,
+//! delete-offsets.
 
-use crate::commands::BrokerAddr;
 use std::collections::HashMap;
-use std::str::FromStr;
 
 use anyhow::{bail, Context, Result};
-use flume_client::{Admin, AlterTopicRequest, ErrorCode, ListOffsetsPartition, PartitionOffset};
-use flume_protocol::TopicSettings;
+use flume_client::{Admin, ErrorCode, ListOffsetsPartition, PartitionOffset};
 
-use crate::commands::describe;
+use crate::args::client::BrokerAddr;
+use crate::args::groups::GroupsCommand;
+use crate::args::parse::ResetTo;
+use crate::common::{connect, describe};
 
-/// A point in time as the CLI takes it: RFC 3339 (`2026-11-30T12:00:00Z`,
-/// with any offset), or milliseconds since the Unix epoch, bare or as `@<ms>`
-/// (kcat's notation).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TimeArg(pub i64);
-
-impl FromStr for TimeArg {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let ms = s.strip_prefix('@').unwrap_or(s);
-        if let Ok(v) = ms.parse::<i64>() {
-            return if v >= 0 {
-                Ok(TimeArg(v))
-            } else {
-                Err(format!("{v} is before 1970: a time is milliseconds since the Unix epoch (0 or more) or RFC 3339"))
-            };
+pub async fn run(cmd: GroupsCommand) -> Result<()> {
+    let (group, topic, broker) = match cmd {
+        GroupsCommand::Lag {
+            group,
+            topic,
+            broker,
+        } => (group, topic, broker),
+        GroupsCommand::ResetOffsets {
+            group,
+            topic,
+            to,
+            dry_run,
+            broker,
+        } => return reset_offsets(&broker, &group, &topic, to, dry_run).await,
+        GroupsCommand::Delete {
+            group,
+            group_flag,
+            broker,
+        } => {
+            let group = group.or(group_flag).unwrap_or_default();
+            return delete_group(&broker, &group).await;
         }
-        match chrono::DateTime::parse_from_rfc3339(s) {
-            Ok(t) if t.timestamp_millis() >= 0 => Ok(TimeArg(t.timestamp_millis())),
-            Ok(_) => Err(format!("{s} is before 1970")),
-            Err(e) => Err(format!(
-                "{s:?} is not a time ({e}): give RFC 3339 such as 2026-11-30T12:00:00Z, or milliseconds since the Unix epoch (as 1764504000000 or @1764504000000)"
-            )),
-        }
-    }
-}
-
-/// Where `groups reset-offsets --to` moves a group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ResetTo {
-    /// Each partition's log start.
-    Earliest,
-    /// Each partition's log end.
-    Latest,
-    /// This offset (brought into each partition's stored range).
-    Offset(i64),
-    /// The first offset at or after this time (ms).
-    Time(i64),
-}
-
-impl FromStr for ResetTo {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "earliest" => return Ok(ResetTo::Earliest),
-            "latest" => return Ok(ResetTo::Latest),
-            _ => {}
-        }
-        if let Ok(o) = s.parse::<i64>() {
-            return if o >= 0 {
-                Ok(ResetTo::Offset(o))
-            } else {
-                Err(format!("offset {o} is negative"))
-            };
-        }
-        if s.starts_with('@') || s.contains('T') {
-            return TimeArg::from_str(s).map(|t| ResetTo::Time(t.0));
-        }
-        Err(format!(
-            "{s:?}: --to takes earliest, latest, an offset (a number), or a time (RFC 3339 such as 2026-11-30T12:00:00Z, or @<ms since the epoch>)"
-        ))
-    }
-}
-
-/// A retention setting: a number, or `none` for no limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limit(pub Option<u64>);
-
-impl FromStr for Limit {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        if s == "none" {
-            return Ok(Limit(None));
-        }
-        match s.parse::<i64>() {
-            Ok(v) if v >= 1 => Ok(Limit(Some(v.unsigned_abs()))),
-            Ok(v) => Err(format!(
-                "{v} is not 1 or more (use `none` to remove the limit)"
-            )),
-            Err(_) => Err(format!("{s:?} is not a number or `none`")),
-        }
-    }
-}
-
-fn settings_line(s: &TopicSettings) -> String {
-    let limit = |v: i64| {
-        if v < 0 {
-            "none".to_owned()
-        } else {
-            v.to_string()
-        }
+        GroupsCommand::DeleteOffsets {
+            group,
+            topic,
+            partitions,
+            broker,
+        } => return delete_offsets(&broker, &group, &topic, &partitions).await,
+        GroupsCommand::List { states, broker } => return list_groups(&broker, &states).await,
+        GroupsCommand::Describe { group, broker } => return describe_group(&broker, &group).await,
     };
-    format!(
-        "partitions={} retention.ms={} retention.bytes={} segment.bytes={} max.pending={} backpressure={}",
-        s.partitions,
-        limit(s.retention_ms),
-        limit(s.retention_bytes),
-        s.segment_bytes,
-        s.max_pending,
-        if s.backpressure == 1 { "reject" } else { "block" }
-    )
-}
-
-async fn connect(broker: &BrokerAddr) -> Result<Admin> {
-    Admin::connect_with(&broker.addr, broker.connection()?)
+    let admin = Admin::connect_with(&broker.addr, broker.connection()?)
         .await
-        .context("cannot reach the broker")
-}
-
-/// `topics describe`'s settings line.
-pub async fn settings(admin: &Admin, name: &str) -> Result<String> {
-    Ok(settings_line(
-        &admin.topic_settings(name).await.map_err(describe)?,
-    ))
-}
-
-/// `topics describe`'s table of every config with its value and source; a
-/// broker without TOPIC_CONFIGS (older) gets a note instead.
-pub async fn print_configs(admin: &Admin, name: &str) -> Result<()> {
-    match admin.describe_topic_configs(name).await {
-        Ok(resp) => {
-            println!("{:<40} {:<24} SOURCE", "CONFIG", "VALUE");
-            for c in resp.configs {
-                let source = match c.source {
-                    flume_client::CONFIG_SOURCE_TOPIC => "topic",
-                    flume_client::CONFIG_SOURCE_BROKER => "broker",
-                    _ => "default",
-                };
-                // An empty list (`cleanup.policy` with no policy) is shown as "".
-                let value = if c.value.is_empty() { "\"\"" } else { &c.value };
-                println!("{:<40} {value:<24} {source}", c.name);
+        .context("cannot reach the broker")?;
+    let topics: Vec<String> = match &topic {
+        Some(t) => {
+            let known = admin
+                .topics(std::slice::from_ref(t))
+                .await
+                .map_err(describe)?
+                .into_iter()
+                .any(|m| m.error.is_ok());
+            if !known {
+                bail!("topic {t} does not exist");
             }
-            Ok(())
+            vec![t.clone()]
         }
-        Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => {
-            println!("(this broker does not list topic configs by name)");
-            Ok(())
-        }
-        Err(e) => Err(describe(e)),
-    }
-}
-
-/// `topics alter` with `--config` / `--delete-config`.
-pub async fn alter_topic_configs(
-    broker: &BrokerAddr,
-    name: &str,
-    set: &[(&str, &str)],
-    delete: &[&str],
-) -> Result<()> {
-    let admin = connect(broker).await?;
-    match admin.alter_topic_configs(name, set, delete).await {
-        Ok(resp) => {
-            let changed: Vec<String> = resp
-                .configs
-                .iter()
-                .filter(|c| {
-                    set.iter().any(|(k, _)| *k == c.name) || delete.contains(&c.name.as_str())
-                })
-                .map(|c| format!("{}={}", c.name, c.value))
-                .collect();
-            println!("altered topic {name}: {}", changed.join(" "));
-            Ok(())
-        }
-        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
-        Err(e) => Err(describe(e)),
-    }
-}
-
-/// `topics delete`.
-pub async fn delete_topic(broker: &BrokerAddr, name: &str) -> Result<()> {
-    let admin = connect(broker).await?;
-    match admin.delete_topic(name).await {
-        Ok(()) => {
-            println!("deleted topic {name}");
-            Ok(())
-        }
-        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
-        Err(e) => Err(describe(e)),
-    }
-}
-
-/// `topics delete-records`.
-pub async fn delete_records(
-    broker: &BrokerAddr,
-    name: &str,
-    partition: i32,
-    before: Option<u64>,
-) -> Result<()> {
-    let admin = connect(broker).await?;
-    match admin.delete_records(name, partition, before).await {
-        Ok(start) => {
-            println!("topic {name} partition {partition}: log start {start}");
-            Ok(())
-        }
-        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
-        Err(e) if e.code() == Some(ErrorCode::UnknownPartition) => {
-            bail!("topic {name} has no partition {partition}")
-        }
-        Err(e) if e.code() == Some(ErrorCode::OffsetOutOfRange) => {
-            bail!(
-                "offset {} is past the end of {name} partition {partition}",
-                before.unwrap_or(0)
-            )
-        }
-        Err(e) => Err(describe(e)),
-    }
-}
-
-/// `topics alter`.
-pub async fn alter_topic(
-    broker: &BrokerAddr,
-    name: &str,
-    retention_ms: Option<Limit>,
-    retention_bytes: Option<Limit>,
-    segment_bytes: Option<u64>,
-) -> Result<()> {
-    let admin = connect(broker).await?;
-    let wire = |l: Option<Limit>| match l {
-        None => -1,
-        Some(Limit(None)) => 0,
-        Some(Limit(Some(v))) => i64::try_from(v).unwrap_or(i64::MAX),
+        None => admin
+            .topics(&[])
+            .await
+            .map_err(describe)?
+            .into_iter()
+            .map(|t| t.name)
+            .collect(),
     };
-    let req = AlterTopicRequest {
-        name: name.to_owned(),
-        retention_ms: wire(retention_ms),
-        retention_bytes: wire(retention_bytes),
-        segment_bytes: segment_bytes.map_or(-1, |v| i64::try_from(v).unwrap_or(i64::MAX)),
-    };
-    match admin.alter_topic(req).await {
-        Ok(s) => {
-            println!("altered topic {name}: {}", settings_line(&s));
-            Ok(())
+    let parts = admin
+        .group_offsets(&group, &topics)
+        .await
+        .map_err(describe)?;
+    // A group is known by its commits: without --topic, show only the topics it committed on.
+    let committed: std::collections::HashSet<&str> = parts
+        .iter()
+        .filter(|p| p.error.is_ok() && p.committed >= 0)
+        .map(|p| p.topic.as_str())
+        .collect();
+    if committed.is_empty() {
+        match &topic {
+            Some(t) => bail!("group {group} has no committed offset on topic {t} (unknown group, or it never committed there)"),
+            None => bail!("group {group} has no committed offsets (unknown group, or it never committed)"),
         }
-        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
-        Err(e) => Err(describe(e)),
     }
+    println!(
+        "{:<24} {:>9} {:>12} {:>12} {:>10}",
+        "TOPIC", "PARTITION", "COMMITTED", "END", "LAG"
+    );
+    for p in parts
+        .iter()
+        .filter(|p| committed.contains(p.topic.as_str()))
+    {
+        if !p.error.is_ok() {
+            println!("{:<24} {}", p.topic, p.error);
+            continue;
+        }
+        let committed = if p.committed < 0 {
+            "-".to_owned()
+        } else {
+            p.committed.to_string()
+        };
+        println!(
+            "{:<24} {:>9} {:>12} {:>12} {:>10}",
+            p.topic,
+            p.partition,
+            committed,
+            p.log_end,
+            p.lag()
+        );
+    }
+    Ok(())
 }
 
 /// `groups delete`.
-pub async fn delete_group(broker: &BrokerAddr, group: &str) -> Result<()> {
+async fn delete_group(broker: &BrokerAddr, group: &str) -> Result<()> {
     let admin = connect(broker).await?;
     match admin.delete_group(group).await {
         Ok(n) => {
@@ -270,7 +130,7 @@ pub async fn delete_group(broker: &BrokerAddr, group: &str) -> Result<()> {
 }
 
 /// `groups delete-offsets`.
-pub async fn delete_offsets(
+async fn delete_offsets(
     broker: &BrokerAddr,
     group: &str,
     topic: &str,
@@ -302,45 +162,8 @@ pub async fn delete_offsets(
     Ok(())
 }
 
-/// `topics add-partitions`.
-pub async fn add_partitions(
-    broker: &BrokerAddr,
-    name: &str,
-    partitions: i32,
-    dry_run: bool,
-) -> Result<()> {
-    let admin = connect(broker).await?;
-    match admin.create_partitions(name, partitions, dry_run).await {
-        Ok(before) if dry_run => {
-            println!("topic {name} would grow from {before} to {partitions} partitions (dry run: nothing changed)");
-            Ok(())
-        }
-        Ok(before) => {
-            println!("topic {name} now has {partitions} partitions (it had {before})");
-            Ok(())
-        }
-        Err(e) if e.code() == Some(ErrorCode::UnknownTopic) => bail!("topic {name} does not exist"),
-        Err(e) if e.code() == Some(ErrorCode::InvalidRequest) => {
-            let now = admin
-                .topics(&[name.to_owned()])
-                .await
-                .ok()
-                .and_then(|t| t.into_iter().next())
-                .map(|t| t.partitions.len());
-            match now {
-                Some(n) => bail!("topic {name} has {n} partitions: --partitions is the new count in all and must be more than that (partitions are never removed)"),
-                None => Err(describe(e)),
-            }
-        }
-        Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => {
-            bail!("the broker does not support adding partitions (it predates CREATE_PARTITIONS)")
-        }
-        Err(e) => Err(describe(e)),
-    }
-}
-
 /// `groups reset-offsets`.
-pub async fn reset_offsets(
+async fn reset_offsets(
     broker: &BrokerAddr,
     group: &str,
     topic: &str,
@@ -468,7 +291,7 @@ pub async fn reset_offsets(
 /// groups, which the broker assigns), `classic` (Kafka clients' classic
 /// groups), `consumer` (Kafka clients' consumer-protocol groups, KIP-848),
 /// `share` (share groups, queues), `-` (known by committed offsets only).
-pub async fn list_groups(broker: &BrokerAddr, states: &[String]) -> Result<()> {
+async fn list_groups(broker: &BrokerAddr, states: &[String]) -> Result<()> {
     let admin = connect(broker).await?;
     let states: Vec<&str> = states.iter().map(String::as_str).collect();
     let groups = admin.list_groups(&states).await.map_err(describe)?;
@@ -500,65 +323,8 @@ pub async fn list_groups(broker: &BrokerAddr, states: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `transactions list`.
-pub async fn list_transactions(
-    broker: &BrokerAddr,
-    states: &[String],
-    min_age_ms: Option<u64>,
-) -> Result<()> {
-    let admin = connect(broker).await?;
-    let states: Vec<&str> = states.iter().map(String::as_str).collect();
-    let listed = admin
-        .list_transactions(&states, min_age_ms.map(std::time::Duration::from_millis))
-        .await
-        .map_err(describe)?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    println!(
-        "{:<32} {:>12} {:>6} {:<15} {:>9} {:>8} PARTITIONS",
-        "TRANSACTIONAL_ID", "PRODUCER_ID", "EPOCH", "STATE", "OPEN_FOR", "TIMEOUT"
-    );
-    for t in listed {
-        let open_for = if t.started_ms < 0 {
-            "-".to_owned()
-        } else {
-            seconds(now.saturating_sub(t.started_ms).max(0))
-        };
-        let partitions = if t.partitions.is_empty() {
-            "-".to_owned()
-        } else {
-            t.partitions
-                .iter()
-                .map(|tp| {
-                    let ps: Vec<String> = tp.partitions.iter().map(i32::to_string).collect();
-                    format!("{}/{}", tp.topic, ps.join(","))
-                })
-                .collect::<Vec<_>>()
-                .join(" ")
-        };
-        println!(
-            "{:<32} {:>12} {:>6} {:<15} {:>9} {:>8} {partitions}",
-            t.transactional_id,
-            t.producer_id,
-            t.producer_epoch,
-            t.state,
-            open_for,
-            seconds(i64::from(t.timeout_ms)),
-        );
-    }
-    Ok(())
-}
-
-/// Milliseconds as seconds with one decimal: `12.3s` (a negative count, which
-/// only a confused broker would send, as `0.0s`).
-fn seconds(ms: i64) -> String {
-    let ms = ms.max(0);
-    format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
-}
-
 /// `groups describe`.
-pub async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
+async fn describe_group(broker: &BrokerAddr, group: &str) -> Result<()> {
     let admin = connect(broker).await?;
     // A share group of the name (a namespace of its own) is shown too; a
     // Kafka address has none to show here.

@@ -2,56 +2,19 @@
 //! user, USERS requests) or, with `--data`, in a stopped broker's data
 //! directory (how the first admin is made).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Subcommand;
 use flume_broker::security::users::{new_verifiers, UserStore};
 use flume_broker::storage::DataDirLock;
 use flume_client::lowlevel::Client;
 use flume_protocol::scram::{Verifier, MIN_ITERATIONS};
 use flume_protocol::{UsersRequest, USERS_LIST, USERS_PUT, USERS_REMOVE};
 
-use crate::commands::{describe, read_password, BrokerAddr};
-
-#[derive(Debug, Subcommand)]
-pub enum UsersCommand {
-    /// Add a user, or set a new password. The password comes from
-    /// --new-password-file, or else FLUME_NEW_PASSWORD; only a SCRAM verifier
-    /// is made of it (here, not on the broker) and stored.
-    Add {
-        /// User name.
-        name: String,
-        /// File whose first line is the new password.
-        #[arg(long, value_name = "FILE")]
-        new_password_file: Option<PathBuf>,
-        /// Change this data directory's user store directly; the broker must
-        /// be stopped (the directory's lock is taken).
-        #[arg(long, value_name = "DIR")]
-        data: Option<PathBuf>,
-        #[command(flatten)]
-        broker: BrokerAddr,
-    },
-    /// Remove a user (its open connections stay logged in).
-    Remove {
-        /// User name.
-        name: String,
-        /// As for `add`.
-        #[arg(long, value_name = "DIR")]
-        data: Option<PathBuf>,
-        #[command(flatten)]
-        broker: BrokerAddr,
-    },
-    /// List the users.
-    List {
-        /// As for `add`.
-        #[arg(long, value_name = "DIR")]
-        data: Option<PathBuf>,
-        #[command(flatten)]
-        broker: BrokerAddr,
-    },
-}
+use crate::args::client::BrokerAddr;
+use crate::args::users::UsersCommand;
+use crate::common::{describe, read_password};
 
 /// What to do.
 enum Op {

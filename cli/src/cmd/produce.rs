@@ -1,17 +1,15 @@
 //! `flume-cli produce`: one record, or one per line of stdin, each acknowledgement reported.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Args;
 use flume_client::{Header, Producer, ProducerConfig, ProducerRecord, RecordMetadata};
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::json;
 
-use crate::commands::TopicAt;
-use crate::commands::{describe, non_neg_i32};
+use crate::args::produce::ProduceArgs;
+use crate::common::describe;
 use crate::output::{json_bytes, ranges, Format, InputFormat};
 
 /// Longest stdin line taken as one record; a longer one fails as its line.
@@ -20,64 +18,6 @@ const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 const WINDOW: usize = 10_000;
 /// Lines read ahead of the sender.
 const READ_AHEAD: usize = 1024;
-
-#[derive(Debug, Args)]
-#[command(allow_negative_numbers = true)]
-pub struct ProduceArgs {
-    #[command(flatten)]
-    at: TopicAt,
-    #[command(flatten)]
-    kafka: crate::commands::KafkaProduceFlags,
-    /// Key for every record (routes them to one partition); decoded per --key-format.
-    #[arg(long)]
-    key: Option<String>,
-    /// Explicit partition.
-    #[arg(long, value_parser = non_neg_i32())]
-    partition: Option<i32>,
-    /// The record value, decoded per --value-format; without it (and --value-file)
-    /// every line of stdin is a record.
-    #[arg(long, conflicts_with = "value_file")]
-    message: Option<String>,
-    /// Send the whole content of this file as one record's value (any bytes).
-    #[arg(long)]
-    value_file: Option<PathBuf>,
-    /// Send one tombstone for --key: a record with a null value (not an empty one),
-    /// which deletes the key from a compacted topic.
-    #[arg(long, requires = "key", conflicts_with_all = ["message", "value_file"])]
-    tombstone: bool,
-    /// With stdin: split each line at the first S into key and value.
-    #[arg(long)]
-    key_separator: Option<String>,
-    /// How values are written: text (the bytes as given), hex or base64.
-    #[arg(long, value_enum, default_value = "text")]
-    value_format: InputFormat,
-    /// How keys are written: text (the bytes as given), hex or base64.
-    #[arg(long, value_enum, default_value = "text")]
-    key_format: InputFormat,
-    /// A header for every record, as KEY=VALUE (repeatable).
-    #[arg(short = 'H', long = "header", value_parser = parse_header)]
-    headers: Vec<(String, String)>,
-    /// With stdin: after a failed line, go on with the next lines instead of stopping
-    /// (each failure is still reported, and the exit status is non-zero).
-    #[arg(long)]
-    keep_going: bool,
-    /// Output of the acknowledgements. plain: `partition=P offset=O`, with `line=N` first
-    /// for stdin; json: one object per record with line, partition, offset, key and value.
-    #[arg(long, value_enum, default_value = "plain")]
-    format: Format,
-    /// Print only a summary.
-    #[arg(long)]
-    quiet: bool,
-}
-
-fn parse_header(s: &str) -> Result<(String, String), String> {
-    match s.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!(
-            "a header is KEY=VALUE with a non-empty KEY, not {s:?}"
-        )),
-    }
-}
 
 /// One input record before it is sent: where it came from and what it holds.
 struct Input {
@@ -94,7 +34,7 @@ enum Outcome {
     Failed(String),
 }
 
-pub async fn produce(a: ProduceArgs) -> Result<()> {
+pub async fn run(a: ProduceArgs) -> Result<()> {
     if a.at.topic.is_empty() {
         bail!("--topic must not be empty");
     }
