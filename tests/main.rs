@@ -37,5 +37,6 @@ mod e2e_rebalance;
 mod e2e_share;
 mod e2e_tls;
 mod e2e_upgrade;
+mod imports;
 mod observability;
 mod scale_limits;

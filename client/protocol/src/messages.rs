@@ -3,16 +3,115 @@
 //! Every response payload starts with a top-level `error_code i16`; when it is
 //! not 0 the body is omitted. Layouts are in `docs/protocol.md`.
 //!
-//! Each message is declared once with `message!` (in [`crate::codec`]): its
+//! Each message is declared once with `message!` (below; the field codecs are in [`crate::codec`]): its
 //! fields, in wire order, are its encoding (see [`crate::codec`] for how each
 //! field type is written). Adding a field is adding a line; the `requests!`
 //! table at the end pairs each request with its API key and response.
 
 use bytes::{BufMut, Bytes};
 
-use crate::codec::{message, requests};
 use crate::error_code::ErrorCode;
 use crate::wire::{Reader, WireError, WriteExt};
+
+/// Declares a message struct and derives its wire encoding from its field
+/// list: [`WireField`](crate::codec::WireField) (so it can be nested in other messages and in `Vec`s),
+/// [`Encode`] and [`Decode`].
+/// Fields are written and read in declaration order, each by its type's
+/// [`WireField`](crate::codec::WireField) impl; `MIN_BYTES` is the sum of the fields'.
+///
+/// ```text
+/// message! {
+///     /// LEAVE_GROUP request: `[group][member_id]`.
+///     #[derive(Debug, Clone, PartialEq, Eq, Default)]
+///     pub struct LeaveGroupRequest {
+///         /// Group id.
+///         pub group: String,
+///         /// Member leaving.
+///         pub member_id: String,
+///     }
+/// }
+/// ```
+/// A unit struct (`pub struct Empty;`) encodes as no bytes.
+macro_rules! message {
+    (@traits $name:ident) => {
+        impl $crate::messages::Encode for $name {
+            #[inline]
+            fn encode(&self, buf: &mut Vec<u8>) {
+                $crate::codec::WireField::put(self, buf);
+            }
+        }
+        impl $crate::messages::Decode for $name {
+            #[inline]
+            fn decode(
+                r: &mut $crate::wire::Reader<'_>,
+            ) -> Result<Self, $crate::wire::WireError> {
+                <$name as $crate::codec::WireField>::get(r)
+            }
+        }
+    };
+
+    ($(
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[$fmeta:meta])* $fvis:vis $field:ident : $ty:ty ),* $(,)?
+        }
+    )*) => {$(
+        $(#[$meta])*
+        $vis struct $name {
+            $( $(#[$fmeta])* $fvis $field: $ty, )*
+        }
+
+        impl $crate::codec::WireField for $name {
+            const MIN_BYTES: usize = 0 $( + <$ty as $crate::codec::WireField>::MIN_BYTES )*;
+            #[inline]
+            fn put(&self, buf: &mut Vec<u8>) {
+                $( $crate::codec::WireField::put(&self.$field, buf); )*
+            }
+            #[inline]
+            fn get(
+                r: &mut $crate::wire::Reader<'_>,
+            ) -> Result<Self, $crate::wire::WireError> {
+                // Struct literal fields are evaluated in the order written: wire order.
+                Ok($name { $( $field: <$ty as $crate::codec::WireField>::get(r)?, )* })
+            }
+        }
+
+        $crate::messages::message!(@traits $name);
+    )*};
+
+    ($(#[$meta:meta])* $vis:vis struct $name:ident;) => {
+        $(#[$meta])*
+        $vis struct $name;
+
+        impl $crate::codec::WireField for $name {
+            const MIN_BYTES: usize = 0;
+            #[inline]
+            fn put(&self, _buf: &mut Vec<u8>) {}
+            #[inline]
+            fn get(
+                _r: &mut $crate::wire::Reader<'_>,
+            ) -> Result<Self, $crate::wire::WireError> {
+                Ok($name)
+            }
+        }
+
+        $crate::messages::message!(@traits $name);
+    };
+
+}
+
+/// Declares which response each request gets and under which API key:
+/// `Request => Response: ApiKey,` per line.
+macro_rules! requests {
+    ($( $req:ident => $resp:ident : $key:ident, )*) => {$(
+        impl $crate::messages::Request for $req {
+            const API_KEY: $crate::messages::ApiKey = $crate::messages::ApiKey::$key;
+            type Response = $resp;
+        }
+    )*};
+}
+
+pub(crate) use message;
 
 /// Declares [`ApiKey`] from one table: each API's variant, wire value,
 /// wire name (docs, errors) and metrics label. Adding an API is adding a
