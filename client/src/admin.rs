@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::cluster::Cluster;
 use crate::kafka::Endpoint;
-use crate::protocol::{
+use flume_protocol::{
     AclEntry, AclsRequest, AlterTopicRequest, ConsumerGroupDescribeRequest, ConsumerGroupInfo,
     CreatePartitionsRequest, CreateTopicRequest, DeleteGroupRequest, DeleteOffsetsRequest,
     DeleteRecordsRequest, DeleteTopicRequest, DeletedOffset, DescribeGroupRequest,
@@ -18,7 +18,7 @@ use crate::protocol::{
     PartitionOffset, ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicMetadata,
     TopicPartitions, TopicSettings, TransactionListing, ACLS_ADD, ACLS_LIST, ACLS_REMOVE,
 };
-use crate::protocol::{
+use flume_protocol::{
     ConfigEntry, TopicConfigsRequest, TopicConfigsResponse, TOPIC_CONFIGS_ALTER,
     TOPIC_CONFIGS_CREATE, TOPIC_CONFIGS_DESCRIBE,
 };

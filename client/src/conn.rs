@@ -35,10 +35,10 @@ use futures::channel::oneshot;
 use futures::lock::Mutex as AsyncMutex;
 
 use crate::error::{Error, Result};
-use crate::protocol::frame::{self, Decoded};
-use crate::protocol::{self, messages::decode_response_shared, Request};
-use crate::rt;
 use crate::tls::{Socket, SocketWriter, TlsConfig};
+use flume_protocol::frame::{self, Decoded};
+use flume_protocol::{self as protocol, messages::decode_response_shared, Request};
+use flume_rt as rt;
 pub use flume_rt::BusyPoll;
 use flume_rt::SpinBudget;
 
@@ -345,9 +345,9 @@ impl Connection {
     /// SCRAM-SHA-256 over AUTHENTICATE: client-first, client-final, and the
     /// server's signature checked (the broker knew the password).
     async fn login(&self, creds: &Credentials) -> Result<()> {
-        use crate::protocol::scram::{ClientExchange, MECHANISM};
-        use crate::protocol::AuthenticateRequest;
         use base64::Engine as _;
+        use flume_protocol::scram::{ClientExchange, MECHANISM};
+        use flume_protocol::AuthenticateRequest;
         let auth_err = |reason: String| Error::Auth {
             addr: self.inner.addr.clone(),
             reason,

@@ -12,8 +12,8 @@ use futures::{FutureExt, Stream};
 
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
-use crate::protocol::record::{self, Record};
-use crate::protocol::{ErrorCode, FetchPartition, FetchRequest};
+use flume_protocol::record::{self, Record};
+use flume_protocol::{ErrorCode, FetchPartition, FetchRequest};
 
 /// Where to start reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,7 +358,7 @@ impl Fetcher {
     async fn resolve_start(&mut self) -> Result<u64> {
         let meta = self
             .client
-            .call(&crate::protocol::MetadataRequest {
+            .call(&flume_protocol::MetadataRequest {
                 topics: vec![self.topic.clone()],
             })
             .await?;

@@ -47,14 +47,14 @@ use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
 use crate::join_failures::{self, JoinFailures};
 use crate::kafka::group::KafkaGroup;
-use crate::protocol::record::{self, Record};
-use crate::protocol::{
+use flume_protocol::record::{self, Record};
+use flume_protocol::{
     ErrorCode, FetchPartition, FetchRequest, GroupFetchRequest, HeartbeatRequest,
     HeartbeatWaitRequest, JoinGroupRequest, LeaveGroupRequest, OffsetCommitRequest,
     OffsetFetchRequest, PartitionOffset, TopicPartitions,
 };
-use crate::rt;
-use crate::rt::sync::lock;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// A (topic, partition).
 pub type TopicPartition = (String, i32);
@@ -1317,9 +1317,9 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::frame::{self, Decoded};
-    use crate::protocol::messages::{Decode, Empty};
-    use crate::protocol::{encode_response_frame, ApiKey};
+    use flume_protocol::frame::{self, Decoded};
+    use flume_protocol::messages::{Decode, Empty};
+    use flume_protocol::{encode_response_frame, ApiKey};
     use futures::io::{AsyncReadExt, AsyncWriteExt};
 
     /// Reads one request frame from a raw socket: (api key, request id, payload).

@@ -56,24 +56,13 @@ mod producer;
 mod share;
 mod tls;
 
-use flume_protocol as protocol;
-use flume_rt as rt;
-
 pub use admin::Admin;
 pub use conn::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
 pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
 pub use error::{Error, Result};
-pub use group::{
-    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, GroupProtocol, RebalanceEvent,
-    RebalanceEvents, TopicPartition, DEFAULT_FETCH_WAIT,
-};
-pub use producer::{
-    Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
-    RequiredAcks,
-};
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
-pub use protocol::{
+pub use flume_protocol::{
     AclEntry, AlterTopicRequest, ConsumerGroupInfo, ConsumerMemberInfo, CreateTopicRequest,
     DeletedOffset, DescribeGroupResponse, ErrorCode, GroupListing, GroupMemberInfo,
     GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
@@ -81,6 +70,14 @@ pub use protocol::{
     SharePartitionInfo, TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions,
     TopicSettings, TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT,
     CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+};
+pub use group::{
+    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, GroupProtocol, RebalanceEvent,
+    RebalanceEvents, TopicPartition, DEFAULT_FETCH_WAIT,
+};
+pub use producer::{
+    Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
+    RequiredAcks,
 };
 pub use share::{
     AckMode, AckOutcome, AcknowledgeType, ShareConsumer, ShareConsumerBuilder, ShareRecord,

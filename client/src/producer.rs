@@ -35,10 +35,10 @@ use crate::error::{Error, Result};
 pub use crate::kafka::partitioner::Partitioner;
 use crate::kafka::producer::KafkaProducer;
 use crate::kafka::Endpoint;
-pub use crate::protocol::kafka_batch::Compression;
-use crate::protocol::record::{self, Header};
-use crate::protocol::{ErrorCode, ProduceEntry, ProduceRequest, ProduceResponse};
-use crate::rt;
+pub use flume_protocol::kafka_batch::Compression;
+use flume_protocol::record::{self, Header};
+use flume_protocol::{ErrorCode, ProduceEntry, ProduceRequest, ProduceResponse};
+use flume_rt as rt;
 
 /// Producer settings: start from [`ProducerConfig::default`] and change what
 /// you need with the builder methods.
@@ -549,7 +549,7 @@ struct State {
     closed: bool,
 }
 
-use crate::rt::sync::lock;
+use flume_rt::sync::lock;
 
 /// Bytes a new batch starts with room for (at most the batch limit).
 const FIRST_BATCH_CAPACITY: usize = 2048;

@@ -59,13 +59,13 @@ use std::time::Duration;
 use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
 use crate::kafka::share::KafkaShare;
-use crate::protocol::record::{self, Record};
-use crate::protocol::{
+use flume_protocol::record::{self, Record};
+use flume_protocol::{
     ErrorCode, ShareAcknowledgeRequest, ShareAcknowledgement, ShareFetchRequest,
     ShareHeartbeatRequest, SharePartitionRef, ACK_ACCEPT, ACK_REJECT, ACK_RELEASE, ACK_RENEW,
 };
-use crate::rt;
-use crate::rt::sync::lock;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// How a [`ShareConsumer`] acknowledges what it handed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -21,7 +21,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use crate::error::Error;
-use crate::rt;
+use flume_rt as rt;
 use flume_rt::sync::lock;
 
 /// TLS settings of a connection: start from [`TlsConfig::new`] (the server

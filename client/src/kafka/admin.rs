@@ -22,7 +22,7 @@ use super::cluster::Cluster;
 use super::errors;
 use super::offsets::{self, flume_code, group_id, topic_name};
 use crate::error::{Error, Result};
-use crate::protocol::{
+use flume_protocol::{
     ConsumerGroupInfo, ConsumerMemberInfo, CreateTopicRequest, DeletedOffset,
     DescribeGroupResponse, ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo,
     ListOffsetsPartition, ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset,

@@ -12,7 +12,7 @@ use super::fetch::Fetcher;
 use super::offsets;
 use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::Result;
-use crate::protocol::record::Record;
+use flume_protocol::record::Record;
 
 /// One partition's reader on a Kafka cluster.
 pub(crate) struct KafkaPartition {

@@ -51,8 +51,8 @@ use crate::consumer::StartOffset;
 use crate::error::{Error, Result};
 use crate::group::{ConsumerRecord, GroupConsumerBuilder, GroupProtocol, RebalanceEvent};
 use crate::join_failures::{self, JoinFailures};
-use crate::rt;
-use crate::rt::sync::lock;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// What the consumer and its heartbeat task share.
 pub(super) struct Shared {

@@ -56,8 +56,8 @@ use super::offsets::group_id;
 use crate::error::{Error, Result};
 use crate::group::RebalanceEvent;
 use crate::join_failures::{self, JoinFailures};
-use crate::rt;
-use crate::rt::sync::lock;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// Kafka's STALE_MEMBER_EPOCH: a commit with an epoch older than the member's.
 pub(crate) const STALE_MEMBER_EPOCH: i16 = 113;
@@ -903,7 +903,7 @@ mod tests {
             assert_eq!(err.kafka_code(), Some(errors::UNSUPPORTED_VERSION), "{err}");
             assert_eq!(
                 err.code(),
-                Some(crate::protocol::ErrorCode::UnsupportedApi),
+                Some(flume_protocol::ErrorCode::UnsupportedApi),
                 "{err}"
             );
             assert!(

@@ -51,7 +51,7 @@ use crate::error::{Error, Result};
 /// A pause before asking again after a refusal that says "not now" (a
 /// coordinator loading or moving): the connection's first backoff.
 pub(crate) async fn backoff(cluster: &cluster::Cluster) {
-    crate::rt::sleep(
+    flume_rt::sleep(
         cluster
             .config()
             .backoff_initial

@@ -47,10 +47,10 @@ use crate::error::{Error, Result};
 use crate::producer::{
     Acks, Delivery, Outcome, ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks,
 };
-use crate::protocol::kafka_batch::{self, BatchBuilder, BatchHeader, BatchMeta};
-use crate::protocol::record;
-use crate::rt;
-use crate::rt::sync::lock;
+use flume_protocol::kafka_batch::{self, BatchBuilder, BatchHeader, BatchMeta};
+use flume_protocol::record;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 type Tp = (String, i32);
 
