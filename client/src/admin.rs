@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use crate::conn::{Client, ConnectionConfig};
+use crate::conn::Client;
 use crate::error::{Error, Result};
 use crate::kafka::admin::KafkaAdmin;
 use crate::kafka::cluster::Cluster;
-use crate::kafka::Endpoint;
+use crate::types::connection::ConnectionConfig;
+use crate::types::endpoint::Endpoint;
 use flume_protocol::{
     AclEntry, AclsRequest, AlterTopicRequest, ConsumerGroupDescribeRequest, ConsumerGroupInfo,
     CreatePartitionsRequest, CreateTopicRequest, DeleteGroupRequest, DeleteOffsetsRequest,
@@ -80,7 +81,7 @@ impl Admin {
     /// # Errors
     /// [`Error::Connect`], or [`Error::Tls`](crate::Error::Tls).
     pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Self> {
-        let backend = match crate::kafka::endpoint(addr)? {
+        let backend = match crate::types::endpoint::endpoint(addr)? {
             Endpoint::Flume(addr) => Backend::Flume(Box::new(Client::connect(addr, config).await?)),
             Endpoint::Kafka(brokers) => {
                 Backend::Kafka(KafkaAdmin::new(Cluster::connect(brokers, config).await?))

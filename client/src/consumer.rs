@@ -2,7 +2,6 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -10,85 +9,12 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 
-use crate::conn::{Client, ConnectionConfig};
+use crate::conn::Client;
 use crate::error::{Error, Result};
+use crate::types::connection::ConnectionConfig;
+use crate::types::consumer::{FetchConfig, StartOffset};
 use flume_protocol::record::{self, Record};
 use flume_protocol::{ErrorCode, FetchPartition, FetchRequest};
-
-/// Where to start reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartOffset {
-    /// The oldest stored record.
-    Earliest,
-    /// Only records produced from now on.
-    Latest,
-    /// This offset.
-    At(u64),
-}
-
-impl std::str::FromStr for StartOffset {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "earliest" => Ok(StartOffset::Earliest),
-            "latest" => Ok(StartOffset::Latest),
-            n => n
-                .parse::<u64>()
-                .map(StartOffset::At)
-                .map_err(|_| format!("offset must be earliest, latest or a number, not {n:?}")),
-        }
-    }
-}
-
-/// Fetch settings shared by the consumers: start from [`FetchConfig::default`]
-/// and change fields with the builder methods.
-///
-/// ```
-/// use std::time::Duration;
-/// let f = flume_client::FetchConfig::default().max_wait(Duration::from_millis(100));
-/// assert_eq!(f.max_wait, Duration::from_millis(100));
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct FetchConfig {
-    /// Longest a fetch waits on the broker for new records.
-    pub max_wait: Duration,
-    /// Most record bytes per partition per fetch.
-    pub partition_max_bytes: i32,
-    /// Most record bytes per fetch.
-    pub max_bytes: i32,
-}
-
-impl Default for FetchConfig {
-    fn default() -> Self {
-        FetchConfig {
-            max_wait: Duration::from_millis(500),
-            partition_max_bytes: 1024 * 1024,
-            max_bytes: 8 * 1024 * 1024,
-        }
-    }
-}
-
-impl FetchConfig {
-    /// Sets [`FetchConfig::max_wait`].
-    #[must_use]
-    pub fn max_wait(mut self, v: Duration) -> Self {
-        self.max_wait = v;
-        self
-    }
-    /// Sets [`FetchConfig::partition_max_bytes`].
-    #[must_use]
-    pub fn partition_max_bytes(mut self, v: i32) -> Self {
-        self.partition_max_bytes = v;
-        self
-    }
-    /// Sets [`FetchConfig::max_bytes`].
-    #[must_use]
-    pub fn max_bytes(mut self, v: i32) -> Self {
-        self.max_bytes = v;
-        self
-    }
-}
 
 /// Reads one partition from a start offset, as a [`Stream`] of records (or
 /// one fetch at a time with [`PartitionConsumer::poll_batch`]).
@@ -186,9 +112,9 @@ impl PartitionConsumer {
         fetch: FetchConfig,
         connection: ConnectionConfig,
     ) -> Result<Self> {
-        let addr = match crate::kafka::endpoint(addr)? {
-            crate::kafka::Endpoint::Flume(a) => a,
-            crate::kafka::Endpoint::Kafka(brokers) => {
+        let addr = match crate::types::endpoint::endpoint(addr)? {
+            crate::types::endpoint::Endpoint::Flume(a) => a,
+            crate::types::endpoint::Endpoint::Kafka(brokers) => {
                 let k = crate::kafka::consumer::KafkaPartition::connect(
                     brokers,
                     connection.clone(),

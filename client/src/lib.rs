@@ -55,11 +55,26 @@ mod kafka;
 mod producer;
 mod share;
 mod tls;
+mod types;
 
 pub use admin::Admin;
-pub use conn::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
-pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
+pub use consumer::PartitionConsumer;
 pub use error::{Error, Result};
+pub use group::GroupConsumer;
+pub use producer::Producer;
+pub use share::ShareConsumer;
+pub use types::connection::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
+pub use types::consumer::{FetchConfig, StartOffset};
+pub use types::delivery::Delivery;
+pub use types::group::{
+    ConsumerRecord, GroupConsumerBuilder, GroupProtocol, RebalanceEvent, RebalanceEvents,
+    TopicPartition, DEFAULT_FETCH_WAIT,
+};
+pub use types::producer::{
+    Compression, Partitioner, ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks,
+};
+pub use types::share::{AckMode, AckOutcome, AcknowledgeType, ShareConsumerBuilder, ShareRecord};
+
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
 pub use flume_protocol::{
@@ -70,17 +85,6 @@ pub use flume_protocol::{
     SharePartitionInfo, TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions,
     TopicSettings, TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT,
     CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
-};
-pub use group::{
-    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, GroupProtocol, RebalanceEvent,
-    RebalanceEvents, TopicPartition, DEFAULT_FETCH_WAIT,
-};
-pub use producer::{
-    Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
-    RequiredAcks,
-};
-pub use share::{
-    AckMode, AckOutcome, AcknowledgeType, ShareConsumer, ShareConsumerBuilder, ShareRecord,
 };
 pub use tls::TlsConfig;
 

@@ -37,8 +37,8 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::conn::KConn;
 use super::errors;
-use crate::conn::ConnectionConfig;
 use crate::error::{Error, Result};
+use crate::types::connection::ConnectionConfig;
 use flume_rt as rt;
 use flume_rt::sync::lock;
 

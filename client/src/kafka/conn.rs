@@ -43,9 +43,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 use super::errors;
-use crate::conn::{ConnectionConfig, Credentials, SaslMechanism};
 use crate::error::{Error, Result};
 use crate::tls::{Socket, SocketWriter};
+use crate::types::connection::{ConnectionConfig, Credentials, SaslMechanism};
 use flume_rt as rt;
 use flume_rt::sync::lock;
 

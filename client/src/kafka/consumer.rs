@@ -10,8 +10,8 @@ use super::cluster::Cluster;
 use super::errors;
 use super::fetch::Fetcher;
 use super::offsets;
-use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::Result;
+use crate::types::consumer::{FetchConfig, StartOffset};
 use flume_protocol::record::Record;
 
 /// One partition's reader on a Kafka cluster.
@@ -26,7 +26,7 @@ pub(crate) struct KafkaPartition {
 impl KafkaPartition {
     pub(crate) async fn connect(
         brokers: Vec<String>,
-        config: crate::conn::ConnectionConfig,
+        config: crate::types::connection::ConnectionConfig,
         topic: &str,
         partition: i32,
         start: StartOffset,

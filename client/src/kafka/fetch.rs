@@ -30,8 +30,8 @@ use kafka_protocol::messages::{fetch_request, ApiKey, BrokerId, FetchRequest, Fe
 use super::cluster::Cluster;
 use super::errors;
 use super::offsets::{self, topic_name};
-use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
+use crate::types::consumer::{FetchConfig, StartOffset};
 use flume_protocol::record::{Header, Record};
 
 /// A (topic, partition).

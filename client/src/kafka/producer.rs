@@ -44,9 +44,8 @@ use super::cluster::Cluster;
 use super::errors;
 use super::offsets::topic_name;
 use crate::error::{Error, Result};
-use crate::producer::{
-    Acks, Delivery, Outcome, ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks,
-};
+use crate::types::delivery::{Acks, Delivery, Outcome};
+use crate::types::producer::{ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks};
 use flume_protocol::kafka_batch::{self, BatchBuilder, BatchHeader, BatchMeta};
 use flume_protocol::record;
 use flume_rt as rt;
