@@ -34,11 +34,25 @@
 //! [`lowlevel`] is the request-level client under all of these, for tools
 //! that speak the wire protocol (`flume-protocol`) themselves.
 //!
-//! Layout (private modules): `conn` (one multiplexed connection, and the
-//! reconnecting client), `producer`, `consumer` (the partition consumer),
-//! `group` (the group consumer), `share` (the share consumer), `admin`. The wire format lives in the
-//! `flume-protocol` crate (no I/O) and the runtime seam in `flume-rt` (the
-//! only crate that names async-std).
+//! Layout (private modules), in layers that import only downwards
+//! (`client/tests/layers.rs` checks it):
+//! - The leaf, transport-neutral: `error` ([`Error`]), `types` (records,
+//!   settings and builders' settings, offsets, rebalance events, deliveries,
+//!   broker addresses), and the pieces both transports share: `tls` (TLS
+//!   settings and the socket, plain or TLS, that both connections read and
+//!   write through), `clock`, `join_failures`.
+//! - The transports, which import the leaf and never each other: `flume`
+//!   (Flume's protocol: `flume::conn`, one multiplexed connection and the
+//!   reconnecting client, and over it the producer's batching and sender,
+//!   the partition consumer's fetches, the group member, the share member,
+//!   the admin calls) and `kafka` (Kafka's protocol to a cluster, for a
+//!   `kafka://` address).
+//! - The facades, one per SDK type, each holding one transport chosen by
+//!   the address: `producer`, `consumer` (the partition consumer), `group`
+//!   (the group consumer), `share` (the share consumer), `admin`.
+//!
+//! The wire format lives in the `flume-protocol` crate (no I/O) and the
+//! runtime seam in `flume-rt` (the only crate that names async-std).
 //!
 //! Delivery is at-least-once, in order per partition.
 
@@ -46,9 +60,9 @@
 
 mod admin;
 mod clock;
-mod conn;
 mod consumer;
 mod error;
+mod flume;
 mod group;
 mod join_failures;
 mod kafka;
@@ -116,5 +130,5 @@ pub use tls::TlsConfig;
 /// # }).unwrap();
 /// ```
 pub mod lowlevel {
-    pub use crate::conn::{Client, Connection};
+    pub use crate::flume::conn::{Client, Connection};
 }

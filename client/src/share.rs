@@ -28,9 +28,9 @@
 //!   back when their locks or its session run out.
 //!
 //! Two transports sit behind one API, chosen by the address as elsewhere
-//! in the SDK (`crate::kafka::endpoint`):
+//! in the SDK (`crate::types::endpoint`):
 //! - `host:port`: Flume's protocol (SHARE_HEARTBEAT, SHARE_FETCH,
-//!   SHARE_ACKNOWLEDGE), the `FlumeShare` transport below.
+//!   SHARE_ACKNOWLEDGE), `crate::flume::share`.
 //! - `kafka://host:port[,host:port…]`: Kafka's share APIs at v1
 //!   (ShareGroupHeartbeat at the group's coordinator, ShareFetch in a share
 //!   session at each partition leader, ShareAcknowledge), what Kafka 4.1+
@@ -54,22 +54,15 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crate::conn::Client;
 use crate::error::{Error, Result};
+use crate::flume::share::FlumeShare;
 use crate::kafka::share::KafkaShare;
-use crate::types::connection::ConnectionConfig;
-use crate::types::share::{AckBook, FetchLimits, Fetched, FetchedPartition, RecordKey};
+use crate::types::share::{AckBook, FetchLimits, Fetched, RecordKey};
 use crate::types::share::{
     AckMode, AckOutcome, AcknowledgeType, ShareConsumerBuilder, ShareRecord,
 };
-use flume_protocol::record;
-use flume_protocol::{
-    ErrorCode, ShareAcknowledgeRequest, ShareAcknowledgement, ShareFetchRequest,
-    ShareHeartbeatRequest, SharePartitionRef,
-};
-use flume_rt as rt;
+use flume_protocol::{ErrorCode, ShareAcknowledgement};
 use flume_rt::sync::lock;
 
 impl ShareConsumerBuilder {
@@ -340,277 +333,5 @@ impl ShareConsumer {
         }
         let acks = lock(&self.book).take(self.cfg.mode == AckMode::Implicit);
         self.transport.close(acks).await
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Flume's protocol: SHARE_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE.
-
-#[derive(Debug, Default)]
-struct MemberState {
-    member_id: String,
-    epoch: i32,
-    interval: Duration,
-    assignment: Vec<(String, i32)>,
-}
-
-/// The membership, shared by the consumer and its heartbeat task.
-#[derive(Debug)]
-struct Member {
-    group: String,
-    client_id: String,
-    topics: Vec<String>,
-    state: Mutex<MemberState>,
-}
-
-impl Member {
-    /// One heartbeat: a join (epoch 0, with the subscription) when `join`.
-    async fn beat(&self, client: &Client, join: bool) -> Result<()> {
-        let (member_id, epoch) = {
-            let st = lock(&self.state);
-            (st.member_id.clone(), if join { 0 } else { st.epoch })
-        };
-        let r = client
-            .call(&ShareHeartbeatRequest {
-                group: self.group.clone(),
-                member_id,
-                member_epoch: epoch,
-                client_id: self.client_id.clone(),
-                topics: if join {
-                    self.topics.clone()
-                } else {
-                    Vec::new()
-                },
-            })
-            .await?;
-        let mut st = lock(&self.state);
-        st.member_id = r.member_id;
-        st.epoch = r.member_epoch;
-        st.interval = Duration::from_millis(u64::try_from(r.heartbeat_interval_ms).unwrap_or(0))
-            .max(Duration::from_millis(10));
-        st.assignment = r
-            .assignment
-            .into_iter()
-            .flat_map(|tp| {
-                let t = tp.topic;
-                tp.partitions.into_iter().map(move |p| (t.clone(), p))
-            })
-            .collect();
-        Ok(())
-    }
-
-    async fn join(&self, client: &Client) -> Result<()> {
-        self.beat(client, true).await
-    }
-
-    /// A heartbeat that joins again when the broker no longer knows the
-    /// member or its epoch.
-    async fn keep(&self, client: &Client) -> Result<()> {
-        match self.beat(client, false).await {
-            Err(e) if fenced(&e) => self.join(client).await,
-            r => r,
-        }
-    }
-}
-
-fn fenced(e: &Error) -> bool {
-    matches!(
-        e.code(),
-        Some(ErrorCode::UnknownMember | ErrorCode::IllegalGeneration)
-    )
-}
-
-async fn heartbeat_loop(
-    client: Arc<Client>,
-    member: Arc<Member>,
-    stop: async_channel::Receiver<()>,
-) {
-    use futures::FutureExt;
-    loop {
-        let wait = lock(&member.state).interval;
-        futures::select! {
-            _ = stop.recv().fuse() => return,
-            () = rt::sleep(wait).fuse() => {}
-        }
-        if let Err(e) = member.keep(&client).await {
-            tracing::warn!(group = %member.group, error = %e, "share group heartbeat failed");
-        }
-    }
-}
-
-/// A share group member over Flume's protocol.
-#[derive(Debug)]
-struct FlumeShare {
-    client: Arc<Client>,
-    member: Arc<Member>,
-    stop: Option<async_channel::Sender<()>>,
-    heartbeat: rt::sync::TaskSlot<()>,
-    rotation: usize,
-}
-
-impl FlumeShare {
-    async fn join(
-        addr: &str,
-        connection: ConnectionConfig,
-        group: &str,
-        client_id: &str,
-        topics: &[String],
-    ) -> Result<FlumeShare> {
-        let client = Arc::new(Client::connect(addr, connection).await?);
-        let member = Arc::new(Member {
-            group: group.to_owned(),
-            client_id: client_id.to_owned(),
-            topics: topics.to_vec(),
-            state: Mutex::new(MemberState::default()),
-        });
-        member.join(&client).await?;
-        let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
-        let task = rt::spawn(heartbeat_loop(
-            Arc::clone(&client),
-            Arc::clone(&member),
-            stop_rx,
-        ));
-        Ok(FlumeShare {
-            client,
-            member,
-            stop: Some(stop_tx),
-            heartbeat: rt::sync::TaskSlot::new(task),
-            rotation: 0,
-        })
-    }
-
-    fn member_id(&self) -> String {
-        lock(&self.member.state).member_id.clone()
-    }
-
-    fn assignment(&self) -> Vec<(String, i32)> {
-        lock(&self.member.state).assignment.clone()
-    }
-
-    async fn fetch(
-        &mut self,
-        acks: Vec<ShareAcknowledgement>,
-        limits: FetchLimits,
-    ) -> Result<Fetched> {
-        let (member_id, mut partitions) = {
-            let st = lock(&self.member.state);
-            (st.member_id.clone(), st.assignment.clone())
-        };
-        if partitions.is_empty() {
-            // Nothing assigned (the topics do not exist yet): send the
-            // acknowledgements, ask again after a wait.
-            if !acks.is_empty() {
-                self.acknowledge(&acks).await?;
-            }
-            rt::sleep(limits.max_wait.min(Duration::from_millis(200))).await;
-            self.member.keep(&self.client).await?;
-            return Ok(Fetched::default());
-        }
-        // Start one partition further on each time, so none starves the others.
-        self.rotation = self.rotation.wrapping_add(1);
-        let n = partitions.len();
-        partitions.rotate_left(self.rotation % n);
-        let req = ShareFetchRequest {
-            group: self.member.group.clone(),
-            member_id,
-            max_wait_ms: i32::try_from(limits.max_wait.as_millis()).unwrap_or(i32::MAX),
-            max_records: limits.max_records,
-            max_bytes: limits.max_bytes,
-            partitions: partitions
-                .into_iter()
-                .map(|(topic, partition)| SharePartitionRef { topic, partition })
-                .collect(),
-            acknowledgements: acks.clone(),
-        };
-        let resp = match self.client.call_with_extra(&req, limits.max_wait).await {
-            Ok(r) => r,
-            Err(e) if fenced(&e) => {
-                // The broker dropped the member and gave its records back:
-                // nothing held is ours to acknowledge any more.
-                self.member.join(&self.client).await?;
-                return Ok(Fetched {
-                    partitions: Vec::new(),
-                    dropped: true,
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        for (a, code) in acks.iter().zip(&resp.acknowledgements) {
-            if !code.is_ok() {
-                tracing::warn!(
-                    topic = %a.topic, partition = a.partition, first = a.first_offset,
-                    last = a.last_offset, error = %code,
-                    "share acknowledgement refused (the records come back or were taken)"
-                );
-            }
-        }
-        let mut out = Fetched::default();
-        let mut refresh = false;
-        for p in resp.partitions {
-            if !p.error.is_ok() {
-                tracing::debug!(topic = %p.topic, partition = p.partition, error = %p.error, "share fetch partition");
-                refresh |= p.error == ErrorCode::NotAssigned;
-                continue;
-            }
-            let records = record::decode_all(&p.records).map_err(|e| Error::CorruptRecord {
-                detail: format!("{}-{}: {e}", p.topic, p.partition),
-            })?;
-            let records = records
-                .into_iter()
-                .map(|r| {
-                    let o = i64::try_from(r.offset).unwrap_or(i64::MAX);
-                    let count = p
-                        .acquired
-                        .iter()
-                        .find(|a| a.first_offset <= o && o <= a.last_offset)
-                        .map_or(1, |a| u16::try_from(a.delivery_count).unwrap_or(1));
-                    (r, count)
-                })
-                .collect();
-            out.partitions.push(FetchedPartition {
-                topic: p.topic,
-                partition: p.partition,
-                records,
-            });
-        }
-        if refresh {
-            self.member.keep(&self.client).await?;
-        }
-        Ok(out)
-    }
-
-    async fn acknowledge(&self, acks: &[ShareAcknowledgement]) -> Result<Vec<ErrorCode>> {
-        let resp = self
-            .client
-            .call(&ShareAcknowledgeRequest {
-                group: self.member.group.clone(),
-                member_id: self.member_id(),
-                acknowledgements: acks.to_vec(),
-            })
-            .await?;
-        Ok(resp.results)
-    }
-
-    async fn close(&mut self, acks: Vec<ShareAcknowledgement>) -> Result<()> {
-        let acked = if acks.is_empty() {
-            Ok(Vec::new())
-        } else {
-            self.acknowledge(&acks).await
-        };
-        self.stop.take();
-        let _ = self.heartbeat.cancel().await;
-        let left = self
-            .client
-            .call(&ShareHeartbeatRequest {
-                group: self.member.group.clone(),
-                member_id: self.member_id(),
-                member_epoch: -1,
-                client_id: self.member.client_id.clone(),
-                topics: Vec::new(),
-            })
-            .await;
-        self.client.close().await;
-        acked?;
-        left.map(|_| ())
     }
 }

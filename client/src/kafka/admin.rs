@@ -43,6 +43,17 @@ pub(crate) struct KafkaAdmin {
 }
 
 impl KafkaAdmin {
+    /// Connects to the cluster of `brokers` (bootstrap).
+    ///
+    /// # Errors
+    /// [`Error::Connect`] when no bootstrap broker answers, TLS and login failures.
+    pub(crate) async fn connect(
+        brokers: Vec<String>,
+        config: crate::types::connection::ConnectionConfig,
+    ) -> Result<Self> {
+        Ok(Self::new(Cluster::connect(brokers, config).await?))
+    }
+
     pub(crate) fn new(cluster: Arc<Cluster>) -> Self {
         KafkaAdmin { cluster }
     }

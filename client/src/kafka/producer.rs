@@ -166,6 +166,11 @@ impl KafkaProducer {
         })
     }
 
+    /// Whether a send waits for buffer room (no `fail_when_full`).
+    pub(crate) fn waits_for_room(&self) -> bool {
+        !self.sh.config.fail_when_full
+    }
+
     /// Routes and buffers one record (waiting for room when `wait`).
     pub(crate) async fn enqueue(&self, rec: ProducerRecord, wait: bool) -> Result<Delivery> {
         let sh = &self.sh;

@@ -14,6 +14,17 @@ pub enum StartOffset {
     At(u64),
 }
 
+impl StartOffset {
+    /// The offset itself for [`StartOffset::At`]; the others are resolved
+    /// at the broker on the first fetch.
+    pub(crate) fn offset(self) -> Option<u64> {
+        match self {
+            StartOffset::At(o) => Some(o),
+            _ => None,
+        }
+    }
+}
+
 impl std::str::FromStr for StartOffset {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {

@@ -1,4 +1,4 @@
-//! One multiplexed connection: requests are written as they come, responses
+//! Flume's transport, its base: one multiplexed connection: requests are written as they come, responses
 //! are matched by `request_id`, and when the connection breaks every pending
 //! request fails with the same error.
 //!
@@ -107,6 +107,16 @@ impl Connection {
     /// [`Error::Tls`] when the TLS handshake fails on a certificate.
     pub async fn connect(addr: &str, config: ConnectionConfig) -> Result<Self> {
         let stream = crate::tls::open(addr, config.connect_timeout, config.tls.as_ref()).await?;
+        Self::over(addr, stream, config).await
+    }
+
+    /// A connection over a stream already open to the broker at `addr`
+    /// (logging in first when `config` has credentials). The one place the
+    /// connection meets its stream: everything below reads and writes
+    /// through [`Socket`] (`try_read`, `readable`, `shutdown`, `writer`), so
+    /// another kind of byte stream (an in-memory duplex to a broker in the
+    /// same process) is a variant of [`Socket`] handed in here.
+    pub(crate) async fn over(addr: &str, stream: Socket, config: ConnectionConfig) -> Result<Self> {
         let inner = Arc::new(Inner {
             addr: addr.to_owned(),
             writer: AsyncMutex::new(stream.writer()),
