@@ -113,6 +113,8 @@ impl ShareConsumerBuilder {
     }
 }
 
+/// The protocol under a [`ShareConsumer`]: Flume's share requests, or
+/// Kafka's share APIs (`crate::flume::share`, `crate::kafka::share`).
 #[derive(Debug)]
 enum Transport {
     Flume(FlumeShare),

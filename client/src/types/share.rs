@@ -273,9 +273,6 @@ pub(crate) struct Fetched {
     pub dropped: bool,
 }
 
-/// The protocol under a [`ShareConsumer`]: Flume's share requests, or
-/// Kafka's share APIs (`crate::kafka::share`).
-
 #[cfg(test)]
 mod tests {
     use super::*;
