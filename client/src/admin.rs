@@ -1,26 +1,25 @@
-//! Administrative calls: topics (create, describe, alter, delete), offsets
+//! [`Admin`], the facade: administrative calls: topics (create, describe, alter, delete), offsets
 //! by timestamp, committed offsets and lag, groups.
+
+//!
+//! One API over two transports chosen by the address
+//! (`crate::types::endpoint`): Flume's protocol (`crate::flume::admin`) or a
+//! Kafka cluster (`crate::kafka::admin`). Flume's own calls (`alter_topic`,
+//! `topic_settings`, `alter_topic_configs`, `describe_share_group`, the
+//! ACLs) fail over Kafka with [`Error::InvalidArgument`].
 
 use std::time::Duration;
 
-use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
+use crate::flume::admin::FlumeAdmin;
 use crate::kafka::admin::KafkaAdmin;
-use crate::kafka::cluster::Cluster;
-use crate::kafka::Endpoint;
-use crate::protocol::{
-    AclEntry, AclsRequest, AlterTopicRequest, ConsumerGroupDescribeRequest, ConsumerGroupInfo,
-    CreatePartitionsRequest, CreateTopicRequest, DeleteGroupRequest, DeleteOffsetsRequest,
-    DeleteRecordsRequest, DeleteTopicRequest, DeletedOffset, DescribeGroupRequest,
-    DescribeGroupResponse, DescribeTopicConfigRequest, ErrorCode, GroupListing, ListGroupsRequest,
-    ListOffsetsPartition, ListOffsetsRequest, ListTransactionsRequest, ListedOffset,
-    MetadataRequest, OffsetCommitRequest, OffsetFetchPartition, OffsetFetchRequest,
-    PartitionOffset, ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicMetadata,
-    TopicPartitions, TopicSettings, TransactionListing, ACLS_ADD, ACLS_LIST, ACLS_REMOVE,
-};
-use crate::protocol::{
-    ConfigEntry, TopicConfigsRequest, TopicConfigsResponse, TOPIC_CONFIGS_ALTER,
-    TOPIC_CONFIGS_CREATE, TOPIC_CONFIGS_DESCRIBE,
+use crate::types::connection::ConnectionConfig;
+use crate::types::endpoint::{endpoint, Endpoint};
+use flume_protocol::{
+    AclEntry, AlterTopicRequest, ConsumerGroupInfo, CreateTopicRequest, DeletedOffset,
+    DescribeGroupResponse, GroupListing, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
+    PartitionOffset, ShareGroupDescribeResponse, TopicConfigsResponse, TopicMetadata,
+    TopicSettings, TransactionListing,
 };
 
 /// Administrative calls: create, describe, alter and delete topics, look up
@@ -57,12 +56,12 @@ use crate::protocol::{
 /// ACLs) fail there with [`Error::InvalidArgument`].
 #[derive(Debug)]
 pub struct Admin {
-    backend: Backend,
+    inner: Inner,
 }
 
 #[derive(Debug)]
-enum Backend {
-    Flume(Box<Client>),
+enum Inner {
+    Flume(Box<FlumeAdmin>),
     Kafka(KafkaAdmin),
 }
 
@@ -80,28 +79,28 @@ impl Admin {
     /// # Errors
     /// [`Error::Connect`], or [`Error::Tls`](crate::Error::Tls).
     pub async fn connect_with(addr: &str, config: ConnectionConfig) -> Result<Self> {
-        let backend = match crate::kafka::endpoint(addr)? {
-            Endpoint::Flume(addr) => Backend::Flume(Box::new(Client::connect(addr, config).await?)),
-            Endpoint::Kafka(brokers) => {
-                Backend::Kafka(KafkaAdmin::new(Cluster::connect(brokers, config).await?))
+        let inner = match endpoint(addr)? {
+            Endpoint::Flume(addr) => {
+                Inner::Flume(Box::new(FlumeAdmin::connect(addr, config).await?))
             }
+            Endpoint::Kafka(brokers) => Inner::Kafka(KafkaAdmin::connect(brokers, config).await?),
         };
-        Ok(Admin { backend })
+        Ok(Admin { inner })
     }
 
     /// Closes the connections.
     pub async fn close(&self) {
-        match &self.backend {
-            Backend::Flume(c) => c.close().await,
-            Backend::Kafka(k) => k.close().await,
+        match &self.inner {
+            Inner::Flume(f) => f.close().await,
+            Inner::Kafka(k) => k.close().await,
         }
     }
 
-    /// The Flume client, or the error for a call that has no Kafka counterpart.
-    fn flume(&self, what: &str) -> Result<&Client> {
-        match &self.backend {
-            Backend::Flume(c) => Ok(c),
-            Backend::Kafka(_) => Err(Error::InvalidArgument(format!(
+    /// The Flume transport, or the error for a call that has no Kafka counterpart.
+    fn flume_only(&self, what: &str) -> Result<&FlumeAdmin> {
+        match &self.inner {
+            Inner::Flume(f) => Ok(f),
+            Inner::Kafka(_) => Err(Error::InvalidArgument(format!(
                 "Admin::{what} is Flume's own and has no Kafka counterpart here (a kafka:// address)"
             ))),
         }
@@ -112,16 +111,10 @@ impl Admin {
     /// # Errors
     /// TOPIC_ALREADY_EXISTS, INVALID_NAME, ...
     pub async fn create_topic(&self, req: CreateTopicRequest) -> Result<()> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.create_topic(req).await,
-        };
-        let name = req.name.clone();
-        client
-            .call(&req)
-            .await
-            .map(|_| ())
-            .map_err(|e| with_context(e, &name))
+        match &self.inner {
+            Inner::Flume(f) => f.create_topic(req).await,
+            Inner::Kafka(k) => k.create_topic(req).await,
+        }
     }
 
     /// Every topic (or those named) with its partitions' start and end offsets.
@@ -129,16 +122,10 @@ impl Admin {
     /// # Errors
     /// Connection failures.
     pub async fn topics(&self, names: &[String]) -> Result<Vec<TopicMetadata>> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.topics(names).await,
-        };
-        Ok(client
-            .call(&MetadataRequest {
-                topics: names.to_vec(),
-            })
-            .await?
-            .topics)
+        match &self.inner {
+            Inner::Flume(f) => f.topics(names).await,
+            Inner::Kafka(k) => k.topics(names).await,
+        }
     }
 
     /// Committed offset, log start and log end per partition of `topic` for `group`.
@@ -150,21 +137,10 @@ impl Admin {
         group: &str,
         topics: &[String],
     ) -> Result<Vec<OffsetFetchPartition>> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.group_offsets(group, topics).await,
-        };
-        let req = OffsetFetchRequest {
-            group: group.to_owned(),
-            topics: topics
-                .iter()
-                .map(|t| TopicPartitions {
-                    topic: t.clone(),
-                    partitions: Vec::new(),
-                })
-                .collect(),
-        };
-        Ok(client.call(&req).await?.partitions)
+        match &self.inner {
+            Inner::Flume(f) => f.group_offsets(group, topics).await,
+            Inner::Kafka(k) => k.group_offsets(group, topics).await,
+        }
     }
 
     /// Commits offsets outside group membership (allowed while the group has no members).
@@ -172,28 +148,12 @@ impl Admin {
     /// # Errors
     /// REBALANCE_IN_PROGRESS when the group has members.
     pub async fn commit(&self, group: &str, offsets: Vec<PartitionOffset>) -> Result<()> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.commit(group, offsets).await,
-        };
-        let req = OffsetCommitRequest {
-            group: group.to_owned(),
-            generation: -1,
-            member_id: String::new(),
-            offsets,
-        };
-        let resp = client.call(&req).await?;
-        match resp.results.iter().find(|r| !r.error.is_ok()) {
-            Some(r) => Err(Error::broker(
-                r.error,
-                format!("{}/{}", r.topic, r.partition),
-            )),
-            None => Ok(()),
+        match &self.inner {
+            Inner::Flume(f) => f.commit(group, offsets).await,
+            Inner::Kafka(k) => k.commit(group, offsets).await,
         }
     }
-}
 
-impl Admin {
     /// Deletes a topic: its records, its files and every group's committed
     /// offsets on it. Requests on it get UNKNOWN_TOPIC afterwards; a topic of
     /// the same name can be created again.
@@ -201,17 +161,10 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, INVALID_NAME, STORAGE_ERROR, connection failures.
     pub async fn delete_topic(&self, name: &str) -> Result<()> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.delete_topic(name).await,
-        };
-        client
-            .call(&DeleteTopicRequest {
-                name: name.to_owned(),
-            })
-            .await
-            .map(|_| ())
-            .map_err(|e| with_context(e, name))
+        match &self.inner {
+            Inner::Flume(f) => f.delete_topic(name).await,
+            Inner::Kafka(k) => k.delete_topic(name).await,
+        }
     }
 
     /// Changes a topic's retention or segment size (fields left at -1 stay
@@ -221,9 +174,7 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, INVALID_REQUEST (a value out of range), STORAGE_ERROR.
     pub async fn alter_topic(&self, req: AlterTopicRequest) -> Result<TopicSettings> {
-        let client = self.flume("alter_topic")?;
-        let name = req.name.clone();
-        client.call(&req).await.map_err(|e| with_context(e, &name))
+        self.flume_only("alter_topic")?.alter_topic(req).await
     }
 
     /// Creates a topic with configs by Kafka's names (`cleanup.policy`,
@@ -239,17 +190,10 @@ impl Admin {
         partitions: i32,
         configs: &[(&str, &str)],
     ) -> Result<TopicConfigsResponse> {
-        if let Backend::Kafka(k) = &self.backend {
-            return k.create_topic_with_configs(name, partitions, configs).await;
+        match &self.inner {
+            Inner::Flume(f) => f.create_topic_with_configs(name, partitions, configs).await,
+            Inner::Kafka(k) => k.create_topic_with_configs(name, partitions, configs).await,
         }
-        self.topic_configs(TopicConfigsRequest {
-            op: TOPIC_CONFIGS_CREATE,
-            name: name.to_owned(),
-            partitions,
-            set: entries(configs),
-            ..TopicConfigsRequest::default()
-        })
-        .await
     }
 
     /// Sets (`set`) and takes back to the broker's default (`delete`) a
@@ -265,15 +209,9 @@ impl Admin {
         set: &[(&str, &str)],
         delete: &[&str],
     ) -> Result<TopicConfigsResponse> {
-        self.topic_configs(TopicConfigsRequest {
-            op: TOPIC_CONFIGS_ALTER,
-            name: name.to_owned(),
-            partitions: -1,
-            set: entries(set),
-            delete: delete.iter().map(|d| (*d).to_owned()).collect(),
-            ..TopicConfigsRequest::default()
-        })
-        .await
+        self.flume_only("alter_topic_configs")?
+            .alter_topic_configs(name, set, delete)
+            .await
     }
 
     /// Every config of a topic by Kafka's name, with its value and source
@@ -282,37 +220,9 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, connection failures.
     pub async fn describe_topic_configs(&self, name: &str) -> Result<TopicConfigsResponse> {
-        if let Backend::Kafka(k) = &self.backend {
-            return k.describe_topic_configs(name).await;
-        }
-        self.topic_configs(TopicConfigsRequest {
-            op: TOPIC_CONFIGS_DESCRIBE,
-            name: name.to_owned(),
-            partitions: -1,
-            ..TopicConfigsRequest::default()
-        })
-        .await
-    }
-
-    async fn topic_configs(&self, req: TopicConfigsRequest) -> Result<TopicConfigsResponse> {
-        let client = self.flume(match req.op {
-            TOPIC_CONFIGS_ALTER => "alter_topic_configs",
-            _ => "topic_configs",
-        })?;
-        let name = req.name.clone();
-        let resp = client
-            .call(&req)
-            .await
-            .map_err(|e| with_context(e, &name))?;
-        if resp.error.is_ok() {
-            Ok(resp)
-        } else if resp.message.is_empty() {
-            Err(Error::broker(resp.error, name))
-        } else {
-            Err(Error::broker(
-                resp.error,
-                format!("{name}: {}", resp.message),
-            ))
+        match &self.inner {
+            Inner::Flume(f) => f.describe_topic_configs(name).await,
+            Inner::Kafka(k) => k.describe_topic_configs(name).await,
         }
     }
 
@@ -321,13 +231,9 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC, connection failures.
     pub async fn topic_settings(&self, name: &str) -> Result<TopicSettings> {
-        let client = self.flume("topic_settings")?;
-        client
-            .call(&DescribeTopicConfigRequest {
-                name: name.to_owned(),
-            })
+        self.flume_only("topic_settings")?
+            .topic_settings(name)
             .await
-            .map_err(|e| with_context(e, name))
     }
 
     /// Looks up offsets: per partition, the first offset whose record
@@ -342,14 +248,10 @@ impl Admin {
         &self,
         partitions: Vec<ListOffsetsPartition>,
     ) -> Result<Vec<ListedOffset>> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.list_offsets(partitions).await,
-        };
-        Ok(client
-            .call(&ListOffsetsRequest { partitions })
-            .await?
-            .partitions)
+        match &self.inner {
+            Inner::Flume(f) => f.list_offsets(partitions).await,
+            Inner::Kafka(k) => k.list_offsets(partitions).await,
+        }
     }
 
     /// Ok when the group has no members (its offsets may be reset then).
@@ -357,12 +259,10 @@ impl Admin {
     /// # Errors
     /// REBALANCE_IN_PROGRESS when the group has members; connection failures.
     pub async fn check_group_empty(&self, group: &str) -> Result<()> {
-        if let Backend::Kafka(k) = &self.backend {
-            return k.check_group_empty(group).await;
+        match &self.inner {
+            Inner::Flume(f) => f.check_group_empty(group).await,
+            Inner::Kafka(k) => k.check_group_empty(group).await,
         }
-        self.commit(group, Vec::new())
-            .await
-            .map_err(|e| with_context(e, group))
     }
 
     /// Deletes a group with no members: drops its committed offsets on every
@@ -372,17 +272,10 @@ impl Admin {
     /// GROUP_NOT_EMPTY (members are still in it), UNKNOWN_GROUP (no members
     /// and no committed offsets), INVALID_NAME, STORAGE_ERROR.
     pub async fn delete_group(&self, group: &str) -> Result<i32> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.delete_group(group).await,
-        };
-        client
-            .call(&DeleteGroupRequest {
-                group: group.to_owned(),
-            })
-            .await
-            .map(|r| r.offsets_dropped)
-            .map_err(|e| with_context(e, group))
+        match &self.inner {
+            Inner::Flume(f) => f.delete_group(group).await,
+            Inner::Kafka(k) => k.delete_group(group).await,
+        }
     }
 
     /// Deletes the records of a partition below `before` (`None`: every
@@ -399,19 +292,10 @@ impl Admin {
         partition: i32,
         before: Option<u64>,
     ) -> Result<u64> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.delete_records(topic, partition, before).await,
-        };
-        client
-            .call(&DeleteRecordsRequest {
-                topic: topic.to_owned(),
-                partition,
-                before: before.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX)),
-            })
-            .await
-            .map(|r| u64::try_from(r.log_start).unwrap_or(0))
-            .map_err(|e| with_context(e, topic))
+        match &self.inner {
+            Inner::Flume(f) => f.delete_records(topic, partition, before).await,
+            Inner::Kafka(k) => k.delete_records(topic, partition, before).await,
+        }
     }
 
     /// Grows a topic to `partitions` in all (never fewer); with
@@ -430,21 +314,10 @@ impl Admin {
         partitions: i32,
         validate_only: bool,
     ) -> Result<i32> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => {
-                return k.create_partitions(topic, partitions, validate_only).await
-            }
-        };
-        client
-            .call(&CreatePartitionsRequest {
-                topic: topic.to_owned(),
-                partitions,
-                validate_only: i8::from(validate_only),
-            })
-            .await
-            .map(|r| r.before)
-            .map_err(|e| with_context(e, topic))
+        match &self.inner {
+            Inner::Flume(f) => f.create_partitions(topic, partitions, validate_only).await,
+            Inner::Kafka(k) => k.create_partitions(topic, partitions, validate_only).await,
+        }
     }
 
     /// Deletes a group's committed offsets on some partitions of a topic
@@ -463,19 +336,10 @@ impl Admin {
         topic: &str,
         partitions: &[i32],
     ) -> Result<Vec<DeletedOffset>> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.delete_offsets(group, topic, partitions).await,
-        };
-        client
-            .call(&DeleteOffsetsRequest {
-                group: group.to_owned(),
-                topic: topic.to_owned(),
-                partitions: partitions.to_vec(),
-            })
-            .await
-            .map(|r| r.partitions)
-            .map_err(|e| with_context(e, group))
+        match &self.inner {
+            Inner::Flume(f) => f.delete_offsets(group, topic, partitions).await,
+            Inner::Kafka(k) => k.delete_offsets(group, topic, partitions).await,
+        }
     }
 
     /// Every group the broker knows (with members, or with committed
@@ -486,16 +350,10 @@ impl Admin {
     /// # Errors
     /// Connection failures.
     pub async fn list_groups(&self, states: &[&str]) -> Result<Vec<GroupListing>> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.list_groups(states).await,
-        };
-        client
-            .call(&ListGroupsRequest {
-                states_filter: states.iter().map(|s| (*s).to_owned()).collect(),
-            })
-            .await
-            .map(|r| r.groups)
+        match &self.inner {
+            Inner::Flume(f) => f.list_groups(states).await,
+            Inner::Kafka(k) => k.list_groups(states).await,
+        }
     }
 
     /// A group's state, generation, members with their partitions, and
@@ -505,16 +363,10 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_GROUP (neither members nor committed offsets); connection failures.
     pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.describe_group(group).await,
-        };
-        client
-            .call(&DescribeGroupRequest {
-                group: group.to_owned(),
-            })
-            .await
-            .map_err(|e| with_context(e, group))
+        match &self.inner {
+            Inner::Flume(f) => f.describe_group(group).await,
+            Inner::Kafka(k) => k.describe_group(group).await,
+        }
     }
 
     /// A share group (a queue): its members with their subscriptions and
@@ -526,12 +378,9 @@ impl Admin {
     /// UNKNOWN_GROUP (no members and no kept state); a `kafka://` address;
     /// connection failures.
     pub async fn describe_share_group(&self, group: &str) -> Result<ShareGroupDescribeResponse> {
-        self.flume("describe_share_group")?
-            .call(&ShareGroupDescribeRequest {
-                group: group.to_owned(),
-            })
+        self.flume_only("describe_share_group")?
+            .describe_share_group(group)
             .await
-            .map_err(|e| with_context(e, group))
     }
 
     /// Consumer-protocol groups (Kafka clients with `group.protocol=consumer`,
@@ -550,20 +399,9 @@ impl Admin {
         &self,
         groups: &[&str],
     ) -> Result<Vec<ConsumerGroupInfo>> {
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.describe_consumer_groups(groups).await,
-        };
-        match client
-            .call(&ConsumerGroupDescribeRequest {
-                groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-            })
-            .await
-        {
-            Ok(r) => Ok(r.groups),
-            // A broker from before consumer-protocol groups has none.
-            Err(e) if e.code() == Some(ErrorCode::UnsupportedApi) => Ok(Vec::new()),
-            Err(e) => Err(e),
+        match &self.inner {
+            Inner::Flume(f) => f.describe_consumer_groups(groups).await,
+            Inner::Kafka(k) => k.describe_consumer_groups(groups).await,
         }
     }
 
@@ -585,17 +423,10 @@ impl Admin {
         min_age: Option<Duration>,
     ) -> Result<Vec<TransactionListing>> {
         let min_age_ms = min_age.map_or(-1, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let client = match &self.backend {
-            Backend::Flume(c) => c,
-            Backend::Kafka(k) => return k.list_transactions(states, min_age_ms).await,
-        };
-        client
-            .call(&ListTransactionsRequest {
-                states_filter: states.iter().map(|s| (*s).to_owned()).collect(),
-                min_age_ms,
-            })
-            .await
-            .map(|r| r.transactions)
+        match &self.inner {
+            Inner::Flume(f) => f.list_transactions(states, min_age_ms).await,
+            Inner::Kafka(k) => k.list_transactions(states, min_age_ms).await,
+        }
     }
 }
 
@@ -610,9 +441,7 @@ impl Admin {
     /// with `--authorizer off`, INVALID_REQUEST for an ACL that does not parse, LIMIT_REACHED at the
     /// broker's limit (10,000).
     pub async fn add_acl(&self, acl: AclEntry) -> Result<bool> {
-        self.acls_call(ACLS_ADD, acl)
-            .await
-            .map(|(changed, _)| changed)
+        self.flume_only("acls")?.add_acl(acl).await
     }
 
     /// Removes an ACL; false when there was no such ACL.
@@ -620,9 +449,7 @@ impl Admin {
     /// # Errors
     /// As [`Admin::add_acl`].
     pub async fn remove_acl(&self, acl: AclEntry) -> Result<bool> {
-        self.acls_call(ACLS_REMOVE, acl)
-            .await
-            .map(|(changed, _)| changed)
+        self.flume_only("acls")?.remove_acl(acl).await
     }
 
     /// The ACLs (of `principal`, `User:NAME`, when given), sorted.
@@ -630,51 +457,6 @@ impl Admin {
     /// # Errors
     /// As [`Admin::add_acl`].
     pub async fn list_acls(&self, principal: Option<&str>) -> Result<Vec<AclEntry>> {
-        let acl = AclEntry {
-            principal: principal.unwrap_or_default().to_owned(),
-            ..AclEntry::default()
-        };
-        self.acls_call(ACLS_LIST, acl).await.map(|(_, acls)| acls)
+        self.flume_only("acls")?.list_acls(principal).await
     }
-
-    async fn acls_call(&self, op: i8, acl: AclEntry) -> Result<(bool, Vec<AclEntry>)> {
-        let client = self.flume("acls")?;
-        let what = if acl.name.is_empty() {
-            "the ACLs".to_owned()
-        } else {
-            format!("{} {}", acl.resource_type, acl.name)
-        };
-        let resp = client
-            .call(&AclsRequest { op, acl })
-            .await
-            .map_err(|e| with_context(e, &what))?;
-        Ok((resp.changed != 0, resp.acls))
-    }
-}
-
-fn with_context(e: Error, ctx: &str) -> Error {
-    match e {
-        Error::Broker {
-            code: code @ ErrorCode::AuthorizationFailed,
-            context: Some(c),
-        } => match c.split_once(": ") {
-            Some((api, why)) => Error::broker(code, format!("{api} of {ctx}: {why}")),
-            None => Error::broker(code, format!("{c} ({ctx})")),
-        },
-        Error::Broker {
-            code,
-            context: None,
-        } => Error::broker(code, ctx),
-        other => other,
-    }
-}
-
-fn entries(configs: &[(&str, &str)]) -> Vec<ConfigEntry> {
-    configs
-        .iter()
-        .map(|(name, value)| ConfigEntry {
-            name: (*name).to_owned(),
-            value: (*value).to_owned(),
-        })
-        .collect()
 }

@@ -1,8 +1,9 @@
-//! [`PartitionConsumer`]: a stream of one partition's records, by long-poll fetch.
+//! [`PartitionConsumer`], the facade: a stream of one partition's records,
+//! by long-poll fetch, over Flume's protocol (`crate::flume::consumer`) or
+//! from the partition's leader in a Kafka cluster (`crate::kafka::consumer`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -10,85 +11,15 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use futures::{FutureExt, Stream};
 
-use crate::conn::{Client, ConnectionConfig};
+use flume_protocol::record::Record;
+
 use crate::error::{Error, Result};
-use crate::protocol::record::{self, Record};
-use crate::protocol::{ErrorCode, FetchPartition, FetchRequest};
-
-/// Where to start reading.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartOffset {
-    /// The oldest stored record.
-    Earliest,
-    /// Only records produced from now on.
-    Latest,
-    /// This offset.
-    At(u64),
-}
-
-impl std::str::FromStr for StartOffset {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "earliest" => Ok(StartOffset::Earliest),
-            "latest" => Ok(StartOffset::Latest),
-            n => n
-                .parse::<u64>()
-                .map(StartOffset::At)
-                .map_err(|_| format!("offset must be earliest, latest or a number, not {n:?}")),
-        }
-    }
-}
-
-/// Fetch settings shared by the consumers: start from [`FetchConfig::default`]
-/// and change fields with the builder methods.
-///
-/// ```
-/// use std::time::Duration;
-/// let f = flume_client::FetchConfig::default().max_wait(Duration::from_millis(100));
-/// assert_eq!(f.max_wait, Duration::from_millis(100));
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct FetchConfig {
-    /// Longest a fetch waits on the broker for new records.
-    pub max_wait: Duration,
-    /// Most record bytes per partition per fetch.
-    pub partition_max_bytes: i32,
-    /// Most record bytes per fetch.
-    pub max_bytes: i32,
-}
-
-impl Default for FetchConfig {
-    fn default() -> Self {
-        FetchConfig {
-            max_wait: Duration::from_millis(500),
-            partition_max_bytes: 1024 * 1024,
-            max_bytes: 8 * 1024 * 1024,
-        }
-    }
-}
-
-impl FetchConfig {
-    /// Sets [`FetchConfig::max_wait`].
-    #[must_use]
-    pub fn max_wait(mut self, v: Duration) -> Self {
-        self.max_wait = v;
-        self
-    }
-    /// Sets [`FetchConfig::partition_max_bytes`].
-    #[must_use]
-    pub fn partition_max_bytes(mut self, v: i32) -> Self {
-        self.partition_max_bytes = v;
-        self
-    }
-    /// Sets [`FetchConfig::max_bytes`].
-    #[must_use]
-    pub fn max_bytes(mut self, v: i32) -> Self {
-        self.max_bytes = v;
-        self
-    }
-}
+use crate::flume::conn::Client;
+use crate::flume::consumer::FlumeFetcher;
+use crate::kafka::consumer::KafkaPartition;
+use crate::types::connection::ConnectionConfig;
+use crate::types::consumer::{FetchConfig, StartOffset};
+use crate::types::endpoint::{endpoint, Endpoint};
 
 /// Reads one partition from a start offset, as a [`Stream`] of records (or
 /// one fetch at a time with [`PartitionConsumer::poll_batch`]).
@@ -136,18 +67,34 @@ impl std::fmt::Debug for PartitionConsumer {
     }
 }
 
-/// What one fetch needs; moved into the fetch future while it runs.
-struct Fetcher {
-    /// Kafka's protocol instead of Flume's (a `kafka://` address): the
-    /// fields below but `next` and `high_watermark` are then unused.
-    kafka: Option<crate::kafka::consumer::KafkaPartition>,
-    client: Arc<Client>,
-    topic: String,
-    partition: i32,
-    start: StartOffset,
-    next: Option<u64>,
-    fetch: FetchConfig,
-    high_watermark: i64,
+/// The transport of a [`PartitionConsumer`]: what one fetch needs, moved
+/// into the fetch future while it runs.
+enum Fetcher {
+    Flume(FlumeFetcher),
+    Kafka(KafkaPartition),
+}
+
+impl Fetcher {
+    async fn fetch(&mut self) -> Result<Vec<Record>> {
+        match self {
+            Fetcher::Flume(f) => f.fetch().await,
+            Fetcher::Kafka(k) => k.fetch().await,
+        }
+    }
+
+    fn position(&self) -> Option<u64> {
+        match self {
+            Fetcher::Flume(f) => f.position(),
+            Fetcher::Kafka(k) => k.position(),
+        }
+    }
+
+    fn high_watermark(&self) -> i64 {
+        match self {
+            Fetcher::Flume(f) => f.high_watermark(),
+            Fetcher::Kafka(k) => k.high_watermark(),
+        }
+    }
 }
 
 impl PartitionConsumer {
@@ -186,36 +133,20 @@ impl PartitionConsumer {
         fetch: FetchConfig,
         connection: ConnectionConfig,
     ) -> Result<Self> {
-        let addr = match crate::kafka::endpoint(addr)? {
-            crate::kafka::Endpoint::Flume(a) => a,
-            crate::kafka::Endpoint::Kafka(brokers) => {
-                let k = crate::kafka::consumer::KafkaPartition::connect(
-                    brokers,
-                    connection.clone(),
-                    topic,
-                    partition,
-                    start,
-                    fetch.clone(),
-                )
-                .await?;
-                let mut c = Self::with_client(
-                    Arc::new(Client::new("kafka", connection)),
-                    topic,
-                    partition,
-                    start,
-                    fetch,
-                );
-                if let Some(f) = c.fetcher.as_mut() {
-                    f.kafka = Some(k);
-                }
-                return Ok(c);
+        let fetcher = match endpoint(addr)? {
+            Endpoint::Flume(addr) => {
+                let client = Arc::new(Client::connect(addr, connection).await?);
+                Fetcher::Flume(FlumeFetcher::new(client, topic, partition, start, fetch))
             }
+            Endpoint::Kafka(brokers) => Fetcher::Kafka(
+                KafkaPartition::connect(brokers, connection, topic, partition, start, fetch)
+                    .await?,
+            ),
         };
-        let client = Arc::new(Client::connect(addr, connection).await?);
-        Ok(Self::with_client(client, topic, partition, start, fetch))
+        Ok(Self::over(fetcher))
     }
 
-    /// Reads over an existing [`crate::lowlevel::Client`], so consumers of
+    /// Reads over an existing [`crate::lowlevel::Client`] (Flume's protocol), so consumers of
     /// several partitions can share one connection.
     pub fn with_client(
         client: Arc<Client>,
@@ -224,25 +155,18 @@ impl PartitionConsumer {
         start: StartOffset,
         fetch: FetchConfig,
     ) -> Self {
-        let next = match start {
-            StartOffset::At(o) => Some(o),
-            _ => None,
-        };
+        Self::over(Fetcher::Flume(FlumeFetcher::new(
+            client, topic, partition, start, fetch,
+        )))
+    }
+
+    fn over(fetcher: Fetcher) -> Self {
         PartitionConsumer {
-            fetcher: Some(Fetcher {
-                kafka: None,
-                client,
-                topic: topic.to_owned(),
-                partition,
-                start,
-                next,
-                fetch,
-                high_watermark: -1,
-            }),
+            next: fetcher.position(),
+            high_watermark: fetcher.high_watermark(),
+            fetcher: Some(fetcher),
             pending: None,
             buffer: VecDeque::new(),
-            next,
-            high_watermark: -1,
         }
     }
 
@@ -288,8 +212,8 @@ impl PartitionConsumer {
         let pending = self.pending.insert(pending);
         let (f, r) = futures::ready!(pending.as_mut().poll(cx));
         self.pending = None;
-        self.next = f.next;
-        self.high_watermark = f.high_watermark;
+        self.next = f.position();
+        self.high_watermark = f.high_watermark();
         self.fetcher = Some(f);
         Poll::Ready(r)
     }
@@ -308,85 +232,5 @@ impl Stream for PartitionConsumer {
                 Err(e) => return Poll::Ready(Some(Err(e))),
             }
         }
-    }
-}
-
-impl Fetcher {
-    async fn fetch(&mut self) -> Result<Vec<Record>> {
-        if let Some(k) = self.kafka.as_mut() {
-            return k.fetch(&mut self.next, &mut self.high_watermark).await;
-        }
-        let offset = match self.next {
-            Some(o) => o,
-            None => self.resolve_start().await?,
-        };
-        let req = FetchRequest {
-            max_wait_ms: i32::try_from(self.fetch.max_wait.as_millis()).unwrap_or(i32::MAX),
-            min_bytes: 1,
-            max_bytes: self.fetch.max_bytes,
-            partitions: vec![FetchPartition {
-                topic: self.topic.clone(),
-                partition: self.partition,
-                offset: i64::try_from(offset).unwrap_or(i64::MAX),
-                max_bytes: self.fetch.partition_max_bytes,
-            }],
-        };
-        let resp = self
-            .client
-            .call_with_extra(&req, self.fetch.max_wait)
-            .await?;
-        let Some(p) = resp.partitions.into_iter().next() else {
-            return Ok(Vec::new());
-        };
-        if !p.error.is_ok() {
-            return Err(Error::broker(
-                p.error,
-                format!("{}/{} at offset {offset}", self.topic, self.partition),
-            ));
-        }
-        self.high_watermark = p.high_watermark;
-        let records: Vec<Record> = record::decode_all(&p.records)?
-            .into_iter()
-            .filter(|r| r.offset >= offset)
-            .collect();
-        if let Some(last) = records.last() {
-            self.next = Some(last.offset + 1);
-        }
-        Ok(records)
-    }
-
-    async fn resolve_start(&mut self) -> Result<u64> {
-        let meta = self
-            .client
-            .call(&crate::protocol::MetadataRequest {
-                topics: vec![self.topic.clone()],
-            })
-            .await?;
-        let t = meta
-            .topics
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::broker(ErrorCode::UnknownTopic, self.topic.clone()))?;
-        if !t.error.is_ok() {
-            return Err(Error::broker(t.error, self.topic.clone()));
-        }
-        let p = t
-            .partitions
-            .iter()
-            .find(|p| p.partition == self.partition)
-            .ok_or_else(|| {
-                Error::broker(
-                    ErrorCode::UnknownPartition,
-                    format!("{}/{}", self.topic, self.partition),
-                )
-            })?;
-        let o = match self.start {
-            StartOffset::Earliest => p.log_start,
-            StartOffset::Latest => p.log_end,
-            StartOffset::At(o) => i64::try_from(o).unwrap_or(i64::MAX),
-        };
-        let o = u64::try_from(o).unwrap_or(0);
-        self.next = Some(o);
-        Ok(o)
     }
 }

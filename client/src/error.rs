@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::protocol::{record::RecordError, wire::WireError, ErrorCode};
+use flume_protocol::{record::RecordError, wire::WireError, ErrorCode};
 
 /// Result alias for the client.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -128,7 +128,7 @@ impl Error {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             Error::Broker { code, .. } => Some(*code),
-            Error::Kafka { code, .. } => crate::kafka::errors::flume_equivalent(*code),
+            Error::Kafka { code, .. } => flume_equivalent_of_kafka(*code),
             _ => None,
         }
     }
@@ -149,7 +149,7 @@ impl Error {
             self,
             Error::Connect { .. } | Error::Disconnected { .. } | Error::Timeout { .. }
         ) || matches!(self.code(), Some(ErrorCode::ShuttingDown))
-            || matches!(self, Error::Kafka { code, .. } if crate::kafka::errors::is_retriable(*code))
+            || matches!(self, Error::Kafka { code, .. } if kafka_code_is_retriable(*code))
     }
 
     pub(crate) fn protocol(detail: impl Into<String>) -> Self {
@@ -164,6 +164,45 @@ impl Error {
             context: Some(context.into()),
         }
     }
+}
+
+/// Flume's code for the condition a Kafka error code names, so that
+/// [`Error::code`] means the same with either protocol (Kafka's names in
+/// the comments, as `Errors.java` spells them). The Kafka client's
+/// `kafka/errors.rs` builds [`Error::Kafka`] and uses this table too.
+pub(crate) fn flume_equivalent_of_kafka(code: i16) -> Option<ErrorCode> {
+    Some(match code {
+        0 => ErrorCode::None,                    // NONE
+        1 => ErrorCode::OffsetOutOfRange,        // OFFSET_OUT_OF_RANGE
+        2 => ErrorCode::CorruptRecord,           // CORRUPT_MESSAGE
+        3 => ErrorCode::UnknownTopic,            // UNKNOWN_TOPIC_OR_PARTITION
+        10 => ErrorCode::RecordTooLarge,         // MESSAGE_TOO_LARGE
+        12 => ErrorCode::OffsetMetadataTooLarge, // OFFSET_METADATA_TOO_LARGE
+        17 => ErrorCode::InvalidName,            // INVALID_TOPIC_EXCEPTION
+        // ILLEGAL_GENERATION, FENCED_MEMBER_EPOCH
+        22 | 110 => ErrorCode::IllegalGeneration,
+        25 => ErrorCode::UnknownMember,       // UNKNOWN_MEMBER_ID
+        27 => ErrorCode::RebalanceInProgress, // REBALANCE_IN_PROGRESS
+        // TOPIC_, GROUP_ and CLUSTER_AUTHORIZATION_FAILED
+        29..=31 => ErrorCode::AuthorizationFailed,
+        54 => ErrorCode::SecurityDisabled, // SECURITY_DISABLED
+        // UNSUPPORTED_VERSION, UNSUPPORTED_FOR_MESSAGE_FORMAT
+        35 | 44 => ErrorCode::UnsupportedApi,
+        36 => ErrorCode::TopicAlreadyExists, // TOPIC_ALREADY_EXISTS
+        40 => ErrorCode::InvalidConfig,      // INVALID_CONFIG
+        42 => ErrorCode::InvalidRequest,     // INVALID_REQUEST
+        58 => ErrorCode::AuthenticationFailed, // SASL_AUTHENTICATION_FAILED
+        68 => ErrorCode::GroupNotEmpty,      // NON_EMPTY_GROUP
+        69 => ErrorCode::UnknownGroup,       // GROUP_ID_NOT_FOUND
+        87 => ErrorCode::InvalidRecord,      // INVALID_RECORD
+        121 => ErrorCode::InvalidRecordState, // INVALID_RECORD_STATE
+        _ => return None,
+    })
+}
+
+/// Whether Kafka calls `code` retriable (the same request may succeed later).
+pub(crate) fn kafka_code_is_retriable(code: i16) -> bool {
+    kafka_protocol::error::ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
 }
 
 impl From<WireError> for Error {

@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::rt;
+use flume_rt as rt;
 
 /// The failure in a row that first gets a warning.
 pub(crate) const WARN_AFTER: u32 = 3;

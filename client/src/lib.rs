@@ -34,11 +34,25 @@
 //! [`lowlevel`] is the request-level client under all of these, for tools
 //! that speak the wire protocol (`flume-protocol`) themselves.
 //!
-//! Layout (private modules): `conn` (one multiplexed connection, and the
-//! reconnecting client), `producer`, `consumer` (the partition consumer),
-//! `group` (the group consumer), `share` (the share consumer), `admin`. The wire format lives in the
-//! `flume-protocol` crate (no I/O) and the runtime seam in `flume-rt` (the
-//! only crate that names async-std).
+//! Layout (private modules), in layers that import only downwards
+//! (`client/tests/layers.rs` checks it):
+//! - The leaf, transport-neutral: `error` ([`Error`]), `types` (records,
+//!   settings and builders' settings, offsets, rebalance events, deliveries,
+//!   broker addresses), and the pieces both transports share: `tls` (TLS
+//!   settings and the socket, plain or TLS, that both connections read and
+//!   write through), `clock`, `join_failures`.
+//! - The transports, which import the leaf and never each other: `flume`
+//!   (Flume's protocol: `flume::conn`, one multiplexed connection and the
+//!   reconnecting client, and over it the producer's batching and sender,
+//!   the partition consumer's fetches, the group member, the share member,
+//!   the admin calls) and `kafka` (Kafka's protocol to a cluster, for a
+//!   `kafka://` address).
+//! - The facades, one per SDK type, each holding one transport chosen by
+//!   the address: `producer`, `consumer` (the partition consumer), `group`
+//!   (the group consumer), `share` (the share consumer), `admin`.
+//!
+//! The wire format lives in the `flume-protocol` crate (no I/O) and the
+//! runtime seam in `flume-rt` (the only crate that names async-std).
 //!
 //! Delivery is at-least-once, in order per partition.
 
@@ -46,34 +60,38 @@
 
 mod admin;
 mod clock;
-mod conn;
 mod consumer;
 mod error;
+mod flume;
 mod group;
 mod join_failures;
 mod kafka;
 mod producer;
 mod share;
 mod tls;
-
-use flume_protocol as protocol;
-use flume_rt as rt;
+mod types;
 
 pub use admin::Admin;
-pub use conn::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
-pub use consumer::{FetchConfig, PartitionConsumer, StartOffset};
+pub use consumer::PartitionConsumer;
 pub use error::{Error, Result};
-pub use group::{
-    ConsumerRecord, GroupConsumer, GroupConsumerBuilder, GroupProtocol, RebalanceEvent,
-    RebalanceEvents, TopicPartition, DEFAULT_FETCH_WAIT,
+pub use group::GroupConsumer;
+pub use producer::Producer;
+pub use share::ShareConsumer;
+pub use types::connection::{BusyPoll, ConnectionConfig, Credentials, SaslMechanism};
+pub use types::consumer::{FetchConfig, StartOffset};
+pub use types::delivery::Delivery;
+pub use types::group::{
+    ConsumerRecord, GroupConsumerBuilder, GroupProtocol, RebalanceEvent, RebalanceEvents,
+    TopicPartition, DEFAULT_FETCH_WAIT,
 };
-pub use producer::{
-    Compression, Delivery, Partitioner, Producer, ProducerConfig, ProducerRecord, RecordMetadata,
-    RequiredAcks,
+pub use types::producer::{
+    Compression, Partitioner, ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks,
 };
+pub use types::share::{AckMode, AckOutcome, AcknowledgeType, ShareConsumerBuilder, ShareRecord};
+
 /// Value types of the wire protocol that the SDK's signatures use, re-exported
 /// so an SDK user needs no other crate.
-pub use protocol::{
+pub use flume_protocol::{
     AclEntry, AlterTopicRequest, ConsumerGroupInfo, ConsumerMemberInfo, CreateTopicRequest,
     DeletedOffset, DescribeGroupResponse, ErrorCode, GroupListing, GroupMemberInfo,
     GroupOffsetInfo, Header, ListOffsetsPartition, ListedOffset, OffsetFetchPartition,
@@ -81,9 +99,6 @@ pub use protocol::{
     SharePartitionInfo, TopicConfigValue, TopicConfigsResponse, TopicMetadata, TopicPartitions,
     TopicSettings, TransactionListing, CONFIG_SOURCE_BROKER, CONFIG_SOURCE_DEFAULT,
     CONFIG_SOURCE_TOPIC, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
-};
-pub use share::{
-    AckMode, AckOutcome, AcknowledgeType, ShareConsumer, ShareConsumerBuilder, ShareRecord,
 };
 pub use tls::TlsConfig;
 
@@ -115,5 +130,5 @@ pub use tls::TlsConfig;
 /// # }).unwrap();
 /// ```
 pub mod lowlevel {
-    pub use crate::conn::{Client, Connection};
+    pub use crate::flume::conn::{Client, Connection};
 }

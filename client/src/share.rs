@@ -28,9 +28,9 @@
 //!   back when their locks or its session run out.
 //!
 //! Two transports sit behind one API, chosen by the address as elsewhere
-//! in the SDK (`crate::kafka::endpoint`):
+//! in the SDK (`crate::types::endpoint`):
 //! - `host:port`: Flume's protocol (SHARE_HEARTBEAT, SHARE_FETCH,
-//!   SHARE_ACKNOWLEDGE), the `FlumeShare` transport below.
+//!   SHARE_ACKNOWLEDGE), `crate::flume::share`.
 //! - `kafka://host:port[,host:port…]`: Kafka's share APIs at v1
 //!   (ShareGroupHeartbeat at the group's coordinator, ShareFetch in a share
 //!   session at each partition leader, ShareAcknowledge), what Kafka 4.1+
@@ -52,236 +52,20 @@
 //! lost (they would be delivered again: at-least-once). Over `kafka://`
 //! the share session is then out of step: the next poll opens a new one.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use crate::conn::{Client, ConnectionConfig};
 use crate::error::{Error, Result};
+use crate::flume::share::FlumeShare;
 use crate::kafka::share::KafkaShare;
-use crate::protocol::record::{self, Record};
-use crate::protocol::{
-    ErrorCode, ShareAcknowledgeRequest, ShareAcknowledgement, ShareFetchRequest,
-    ShareHeartbeatRequest, SharePartitionRef, ACK_ACCEPT, ACK_REJECT, ACK_RELEASE, ACK_RENEW,
+use crate::types::share::{AckBook, FetchLimits, Fetched, RecordKey};
+use crate::types::share::{
+    AckMode, AckOutcome, AcknowledgeType, ShareConsumerBuilder, ShareRecord,
 };
-use crate::rt;
-use crate::rt::sync::lock;
-
-/// How a [`ShareConsumer`] acknowledges what it handed out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AckMode {
-    /// What the application did not acknowledge itself is accepted by the next poll.
-    #[default]
-    Implicit,
-    /// Only what the application acknowledges is sent.
-    Explicit,
-}
-
-/// What to do with a record of a share group.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcknowledgeType {
-    /// Processed: never delivered again.
-    Accept,
-    /// Not processed now: delivered again (to any member).
-    Release,
-    /// Not processable: never delivered again.
-    Reject,
-    /// Still processing: keep the lock another lock duration.
-    Renew,
-}
-
-impl AcknowledgeType {
-    fn code(self) -> i8 {
-        match self {
-            AcknowledgeType::Accept => ACK_ACCEPT,
-            AcknowledgeType::Release => ACK_RELEASE,
-            AcknowledgeType::Reject => ACK_REJECT,
-            AcknowledgeType::Renew => ACK_RENEW,
-        }
-    }
-}
-
-/// (topic, partition, offset) of a record handed out.
-type RecordKey = (String, i32, i64);
-
-/// The records handed out and not yet acknowledged to the broker, with what
-/// the application chose for them (`None`: nothing yet).
-#[derive(Debug, Default)]
-struct AckBook {
-    held: BTreeMap<RecordKey, Option<AcknowledgeType>>,
-}
-
-impl AckBook {
-    /// Takes the acknowledgements to send: those chosen, and with
-    /// `accept_rest` every other record held, as accepted. Consecutive
-    /// offsets of one partition with one type become one range.
-    fn take(&mut self, accept_rest: bool) -> Vec<ShareAcknowledgement> {
-        let mut out: Vec<ShareAcknowledgement> = Vec::new();
-        let mut keep = BTreeMap::new();
-        for (key, choice) in std::mem::take(&mut self.held) {
-            let ack = match choice {
-                Some(a) => a,
-                None if accept_rest => AcknowledgeType::Accept,
-                None => {
-                    keep.insert(key, None);
-                    continue;
-                }
-            };
-            if ack == AcknowledgeType::Renew {
-                keep.insert(key.clone(), None);
-            }
-            let (topic, partition, offset) = key;
-            match out.last_mut() {
-                Some(l)
-                    if l.topic == topic
-                        && l.partition == partition
-                        && l.last_offset + 1 == offset
-                        && l.ack_type == ack.code() =>
-                {
-                    l.last_offset = offset;
-                }
-                _ => out.push(ShareAcknowledgement {
-                    topic,
-                    partition,
-                    first_offset: offset,
-                    last_offset: offset,
-                    ack_type: ack.code(),
-                }),
-            }
-        }
-        self.held = keep;
-        out
-    }
-}
-
-/// A record of a share group, with how many times it has been delivered.
-#[derive(Debug, Clone)]
-pub struct ShareRecord {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// Deliveries of this record, this one included (1 the first time).
-    pub delivery_count: u16,
-    /// The record (offset, timestamp, key, value, headers).
-    pub record: Record,
-    book: Arc<Mutex<AckBook>>,
-}
-
-impl std::ops::Deref for ShareRecord {
-    type Target = Record;
-    fn deref(&self) -> &Record {
-        &self.record
-    }
-}
-
-impl ShareRecord {
-    /// Marks the record processed (sent with the next poll or commit).
-    pub fn accept(&self) {
-        self.acknowledge(AcknowledgeType::Accept);
-    }
-    /// Marks the record to be delivered again (sent with the next poll or commit).
-    pub fn release(&self) {
-        self.acknowledge(AcknowledgeType::Release);
-    }
-    /// Marks the record never to be delivered again (sent with the next poll or commit).
-    pub fn reject(&self) {
-        self.acknowledge(AcknowledgeType::Reject);
-    }
-    /// Marks the record as `ack` says (sent with the next poll or commit).
-    /// A record already acknowledged to the broker is left as it is.
-    pub fn acknowledge(&self, ack: AcknowledgeType) {
-        let key = (self.topic.clone(), self.partition, self.offset_i64());
-        if let Some(slot) = lock(&self.book).held.get_mut(&key) {
-            *slot = Some(ack);
-        }
-    }
-    fn offset_i64(&self) -> i64 {
-        i64::try_from(self.record.offset).unwrap_or(i64::MAX)
-    }
-}
-
-/// The outcome of one record's acknowledgement ([`ShareConsumer::commit`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AckOutcome {
-    /// Topic.
-    pub topic: String,
-    /// Partition.
-    pub partition: i32,
-    /// The record's offset.
-    pub offset: i64,
-    /// What was sent.
-    pub ack: i8,
-    /// NONE, or why the broker refused (INVALID_RECORD_STATE: the lock ran
-    /// out and the record went back, or another member holds it now).
-    pub error: ErrorCode,
-}
-
-/// Builder for [`ShareConsumer`].
-#[derive(Debug, Clone)]
-pub struct ShareConsumerBuilder {
-    addr: String,
-    group: String,
-    topics: Vec<String>,
-    mode: AckMode,
-    max_records: i32,
-    max_bytes: i32,
-    max_wait: Duration,
-    client_id: String,
-    connection: ConnectionConfig,
-}
+use flume_protocol::{ErrorCode, ShareAcknowledgement};
+use flume_rt::sync::lock;
 
 impl ShareConsumerBuilder {
-    /// Subscribes to these topics (adds to those given before).
-    pub fn subscribe<I, S>(mut self, topics: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.topics.extend(topics.into_iter().map(Into::into));
-        self
-    }
-    /// How records are acknowledged (default [`AckMode::Implicit`]).
-    pub fn ack_mode(mut self, mode: AckMode) -> Self {
-        self.mode = mode;
-        self
-    }
-    /// Most records one poll acquires (default 500).
-    pub fn max_records(mut self, n: usize) -> Self {
-        self.max_records = i32::try_from(n.max(1)).unwrap_or(i32::MAX);
-        self
-    }
-    /// Most record bytes one poll reads per partition (default 1 MiB).
-    pub fn max_bytes(mut self, n: usize) -> Self {
-        self.max_bytes = i32::try_from(n.max(1)).unwrap_or(i32::MAX);
-        self
-    }
-    /// How long a poll waits at the broker for records (default 1 s).
-    pub fn max_wait(mut self, d: Duration) -> Self {
-        self.max_wait = d;
-        self
-    }
-    /// The client id shown by the group's description (default
-    /// `flume-share`; Flume's protocol only: over `kafka://` every request
-    /// carries the SDK's Kafka client id).
-    pub fn client_id(mut self, id: &str) -> Self {
-        id.clone_into(&mut self.client_id);
-        self
-    }
-    /// Connection settings (timeouts, TLS, credentials).
-    pub fn connection(mut self, c: ConnectionConfig) -> Self {
-        self.connection = c;
-        self
-    }
-
-    fn limits(&self) -> FetchLimits {
-        FetchLimits {
-            max_records: self.max_records,
-            max_bytes: self.max_bytes,
-            max_wait: self.max_wait,
-        }
-    }
-
     /// Connects and joins the group: over Flume's protocol for a
     /// `host:port` address, over Kafka's share APIs for a `kafka://` one.
     ///
@@ -298,8 +82,8 @@ impl ShareConsumerBuilder {
                 "subscribe to at least one topic".into(),
             ));
         }
-        let transport = match crate::kafka::endpoint(&self.addr)? {
-            crate::kafka::Endpoint::Kafka(brokers) => Transport::Kafka(
+        let transport = match crate::types::endpoint::endpoint(&self.addr)? {
+            crate::types::endpoint::Endpoint::Kafka(brokers) => Transport::Kafka(
                 KafkaShare::join(
                     brokers,
                     self.connection.clone(),
@@ -309,7 +93,7 @@ impl ShareConsumerBuilder {
                 )
                 .await?,
             ),
-            crate::kafka::Endpoint::Flume(addr) => Transport::Flume(
+            crate::types::endpoint::Endpoint::Flume(addr) => Transport::Flume(
                 FlumeShare::join(
                     &addr,
                     self.connection.clone(),
@@ -329,34 +113,8 @@ impl ShareConsumerBuilder {
     }
 }
 
-/// The limits of one fetch, as the builder set them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct FetchLimits {
-    pub max_records: i32,
-    pub max_bytes: i32,
-    pub max_wait: Duration,
-}
-
-/// The records one fetch acquired from one partition, each with its
-/// delivery count.
-#[derive(Debug)]
-pub(crate) struct FetchedPartition {
-    pub topic: String,
-    pub partition: i32,
-    pub records: Vec<(Record, u16)>,
-}
-
-/// What one fetch answered.
-#[derive(Debug, Default)]
-pub(crate) struct Fetched {
-    pub partitions: Vec<FetchedPartition>,
-    /// The broker had dropped the member (it joined again): the records it
-    /// held went back, nothing held is its to acknowledge any more.
-    pub dropped: bool,
-}
-
 /// The protocol under a [`ShareConsumer`]: Flume's share requests, or
-/// Kafka's share APIs (`crate::kafka::share`).
+/// Kafka's share APIs (`crate::flume::share`, `crate::kafka::share`).
 #[derive(Debug)]
 enum Transport {
     Flume(FlumeShare),
@@ -424,20 +182,10 @@ impl ShareConsumer {
     /// A builder for a member of `group` at `addr` (`host:port` for Flume's
     /// protocol, `kafka://host:port[,host:port…]` for Kafka's).
     pub fn builder(addr: &str, group: &str) -> ShareConsumerBuilder {
-        ShareConsumerBuilder {
-            addr: addr.to_owned(),
-            group: group.to_owned(),
-            topics: Vec::new(),
-            mode: AckMode::Implicit,
-            max_records: 500,
-            max_bytes: 1 << 20,
-            max_wait: Duration::from_secs(1),
-            client_id: "flume-share".into(),
-            connection: ConnectionConfig::default(),
-        }
+        ShareConsumerBuilder::new(addr, group)
     }
 
-    /// The member id the broker knows this member by.
+    /// This member's id this member by.
     pub fn member_id(&self) -> String {
         self.transport.member_id()
     }
@@ -587,325 +335,5 @@ impl ShareConsumer {
         }
         let acks = lock(&self.book).take(self.cfg.mode == AckMode::Implicit);
         self.transport.close(acks).await
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Flume's protocol: SHARE_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE.
-
-#[derive(Debug, Default)]
-struct MemberState {
-    member_id: String,
-    epoch: i32,
-    interval: Duration,
-    assignment: Vec<(String, i32)>,
-}
-
-/// The membership, shared by the consumer and its heartbeat task.
-#[derive(Debug)]
-struct Member {
-    group: String,
-    client_id: String,
-    topics: Vec<String>,
-    state: Mutex<MemberState>,
-}
-
-impl Member {
-    /// One heartbeat: a join (epoch 0, with the subscription) when `join`.
-    async fn beat(&self, client: &Client, join: bool) -> Result<()> {
-        let (member_id, epoch) = {
-            let st = lock(&self.state);
-            (st.member_id.clone(), if join { 0 } else { st.epoch })
-        };
-        let r = client
-            .call(&ShareHeartbeatRequest {
-                group: self.group.clone(),
-                member_id,
-                member_epoch: epoch,
-                client_id: self.client_id.clone(),
-                topics: if join {
-                    self.topics.clone()
-                } else {
-                    Vec::new()
-                },
-            })
-            .await?;
-        let mut st = lock(&self.state);
-        st.member_id = r.member_id;
-        st.epoch = r.member_epoch;
-        st.interval = Duration::from_millis(u64::try_from(r.heartbeat_interval_ms).unwrap_or(0))
-            .max(Duration::from_millis(10));
-        st.assignment = r
-            .assignment
-            .into_iter()
-            .flat_map(|tp| {
-                let t = tp.topic;
-                tp.partitions.into_iter().map(move |p| (t.clone(), p))
-            })
-            .collect();
-        Ok(())
-    }
-
-    async fn join(&self, client: &Client) -> Result<()> {
-        self.beat(client, true).await
-    }
-
-    /// A heartbeat that joins again when the broker no longer knows the
-    /// member or its epoch.
-    async fn keep(&self, client: &Client) -> Result<()> {
-        match self.beat(client, false).await {
-            Err(e) if fenced(&e) => self.join(client).await,
-            r => r,
-        }
-    }
-}
-
-fn fenced(e: &Error) -> bool {
-    matches!(
-        e.code(),
-        Some(ErrorCode::UnknownMember | ErrorCode::IllegalGeneration)
-    )
-}
-
-async fn heartbeat_loop(
-    client: Arc<Client>,
-    member: Arc<Member>,
-    stop: async_channel::Receiver<()>,
-) {
-    use futures::FutureExt;
-    loop {
-        let wait = lock(&member.state).interval;
-        futures::select! {
-            _ = stop.recv().fuse() => return,
-            () = rt::sleep(wait).fuse() => {}
-        }
-        if let Err(e) = member.keep(&client).await {
-            tracing::warn!(group = %member.group, error = %e, "share group heartbeat failed");
-        }
-    }
-}
-
-/// A share group member over Flume's protocol.
-#[derive(Debug)]
-struct FlumeShare {
-    client: Arc<Client>,
-    member: Arc<Member>,
-    stop: Option<async_channel::Sender<()>>,
-    heartbeat: rt::sync::TaskSlot<()>,
-    rotation: usize,
-}
-
-impl FlumeShare {
-    async fn join(
-        addr: &str,
-        connection: ConnectionConfig,
-        group: &str,
-        client_id: &str,
-        topics: &[String],
-    ) -> Result<FlumeShare> {
-        let client = Arc::new(Client::connect(addr, connection).await?);
-        let member = Arc::new(Member {
-            group: group.to_owned(),
-            client_id: client_id.to_owned(),
-            topics: topics.to_vec(),
-            state: Mutex::new(MemberState::default()),
-        });
-        member.join(&client).await?;
-        let (stop_tx, stop_rx) = async_channel::bounded::<()>(1);
-        let task = rt::spawn(heartbeat_loop(
-            Arc::clone(&client),
-            Arc::clone(&member),
-            stop_rx,
-        ));
-        Ok(FlumeShare {
-            client,
-            member,
-            stop: Some(stop_tx),
-            heartbeat: rt::sync::TaskSlot::new(task),
-            rotation: 0,
-        })
-    }
-
-    fn member_id(&self) -> String {
-        lock(&self.member.state).member_id.clone()
-    }
-
-    fn assignment(&self) -> Vec<(String, i32)> {
-        lock(&self.member.state).assignment.clone()
-    }
-
-    async fn fetch(
-        &mut self,
-        acks: Vec<ShareAcknowledgement>,
-        limits: FetchLimits,
-    ) -> Result<Fetched> {
-        let (member_id, mut partitions) = {
-            let st = lock(&self.member.state);
-            (st.member_id.clone(), st.assignment.clone())
-        };
-        if partitions.is_empty() {
-            // Nothing assigned (the topics do not exist yet): send the
-            // acknowledgements, ask again after a wait.
-            if !acks.is_empty() {
-                self.acknowledge(&acks).await?;
-            }
-            rt::sleep(limits.max_wait.min(Duration::from_millis(200))).await;
-            self.member.keep(&self.client).await?;
-            return Ok(Fetched::default());
-        }
-        // Start one partition further on each time, so none starves the others.
-        self.rotation = self.rotation.wrapping_add(1);
-        let n = partitions.len();
-        partitions.rotate_left(self.rotation % n);
-        let req = ShareFetchRequest {
-            group: self.member.group.clone(),
-            member_id,
-            max_wait_ms: i32::try_from(limits.max_wait.as_millis()).unwrap_or(i32::MAX),
-            max_records: limits.max_records,
-            max_bytes: limits.max_bytes,
-            partitions: partitions
-                .into_iter()
-                .map(|(topic, partition)| SharePartitionRef { topic, partition })
-                .collect(),
-            acknowledgements: acks.clone(),
-        };
-        let resp = match self.client.call_with_extra(&req, limits.max_wait).await {
-            Ok(r) => r,
-            Err(e) if fenced(&e) => {
-                // The broker dropped the member and gave its records back:
-                // nothing held is ours to acknowledge any more.
-                self.member.join(&self.client).await?;
-                return Ok(Fetched {
-                    partitions: Vec::new(),
-                    dropped: true,
-                });
-            }
-            Err(e) => return Err(e),
-        };
-        for (a, code) in acks.iter().zip(&resp.acknowledgements) {
-            if !code.is_ok() {
-                tracing::warn!(
-                    topic = %a.topic, partition = a.partition, first = a.first_offset,
-                    last = a.last_offset, error = %code,
-                    "share acknowledgement refused (the records come back or were taken)"
-                );
-            }
-        }
-        let mut out = Fetched::default();
-        let mut refresh = false;
-        for p in resp.partitions {
-            if !p.error.is_ok() {
-                tracing::debug!(topic = %p.topic, partition = p.partition, error = %p.error, "share fetch partition");
-                refresh |= p.error == ErrorCode::NotAssigned;
-                continue;
-            }
-            let records = record::decode_all(&p.records).map_err(|e| Error::CorruptRecord {
-                detail: format!("{}-{}: {e}", p.topic, p.partition),
-            })?;
-            let records = records
-                .into_iter()
-                .map(|r| {
-                    let o = i64::try_from(r.offset).unwrap_or(i64::MAX);
-                    let count = p
-                        .acquired
-                        .iter()
-                        .find(|a| a.first_offset <= o && o <= a.last_offset)
-                        .map_or(1, |a| u16::try_from(a.delivery_count).unwrap_or(1));
-                    (r, count)
-                })
-                .collect();
-            out.partitions.push(FetchedPartition {
-                topic: p.topic,
-                partition: p.partition,
-                records,
-            });
-        }
-        if refresh {
-            self.member.keep(&self.client).await?;
-        }
-        Ok(out)
-    }
-
-    async fn acknowledge(&self, acks: &[ShareAcknowledgement]) -> Result<Vec<ErrorCode>> {
-        let resp = self
-            .client
-            .call(&ShareAcknowledgeRequest {
-                group: self.member.group.clone(),
-                member_id: self.member_id(),
-                acknowledgements: acks.to_vec(),
-            })
-            .await?;
-        Ok(resp.results)
-    }
-
-    async fn close(&mut self, acks: Vec<ShareAcknowledgement>) -> Result<()> {
-        let acked = if acks.is_empty() {
-            Ok(Vec::new())
-        } else {
-            self.acknowledge(&acks).await
-        };
-        self.stop.take();
-        let _ = self.heartbeat.cancel().await;
-        let left = self
-            .client
-            .call(&ShareHeartbeatRequest {
-                group: self.member.group.clone(),
-                member_id: self.member_id(),
-                member_epoch: -1,
-                client_id: self.member.client_id.clone(),
-                topics: Vec::new(),
-            })
-            .await;
-        self.client.close().await;
-        acked?;
-        left.map(|_| ())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn held(book: &mut AckBook, t: &str, p: i32, o: i64, a: Option<AcknowledgeType>) {
-        book.held.insert((t.into(), p, o), a);
-    }
-
-    #[test]
-    fn acks_coalesce_consecutive_offsets_of_one_type() {
-        let mut b = AckBook::default();
-        for o in 0..5 {
-            held(&mut b, "t", 0, o, Some(AcknowledgeType::Accept));
-        }
-        held(&mut b, "t", 0, 5, Some(AcknowledgeType::Release));
-        held(&mut b, "t", 0, 7, Some(AcknowledgeType::Accept));
-        held(&mut b, "t", 1, 8, None);
-        let acks = b.take(false);
-        let runs: Vec<(i32, i64, i64, i8)> = acks
-            .iter()
-            .map(|a| (a.partition, a.first_offset, a.last_offset, a.ack_type))
-            .collect();
-        assert_eq!(
-            runs,
-            vec![
-                (0, 0, 4, ACK_ACCEPT),
-                (0, 5, 5, ACK_RELEASE),
-                (0, 7, 7, ACK_ACCEPT)
-            ]
-        );
-        // Explicit mode keeps what was not acknowledged; implicit accepts it.
-        assert_eq!(b.held.len(), 1);
-        let acks = b.take(true);
-        assert_eq!(acks.len(), 1);
-        assert_eq!(acks[0].ack_type, ACK_ACCEPT);
-        assert!(b.held.is_empty());
-    }
-
-    #[test]
-    fn a_renewed_record_stays_held() {
-        let mut b = AckBook::default();
-        held(&mut b, "t", 0, 3, Some(AcknowledgeType::Renew));
-        let acks = b.take(false);
-        assert_eq!(acks[0].ack_type, ACK_RENEW);
-        assert_eq!(b.held.get(&("t".into(), 0, 3)), Some(&None));
     }
 }

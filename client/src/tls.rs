@@ -21,7 +21,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
 use crate::error::Error;
-use crate::rt;
+use flume_rt as rt;
 use flume_rt::sync::lock;
 
 /// TLS settings of a connection: start from [`TlsConfig::new`] (the server
@@ -258,7 +258,13 @@ pub(crate) struct TlsSocket {
     session: Mutex<ClientConnection>,
 }
 
-/// The socket of a connection: plain TCP or TLS.
+/// The socket of a connection: plain TCP or TLS. Both transports'
+/// connections (`crate::flume::conn`, `crate::kafka::conn`) use a socket
+/// only through its methods: [`Socket::try_read`] (a read that never waits),
+/// [`Socket::readable`], [`Socket::shutdown`] and [`Socket::writer`] (an
+/// `AsyncWrite`). Another kind of byte stream (an in-memory duplex to a
+/// broker in the same process) is one more variant here implementing those
+/// four, handed to `Connection::over` instead of what [`open`] returns.
 #[derive(Clone)]
 pub(crate) enum Socket {
     Plain(rt::TcpStream),

@@ -22,7 +22,7 @@ use super::cluster::Cluster;
 use super::errors;
 use super::offsets::{self, flume_code, group_id, topic_name};
 use crate::error::{Error, Result};
-use crate::protocol::{
+use flume_protocol::{
     ConsumerGroupInfo, ConsumerMemberInfo, CreateTopicRequest, DeletedOffset,
     DescribeGroupResponse, ErrorCode, GroupListing, GroupMemberInfo, GroupOffsetInfo,
     ListOffsetsPartition, ListedOffset, OffsetFetchPartition, PartitionMetadata, PartitionOffset,
@@ -43,6 +43,17 @@ pub(crate) struct KafkaAdmin {
 }
 
 impl KafkaAdmin {
+    /// Connects to the cluster of `brokers` (bootstrap).
+    ///
+    /// # Errors
+    /// [`Error::Connect`] when no bootstrap broker answers, TLS and login failures.
+    pub(crate) async fn connect(
+        brokers: Vec<String>,
+        config: crate::types::connection::ConnectionConfig,
+    ) -> Result<Self> {
+        Ok(Self::new(Cluster::connect(brokers, config).await?))
+    }
+
     pub(crate) fn new(cluster: Arc<Cluster>) -> Self {
         KafkaAdmin { cluster }
     }

@@ -37,10 +37,10 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::conn::KConn;
 use super::errors;
-use crate::conn::ConnectionConfig;
 use crate::error::{Error, Result};
-use crate::rt;
-use crate::rt::sync::lock;
+use crate::types::connection::ConnectionConfig;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// One partition as Metadata last described it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

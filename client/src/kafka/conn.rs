@@ -43,11 +43,11 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
 use super::errors;
-use crate::conn::{ConnectionConfig, Credentials, SaslMechanism};
 use crate::error::{Error, Result};
-use crate::rt;
-use crate::rt::sync::lock;
 use crate::tls::{Socket, SocketWriter};
+use crate::types::connection::{ConnectionConfig, Credentials, SaslMechanism};
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// The client id every request carries.
 pub(crate) const CLIENT_ID: &str = "flume-client";
@@ -563,8 +563,8 @@ impl KConn {
     /// SaslHandshake v1, then SaslAuthenticate: PLAIN in one step, SCRAM in
     /// two with the broker's signature checked.
     async fn login(&self, creds: &Credentials) -> Result<()> {
-        use crate::protocol::scram::{ClientExchange, ScramHash};
         use base64::Engine as _;
+        use flume_protocol::scram::{ClientExchange, ScramHash};
         let auth_err = |reason: String| Error::Auth {
             addr: self.addr().to_owned(),
             reason,

@@ -10,9 +10,9 @@ use super::cluster::Cluster;
 use super::errors;
 use super::fetch::Fetcher;
 use super::offsets;
-use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::Result;
-use crate::protocol::record::Record;
+use crate::types::consumer::{FetchConfig, StartOffset};
+use flume_protocol::record::Record;
 
 /// One partition's reader on a Kafka cluster.
 pub(crate) struct KafkaPartition {
@@ -21,12 +21,16 @@ pub(crate) struct KafkaPartition {
     topic: String,
     partition: i32,
     start: StartOffset,
+    /// The next offset to fetch, once known.
+    next: Option<u64>,
+    /// The log end offset seen in the last fetch.
+    high_watermark: i64,
 }
 
 impl KafkaPartition {
     pub(crate) async fn connect(
         brokers: Vec<String>,
-        config: crate::conn::ConnectionConfig,
+        config: crate::types::connection::ConnectionConfig,
         topic: &str,
         partition: i32,
         start: StartOffset,
@@ -44,12 +48,32 @@ impl KafkaPartition {
             topic: topic.to_owned(),
             partition,
             start,
+            next: start.offset(),
+            high_watermark: -1,
         })
     }
 
-    /// One fetch from `next` (resolving the start first when unknown):
-    /// the records, with `next` and `high_watermark` moved on.
-    pub(crate) async fn fetch(
+    /// The next offset to fetch, once known.
+    pub(crate) fn position(&self) -> Option<u64> {
+        self.next
+    }
+
+    /// The log end offset seen in the last fetch.
+    pub(crate) fn high_watermark(&self) -> i64 {
+        self.high_watermark
+    }
+
+    /// One fetch from the position (resolving the start first when
+    /// unknown): the records, with the position and high watermark moved on.
+    pub(crate) async fn fetch(&mut self) -> Result<Vec<Record>> {
+        let (mut next, mut high_watermark) = (self.next, self.high_watermark);
+        let r = self.fetch_from(&mut next, &mut high_watermark).await;
+        self.next = next;
+        self.high_watermark = high_watermark;
+        r
+    }
+
+    async fn fetch_from(
         &mut self,
         next: &mut Option<u64>,
         high_watermark: &mut i64,

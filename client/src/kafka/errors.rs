@@ -1,10 +1,14 @@
 //! Kafka's error codes as the SDK's [`Error`]: the name, whether Kafka calls
-//! it retriable, and Flume's equivalent [`ErrorCode`] where there is one.
+//! it retriable, and Flume's equivalent `ErrorCode` where there is one (those
+//! two tables are `crate::error`'s, which `Error::code` reads and which must
+//! not reach into this transport; re-exported here).
 
 use kafka_protocol::error::ResponseError;
 
 use crate::error::Error;
-use crate::protocol::ErrorCode;
+pub(crate) use crate::error::{
+    flume_equivalent_of_kafka as flume_equivalent, kafka_code_is_retriable as is_retriable,
+};
 
 pub(crate) const NONE: i16 = 0;
 pub(crate) const OFFSET_OUT_OF_RANGE: i16 = 1;
@@ -19,6 +23,7 @@ pub(crate) const UNKNOWN_MEMBER_ID: i16 = 25;
 pub(crate) const REBALANCE_IN_PROGRESS: i16 = 27;
 pub(crate) const UNSUPPORTED_VERSION: i16 = 35;
 pub(crate) const INVALID_REQUEST: i16 = 42;
+#[cfg(test)]
 pub(crate) const TOPIC_ALREADY_EXISTS: i16 = 36;
 pub(crate) const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub(crate) const DUPLICATE_SEQUENCE_NUMBER: i16 = 46;
@@ -29,7 +34,6 @@ pub(crate) const UNKNOWN_LEADER_EPOCH: i16 = 75;
 pub(crate) const MEMBER_ID_REQUIRED: i16 = 79;
 pub(crate) const GROUP_ID_NOT_FOUND: i16 = 69;
 pub(crate) const FENCED_MEMBER_EPOCH: i16 = 110;
-pub(crate) const INVALID_RECORD_STATE: i16 = 121;
 pub(crate) const SHARE_SESSION_NOT_FOUND: i16 = 122;
 pub(crate) const INVALID_SHARE_SESSION_EPOCH: i16 = 123;
 
@@ -52,11 +56,6 @@ pub(crate) fn name(code: i16) -> String {
     }
 }
 
-/// Whether Kafka calls `code` retriable (the same request may succeed later).
-pub(crate) fn is_retriable(code: i16) -> bool {
-    ResponseError::try_from_code(code).is_some_and(|e| e.is_retriable())
-}
-
 /// Whether `code` says the client's idea of a partition's leader is stale:
 /// refresh the metadata and send again.
 pub(crate) fn is_stale_leader(code: i16) -> bool {
@@ -76,35 +75,6 @@ pub(crate) fn is_coordinator_moved(code: i16) -> bool {
         code,
         NOT_COORDINATOR | COORDINATOR_NOT_AVAILABLE | COORDINATOR_LOAD_IN_PROGRESS
     )
-}
-
-/// Flume's code for the same condition, so that `e.code()` means the same
-/// with either protocol.
-pub(crate) fn flume_equivalent(code: i16) -> Option<ErrorCode> {
-    Some(match code {
-        NONE => ErrorCode::None,
-        OFFSET_OUT_OF_RANGE => ErrorCode::OffsetOutOfRange,
-        2 => ErrorCode::CorruptRecord,
-        UNKNOWN_TOPIC_OR_PARTITION => ErrorCode::UnknownTopic,
-        10 => ErrorCode::RecordTooLarge,
-        12 => ErrorCode::OffsetMetadataTooLarge,
-        17 => ErrorCode::InvalidName,
-        ILLEGAL_GENERATION | FENCED_MEMBER_EPOCH => ErrorCode::IllegalGeneration,
-        UNKNOWN_MEMBER_ID => ErrorCode::UnknownMember,
-        REBALANCE_IN_PROGRESS => ErrorCode::RebalanceInProgress,
-        29..=31 => ErrorCode::AuthorizationFailed,
-        54 => ErrorCode::SecurityDisabled,
-        UNSUPPORTED_VERSION | 44 => ErrorCode::UnsupportedApi,
-        TOPIC_ALREADY_EXISTS => ErrorCode::TopicAlreadyExists,
-        40 => ErrorCode::InvalidConfig,
-        INVALID_REQUEST => ErrorCode::InvalidRequest,
-        58 => ErrorCode::AuthenticationFailed,
-        68 => ErrorCode::GroupNotEmpty,
-        69 => ErrorCode::UnknownGroup,
-        87 => ErrorCode::InvalidRecord,
-        INVALID_RECORD_STATE => ErrorCode::InvalidRecordState,
-        _ => return None,
-    })
 }
 
 /// The SDK's error for a Kafka error code about `context`.
@@ -137,6 +107,7 @@ pub(crate) fn check(code: i16, context: impl FnOnce() -> String) -> Result<(), E
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flume_protocol::ErrorCode;
 
     #[test]
     fn names_are_kafkas_and_equivalents_keep_user_code_working() {

@@ -30,9 +30,9 @@ use kafka_protocol::messages::{fetch_request, ApiKey, BrokerId, FetchRequest, Fe
 use super::cluster::Cluster;
 use super::errors;
 use super::offsets::{self, topic_name};
-use crate::consumer::{FetchConfig, StartOffset};
 use crate::error::{Error, Result};
-use crate::protocol::record::{Header, Record};
+use crate::types::consumer::{FetchConfig, StartOffset};
+use flume_protocol::record::{Header, Record};
 
 /// A (topic, partition).
 pub(crate) type Tp = (String, i32);
@@ -318,7 +318,7 @@ pub(crate) fn decode_records(
     from: i64,
     limit: i32,
 ) -> std::result::Result<(Vec<Record>, Option<i64>), String> {
-    use crate::protocol::kafka_batch::{self, BatchHeader, BATCH_HEADER_LEN};
+    use flume_protocol::kafka_batch::{self, BatchHeader, BATCH_HEADER_LEN};
     let limit = usize::try_from(limit).unwrap_or(0).max(1 << 20);
     let mut out = Vec::new();
     let mut next = None;

@@ -46,50 +46,14 @@ use super::conn::decode_response;
 use super::errors;
 use super::fetch::{Fetcher, RETRY_PAUSE};
 use super::group_consumer::{self, Member};
+use super::membership::Shared;
 use super::offsets::{self, group_id};
-use crate::consumer::StartOffset;
 use crate::error::{Error, Result};
-use crate::group::{ConsumerRecord, GroupConsumerBuilder, GroupProtocol, RebalanceEvent};
 use crate::join_failures::{self, JoinFailures};
-use crate::rt;
-use crate::rt::sync::lock;
-
-/// What the consumer and its heartbeat task share.
-pub(super) struct Shared {
-    /// Member id and generation (the member epoch with the consumer
-    /// protocol), changed together.
-    pub(super) member: Mutex<(String, i32)>,
-    /// The assignment as of the last join, for readers that must not wait
-    /// for the consumer's lock.
-    pub(super) assignment: Mutex<Vec<Tp>>,
-    rejoin: AtomicBool,
-    /// Notified when `rejoin` is set (or the consumer protocol's member has
-    /// work): a waiting fetch stops waiting.
-    pub(super) rebalance: event_listener::Event,
-    pub(super) stop: AtomicBool,
-    pub(super) stopped: event_listener::Event,
-}
-
-impl Shared {
-    fn member(&self) -> (String, i32) {
-        lock(&self.member).clone()
-    }
-
-    /// Acts on a membership error about (`member`, `generation`), unless a
-    /// rejoin has replaced that membership since.
-    fn fenced(&self, member: &str, generation: i32, code: i16) {
-        let mut m = lock(&self.member);
-        if m.0 != member || m.1 != generation {
-            return;
-        }
-        if code == errors::UNKNOWN_MEMBER_ID {
-            m.0.clear();
-        }
-        drop(m);
-        self.rejoin.store(true, Ordering::Release);
-        self.rebalance.notify(usize::MAX);
-    }
-}
+use crate::types::consumer::StartOffset;
+use crate::types::group::{ConsumerRecord, GroupConsumerBuilder, GroupProtocol, RebalanceEvent};
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// The consumer's state, behind the consumer's lock.
 pub(super) struct State {
@@ -449,7 +413,7 @@ impl State {
 
     async fn ensure_joined(&mut self) -> Result<()> {
         if let Some(m) = self.consumer.clone() {
-            return group_consumer::reconcile(self, &m).await;
+            return reconcile(self, &m).await;
         }
         while self.shared.rejoin.load(Ordering::Acquire) {
             let cooperative = assignor::is_cooperative(self.protocol);
@@ -876,6 +840,52 @@ fn ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
+/// Brings the consumer's partitions to the member's assignment: lost ones
+/// dropped, revoked ones given up, new ones taken (see the module docs).
+///
+/// # Errors
+/// The error that ended the member; positions that could not be loaded.
+async fn reconcile(st: &mut State, m: &Arc<Member>) -> Result<()> {
+    loop {
+        if let Some(e) = lock(&m.fatal).clone() {
+            return Err(e);
+        }
+        let Some(work) = lock(&m.rec).work() else {
+            return Ok(());
+        };
+        if work.lost {
+            st.revoke(&work.revoke, false).await;
+            st.assignment.clear();
+            lock(&st.shared.assignment).clear();
+            lock(&m.rec).lost(Instant::now());
+            m.wake();
+            continue;
+        }
+        if !work.revoke.is_empty() {
+            st.revoke(&work.revoke, true).await;
+            st.assignment.retain(|tp| !work.revoke.contains(tp));
+            lock(&m.rec).revoked(&work.revoke, Instant::now());
+            m.wake();
+        }
+        if !work.assign.is_empty() {
+            st.load_positions(&work.assign).await?;
+        }
+        let (epoch, owned) = {
+            let mut rec = lock(&m.rec);
+            rec.assigned(&work.assign, Instant::now());
+            (rec.epoch(), rec.owned.iter().cloned().collect::<Vec<Tp>>())
+        };
+        m.wake();
+        st.assignment.clone_from(&owned);
+        lock(&st.shared.assignment).clone_from(&owned);
+        tracing::debug!(group = %st.cfg.group_name(), epoch, assignment = ?owned, revoked = ?work.revoke, "reconciled");
+        st.emit(RebalanceEvent::Assigned {
+            generation: epoch,
+            partitions: owned,
+        });
+    }
+}
+
 #[cfg(test)]
 pub(super) mod tests {
     use std::io::{Read, Write};
@@ -892,8 +902,8 @@ pub(super) mod tests {
     use kafka_protocol::protocol::{Decodable, Encodable};
 
     use super::*;
-    use crate::conn::ConnectionConfig;
     use crate::group::GroupConsumer;
+    use crate::types::connection::ConnectionConfig;
 
     /// A Kafka broker that answers ApiVersions, Metadata and FindCoordinator
     /// (itself, node 0) and closes the connection at every JoinGroup, as

@@ -51,13 +51,12 @@ use uuid::Uuid;
 use super::assignor::Tp;
 use super::cluster::Cluster;
 use super::errors;
-use super::group::{Shared, State};
+use super::membership::Shared;
 use super::offsets::group_id;
 use crate::error::{Error, Result};
-use crate::group::RebalanceEvent;
 use crate::join_failures::{self, JoinFailures};
-use crate::rt;
-use crate::rt::sync::lock;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// Kafka's STALE_MEMBER_EPOCH: a commit with an epoch older than the member's.
 pub(crate) const STALE_MEMBER_EPOCH: i16 = 113;
@@ -152,7 +151,7 @@ pub(crate) struct Reconciler {
     epoch: i32,
     phase: Phase,
     /// The partitions the application holds (fetches, commits).
-    owned: BTreeSet<Tp>,
+    pub(super) owned: BTreeSet<Tp>,
     /// The assignment last answered.
     target: Option<BTreeSet<Tp>>,
     /// Whether the application has been told of its assignment since it
@@ -350,14 +349,14 @@ pub(crate) struct Member {
     topics: Vec<String>,
     assignor: Option<&'static str>,
     rebalance_timeout: Duration,
-    rec: Mutex<Reconciler>,
+    pub(super) rec: Mutex<Reconciler>,
     ids: Mutex<TopicIds>,
     /// Held while a heartbeat is in flight: the leave waits for it.
     beating: AsyncMutex<()>,
     /// Notified when a heartbeat is due at once (the application acted).
     wake: event_listener::Event,
     /// The error that ends the consumer, once there is one.
-    fatal: Mutex<Option<Error>>,
+    pub(super) fatal: Mutex<Option<Error>>,
     /// The consumer's: member id and epoch for commits, `rebalance` to cut
     /// a waiting fetch short, `stop`.
     shared: Arc<Shared>,
@@ -370,7 +369,7 @@ impl Member {
     /// An assignor that is not a server assignor.
     pub(super) fn new(
         cluster: Arc<Cluster>,
-        cfg: &crate::group::GroupConsumerBuilder,
+        cfg: &crate::types::group::GroupConsumerBuilder,
         shared: Arc<Shared>,
     ) -> Result<Member> {
         let assignor = server_assignor(cfg.assignor_setting())?;
@@ -672,52 +671,6 @@ pub(crate) async fn heartbeat_loop(member: Arc<Member>, mut failures: JoinFailur
     }
 }
 
-/// Brings the consumer's partitions to the member's assignment: lost ones
-/// dropped, revoked ones given up, new ones taken (see the module docs).
-///
-/// # Errors
-/// The error that ended the member; positions that could not be loaded.
-pub(super) async fn reconcile(st: &mut State, m: &Arc<Member>) -> Result<()> {
-    loop {
-        if let Some(e) = lock(&m.fatal).clone() {
-            return Err(e);
-        }
-        let Some(work) = lock(&m.rec).work() else {
-            return Ok(());
-        };
-        if work.lost {
-            st.revoke(&work.revoke, false).await;
-            st.assignment.clear();
-            lock(&st.shared.assignment).clear();
-            lock(&m.rec).lost(Instant::now());
-            m.wake();
-            continue;
-        }
-        if !work.revoke.is_empty() {
-            st.revoke(&work.revoke, true).await;
-            st.assignment.retain(|tp| !work.revoke.contains(tp));
-            lock(&m.rec).revoked(&work.revoke, Instant::now());
-            m.wake();
-        }
-        if !work.assign.is_empty() {
-            st.load_positions(&work.assign).await?;
-        }
-        let (epoch, owned) = {
-            let mut rec = lock(&m.rec);
-            rec.assigned(&work.assign, Instant::now());
-            (rec.epoch(), rec.owned.iter().cloned().collect::<Vec<Tp>>())
-        };
-        m.wake();
-        st.assignment.clone_from(&owned);
-        lock(&st.shared.assignment).clone_from(&owned);
-        tracing::debug!(group = %st.cfg.group_name(), epoch, assignment = ?owned, revoked = ?work.revoke, "reconciled");
-        st.emit(RebalanceEvent::Assigned {
-            generation: epoch,
-            partitions: owned,
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -891,7 +844,8 @@ mod tests {
     /// served, with Flume's UNSUPPORTED_API.
     #[test]
     fn a_cluster_without_the_consumer_group_protocol_is_a_clear_error() {
-        use crate::group::{GroupConsumer, GroupProtocol};
+        use crate::group::GroupConsumer;
+        use crate::types::group::GroupProtocol;
         let fake = super::super::group::tests::Fake::start();
         rt::block_on(async {
             let err = GroupConsumer::builder(&format!("kafka://{}", fake.addr), "g")
@@ -903,7 +857,7 @@ mod tests {
             assert_eq!(err.kafka_code(), Some(errors::UNSUPPORTED_VERSION), "{err}");
             assert_eq!(
                 err.code(),
-                Some(crate::protocol::ErrorCode::UnsupportedApi),
+                Some(flume_protocol::ErrorCode::UnsupportedApi),
                 "{err}"
             );
             assert!(

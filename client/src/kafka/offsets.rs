@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::cluster::Cluster;
 use super::errors;
 use crate::error::{Error, Result};
-use crate::protocol::ErrorCode;
+use flume_protocol::ErrorCode;
 
 /// How many times a request refused for a stale leader or coordinator is
 /// sent again (after a metadata refresh each time).

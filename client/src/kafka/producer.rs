@@ -44,13 +44,12 @@ use super::cluster::Cluster;
 use super::errors;
 use super::offsets::topic_name;
 use crate::error::{Error, Result};
-use crate::producer::{
-    Acks, Delivery, Outcome, ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks,
-};
-use crate::protocol::kafka_batch::{self, BatchBuilder, BatchHeader, BatchMeta};
-use crate::protocol::record;
-use crate::rt;
-use crate::rt::sync::lock;
+use crate::types::delivery::{Acks, Delivery, Outcome};
+use crate::types::producer::{ProducerConfig, ProducerRecord, RecordMetadata, RequiredAcks};
+use flume_protocol::kafka_batch::{self, BatchBuilder, BatchHeader, BatchMeta};
+use flume_protocol::record;
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 type Tp = (String, i32);
 
@@ -165,6 +164,11 @@ impl KafkaProducer {
             sh,
             sender: rt::sync::TaskSlot::new(sender),
         })
+    }
+
+    /// Whether a send waits for buffer room (no `fail_when_full`).
+    pub(crate) fn waits_for_room(&self) -> bool {
+        !self.sh.config.fail_when_full
     }
 
     /// Routes and buffers one record (waiting for room when `wait`).

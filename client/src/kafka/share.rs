@@ -49,13 +49,13 @@ use uuid::Uuid;
 use super::cluster::Cluster;
 use super::errors;
 use super::fetch::decode_records;
-use crate::conn::ConnectionConfig;
 use crate::error::{Error, Result};
-use crate::protocol::record::Record;
-use crate::protocol::{ErrorCode, ShareAcknowledgement};
-use crate::rt;
-use crate::rt::sync::lock;
-use crate::share::{FetchLimits, Fetched, FetchedPartition};
+use crate::types::connection::ConnectionConfig;
+use crate::types::share::{FetchLimits, Fetched, FetchedPartition};
+use flume_protocol::record::Record;
+use flume_protocol::{ErrorCode, ShareAcknowledgement};
+use flume_rt as rt;
+use flume_rt::sync::lock;
 
 /// A (topic, partition).
 type Tp = (String, i32);

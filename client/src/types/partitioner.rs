@@ -33,7 +33,7 @@ impl Partitioner {
     pub fn partition(self, key: &[u8], partitions: u32) -> u32 {
         let n = partitions.max(1);
         match self {
-            Partitioner::Fnv1a => crate::protocol::partition_for_key(key, n),
+            Partitioner::Fnv1a => flume_protocol::partition_for_key(key, n),
             Partitioner::Murmur2 => (murmur2(key) & 0x7fff_ffff) % n,
         }
     }
@@ -106,7 +106,7 @@ mod tests {
         );
         assert_eq!(
             Partitioner::Fnv1a.partition(b"user-1", 8),
-            crate::protocol::partition_for_key(b"user-1", 8)
+            flume_protocol::partition_for_key(b"user-1", 8)
         );
     }
 }
