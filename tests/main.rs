@@ -12,6 +12,7 @@ mod e2e_dead_peer;
 mod e2e_fairness;
 mod e2e_groups;
 mod e2e_hostile;
+mod e2e_in_process;
 mod e2e_kafka;
 mod e2e_kafka_admin;
 mod e2e_kafka_batches;

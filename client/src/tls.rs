@@ -191,6 +191,15 @@ pub(crate) async fn open(
             format!("{what} timed out"),
         ))
     };
+    if rt::local::is_local(addr) {
+        // A broker in this process: its bytes never leave the process, so TLS
+        // settings have nothing to protect and are not used.
+        return rt::timeout(timeout, rt::local::connect(addr))
+            .await
+            .ok_or_else(|| timed_out("connect"))?
+            .map(Socket::Local)
+            .map_err(connect_err);
+    }
     let started = std::time::Instant::now();
     let tcp = rt::timeout(timeout, rt::TcpStream::connect(addr))
         .await
@@ -258,17 +267,17 @@ pub(crate) struct TlsSocket {
     session: Mutex<ClientConnection>,
 }
 
-/// The socket of a connection: plain TCP or TLS. Both transports'
-/// connections (`crate::flume::conn`, `crate::kafka::conn`) use a socket
-/// only through its methods: [`Socket::try_read`] (a read that never waits),
-/// [`Socket::readable`], [`Socket::shutdown`] and [`Socket::writer`] (an
-/// `AsyncWrite`). Another kind of byte stream (an in-memory duplex to a
-/// broker in the same process) is one more variant here implementing those
-/// four, handed to `Connection::over` instead of what [`open`] returns.
+/// The socket of a connection: plain TCP, TLS, or an in-process stream to a
+/// broker in the same process (`inproc://...`, [`rt::local`]). Both
+/// transports' connections (`crate::flume::conn`, `crate::kafka::conn`) use a
+/// socket only through its methods: [`Socket::try_read`] (a read that never
+/// waits), [`Socket::readable`], [`Socket::shutdown`] and [`Socket::writer`]
+/// (an `AsyncWrite`).
 #[derive(Clone)]
 pub(crate) enum Socket {
     Plain(rt::TcpStream),
     Tls(Arc<TlsSocket>),
+    Local(rt::local::LocalStream),
 }
 
 /// `std::io::Read` over a non-blocking socket read.
@@ -312,14 +321,6 @@ fn flush_session(
 }
 
 impl Socket {
-    /// The TCP socket.
-    pub(crate) fn tcp(&self) -> &rt::TcpStream {
-        match self {
-            Socket::Plain(s) => s,
-            Socket::Tls(t) => &t.tcp,
-        }
-    }
-
     /// Reads what has arrived without waiting: `WouldBlock` when nothing has,
     /// `Ok(0)` at the end of the stream. Over TLS, a read shorter than `buf`
     /// means the socket had nothing more.
@@ -327,17 +328,26 @@ impl Socket {
         match self {
             Socket::Plain(s) => s.try_read(buf),
             Socket::Tls(t) => t.try_read(buf),
+            Socket::Local(s) => s.try_read(buf),
         }
     }
 
     /// Waits until the socket is readable.
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        self.tcp().readable().await
+        match self {
+            Socket::Plain(s) => s.readable().await,
+            Socket::Tls(t) => t.tcp.readable().await,
+            Socket::Local(s) => s.readable().await,
+        }
     }
 
     /// Shuts the socket down.
     pub(crate) fn shutdown(&self, how: std::net::Shutdown) -> io::Result<()> {
-        self.tcp().shutdown(how)
+        match self {
+            Socket::Plain(s) => s.shutdown(how),
+            Socket::Tls(t) => t.tcp.shutdown(how),
+            Socket::Local(s) => s.shutdown(how),
+        }
     }
 
     /// The write side.
@@ -395,6 +405,7 @@ impl AsyncWrite for SocketWriter {
     ) -> Poll<io::Result<usize>> {
         match &self.0 {
             Socket::Plain(s) => Pin::new(&mut &*s).poll_write(cx, buf),
+            Socket::Local(s) => Pin::new(&mut &*s).poll_write(cx, buf),
             Socket::Tls(t) => {
                 let mut session = lock(&t.session);
                 // What is encrypted goes out first, so the session's buffer stays small.
@@ -415,6 +426,7 @@ impl AsyncWrite for SocketWriter {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &self.0 {
             Socket::Plain(s) => Pin::new(&mut &*s).poll_flush(cx),
+            Socket::Local(s) => Pin::new(&mut &*s).poll_flush(cx),
             Socket::Tls(t) => flush_session(&mut lock(&t.session), &t.tcp, cx),
         }
     }
@@ -422,6 +434,7 @@ impl AsyncWrite for SocketWriter {
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match &self.0 {
             Socket::Plain(s) => Pin::new(&mut &*s).poll_close(cx),
+            Socket::Local(s) => Pin::new(&mut &*s).poll_close(cx),
             Socket::Tls(t) => {
                 let mut session = lock(&t.session);
                 session.send_close_notify();

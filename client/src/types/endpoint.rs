@@ -1,13 +1,16 @@
 //! Which transport a broker address names: `kafka://host:port[,…]` the
 //! Kafka client (`crate::kafka`), `flume://host:port` or `host:port` Flume's
-//! own protocol (`crate::flume`).
+//! own protocol (`crate::flume`), `inproc://name` Flume's protocol to a broker
+//! in this same process, without TCP (`Broker::in_process_address`,
+//! `EmbeddedBroker::address` in `flume-broker`).
 
 use crate::error::{Error, Result};
 
 /// What a broker address given to the SDK names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Endpoint {
-    /// A Flume broker, by its own protocol: "host:port".
+    /// A Flume broker, by its own protocol: "host:port", or "inproc://name"
+    /// for one in this process.
     Flume(String),
     /// A Kafka cluster: its bootstrap brokers, "host:port" each.
     Kafka(Vec<String>),
@@ -28,6 +31,12 @@ pub(crate) fn endpoint(addr: &str) -> Result<Endpoint> {
     };
     let rest = rest.trim_end_matches('/');
     match scheme.as_deref() {
+        Some("inproc") => {
+            if rest.is_empty() {
+                return Err(bad("an in-process address needs a name (inproc://NAME)".into()));
+            }
+            Ok(Endpoint::Flume(format!("inproc://{rest}")))
+        }
         None | Some("flume") => {
             if rest.is_empty() {
                 return Err(bad("empty".into()));
@@ -47,7 +56,7 @@ pub(crate) fn endpoint(addr: &str) -> Result<Endpoint> {
             Ok(Endpoint::Kafka(brokers))
         }
         Some(other) => Err(bad(format!(
-            "unknown scheme {other}:// (kafka:// for a Kafka cluster, or host:port for Flume)"
+            "unknown scheme {other}:// (kafka:// for a Kafka cluster, inproc:// for a broker in this process, or host:port for Flume)"
         ))),
     }
 }
@@ -66,6 +75,11 @@ mod tests {
             endpoint("flume://b:1").unwrap(),
             Endpoint::Flume("b:1".into())
         );
+        assert_eq!(
+            endpoint("inproc://flume-1-2").unwrap(),
+            Endpoint::Flume("inproc://flume-1-2".into())
+        );
+        assert!(endpoint("inproc://").is_err());
         assert_eq!(
             endpoint("kafka://a:9092, b:9093,[::1]:9094").unwrap(),
             Endpoint::Kafka(vec!["a:9092".into(), "b:9093".into(), "[::1]:9094".into()])
