@@ -273,6 +273,8 @@ pub struct Metrics {
     connections_refused: AtomicU64,
     http_connections_refused: AtomicU64,
     recent: Mutex<VecDeque<RecentError>>,
+    /// When a recent error happened (the broker's clock).
+    clock: crate::clock::Clock,
     started: Instant,
     /// What the log cleaner did (see `storage::compact`).
     pub cleaner: CleanerCounters,
@@ -366,6 +368,7 @@ impl Default for Metrics {
             connections_refused: AtomicU64::new(0),
             http_connections_refused: AtomicU64::new(0),
             recent: Mutex::new(VecDeque::with_capacity(RECENT_ERRORS)),
+            clock: crate::clock::Clock::system(),
             started: Instant::now(),
             cleaner: CleanerCounters::default(),
         }
@@ -373,6 +376,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counters whose recent errors carry `clock`'s wall time.
+    pub fn with_clock(clock: crate::clock::Clock) -> Self {
+        Metrics {
+            clock,
+            ..Metrics::default()
+        }
+    }
+
     /// Starts tracking a request: its span (API, request id; topic and
     /// partition are recorded as they become known) and its clock.
     pub fn begin(self: &Arc<Self>, api_key: i16, request_id: i32) -> Tracked {
@@ -474,7 +485,7 @@ impl Metrics {
                 recent.pop_front();
             }
             recent.push_back(RecentError {
-                time_ms: crate::now_ms(),
+                time_ms: self.clock.wall_ms(),
                 api: api_name(api),
                 error: error.name(),
                 topic,

@@ -240,7 +240,11 @@ impl Engine {
         let data_lock = DataDirLock::acquire(dir, config.allow_foreign_data_dir)?;
         let shared = Shared::new(&config);
         let (topics, tombstones) = open_topics(&config, &shared)?;
-        let offsets = Offsets::open(&dir.join("__consumer_offsets"), config.fsync)?;
+        let offsets = Offsets::open_with_clock(
+            &dir.join("__consumer_offsets"),
+            config.fsync,
+            config.clock.clone(),
+        )?;
         // Deletes a crash interrupted: finish them (docs/storage.md, "Deleting a topic").
         for (path, _) in tombstones {
             let topic = admin::tombstone_topic(&path).unwrap_or_default();
@@ -273,10 +277,16 @@ impl Engine {
             config.produce_quota_bytes_per_sec,
             config.clock.clone(),
         );
-        let nonce = u64::try_from(crate::now_ms()).unwrap_or(0);
-        let shares = share::Shares::open(dir, config.share, config.fsync, nonce, &|t| {
-            topics.contains_key(t)
-        })?;
+        let nonce = u64::try_from(config.clock.wall_ms()).unwrap_or(0);
+        let metrics = Arc::new(Metrics::with_clock(config.clock.clone()));
+        let shares = share::Shares::open(
+            dir,
+            config.share,
+            config.fsync,
+            config.clock.clone(),
+            nonce,
+            &|t| topics.contains_key(t),
+        )?;
         let (shutdown_tx, shutdown_rx) = async_channel::bounded(1);
         let consumer_groups =
             crate::coordinator::consumer::ConsumerGroups::new(config.consumer_groups, nonce);
@@ -293,7 +303,7 @@ impl Engine {
             ticker: TaskSlot::default(),
             cleaner: cleaner::Cleaner::default(),
             data_lock: Mutex::new(Some(data_lock)),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             producer_ids: Arc::new(producer_ids),
             acl: Arc::new(acl),
             quotas,

@@ -217,10 +217,11 @@ impl Shares {
         dir: &std::path::Path,
         settings: ShareSettings,
         fsync: crate::storage::FsyncPolicy,
+        clock: crate::clock::Clock,
         nonce: u64,
         topic_exists: &dyn Fn(&str) -> bool,
     ) -> Result<Self, BrokerError> {
-        let store = ShareState::open(&dir.join("__share_state"), fsync)?;
+        let store = ShareState::open_with_clock(&dir.join("__share_state"), fsync, clock)?;
         let group_configs_path = dir.join("__share_state").join(GROUP_CONFIGS_FILE);
         let (group_configs, bad) = group_config::from_text(
             &crate::storage::dirs::read_optional(&group_configs_path).map_err(BrokerError::from)?,

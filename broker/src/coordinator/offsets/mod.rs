@@ -92,7 +92,21 @@ impl Offsets {
     /// # Errors
     /// As [`OffsetStore::open`].
     pub fn open(dir: &Path, policy: FsyncPolicy) -> Result<Self, BrokerError> {
-        Ok(Self::start(OffsetStore::open(dir, policy)?))
+        Self::open_with_clock(dir, policy, crate::clock::Clock::system())
+    }
+
+    /// As [`Self::open`], the records stamped by `clock` (the broker's).
+    ///
+    /// # Errors
+    /// As [`OffsetStore::open`].
+    pub fn open_with_clock(
+        dir: &Path,
+        policy: FsyncPolicy,
+        clock: crate::clock::Clock,
+    ) -> Result<Self, BrokerError> {
+        Ok(Self::start(
+            OffsetStore::open(dir, policy)?.with_clock(clock),
+        ))
     }
 
     fn start(store: OffsetStore) -> Self {

@@ -4,6 +4,7 @@
 //! file on open (cutting a torn or corrupt tail), converts a version 1 file,
 //! and compacts the file when it grows well past its live content.
 
+use crate::clock::Clock;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -117,6 +118,8 @@ pub struct OffsetStore {
     max_keys: usize,
     /// Bytes of metadata the map holds.
     metadata_bytes: usize,
+    /// The time written in each record (the broker's clock; see [`Self::with_clock`]).
+    clock: Clock,
     #[cfg(test)]
     pub(super) hook: Option<FsyncHook>,
 }
@@ -185,10 +188,18 @@ impl OffsetStore {
             compact_min_bytes: 1 << 20,
             max_keys: 1_000_000,
             metadata_bytes,
+            clock: Clock::system(),
             #[cfg(test)]
             hook: None,
         }
         .converted(convert)
+    }
+
+    /// Stamps records with `clock`'s wall time from now on (the broker's
+    /// injected clock; the system clock otherwise).
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// A store opened from a version 1 file, rewritten as version 2 (the
@@ -242,7 +253,7 @@ impl OffsetStore {
     pub fn commit_batch(&mut self, commits: &[Commit<'_>]) -> Vec<Result<(), BrokerError>> {
         let mut results: Vec<Result<(), BrokerError>> = Vec::with_capacity(commits.len());
         let mut buf = Vec::new();
-        let ts = crate::now_ms();
+        let ts = self.clock.wall_ms();
         {
             let map = read_map(&self.map);
             let mut added: HashSet<OffsetKey> = HashSet::new();
@@ -393,7 +404,7 @@ impl OffsetStore {
         let tmp = self.path.with_extension("log.tmp");
         let mut buf = Vec::with_capacity(8);
         buf.extend_from_slice(&OFFSETS_MAGIC);
-        let ts = crate::now_ms();
+        let ts = self.clock.wall_ms();
         for (key, c) in read_map(&self.map).iter().filter(|(k, _)| keep(k)) {
             let (group, topic, partition) = key;
             let value = encode_value(topic, *partition, c);

@@ -292,6 +292,8 @@ pub struct ShareStore {
     next_check: u64,
     limits: Limits,
     faults: FaultInjector,
+    /// The time written in each record (see [`Self::with_clock`]).
+    clock: crate::clock::Clock,
     #[cfg(test)]
     hook: Option<StepHook>,
 }
@@ -372,9 +374,17 @@ impl ShareStore {
             next_check: compact_min_bytes,
             limits: Limits::default(),
             faults: FaultInjector::default(),
+            clock: crate::clock::Clock::system(),
             #[cfg(test)]
             hook: None,
         })
+    }
+
+    /// Stamps records with `clock`'s wall time from now on (the broker's
+    /// injected clock; the system clock otherwise).
+    pub fn with_clock(mut self, clock: crate::clock::Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The kept state of a share-partition, if any.
@@ -467,7 +477,7 @@ impl ShareStore {
     /// none of the batch is applied. The changes become visible (to
     /// [`Self::get`] and the writer's readers) only once written.
     pub fn commit(&mut self, jobs: &[&[ShareOp]]) -> Vec<Result<(), BrokerError>> {
-        let ts = crate::now_ms();
+        let ts = self.clock.wall_ms();
         let mut results: Vec<Result<(), BrokerError>> = Vec::with_capacity(jobs.len());
         let mut buf = Vec::new();
         let (over, kept) = {
@@ -592,7 +602,7 @@ impl ShareStore {
     /// I/O errors before the rename; the old file stays in place then.
     pub fn compact(&mut self) -> Result<(), BrokerError> {
         let tmp = tmp_path(&self.path);
-        let ts = crate::now_ms();
+        let ts = self.clock.wall_ms();
         let mut buf = SHARE_MAGIC.to_vec();
         {
             let map = read_map(&self.map);

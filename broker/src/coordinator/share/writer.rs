@@ -71,8 +71,23 @@ impl ShareState {
     ///
     /// # Errors
     /// As [`ShareStore::open`].
+    #[cfg(test)]
     pub fn open(dir: &Path, policy: FsyncPolicy) -> Result<Self, BrokerError> {
-        Ok(Self::start(ShareStore::open(dir, policy)?))
+        Self::open_with_clock(dir, policy, crate::clock::Clock::system())
+    }
+
+    /// As [`Self::open`], the records stamped by `clock` (the broker's).
+    ///
+    /// # Errors
+    /// As [`ShareStore::open`].
+    pub fn open_with_clock(
+        dir: &Path,
+        policy: FsyncPolicy,
+        clock: crate::clock::Clock,
+    ) -> Result<Self, BrokerError> {
+        Ok(Self::start(
+            ShareStore::open(dir, policy)?.with_clock(clock),
+        ))
     }
 
     /// Starts the writer task of an opened store.
