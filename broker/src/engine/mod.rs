@@ -67,6 +67,10 @@ pub use share::{
 pub(crate) use topics::FILE_WORK_THREADS;
 pub use topics::{Topic, TOPIC_ID_FILE};
 pub use txn::{TxnFailure, TxnStats};
+/// What the front ends read and write of committed offsets and
+/// transactions, from the coordinator they never name.
+pub use crate::coordinator::offsets::Committed;
+pub use crate::coordinator::txn::{TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
 
 type JoinReply = oneshot::Sender<Result<Answer, GroupError>>;
 

@@ -14,8 +14,7 @@ use uuid::Uuid;
 use super::errors as kerr;
 use crate::budget::MemoryBudget;
 use crate::config::TopicConfig;
-use crate::coordinator::offsets::Committed;
-use crate::coordinator::txn::{TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
+use crate::engine::{Committed, TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchFrom, FetchSpec, GroupDescription, GroupError, GroupListing,
     Member, ProducerError, ReadAs, SyncSpec, Synced, TopicId, TopicPartition,

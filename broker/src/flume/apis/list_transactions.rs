@@ -10,7 +10,7 @@ use flume_protocol::{
 
 use super::super::InFlight;
 use super::Cx;
-use crate::coordinator::txn::TxnState;
+use crate::engine::TxnState;
 use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::coordinator::txn::TxnState;
+use crate::engine::TxnState;
 use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(

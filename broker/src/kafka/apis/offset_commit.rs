@@ -13,7 +13,7 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::super::{errors, Ctx};
-use crate::coordinator::offsets::Committed;
+use crate::engine::Committed;
 use crate::domain::TopicPartition;
 use crate::security::acl::{Operation, Resource};
 

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::coordinator::offsets::Committed;
+use crate::engine::Committed;
 use crate::security::acl::{Operation, Resource};
 
 /// One group's answer: per topic, (partition, what is committed, error).

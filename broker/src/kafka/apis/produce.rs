@@ -114,7 +114,7 @@ pub(super) async fn handle(
                     let rules = records::ProduceRules {
                         limit: ctx
                             .max_decoded_bytes
-                            .min(crate::storage::MAX_BATCH_DECODED_BYTES),
+                            .min(crate::domain::MAX_BATCH_DECODED_BYTES),
                         max_record_bytes: ctx.backend.max_record_bytes(),
                         append_time,
                         compression: limits.compression,

@@ -14,7 +14,7 @@ use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use super::super::backend::txn_code;
 use super::super::Ctx;
 use super::offset_commit::partition_code;
-use crate::coordinator::txn::TxnOffset;
+use crate::engine::TxnOffset;
 use crate::domain::TopicPartition;
 use crate::security::acl::{Operation, Resource};
 
