@@ -248,7 +248,10 @@ fn front_ends_name_neither_coordinator_nor_storage() {
         "front ends reach under the engine:\n{}",
         wrong.join("\n")
     );
-    assert!(checked > 50, "the check saw the front ends ({checked} files)");
+    assert!(
+        checked > 50,
+        "the check saw the front ends ({checked} files)"
+    );
 }
 
 #[test]

@@ -14,14 +14,17 @@
 //!   timeout);
 //! - `apis`: the header, the version check and one module per API;
 //! - [`records`]: Kafka record batches <-> Flume records;
-//! - `backend`: every call into the engine, and nothing else does.
+//! - [`map`]: engine results as Kafka answers them, and Kafka requests as
+//!   the engine is asked them (the API modules call the engine themselves,
+//!   as the Flume front end's do);
+//! - [`errors`]: Kafka's error codes, and the code for each engine error.
 //!
 //! Messages and record batches are encoded and decoded with the
 //! `kafka-protocol` crate, generated from Kafka's own JSON schemas.
 
 pub(crate) mod apis;
-pub(crate) mod backend;
 pub(crate) mod errors;
+pub(crate) mod map;
 pub mod records;
 mod sasl;
 
@@ -47,7 +50,6 @@ use crate::security::authz::Subject;
 use crate::security::quota::{ConnQuota, Quotas};
 use crate::security::tls::{ServerTls, Transport};
 use crate::security::Principal;
-use backend::Backend;
 
 /// The node id this broker gives itself in Kafka's metadata (it is also the
 /// controller and every partition's leader).
@@ -56,12 +58,12 @@ pub const NODE_ID: i32 = 0;
 /// The cluster id Metadata and DescribeCluster give.
 pub const CLUSTER_ID: &str = "flume";
 
-/// What a request handler needs: the engine (through `Backend`), what
+/// What a request handler needs: the engine, what
 /// Metadata advertises, and the budgets a request is charged to.
 #[derive(Debug)]
 pub struct Ctx {
     /// The engine.
-    pub backend: Backend,
+    pub engine: Arc<Engine>,
     /// This broker's node id.
     pub node_id: i32,
     /// Host clients are told to connect to.
@@ -92,7 +94,7 @@ impl Ctx {
     /// ACLs (the rules every front end shares).
     pub fn with_subject<T>(&self, f: impl FnOnce(Subject<'_>) -> T) -> T {
         let who = self.who();
-        f(Subject::new(self.backend.acl(), &who, Protocol::Kafka))
+        f(Subject::new(self.engine.acl(), &who, Protocol::Kafka))
     }
 
     /// May the connection's principal do `op` on `res`? Always with the
@@ -170,7 +172,7 @@ impl Ctx {
 /// and tests.
 pub async fn handle_request(engine: &Arc<Engine>, frame: &[u8]) -> Option<Vec<u8>> {
     let ctx = Ctx {
-        backend: Backend::new(Arc::clone(engine)),
+        engine: Arc::clone(engine),
         node_id: NODE_ID,
         advertised_host: "127.0.0.1".into(),
         advertised_port: 9092,
@@ -283,7 +285,7 @@ impl KafkaListener {
             auth.mode() == crate::security::auth::AuthMode::Required,
         ));
         let proto = Proto {
-            backend: Backend::new(Arc::clone(&engine)),
+            engine: Arc::clone(&engine),
             host,
             port,
             listeners,
@@ -363,7 +365,7 @@ fn split_host_port(a: &str) -> Option<(String, u16)> {
 
 #[derive(Debug, Clone)]
 struct Proto {
-    backend: Backend,
+    engine: Arc<Engine>,
     host: String,
     port: u16,
     listeners: Arc<KafkaListeners>,
@@ -382,7 +384,7 @@ struct Proto {
 async fn serve_kafka(proto: Proto, c: crate::net::Accepted) {
     let peer = c.peer;
     let ctx = Ctx {
-        backend: proto.backend.clone(),
+        engine: Arc::clone(&proto.engine),
         node_id: NODE_ID,
         advertised_host: proto.host.clone(),
         advertised_port: proto.port,
@@ -559,7 +561,7 @@ async fn serve(
     handle: &crate::net::ConnHandle,
     mut quota: ConnQuota,
 ) -> Result<(), ConnError> {
-    let stop = ctx.backend.shutdown_signal();
+    let stop = ctx.engine.shutdown_signal();
     let mut sasl = sasl::KafkaSasl::new(Arc::clone(&limits.auth));
     let mut inbox = Inbox {
         stream,

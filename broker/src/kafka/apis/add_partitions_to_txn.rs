@@ -10,7 +10,7 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
 use crate::security::acl::{Operation, Resource};
@@ -37,7 +37,7 @@ pub(super) async fn handle(
                 .map(|&p| {
                     let code = if denied {
                         errors::TOPIC_AUTHORIZATION_FAILED
-                    } else if !ctx.backend.partition_exists(topic, p) {
+                    } else if !ctx.engine.partition_exists(&TopicPartition::new(topic, p)) {
                         errors::UNKNOWN_TOPIC_OR_PARTITION
                     } else {
                         errors::NONE
@@ -59,7 +59,7 @@ pub(super) async fn handle(
             .flat_map(|(t, ps)| ps.iter().map(|(p, _)| TopicPartition::new(t.clone(), *p)))
             .collect();
         Some(
-            ctx.backend
+            ctx.engine
                 .add_partitions_to_txn(
                     &id,
                     req.v3_and_below_producer_id.0,

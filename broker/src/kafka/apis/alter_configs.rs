@@ -118,8 +118,7 @@ async fn alter_group(
         Err(e) => return e,
     };
     match ctx
-        .backend
-        .engine()
+        .engine
         .alter_share_group_configs(group, &ops, validate_only)
         .await
     {
@@ -199,7 +198,13 @@ async fn alter_one(
                 Ok(ops) => ops,
                 Err(e) => return e,
             };
-            match ctx.backend.alter_topic_configs(name, &ops, validate_only).await {
+            match ctx
+                .engine
+                .alter_topic_configs(name, &ops, validate_only)
+                .await
+                .map(|_| ())
+                .map_err(|e| (errors::kafka_code(e.code()), errors::detail(&e)))
+            {
                 Ok(()) => (errors::NONE, None),
                 Err((code, message)) => {
                     tracing::debug!(topic = name, code, %message, "kafka alter configs refused");

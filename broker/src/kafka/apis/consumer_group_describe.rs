@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
@@ -23,7 +23,7 @@ pub(super) fn handle(
     ctx: &Ctx,
     req: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let assignment = |a: &crate::engine::Assignment| {
         Assignment::default().with_topic_partitions(
             a.iter()

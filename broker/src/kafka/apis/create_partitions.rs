@@ -14,6 +14,8 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use flume_protocol::ErrorCode;
+
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
@@ -63,23 +65,24 @@ async fn grow(
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
     let name = t.name.0.as_str();
-    let Some(info) = ctx.backend.topic(name) else {
+    let Some(topic) = ctx.engine.topic(name) else {
         return Err((
             errors::UNKNOWN_TOPIC_OR_PARTITION,
             format!("topic {name:?} does not exist"),
         ));
     };
-    if t.count <= info.partitions {
+    let partitions = i32::try_from(topic.config.partitions).unwrap_or(i32::MAX);
+    if t.count <= partitions {
         return Err((
             errors::INVALID_PARTITIONS,
             format!(
                 "topic {name:?} has {} partitions; the count can only grow, and {} is not more",
-                info.partitions, t.count
+                partitions, t.count
             ),
         ));
     }
     if let Some(assignments) = &t.assignments {
-        let adding = i64::from(t.count) - i64::from(info.partitions);
+        let adding = i64::from(t.count) - i64::from(partitions);
         if i64::try_from(assignments.len()).unwrap_or(i64::MAX) != adding {
             return Err((
                 errors::INVALID_REPLICA_ASSIGNMENT,
@@ -102,7 +105,21 @@ async fn grow(
             }
         }
     }
-    ctx.backend
-        .create_partitions(name, t.count, validate_only)
+    let Ok(total) = u32::try_from(t.count) else {
+        return Err((
+            errors::INVALID_PARTITIONS,
+            format!("{} partitions: a count is at least 1", t.count),
+        ));
+    };
+    match ctx
+        .engine
+        .create_partitions(name, total, validate_only)
         .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == ErrorCode::InvalidRequest => {
+            Err((errors::INVALID_PARTITIONS, e.to_string()))
+        }
+        Err(e) => Err(errors::coded(&e)),
+    }
 }

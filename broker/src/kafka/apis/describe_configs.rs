@@ -20,6 +20,7 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::super::map::TopicInfo;
 use super::super::{errors, Ctx};
 use crate::config::named::Described;
 use crate::security::acl::{Operation, Resource};
@@ -48,8 +49,7 @@ pub(super) fn handle(
             let group = res.resource_name.as_str();
             if ctx.may(Operation::Describe, Resource::group(group)) {
                 r.configs = ctx
-                    .backend
-                    .engine()
+                    .engine
                     .share_group_configs(group)
                     .into_iter()
                     .filter(|(name, ..)| {
@@ -99,14 +99,24 @@ pub(super) fn handle(
                 errors::CLUSTER_AUTHORIZATION_FAILED,
                 "not authorized to describe the cluster".to_owned(),
             )),
-            TOPIC => match ctx.backend.topic(res.resource_name.as_str()) {
-                Some(t) => Ok((t.configs, false)),
+            TOPIC => match ctx.engine.topic(res.resource_name.as_str()) {
+                Some(t) => Ok((
+                    TopicInfo::of(&t, &ctx.engine.default_topic()).configs,
+                    false,
+                )),
                 None => Err((
                     errors::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("no topic {:?}", res.resource_name.as_str()),
                 )),
             },
-            BROKER => Ok((ctx.backend.broker_configs(&ctx.listeners), true)),
+            BROKER => Ok((
+                crate::config::broker_named::describe_broker_all(
+                    ctx.engine.config(),
+                    &ctx.engine.default_topic(),
+                    Some(&ctx.listeners),
+                ),
+                true,
+            )),
             _ => Err((
                 errors::INVALID_REQUEST,
                 "only topic, broker and group resources are described".to_owned(),

@@ -26,7 +26,11 @@ pub(super) fn handle(ctx: &Ctx, req: DescribeProducersRequest) -> DescribeProduc
                 tr.partitions.push(pr);
                 continue;
             }
-            match ctx.backend.producers(&name, p) {
+            match ctx
+                .engine
+                .producers(&name, p)
+                .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)
+            {
                 Err(code) => pr.error_code = code,
                 Ok(producers) => {
                     pr.active_producers = producers

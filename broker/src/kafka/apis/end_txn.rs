@@ -11,7 +11,7 @@
 
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, ResourceType};
 
@@ -23,7 +23,7 @@ pub(super) async fn handle(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTx
     }
     let id = req.transactional_id.0.as_str();
     resp.error_code = match ctx
-        .backend
+        .engine
         .end_txn(id, req.producer_id.0, req.producer_epoch, req.committed)
         .await
     {

@@ -17,7 +17,7 @@
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, ResourceType};
 
@@ -45,8 +45,12 @@ pub(super) async fn handle(
         let expected = (version >= 3 && req.producer_id.0 >= 0)
             .then_some((req.producer_id.0, req.producer_epoch));
         match ctx
-            .backend
-            .init_transactional_producer(id.0.as_str(), req.transaction_timeout_ms, expected)
+            .engine
+            .init_transactional_producer(
+                id.0.as_str(),
+                i64::from(req.transaction_timeout_ms),
+                expected,
+            )
             .await
         {
             Ok((pid, epoch)) => {
@@ -61,7 +65,12 @@ pub(super) async fn handle(
         }
         return resp;
     }
-    match ctx.backend.init_producer_id().await {
+    match ctx
+        .engine
+        .init_producer_id()
+        .await
+        .map_err(errors::kafka_code)
+    {
         Ok(id) => {
             resp.error_code = errors::NONE;
             resp.producer_id = ProducerId(id);

@@ -34,7 +34,7 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
     let mut resp = ListGroupsResponse::default();
     let wants = |t: &str| types.is_empty() || types.iter().any(|x| x == t);
     if version >= 4 && wants("share") {
-        let engine = ctx.backend.engine();
+        let engine = &ctx.engine;
         for name in engine.list_share_groups() {
             if !ctx.sees(Operation::Describe, Resource::group(&name)) {
                 continue;
@@ -57,9 +57,9 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         }
     }
     // Consumer-protocol groups (KIP-848) with members: type "consumer".
-    let consumer = ctx.backend.engine().list_consumer_groups();
+    let consumer = ctx.engine.list_consumer_groups();
     if wants("consumer") {
-        let engine = ctx.backend.engine();
+        let engine = &ctx.engine;
         for name in &consumer {
             if !ctx.sees(Operation::Describe, Resource::group(name)) {
                 continue;
@@ -86,7 +86,7 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         return resp;
     }
     let classic: Vec<ListedGroup> = ctx
-        .backend
+        .engine
         .list_groups()
         .into_iter()
         // Only the groups the principal may describe (Kafka's filter).

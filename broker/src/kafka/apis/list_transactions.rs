@@ -43,7 +43,7 @@ pub(super) fn handle(
         -1
     };
     resp.transaction_states = ctx
-        .backend
+        .engine
         .list_transactions(&states, &producers, min_age)
         .into_iter()
         .map(|t| {

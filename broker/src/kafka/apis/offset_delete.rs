@@ -10,6 +10,8 @@ use kafka_protocol::messages::offset_delete_response::{
 };
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
+use flume_protocol::ErrorCode;
+
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
 use crate::security::acl::{Operation, Resource};
@@ -45,7 +47,19 @@ pub(super) async fn handle(
                 .collect(),
         );
     }
-    let mut codes = match ctx.backend.delete_offsets(group, &asked).await {
+    let deleted = match ctx.engine.delete_offsets(group, &asked).await {
+        Ok(codes) => Ok(codes
+            .into_iter()
+            .map(|c| match c {
+                ErrorCode::GroupNotEmpty => errors::GROUP_SUBSCRIBED_TO_TOPIC,
+                c => errors::kafka_code(c),
+            })
+            .collect::<Vec<_>>()),
+        Err(ErrorCode::UnknownGroup) => Err(errors::GROUP_ID_NOT_FOUND),
+        Err(ErrorCode::InvalidName) => Err(errors::INVALID_GROUP_ID),
+        Err(c) => Err(errors::kafka_code(c)),
+    };
+    let mut codes = match deleted {
         Ok(codes) => codes.into_iter(),
         Err(code) => {
             resp.error_code = code;

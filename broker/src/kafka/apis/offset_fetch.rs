@@ -15,7 +15,8 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::{errors, Ctx};
+use super::super::{errors, map, Ctx};
+use crate::domain::TopicPartition;
 use crate::engine::Committed;
 use crate::security::acl::{Operation, Resource};
 
@@ -35,7 +36,10 @@ fn fetch_group(
     if require_stable {
         for (name, rows) in &mut answer {
             for (p, c, e) in rows.iter_mut() {
-                if *e == errors::NONE && ctx.backend.pending_txn_offset(group, name.0.as_str(), *p)
+                if *e == errors::NONE
+                    && ctx
+                        .engine
+                        .pending_txn_offset(group, &TopicPartition::new(name.0.as_str(), *p))
                 {
                     *c = Committed::at(-1);
                     *e = UNSTABLE_OFFSET_COMMIT;
@@ -59,13 +63,20 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
                         .collect();
                     return (name, rows);
                 }
-                let known = ctx.backend.topic(&topic).map(|t| t.partitions);
+                let known = ctx
+                    .engine
+                    .topic(&topic)
+                    .map(|t| map::configured_partitions(&t));
                 let rows = parts
                     .into_iter()
                     .map(|p| match known {
-                        Some(n) if (0..n).contains(&p) => {
-                            (p, ctx.backend.committed(group, &topic, p), errors::NONE)
-                        }
+                        Some(n) if (0..n).contains(&p) => (
+                            p,
+                            ctx.engine
+                                .committed_full(group, &topic, p)
+                                .unwrap_or(Committed::at(-1)),
+                            errors::NONE,
+                        ),
                         // Kafka answers -1 without an error for a partition it has no commit of.
                         _ => (p, Committed::at(-1), errors::NONE),
                     })
@@ -75,7 +86,7 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
             .collect(),
         None => {
             let mut out: Answer = Vec::new();
-            for (topic, p, o) in ctx.backend.committed_for_group(group) {
+            for (topic, p, o) in ctx.engine.committed_for_group_full(group) {
                 if !ctx.sees(Operation::Describe, Resource::topic(&topic)) {
                     continue;
                 }

@@ -19,7 +19,7 @@ use crate::engine::{SessionStep, ShareTp};
 use crate::security::acl::Operation;
 
 pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let mut resp = ShareAcknowledgeResponse::default();
     let (group, member) = match member_of(
         ctx,

@@ -20,7 +20,7 @@ use kafka_protocol::messages::{ShareFetchRequest, ShareFetchResponse};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, records, Ctx};
 use crate::domain::TopicId;
 use crate::engine::{AckType, SessionStep, ShareAck, ShareFetchSpec, ShareTp};
@@ -53,7 +53,7 @@ pub(super) struct Answer {
 /// The name of the topic with `id` that the principal may `op`, or the
 /// error its partitions get.
 pub(super) fn resolve(ctx: &Ctx, id: Uuid, op: Operation) -> Result<String, i16> {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let Some(topic) = engine.topic_by_id(TopicId(id.into_bytes())) else {
         return Err(errors::UNKNOWN_TOPIC_ID);
     };
@@ -144,7 +144,7 @@ pub(super) async fn apply_acks(
     if flat.is_empty() {
         return;
     }
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     match engine
         .share_acknowledge_by_partition(group, member, &flat)
         .await
@@ -202,7 +202,7 @@ pub(super) fn leader(ctx: &Ctx) -> LeaderIdAndEpoch {
 }
 
 pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let mut resp = ShareFetchResponse::default().with_acquisition_lock_timeout_ms(
         i32::try_from(engine.share_settings().partition.lock_duration_ms).unwrap_or(i32::MAX),
     );

@@ -9,7 +9,7 @@ use kafka_protocol::messages::share_group_describe_response::{
 use kafka_protocol::messages::{ShareGroupDescribeRequest, ShareGroupDescribeResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::security::acl::{Operation, Resource};
 
@@ -17,7 +17,7 @@ use crate::security::acl::{Operation, Resource};
 const OPS_OMITTED: i32 = i32::MIN;
 
 pub(super) fn handle(ctx: &Ctx, req: ShareGroupDescribeRequest) -> ShareGroupDescribeResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let groups = req
         .group_ids
         .iter()

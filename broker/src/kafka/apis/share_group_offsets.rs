@@ -25,14 +25,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::engine::{ShareError, ShareTp};
 use crate::security::acl::{Operation, Resource};
 
 fn topic_id(ctx: &Ctx, topic: &str) -> Uuid {
-    ctx.backend
-        .engine()
+    ctx.engine
         .topic(topic)
         .map_or(Uuid::nil(), |t| kafka_id(t.id))
 }
@@ -43,7 +42,7 @@ fn refused(ctx: &Ctx, group: &str, op: Operation) -> Option<(i16, Option<StrByte
     if !ctx.may(op, Resource::group(group)) {
         return Some((errors::GROUP_AUTHORIZATION_FAILED, None));
     }
-    if !ctx.backend.engine().is_share_group(group) {
+    if !ctx.engine.is_share_group(group) {
         return Some((
             errors::GROUP_ID_NOT_FOUND,
             Some(StrBytes::from_string(format!(
@@ -62,7 +61,7 @@ pub(super) fn describe(
     ctx: &Ctx,
     req: DescribeShareGroupOffsetsRequest,
 ) -> DescribeShareGroupOffsetsResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let groups = req
         .groups
         .iter()
@@ -136,7 +135,7 @@ pub(super) async fn alter(
     ctx: &Ctx,
     req: AlterShareGroupOffsetsRequest,
 ) -> AlterShareGroupOffsetsResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let group = req.group_id.0.as_str();
     let resp = AlterShareGroupOffsetsResponse::default();
     if let Some((code, message)) = refused(ctx, group, Operation::Alter) {
@@ -196,7 +195,7 @@ pub(super) async fn delete(
     ctx: &Ctx,
     req: DeleteShareGroupOffsetsRequest,
 ) -> DeleteShareGroupOffsetsResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let group = req.group_id.0.as_str();
     let resp = DeleteShareGroupOffsetsResponse::default();
     if let Some((code, message)) = refused(ctx, group, Operation::Delete) {

@@ -11,11 +11,11 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
-use super::super::backend::txn_code;
-use super::super::Ctx;
+use super::super::errors::txn_code;
+use super::super::{errors, Ctx};
 use super::offset_commit::partition_code;
+use crate::domain::{Member, TopicPartition};
 use crate::engine::TxnOffset;
-use crate::domain::TopicPartition;
 use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
@@ -65,16 +65,15 @@ pub(super) async fn handle(
     let result = if offsets.is_empty() {
         Ok(Vec::new())
     } else {
-        ctx.backend
-            .txn_offset_commit(
-                id,
-                req.producer_id.0,
-                req.producer_epoch,
-                group,
-                (member, instance, generation),
-                offsets,
-            )
+        let m = Member {
+            group,
+            member_id: member,
+            generation,
+        };
+        ctx.engine
+            .txn_offset_commit(id, req.producer_id.0, req.producer_epoch, m, instance, offsets)
             .await
+            .map(|codes| codes.into_iter().map(errors::kafka_code).collect())
             .map_err(|e| {
                 tracing::debug!(transactional_id = %id, group, error = %e, "kafka TxnOffsetCommit refused");
                 txn_code(&e, version < 3)
