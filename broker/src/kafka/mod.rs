@@ -95,24 +95,14 @@ impl Ctx {
         f(Subject::new(self.engine.acl(), &who, Protocol::Kafka))
     }
 
-    /// May the connection's principal do `op` on `res`? Always with the
-    /// authorizer off; a denial is counted ([`crate::security::acl`]).
-    pub fn may(&self, op: Operation, res: Resource<'_>) -> bool {
-        self.with_subject(|s| s.may(op, res))
-    }
-
-    /// As [`Ctx::may`] without counting a denial: for what is left out of a
-    /// listing (Metadata of every topic, ListGroups).
-    pub fn sees(&self, op: Operation, res: Resource<'_>) -> bool {
-        self.with_subject(|s| s.sees(op, res))
-    }
-
     /// Kafka's bit field of the operations the principal may do on `res`
     /// (`1 << code` per AclOperation code), over the operations Kafka
     /// defines for its type: what Metadata, DescribeGroups and
     /// DescribeCluster answer when asked to include authorized operations.
-    /// DESCRIBE_CONFIGS and ALTER_CONFIGS follow Flume's DESCRIBE and ALTER,
-    /// CLUSTER_ACTION its ALTER and IDEMPOTENT_WRITE its WRITE.
+    /// Which operations are allowed is the rulebook's
+    /// ([`Subject::authorized_operations`]); this maps them to Kafka's
+    /// codes: DESCRIBE_CONFIGS and ALTER_CONFIGS follow Flume's DESCRIBE and
+    /// ALTER, CLUSTER_ACTION its ALTER and IDEMPOTENT_WRITE its WRITE.
     pub fn authorized_operations(&self, res: Resource<'_>) -> i32 {
         use crate::security::acl::ResourceType;
         // (Kafka's AclOperation code, the Flume operation that grants it).
@@ -148,8 +138,9 @@ impl Ctx {
                 IDEMPOTENT_WRITE,
             ],
         };
+        let allowed = self.with_subject(|s| s.authorized_operations(res));
         ops.iter()
-            .filter(|(_, op)| self.sees(*op, res))
+            .filter(|(_, op)| allowed.contains(op))
             .fold(0i32, |bits, (code, _)| bits | (1 << code))
     }
 

@@ -13,7 +13,6 @@ use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResp
 use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 /// OPERATION_NOT_ATTEMPTED: another partition of the request failed.
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
@@ -30,7 +29,7 @@ pub(super) async fn handle(
         .iter()
         .map(|t| {
             let topic = t.name.0.as_str();
-            let denied = !ctx.may(Operation::Write, Resource::topic(topic));
+            let denied = !ctx.with_subject(|s| s.write_transaction(topic));
             let parts = t
                 .partitions
                 .iter()

@@ -17,7 +17,6 @@ use kafka_protocol::protocol::StrBytes;
 use flume_protocol::ErrorCode;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -40,7 +39,7 @@ pub(super) async fn handle(
                 errors::INVALID_REQUEST,
                 format!("topic {name:?} is named more than once"),
             ))
-        } else if !ctx.may(Operation::Alter, Resource::topic(name)) {
+        } else if !ctx.with_subject(|s| s.create_partitions(name)) {
             Err((
                 errors::TOPIC_AUTHORIZATION_FAILED,
                 format!("not authorized to alter topic {name:?}"),

@@ -9,7 +9,6 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 use flume_protocol::ErrorCode;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -20,7 +19,7 @@ pub(super) async fn handle(
     for group in req.groups_names {
         let name = group.0.as_str();
         let engine = &ctx.engine;
-        let code = if !ctx.may(Operation::Delete, Resource::group(name)) {
+        let code = if !ctx.with_subject(|s| s.delete_group(name)) {
             errors::GROUP_AUTHORIZATION_FAILED
         } else if engine.is_share_group(name) {
             match engine.delete_share_group(name).await {

@@ -10,13 +10,12 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use super::super::{errors, map, Ctx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(ctx: &Ctx, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
         let name = t.name.0.as_str().to_owned();
-        let allowed = ctx.may(Operation::Delete, Resource::topic(&name));
+        let allowed = ctx.with_subject(|s| s.delete_records(&name));
         let mut out = DeleteRecordsTopicResult::default();
         for p in t.partitions {
             let mut r = DeleteRecordsPartitionResult::default();

@@ -23,7 +23,6 @@ use kafka_protocol::protocol::StrBytes;
 use super::super::map::TopicInfo;
 use super::super::{errors, Ctx};
 use crate::config::named::Described;
-use crate::security::acl::{Operation, Resource};
 
 /// Resource type TOPIC.
 pub(super) const TOPIC: i8 = 2;
@@ -47,7 +46,7 @@ pub(super) fn handle(
         r.resource_type = res.resource_type;
         if res.resource_type == GROUP {
             let group = res.resource_name.as_str();
-            if ctx.may(Operation::Describe, Resource::group(group)) {
+            if ctx.with_subject(|s| s.describe_group_configs(group)) {
                 r.configs = ctx
                     .engine
                     .share_group_configs(group)
@@ -85,17 +84,14 @@ pub(super) fn handle(
         }
         let configs = match res.resource_type {
             TOPIC
-                if !ctx.may(
-                    Operation::Describe,
-                    Resource::topic(res.resource_name.as_str()),
-                ) =>
+                if !ctx.with_subject(|s| s.describe_topic_configs(res.resource_name.as_str())) =>
             {
                 Err((
                     errors::TOPIC_AUTHORIZATION_FAILED,
                     "not authorized to describe the topic".to_owned(),
                 ))
             }
-            BROKER if !ctx.may(Operation::Describe, Resource::cluster()) => Err((
+            BROKER if !ctx.with_subject(|s| s.describe_broker_configs()) => Err((
                 errors::CLUSTER_AUTHORIZATION_FAILED,
                 "not authorized to describe the cluster".to_owned(),
             )),

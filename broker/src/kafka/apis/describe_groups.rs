@@ -12,7 +12,7 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::security::acl::Resource;
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -35,7 +35,7 @@ pub(super) fn handle(
                     i32::MIN
                 };
             }
-            if !ctx.may(Operation::Describe, Resource::group(&name)) {
+            if !ctx.with_subject(|s| s.describe_group(&name)) {
                 g.error_code = errors::GROUP_AUTHORIZATION_FAILED;
                 return g;
             }

@@ -15,7 +15,6 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, 
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, map, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -23,7 +22,7 @@ pub(super) fn handle(
     _version: i16,
 ) -> DescribeLogDirsResponse {
     let mut resp = DescribeLogDirsResponse::default();
-    if !ctx.may(Operation::Describe, Resource::cluster()) {
+    if !ctx.with_subject(|s| s.describe_log_dirs()) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }

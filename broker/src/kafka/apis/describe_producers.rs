@@ -9,13 +9,12 @@ use kafka_protocol::messages::describe_producers_response::{
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(ctx: &Ctx, req: DescribeProducersRequest) -> DescribeProducersResponse {
     let mut resp = DescribeProducersResponse::default();
     for t in req.topics {
         let name = t.name.0.as_str().to_owned();
-        let allowed = ctx.may(Operation::Read, Resource::topic(&name));
+        let allowed = ctx.with_subject(|s| s.describe_producers(&name));
         let mut tr = TopicResponse::default();
         tr.name = t.name;
         for p in t.partition_indexes {

@@ -11,7 +11,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 /// TRANSACTIONAL_ID_NOT_FOUND.
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
@@ -21,7 +20,7 @@ pub(super) fn handle(
     req: DescribeTransactionsRequest,
     _version: i16,
 ) -> DescribeTransactionsResponse {
-    let allowed = ctx.may(Operation::Describe, Resource::cluster());
+    let allowed = ctx.with_subject(|s| s.describe_transactions());
     let mut resp = DescribeTransactionsResponse::default();
     resp.transaction_states = req
         .transactional_ids

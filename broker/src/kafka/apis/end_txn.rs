@@ -13,11 +13,10 @@ use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
 
 use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, ResourceType};
 
 pub(super) async fn handle(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTxnResponse {
     let mut resp = EndTxnResponse::default();
-    if !ctx.with_subject(|s| s.may_any(Operation::Write, ResourceType::Topic)) {
+    if !ctx.with_subject(|s| s.end_transaction()) {
         resp.error_code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         return resp;
     }

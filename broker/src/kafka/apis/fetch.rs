@@ -17,7 +17,6 @@ use uuid::Uuid;
 use super::super::map::{self, FetchAsk, FetchGot, FetchWant};
 use super::super::{errors, Ctx};
 use crate::engine::FetchMemory;
-use crate::security::acl::{Operation, Resource};
 
 /// One topic of the request as it will be answered.
 struct Shape {
@@ -52,7 +51,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
         };
         let refused = match &name {
             None => Some(errors::UNKNOWN_TOPIC_ID),
-            Some(n) if !ctx.may(Operation::Read, Resource::topic(n)) => {
+            Some(n) if !ctx.with_subject(|s| s.read_topic(n)) => {
                 Some(errors::TOPIC_AUTHORIZATION_FAILED)
             }
             Some(_) => None,

@@ -19,7 +19,6 @@ use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, Pr
 
 use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, ResourceType};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -34,7 +33,7 @@ pub(super) async fn handle(
     // As Kafka 3: WRITE on the cluster (Flume has no IDEMPOTENT_WRITE) or on
     // any topic; Flume's ACLs have no transactional-id resource, so the same
     // rule stands for a transactional producer.
-    if !ctx.with_subject(|s| s.may_any(Operation::Write, ResourceType::Topic)) {
+    if !ctx.with_subject(|s| s.idempotent_write()) {
         resp.error_code = match req.transactional_id {
             Some(_) => errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             None => errors::CLUSTER_AUTHORIZATION_FAILED,

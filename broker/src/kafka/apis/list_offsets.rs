@@ -17,7 +17,6 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::super::{errors, map, Ctx};
 use crate::domain::{OffsetSpec, TopicPartition};
-use crate::security::acl::{Operation, Resource};
 
 /// Kafka's "the record with the largest timestamp" (KIP-734).
 const MAX_TIMESTAMP: i64 = -3;
@@ -37,7 +36,7 @@ pub(super) async fn handle(
     for t in req.topics {
         let mut tr = ListOffsetsTopicResponse::default();
         let name = t.name.0.as_str().to_owned();
-        let allowed = ctx.may(Operation::Describe, Resource::topic(&name));
+        let allowed = ctx.with_subject(|s| s.list_offsets(&name));
         for p in t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;

@@ -13,7 +13,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
 use crate::engine::TxnState;
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -21,7 +20,7 @@ pub(super) fn handle(
     version: i16,
 ) -> ListTransactionsResponse {
     let mut resp = ListTransactionsResponse::default();
-    if !ctx.may(Operation::Describe, Resource::cluster()) {
+    if !ctx.with_subject(|s| s.describe_transactions()) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }

@@ -13,7 +13,7 @@ use uuid::Uuid;
 
 use super::super::map::{self, TopicInfo};
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::security::acl::Resource;
 
 fn topic(
     ctx: &Ctx,
@@ -93,7 +93,7 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
             .iter()
             .map(|t| TopicInfo::of(t, &ctx.engine.default_topic()))
             // Only what the principal may describe: the rest is not there for it.
-            .filter(|t| ctx.sees(Operation::Describe, Resource::topic(&t.name)))
+            .filter(|t| ctx.with_subject(|s| s.lists_topic(&t.name)))
             .map(|t| topic(ctx, Ok(t), version, with_operations))
             .collect(),
         Some(names) => {
@@ -106,7 +106,7 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                         continue;
                     }
                 };
-                if !ctx.may(Operation::Describe, Resource::topic(&name)) {
+                if !ctx.with_subject(|s| s.describe_topic(&name)) {
                     out.push(topic(
                         ctx,
                         Err((name, errors::TOPIC_AUTHORIZATION_FAILED)),

@@ -14,7 +14,6 @@ use flume_protocol::ErrorCode;
 
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -23,7 +22,7 @@ pub(super) async fn handle(
 ) -> OffsetDeleteResponse {
     let mut resp = OffsetDeleteResponse::default();
     let group = req.group_id.0.as_str();
-    if !ctx.may(Operation::Delete, Resource::group(group)) {
+    if !ctx.with_subject(|s| s.delete_group_offsets(group)) {
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         return resp;
     }
@@ -32,7 +31,7 @@ pub(super) async fn handle(
     let mut plan: Vec<Vec<Option<i16>>> = Vec::new();
     for t in &req.topics {
         let name = t.name.0.as_str();
-        let readable = ctx.may(Operation::Read, Resource::topic(name));
+        let readable = ctx.with_subject(|s| s.read_topic(name));
         plan.push(
             t.partitions
                 .iter()

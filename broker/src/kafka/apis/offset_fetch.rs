@@ -18,7 +18,6 @@ use kafka_protocol::protocol::StrBytes;
 use super::super::{errors, map, Ctx};
 use crate::domain::TopicPartition;
 use crate::engine::Committed;
-use crate::security::acl::{Operation, Resource};
 
 /// One group's answer: per topic, (partition, what is committed, error).
 type Answer = Vec<(TopicName, Vec<(i32, Committed, i16)>)>;
@@ -56,7 +55,7 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
             .into_iter()
             .map(|(name, parts)| {
                 let topic = name.0.as_str().to_owned();
-                if !ctx.may(Operation::Describe, Resource::topic(&topic)) {
+                if !ctx.with_subject(|s| s.describe_topic(&topic)) {
                     let rows = parts
                         .into_iter()
                         .map(|p| (p, Committed::at(-1), errors::TOPIC_AUTHORIZATION_FAILED))
@@ -87,7 +86,7 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
         None => {
             let mut out: Answer = Vec::new();
             for (topic, p, o) in ctx.engine.committed_for_group_full(group) {
-                if !ctx.sees(Operation::Describe, Resource::topic(&topic)) {
+                if !ctx.with_subject(|s| s.lists_topic(&topic)) {
                     continue;
                 }
                 match out.last_mut() {
@@ -113,7 +112,7 @@ fn metadata(m: Option<String>) -> StrBytes {
 fn group_error(ctx: &Ctx, group: &str) -> i16 {
     if !crate::config::valid_group_id(group) {
         errors::INVALID_GROUP_ID
-    } else if !ctx.may(Operation::Describe, Resource::group(group)) {
+    } else if !ctx.with_subject(|s| s.describe_group_offsets(group)) {
         errors::GROUP_AUTHORIZATION_FAILED
     } else {
         errors::NONE

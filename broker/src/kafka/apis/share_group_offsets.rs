@@ -28,7 +28,6 @@ use uuid::Uuid;
 use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::engine::{ShareError, ShareTp};
-use crate::security::acl::{Operation, Resource};
 
 fn topic_id(ctx: &Ctx, topic: &str) -> Uuid {
     ctx.engine
@@ -37,9 +36,9 @@ fn topic_id(ctx: &Ctx, topic: &str) -> Uuid {
 }
 
 /// Why a change to `group`'s offsets is refused before looking at them:
-/// `op` on the group not allowed, or it is not a share group.
-fn refused(ctx: &Ctx, group: &str, op: Operation) -> Option<(i16, Option<StrBytes>)> {
-    if !ctx.may(op, Resource::group(group)) {
+/// the principal may not (`allowed` false), or it is not a share group.
+fn refused(ctx: &Ctx, group: &str, allowed: bool) -> Option<(i16, Option<StrBytes>)> {
+    if !allowed {
         return Some((errors::GROUP_AUTHORIZATION_FAILED, None));
     }
     if !ctx.engine.is_share_group(group) {
@@ -69,7 +68,7 @@ pub(super) fn describe(
             let name = g.group_id.0.as_str();
             let out =
                 DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
-            if !ctx.may(Operation::Describe, Resource::group(name)) {
+            if !ctx.with_subject(|s| s.describe_group_offsets(name)) {
                 return out.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
             }
             let Some(view) = engine.describe_share_group(name) else {
@@ -100,7 +99,7 @@ pub(super) fn describe(
             };
             let topics = asked
                 .into_iter()
-                .filter(|(t, _)| ctx.sees(Operation::Describe, Resource::topic(t)))
+                .filter(|(t, _)| ctx.with_subject(|s| s.lists_topic(t)))
                 .map(|(t, ps)| {
                     let known = engine.topic(&t).is_some();
                     let partitions = ps
@@ -138,7 +137,11 @@ pub(super) async fn alter(
     let engine = &ctx.engine;
     let group = req.group_id.0.as_str();
     let resp = AlterShareGroupOffsetsResponse::default();
-    if let Some((code, message)) = refused(ctx, group, Operation::Alter) {
+    if let Some((code, message)) = refused(
+        ctx,
+        group,
+        ctx.with_subject(|s| s.alter_group_offsets(group)),
+    ) {
         return resp.with_error_code(code).with_error_message(message);
     }
     // (topic index, partition index) of each start handed to the engine.
@@ -147,7 +150,7 @@ pub(super) async fn alter(
     let mut topics: Vec<AlterShareGroupOffsetsResponseTopic> = Vec::new();
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.topic_name.0.as_str();
-        let allowed = ctx.may(Operation::Read, Resource::topic(name));
+        let allowed = ctx.with_subject(|s| s.read_topic(name));
         let mut partitions = Vec::new();
         for (pi, p) in t.partitions.iter().enumerate() {
             let part = AlterShareGroupOffsetsResponsePartition::default()
@@ -198,7 +201,11 @@ pub(super) async fn delete(
     let engine = &ctx.engine;
     let group = req.group_id.0.as_str();
     let resp = DeleteShareGroupOffsetsResponse::default();
-    if let Some((code, message)) = refused(ctx, group, Operation::Delete) {
+    if let Some((code, message)) = refused(
+        ctx,
+        group,
+        ctx.with_subject(|s| s.delete_group_offsets(group)),
+    ) {
         return resp.with_error_code(code).with_error_message(message);
     }
     let mut names = Vec::new();
@@ -209,7 +216,7 @@ pub(super) async fn delete(
         let out = DeleteShareGroupOffsetsResponseTopic::default()
             .with_topic_name(t.topic_name.clone())
             .with_topic_id(topic_id(ctx, name));
-        if ctx.may(Operation::Read, Resource::topic(name)) {
+        if ctx.with_subject(|s| s.read_topic(name)) {
             names.push(name.to_owned());
             placed.push(ti);
             topics.push(out);

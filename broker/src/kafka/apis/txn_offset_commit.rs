@@ -16,7 +16,6 @@ use super::super::{errors, Ctx};
 use super::offset_commit::partition_code;
 use crate::domain::{Member, TopicPartition};
 use crate::engine::TxnOffset;
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -28,7 +27,7 @@ pub(super) async fn handle(
     let topic_denied: Vec<bool> = req
         .topics
         .iter()
-        .map(|t| group_denied || !ctx.may(Operation::Read, Resource::topic(t.name.0.as_str())))
+        .map(|t| group_denied || !ctx.with_subject(|s| s.read_topic(t.name.0.as_str())))
         .collect();
     let offsets: Vec<(TopicPartition, TxnOffset)> = req
         .topics
