@@ -23,6 +23,8 @@ use flume_protocol::ErrorCode;
 
 use crate::budget::Charge;
 pub use crate::storage::ReadAs;
+/// The most bytes one record batch may decompress to (its records, as stored).
+pub use crate::storage::MAX_BATCH_DECODED_BYTES;
 
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

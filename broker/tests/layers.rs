@@ -185,3 +185,93 @@ fn the_checker_finds_upward_imports() {
         "comments and test modules are not code: {named:?}"
     );
 }
+
+/// The front ends' folders: they speak to the engine (and the domain types,
+/// settings and security it shares), never to what lies under it.
+const FRONT_END_DIRS: &[&str] = &["kafka", "flume", "http"];
+
+/// The modules under the engine a front end must not name.
+const UNDER_THE_ENGINE: &[&str] = &["coordinator", "storage"];
+
+/// Where a file's code names a module of [`UNDER_THE_ENGINE`]: as a
+/// `crate::` path (also inside `use crate::{...}`) or as a segment of any
+/// path (`super::storage::X`, `storage::Y`). A word in a string or an
+/// identifier that only contains it (`find_coordinator`) does not count.
+fn under_the_engine_named(code: &str) -> BTreeSet<String> {
+    let mut out: BTreeSet<String> = modules_named(code)
+        .into_iter()
+        .filter(|m| UNDER_THE_ENGINE.contains(&m.as_str()))
+        .collect();
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    for name in UNDER_THE_ENGINE {
+        let mut at = 0;
+        while let Some(i) = code[at..].find(name) {
+            let start = at + i;
+            let end = start + name.len();
+            at = end;
+            let before = code[..start].chars().next_back();
+            let after = code[end..].chars().next();
+            if before.is_some_and(is_ident) || after.is_some_and(is_ident) {
+                continue;
+            }
+            if code[..start].ends_with("::") || code[end..].starts_with("::") {
+                out.insert((*name).to_owned());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn front_ends_name_neither_coordinator_nor_storage() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for dir in FRONT_END_DIRS {
+        let mut files = Vec::new();
+        rust_files(&src.join(dir), &mut files);
+        files.sort();
+        for file in &files {
+            let rel = file.strip_prefix(&src).expect("under src");
+            let name = rel.to_string_lossy();
+            if name.ends_with("tests.rs") {
+                continue;
+            }
+            checked += 1;
+            let text = std::fs::read_to_string(file).expect("read a source file");
+            for used in under_the_engine_named(&code_of(&text)) {
+                wrong.push(format!(
+                    "{name}: names `{used}`: a front end goes through the engine \
+                     (re-export what it needs from `crate::engine` or `crate::domain`)"
+                ));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "front ends reach under the engine:\n{}",
+        wrong.join("\n")
+    );
+    assert!(
+        checked > 50,
+        "the check saw the front ends ({checked} files)"
+    );
+}
+
+#[test]
+fn the_front_end_check_finds_coordinator_and_storage() {
+    let named = |code: &str| under_the_engine_named(&code_of(code));
+    assert!(named("use crate::coordinator::txn::TxnState;\n").contains("coordinator"));
+    assert!(named("use crate::{engine::Engine, storage};\n").contains("storage"));
+    assert!(named("fn f() { x(super::super::storage::MAX); }\n").contains("storage"));
+    assert!(named("use storage::ReadAs;\n").contains("storage"));
+    for fine in [
+        "mod find_coordinator;\nfn f() { find_coordinator::handle(); }\n",
+        "use kafka_protocol::messages::find_coordinator_response::Coordinator;\n",
+        "fn f() { g(\"after a storage failure\", r.coordinator_keys); }\n",
+        "// crate::storage in a comment\n",
+        "#[cfg(test)]\nmod tests {\n    use crate::storage::Log;\n}\n",
+    ] {
+        assert!(named(fine).is_empty(), "{fine:?}: {:?}", named(fine));
+    }
+}

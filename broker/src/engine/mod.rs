@@ -50,6 +50,10 @@ mod share;
 mod topics;
 mod txn;
 
+/// What the front ends read and write of committed offsets and
+/// transactions, from the coordinator they never name.
+pub use crate::coordinator::offsets::Committed;
+pub use crate::coordinator::txn::{TxnError, TxnListing, TxnMeta, TxnOffset, TxnState};
 pub use admin::TOMBSTONE_PREFIX;
 pub use consumer_groups::{
     Assignment, ConsumerBeat, ConsumerError, ConsumerGroupError, ConsumerGroupView,
@@ -452,6 +456,13 @@ impl Engine {
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
         self.config.data_dir.clone()
+    }
+
+    /// The data directory as a log directory is named to clients: its
+    /// canonical path where it has one.
+    pub fn log_dir(&self) -> PathBuf {
+        let dir = self.data_dir();
+        std::fs::canonicalize(&dir).unwrap_or(dir)
     }
 
     /// The per-principal limits (connections, produce rate, failed logins)

@@ -12,7 +12,7 @@ use flume_rt as rt;
 
 use super::Engine;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
-use crate::domain::{PartitionOffsets, PartitionStatus, TopicDescription, TopicId};
+use crate::domain::{PartitionOffsets, PartitionStatus, ProducerState, TopicDescription, TopicId};
 use crate::error::BrokerError;
 use crate::partition::producers::ProducerLimits;
 use crate::partition::Partition;
@@ -286,6 +286,27 @@ impl Engine {
             .values()
             .find(|t| t.id == id)
             .cloned()
+    }
+
+    /// A partition's log start and end offsets now; with `stable` the end
+    /// is the last stable offset (what a `read_committed` reader may see).
+    /// `None` for an unknown topic or partition.
+    pub fn log_bounds(&self, topic: &str, partition: i32, stable: bool) -> Option<(u64, u64)> {
+        let t = self.topic(topic)?;
+        let p = t.partition(partition)?;
+        let end = if stable {
+            p.stable_offset()
+        } else {
+            p.end_offset()
+        };
+        Some((p.start_offset(), end))
+    }
+
+    /// The producers a partition tracks (their ids, epochs, last sequences
+    /// and open transactions); `None` for an unknown topic or partition.
+    pub fn producers(&self, topic: &str, partition: i32) -> Option<Vec<ProducerState>> {
+        self.topic(topic)
+            .and_then(|t| t.partition(partition).map(|p| p.producers()))
     }
 
     /// Every topic, sorted by name.

@@ -36,7 +36,7 @@ use tracing::Instrument;
 
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::security::acl::{AclPrincipal, Operation, Protocol, Resource};
+use crate::security::acl::{AclPrincipal, Protocol};
 use crate::security::authz::Subject;
 use crate::security::tls::ServerTls;
 use crate::security::Principal;
@@ -292,9 +292,7 @@ async fn route(state: &Arc<State>, principal: &Principal, req: Request<Incoming>
     }
     let span = tracing::debug_span!("http", path = req.uri().path());
     let who = Subject::new(state.engine.acl(), principal, Protocol::Http);
-    if needs_describe_cluster(req.uri().path())
-        && !who.may(Operation::Describe, Resource::cluster())
-    {
+    if needs_describe_cluster(req.uri().path()) && !who.describe_cluster() {
         return text(
             StatusCode::FORBIDDEN,
             format!(

@@ -292,9 +292,9 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
     let now = engine.config().clock.wall_ms();
     let mut open = engine.list_transactions(
         &[
-            crate::coordinator::txn::TxnState::Ongoing,
-            crate::coordinator::txn::TxnState::PrepareCommit,
-            crate::coordinator::txn::TxnState::PrepareAbort,
+            crate::engine::TxnState::Ongoing,
+            crate::engine::TxnState::PrepareCommit,
+            crate::engine::TxnState::PrepareAbort,
         ],
         &[],
         -1,

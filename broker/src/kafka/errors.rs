@@ -1,5 +1,14 @@
-//! Kafka's error codes used by the listener (numbers from Kafka's `Errors.java`).
+//! Kafka's error codes used by the listener (numbers from Kafka's
+//! `Errors.java`), and the code for each engine error: Flume's
+//! [`ErrorCode`]s ([`kafka_code`]), group failures ([`group_code`]),
+//! transaction failures ([`txn_code`]), share-group failures
+//! ([`share_code`]).
 #![allow(missing_docs)]
+
+use flume_protocol::ErrorCode;
+
+use crate::domain::GroupError;
+use crate::engine::{TxnError, TxnFailure};
 
 pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const NONE: i16 = 0;
@@ -93,6 +102,103 @@ pub fn share_code(e: &crate::engine::ShareError) -> i16 {
             SessionError::Full(_) => SHARE_SESSION_LIMIT_REACHED,
             SessionError::Invalid(_) => INVALID_REQUEST,
         },
-        ShareError::Broker(b) => super::backend::kafka_code(b.code()),
+        ShareError::Broker(b) => kafka_code(b.code()),
     }
+}
+
+/// Kafka's code for a Flume engine error.
+pub fn kafka_code(code: ErrorCode) -> i16 {
+    match code {
+        ErrorCode::None => NONE,
+        ErrorCode::UnknownTopic | ErrorCode::UnknownPartition => UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
+        ErrorCode::RecordTooLarge => MESSAGE_TOO_LARGE,
+        ErrorCode::CorruptRecord => CORRUPT_MESSAGE,
+        ErrorCode::TopicAlreadyExists => TOPIC_ALREADY_EXISTS,
+        ErrorCode::InvalidName => INVALID_TOPIC_EXCEPTION,
+        ErrorCode::InvalidRequest => INVALID_REQUEST,
+        ErrorCode::StorageError => KAFKA_STORAGE_ERROR,
+        ErrorCode::QueueFull | ErrorCode::LimitReached => THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode::ShuttingDown => LEADER_NOT_AVAILABLE,
+        ErrorCode::UnknownMember => UNKNOWN_MEMBER_ID,
+        ErrorCode::IllegalGeneration => ILLEGAL_GENERATION,
+        ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        ErrorCode::UnsupportedApi => UNSUPPORTED_VERSION,
+        ErrorCode::OffsetMetadataTooLarge => OFFSET_METADATA_TOO_LARGE,
+        ErrorCode::InvalidConfig => INVALID_CONFIG,
+        ErrorCode::InvalidRecord => INVALID_RECORD,
+        _ => UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// Kafka's code for a group operation's error.
+pub fn group_code(e: &GroupError) -> i16 {
+    match e {
+        GroupError::InconsistentProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::MemberIdRequired(_) => MEMBER_ID_REQUIRED,
+        GroupError::FencedInstanceId => FENCED_INSTANCE_ID,
+        GroupError::InvalidSessionTimeout { .. } => INVALID_SESSION_TIMEOUT,
+        GroupError::StaleMemberEpoch { .. } => STALE_MEMBER_EPOCH,
+        GroupError::FencedMemberEpoch { .. } => FENCED_MEMBER_EPOCH,
+        GroupError::Code(c) => match c {
+            ErrorCode::InvalidName => INVALID_GROUP_ID,
+            ErrorCode::LimitReached => GROUP_MAX_SIZE_REACHED,
+            ErrorCode::ShuttingDown => COORDINATOR_NOT_AVAILABLE,
+            other => kafka_code(*other),
+        },
+    }
+}
+
+/// Kafka's code for a group operation that answers only whether it was
+/// done (Heartbeat, LeaveGroup): NONE, else as [`group_code`].
+pub fn group_result_code(r: Result<(), GroupError>) -> i16 {
+    match r {
+        Ok(()) => NONE,
+        Err(e) => group_code(&e),
+    }
+}
+
+/// Kafka's code for a transaction failure. `before_kip_588`: the request's
+/// version predates PRODUCER_FENCED (InitProducerId v0-3, AddPartitionsToTxn,
+/// AddOffsetsToTxn and EndTxn v0-1, TxnOffsetCommit v0-2), which then gets
+/// INVALID_PRODUCER_EPOCH, as Kafka answers.
+pub fn txn_code(e: &TxnFailure, before_kip_588: bool) -> i16 {
+    match e {
+        TxnFailure::Refused(r) => match r {
+            TxnError::InvalidTransactionalId { .. } => INVALID_REQUEST,
+            TxnError::InvalidTransactionTimeout { .. } => INVALID_TRANSACTION_TIMEOUT,
+            TxnError::InvalidProducerIdMapping(_) => INVALID_PRODUCER_ID_MAPPING,
+            TxnError::ProducerFenced { .. } if before_kip_588 => INVALID_PRODUCER_EPOCH,
+            TxnError::ProducerFenced { .. } => PRODUCER_FENCED,
+            TxnError::ConcurrentTransactions(_) => CONCURRENT_TRANSACTIONS,
+            TxnError::InvalidTxnState { .. } | TxnError::GroupNotInTransaction(_) => {
+                INVALID_TXN_STATE
+            }
+            TxnError::TooManyTransactionalIds { .. }
+            | TxnError::TooManyOpenTransactions { .. }
+            | TxnError::TooManyPartitions { .. } => kafka_code(ErrorCode::LimitReached),
+            TxnError::ProducerIds(_) => KAFKA_STORAGE_ERROR,
+        },
+        TxnFailure::Markers(c) => kafka_code(*c),
+        TxnFailure::Offsets(ErrorCode::InvalidName) => INVALID_GROUP_ID,
+        TxnFailure::Offsets(c) => kafka_code(*c),
+        TxnFailure::Group(g) => group_code(g),
+        TxnFailure::Log(_) | TxnFailure::ShuttingDown => COORDINATOR_NOT_AVAILABLE,
+    }
+}
+
+/// An engine error's message for a Kafka client: the detail alone when
+/// there is one (the Flume code's name would only confuse a Kafka client).
+pub fn detail(e: &crate::error::BrokerError) -> String {
+    match e {
+        crate::error::BrokerError::Code {
+            detail: Some(d), ..
+        } => d.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// An engine error as a Kafka code and its message (the error's display).
+pub fn coded(e: &crate::error::BrokerError) -> (i16, String) {
+    (kafka_code(e.code()), e.to_string())
 }

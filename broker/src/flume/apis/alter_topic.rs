@@ -7,12 +7,11 @@ use futures::FutureExt;
 
 use super::super::{map, InFlight};
 use super::{error_frame, respond, Cx};
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     let id = cx.id;
     match cx.decode::<AlterTopicRequest>(payload) {
-        Ok(req) if !cx.who.may(Operation::Alter, Resource::topic(&req.name)) => cx.denied(),
+        Ok(req) if !cx.who.alter_topic(&req.name) => cx.denied(),
         Ok(req) => match map::topic_changes(&req) {
             Ok(changes) => {
                 let engine = Arc::clone(cx.engine);

@@ -7,7 +7,6 @@ use flume_protocol::{ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse
 
 use super::super::{map, InFlight};
 use super::Cx;
-use crate::security::acl::{Operation, Resource};
 
 /// Most group ids one request may name.
 const MAX_GROUPS: usize = 10_000;
@@ -27,9 +26,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             names.dedup();
             let groups = names
                 .iter()
-                .filter(|g| {
-                    !cx.who.enforced() || cx.who.sees(Operation::Describe, Resource::group(g))
-                })
+                .filter(|g| !cx.who.enforced() || cx.who.lists_group(g))
                 .filter_map(|g| cx.engine.describe_consumer_group(g))
                 .map(map::consumer_group_info)
                 .collect();

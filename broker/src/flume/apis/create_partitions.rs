@@ -8,12 +8,11 @@ use futures::FutureExt;
 
 use super::super::InFlight;
 use super::{error_frame, respond, Cx};
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     let id = cx.id;
     match cx.decode::<CreatePartitionsRequest>(payload) {
-        Ok(req) if !cx.who.may(Operation::Alter, Resource::topic(&req.topic)) => cx.denied(),
+        Ok(req) if !cx.who.create_partitions(&req.topic) => cx.denied(),
         Ok(req) => match u32::try_from(req.partitions) {
             Ok(total) => {
                 let engine = Arc::clone(cx.engine);

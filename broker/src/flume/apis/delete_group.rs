@@ -7,12 +7,11 @@ use futures::FutureExt;
 
 use super::super::InFlight;
 use super::{respond, Cx};
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     let id = cx.id;
     match cx.decode::<DeleteGroupRequest>(payload) {
-        Ok(req) if !cx.who.may(Operation::Delete, Resource::group(&req.group)) => cx.denied(),
+        Ok(req) if !cx.who.delete_group(&req.group) => cx.denied(),
         Ok(req) => {
             let engine = Arc::clone(cx.engine);
             async move {

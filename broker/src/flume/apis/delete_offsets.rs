@@ -11,7 +11,6 @@ use futures::FutureExt;
 use super::super::{InFlight, MAX_FETCH_PARTITIONS};
 use super::{error_frame, respond, Cx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     let id = cx.id;
@@ -19,10 +18,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Ok(req) if req.partitions.len() > MAX_FETCH_PARTITIONS => {
             error_frame(id, ErrorCode::InvalidRequest)
         }
-        Ok(req)
-            if !cx.who.may(Operation::Delete, Resource::group(&req.group))
-                || !cx.who.may(Operation::Read, Resource::topic(&req.topic)) =>
-        {
+        Ok(req) if !cx.who.delete_group_offsets(&req.group) || !cx.who.read_topic(&req.topic) => {
             cx.denied()
         }
         Ok(req) => {

@@ -9,12 +9,11 @@ use futures::FutureExt;
 use super::super::InFlight;
 use super::{respond, Cx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     let id = cx.id;
     match cx.decode::<DeleteRecordsRequest>(payload) {
-        Ok(req) if !cx.who.may(Operation::Delete, Resource::topic(&req.topic)) => cx.denied(),
+        Ok(req) if !cx.who.delete_records(&req.topic) => cx.denied(),
         Ok(req) => {
             let engine = Arc::clone(cx.engine);
             async move {

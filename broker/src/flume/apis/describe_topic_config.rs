@@ -4,11 +4,10 @@ use flume_protocol::{DescribeTopicConfigRequest, ErrorCode};
 
 use super::super::{map, InFlight};
 use super::Cx;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<DescribeTopicConfigRequest>(payload) {
-        Ok(req) if !cx.who.may(Operation::Describe, Resource::topic(&req.name)) => cx.denied(),
+        Ok(req) if !cx.who.describe_topic_configs(&req.name) => cx.denied(),
         Ok(req) => cx.ready(
             cx.engine
                 .topic_config(&req.name)

@@ -8,7 +8,6 @@ use flume_protocol::ListGroupsRequest;
 
 use super::super::{map, InFlight};
 use super::Cx;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<ListGroupsRequest>(payload) {
@@ -18,11 +17,11 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             // A consumer-protocol group with members is listed once, as such.
             groups.retain(|g| consumer.binary_search(&g.group).is_err());
             if cx.who.enforced() {
-                groups.retain(|g| cx.who.sees(Operation::Describe, Resource::group(&g.group)));
+                groups.retain(|g| cx.who.lists_group(&g.group));
             }
             let mut listed = map::group_listings(groups, &req.states_filter);
             for name in consumer {
-                if cx.who.enforced() && !cx.who.sees(Operation::Describe, Resource::group(&name)) {
+                if cx.who.enforced() && !cx.who.lists_group(&name) {
                     continue;
                 }
                 let Some(view) = cx.engine.describe_consumer_group(&name) else {
@@ -38,7 +37,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                 }
             }
             for name in cx.engine.list_share_groups() {
-                if cx.who.enforced() && !cx.who.sees(Operation::Describe, Resource::group(&name)) {
+                if cx.who.enforced() && !cx.who.lists_group(&name) {
                     continue;
                 }
                 let members = cx

@@ -10,12 +10,11 @@ use flume_protocol::{
 
 use super::super::InFlight;
 use super::Cx;
-use crate::coordinator::txn::TxnState;
-use crate::security::acl::{Operation, Resource};
+use crate::engine::TxnState;
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<ListTransactionsRequest>(payload) {
-        Ok(_) if !cx.who.may(Operation::Describe, Resource::cluster()) => cx.denied(),
+        Ok(_) if !cx.who.describe_transactions() => cx.denied(),
         Ok(req) => {
             let states: Option<Vec<TxnState>> = req
                 .states_filter

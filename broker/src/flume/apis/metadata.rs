@@ -5,14 +5,13 @@ use flume_protocol::MetadataRequest;
 
 use super::super::{map, InFlight};
 use super::Cx;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<MetadataRequest>(payload) {
         Ok(req) => {
             let mut described = cx.engine.describe(&req.topics);
             if cx.who.enforced() {
-                described.retain(|t| cx.who.sees(Operation::Describe, Resource::topic(&t.name)));
+                described.retain(|t| cx.who.lists_topic(&t.name));
             }
             cx.ready(Ok(map::metadata_response(described)))
         }

@@ -9,7 +9,6 @@ use futures::FutureExt;
 
 use super::super::{map, InFlight};
 use super::{respond, Cx};
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<OffsetFetchRequest>(payload) {
@@ -28,7 +27,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             let allowed: Option<BTreeSet<String>> = cx.who.enforced().then(|| {
                 map::position_query(&req)
                     .map(|(topic, _)| topic)
-                    .filter(|t| cx.who.sees(Operation::Describe, Resource::topic(t)))
+                    .filter(|t| cx.who.lists_topic(t))
                     .map(str::to_owned)
                     .collect()
             });

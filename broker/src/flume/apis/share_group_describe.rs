@@ -5,11 +5,10 @@ use flume_protocol::{ErrorCode, ShareGroupDescribeRequest};
 
 use super::super::{map, InFlight};
 use super::Cx;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<ShareGroupDescribeRequest>(payload) {
-        Ok(req) if !cx.who.may(Operation::Describe, Resource::group(&req.group)) => cx.denied(),
+        Ok(req) if !cx.who.describe_group(&req.group) => cx.denied(),
         Ok(req) => {
             let described = cx
                 .engine

@@ -19,7 +19,6 @@ use crate::config::TopicConfig;
 use crate::domain::ConfigOp;
 use crate::engine::Engine;
 use crate::error::BrokerError;
-use crate::security::acl::{Operation, Resource};
 
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     let id = cx.id;
@@ -28,8 +27,8 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Err(f) => return f,
     };
     let allowed = match req.op {
-        TOPIC_CONFIGS_DESCRIBE => cx.who.may(Operation::Describe, Resource::topic(&req.name)),
-        TOPIC_CONFIGS_ALTER => cx.who.may(Operation::Alter, Resource::topic(&req.name)),
+        TOPIC_CONFIGS_DESCRIBE => cx.who.describe_topic_configs(&req.name),
+        TOPIC_CONFIGS_ALTER => cx.who.alter_topic_configs(&req.name),
         TOPIC_CONFIGS_CREATE => cx.who.create_topic(&req.name),
         _ => {
             return cx.ready(Ok(failed(

@@ -192,7 +192,7 @@ pub(super) fn describe(ctx: &Ctx, req: DescribeAclsRequest, _version: i16) -> De
     // Grouped by resource (the list is sorted by principal first).
     let mut by_resource: std::collections::BTreeMap<(i8, String, i8), Vec<AclDescription>> =
         std::collections::BTreeMap::new();
-    for a in ctx.backend.acl().list(None) {
+    for a in ctx.engine.acl().list(None) {
         if !filter.matches(&a) {
             continue;
         }
@@ -243,7 +243,7 @@ pub(super) async fn create(ctx: &Ctx, req: CreateAclsRequest, _version: i16) -> 
             ) {
                 Err(why) => Err((errors::INVALID_REQUEST, why)),
                 Ok(acl) => {
-                    let authorizer = std::sync::Arc::clone(ctx.backend.acl_arc());
+                    let authorizer = std::sync::Arc::clone(ctx.engine.acl());
                     flume_rt::unblock(move || authorizer.add(acl))
                         .await
                         .map(|_| ())
@@ -280,11 +280,11 @@ pub(super) async fn delete(ctx: &Ctx, req: DeleteAclsRequest, _version: i16) -> 
             operation: f.operation,
             permission: f.permission_type,
         };
-        for a in ctx.backend.acl().list(None) {
+        for a in ctx.engine.acl().list(None) {
             if !filter.matches(&a) {
                 continue;
             }
-            let authorizer = std::sync::Arc::clone(ctx.backend.acl_arc());
+            let authorizer = std::sync::Arc::clone(ctx.engine.acl());
             let gone = a.clone();
             let mut m = DeleteAclsMatchingAcl::default();
             if let Err(e) = flume_rt::unblock(move || authorizer.remove(&gone)).await {

@@ -3,7 +3,7 @@
 
 use kafka_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
 
 pub(super) async fn handle(
@@ -19,7 +19,7 @@ pub(super) async fn handle(
     }
     let id = req.transactional_id.0.as_str();
     resp.error_code = match ctx
-        .backend
+        .engine
         .add_offsets_to_txn(id, req.producer_id.0, req.producer_epoch, group)
         .await
     {

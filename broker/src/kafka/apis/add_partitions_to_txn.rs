@@ -10,10 +10,9 @@ use kafka_protocol::messages::add_partitions_to_txn_response::{
 };
 use kafka_protocol::messages::{AddPartitionsToTxnRequest, AddPartitionsToTxnResponse};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 /// OPERATION_NOT_ATTEMPTED: another partition of the request failed.
 const OPERATION_NOT_ATTEMPTED: i16 = 55;
@@ -30,14 +29,14 @@ pub(super) async fn handle(
         .iter()
         .map(|t| {
             let topic = t.name.0.as_str();
-            let denied = !ctx.may(Operation::Write, Resource::topic(topic));
+            let denied = !ctx.with_subject(|s| s.write_transaction(topic));
             let parts = t
                 .partitions
                 .iter()
                 .map(|&p| {
                     let code = if denied {
                         errors::TOPIC_AUTHORIZATION_FAILED
-                    } else if !ctx.backend.partition_exists(topic, p) {
+                    } else if !ctx.engine.partition_exists(&TopicPartition::new(topic, p)) {
                         errors::UNKNOWN_TOPIC_OR_PARTITION
                     } else {
                         errors::NONE
@@ -59,7 +58,7 @@ pub(super) async fn handle(
             .flat_map(|(t, ps)| ps.iter().map(|(p, _)| TopicPartition::new(t.clone(), *p)))
             .collect();
         Some(
-            ctx.backend
+            ctx.engine
                 .add_partitions_to_txn(
                     &id,
                     req.v3_and_below_producer_id.0,

@@ -33,7 +33,6 @@ use super::super::{errors, Ctx};
 use super::describe_configs::{BROKER, GROUP, TOPIC};
 use crate::config::named::TOPIC_CONFIGS;
 use crate::domain::ConfigOp;
-use crate::security::acl::{Operation, Resource};
 
 /// The outcome of one resource: `(error code, message)`.
 type Outcome = (i16, Option<String>);
@@ -105,7 +104,7 @@ async fn alter_group(
     ops: Result<Vec<ConfigOp>, Outcome>,
     validate_only: bool,
 ) -> Outcome {
-    if !ctx.may(Operation::Alter, Resource::group(group)) {
+    if !ctx.with_subject(|s| s.alter_group_configs(group)) {
         return (
             errors::GROUP_AUTHORIZATION_FAILED,
             Some(format!(
@@ -118,8 +117,7 @@ async fn alter_group(
         Err(e) => return e,
     };
     match ctx
-        .backend
-        .engine()
+        .engine
         .alter_share_group_configs(group, &ops, validate_only)
         .await
     {
@@ -182,11 +180,11 @@ async fn alter_one(
     validate_only: bool,
 ) -> Outcome {
     match resource_type {
-        TOPIC if !ctx.may(Operation::Alter, Resource::topic(name)) => (
+        TOPIC if !ctx.with_subject(|s| s.alter_topic_configs(name)) => (
             errors::TOPIC_AUTHORIZATION_FAILED,
             Some(format!("not authorized to alter the configs of topic {name:?}")),
         ),
-        BROKER if !ctx.may(Operation::Alter, Resource::cluster()) => (
+        BROKER if !ctx.with_subject(|s| s.alter_broker_configs()) => (
             errors::CLUSTER_AUTHORIZATION_FAILED,
             Some("not authorized to alter the broker's configs".to_owned()),
         ),
@@ -199,7 +197,13 @@ async fn alter_one(
                 Ok(ops) => ops,
                 Err(e) => return e,
             };
-            match ctx.backend.alter_topic_configs(name, &ops, validate_only).await {
+            match ctx
+                .engine
+                .alter_topic_configs(name, &ops, validate_only)
+                .await
+                .map(|_| ())
+                .map_err(|e| (errors::kafka_code(e.code()), errors::detail(&e)))
+            {
                 Ok(()) => (errors::NONE, None),
                 Err((code, message)) => {
                     tracing::debug!(topic = name, code, %message, "kafka alter configs refused");

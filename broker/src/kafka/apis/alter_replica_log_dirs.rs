@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
+use crate::domain::TopicPartition;
 
 pub(super) fn handle(ctx: &Ctx, req: AlterReplicaLogDirsRequest) -> AlterReplicaLogDirsResponse {
     let mut resp = AlterReplicaLogDirsResponse::default();
@@ -39,7 +40,7 @@ pub(super) fn handle(ctx: &Ctx, req: AlterReplicaLogDirsRequest) -> AlterReplica
     // (topic, partition) -> whether the path asked for is the log
     // directory; the last one named wins.
     let mut wanted: BTreeMap<(String, i32), bool> = BTreeMap::new();
-    let log_dir = ctx.backend.log_dir();
+    let log_dir = ctx.engine.log_dir().display().to_string();
     for dir in req.dirs {
         let here = dir.path.as_str() == log_dir;
         for t in dir.topics {
@@ -52,7 +53,10 @@ pub(super) fn handle(ctx: &Ctx, req: AlterReplicaLogDirsRequest) -> AlterReplica
     for ((topic, p), here) in wanted {
         let code = if !here {
             errors::LOG_DIR_NOT_FOUND
-        } else if ctx.backend.partition_exists(&topic, p) {
+        } else if ctx
+            .engine
+            .partition_exists(&TopicPartition::new(topic.as_str(), p))
+        {
             errors::NONE
         } else {
             errors::UNKNOWN_TOPIC_OR_PARTITION

@@ -23,7 +23,7 @@
 //! have: RESOURCE_NOT_FOUND. The store's file is written once per request,
 //! durable when answered; a login started later checks the new credential.
 //!
-//! ALTER on the cluster ([`crate::security::authz::Subject::manage_users`]:
+//! ALTER on the cluster ([`crate::security::authz::Subject::alter_users`]:
 //! admins, or with the authorizer on whom the ACLs allow), else every user
 //! gets CLUSTER_AUTHORIZATION_FAILED.
 
@@ -38,7 +38,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
 use super::describe_user_scram_credentials::{SCRAM_SHA_256, SCRAM_SHA_512};
-use crate::security::acl::Operation;
 use crate::security::users::{check_name, Verifiers, MAX_USERS};
 
 /// Most iterations a credential may have (Kafka's bound for both hashes;
@@ -223,7 +222,7 @@ pub(super) async fn handle(
 ) -> AlterUserScramCredentialsResponse {
     let mut users = plan(&req);
     let who = ctx.with_subject(|s| s.principal().to_string());
-    let refusal = if !ctx.with_subject(|s| s.manage_users(Operation::Alter)) {
+    let refusal = if !ctx.with_subject(|s| s.alter_users()) {
         Some((
             errors::CLUSTER_AUTHORIZATION_FAILED,
             "not authorized: altering SCRAM credentials needs ALTER on the cluster (admins may)"

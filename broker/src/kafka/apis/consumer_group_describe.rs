@@ -12,9 +12,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::security::acl::Resource;
 
 /// What an unset `authorized_operations` is (Kafka's INT32_MIN).
 const OPS_OMITTED: i32 = i32::MIN;
@@ -23,7 +23,7 @@ pub(super) fn handle(
     ctx: &Ctx,
     req: ConsumerGroupDescribeRequest,
 ) -> ConsumerGroupDescribeResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let assignment = |a: &crate::engine::Assignment| {
         Assignment::default().with_topic_partitions(
             a.iter()
@@ -46,7 +46,7 @@ pub(super) fn handle(
             let mut out = DescribedGroup::default()
                 .with_group_id(g.clone())
                 .with_authorized_operations(OPS_OMITTED);
-            if !ctx.may(Operation::Describe, Resource::group(name)) {
+            if !ctx.with_subject(|s| s.describe_group(name)) {
                 out.error_code = errors::GROUP_AUTHORIZATION_FAILED;
                 return out;
             }

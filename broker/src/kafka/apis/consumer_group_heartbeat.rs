@@ -13,7 +13,7 @@ use kafka_protocol::messages::consumer_group_heartbeat_response::{Assignment, To
 use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::domain::TopicId;
 use crate::engine::{ConsumerError, ConsumerGroupError, ConsumerHeartbeat};
@@ -29,7 +29,7 @@ pub(super) fn handle(
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         return resp;
     }
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     // Owned partitions by topic name; ids of no topic are left out (nothing
     // of theirs can be assigned).
     let owned = req.topic_partitions.as_ref().map(|tps| {

@@ -14,8 +14,9 @@ use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicR
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use flume_protocol::ErrorCode;
+
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -38,7 +39,7 @@ pub(super) async fn handle(
                 errors::INVALID_REQUEST,
                 format!("topic {name:?} is named more than once"),
             ))
-        } else if !ctx.may(Operation::Alter, Resource::topic(name)) {
+        } else if !ctx.with_subject(|s| s.create_partitions(name)) {
             Err((
                 errors::TOPIC_AUTHORIZATION_FAILED,
                 format!("not authorized to alter topic {name:?}"),
@@ -63,23 +64,24 @@ async fn grow(
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
     let name = t.name.0.as_str();
-    let Some(info) = ctx.backend.topic(name) else {
+    let Some(topic) = ctx.engine.topic(name) else {
         return Err((
             errors::UNKNOWN_TOPIC_OR_PARTITION,
             format!("topic {name:?} does not exist"),
         ));
     };
-    if t.count <= info.partitions {
+    let partitions = i32::try_from(topic.config.partitions).unwrap_or(i32::MAX);
+    if t.count <= partitions {
         return Err((
             errors::INVALID_PARTITIONS,
             format!(
                 "topic {name:?} has {} partitions; the count can only grow, and {} is not more",
-                info.partitions, t.count
+                partitions, t.count
             ),
         ));
     }
     if let Some(assignments) = &t.assignments {
-        let adding = i64::from(t.count) - i64::from(info.partitions);
+        let adding = i64::from(t.count) - i64::from(partitions);
         if i64::try_from(assignments.len()).unwrap_or(i64::MAX) != adding {
             return Err((
                 errors::INVALID_REPLICA_ASSIGNMENT,
@@ -102,7 +104,21 @@ async fn grow(
             }
         }
     }
-    ctx.backend
-        .create_partitions(name, t.count, validate_only)
+    let Ok(total) = u32::try_from(t.count) else {
+        return Err((
+            errors::INVALID_PARTITIONS,
+            format!("{} partitions: a count is at least 1", t.count),
+        ));
+    };
+    match ctx
+        .engine
+        .create_partitions(name, total, validate_only)
         .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == ErrorCode::InvalidRequest => {
+            Err((errors::INVALID_PARTITIONS, e.to_string()))
+        }
+        Err(e) => Err(errors::coded(&e)),
+    }
 }

@@ -15,7 +15,11 @@ use kafka_protocol::messages::create_topics_response::{
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use uuid::Uuid;
+
+use super::super::map::TopicInfo;
 use super::super::{errors, Ctx};
+use crate::config::TopicConfig;
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -58,9 +62,7 @@ pub(super) async fn handle(
                     )
                 })
                 .collect();
-            ctx.backend
-                .create_topic(&name, partitions, &configs, req.validate_only)
-                .await
+            create(ctx, &name, partitions, &configs, req.validate_only).await
         };
         match outcome {
             Ok(info) => {
@@ -101,6 +103,69 @@ pub(super) async fn handle(
         resp.topics.push(r);
     }
     resp
+}
+
+/// Creates a topic; `partitions` -1 takes the broker default; `configs`
+/// by Kafka's names (a null value is refused). With `validate_only` only
+/// checks, and the answer has no id (all zero: Kafka's controller makes
+/// one up).
+///
+/// # Errors
+/// A Kafka error code and a message.
+async fn create(
+    ctx: &Ctx,
+    name: &str,
+    partitions: i32,
+    configs: &[(String, Option<String>)],
+    validate_only: bool,
+) -> Result<TopicInfo, (i16, String)> {
+    let defaults = ctx.engine.default_topic();
+    let mut tc: TopicConfig = defaults.for_new_topic();
+    if partitions != -1 {
+        match u32::try_from(partitions) {
+            Ok(p) if p >= 1 => tc.partitions = p,
+            _ => {
+                return Err((
+                    errors::INVALID_PARTITIONS,
+                    format!("{partitions} partitions: at least 1"),
+                ))
+            }
+        }
+    }
+    for (k, v) in configs {
+        let Some(v) = v else {
+            return Err((
+                errors::INVALID_CONFIG,
+                format!("topic config {k} has a null value"),
+            ));
+        };
+        tc.set_named(k, v)
+            .map_err(|e| (errors::INVALID_CONFIG, e.to_string()))?;
+    }
+    if let Err(e) = tc.check() {
+        let code = if e.starts_with("partitions") {
+            errors::INVALID_PARTITIONS
+        } else {
+            errors::INVALID_CONFIG
+        };
+        return Err((code, e));
+    }
+    if validate_only {
+        if !crate::config::valid_name(name) {
+            return Err((
+                errors::INVALID_TOPIC_EXCEPTION,
+                format!("topic name {name:?}"),
+            ));
+        }
+        if ctx.engine.topic(name).is_some() {
+            return Err((errors::TOPIC_ALREADY_EXISTS, name.to_owned()));
+        }
+        return Ok(TopicInfo::from_config(name, Uuid::nil(), &tc, &defaults));
+    }
+    match ctx.engine.create_topic_async(name, tc).await {
+        Ok(t) => Ok(TopicInfo::of(&t, &ctx.engine.default_topic())),
+        Err(e) => Err(errors::coded(&e)),
+    }
 }
 
 /// A manual assignment's checks (none when there is none).

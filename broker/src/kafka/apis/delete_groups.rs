@@ -6,8 +6,9 @@
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
+use flume_protocol::ErrorCode;
+
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -17,8 +18,8 @@ pub(super) async fn handle(
     let mut resp = DeleteGroupsResponse::default();
     for group in req.groups_names {
         let name = group.0.as_str();
-        let engine = ctx.backend.engine();
-        let code = if !ctx.may(Operation::Delete, Resource::group(name)) {
+        let engine = &ctx.engine;
+        let code = if !ctx.with_subject(|s| s.delete_group(name)) {
             errors::GROUP_AUTHORIZATION_FAILED
         } else if engine.is_share_group(name) {
             match engine.delete_share_group(name).await {
@@ -26,7 +27,13 @@ pub(super) async fn handle(
                 Err(e) => errors::share_code(&e),
             }
         } else {
-            ctx.backend.delete_group(name).await
+            match engine.delete_group(name).await {
+                Ok(_) => errors::NONE,
+                Err(ErrorCode::GroupNotEmpty) => errors::NON_EMPTY_GROUP,
+                Err(ErrorCode::UnknownGroup) => errors::GROUP_ID_NOT_FOUND,
+                Err(ErrorCode::InvalidName) => errors::INVALID_GROUP_ID,
+                Err(c) => errors::kafka_code(c),
+            }
         };
         let mut r = DeletableGroupResult::default();
         r.error_code = code;

@@ -8,14 +8,14 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use super::super::{errors, map, Ctx};
+use crate::domain::TopicPartition;
 
 pub(super) async fn handle(ctx: &Ctx, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
         let name = t.name.0.as_str().to_owned();
-        let allowed = ctx.may(Operation::Delete, Resource::topic(&name));
+        let allowed = ctx.with_subject(|s| s.delete_records(&name));
         let mut out = DeleteRecordsTopicResult::default();
         for p in t.partitions {
             let mut r = DeleteRecordsPartitionResult::default();
@@ -25,17 +25,9 @@ pub(super) async fn handle(ctx: &Ctx, req: DeleteRecordsRequest) -> DeleteRecord
                 Err(errors::TOPIC_AUTHORIZATION_FAILED)
             } else {
                 match p.offset {
-                    -1 => {
-                        ctx.backend
-                            .delete_records(&name, p.partition_index, None)
-                            .await
-                    }
+                    -1 => delete_records(ctx, &name, p.partition_index, None).await,
                     o => match u64::try_from(o) {
-                        Ok(o) => {
-                            ctx.backend
-                                .delete_records(&name, p.partition_index, Some(o))
-                                .await
-                        }
+                        Ok(o) => delete_records(ctx, &name, p.partition_index, Some(o)).await,
                         Err(_) => Err(errors::OFFSET_OUT_OF_RANGE),
                     },
                 }
@@ -50,4 +42,19 @@ pub(super) async fn handle(ctx: &Ctx, req: DeleteRecordsRequest) -> DeleteRecord
         resp.topics.push(out);
     }
     resp
+}
+
+/// Moves a partition's log start to `before` (`None`: its end); the new
+/// log start.
+async fn delete_records(
+    ctx: &Ctx,
+    topic: &str,
+    partition: i32,
+    before: Option<u64>,
+) -> Result<i64, i16> {
+    ctx.engine
+        .delete_records(&TopicPartition::new(topic, partition), before)
+        .await
+        .map(map::offset)
+        .map_err(errors::kafka_code)
 }

@@ -11,7 +11,9 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicN
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::super::{errors, Ctx};
+use flume_protocol::ErrorCode;
+
+use super::super::{errors, map, Ctx};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -36,7 +38,11 @@ pub(super) async fn handle(
         let (answered_name, answered_id, outcome) = match (name, topic_id.is_nil()) {
             (Some(n), true) => {
                 let outcome = if ctx.with_subject(|s| s.delete_topic(n.0.as_str())) {
-                    ctx.backend.delete_topic(n.0.as_str()).await
+                    ctx.engine
+                        .delete_topic_returning_id(n.0.as_str())
+                        .await
+                        .map(map::kafka_id)
+                        .map_err(|e| errors::coded(&e))
                 } else {
                     Err((
                         errors::TOPIC_AUTHORIZATION_FAILED,
@@ -87,7 +93,7 @@ pub(super) async fn handle(
 /// Deletes the topic with this id: the name to answer (none when the
 /// principal may not describe it, nor for an unknown id) and the outcome.
 async fn by_id(ctx: &Ctx, id: Uuid) -> (Option<String>, Result<(), (i16, String)>) {
-    let Some(topic) = ctx.backend.topic_by_id(id) else {
+    let Some(topic) = ctx.engine.topic_by_id(map::topic_id(id)) else {
         return (
             None,
             Err((
@@ -96,7 +102,7 @@ async fn by_id(ctx: &Ctx, id: Uuid) -> (Option<String>, Result<(), (i16, String)
             )),
         );
     };
-    let name = topic.name;
+    let name = topic.name.clone();
     if !ctx.with_subject(|s| s.delete_topic(&name)) {
         let shown = ctx.with_subject(|s| s.lists_topic(&name)).then_some(name);
         return (
@@ -108,8 +114,15 @@ async fn by_id(ctx: &Ctx, id: Uuid) -> (Option<String>, Result<(), (i16, String)
         );
     }
     // By id again: a topic of that name created since has another id and stays.
-    match ctx.backend.delete_topic_by_id(id).await {
+    match ctx.engine.delete_topic_by_id(map::topic_id(id)).await {
         Ok(deleted) => (Some(deleted), Ok(())),
-        Err(e) => (Some(name), Err(e)),
+        Err(e) if e.code() == ErrorCode::UnknownTopic => (
+            Some(name),
+            Err((
+                errors::UNKNOWN_TOPIC_ID,
+                format!("no topic has the id {}", map::topic_id(id)),
+            )),
+        ),
+        Err(e) => (Some(name), Err(errors::coded(&e))),
     }
 }

@@ -7,7 +7,7 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::security::acl::Resource;
 
 /// Kafka's endpoint type of brokers (v1; 2 is controllers, which a broker
 /// answers MISMATCHED_ENDPOINT_TYPE, as Kafka's do).
@@ -29,7 +29,7 @@ pub(super) fn handle(
             return resp;
         }
     }
-    if !ctx.may(Operation::Describe, Resource::cluster()) {
+    if !ctx.with_subject(|s| s.describe_cluster()) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }

@@ -20,9 +20,9 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
+use super::super::map::TopicInfo;
 use super::super::{errors, Ctx};
 use crate::config::named::Described;
-use crate::security::acl::{Operation, Resource};
 
 /// Resource type TOPIC.
 pub(super) const TOPIC: i8 = 2;
@@ -46,10 +46,9 @@ pub(super) fn handle(
         r.resource_type = res.resource_type;
         if res.resource_type == GROUP {
             let group = res.resource_name.as_str();
-            if ctx.may(Operation::Describe, Resource::group(group)) {
+            if ctx.with_subject(|s| s.describe_group_configs(group)) {
                 r.configs = ctx
-                    .backend
-                    .engine()
+                    .engine
                     .share_group_configs(group)
                     .into_iter()
                     .filter(|(name, ..)| {
@@ -85,28 +84,35 @@ pub(super) fn handle(
         }
         let configs = match res.resource_type {
             TOPIC
-                if !ctx.may(
-                    Operation::Describe,
-                    Resource::topic(res.resource_name.as_str()),
-                ) =>
+                if !ctx.with_subject(|s| s.describe_topic_configs(res.resource_name.as_str())) =>
             {
                 Err((
                     errors::TOPIC_AUTHORIZATION_FAILED,
                     "not authorized to describe the topic".to_owned(),
                 ))
             }
-            BROKER if !ctx.may(Operation::Describe, Resource::cluster()) => Err((
+            BROKER if !ctx.with_subject(|s| s.describe_broker_configs()) => Err((
                 errors::CLUSTER_AUTHORIZATION_FAILED,
                 "not authorized to describe the cluster".to_owned(),
             )),
-            TOPIC => match ctx.backend.topic(res.resource_name.as_str()) {
-                Some(t) => Ok((t.configs, false)),
+            TOPIC => match ctx.engine.topic(res.resource_name.as_str()) {
+                Some(t) => Ok((
+                    TopicInfo::of(&t, &ctx.engine.default_topic()).configs,
+                    false,
+                )),
                 None => Err((
                     errors::UNKNOWN_TOPIC_OR_PARTITION,
                     format!("no topic {:?}", res.resource_name.as_str()),
                 )),
             },
-            BROKER => Ok((ctx.backend.broker_configs(&ctx.listeners), true)),
+            BROKER => Ok((
+                crate::config::broker_named::describe_broker_all(
+                    ctx.engine.config(),
+                    &ctx.engine.default_topic(),
+                    Some(&ctx.listeners),
+                ),
+                true,
+            )),
             _ => Err((
                 errors::INVALID_REQUEST,
                 "only topic, broker and group resources are described".to_owned(),

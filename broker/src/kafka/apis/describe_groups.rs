@@ -12,7 +12,7 @@ use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::security::acl::Resource;
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -35,14 +35,14 @@ pub(super) fn handle(
                     i32::MIN
                 };
             }
-            if !ctx.may(Operation::Describe, Resource::group(&name)) {
+            if !ctx.with_subject(|s| s.describe_group(&name)) {
                 g.error_code = errors::GROUP_AUTHORIZATION_FAILED;
                 return g;
             }
             // A consumer-protocol group (KIP-848) is not a classic group:
             // Kafka answers it as not found (ConsumerGroupDescribe describes it).
-            let consumer = ctx.backend.engine().is_consumer_group(&name);
-            let Some(d) = ctx.backend.describe_group(&name).filter(|_| !consumer) else {
+            let consumer = ctx.engine.is_consumer_group(&name);
+            let Some(d) = ctx.engine.describe_group(&name).filter(|_| !consumer) else {
                 if version >= 6 {
                     g.error_code = errors::GROUP_ID_NOT_FOUND;
                     g.error_message = Some(StrBytes::from_string(if consumer {

@@ -14,8 +14,7 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use super::super::{errors, map, Ctx};
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -23,16 +22,16 @@ pub(super) fn handle(
     _version: i16,
 ) -> DescribeLogDirsResponse {
     let mut resp = DescribeLogDirsResponse::default();
-    if !ctx.may(Operation::Describe, Resource::cluster()) {
+    if !ctx.with_subject(|s| s.describe_log_dirs()) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }
     let wanted: Vec<(String, Option<HashSet<i32>>)> = match req.topics {
         None => ctx
-            .backend
+            .engine
             .topics()
-            .into_iter()
-            .map(|t| (t.name, None))
+            .iter()
+            .map(|t| (t.name.clone(), None))
             .collect(),
         Some(topics) => topics
             .into_iter()
@@ -43,11 +42,11 @@ pub(super) fn handle(
             .collect(),
     };
     let mut dir = DescribeLogDirsResult::default();
-    dir.log_dir = StrBytes::from_string(ctx.backend.log_dir());
+    dir.log_dir = StrBytes::from_string(ctx.engine.log_dir().display().to_string());
     dir.total_bytes = -1;
     dir.usable_bytes = -1;
     for (name, only) in wanted {
-        let Some(sizes) = ctx.backend.partition_sizes(&name) else {
+        let Some(sizes) = ctx.engine.topic(&name).map(|t| map::partition_sizes(&t)) else {
             continue;
         };
         let mut t = DescribeLogDirsTopic::default();

@@ -9,13 +9,12 @@ use kafka_protocol::messages::describe_producers_response::{
 use kafka_protocol::messages::{DescribeProducersRequest, DescribeProducersResponse, ProducerId};
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(ctx: &Ctx, req: DescribeProducersRequest) -> DescribeProducersResponse {
     let mut resp = DescribeProducersResponse::default();
     for t in req.topics {
         let name = t.name.0.as_str().to_owned();
-        let allowed = ctx.may(Operation::Read, Resource::topic(&name));
+        let allowed = ctx.with_subject(|s| s.describe_producers(&name));
         let mut tr = TopicResponse::default();
         tr.name = t.name;
         for p in t.partition_indexes {
@@ -26,7 +25,11 @@ pub(super) fn handle(ctx: &Ctx, req: DescribeProducersRequest) -> DescribeProduc
                 tr.partitions.push(pr);
                 continue;
             }
-            match ctx.backend.producers(&name, p) {
+            match ctx
+                .engine
+                .producers(&name, p)
+                .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)
+            {
                 Err(code) => pr.error_code = code,
                 Ok(producers) => {
                     pr.active_producers = producers

@@ -23,6 +23,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::super::map::TopicBrief;
 use super::super::{errors, Ctx};
 use crate::security::acl::Resource;
 
@@ -42,10 +43,10 @@ pub(super) fn handle(
     let from = cursor.as_ref().map_or("", |(t, _)| t.as_str());
     // Sorted, each once, from the cursor's topic on.
     let names: BTreeSet<String> = if all {
-        ctx.backend
-            .topic_briefs()
-            .into_iter()
-            .map(|t| t.name)
+        ctx.engine
+            .topics()
+            .iter()
+            .map(|t| t.name.clone())
             .filter(|n| n.as_str() >= from)
             .collect()
     } else {
@@ -87,7 +88,7 @@ pub(super) fn handle(
             resp.next_cursor = Some(cursor_at(&name, 0));
             break;
         }
-        let Some(t) = ctx.backend.topic_brief(&name) else {
+        let Some(t) = ctx.engine.topic(&name).map(|t| TopicBrief::of(&t)) else {
             if !all {
                 let code = if kafka_legal(&name) {
                     errors::UNKNOWN_TOPIC_OR_PARTITION

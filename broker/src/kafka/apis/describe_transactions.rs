@@ -11,7 +11,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
 
 /// TRANSACTIONAL_ID_NOT_FOUND.
 const TRANSACTIONAL_ID_NOT_FOUND: i16 = 105;
@@ -21,7 +20,7 @@ pub(super) fn handle(
     req: DescribeTransactionsRequest,
     _version: i16,
 ) -> DescribeTransactionsResponse {
-    let allowed = ctx.may(Operation::Describe, Resource::cluster());
+    let allowed = ctx.with_subject(|s| s.describe_transactions());
     let mut resp = DescribeTransactionsResponse::default();
     resp.transaction_states = req
         .transactional_ids
@@ -32,7 +31,7 @@ pub(super) fn handle(
             s.producer_epoch = -1;
             s.transaction_start_time_ms = -1;
             let found = allowed
-                .then(|| ctx.backend.describe_transaction(id.0.as_str()))
+                .then(|| ctx.engine.describe_transaction(id.0.as_str()))
                 .flatten();
             s.transactional_id = id;
             let Some(m) = found else {

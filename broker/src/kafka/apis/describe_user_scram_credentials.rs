@@ -4,7 +4,7 @@
 //! when `users` is null or empty; else those named, each once (a user with
 //! none: RESOURCE_NOT_FOUND; named twice: DUPLICATE_RESOURCE; an empty name:
 //! RESOURCE_NOT_FOUND), as Kafka answers. DESCRIBE on the cluster
-//! ([`crate::security::authz::Subject::manage_users`]), else
+//! ([`crate::security::authz::Subject::describe_users`]), else
 //! CLUSTER_AUTHORIZATION_FAILED for the request.
 
 use std::collections::HashMap;
@@ -18,7 +18,6 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::security::acl::Operation;
 use crate::security::users::Verifiers;
 
 /// Kafka's ScramMechanism type of SCRAM-SHA-256.
@@ -54,7 +53,7 @@ pub(super) fn handle(
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let mut resp = DescribeUserScramCredentialsResponse::default();
-    if !ctx.with_subject(|s| s.manage_users(Operation::Describe)) {
+    if !ctx.with_subject(|s| s.describe_users()) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         resp.error_message = Some(StrBytes::from_static_str(
             "not authorized: describing SCRAM credentials needs DESCRIBE on the cluster (admins may)",

@@ -11,6 +11,7 @@ use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaE
 use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
+use super::super::map::TopicBrief;
 use super::super::{errors, Ctx};
 
 pub(super) fn handle(ctx: &Ctx, req: ElectLeadersRequest, version: i16) -> ElectLeadersResponse {
@@ -29,12 +30,12 @@ pub(super) fn handle(ctx: &Ctx, req: ElectLeadersRequest, version: i16) -> Elect
     let mut resp = ElectLeadersResponse::default();
     let Some(topics) = req.topic_partitions else {
         resp.replica_election_results = ctx
-            .backend
-            .topic_briefs()
-            .into_iter()
+            .engine
+            .topics()
+            .iter()
             .map(|t| {
                 let mut r = ReplicaElectionResult::default();
-                r.topic = TopicName(StrBytes::from_string(t.name));
+                r.topic = TopicName(StrBytes::from_string(t.name.clone()));
                 r
             })
             .collect();
@@ -42,9 +43,9 @@ pub(super) fn handle(ctx: &Ctx, req: ElectLeadersRequest, version: i16) -> Elect
     };
     for t in topics {
         let count = ctx
-            .backend
-            .topic_brief(t.topic.0.as_str())
-            .map(|b| b.partitions);
+            .engine
+            .topic(t.topic.0.as_str())
+            .map(|b| TopicBrief::of(&b).partitions);
         let mut r = ReplicaElectionResult::default();
         r.partition_result = t
             .partitions

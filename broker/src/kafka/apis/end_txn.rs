@@ -11,19 +11,18 @@
 
 use kafka_protocol::messages::{EndTxnRequest, EndTxnResponse};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, ResourceType};
 
 pub(super) async fn handle(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTxnResponse {
     let mut resp = EndTxnResponse::default();
-    if !ctx.with_subject(|s| s.may_any(Operation::Write, ResourceType::Topic)) {
+    if !ctx.with_subject(|s| s.end_transaction()) {
         resp.error_code = errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
         return resp;
     }
     let id = req.transactional_id.0.as_str();
     resp.error_code = match ctx
-        .backend
+        .engine
         .end_txn(id, req.producer_id.0, req.producer_epoch, req.committed)
         .await
     {

@@ -14,9 +14,9 @@ use kafka_protocol::messages::fetch_response::{
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use uuid::Uuid;
 
-use super::super::backend::{FetchAsk, FetchWant};
+use super::super::map::{self, FetchAsk, FetchGot, FetchWant};
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::engine::FetchMemory;
 
 /// One topic of the request as it will be answered.
 struct Shape {
@@ -36,7 +36,9 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
     let mut shape: Vec<Shape> = Vec::new();
     for t in &req.topics {
         let name = if version >= 13 {
-            ctx.backend.topic_brief_by_id(t.topic_id).map(|b| b.name)
+            ctx.engine
+                .topic_by_id(map::topic_id(t.topic_id))
+                .map(|t| t.name.clone())
         } else {
             Some(t.topic.0.as_str().to_owned())
         };
@@ -49,7 +51,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
         };
         let refused = match &name {
             None => Some(errors::UNKNOWN_TOPIC_ID),
-            Some(n) if !ctx.may(Operation::Read, Resource::topic(n)) => {
+            Some(n) if !ctx.with_subject(|s| s.read_topic(n)) => {
                 Some(errors::TOPIC_AUTHORIZATION_FAILED)
             }
             Some(_) => None,
@@ -77,21 +79,20 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
     } else {
         i32::MAX
     };
-    let got = ctx
-        .backend
-        .fetch(
-            FetchAsk {
-                max_wait_ms: req.max_wait_ms,
-                min_bytes: req.min_bytes,
-                max_bytes,
-                wants: &wants,
-                committed: version >= 4 && req.isolation_level == 1,
-            },
-            &ctx.memory,
-            &ctx.counting,
-        )
-        .await;
-    let mut got = got.into_iter();
+    let spec = map::fetch_spec(FetchAsk {
+        max_wait_ms: req.max_wait_ms,
+        min_bytes: req.min_bytes,
+        max_bytes,
+        wants: &wants,
+        committed: version >= 4 && req.isolation_level == 1,
+    });
+    let memory = FetchMemory {
+        response: &ctx.memory,
+        counting: &ctx.counting,
+    };
+    let fetched = ctx.engine.fetch(&spec, Some(memory)).await;
+    // One answer per wanted partition, in order.
+    let mut got = fetched.partitions.into_iter().map(FetchGot::from);
     let mut resp = FetchResponse::default();
     for s in shape {
         // By id: still the topic it was when the request came (a topic
@@ -101,8 +102,8 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
             && s.refused.is_none()
             && s.name
                 .as_deref()
-                .and_then(|n| ctx.backend.topic_brief(n))
-                .map(|b| b.id)
+                .and_then(|n| ctx.engine.topic(n))
+                .map(|t| map::kafka_id(t.id))
                 != Some(s.id);
         let refused = if stale {
             Some(errors::UNKNOWN_TOPIC_ID)

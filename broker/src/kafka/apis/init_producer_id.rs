@@ -17,9 +17,8 @@
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::super::backend::txn_code;
+use super::super::errors::txn_code;
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, ResourceType};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -34,7 +33,7 @@ pub(super) async fn handle(
     // As Kafka 3: WRITE on the cluster (Flume has no IDEMPOTENT_WRITE) or on
     // any topic; Flume's ACLs have no transactional-id resource, so the same
     // rule stands for a transactional producer.
-    if !ctx.with_subject(|s| s.may_any(Operation::Write, ResourceType::Topic)) {
+    if !ctx.with_subject(|s| s.idempotent_write()) {
         resp.error_code = match req.transactional_id {
             Some(_) => errors::TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
             None => errors::CLUSTER_AUTHORIZATION_FAILED,
@@ -45,8 +44,12 @@ pub(super) async fn handle(
         let expected = (version >= 3 && req.producer_id.0 >= 0)
             .then_some((req.producer_id.0, req.producer_epoch));
         match ctx
-            .backend
-            .init_transactional_producer(id.0.as_str(), req.transaction_timeout_ms, expected)
+            .engine
+            .init_transactional_producer(
+                id.0.as_str(),
+                i64::from(req.transaction_timeout_ms),
+                expected,
+            )
             .await
         {
             Ok((pid, epoch)) => {
@@ -61,7 +64,12 @@ pub(super) async fn handle(
         }
         return resp;
     }
-    match ctx.backend.init_producer_id().await {
+    match ctx
+        .engine
+        .init_producer_id()
+        .await
+        .map_err(errors::kafka_code)
+    {
         Ok(id) => {
             resp.error_code = errors::NONE;
             resp.producer_id = ProducerId(id);

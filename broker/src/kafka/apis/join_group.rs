@@ -19,7 +19,7 @@ use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::{ConsumerProtocolSubscription, JoinGroupRequest, JoinGroupResponse};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
-use super::super::backend::group_code;
+use super::super::errors::group_code;
 use super::super::{errors, Ctx};
 use crate::domain::{ClientJoinSpec, GroupError};
 
@@ -102,7 +102,7 @@ pub(super) async fn handle(
         rebalance_timeout: ms(rebalance),
     };
     let mut resp = JoinGroupResponse::default();
-    match ctx.backend.join_group(spec).await {
+    match ctx.engine.join_client_group(spec).await {
         Ok(j) => {
             resp.error_code = errors::NONE;
             resp.generation_id = j.generation;

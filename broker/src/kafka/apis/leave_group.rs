@@ -18,7 +18,10 @@ pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGr
         return resp;
     }
     if version < 3 {
-        resp.error_code = ctx.backend.leave_group(group, req.member_id.as_str(), None);
+        resp.error_code = errors::group_result_code(
+            ctx.engine
+                .leave_group_as(group, (req.member_id.as_str(), None)),
+        );
         return resp;
     }
     resp.members = req
@@ -30,8 +33,10 @@ pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGr
             r.error_code = if m.member_id.is_empty() && instance.is_none() {
                 errors::UNKNOWN_MEMBER_ID
             } else {
-                ctx.backend
-                    .leave_group(group, m.member_id.as_str(), instance)
+                errors::group_result_code(
+                    ctx.engine
+                        .leave_group_as(group, (m.member_id.as_str(), instance)),
+                )
             };
             r.member_id = m.member_id;
             r.group_instance_id = m.group_instance_id;

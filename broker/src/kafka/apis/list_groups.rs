@@ -12,7 +12,6 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::Ctx;
-use crate::security::acl::{Operation, Resource};
 
 pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGroupsResponse {
     let states: Vec<String> = if version >= 4 {
@@ -34,9 +33,9 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
     let mut resp = ListGroupsResponse::default();
     let wants = |t: &str| types.is_empty() || types.iter().any(|x| x == t);
     if version >= 4 && wants("share") {
-        let engine = ctx.backend.engine();
+        let engine = &ctx.engine;
         for name in engine.list_share_groups() {
-            if !ctx.sees(Operation::Describe, Resource::group(&name)) {
+            if !ctx.with_subject(|s| s.lists_group(&name)) {
                 continue;
             }
             let state = match engine.describe_share_group(&name) {
@@ -57,11 +56,11 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         }
     }
     // Consumer-protocol groups (KIP-848) with members: type "consumer".
-    let consumer = ctx.backend.engine().list_consumer_groups();
+    let consumer = ctx.engine.list_consumer_groups();
     if wants("consumer") {
-        let engine = ctx.backend.engine();
+        let engine = &ctx.engine;
         for name in &consumer {
-            if !ctx.sees(Operation::Describe, Resource::group(name)) {
+            if !ctx.with_subject(|s| s.lists_group(name)) {
                 continue;
             }
             let state = engine
@@ -86,11 +85,11 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         return resp;
     }
     let classic: Vec<ListedGroup> = ctx
-        .backend
+        .engine
         .list_groups()
         .into_iter()
         // Only the groups the principal may describe (Kafka's filter).
-        .filter(|g| ctx.sees(Operation::Describe, Resource::group(&g.group)))
+        .filter(|g| ctx.with_subject(|s| s.lists_group(&g.group)))
         .filter(|g| consumer.binary_search(&g.group).is_err())
         .filter(|g| states.is_empty() || states.contains(&g.phase.as_str().to_ascii_lowercase()))
         .map(|g| {

@@ -15,8 +15,8 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use super::super::{errors, map, Ctx};
+use crate::domain::{OffsetSpec, TopicPartition};
 
 /// Kafka's "the record with the largest timestamp" (KIP-734).
 const MAX_TIMESTAMP: i64 = -3;
@@ -36,7 +36,7 @@ pub(super) async fn handle(
     for t in req.topics {
         let mut tr = ListOffsetsTopicResponse::default();
         let name = t.name.0.as_str().to_owned();
-        let allowed = ctx.may(Operation::Describe, Resource::topic(&name));
+        let allowed = ctx.with_subject(|s| s.list_offsets(&name));
         for p in t.partitions {
             let mut pr = ListOffsetsPartitionResponse::default();
             pr.partition_index = p.partition_index;
@@ -47,11 +47,8 @@ pub(super) async fn handle(
                 tr.partitions.push(pr);
                 continue;
             }
-            let offsets = if committed {
-                ctx.backend.stable_offsets(&name, p.partition_index)
-            } else {
-                ctx.backend.offsets(&name, p.partition_index)
-            };
+            let offsets =
+                map::log_bounds(ctx.engine.log_bounds(&name, p.partition_index, committed));
             match offsets {
                 Err(code) => pr.error_code = code,
                 Ok((start, end)) => match p.timestamp {
@@ -60,11 +57,7 @@ pub(super) async fn handle(
                     LATEST_TIERED if version >= 9 => {}
                     -1 => pr.offset = end,
                     ts if ts >= 0 => {
-                        match ctx
-                            .backend
-                            .offset_for_time(&name, p.partition_index, ts)
-                            .await
-                        {
+                        match offset_for_time(ctx, &name, p.partition_index, ts).await {
                             Ok((offset, found)) => {
                                 pr.offset = offset;
                                 pr.timestamp = found;
@@ -73,7 +66,7 @@ pub(super) async fn handle(
                         }
                     }
                     MAX_TIMESTAMP if version >= 7 => {
-                        match ctx.backend.max_timestamp(&name, p.partition_index).await {
+                        match max_timestamp(ctx, &name, p.partition_index).await {
                             Ok((offset, found)) => {
                                 pr.offset = offset;
                                 pr.timestamp = found;
@@ -90,4 +83,47 @@ pub(super) async fn handle(
         resp.topics.push(tr);
     }
     resp
+}
+
+/// The offset and timestamp of the first record with a partition's
+/// largest timestamp; `(-1, -1)` when it holds none.
+///
+/// # Errors
+/// A Kafka error code.
+async fn max_timestamp(ctx: &Ctx, topic: &str, partition: i32) -> Result<(i64, i64), i16> {
+    let query = [(
+        TopicPartition::new(topic, partition),
+        OffsetSpec::MaxTimestamp,
+    )];
+    let found = ctx.engine.list_offsets(&query).await;
+    match found.first() {
+        Some(f) if f.error.is_ok() => Ok((f.offset, f.timestamp)),
+        Some(f) => Err(errors::kafka_code(f.error)),
+        None => Err(errors::UNKNOWN_SERVER_ERROR),
+    }
+}
+
+/// The first offset of a partition whose record timestamp is at least
+/// `timestamp` (ms) and that record's timestamp; `(-1, -1)` when no stored
+/// record is that recent, as Kafka answers.
+///
+/// # Errors
+/// A Kafka error code.
+async fn offset_for_time(
+    ctx: &Ctx,
+    topic: &str,
+    partition: i32,
+    timestamp: i64,
+) -> Result<(i64, i64), i16> {
+    let query = [(
+        TopicPartition::new(topic, partition),
+        OffsetSpec::Time(timestamp),
+    )];
+    let found = ctx.engine.list_offsets(&query).await;
+    match found.first() {
+        Some(f) if f.error.is_ok() && f.timestamp >= 0 => Ok((f.offset, f.timestamp)),
+        Some(f) if f.error.is_ok() => Ok((-1, -1)),
+        Some(f) => Err(errors::kafka_code(f.error)),
+        None => Err(errors::UNKNOWN_SERVER_ERROR),
+    }
 }

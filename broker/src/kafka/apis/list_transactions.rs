@@ -12,8 +12,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::{errors, Ctx};
-use crate::coordinator::txn::TxnState;
-use crate::security::acl::{Operation, Resource};
+use crate::engine::TxnState;
 
 pub(super) fn handle(
     ctx: &Ctx,
@@ -21,7 +20,7 @@ pub(super) fn handle(
     version: i16,
 ) -> ListTransactionsResponse {
     let mut resp = ListTransactionsResponse::default();
-    if !ctx.may(Operation::Describe, Resource::cluster()) {
+    if !ctx.with_subject(|s| s.describe_transactions()) {
         resp.error_code = errors::CLUSTER_AUTHORIZATION_FAILED;
         return resp;
     }
@@ -43,7 +42,7 @@ pub(super) fn handle(
         -1
     };
     resp.transaction_states = ctx
-        .backend
+        .engine
         .list_transactions(&states, &producers, min_age)
         .into_iter()
         .map(|t| {

@@ -11,9 +11,9 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::super::backend::TopicInfo;
+use super::super::map::{self, TopicInfo};
 use super::super::{errors, Ctx};
-use crate::security::acl::{Operation, Resource};
+use crate::security::acl::Resource;
 
 fn topic(
     ctx: &Ctx,
@@ -88,11 +88,12 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
     let allow_create = version < 4 || req.allow_auto_topic_creation;
     resp.topics = match names {
         None => ctx
-            .backend
+            .engine
             .topics()
-            .into_iter()
+            .iter()
+            .map(|t| TopicInfo::of(t, &ctx.engine.default_topic()))
             // Only what the principal may describe: the rest is not there for it.
-            .filter(|t| ctx.sees(Operation::Describe, Resource::topic(&t.name)))
+            .filter(|t| ctx.with_subject(|s| s.lists_topic(&t.name)))
             .map(|t| topic(ctx, Ok(t), version, with_operations))
             .collect(),
         Some(names) => {
@@ -105,7 +106,7 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                         continue;
                     }
                 };
-                if !ctx.may(Operation::Describe, Resource::topic(&name)) {
+                if !ctx.with_subject(|s| s.describe_topic(&name)) {
                     out.push(topic(
                         ctx,
                         Err((name, errors::TOPIC_AUTHORIZATION_FAILED)),
@@ -114,16 +115,17 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                     ));
                     continue;
                 }
-                let found = match ctx.backend.topic(&name) {
-                    Some(t) => Ok(t),
+                let found = match ctx.engine.topic(&name) {
+                    Some(t) => Ok(TopicInfo::of(&t, &ctx.engine.default_topic())),
                     None if allow_create
-                        && ctx.backend.auto_create()
+                        && ctx.engine.config().auto_create_topics
                         && ctx.with_subject(|s| s.create_topic(&name)) =>
                     {
-                        ctx.backend
-                            .topic_or_create(&name)
+                        ctx.engine
+                            .auto_create(&name)
                             .await
-                            .map_err(|c| (name.clone(), c))
+                            .map(|t| TopicInfo::of(&t, &ctx.engine.default_topic()))
+                            .map_err(|e| (name.clone(), errors::kafka_code(e.code())))
                     }
                     None => Err((name.clone(), errors::UNKNOWN_TOPIC_OR_PARTITION)),
                 };
@@ -140,7 +142,10 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
 /// id no topic has and TOPIC_AUTHORIZATION_FAILED with the id and no name
 /// without DESCRIBE on the topic.
 fn by_id(ctx: &Ctx, id: Uuid, version: i16, with_operations: bool) -> MetadataResponseTopic {
-    let found = ctx.backend.topic_by_id(id);
+    let found = ctx
+        .engine
+        .topic_by_id(map::topic_id(id))
+        .map(|t| TopicInfo::of(&t, &ctx.engine.default_topic()));
     let code = match &found {
         None => errors::UNKNOWN_TOPIC_ID,
         Some(t) if !ctx.with_subject(|s| s.describe_topic(&t.name)) => {

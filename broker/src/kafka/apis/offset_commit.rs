@@ -13,9 +13,8 @@ use kafka_protocol::messages::offset_commit_response::{
 use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::super::{errors, Ctx};
-use crate::coordinator::offsets::Committed;
-use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
+use crate::domain::{Member, TopicPartition};
+use crate::engine::Committed;
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -28,7 +27,7 @@ pub(super) async fn handle(
     let topic_denied: Vec<bool> = req
         .topics
         .iter()
-        .map(|t| group_denied || !ctx.may(Operation::Read, Resource::topic(t.name.0.as_str())))
+        .map(|t| group_denied || !ctx.with_subject(|s| s.read_topic(t.name.0.as_str())))
         .collect();
     let offsets: Vec<(TopicPartition, Committed)> = req
         .topics
@@ -54,20 +53,21 @@ pub(super) async fn handle(
     let result = if offsets.is_empty() && !req.topics.is_empty() {
         Ok(Vec::new())
     } else {
-        ctx.backend
-            .commit_offsets(
-                req.group_id.0.as_str(),
-                (
-                    req.member_id.as_str(),
-                    req.group_instance_id
-                        .as_ref()
-                        .filter(|_| version >= 7)
-                        .map(|i| i.as_str()),
-                ),
-                req.generation_id_or_member_epoch,
-                &offsets,
-            )
+        let member = Member {
+            group: req.group_id.0.as_str(),
+            member_id: req.member_id.as_str(),
+            generation: req.generation_id_or_member_epoch,
+        };
+        let instance = req
+            .group_instance_id
+            .as_ref()
+            .filter(|_| version >= 7)
+            .map(|i| i.as_str());
+        ctx.engine
+            .commit_offsets_as(member, instance, &offsets)
             .await
+            .map(|codes| codes.into_iter().map(errors::kafka_code).collect())
+            .map_err(|e| errors::group_code(&e))
     };
     let mut codes = match &result {
         Ok(codes) => codes.clone().into_iter(),

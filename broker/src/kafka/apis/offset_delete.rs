@@ -10,9 +10,10 @@ use kafka_protocol::messages::offset_delete_response::{
 };
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
+use flume_protocol::ErrorCode;
+
 use super::super::{errors, Ctx};
 use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -21,7 +22,7 @@ pub(super) async fn handle(
 ) -> OffsetDeleteResponse {
     let mut resp = OffsetDeleteResponse::default();
     let group = req.group_id.0.as_str();
-    if !ctx.may(Operation::Delete, Resource::group(group)) {
+    if !ctx.with_subject(|s| s.delete_group_offsets(group)) {
         resp.error_code = errors::GROUP_AUTHORIZATION_FAILED;
         return resp;
     }
@@ -30,7 +31,7 @@ pub(super) async fn handle(
     let mut plan: Vec<Vec<Option<i16>>> = Vec::new();
     for t in &req.topics {
         let name = t.name.0.as_str();
-        let readable = ctx.may(Operation::Read, Resource::topic(name));
+        let readable = ctx.with_subject(|s| s.read_topic(name));
         plan.push(
             t.partitions
                 .iter()
@@ -45,7 +46,19 @@ pub(super) async fn handle(
                 .collect(),
         );
     }
-    let mut codes = match ctx.backend.delete_offsets(group, &asked).await {
+    let deleted = match ctx.engine.delete_offsets(group, &asked).await {
+        Ok(codes) => Ok(codes
+            .into_iter()
+            .map(|c| match c {
+                ErrorCode::GroupNotEmpty => errors::GROUP_SUBSCRIBED_TO_TOPIC,
+                c => errors::kafka_code(c),
+            })
+            .collect::<Vec<_>>()),
+        Err(ErrorCode::UnknownGroup) => Err(errors::GROUP_ID_NOT_FOUND),
+        Err(ErrorCode::InvalidName) => Err(errors::INVALID_GROUP_ID),
+        Err(c) => Err(errors::kafka_code(c)),
+    };
+    let mut codes = match deleted {
         Ok(codes) => codes.into_iter(),
         Err(code) => {
             resp.error_code = code;

@@ -15,9 +15,9 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::{errors, Ctx};
-use crate::coordinator::offsets::Committed;
-use crate::security::acl::{Operation, Resource};
+use super::super::{errors, map, Ctx};
+use crate::domain::TopicPartition;
+use crate::engine::Committed;
 
 /// One group's answer: per topic, (partition, what is committed, error).
 type Answer = Vec<(TopicName, Vec<(i32, Committed, i16)>)>;
@@ -35,7 +35,10 @@ fn fetch_group(
     if require_stable {
         for (name, rows) in &mut answer {
             for (p, c, e) in rows.iter_mut() {
-                if *e == errors::NONE && ctx.backend.pending_txn_offset(group, name.0.as_str(), *p)
+                if *e == errors::NONE
+                    && ctx
+                        .engine
+                        .pending_txn_offset(group, &TopicPartition::new(name.0.as_str(), *p))
                 {
                     *c = Committed::at(-1);
                     *e = UNSTABLE_OFFSET_COMMIT;
@@ -52,20 +55,27 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
             .into_iter()
             .map(|(name, parts)| {
                 let topic = name.0.as_str().to_owned();
-                if !ctx.may(Operation::Describe, Resource::topic(&topic)) {
+                if !ctx.with_subject(|s| s.describe_topic(&topic)) {
                     let rows = parts
                         .into_iter()
                         .map(|p| (p, Committed::at(-1), errors::TOPIC_AUTHORIZATION_FAILED))
                         .collect();
                     return (name, rows);
                 }
-                let known = ctx.backend.topic(&topic).map(|t| t.partitions);
+                let known = ctx
+                    .engine
+                    .topic(&topic)
+                    .map(|t| map::configured_partitions(&t));
                 let rows = parts
                     .into_iter()
                     .map(|p| match known {
-                        Some(n) if (0..n).contains(&p) => {
-                            (p, ctx.backend.committed(group, &topic, p), errors::NONE)
-                        }
+                        Some(n) if (0..n).contains(&p) => (
+                            p,
+                            ctx.engine
+                                .committed_full(group, &topic, p)
+                                .unwrap_or(Committed::at(-1)),
+                            errors::NONE,
+                        ),
                         // Kafka answers -1 without an error for a partition it has no commit of.
                         _ => (p, Committed::at(-1), errors::NONE),
                     })
@@ -75,8 +85,8 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
             .collect(),
         None => {
             let mut out: Answer = Vec::new();
-            for (topic, p, o) in ctx.backend.committed_for_group(group) {
-                if !ctx.sees(Operation::Describe, Resource::topic(&topic)) {
+            for (topic, p, o) in ctx.engine.committed_for_group_full(group) {
+                if !ctx.with_subject(|s| s.lists_topic(&topic)) {
                     continue;
                 }
                 match out.last_mut() {
@@ -102,7 +112,7 @@ fn metadata(m: Option<String>) -> StrBytes {
 fn group_error(ctx: &Ctx, group: &str) -> i16 {
     if !crate::config::valid_group_id(group) {
         errors::INVALID_GROUP_ID
-    } else if !ctx.may(Operation::Describe, Resource::group(group)) {
+    } else if !ctx.with_subject(|s| s.describe_group_offsets(group)) {
         errors::GROUP_AUTHORIZATION_FAILED
     } else {
         errors::NONE

@@ -20,6 +20,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
+use super::super::map::TopicBrief;
 use super::super::{errors, Ctx};
 
 pub(super) fn list(
@@ -51,9 +52,9 @@ pub(super) fn alter(
     }
     for t in req.topics {
         let count = ctx
-            .backend
-            .topic_brief(t.name.0.as_str())
-            .map(|b| b.partitions);
+            .engine
+            .topic(t.name.0.as_str())
+            .map(|b| TopicBrief::of(&b).partitions);
         let mut out = ReassignableTopicResponse::default();
         out.partitions = t
             .partitions

@@ -34,7 +34,12 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::super::records::{self, RecordsError};
+use bytes::Bytes;
+
+use super::super::map::{self, ProduceLimits};
 use super::super::{errors, Ctx};
+use crate::domain::TopicPartition;
+use crate::engine::TxnFailure;
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -58,7 +63,9 @@ pub(super) async fn handle(
     for t in req.topic_data {
         // v13+: by id; None for an id no topic has.
         let named = if version >= 13 {
-            ctx.backend.topic_brief_by_id(t.topic_id).map(|b| b.name)
+            ctx.engine
+                .topic_by_id(map::topic_id(t.topic_id))
+                .map(|t| t.name.clone())
         } else {
             Some(t.name.0.as_str().to_owned())
         };
@@ -81,9 +88,10 @@ pub(super) async fn handle(
             continue;
         };
         let denied = refuse.is_none()
-            && ctx.backend.acl().enabled()
+            && ctx.engine.acl().enabled()
             && !ctx.with_subject(|s| {
-                let creates = ctx.backend.auto_create() && ctx.backend.topic(&name).is_none();
+                let creates =
+                    ctx.engine.config().auto_create_topics && ctx.engine.topic(&name).is_none();
                 s.produce(&name, creates)
             });
         for p in t.partition_data {
@@ -99,10 +107,14 @@ pub(super) async fn handle(
                 ))
             } else {
                 let set = p.records.unwrap_or_default();
-                let limits = ctx.backend.produce_limits(&name);
+                let limits = match ctx.engine.topic(&name) {
+                    Some(t) => ProduceLimits::of(&t.config),
+                    // Auto-created by the produce: the broker's defaults.
+                    None => ProduceLimits::of(&ctx.engine.default_topic()),
+                };
                 let append_time = limits
                     .log_append_time
-                    .then(|| ctx.backend.engine().config().clock.wall_ms());
+                    .then(|| ctx.engine.config().clock.wall_ms());
                 pr.log_append_time_ms = append_time.unwrap_or(-1);
                 let largest = records::largest_batch(&set);
                 if largest > limits.max_message_bytes {
@@ -114,8 +126,8 @@ pub(super) async fn handle(
                     let rules = records::ProduceRules {
                         limit: ctx
                             .max_decoded_bytes
-                            .min(crate::storage::MAX_BATCH_DECODED_BYTES),
-                        max_record_bytes: ctx.backend.max_record_bytes(),
+                            .min(crate::domain::MAX_BATCH_DECODED_BYTES),
+                        max_record_bytes: ctx.engine.config().max_record_bytes,
                         append_time,
                         compression: limits.compression,
                         keyed_only: limits.keyed_only,
@@ -147,21 +159,23 @@ pub(super) async fn handle(
                                 "a transactional produce without a producer id".to_owned(),
                             )),
                             (Some(tid), Some(pb)) => match ctx
-                                .backend
-                                .txn_may_write(tid, pb.id, pb.epoch, &name, p.index)
+                                .engine
+                                .txn_may_write(
+                                    tid,
+                                    pb.id,
+                                    pb.epoch,
+                                    &TopicPartition::new(name.as_str(), p.index),
+                                )
+                                .map_err(|e| errors::txn_code(&TxnFailure::Refused(e), true))
                             {
                                 Err(code) => {
                                     Err((code, format!("transaction {tid:?}: error {code}")))
                                 }
-                                Ok(()) => ctx
-                                    .backend
-                                    .produce_encoded(&name, p.index, t)
+                                Ok(()) => append(ctx, &name, p.index, t)
                                     .await
                                     .map_err(|c| (c, format!("error {c}"))),
                             },
-                            (None, _) => ctx
-                                .backend
-                                .produce_encoded(&name, p.index, t)
+                            (None, _) => append(ctx, &name, p.index, t)
                                 .await
                                 .map_err(|c| (c, format!("error {c}"))),
                         },
@@ -173,7 +187,8 @@ pub(super) async fn handle(
                     pr.base_offset = base;
                     if version >= 5 {
                         pr.log_start_offset =
-                            ctx.backend.offsets(&name, p.index).map_or(-1, |o| o.0);
+                            map::log_bounds(ctx.engine.log_bounds(&name, p.index, false))
+                                .map_or(-1, |o| o.0);
                     }
                 }
                 Err((code, message)) => {
@@ -197,6 +212,32 @@ pub(super) async fn handle(
         return None;
     }
     Some(resp)
+}
+
+/// Appends the entries prepared ([`records::prepare`]) to one partition and
+/// waits until they are stored; the offset of the first record (see
+/// [`map::produced`]).
+///
+/// # Errors
+/// A Kafka error code.
+async fn append(ctx: &Ctx, topic: &str, partition: i32, t: records::Prepared) -> Result<i64, i16> {
+    if partition < 0 {
+        return Err(errors::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+    let result = ctx
+        .engine
+        .admit_encoded(
+            topic,
+            partition,
+            Bytes::from(t.entries),
+            t.span,
+            t.max_timestamp,
+            t.producer,
+        )
+        .await
+        .finish()
+        .await;
+    map::produced(&result)
 }
 
 /// The bad records of a refused set as Produce v8+ lists them (KIP-467):

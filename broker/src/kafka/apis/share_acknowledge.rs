@@ -16,10 +16,9 @@ use kafka_protocol::protocol::StrBytes;
 use super::super::{errors, Ctx};
 use super::share_fetch::{acks_of, apply_acks, group_by_topic, member_of, resolve, Answer, Named};
 use crate::engine::{SessionStep, ShareTp};
-use crate::security::acl::Operation;
 
 pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAcknowledgeResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let mut resp = ShareAcknowledgeResponse::default();
     let (group, member) = match member_of(
         ctx,
@@ -43,7 +42,7 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAckn
     let mut answers: BTreeMap<Named, Answer> = BTreeMap::new();
     let mut acks = BTreeMap::new();
     for t in &req.topics {
-        let name = resolve(ctx, t.topic_id, Operation::Read);
+        let name = resolve(ctx, t.topic_id);
         for p in &t.partitions {
             let named = Named {
                 id: t.topic_id,

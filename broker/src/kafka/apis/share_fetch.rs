@@ -20,11 +20,10 @@ use kafka_protocol::messages::{ShareFetchRequest, ShareFetchResponse};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, records, Ctx};
 use crate::domain::TopicId;
 use crate::engine::{AckType, SessionStep, ShareAck, ShareFetchSpec, ShareTp};
-use crate::security::acl::{Operation, Resource};
 
 /// Most bytes read for one partition of a share fetch.
 const PARTITION_MAX_BYTES: usize = 1 << 20;
@@ -50,14 +49,14 @@ pub(super) struct Answer {
     pub acquired: Vec<AcquiredRecords>,
 }
 
-/// The name of the topic with `id` that the principal may `op`, or the
+/// The name of the topic with `id` that the principal may read, or the
 /// error its partitions get.
-pub(super) fn resolve(ctx: &Ctx, id: Uuid, op: Operation) -> Result<String, i16> {
-    let engine = ctx.backend.engine();
+pub(super) fn resolve(ctx: &Ctx, id: Uuid) -> Result<String, i16> {
+    let engine = &ctx.engine;
     let Some(topic) = engine.topic_by_id(TopicId(id.into_bytes())) else {
         return Err(errors::UNKNOWN_TOPIC_ID);
     };
-    if !ctx.may(op, Resource::topic(&topic.name)) {
+    if !ctx.with_subject(|s| s.read_topic(&topic.name)) {
         return Err(errors::TOPIC_AUTHORIZATION_FAILED);
     }
     Ok(topic.name.clone())
@@ -144,7 +143,7 @@ pub(super) async fn apply_acks(
     if flat.is_empty() {
         return;
     }
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     match engine
         .share_acknowledge_by_partition(group, member, &flat)
         .await
@@ -202,7 +201,7 @@ pub(super) fn leader(ctx: &Ctx) -> LeaderIdAndEpoch {
 }
 
 pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let mut resp = ShareFetchResponse::default().with_acquisition_lock_timeout_ms(
         i32::try_from(engine.share_settings().partition.lock_duration_ms).unwrap_or(i32::MAX),
     );
@@ -224,7 +223,7 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
     let mut acks = BTreeMap::new();
     let mut has_acks = false;
     for t in &req.topics {
-        let name = resolve(ctx, t.topic_id, Operation::Read);
+        let name = resolve(ctx, t.topic_id);
         for p in &t.partitions {
             let named = Named {
                 id: t.topic_id,
@@ -265,7 +264,7 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
     }
     let mut forgotten = Vec::new();
     for t in &req.forgotten_topics_data {
-        if let Ok(name) = resolve(ctx, t.topic_id, Operation::Read) {
+        if let Ok(name) = resolve(ctx, t.topic_id) {
             forgotten.extend(t.partitions.iter().map(|p| (name.clone(), *p)));
         }
     }

@@ -10,7 +10,7 @@ use kafka_protocol::messages::share_group_heartbeat_response::{Assignment, Topic
 use kafka_protocol::messages::{ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse};
 use kafka_protocol::protocol::StrBytes;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::engine::ShareHeartbeat;
 
@@ -38,7 +38,7 @@ pub(super) async fn handle(
             return resp;
         }
     }
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let beat = engine
         .share_heartbeat(ShareHeartbeat {
             group,

@@ -25,25 +25,23 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::super::backend::kafka_id;
+use super::super::map::kafka_id;
 use super::super::{errors, Ctx};
 use crate::engine::{ShareError, ShareTp};
-use crate::security::acl::{Operation, Resource};
 
 fn topic_id(ctx: &Ctx, topic: &str) -> Uuid {
-    ctx.backend
-        .engine()
+    ctx.engine
         .topic(topic)
         .map_or(Uuid::nil(), |t| kafka_id(t.id))
 }
 
 /// Why a change to `group`'s offsets is refused before looking at them:
-/// `op` on the group not allowed, or it is not a share group.
-fn refused(ctx: &Ctx, group: &str, op: Operation) -> Option<(i16, Option<StrBytes>)> {
-    if !ctx.may(op, Resource::group(group)) {
+/// the principal may not (`allowed` false), or it is not a share group.
+fn refused(ctx: &Ctx, group: &str, allowed: bool) -> Option<(i16, Option<StrBytes>)> {
+    if !allowed {
         return Some((errors::GROUP_AUTHORIZATION_FAILED, None));
     }
-    if !ctx.backend.engine().is_share_group(group) {
+    if !ctx.engine.is_share_group(group) {
         return Some((
             errors::GROUP_ID_NOT_FOUND,
             Some(StrBytes::from_string(format!(
@@ -62,7 +60,7 @@ pub(super) fn describe(
     ctx: &Ctx,
     req: DescribeShareGroupOffsetsRequest,
 ) -> DescribeShareGroupOffsetsResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let groups = req
         .groups
         .iter()
@@ -70,7 +68,7 @@ pub(super) fn describe(
             let name = g.group_id.0.as_str();
             let out =
                 DescribeShareGroupOffsetsResponseGroup::default().with_group_id(g.group_id.clone());
-            if !ctx.may(Operation::Describe, Resource::group(name)) {
+            if !ctx.with_subject(|s| s.describe_group_offsets(name)) {
                 return out.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
             }
             let Some(view) = engine.describe_share_group(name) else {
@@ -101,7 +99,7 @@ pub(super) fn describe(
             };
             let topics = asked
                 .into_iter()
-                .filter(|(t, _)| ctx.sees(Operation::Describe, Resource::topic(t)))
+                .filter(|(t, _)| ctx.with_subject(|s| s.lists_topic(t)))
                 .map(|(t, ps)| {
                     let known = engine.topic(&t).is_some();
                     let partitions = ps
@@ -136,10 +134,14 @@ pub(super) async fn alter(
     ctx: &Ctx,
     req: AlterShareGroupOffsetsRequest,
 ) -> AlterShareGroupOffsetsResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let group = req.group_id.0.as_str();
     let resp = AlterShareGroupOffsetsResponse::default();
-    if let Some((code, message)) = refused(ctx, group, Operation::Alter) {
+    if let Some((code, message)) = refused(
+        ctx,
+        group,
+        ctx.with_subject(|s| s.alter_group_offsets(group)),
+    ) {
         return resp.with_error_code(code).with_error_message(message);
     }
     // (topic index, partition index) of each start handed to the engine.
@@ -148,7 +150,7 @@ pub(super) async fn alter(
     let mut topics: Vec<AlterShareGroupOffsetsResponseTopic> = Vec::new();
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.topic_name.0.as_str();
-        let allowed = ctx.may(Operation::Read, Resource::topic(name));
+        let allowed = ctx.with_subject(|s| s.read_topic(name));
         let mut partitions = Vec::new();
         for (pi, p) in t.partitions.iter().enumerate() {
             let part = AlterShareGroupOffsetsResponsePartition::default()
@@ -196,10 +198,14 @@ pub(super) async fn delete(
     ctx: &Ctx,
     req: DeleteShareGroupOffsetsRequest,
 ) -> DeleteShareGroupOffsetsResponse {
-    let engine = ctx.backend.engine();
+    let engine = &ctx.engine;
     let group = req.group_id.0.as_str();
     let resp = DeleteShareGroupOffsetsResponse::default();
-    if let Some((code, message)) = refused(ctx, group, Operation::Delete) {
+    if let Some((code, message)) = refused(
+        ctx,
+        group,
+        ctx.with_subject(|s| s.delete_group_offsets(group)),
+    ) {
         return resp.with_error_code(code).with_error_message(message);
     }
     let mut names = Vec::new();
@@ -210,7 +216,7 @@ pub(super) async fn delete(
         let out = DeleteShareGroupOffsetsResponseTopic::default()
             .with_topic_name(t.topic_name.clone())
             .with_topic_id(topic_id(ctx, name));
-        if ctx.may(Operation::Read, Resource::topic(name)) {
+        if ctx.with_subject(|s| s.read_topic(name)) {
             names.push(name.to_owned());
             placed.push(ti);
             topics.push(out);

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ConsumerProtocolAssignment, SyncGroupRequest, SyncGroupResponse};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
-use super::super::backend::group_code;
+use super::super::errors::group_code;
 use super::super::{errors, Ctx};
 use super::join_group::CONSUMER;
 use crate::domain::{MemberAssignment, SyncSpec, TopicAssignment};
@@ -80,7 +80,7 @@ pub(super) async fn handle(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> Sy
         assignments,
     };
     let mut resp = SyncGroupResponse::default();
-    match ctx.backend.sync_group(spec).await {
+    match ctx.engine.sync_group(spec).await {
         Ok(s) => {
             resp.error_code = errors::NONE;
             resp.assignment = s.assignment;

@@ -11,12 +11,11 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 };
 use kafka_protocol::messages::{TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 
-use super::super::backend::txn_code;
-use super::super::Ctx;
+use super::super::errors::txn_code;
+use super::super::{errors, Ctx};
 use super::offset_commit::partition_code;
-use crate::coordinator::txn::TxnOffset;
-use crate::domain::TopicPartition;
-use crate::security::acl::{Operation, Resource};
+use crate::domain::{Member, TopicPartition};
+use crate::engine::TxnOffset;
 
 pub(super) async fn handle(
     ctx: &Ctx,
@@ -28,7 +27,7 @@ pub(super) async fn handle(
     let topic_denied: Vec<bool> = req
         .topics
         .iter()
-        .map(|t| group_denied || !ctx.may(Operation::Read, Resource::topic(t.name.0.as_str())))
+        .map(|t| group_denied || !ctx.with_subject(|s| s.read_topic(t.name.0.as_str())))
         .collect();
     let offsets: Vec<(TopicPartition, TxnOffset)> = req
         .topics
@@ -65,16 +64,15 @@ pub(super) async fn handle(
     let result = if offsets.is_empty() {
         Ok(Vec::new())
     } else {
-        ctx.backend
-            .txn_offset_commit(
-                id,
-                req.producer_id.0,
-                req.producer_epoch,
-                group,
-                (member, instance, generation),
-                offsets,
-            )
+        let m = Member {
+            group,
+            member_id: member,
+            generation,
+        };
+        ctx.engine
+            .txn_offset_commit(id, req.producer_id.0, req.producer_epoch, m, instance, offsets)
             .await
+            .map(|codes| codes.into_iter().map(errors::kafka_code).collect())
             .map_err(|e| {
                 tracing::debug!(transactional_id = %id, group, error = %e, "kafka TxnOffsetCommit refused");
                 txn_code(&e, version < 3)
