@@ -9,8 +9,13 @@
 //! that makes it, so the fix (move the shared item down into a leaf) is
 //! plain. The layers inside each crate are checked by its own `layers.rs`.
 
+#[path = "support/rust_source.rs"]
+mod rust_source;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+use rust_source::{code_of, module_of, rust_files};
 
 /// The crates' source roots, from the repository root.
 const CRATES: &[&str] = &[
@@ -21,73 +26,6 @@ const CRATES: &[&str] = &[
     "cli/src",
     "python/src",
 ];
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read a source folder") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// A file's code without comments and without `#[cfg(test)]` items.
-fn code_of(text: &str) -> String {
-    let mut out = String::new();
-    let mut skip_depth: Option<usize> = None;
-    let mut depth = 0usize;
-    let mut pending_test = false;
-    for line in text.lines() {
-        let code = line.split("//").next().unwrap_or("");
-        let trimmed = code.trim();
-        if skip_depth.is_none() && trimmed.starts_with("#[cfg(test)]") {
-            pending_test = true;
-            continue;
-        }
-        let opens = code.matches('{').count();
-        let closes = code.matches('}').count();
-        if pending_test && skip_depth.is_none() {
-            if trimmed.is_empty() || trimmed.starts_with("#[") {
-                continue;
-            }
-            pending_test = false;
-            if opens > closes {
-                skip_depth = Some(depth);
-                depth += opens - closes;
-            }
-            continue;
-        }
-        depth = (depth + opens).saturating_sub(closes);
-        if let Some(d) = skip_depth {
-            if depth <= d {
-                skip_depth = None;
-            }
-            continue;
-        }
-        out.push_str(code);
-        out.push('\n');
-    }
-    out
-}
-
-/// The module path of a file under its crate's source root: `a/b.rs` and
-/// `a/b/mod.rs` are `a::b`; `lib.rs` and `main.rs` the root (empty).
-fn module_of(rel: &Path) -> Vec<String> {
-    let mut parts: Vec<String> = rel
-        .with_extension("")
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    if matches!(
-        parts.last().map(String::as_str),
-        Some("mod" | "lib" | "main")
-    ) {
-        parts.pop();
-    }
-    parts
-}
 
 fn is_ident(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'

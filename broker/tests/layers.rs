@@ -7,7 +7,11 @@
 //! The layers, bottom to top (docs/internals.md, docs/architecture.md):
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+#[path = "../../tests/support/rust_source.rs"]
+mod rust_source;
+
+use rust_source::{code_of, rust_files};
+use std::path::Path;
 
 const LAYERS: &[(&str, &[&str])] = &[
     ("leaves", &["clock", "budget", "metrics"]),
@@ -29,59 +33,6 @@ const LAYERS: &[(&str, &[&str])] = &[
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|(_, ms)| ms.contains(&module))
-}
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).expect("read broker/src") {
-        let path = entry.expect("a directory entry").path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// The code of a file without comments and without its `#[cfg(test)]` items
-/// (a test module may reach anything).
-fn code_of(text: &str) -> String {
-    let mut out = String::new();
-    let mut skip_depth: Option<usize> = None;
-    let mut depth = 0usize;
-    let mut pending_test = false;
-    for line in text.lines() {
-        let code = line.split("//").next().unwrap_or("");
-        let trimmed = code.trim();
-        if skip_depth.is_none() && trimmed.starts_with("#[cfg(test)]") {
-            pending_test = true;
-            continue;
-        }
-        let opens = code.matches('{').count();
-        let closes = code.matches('}').count();
-        if pending_test && skip_depth.is_none() {
-            if trimmed.is_empty() {
-                continue;
-            }
-            pending_test = false;
-            if opens > closes {
-                skip_depth = Some(depth);
-                depth += opens - closes;
-                continue;
-            }
-            // A one-line item (`mod tests;`, a `use`): skipped.
-            continue;
-        }
-        depth = (depth + opens).saturating_sub(closes);
-        if let Some(d) = skip_depth {
-            if depth <= d {
-                skip_depth = None;
-            }
-            continue;
-        }
-        out.push_str(code);
-        out.push('\n');
-    }
-    out
 }
 
 /// Every top-level module a file's code names with `crate::`, including
