@@ -14,7 +14,8 @@ use rust_source::{code_of, rust_files};
 use std::path::Path;
 
 const LAYERS: &[(&str, &[&str])] = &[
-    ("leaves", &["clock", "budget", "metrics"]),
+    ("the clock", &["clock"]),
+    ("leaves", &["budget", "metrics"]),
     ("storage", &["storage"]),
     ("errors", &["error"]),
     ("security", &["security"]),
