@@ -80,6 +80,14 @@ impl Engine {
     /// ends while the fetch waits for records. Only the wait is given up: a
     /// fetch that is counting or reading what arrived finishes, so no read
     /// runs on without the memory charged for it.
+    ///
+    /// The phases: [`Engine::plan_fetch`] resolves the partitions and the
+    /// limits; [`Engine::wait_for_bytes`] waits until enough has arrived;
+    /// [`Engine::room_for_records`] takes room in the response budget;
+    /// [`Engine::read_fetched`] reads each partition once. A Flume-records
+    /// fetch that found only entries without records (transaction markers,
+    /// emptied batches) waits again from after them rather than answer empty
+    /// at once.
     pub async fn fetch_unless<G>(
         &self,
         req: &FetchSpec,
@@ -90,7 +98,43 @@ impl Engine {
         G: futures::future::FusedFuture<Output = ()> + Unpin,
     {
         let counting = memory.map(|m| m.counting);
-        let memory = memory.map(|m| m.response);
+        let response = memory.map(|m| m.response);
+        let plan = self.plan_fetch(req);
+        let mut progress = Progress::new(req);
+        loop {
+            self.wait_for_bytes(req, &plan, &mut progress, counting, give_up)
+                .await?;
+            let (budget, mut reserved) = self.room_for_records(&plan, response).await;
+            let mut tally = FetchTally::default();
+            let mut went_on = vec![None; req.partitions.len()];
+            let partitions = self
+                .read_fetched(
+                    req,
+                    &plan.resolved,
+                    budget,
+                    reserved.as_mut(),
+                    &mut tally,
+                    &mut went_on,
+                )
+                .await;
+            if Instant::now() < plan.deadline
+                && !self.is_shutting_down()
+                && progress.passed_over(req, &partitions, &went_on)
+            {
+                continue;
+            }
+            return Ok(Fetched {
+                partitions,
+                first_error: tally.commit(),
+                charge: reserved,
+            });
+        }
+    }
+
+    /// The first phase of a fetch: its partitions, its deadline and its
+    /// limits (what each partition and the whole response may take, and the
+    /// bytes worth answering for).
+    fn plan_fetch(&self, req: &FetchSpec) -> FetchPlan {
         let cap = std::time::Duration::from_millis(MAX_FETCH_WAIT_MS.unsigned_abs().into());
         // A long wait ends on a shared tick: thousands of idle consumers' fetches
         // then time out together, a wake-up per tick instead of one each.
@@ -104,7 +148,7 @@ impl Engine {
                 .saturating_sub(64 * 1024 + headers + self.config.max_record_bytes)
                 .max(4096),
         );
-        let resolved: Vec<Result<Arc<Partition>, ErrorCode>> = req
+        let resolved = req
             .partitions
             .iter()
             .map(|fp| match self.topic(&fp.at.topic) {
@@ -124,165 +168,144 @@ impl Engine {
         // make it wait for more than it could be given.
         let reachable = wants.iter().fold(0usize, |a, w| a.saturating_add(*w));
         let min_bytes = req.min_bytes.max(1).min(reachable.min(budget)).max(1);
-        // Per partition: the next offset not yet counted and the bytes counted.
-        let mut next: Vec<Option<u64>> = req
-            .partitions
-            .iter()
-            .map(|fp| u64::try_from(fp.offset).ok())
-            .collect();
-        let mut counted_in = vec![0usize; req.partitions.len()];
-        let mut counted = 0usize;
-        let mut errors = false;
-        // Each pass waits, then reads; a Flume-records fetch that found only
-        // entries without records (transaction markers, emptied batches)
-        // waits again from after them rather than answer empty at once.
-        loop {
-            loop {
-                let listeners: Vec<_> = resolved.iter().flatten().map(|p| p.listen()).collect();
-                // Bounds from the end offsets alone: a stored record takes at least
-                // MIN_STORED_RECORD bytes and at most max_record_bytes, so the record
-                // counts often decide without reading anything.
-                let (mut lower, mut upper) = (counted, counted);
-                for (i, part) in resolved.iter().enumerate() {
-                    let (Ok(part), Some(at)) = (part, next[i]) else {
-                        errors = true;
-                        continue;
-                    };
-                    if part.is_deleted() {
-                        // Its topic was deleted while the fetch waited: answer now.
-                        errors = true;
-                        continue;
-                    }
-                    let end = if req.committed {
-                        part.stable_offset()
-                    } else {
-                        part.end_offset()
-                    };
-                    if at < part.start_offset() || at > end {
-                        errors = true;
-                        continue;
-                    }
-                    let records = usize::try_from(end - at).unwrap_or(usize::MAX);
-                    let room = wants[i].saturating_sub(counted_in[i]);
-                    lower =
-                        lower.saturating_add(records.saturating_mul(MIN_STORED_RECORD).min(room));
-                    upper = upper.saturating_add(
-                        records
-                            .saturating_mul(self.config.max_record_bytes)
-                            .min(room),
-                    );
-                }
-                if !errors && lower < min_bytes && upper >= min_bytes {
-                    self.count_arrived(
-                        &resolved,
-                        &wants,
-                        min_bytes,
-                        deadline,
-                        counting,
-                        req.read_as,
-                        req.committed,
-                        &mut next,
-                        &mut counted_in,
-                        &mut counted,
-                        &mut errors,
-                    )
-                    .await;
-                }
-                let now = Instant::now();
-                if counted.max(lower) >= min_bytes
-                    || errors
-                    || now >= deadline
-                    || listeners.is_empty()
-                    || self.is_shutting_down()
-                {
-                    break;
-                }
-                let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
-                // No listener on the shutdown signal: `begin_shutdown` wakes every
-                // partition's readers after it closes the signal (a listener per
-                // waiting fetch on that one event costs more than the fetch).
-                futures::select! {
-                    _ = any_data.fuse() => {}
-                    _ = rt::sleep(deadline - now).fuse() => {}
-                    () = &mut *give_up => return Err(GaveUp),
-                }
-            }
-            // Room for the records, charged as they are read: the shared budget's,
-            // or what is left of the connection's reserve (the fairness rule,
-            // `crate::budget`), in which the first record goes out whole. A response
-            // with no room waits for it holding no records, past its deadline if
-            // need be: a connection that has used its reserve waits, the others
-            // are served. Shutdown ends the wait.
-            let mut reserved = None;
-            let mut budget = budget;
-            if let Some(m) = memory {
-                if !m.may_admit(1) {
-                    futures::select! {
-                        () = m.wait_to_admit(1).fuse() => {}
-                        _ = self.shutdown_rx.recv().fuse() => {}
-                    }
-                }
-                if m.is_spent() {
-                    budget = budget.min(m.reserve_left().saturating_sub(headers).max(1));
-                }
-                reserved = Some(m.charge(headers));
-            }
-            let mut tally = FetchTally::default();
-            let mut went_on = vec![None; req.partitions.len()];
-            let partitions = self
-                .read_fetched(
-                    req,
-                    &resolved,
-                    budget,
-                    reserved.as_mut(),
-                    &mut tally,
-                    &mut went_on,
-                )
-                .await;
-            let passed_over = req.read_as == ReadAs::Records
-                && partitions
-                    .iter()
-                    .all(|p| p.error == ErrorCode::None && p.records.is_empty())
-                && went_on
-                    .iter()
-                    .zip(&next)
-                    .any(|(w, n)| w.is_some_and(|w| Some(w) > *n));
-            if passed_over && Instant::now() < deadline && !self.is_shutting_down() {
-                for (n, w) in next.iter_mut().zip(went_on) {
-                    if let (Some(n), Some(w)) = (n.as_mut(), w) {
-                        *n = (*n).max(w);
-                    }
-                }
-                continue;
-            }
-            return Ok(Fetched {
-                partitions,
-                first_error: tally.commit(),
-                charge: reserved,
-            });
+        FetchPlan {
+            resolved,
+            wants,
+            min_bytes,
+            budget,
+            headers,
+            deadline,
         }
     }
 
-    /// Counts, by reading, the bytes that arrived past `next` on each partition
-    /// until `min_bytes` are counted or every partition is caught up. Each chunk
-    /// is dropped once counted; chunks wait for room in `counting`.
-    #[allow(clippy::too_many_arguments)]
+    /// The waiting phase of a fetch: returns once `min_bytes` have arrived
+    /// (bounded by the end offsets or counted by reading), a partition
+    /// answers with an error, the deadline passes or the broker shuts down;
+    /// `Err(GaveUp)` if `give_up` ends first.
+    async fn wait_for_bytes<G>(
+        &self,
+        req: &FetchSpec,
+        plan: &FetchPlan,
+        progress: &mut Progress,
+        counting: Option<&Arc<MemoryBudget>>,
+        give_up: &mut G,
+    ) -> Result<(), GaveUp>
+    where
+        G: futures::future::FusedFuture<Output = ()> + Unpin,
+    {
+        loop {
+            let listeners: Vec<_> = plan.resolved.iter().flatten().map(|p| p.listen()).collect();
+            let (lower, upper) = self.arrived_bounds(req, plan, progress);
+            if !progress.errors && lower < plan.min_bytes && upper >= plan.min_bytes {
+                self.count_arrived(plan, counting, req.read_as, req.committed, progress)
+                    .await;
+            }
+            let now = Instant::now();
+            if progress.counted.max(lower) >= plan.min_bytes
+                || progress.errors
+                || now >= plan.deadline
+                || listeners.is_empty()
+                || self.is_shutting_down()
+            {
+                return Ok(());
+            }
+            let any_data = futures::future::select_all(listeners.into_iter().map(Box::pin));
+            // No listener on the shutdown signal: `begin_shutdown` wakes every
+            // partition's readers after it closes the signal (a listener per
+            // waiting fetch on that one event costs more than the fetch).
+            futures::select! {
+                _ = any_data.fuse() => {}
+                _ = rt::sleep(plan.deadline - now).fuse() => {}
+                () = &mut *give_up => return Err(GaveUp),
+            }
+        }
+    }
+
+    /// Bounds of the bytes that arrived, from the end offsets alone: a stored
+    /// record takes at least MIN_STORED_RECORD bytes and at most
+    /// max_record_bytes, so the record counts often decide without reading
+    /// anything. Marks `progress.errors` for a partition that must answer now
+    /// (unknown, deleted while the fetch waited, or asked out of range).
+    fn arrived_bounds(
+        &self,
+        req: &FetchSpec,
+        plan: &FetchPlan,
+        progress: &mut Progress,
+    ) -> (usize, usize) {
+        let (mut lower, mut upper) = (progress.counted, progress.counted);
+        for (i, part) in plan.resolved.iter().enumerate() {
+            let (Ok(part), Some(at)) = (part, progress.next[i]) else {
+                progress.errors = true;
+                continue;
+            };
+            if part.is_deleted() {
+                progress.errors = true;
+                continue;
+            }
+            let end = if req.committed {
+                part.stable_offset()
+            } else {
+                part.end_offset()
+            };
+            if at < part.start_offset() || at > end {
+                progress.errors = true;
+                continue;
+            }
+            let records = usize::try_from(end - at).unwrap_or(usize::MAX);
+            let room = plan.wants[i].saturating_sub(progress.counted_in[i]);
+            lower = lower.saturating_add(records.saturating_mul(MIN_STORED_RECORD).min(room));
+            upper = upper.saturating_add(
+                records
+                    .saturating_mul(self.config.max_record_bytes)
+                    .min(room),
+            );
+        }
+        (lower, upper)
+    }
+
+    /// The room phase of a fetch: room for the records, charged as they are
+    /// read: the shared budget's, or what is left of the connection's reserve
+    /// (the fairness rule, `crate::budget`), in which the first record goes
+    /// out whole. A response with no room waits for it holding no records,
+    /// past its deadline if need be: a connection that has used its reserve
+    /// waits, the others are served. Shutdown ends the wait. Returns the
+    /// bytes the read may take and the charge it adds to.
+    async fn room_for_records(
+        &self,
+        plan: &FetchPlan,
+        response: Option<&Arc<MemoryBudget>>,
+    ) -> (usize, Option<Charge>) {
+        let Some(m) = response else {
+            return (plan.budget, None);
+        };
+        if !m.may_admit(1) {
+            futures::select! {
+                () = m.wait_to_admit(1).fuse() => {}
+                _ = self.shutdown_rx.recv().fuse() => {}
+            }
+        }
+        let mut budget = plan.budget;
+        if m.is_spent() {
+            budget = budget.min(m.reserve_left().saturating_sub(plan.headers).max(1));
+        }
+        (budget, Some(m.charge(plan.headers)))
+    }
+
+    /// Counts, by reading, the bytes that arrived past `progress.next` on
+    /// each partition until `min_bytes` are counted or every partition is
+    /// caught up. Each chunk is dropped once counted; chunks wait for room in
+    /// `counting`.
     async fn count_arrived(
         &self,
-        resolved: &[Result<Arc<Partition>, ErrorCode>],
-        wants: &[usize],
-        min_bytes: usize,
-        deadline: Instant,
+        plan: &FetchPlan,
         counting: Option<&Arc<MemoryBudget>>,
         how: ReadAs,
         committed: bool,
-        next: &mut [Option<u64>],
-        counted_in: &mut [usize],
-        counted: &mut usize,
-        errors: &mut bool,
+        progress: &mut Progress,
     ) {
-        for (i, part) in resolved.iter().enumerate() {
-            let (Ok(part), Some(mut at)) = (part, next[i]) else {
+        let min_bytes = plan.min_bytes;
+        for (i, part) in plan.resolved.iter().enumerate() {
+            let (Ok(part), Some(mut at)) = (part, progress.next[i]) else {
                 continue;
             };
             let visible = || {
@@ -292,10 +315,13 @@ impl Engine {
                     part.end_offset()
                 }
             };
-            while *counted < min_bytes && counted_in[i] < wants[i] && at < visible() {
+            while progress.counted < min_bytes
+                && progress.counted_in[i] < plan.wants[i]
+                && at < visible()
+            {
                 if let Some(c) = counting {
                     if c.is_spent() {
-                        let left = deadline.saturating_duration_since(Instant::now());
+                        let left = plan.deadline.saturating_duration_since(Instant::now());
                         let room = futures::select! {
                             r = rt::timeout(left, c.wait_for_room()).fuse() => r.is_some(),
                             _ = self.shutdown_rx.recv().fuse() => false,
@@ -305,8 +331,8 @@ impl Engine {
                         }
                     }
                 }
-                let chunk = (min_bytes - *counted)
-                    .min(wants[i] - counted_in[i])
+                let chunk = (min_bytes - progress.counted)
+                    .min(plan.wants[i] - progress.counted_in[i])
                     .min(COUNT_CHUNK_BYTES);
                 // One record may go past the chunk.
                 let _held = counting.map(|c| c.charge(chunk.max(self.config.max_record_bytes)));
@@ -314,7 +340,7 @@ impl Engine {
                     Ok(r) => (r.records, r.next),
                     Err(_) => {
                         // The final read reports it.
-                        *errors = true;
+                        progress.errors = true;
                         return;
                     }
                 };
@@ -322,11 +348,11 @@ impl Engine {
                     break;
                 }
                 at = went_on;
-                next[i] = Some(at);
-                counted_in[i] += records.len();
-                *counted += records.len();
+                progress.next[i] = Some(at);
+                progress.counted_in[i] += records.len();
+                progress.counted += records.len();
             }
-            if *counted >= min_bytes {
+            if progress.counted >= min_bytes {
                 return;
             }
         }
@@ -435,6 +461,78 @@ impl Engine {
             });
         }
         out
+    }
+}
+
+/// What a fetch settled before it waits ([`Engine::plan_fetch`]).
+#[derive(Debug)]
+struct FetchPlan {
+    /// Each requested partition, or why it cannot be read.
+    resolved: Vec<Result<Arc<Partition>, ErrorCode>>,
+    /// What each partition may take.
+    wants: Vec<usize>,
+    /// The bytes worth answering for (at least 1, at most what can be given).
+    min_bytes: usize,
+    /// What the whole response may take.
+    budget: usize,
+    /// The response's bytes besides the records.
+    headers: usize,
+    /// When the fetch answers with what it has.
+    deadline: Instant,
+}
+
+/// What a waiting fetch has counted so far.
+#[derive(Debug)]
+struct Progress {
+    /// Per partition: the next offset not yet counted.
+    next: Vec<Option<u64>>,
+    /// Per partition: the bytes counted.
+    counted_in: Vec<usize>,
+    /// The bytes counted in all.
+    counted: usize,
+    /// A partition must answer now.
+    errors: bool,
+}
+
+impl Progress {
+    fn new(req: &FetchSpec) -> Self {
+        Progress {
+            next: req
+                .partitions
+                .iter()
+                .map(|fp| u64::try_from(fp.offset).ok())
+                .collect(),
+            counted_in: vec![0; req.partitions.len()],
+            counted: 0,
+            errors: false,
+        }
+    }
+
+    /// True when a Flume-records read served nothing yet went on past what
+    /// was counted (only markers or emptied batches lay there): the fetch
+    /// then counts again from after them.
+    fn passed_over(
+        &mut self,
+        req: &FetchSpec,
+        partitions: &[PartitionRecords],
+        went_on: &[Option<u64>],
+    ) -> bool {
+        let passed = req.read_as == ReadAs::Records
+            && partitions
+                .iter()
+                .all(|p| p.error == ErrorCode::None && p.records.is_empty())
+            && went_on
+                .iter()
+                .zip(&self.next)
+                .any(|(w, n)| w.is_some_and(|w| Some(w) > *n));
+        if passed {
+            for (n, w) in self.next.iter_mut().zip(went_on) {
+                if let (Some(n), Some(w)) = (n.as_mut(), w) {
+                    *n = (*n).max(*w);
+                }
+            }
+        }
+        passed
     }
 }
 

@@ -39,6 +39,7 @@ use crate::domain::{
     BROKER_ASSIGNED_PROTOCOL_TYPE,
 };
 
+mod client_join;
 mod statics;
 
 /// A join to start.
@@ -682,8 +683,6 @@ impl<R> Coordinator<R> {
         now: u64,
         responder: R,
     ) -> Vec<Ready<R>> {
-        let (session_timeout_ms, rebalance_timeout_ms) =
-            (p.session_timeout_ms(), p.rebalance_timeout_ms());
         if p.join.protocol_type.is_empty() || p.join.protocols.is_empty() {
             return vec![(responder, Err(GroupError::InconsistentProtocol))];
         }
@@ -691,163 +690,52 @@ impl<R> Coordinator<R> {
             return vec![fail(responder, code)];
         }
         let held = self.held();
-        let instance = p.join.group_instance_id.clone();
         // Kafka's member ids start with the instance id of a static member.
-        let prefix = instance.as_deref().unwrap_or(&p.join.client_id);
+        let prefix = p
+            .join
+            .group_instance_id
+            .as_deref()
+            .unwrap_or(&p.join.client_id);
         let fresh = self.first_join_id(&p.join.member_id, prefix);
         let g = join_target(&mut self.groups, group);
         // A static member coming back without its member id: the member it replaces.
-        let replacing = instance
+        let replacing = p
+            .join
+            .group_instance_id
             .as_ref()
             .filter(|_| p.join.member_id.is_empty())
             .and_then(|i| g.statics.get(i).cloned());
         let me = replacing.as_deref().unwrap_or(&p.join.member_id);
-        // The mode and protocols must fit the group's while it has members.
-        if !g.members.is_empty() || !g.pending.is_empty() {
-            let fits = match &g.mode {
-                Mode::Broker => false,
-                Mode::Client { protocol_type } => {
-                    *protocol_type == p.join.protocol_type
-                        && candidates(g, Some(me))
-                            .is_none_or(|c| p.join.protocols.iter().any(|(n, _)| c.contains(n)))
-                }
-            };
-            if !fits {
-                return vec![(responder, Err(GroupError::InconsistentProtocol))];
-            }
-        } else if !g.is_client() || g.protocol_type() != p.join.protocol_type {
-            g.mode = Mode::Client {
-                protocol_type: p.join.protocol_type.clone(),
-            };
+        if let Err(e) = client_join::fit_protocols(g, &p.join, me) {
+            return vec![(responder, Err(e))];
         }
-        let (id, fresh) = match fresh {
-            Some((id, _)) if replacing.is_some() => {
-                let old = replacing.unwrap_or_default();
-                let ready = statics::replace(g, group, &old, id, p, held, now, responder);
+        let (id, fresh) = match client_join::identify(g, group, fresh, replacing, &p, now) {
+            Err(e) => return vec![(responder, Err(e))],
+            Ok(client_join::Identity::Replaces { old, new }) => {
+                let ready = statics::replace(g, group, &old, new, p, held, now, responder);
                 g.recount();
                 return ready;
             }
-            Some((id, order)) => {
-                if is_full(group, g.members.len() + g.new_ids.len(), &p.limits) {
-                    return vec![fail(responder, ErrorCode::LimitReached)];
-                }
-                if p.join.require_member_id && instance.is_none() {
-                    g.new_ids
-                        .insert(id.clone(), now.saturating_add(session_timeout_ms));
-                    return vec![(responder, Err(GroupError::MemberIdRequired(id)))];
-                }
-                (id, Some(order))
-            }
-            None => {
-                if let Err(e) = statics::check(g, &p.join.member_id, instance.as_deref()) {
-                    return vec![(responder, Err(e))];
-                }
-                (p.join.member_id.clone(), None)
-            }
+            Ok(client_join::Identity::Member { id, fresh }) => (id, fresh),
         };
-        let handed_out = fresh.is_none() && g.new_ids.remove(&id).is_some();
-        if fresh.is_none() && !handed_out && !g.members.contains_key(&id) {
-            return vec![fail(responder, ErrorCode::UnknownMember)];
-        }
-        let same = g.members.get(&id).is_some_and(|m| {
-            m.client
-                .as_ref()
-                .is_some_and(|c| c.protocols == p.join.protocols)
-        });
-        // Join order: a member keeps its place; a handed-out id takes its place now.
-        let order = match (g.members.get(&id), fresh) {
-            (Some(m), _) => m.seq,
-            (None, Some(o)) => o,
-            (None, None) => {
-                self.seq += 1;
-                self.seq
-            }
-        };
-        let mut ready = Vec::new();
-        // A known member with the same metadata, while no rebalance is
-        // needed, gets the current generation back (the leader re-forms the
-        // generation instead: its rejoin is how it asks for a rebalance).
-        if same && id != g.leader {
-            if let GroupState::Stable | GroupState::CompletingRebalance { .. } = g.state {
-                if let Some(m) = g.members.get_mut(&id) {
-                    m.last_seen = now;
-                }
-                return vec![(responder, Ok(Answer::ClientJoined(client_response(g, &id))))];
-            }
-        }
-        if same && id == g.leader {
-            if let GroupState::CompletingRebalance { .. } = g.state {
-                if let Some(m) = g.members.get_mut(&id) {
-                    m.last_seen = now;
-                }
-                return vec![(responder, Ok(Answer::ClientJoined(client_response(g, &id))))];
-            }
-        }
-        // A known static member rejoining without its instance id stays static.
-        let instance = instance.or_else(|| {
-            g.members
-                .get(&id)
-                .and_then(|m| m.client.as_ref())
-                .and_then(|c| c.instance.clone())
-        });
-        let client = ClientMember {
-            client_id: p.join.client_id,
-            client_host: p.join.client_host,
-            instance: instance.clone(),
-            protocols: p.join.protocols,
-            assignment: Bytes::new(),
-            partitions: Vec::new(),
-        };
-        let before = g
-            .members
-            .get(&id)
-            .and_then(|m| m.client.as_ref())
-            .map_or(0, ClientMember::bytes);
-        if held.saturating_sub(before).saturating_add(client.bytes()) > p.limits.max_client_bytes {
-            tracing::warn!(
-                group,
-                bytes = client.bytes(),
-                held,
-                "join refused: client-assigned members would hold more than {} bytes of metadata and assignments",
-                p.limits.max_client_bytes
-            );
-            return vec![fail(responder, ErrorCode::LimitReached)];
+        let order = client_join::join_order(g, &id, fresh, &mut self.seq);
+        if let Some(current) = client_join::current_generation(g, &id, &p.join, now) {
+            return vec![(responder, Ok(Answer::ClientJoined(current)))];
         }
         let forming = g.members.is_empty() && g.state == GroupState::Empty;
-        let old = g.members.remove(&id);
-        let new_member = old.is_none();
-        g.members.insert(
-            id.clone(),
-            Member {
-                topics: p.join.topics,
-                session_timeout_ms,
-                rebalance_timeout_ms,
-                last_seen: now,
-                joined_at: old.as_ref().map_or(now, |m| m.joined_at),
-                seq: order,
-                client: Some(client),
-            },
-        );
-        if let Some(i) = instance {
-            g.statics.insert(i, id.clone());
-        }
+        let delay = p.limits.initial_rebalance_delay_ms;
+        let new_member = match client_join::enter(g, group, (&id, order), p, held, now) {
+            Ok(new_member) => new_member,
+            Err(e) => return vec![(responder, Err(e))],
+        };
+        let mut ready = Vec::new();
         if let Some(old) = g.pending.insert(id, Parked { responder }) {
             ready.push(fail(old.responder, ErrorCode::RebalanceInProgress));
         }
         if !matches!(g.state, GroupState::PreparingRebalance { .. }) {
             ready.extend(start_rebalance(g, now));
         }
-        let delay = p.limits.initial_rebalance_delay_ms;
-        if forming && delay > 0 {
-            let cap = now.saturating_add(g.rebalance_timeout());
-            g.initial = Some(InitialDelay {
-                until: now.saturating_add(delay).min(cap),
-                cap,
-                delay,
-            });
-        } else if let Some(i) = g.initial.as_mut().filter(|_| new_member) {
-            i.until = now.saturating_add(i.delay).min(i.cap);
-        }
+        client_join::delay_initial_rebalance(g, forming, new_member, delay, now);
         ready.extend(try_complete(g, now, false, &|_| 0));
         g.recount();
         ready
