@@ -37,6 +37,7 @@ fn env_with(busy_poll: impl Into<BusyPoll>) -> Env {
     for (name, parts) in [("one", 1), ("four", 4)] {
         broker
             .engine()
+            .records()
             .create_topic(
                 name,
                 TopicConfig {
@@ -298,7 +299,13 @@ fn commits(c: &mut Criterion) {
                 generation: -1,
             };
             let at = TopicPartition::new("four", (i % 4) as i32);
-            block_on(e.broker.engine().commit_offsets(member, &[(at, i as i64)])).unwrap()
+            block_on(
+                e.broker
+                    .engine()
+                    .groups()
+                    .commit_offsets(member, &[(at, i as i64)]),
+            )
+            .unwrap()
         })
     });
     g.bench_function("commit_over_tcp_64_in_flight", |b| {

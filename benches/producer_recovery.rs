@@ -53,6 +53,7 @@ async fn append_all(e: &Engine, pids: &[i64], seq: i32) {
             base_sequence: seq,
         };
         let r = e
+            .records()
             .admit_encoded(
                 "p",
                 partition,
@@ -69,7 +70,7 @@ async fn append_all(e: &Engine, pids: &[i64], seq: i32) {
 }
 
 fn tracked(e: &Engine) -> usize {
-    let t = e.topic("p").expect("topic");
+    let t = e.records().topic("p").expect("topic");
     (0..PARTITIONS)
         .map(|p| {
             t.partition(i32::try_from(p).expect("small"))
@@ -91,18 +92,19 @@ fn main() {
         .unwrap_or(10_000);
     let dir = tempfile::tempdir().expect("a temp dir");
     let e = Engine::open(config(dir.path())).expect("the broker starts");
-    e.create_topic(
-        "p",
-        TopicConfig {
-            partitions: PARTITIONS,
-            ..TopicConfig::default()
-        },
-    )
-    .expect("topic");
+    e.records()
+        .create_topic(
+            "p",
+            TopicConfig {
+                partitions: PARTITIONS,
+                ..TopicConfig::default()
+            },
+        )
+        .expect("topic");
     let pids: Vec<i64> = flume_rt::block_on(async {
         let mut v = Vec::with_capacity(producers);
         for _ in 0..producers {
-            v.push(e.init_producer_id().await.expect("a producer id"));
+            v.push(e.records().init_producer_id().await.expect("a producer id"));
         }
         append_all(&e, &v, 0).await;
         e.shutdown().await;
@@ -139,14 +141,15 @@ fn main() {
     // The same directory's start once no producer is tracked (the files alone).
     let empty = tempfile::tempdir().expect("a temp dir");
     let e = Engine::open(config(empty.path())).expect("starts");
-    e.create_topic(
-        "p",
-        TopicConfig {
-            partitions: PARTITIONS,
-            ..TopicConfig::default()
-        },
-    )
-    .expect("topic");
+    e.records()
+        .create_topic(
+            "p",
+            TopicConfig {
+                partitions: PARTITIONS,
+                ..TopicConfig::default()
+            },
+        )
+        .expect("topic");
     flume_rt::block_on(e.shutdown());
     drop(e);
     let (_e, bare) = timed_open(empty.path());

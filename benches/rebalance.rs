@@ -167,7 +167,7 @@ fn main() -> Result<()> {
         let mut cfg = BrokerConfig::new(dir.path());
         cfg.listen = "127.0.0.1:0".into();
         let broker = Broker::start(cfg).await?;
-        broker.engine().create_topic(
+        broker.engine().records().create_topic(
             "t",
             TopicConfig {
                 partitions: PARTITIONS,

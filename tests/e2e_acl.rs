@@ -82,6 +82,7 @@ fn records(r: &FetchResponse) -> usize {
 fn end_offset(broker: &Broker, topic: &str) -> u64 {
     broker
         .engine()
+        .records()
         .topic(topic)
         .and_then(|t| t.partition(0).map(|p| p.end_offset()))
         .unwrap_or(0)
@@ -179,7 +180,10 @@ fn flume_reads_writes_and_metadata_follow_the_acls_on_open_connections() -> Resu
             .await
             .expect_err("not under the prefix");
         assert_eq!(err.code(), Some(ErrorCode::AuthorizationFailed));
-        assert!(broker.engine().topic("logs2").is_none(), "not auto-created");
+        assert!(
+            broker.engine().records().topic("logs2").is_none(),
+            "not auto-created"
+        );
         let err = alice_producer
             .send("orders", None, b"x")
             .await
@@ -217,7 +221,10 @@ fn group_acls_guard_joins_and_commits() -> Result<()> {
     rt::block_on(async {
         let dir = tempfile::tempdir()?;
         let (broker, addr) = broker(dir.path()).await?;
-        broker.engine().create_topic("orders", common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("orders", common::topic(1))?;
         let admin = Admin::connect_with(&addr, login("admin")).await?;
         admin
             .add_acl(entry("User:alice", "read", "topic", "orders", "literal"))
@@ -267,7 +274,10 @@ fn group_acls_guard_joins_and_commits() -> Result<()> {
             .expect_err("not under the prefix");
         assert_eq!(err.code(), Some(ErrorCode::AuthorizationFailed));
         // The group is allowed but not every topic: a commit to another topic is refused.
-        broker.engine().create_topic("audit", common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("audit", common::topic(1))?;
         let err = alice_admin
             .commit(
                 "team-a",
@@ -348,7 +358,10 @@ fn kafka_answers_with_kafkas_authorization_codes() -> Result<()> {
     c.authorizer = true;
     let broker = rt::block_on(Broker::start(c))?;
     for t in ["public", "secret"] {
-        broker.engine().create_topic(t, common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic(t, common::topic(1))?;
     }
     let read_public = Acl {
         principal: AclPrincipal::Anonymous,
@@ -443,7 +456,7 @@ fn kafka_answers_with_kafkas_authorization_codes() -> Result<()> {
     create.topics = vec![ct];
     create.timeout_ms = 1_000;
     assert_eq!(k.call(2, &create)?.topics[0].error_code, 29);
-    assert!(broker.engine().topic("new").is_none());
+    assert!(broker.engine().records().topic("new").is_none());
 
     // Granted on the open connection: the same requests succeed.
     let mut write = read_public.clone();

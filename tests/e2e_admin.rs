@@ -121,7 +121,10 @@ async fn flume_partitions(admin: &Admin, topic: &str) -> Result<usize> {
 fn create_partitions_through_kafka_and_flume_grows_the_topic_for_both_and_persists() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (broker, kafka, flume) = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(2))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(2))?;
     let mut c = Kc::connect(&kafka)?;
     for v in [0, 3] {
         let same = create_partitions(&mut c, v, vec![grow("t", 2, None)], false)?;
@@ -194,6 +197,7 @@ fn create_partitions_through_kafka_and_flume_grows_the_topic_for_both_and_persis
     // The new partitions take records at once.
     let p5 = broker
         .engine()
+        .records()
         .topic("t")
         .and_then(|t| t.partition(5).cloned())
         .context("partition 5")?;
@@ -208,7 +212,7 @@ fn create_partitions_through_kafka_and_flume_grows_the_topic_for_both_and_persis
         kafka_partitions(&mut c, "t")? == 6,
         "the count survives a restart"
     );
-    let t = broker.engine().topic("t").context("topic")?;
+    let t = broker.engine().records().topic("t").context("topic")?;
     ensure!(t.partition(5).map(|p| p.end_offset()) == Some(1));
     flume_rt::block_on(broker.shutdown());
     Ok(())
@@ -267,7 +271,7 @@ fn commit(broker: &Broker, group: &str, at: &[(&str, i32, i64)]) -> Result<()> {
         member_id: "",
         generation: -1,
     };
-    flume_rt::block_on(broker.engine().commit_offsets(m, &offsets))
+    flume_rt::block_on(broker.engine().groups().commit_offsets(m, &offsets))
         .map_err(|e| anyhow::anyhow!("commit: {e:?}"))?;
     Ok(())
 }
@@ -276,7 +280,10 @@ fn commit(broker: &Broker, group: &str, at: &[(&str, i32, i64)]) -> Result<()> {
 fn growing_a_topic_rebalances_kafka_and_flume_groups_onto_the_new_partitions() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (broker, kafka, flume) = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(2))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(2))?;
     let (member, generation) = kafka_member(&kafka, "kg", "t")?;
     ensure!(heartbeat(&kafka, "kg", &member, generation)? == 0);
     flume_rt::block_on(async {
@@ -317,8 +324,14 @@ fn growing_a_topic_rebalances_kafka_and_flume_groups_onto_the_new_partitions() -
 fn delete_groups_and_offset_delete_through_kafka_and_flume_survive_a_restart() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (broker, kafka, flume) = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(2))?;
-    broker.engine().create_topic("u", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(2))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("u", common::topic(1))?;
     commit(&broker, "idle", &[("t", 0, 5), ("t", 1, 6)])?;
     commit(&broker, "busy", &[("t", 0, 1), ("u", 0, 2)])?;
     commit(&broker, "flume-idle", &[("u", 0, 3)])?;
@@ -340,8 +353,8 @@ fn delete_groups_and_offset_delete_through_kafka_and_flume_survive_a_restart() -
         codes == [0, GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP],
         "{codes:?}"
     );
-    ensure!(broker.engine().committed("idle", "t", 0).is_none());
-    ensure!(broker.engine().committed("busy", "t", 0) == Some(1));
+    ensure!(broker.engine().groups().committed("idle", "t", 0).is_none());
+    ensure!(broker.engine().groups().committed("busy", "t", 0) == Some(1));
 
     let od = |group: &str, topics: &[(&str, &[i32])]| {
         let mut r = OffsetDeleteRequest::default();
@@ -373,10 +386,10 @@ fn delete_groups_and_offset_delete_through_kafka_and_flume_survive_a_restart() -
         .collect();
     ensure!(codes == [GROUP_SUBSCRIBED_TO_TOPIC, 0], "{codes:?}");
     ensure!(
-        broker.engine().committed("busy", "t", 0) == Some(1),
+        broker.engine().groups().committed("busy", "t", 0) == Some(1),
         "a subscribed topic's offset stays"
     );
-    ensure!(broker.engine().committed("busy", "u", 0).is_none());
+    ensure!(broker.engine().groups().committed("busy", "u", 0).is_none());
     let resp = c.call(0, &od("never", &[("t", &[0])]))?;
     ensure!(resp.error_code == GROUP_ID_NOT_FOUND, "{resp:?}");
     let resp = c.call(0, &od("partial", &[("t", &[1, 7])]))?;
@@ -403,22 +416,25 @@ fn delete_groups_and_offset_delete_through_kafka_and_flume_survive_a_restart() -
         ensure!(unknown.code() == Some(ErrorCode::UnknownGroup), "{unknown}");
         anyhow::Ok(())
     })?;
-    ensure!(broker.engine().committed("partial", "u", 0) == Some(9));
+    ensure!(broker.engine().groups().committed("partial", "u", 0) == Some(9));
     drop(c);
     flume_rt::block_on(broker.shutdown());
     let (broker, _, _) = start(dir.path())?;
     let e = broker.engine();
     ensure!(
-        e.committed("idle", "t", 1).is_none(),
+        e.groups().committed("idle", "t", 1).is_none(),
         "DeleteGroups is durable"
     );
-    ensure!(e.committed("flume-idle", "u", 0).is_none());
+    ensure!(e.groups().committed("flume-idle", "u", 0).is_none());
     ensure!(
-        e.committed("busy", "u", 0).is_none(),
+        e.groups().committed("busy", "u", 0).is_none(),
         "OffsetDelete is durable"
     );
-    ensure!(e.committed("busy", "t", 0) == Some(1));
-    ensure!(e.committed("partial", "t", 0).is_none() && e.committed("partial", "u", 0) == Some(9));
+    ensure!(e.groups().committed("busy", "t", 0) == Some(1));
+    ensure!(
+        e.groups().committed("partial", "t", 0).is_none()
+            && e.groups().committed("partial", "u", 0) == Some(9)
+    );
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
@@ -448,9 +464,13 @@ fn list_offset(
 fn list_offsets_max_timestamp_and_describe_log_dirs() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (broker, kafka, flume) = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(2))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(2))?;
     let p0 = broker
         .engine()
+        .records()
         .topic("t")
         .and_then(|t| t.partition(0).cloned())
         .context("partition 0")?;
@@ -544,7 +564,10 @@ fn the_admin_apis_follow_kafkas_acl_rules() -> Result<()> {
     c.authorizer = true;
     let broker = flume_rt::block_on(Broker::start(c))?;
     for t in ["public", "secret"] {
-        broker.engine().create_topic(t, common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic(t, common::topic(1))?;
     }
     commit(&broker, "g", &[("public", 0, 1), ("secret", 0, 2)])?;
     let allow = |operation, resource_type, name: &str| Acl {
@@ -595,7 +618,14 @@ fn the_admin_apis_follow_kafkas_acl_rules() -> Result<()> {
         ensure!(e.code() == Some(ErrorCode::AuthorizationFailed), "{e}");
         anyhow::Ok(())
     })?;
-    ensure!(broker.engine().topic("public").map(|t| t.partition_count()) == Some(1));
+    ensure!(
+        broker
+            .engine()
+            .records()
+            .topic("public")
+            .map(|t| t.partition_count())
+            == Some(1)
+    );
 
     // Granted: DELETE on the group, and READ on the topic for OffsetDelete.
     flume_rt::block_on(broker.add_acl(allow(Operation::Delete, ResourceType::Group, "g")))?;
@@ -604,7 +634,7 @@ fn the_admin_apis_follow_kafkas_acl_rules() -> Result<()> {
         .map(|r| Ok(k.call(0, r)?.topics[0].partitions[0].error_code))
         .collect::<Result<_>>()?;
     ensure!(codes == [0, 29], "{codes:?}");
-    ensure!(broker.engine().committed("g", "secret", 0) == Some(2));
+    ensure!(broker.engine().groups().committed("g", "secret", 0) == Some(2));
     flume_rt::block_on(broker.add_acl(allow(Operation::Alter, ResourceType::Topic, "public")))?;
     let r = create_partitions(&mut k, 1, vec![grow("public", 2, None)], false)?;
     ensure!(r[0].0 == 0, "{r:?}");

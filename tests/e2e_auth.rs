@@ -70,7 +70,11 @@ fn required_auth_serves_only_logged_in_connections() -> Result<()> {
             .expect_err("no login, no metadata");
         assert_eq!(err.code(), Some(ErrorCode::AuthenticationRequired));
         assert!(
-            broker.engine().topic("created-by-nobody").is_none(),
+            broker
+                .engine()
+                .records()
+                .topic("created-by-nobody")
+                .is_none(),
             "a refused request does nothing"
         );
 

@@ -31,6 +31,7 @@ async fn start(c: BrokerConfig) -> Result<Broker> {
     let broker = Broker::start(c).await.context("broker starts")?;
     broker
         .engine()
+        .records()
         .create_topic("empty", common::topic(1))
         .context("topic created")?;
     Ok(broker)

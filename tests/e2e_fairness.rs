@@ -140,7 +140,10 @@ fn parked_fetches_on_eight_connections_do_not_starve_a_fresh_one() -> Result<()>
         let cfg = broker_config(dir.path());
         let total = cfg.max_request_memory;
         let broker = Broker::start(cfg).await?;
-        broker.engine().create_topic("hog", common::topic(4))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("hog", common::topic(4))?;
         let addr = broker.local_addr().to_string();
         fill(&addr, "hog", 4, 4 << 20).await?;
         let fetches = parked_flume_fetches("hog", 4);
@@ -189,7 +192,10 @@ fn parked_kafka_fetches_and_group_waits_do_not_starve_a_fresh_kafka_client() -> 
     let cfg = broker_config(dir.path());
     let total = cfg.max_request_memory;
     let broker = rt::block_on(Broker::start(cfg))?;
-    broker.engine().create_topic("hog", common::topic(4))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("hog", common::topic(4))?;
     let addr = broker.local_addr().to_string();
     rt::block_on(fill(&addr, "hog", 4, 4 << 20))?;
     let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
@@ -418,8 +424,14 @@ fn a_random_mix_of_abusive_connections_starves_no_normal_client() -> Result<()> 
     cfg.http_listen = Some("127.0.0.1:0".into());
     let (total, conns) = (cfg.max_request_memory, 64usize);
     let broker = rt::block_on(Broker::start(cfg))?;
-    broker.engine().create_topic("hog", common::topic(4))?;
-    broker.engine().create_topic("normal", common::topic(3))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("hog", common::topic(4))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("normal", common::topic(3))?;
     let ports = Ports {
         flume: broker.local_addr().to_string(),
         kafka: broker.kafka_addr().context("kafka")?.to_string(),

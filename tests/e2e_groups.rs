@@ -258,7 +258,7 @@ fn three_consumers_split_six_partitions_then_close_and_kill_move_them() {
         }
         let delivered: std::collections::HashSet<(i32, u64)> =
             seen.iter().map(|(_, _, p, o)| (*p, *o)).collect();
-        let t = broker.engine().topic("t6").unwrap();
+        let t = broker.engine().records().topic("t6").unwrap();
         let parts: Vec<_> = (0..t.partition_count())
             .filter_map(|p| t.partition(p as i32))
             .collect();
@@ -362,7 +362,7 @@ fn stale_member_commits_are_fenced() {
         // The broker drops the old member (as a session expiry would) while the old consumer
         // is not polled, so it does not know yet; a new member takes the partition.
         let e = broker.engine().clone();
-        e.leave_group("g4", &old_member).unwrap();
+        e.groups().leave_group("g4", &old_member).unwrap();
         let mut new = consumer(&addr, "g4", "f").build().await.unwrap();
         let n = new.recv().await.unwrap().unwrap();
         new.commit(&n).await.unwrap();
@@ -378,7 +378,7 @@ fn stale_member_commits_are_fenced() {
             "{err}"
         );
         assert_eq!(
-            e.committed("g4", "f", 0),
+            e.groups().committed("g4", "f", 0),
             Some(n.offset as i64 + 1),
             "the new owner's commit stands"
         );
@@ -428,7 +428,7 @@ fn manual_commit_on_revoke_commits_what_was_handed_out() {
         }
         let b = b.await;
         assert_eq!(
-            broker.engine().committed("grv", "rv", 0),
+            broker.engine().groups().committed("grv", "rv", 0),
             Some(handed),
             "every record handed out before the revoke was committed"
         );
@@ -462,7 +462,7 @@ fn slow_processing_during_a_rebalance_keeps_the_membership() {
         // Simulated processing: the broker's clock moves 1.5 s (several session
         // timeouts) in 300 ms steps; only A's background heartbeats keep it a member.
         common::wait_until("B's join is parked", Duration::from_secs(20), || async {
-            broker.engine().group_members("gs") == Some(2)
+            broker.engine().groups().group_members("gs") == Some(2)
         })
         .await;
         common::advance_keeping_alive(

@@ -203,6 +203,7 @@ fn many_connections_and_a_clean_refusal_past_the_limit() {
         let broker = Broker::start(cfg).await.unwrap();
         broker
             .engine()
+            .records()
             .create_topic("many", common::topic(4))
             .unwrap();
         let addr = broker.local_addr().to_string();
@@ -269,6 +270,7 @@ fn many_connections_and_a_clean_refusal_past_the_limit() {
             .is_ok());
         let total: u64 = broker
             .engine()
+            .records()
             .topic("many")
             .unwrap()
             .offsets()
@@ -328,7 +330,7 @@ fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
         common::wait_until(
             "the new member's join is parked",
             Duration::from_secs(20),
-            || async { broker.engine().group_members("lg") == Some(2) },
+            || async { broker.engine().groups().group_members("lg") == Some(2) },
         )
         .await;
         common::advance_keeping_alive(
@@ -378,7 +380,10 @@ fn a_frozen_member_loses_its_partitions_and_is_fenced_when_it_wakes() {
             .unwrap_err();
         assert_eq!(stale.code(), Some(ErrorCode::UnknownMember));
         assert_eq!(
-            broker.engine().committed("lg", "live", last.partition),
+            broker
+                .engine()
+                .groups()
+                .committed("lg", "live", last.partition),
             Some(last.offset as i64 + 1),
             "the new owner's commit was not overwritten"
         );
@@ -497,6 +502,7 @@ fn clients_that_vanish_mid_request_leave_nothing_wedged() {
         let m = p.send("v", None, b"after").await.unwrap();
         let part = broker
             .engine()
+            .records()
             .topic("v")
             .unwrap()
             .partition(0)
@@ -542,6 +548,7 @@ fn auto_create_can_be_turned_off() {
         assert_eq!(err.code(), Some(ErrorCode::UnknownTopic));
         broker
             .engine()
+            .records()
             .create_topic("yes", common::topic(1))
             .unwrap();
         assert!(p.send("yes", None, b"x").await.is_ok());
@@ -659,6 +666,7 @@ fn parked_fetches_and_huge_joins_keep_memory_bounded_on_defaults() {
         let (broker, addr) = common::with_topic(dir.path(), "parked", 1).await;
         broker
             .engine()
+            .records()
             .create_topic("normal", common::topic(1))
             .unwrap();
         let client = Client::connect(&addr, ConnectionConfig::default())
@@ -966,6 +974,7 @@ fn shutdown_cancels_connections_that_outlive_its_deadline() {
         let broker = Broker::start(cfg).await.unwrap();
         broker
             .engine()
+            .records()
             .create_topic("big", common::topic(1))
             .unwrap();
         let addr = broker.local_addr().to_string();
@@ -1034,6 +1043,7 @@ fn a_peer_that_never_reads_holds_at_most_its_connection_share() {
         let broker = Broker::start(cfg).await.unwrap();
         broker
             .engine()
+            .records()
             .create_topic("big", common::topic(1))
             .unwrap();
         let addr = broker.local_addr().to_string();

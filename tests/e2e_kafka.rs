@@ -118,7 +118,10 @@ fn metadata_produce_each_codec_fetch_and_list_offsets() -> Result<()> {
 fn a_long_poll_wakes_when_records_arrive() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path());
-    broker.engine().create_topic("lp", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("lp", common::topic(1))?;
     let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
     tokio().block_on(async {
         let client = ClientBuilder::new(vec![kafka.clone()]).build().await?;
@@ -157,7 +160,10 @@ fn a_long_poll_wakes_when_records_arrive() -> Result<()> {
 fn flume_sdk_and_kafka_read_each_others_records() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path());
-    broker.engine().create_topic("both", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("both", common::topic(1))?;
     let native = broker.local_addr().to_string();
     let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
     // Flume SDK -> Kafka.

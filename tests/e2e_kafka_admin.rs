@@ -80,7 +80,7 @@ fn list_offsets_by_timestamp_and_delete_topics() -> Result<()> {
         );
         anyhow::Ok(())
     })?;
-    assert!(broker.engine().topic("kt").is_none());
+    assert!(broker.engine().records().topic("kt").is_none());
     assert!(!dir.path().join("kt").exists());
     flume_rt::block_on(broker.shutdown());
     Ok(())
@@ -150,6 +150,7 @@ fn delete_records_moves_the_log_start_durably() -> Result<()> {
     assert_eq!(all.topics[0].partitions[0].low_watermark, 10);
     let offsets = |b: &Broker| {
         b.engine()
+            .records()
             .topic("dr")
             .map(|t| t.statuses(false)[0].log_start)
     };

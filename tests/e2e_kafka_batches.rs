@@ -49,7 +49,10 @@ fn fetch(kc: &mut Kc, offset: i64) -> Result<Bytes> {
 fn a_compressed_idempotent_batch_is_served_as_it_was_produced_and_read_by_flume() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = flume_rt::block_on(Broker::start(config(dir.path())))?;
-    broker.engine().create_topic(TOPIC, common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic(TOPIC, common::topic(1))?;
     let native = broker.local_addr().to_string();
     // Three records through Flume's protocol first: offsets 0..=2.
     flume_rt::block_on(async {

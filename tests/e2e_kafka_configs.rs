@@ -449,6 +449,7 @@ fn create_topics_takes_the_one_replica_assignment_a_single_broker_has() -> Resul
     assert_eq!(
         broker
             .engine()
+            .records()
             .topic("a")
             .context("created")?
             .partition_count(),
@@ -460,7 +461,10 @@ fn create_topics_takes_the_one_replica_assignment_a_single_broker_has() -> Resul
     assert_eq!(code, INVALID_REPLICA_ASSIGNMENT, "a partition missing");
     let (code, _) = try_create("d", 3, &[(0, vec![node])])?;
     assert_eq!(code, INVALID_REQUEST, "a count beside an assignment");
-    assert!(broker.engine().topic("b").is_none() && broker.engine().topic("d").is_none());
+    assert!(
+        broker.engine().records().topic("b").is_none()
+            && broker.engine().records().topic("d").is_none()
+    );
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }

@@ -83,7 +83,10 @@ fn fill(broker: &Broker, topic: &str, partitions: i32, size: usize) -> Result<()
 fn a_fetch_answer_stays_within_its_max_bytes_on_both_protocols() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
-    broker.engine().create_topic("big", common::topic(3))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("big", common::topic(3))?;
     fill(&broker, "big", 3, 600_000)?;
     let max_bytes = 1_000_512;
     let req = FetchRequest::default()
@@ -240,7 +243,10 @@ fn fetched(k: &mut Kc, group_id: &str) -> Result<(i64, i32, String)> {
 fn any_non_empty_group_id_is_a_group() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(1))?;
     let mut k = kafka(&broker)?;
     for id in ["roundrobin,range", "my app/v2", "__group", "ünïcode"] {
         let member = join_alone(&mut k, id)?;
@@ -278,7 +284,10 @@ fn any_non_empty_group_id_is_a_group() -> Result<()> {
 fn commit_metadata_and_leader_epochs_are_kept_across_restarts() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(1))?;
     let mut k = kafka(&broker)?;
     let member = join_alone(&mut k, "meta")?;
     let r = k.call(8, &commit("meta", &member, 1, Some("checkpoint 42")))?;
@@ -325,7 +334,10 @@ fn listed(k: &mut Kc, group_id: &str) -> Result<(String, String)> {
 fn an_empty_group_keeps_its_protocol_type_after_its_members_and_a_restart() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(1))?;
     let mut k = kafka(&broker)?;
     let member = join_alone(&mut k, "was-consumers")?;
     let r = k.call(8, &commit("was-consumers", &member, 1, None))?;
@@ -371,7 +383,10 @@ fn authorized_operations_are_answered_when_asked_for() -> Result<()> {
     let group_ops = bits(&[3, 6, 8]);
     let dir = tempfile::tempdir()?;
     let broker = start(dir.path())?;
-    broker.engine().create_topic("t", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(1))?;
     let mut k = kafka(&broker)?;
     let m = k.call(
         8,

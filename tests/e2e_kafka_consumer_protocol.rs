@@ -102,9 +102,10 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
     let engine = broker.engine().clone();
     engine
+        .records()
         .create_topic("t", common::topic(4))
         .context("topic")?;
-    let id = Uuid::from_bytes(engine.topic("t").context("t")?.id.0);
+    let id = Uuid::from_bytes(engine.records().topic("t").context("t")?.id.0);
     let addr = broker.kafka_addr().context("kafka")?.to_string();
     let mut k = Kc::connect(&addr)?;
 
@@ -155,7 +156,7 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
     // Commits are fenced by member epoch.
     let r = k.call(9, &commit("g", &m1, e2))?;
     ensure!(r.topics[0].partitions[0].error_code == NONE, "{r:?}");
-    ensure!(engine.committed("g", "t", 0) == Some(5));
+    ensure!(engine.groups().committed("g", "t", 0) == Some(5));
     let r = k.call(9, &commit("g", &m1, e1))?;
     ensure!(
         r.topics[0].partitions[0].error_code == STALE_MEMBER_EPOCH,
@@ -216,7 +217,10 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
         std::thread::spawn(move || Kc::connect(&addr)?.call(3, &join))
     };
     wait_until("the classic member", || {
-        engine.group_members("classic").is_some_and(|n| n > 0)
+        engine
+            .groups()
+            .group_members("classic")
+            .is_some_and(|n| n > 0)
     })?;
     let c = hb(&mut k, "classic", "", 0, Some(&["t"]), None)?;
     ensure!(c.error_code == GROUP_ID_NOT_FOUND, "{c:?}");
@@ -266,7 +270,7 @@ fn consumer_protocol_members_reconcile_commit_and_expire() -> Result<()> {
         left.error_code == NONE && left.member_epoch == -1,
         "{left:?}"
     );
-    ensure!(!engine.is_consumer_group("g"));
+    ensure!(!engine.groups().is_consumer_group("g"));
     flume_rt::block_on(broker.shutdown());
     Ok(())
 }
@@ -286,9 +290,10 @@ fn consumer_protocol_groups_are_described_over_both_transports_and_the_overview(
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
     let engine = broker.engine().clone();
     engine
+        .records()
         .create_topic("t", common::topic(4))
         .context("topic")?;
-    let id = Uuid::from_bytes(engine.topic("t").context("t")?.id.0);
+    let id = Uuid::from_bytes(engine.records().topic("t").context("t")?.id.0);
     let kafka = broker.kafka_addr().context("kafka")?.to_string();
     let flume = broker.local_addr().to_string();
     let http = broker.http_addr().context("http")?;

@@ -51,6 +51,7 @@ fn start() -> Result<(tempfile::TempDir, Broker, String, Clock)> {
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
     broker
         .engine()
+        .records()
         .create_topic(TOPIC, common::topic(4))
         .context("topic")?;
     let kafka = broker.kafka_addr().context("kafka listener")?.to_string();
@@ -182,7 +183,7 @@ fn heartbeat(c: &mut Kc, group: &str, member: &str, generation: i32) -> Result<i
 }
 
 fn phase(engine: &Engine, group: &str) -> Option<GroupPhase> {
-    engine.describe_group(group).map(|d| d.phase)
+    engine.groups().describe_group(group).map(|d| d.phase)
 }
 
 /// Waits (with a deadline) until the group has `members` members and is in `want`.
@@ -192,6 +193,7 @@ fn wait_for(engine: &Arc<Engine>, group: &str, members: usize, want: GroupPhase)
         Duration::from_secs(5),
         || async {
             engine
+                .groups()
                 .describe_group(group)
                 .is_some_and(|d| d.members.len() == members && d.phase == want)
         },
@@ -214,9 +216,12 @@ fn parked<T>(
         "the requests to park",
         Duration::from_secs(5),
         || async {
-            members
-                .iter()
-                .all(|m| engine.member_last_seen(group, m).is_some_and(|t| t >= now))
+            members.iter().all(|m| {
+                engine
+                    .groups()
+                    .member_last_seen(group, m)
+                    .is_some_and(|t| t >= now)
+            })
         },
     ));
     out
@@ -376,7 +381,7 @@ fn two_members_join_the_leader_assigns_a_third_rebalances_everyone_and_one_leave
         (l.protocol_type.as_str(), l.group_state.as_str()),
         ("consumer", "Stable")
     );
-    let engine_view = engine.describe_group(g).context("described")?;
+    let engine_view = engine.groups().describe_group(g).context("described")?;
     let c_view = engine_view
         .members
         .iter()
@@ -536,7 +541,7 @@ fn offsets_committed_over_kafka_are_fetched_back_and_seen_by_the_flume_sdk() -> 
     })?;
     let seen: Vec<(i32, i64)> = seen.iter().map(|p| (p.partition, p.committed)).collect();
     assert_eq!(seen, vec![(0, 5), (1, 7), (2, -1), (3, -1)]);
-    assert_eq!(broker.engine().committed(g, TOPIC, 1), Some(7));
+    assert_eq!(broker.engine().groups().committed(g, TOPIC, 1), Some(7));
 
     // Once the group is empty, a commit from outside it (generation -1, no member) is allowed.
     let mut l = LeaveGroupRequest::default();
@@ -545,7 +550,7 @@ fn offsets_committed_over_kafka_are_fetched_back_and_seen_by_the_flume_sdk() -> 
     assert_eq!(c.call(1, &l)?.error_code, NONE);
     let r = c.call(8, &commit_req(g, "", -1, &[(3, 2)]))?;
     assert_eq!(r.topics[0].partitions[0].error_code, NONE);
-    assert_eq!(broker.engine().committed(g, TOPIC, 3), Some(2));
+    assert_eq!(broker.engine().groups().committed(g, TOPIC, 3), Some(2));
     let listed = c.call(3, &ListGroupsRequest::default())?;
     assert!(
         listed.groups.iter().any(|l| l.group_id.0.as_str() == g),
@@ -585,7 +590,7 @@ fn mismatched_protocols_other_modes_and_bad_session_timeouts_are_refused() -> Re
         rebalance_timeout: Duration::from_secs(6),
         assignor: Default::default(),
     };
-    let r = flume_rt::block_on(broker.engine().join_group(flume));
+    let r = flume_rt::block_on(broker.engine().groups().join_group(flume));
     assert_eq!(r.unwrap_err(), flume_protocol::ErrorCode::InvalidRequest);
     flume_rt::block_on(broker.shutdown());
     Ok(())
@@ -629,7 +634,10 @@ fn members_starting_together_form_the_first_generation_together() -> Result<()> 
     cfg.kafka_listen = Some("127.0.0.1:0".into());
     cfg.group_initial_rebalance_delay = Duration::from_secs(3);
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
-    broker.engine().create_topic(TOPIC, common::topic(4))?;
+    broker
+        .engine()
+        .records()
+        .create_topic(TOPIC, common::topic(4))?;
     let addr = broker.kafka_addr().context("kafka listener")?.to_string();
     let engine = Arc::clone(broker.engine());
     let g = "together";
@@ -731,7 +739,8 @@ fn a_static_member_restarts_without_a_rebalance_and_fences_the_old_process() -> 
     let s = old_b.call(3, &static_sync(g, &b, "b", 2))?;
     ensure!(s.error_code == NONE && partitions_of(&s.assignment) == vec![2, 3]);
     let rebalances = |e: &Engine| {
-        e.group_summaries()
+        e.groups()
+            .group_summaries()
             .into_iter()
             .find(|s| s.group == g)
             .map(|s| (s.generation, s.rebalances))
@@ -838,7 +847,10 @@ fn the_session_timeout_bounds_are_broker_settings_for_both_protocols() -> Result
     cfg.group_min_session_timeout = Duration::from_millis(3000);
     cfg.group_max_session_timeout = Duration::from_millis(20_000);
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
-    broker.engine().create_topic(TOPIC, common::topic(4))?;
+    broker
+        .engine()
+        .records()
+        .create_topic(TOPIC, common::topic(4))?;
     let addr = broker.kafka_addr().context("kafka listener")?.to_string();
     let mut c = Kc::connect(&addr)?;
     let with_session = |mut r: JoinGroupRequest, ms: i32| {
@@ -865,7 +877,7 @@ fn the_session_timeout_bounds_are_broker_settings_for_both_protocols() -> Result
     // the 20 s maximum.
     let engine = broker.engine();
     let flume_join = |group: &str, session: Duration| {
-        flume_rt::block_on(engine.join_group(JoinSpec {
+        flume_rt::block_on(engine.groups().join_group(JoinSpec {
             group: group.into(),
             member_id: String::new(),
             topics: vec![TOPIC.into()],
@@ -877,7 +889,12 @@ fn the_session_timeout_bounds_are_broker_settings_for_both_protocols() -> Result
     };
     flume_join("short", Duration::from_millis(500))?;
     flume_join("long", Duration::from_secs(60))?;
-    let members = |group: &str| engine.describe_group(group).map_or(0, |d| d.members.len());
+    let members = |group: &str| {
+        engine
+            .groups()
+            .describe_group(group)
+            .map_or(0, |d| d.members.len())
+    };
     clock.advance(Duration::from_millis(2_000));
     flume_rt::block_on(engine.tick_now());
     assert_eq!(

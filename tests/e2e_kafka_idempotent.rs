@@ -32,9 +32,10 @@ fn config(dir: &std::path::Path) -> BrokerConfig {
 
 fn start(dir: &std::path::Path) -> Result<Broker> {
     let broker = flume_rt::block_on(Broker::start(config(dir))).context("broker starts")?;
-    if broker.engine().topic(TOPIC).is_none() {
+    if broker.engine().records().topic(TOPIC).is_none() {
         broker
             .engine()
+            .records()
             .create_topic(TOPIC, common::topic(2))
             .context("topic")?;
     }

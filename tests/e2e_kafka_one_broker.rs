@@ -42,8 +42,14 @@ fn start(dir: &std::path::Path, authorizer: bool) -> Result<(Broker, Kc)> {
     c.kafka_listen = Some("127.0.0.1:0".into());
     c.authorizer = authorizer;
     let broker = flume_rt::block_on(Broker::start(c)).context("broker starts")?;
-    broker.engine().create_topic("t", common::topic(2))?;
-    broker.engine().create_topic("u", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("t", common::topic(2))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("u", common::topic(1))?;
     let k = Kc::connect(&broker.kafka_addr().context("kafka")?.to_string())?;
     Ok((broker, k))
 }

@@ -28,6 +28,7 @@ async fn start(dir: &std::path::Path) -> (Broker, String, String) {
     let broker = Broker::start(c).await.expect("broker starts");
     broker
         .engine()
+        .records()
         .create_topic("t", common::topic(4))
         .expect("topic created");
     let kafka = format!(

@@ -39,6 +39,7 @@ async fn broker(
     let broker = Broker::start(c).await.expect("broker starts");
     broker
         .engine()
+        .records()
         .create_topic("q", common::topic(1))
         .expect("topic created");
     let native = broker.local_addr().to_string();
@@ -563,6 +564,7 @@ fn a_kafka_member_of_a_topic_made_later_gets_its_records() {
         assert!(c.poll().await.unwrap().is_empty());
         broker
             .engine()
+            .records()
             .create_topic("later", common::topic(2))
             .unwrap();
         let p = Producer::connect(&kafka).await.unwrap();

@@ -180,7 +180,10 @@ fn topic_ids_are_random_kept_across_restarts_and_new_after_a_delete() -> Result<
     let (broker, mut k) = start(dir.path(), false)?;
     let a = create(&mut k, "a", 2)?;
     // Through Flume's engine (Flume's protocol, auto-create) too.
-    broker.engine().create_topic("b", common::topic(1))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("b", common::topic(1))?;
     let ids = metadata_ids(&mut k)?;
     ensure!(ids.len() == 2 && ids[0] == ("a".to_owned(), a), "{ids:?}");
     let b = ids[1].1;
@@ -214,7 +217,7 @@ fn topic_ids_are_random_kept_across_restarts_and_new_after_a_delete() -> Result<
         delete_v6(&mut k, &[(None, a)])? == [(UNKNOWN_TOPIC_ID, None, a)],
         "a stale id deletes nothing"
     );
-    ensure!(broker.engine().topic("a").is_some());
+    ensure!(broker.engine().records().topic("a").is_some());
     // By name and id at once, or by neither: INVALID_REQUEST.
     let r = delete_v6(&mut k, &[(Some("a"), a2), (None, Uuid::nil())])?;
     ensure!(
@@ -252,7 +255,10 @@ fn describe_topic_partitions_pages_through_every_partition() -> Result<()> {
         .any(|a| a.api_key == ApiKey::DescribeTopicPartitions as i16
             && (a.min_version, a.max_version) == (0, 0)));
     for (topic, n) in [("c", 5), ("a", 3), ("b", 1)] {
-        broker.engine().create_topic(topic, common::topic(n))?;
+        broker
+            .engine()
+            .records()
+            .create_topic(topic, common::topic(n))?;
     }
     // Every topic (an empty list), 4 partitions an answer.
     let p1 = pages(&describe(&mut k, &[], 4, None)?);
@@ -318,7 +324,10 @@ fn describe_topic_partitions_pages_through_every_partition() -> Result<()> {
 fn describe_topic_partitions_answers_at_most_2000_partitions() -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (broker, mut k) = start(dir.path(), false)?;
-    broker.engine().create_topic("wide", common::topic(2_001))?;
+    broker
+        .engine()
+        .records()
+        .create_topic("wide", common::topic(2_001))?;
     let r = describe(&mut k, &["wide"], i32::MAX, None)?;
     ensure!(
         r.topics[0].partitions.len() == 2_000,
@@ -348,9 +357,17 @@ fn describe_topic_partitions_and_deletes_by_id_follow_the_acls() -> Result<()> {
     // Authentication off: every connection is User:ANONYMOUS.
     let (broker, mut k) = start(dir.path(), true)?;
     for topic in ["open", "secret"] {
-        broker.engine().create_topic(topic, common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic(topic, common::topic(1))?;
     }
-    let secret = broker.engine().topic("secret").context("secret")?.id;
+    let secret = broker
+        .engine()
+        .records()
+        .topic("secret")
+        .context("secret")?
+        .id;
     let secret = Uuid::from_bytes(secret.0);
     let allow = |operation, name: &str| Acl {
         principal: AclPrincipal::Anonymous,
@@ -379,10 +396,10 @@ fn describe_topic_partitions_and_deletes_by_id_follow_the_acls() -> Result<()> {
     ensure!(metadata_by_id(&mut k, secret)? == (TOPIC_AUTHORIZATION_FAILED, None, secret));
     // Delete by id without DELETE: refused, the name not disclosed.
     ensure!(delete_v6(&mut k, &[(None, secret)])? == [(TOPIC_AUTHORIZATION_FAILED, None, secret)]);
-    ensure!(broker.engine().topic("secret").is_some());
+    ensure!(broker.engine().records().topic("secret").is_some());
     flume_rt::block_on(broker.add_acl(allow(Operation::Delete, "secret")))?;
     ensure!(delete_v6(&mut k, &[(None, secret)])? == [(NONE, Some("secret".to_owned()), secret)]);
-    ensure!(broker.engine().topic("secret").is_none());
+    ensure!(broker.engine().records().topic("secret").is_none());
     drop(k);
     flume_rt::block_on(broker.shutdown());
     Ok(())

@@ -32,8 +32,11 @@ fn start(dir: &std::path::Path) -> Result<(Broker, String)> {
     let mut cfg = common::config(dir);
     cfg.kafka_listen = Some("127.0.0.1:0".into());
     let broker = flume_rt::block_on(Broker::start(cfg)).context("broker starts")?;
-    if broker.engine().topic("t").is_none() {
-        broker.engine().create_topic("t", common::topic(2))?;
+    if broker.engine().records().topic("t").is_none() {
+        broker
+            .engine()
+            .records()
+            .create_topic("t", common::topic(2))?;
     }
     let addr = broker.kafka_addr().context("kafka listener")?.to_string();
     Ok((broker, addr))
@@ -194,7 +197,7 @@ fn a_transaction_commits_offsets_fences_old_producers_and_writes_its_markers() -
     // Each partition got its COMMIT marker: an offset past the records.
     for p in [0, 1] {
         let (_, end) = flume_rt::block_on(async {
-            let t = broker.engine().topic("t").context("topic")?;
+            let t = broker.engine().records().topic("t").context("topic")?;
             let part = t.partition(p).context("partition")?;
             anyhow::Ok((part.stable_offset(), part.end_offset()))
         })?;
@@ -343,6 +346,7 @@ fn a_flume_reader_caught_up_before_a_trailing_marker_is_at_its_end() -> Result<(
         }
         let part = broker
             .engine()
+            .records()
             .topic("t")
             .context("t")?
             .partition(0)
@@ -383,6 +387,7 @@ fn a_flume_reader_caught_up_before_a_trailing_marker_is_at_its_end() -> Result<(
         // Partition 1 holds only a marker: a group with no commit there is at its end.
         let p1 = broker
             .engine()
+            .records()
             .topic("t")
             .context("t")?
             .partition(1)

@@ -69,6 +69,7 @@ fn a_tombstone_reads_back_null_and_an_empty_value_empty_after_a_restart() {
         let broker = common::start(dir.path()).await;
         broker
             .engine()
+            .records()
             .create_topic("ch", common::topic(1))
             .unwrap();
         let addr = broker.local_addr().to_string();
@@ -112,7 +113,11 @@ fn routing_agrees_for_many_keys() {
     flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("r", common::topic(7)).unwrap();
+        broker
+            .engine()
+            .records()
+            .create_topic("r", common::topic(7))
+            .unwrap();
         let producer = Producer::connect(&broker.local_addr().to_string())
             .await
             .unwrap();
@@ -137,7 +142,11 @@ fn batching_many_tasks_dense_offsets_and_key_order() {
     flume_rt::block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
-        broker.engine().create_topic("b", common::topic(4)).unwrap();
+        broker
+            .engine()
+            .records()
+            .create_topic("b", common::topic(4))
+            .unwrap();
         let producer = Arc::new(
             Producer::connect(&broker.local_addr().to_string())
                 .await
@@ -203,6 +212,7 @@ fn spread_over_many_partitions_every_record_lands_in_order() {
         let partitions = 64i32;
         broker
             .engine()
+            .records()
             .create_topic("spread", common::topic(partitions as u32))
             .unwrap();
         let producer = Producer::connect(&broker.local_addr().to_string())
@@ -273,6 +283,7 @@ fn long_poll(conn: ConnectionConfig, broker_busy_poll: BusyPoll) {
         let broker = Broker::start(cfg).await.unwrap();
         broker
             .engine()
+            .records()
             .create_topic("lp", common::topic(1))
             .unwrap();
         let addr = broker.local_addr().to_string();
@@ -336,16 +347,17 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         let broker = common::start(dir.path()).await;
         let e = broker.engine().clone();
         for (name, bp) in [("rej", Backpressure::Reject), ("blk", Backpressure::Block)] {
-            e.create_topic(
-                name,
-                TopicConfig {
-                    partitions: 1,
-                    max_pending: 2,
-                    backpressure: bp,
-                    ..TopicConfig::default()
-                },
-            )
-            .unwrap();
+            e.records()
+                .create_topic(
+                    name,
+                    TopicConfig {
+                        partitions: 1,
+                        max_pending: 2,
+                        backpressure: bp,
+                        ..TopicConfig::default()
+                    },
+                )
+                .unwrap();
         }
         // Reject: many concurrent admissions against a queue of 2 meet QUEUE_FULL,
         // and every accepted record gets a distinct offset. The writer drains the
@@ -361,7 +373,7 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
                 "a queue of 2 must overflow with rounds of 200 immediate admissions"
             );
             let admissions = (0..200).map(|_| {
-                e.admit_produce(ProduceBatch {
+                e.records().admit_produce(ProduceBatch {
                     topic: "rej".into(),
                     route: Route::Partition(0),
                     records: batch.clone(),
@@ -379,7 +391,13 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         bases.sort_unstable();
         assert!(bases.windows(2).all(|w| w[1] - w[0] == 50));
         // Block: the queue never holds more than max_pending, nothing is rejected.
-        let part = e.topic("blk").unwrap().partition(0).unwrap().clone();
+        let part = e
+            .records()
+            .topic("blk")
+            .unwrap()
+            .partition(0)
+            .unwrap()
+            .clone();
         let watcher = {
             let part = part.clone();
             flume_rt::spawn(async move {
@@ -394,12 +412,13 @@ fn reject_mode_returns_queue_full_and_block_mode_stays_bounded() {
         let mut pendings = Vec::new();
         for _ in 0..200 {
             pendings.push(
-                e.admit_produce(ProduceBatch {
-                    topic: "blk".into(),
-                    route: Route::Partition(0),
-                    records: big_batch_of(50),
-                })
-                .await,
+                e.records()
+                    .admit_produce(ProduceBatch {
+                        topic: "blk".into(),
+                        route: Route::Partition(0),
+                        records: big_batch_of(50),
+                    })
+                    .await,
             );
             assert!(part.queued() <= part.capacity());
         }
@@ -436,7 +455,7 @@ fn graceful_shutdown_loses_no_acknowledged_record() {
         broker.shutdown().await;
         drop(producer);
         let broker = Broker::start(common::config(dir.path())).await.unwrap();
-        let t = broker.engine().topic("s").unwrap();
+        let t = broker.engine().records().topic("s").unwrap();
         let total: u64 = t.offsets().iter().map(|o| o.log_end as u64).sum();
         assert_eq!(total, 500);
         for a in acked.iter().step_by(37) {
@@ -573,7 +592,7 @@ fn inline_fast_path_never_overtakes_queued_appends() {
         let dir = tempfile::tempdir().unwrap();
         let broker = common::start(dir.path()).await;
         let e = broker.engine().clone();
-        e.create_topic("ord", common::topic(1)).unwrap();
+        e.records().create_topic("ord", common::topic(1)).unwrap();
         // Alternate batches that must queue (big) with ones that may go inline (small):
         // offsets must follow admission order.
         let mut pendings = Vec::new();
@@ -584,12 +603,13 @@ fn inline_fast_path_never_overtakes_queued_appends() {
                 batch_of(1)
             };
             pendings.push(
-                e.admit_produce(ProduceBatch {
-                    topic: "ord".into(),
-                    route: Route::Partition(0),
-                    records,
-                })
-                .await,
+                e.records()
+                    .admit_produce(ProduceBatch {
+                        topic: "ord".into(),
+                        route: Route::Partition(0),
+                        records,
+                    })
+                    .await,
             );
         }
         let mut last = -1;
@@ -620,6 +640,7 @@ fn produce_memory_in_flight_stays_within_its_budget() {
         let broker = Broker::start(cfg).await.unwrap();
         broker
             .engine()
+            .records()
             .create_topic("mem", common::topic(1))
             .unwrap();
         let addr = broker.local_addr().to_string();

@@ -98,7 +98,7 @@ fn routed_produce_failing_on_one_partition_says_which_records_were_stored() {
         let dir = tempfile::tempdir().unwrap();
         let (broker, addr) = common::with_topic(dir.path(), "r", 2).await;
         // Partition 1 stops taking appends (its queue is closed): SHUTTING_DOWN there only.
-        let t = broker.engine().topic("r").unwrap();
+        let t = broker.engine().records().topic("r").unwrap();
         t.partition(1).unwrap().shutdown().await;
         let (k0, k1) = keys_for_both_partitions();
         let mut batch = Vec::new();
@@ -244,7 +244,7 @@ fn only_produce_and_join_create_topics() {
             .await
             .unwrap();
         assert_eq!(oc.results[0].error, ErrorCode::UnknownTopic);
-        assert!(broker.engine().topic("ghost").is_none());
+        assert!(broker.engine().records().topic("ghost").is_none());
         broker.shutdown().await;
     });
 }

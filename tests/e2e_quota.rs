@@ -49,7 +49,7 @@ fn start(
         for u in ["a", "b", "u"] {
             b.add_user(u, "pw").await?;
         }
-        b.engine().create_topic(TOPIC, common::topic(1))?;
+        b.engine().records().create_topic(TOPIC, common::topic(1))?;
         Ok::<_, anyhow::Error>(b)
     })?;
     Ok((dir, broker, clock))

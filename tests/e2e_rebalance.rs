@@ -140,7 +140,7 @@ fn clean_leave_rebalances_without_waiting_a_heartbeat_interval() {
             stayed >= 3,
             "the members that stayed kept {stayed} of 4 partitions"
         );
-        assert_eq!(engine.group_members("g"), Some(2));
+        assert_eq!(engine.groups().group_members("g"), Some(2));
         for m in members {
             drop(m.stop);
             m.task.await;
@@ -151,7 +151,7 @@ fn clean_leave_rebalances_without_waiting_a_heartbeat_interval() {
 
 async fn join_one(engine: &flume_broker::Engine) -> (String, i32) {
     // Boxed: the join's future is large for a test thread's stack in debug builds.
-    let j = Box::pin(engine.join_group(JoinSpec {
+    let j = Box::pin(engine.groups().join_group(JoinSpec {
         group: "g".into(),
         member_id: String::new(),
         topics: vec!["t".into()],
@@ -196,7 +196,10 @@ fn waiting_heartbeats_are_bounded_and_released_on_close() {
         cfg.max_connections = 2;
         let broker = Broker::start(cfg).await.unwrap();
         let engine = broker.engine().clone();
-        engine.create_topic("t", common::topic(2)).unwrap();
+        engine
+            .records()
+            .create_topic("t", common::topic(2))
+            .unwrap();
         let addr = broker.local_addr().to_string();
         let (member, generation) = join_one(&engine).await;
 
@@ -212,7 +215,7 @@ fn waiting_heartbeats_are_bounded_and_released_on_close() {
             "the third is answered at once"
         );
         common::wait_until("two heartbeats wait", Duration::from_secs(2), || {
-            let n = engine.parked_heartbeats();
+            let n = engine.groups().parked_heartbeats();
             async move { n == 2 }
         })
         .await;
@@ -221,7 +224,7 @@ fn waiting_heartbeats_are_bounded_and_released_on_close() {
             "a closed connection's heartbeats stop waiting",
             Duration::from_secs(2),
             || {
-                let n = engine.parked_heartbeats();
+                let n = engine.groups().parked_heartbeats();
                 async move { n == 0 }
             },
         )
@@ -231,14 +234,14 @@ fn waiting_heartbeats_are_bounded_and_released_on_close() {
         let mut s = TcpStream::connect(&addr).await.unwrap();
         send(&mut s, 7, &wait_req(&member, generation, 600_000)).await;
         common::wait_until("one heartbeat waits", Duration::from_secs(2), || {
-            let n = engine.parked_heartbeats();
+            let n = engine.groups().parked_heartbeats();
             async move { n == 1 }
         })
         .await;
-        engine.leave_group("g", &member).unwrap();
+        engine.groups().leave_group("g", &member).unwrap();
         let (id, code) = read(&mut s, &mut got).await;
         assert_eq!((id, code), (7, ErrorCode::UnknownMember));
-        assert_eq!(engine.parked_heartbeats(), 0);
+        assert_eq!(engine.groups().parked_heartbeats(), 0);
         broker.shutdown().await;
     });
 }
@@ -282,7 +285,7 @@ fn plain_heartbeat_still_works_and_a_wait_ends_at_its_deadline() {
             (5, ErrorCode::None),
             "a wait without a rebalance ends with NONE"
         );
-        assert_eq!(engine.parked_heartbeats(), 0);
+        assert_eq!(engine.groups().parked_heartbeats(), 0);
         broker.shutdown().await;
     });
 }
@@ -300,11 +303,12 @@ fn waiting_heartbeats_end_when_shutdown_begins() {
         let e = engine.clone();
         let m = member.clone();
         let waiting = rt::spawn(async move {
-            e.heartbeat_wait("g", &m, generation, Duration::from_secs(600))
+            e.groups()
+                .heartbeat_wait("g", &m, generation, Duration::from_secs(600))
                 .await
         });
         common::wait_until("the heartbeat waits", Duration::from_secs(2), || {
-            let n = engine.parked_heartbeats();
+            let n = engine.groups().parked_heartbeats();
             async move { n == 1 }
         })
         .await;
@@ -313,15 +317,17 @@ fn waiting_heartbeats_end_when_shutdown_begins() {
             .await
             .expect("the waiting heartbeat is answered at shutdown");
         assert_eq!(r, Ok(()));
-        assert_eq!(engine.parked_heartbeats(), 0);
+        assert_eq!(engine.groups().parked_heartbeats(), 0);
         let r = rt::timeout(
             Duration::from_secs(2),
-            engine.heartbeat_wait("g", &member, generation, Duration::from_secs(600)),
+            engine
+                .groups()
+                .heartbeat_wait("g", &member, generation, Duration::from_secs(600)),
         )
         .await
         .expect("a heartbeat after shutdown began does not wait");
         assert_eq!(r, Ok(()));
-        assert_eq!(engine.parked_heartbeats(), 0);
+        assert_eq!(engine.groups().parked_heartbeats(), 0);
         broker.shutdown().await;
     });
 }
@@ -339,7 +345,10 @@ fn a_group_member_needs_one_connection() {
         cfg.max_connections = 1;
         let broker = Broker::start(cfg).await.unwrap();
         let engine = broker.engine().clone();
-        engine.create_topic("t", common::topic(2)).unwrap();
+        engine
+            .records()
+            .create_topic("t", common::topic(2))
+            .unwrap();
         let addr = broker.local_addr().to_string();
         let c = GroupConsumer::builder(&addr, "g")
             .topic("t")
@@ -360,7 +369,7 @@ fn a_group_member_needs_one_connection() {
             Duration::from_millis(500),
         )
         .await;
-        assert_eq!(engine.group_members("g"), Some(1));
+        assert_eq!(engine.groups().group_members("g"), Some(1));
         assert_eq!(c.generation().await, generation, "no rebalance");
         c.close().await.unwrap();
         broker.shutdown().await;
@@ -437,7 +446,7 @@ fn a_group_fetch_is_a_heartbeat_and_ends_when_the_group_rebalances() {
             "the fetch counted as a heartbeat",
             Duration::from_secs(5),
             || {
-                let seen = engine.member_last_seen("g", &member);
+                let seen = engine.groups().member_last_seen("g", &member);
                 async move { seen == Some(now) }
             },
         )
@@ -450,7 +459,7 @@ fn a_group_fetch_is_a_heartbeat_and_ends_when_the_group_rebalances() {
             .expect("the waiting fetch is answered when the group rebalances");
         assert_eq!(r, (4, ErrorCode::RebalanceInProgress));
         drop(s);
-        engine.leave_group("g", &member).unwrap();
+        engine.groups().leave_group("g", &member).unwrap();
         let _ = rt::timeout(Duration::from_secs(5), second).await;
         broker.shutdown().await;
     });
@@ -483,7 +492,9 @@ fn a_group_fetch_returns_records() {
         };
         let fetched = rt::timeout(
             Duration::from_secs(5),
-            engine.group_fetch("g", &member, generation, &mut spec, None),
+            engine
+                .groups()
+                .group_fetch("g", &member, generation, &mut spec, None),
         )
         .await
         .expect("records there are answered at once")
@@ -560,7 +571,7 @@ fn idle_members_heartbeat_with_their_fetches() {
             before,
             beats()
         );
-        assert_eq!(engine.group_members("g"), Some(2));
+        assert_eq!(engine.groups().group_members("g"), Some(2));
         assert_eq!(
             (a.now().0, b.now().0),
             (generation, generation),

@@ -37,6 +37,7 @@ async fn broker(
     let broker = Broker::start(c).await.expect("broker starts");
     broker
         .engine()
+        .records()
         .create_topic("q", common::topic(1))
         .expect("topic created");
     let addr = broker.local_addr().to_string();
@@ -554,7 +555,11 @@ fn share_groups_follow_the_acls() {
         broker.add_user("admin", "admin-pw").await.unwrap();
         broker.add_user("alice", "alice-pw").await.unwrap();
         for t in ["q", "audit"] {
-            broker.engine().create_topic(t, common::topic(1)).unwrap();
+            broker
+                .engine()
+                .records()
+                .create_topic(t, common::topic(1))
+                .unwrap();
         }
         let addr = broker.local_addr().to_string();
         let login = |u: &str| ConnectionConfig::default().credentials(u, format!("{u}-pw"));

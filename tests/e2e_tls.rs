@@ -70,7 +70,10 @@ fn the_sdk_produces_and_fetches_over_tls() -> Result<()> {
         let pki = pki()?;
         let data = tempfile::tempdir()?;
         let broker = Broker::start(tls_config(data.path(), &pki.server, None)).await?;
-        broker.engine().create_topic("t", common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("t", common::topic(1))?;
         let addr = broker.local_addr().to_string();
         let producer = Producer::with_config(
             &addr,
@@ -135,7 +138,10 @@ fn mtls_makes_the_certificate_subject_the_principal() -> Result<()> {
         let data = tempfile::tempdir()?;
         let cfg = tls_config(data.path(), &pki.server, Some(&pki.ca_file));
         let broker = Broker::start(cfg).await?;
-        broker.engine().create_topic("t", common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("t", common::topic(1))?;
         let addr = broker.local_addr().to_string();
         let with_cert = ConnectionConfig::default().tls(
             TlsConfig::new()
@@ -167,7 +173,10 @@ fn a_plain_client_on_the_tls_port_fails_and_costs_only_its_connection() -> Resul
         let pki = pki()?;
         let data = tempfile::tempdir()?;
         let broker = Broker::start(tls_config(data.path(), &pki.server, None)).await?;
-        broker.engine().create_topic("t", common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("t", common::topic(1))?;
         let addr = broker.local_addr().to_string();
         let plain = Client::connect(
             &addr,
@@ -251,7 +260,10 @@ fn reloading_swaps_the_certificate_and_open_connections_keep_working() -> Result
         let pki = pki()?;
         let data = tempfile::tempdir()?;
         let broker = Broker::start(tls_config(data.path(), &pki.server, None)).await?;
-        broker.engine().create_topic("t", common::topic(1))?;
+        broker
+            .engine()
+            .records()
+            .create_topic("t", common::topic(1))?;
         let addr = broker.local_addr().to_string();
         let old = Producer::with_config(
             &addr,

@@ -104,6 +104,7 @@ async fn start() -> (tempfile::TempDir, flume_broker::Broker, SocketAddr) {
     let broker = flume_broker::Broker::start(c).await.expect("broker starts");
     broker
         .engine()
+        .records()
         .create_topic("obs", common::topic(3))
         .expect("topic");
     let http = broker.http_addr().expect("http is on");
@@ -304,6 +305,7 @@ fn share_group_metrics_count_a_known_workload_exactly() {
         let broker = flume_broker::Broker::start(c).await.expect("broker starts");
         broker
             .engine()
+            .records()
             .create_topic("q", common::topic(1))
             .expect("topic");
         let http = broker.http_addr().expect("http is on");
@@ -489,9 +491,14 @@ fn the_http_side_serves_health_the_page_and_refuses_the_rest() {
         );
 
         // Health fails once a partition has stopped after a storage failure.
-        broker.engine().create_topic("t", common::topic(1)).unwrap();
+        broker
+            .engine()
+            .records()
+            .create_topic("t", common::topic(1))
+            .unwrap();
         let part = broker
             .engine()
+            .records()
             .topic("t")
             .unwrap()
             .partition(0)

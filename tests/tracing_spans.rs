@@ -46,7 +46,10 @@ fn a_request_runs_in_a_span_with_its_api_topic_and_partition() {
     tracing::subscriber::with_default(subscriber, || {
         rt::block_on(async {
             let engine = flume_broker::Engine::open(common::config(dir.path())).unwrap();
-            engine.create_topic("traced", common::topic(2)).unwrap();
+            engine
+                .records()
+                .create_topic("traced", common::topic(2))
+                .unwrap();
             let mut payload = Vec::new();
             ProduceRequest {
                 entries: vec![ProduceEntry {

@@ -6,7 +6,7 @@
 //! its response bytes. A PRODUCE keeps its frame (the batches are slices of
 //! it) until its records are written; a FETCH parks holding only its decoded
 //! request, and its records are charged only as they are read, once it
-//! completes (see [`crate::engine::Engine::fetch`]).
+//! completes (see [`crate::engine::Records::fetch`]).
 //!
 //! Each listener has a shared budget (`max_request_memory`), and each of its
 //! connections a share of it ([`MemoryBudget::within`]: `max_connection_memory`)

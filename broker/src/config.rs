@@ -82,8 +82,8 @@ const TYPED_CONFIGS: [&str; 9] = [
 const FLUME_KEYED_CONFIGS: [&str; 3] = ["retention.bytes", "retention.ms", "segment.bytes"];
 
 /// Settings of one topic: the partition count is fixed at creation, the
-/// rest may change while it runs ([`crate::Engine::alter_topic`],
-/// [`crate::Engine::alter_topic_configs`]). Kafka's topic configs are set
+/// rest may change while it runs ([`crate::engine::Admin::alter_topic`],
+/// [`crate::engine::Admin::alter_topic_configs`]). Kafka's topic configs are set
 /// and read by name through [`TopicConfig::set_named`] and
 /// [`TopicConfig::named_value`] ([`named::TOPIC_CONFIGS`] lists them).
 #[derive(Debug, Clone, PartialEq, Eq)]

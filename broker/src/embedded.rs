@@ -163,7 +163,7 @@ impl EmbeddedBroker {
     pub async fn create_topic(&self, name: &str, config: TopicConfig) -> Result<(), BrokerError> {
         let engine = Arc::clone(&self.engine);
         let name = name.to_owned();
-        rt::unblock(move || engine.create_topic(&name, config).map(|_| ())).await
+        rt::unblock(move || engine.records().create_topic(&name, config).map(|_| ())).await
     }
 
     /// Appends one record; the key routes it (FNV-1a), no key spreads records
@@ -206,7 +206,13 @@ impl EmbeddedBroker {
             route: Route::to(partition),
             records: Bytes::from(buf),
         };
-        let result = self.engine.admit_produce(batch).await.finish().await;
+        let result = self
+            .engine
+            .records()
+            .admit_produce(batch)
+            .await
+            .finish()
+            .await;
         if !result.error.is_ok() {
             return Err(BrokerError::code_for(
                 result.error,
@@ -234,7 +240,7 @@ impl EmbeddedBroker {
                 format!("group name {group:?}"),
             ));
         }
-        self.engine.topic_or_create(topic)?;
+        self.engine.records().topic_or_create(topic)?;
         lock(&self.members)
             .entry((topic.to_owned(), group.to_owned()))
             .or_default()
@@ -262,7 +268,11 @@ impl EmbeddedBroker {
                 topics: vec![topic.to_owned()],
             })
             .collect();
-        let n = self.engine.topic(topic).map_or(0, |t| t.partition_count());
+        let n = self
+            .engine
+            .records()
+            .topic(topic)
+            .map_or(0, |t| t.partition_count());
         assign(Assignor::Range, &subs, &|_| n)
             .get(consumer)
             .and_then(|a| a.get(topic))
@@ -304,10 +314,10 @@ impl EmbeddedBroker {
     }
 
     /// Up to `max` uncommitted records of the consumer's partitions, from
-    /// where the group reads each next ([`Engine::resume_offset`]), taking the
+    /// where the group reads each next ([`crate::engine::Groups::resume_offset`]), taking the
     /// partitions in turn (the one after the last that gave records first),
     /// in offset order per partition. Reads on the calling thread
-    /// ([`Engine::read_now`]); empty when there is nothing new.
+    /// ([`crate::engine::Records::read_now`]); empty when there is nothing new.
     ///
     /// # Errors
     /// UNKNOWN_MEMBER (not joined), UNKNOWN_TOPIC, storage errors.
@@ -328,7 +338,7 @@ impl EmbeddedBroker {
             ));
         }
         let parts = self.assignment(topic, group, consumer);
-        if self.engine.topic(topic).is_none() {
+        if self.engine.records().topic(topic).is_none() {
             return Err(ErrorCode::UnknownTopic.into());
         }
         let key = (topic.to_owned(), group.to_owned(), consumer.to_owned());
@@ -340,10 +350,13 @@ impl EmbeddedBroker {
             }
             let idx = (first + i) % parts.len();
             let p = i32::try_from(parts[idx]).unwrap_or(i32::MAX);
-            let Ok(from) = self.engine.resume_offset(group, topic, p) else {
+            let Ok(from) = self.engine.groups().resume_offset(group, topic, p) else {
                 continue;
             };
-            let recs = self.engine.read_now(topic, p, from, max - out.len())?;
+            let recs = self
+                .engine
+                .records()
+                .read_now(topic, p, from, max - out.len())?;
             if recs.is_empty() {
                 continue;
             }
@@ -362,6 +375,7 @@ impl EmbeddedBroker {
         consumer: &str,
     ) -> Vec<event_listener::EventListener> {
         self.engine
+            .records()
             .listen(topic, &self.assignment(topic, group, consumer))
     }
 
@@ -378,13 +392,14 @@ impl EmbeddedBroker {
     ) -> Result<(), BrokerError> {
         let t = self
             .engine
+            .records()
             .topic(topic)
             .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
         if partition >= t.partition_count() {
             return Err(ErrorCode::UnknownPartition.into());
         }
         let next = i64::try_from(offset.saturating_add(1)).unwrap_or(i64::MAX);
-        self.engine.store_offsets(
+        self.engine.groups().store_offsets(
             group,
             &[(
                 topic.to_owned(),
@@ -400,24 +415,24 @@ impl EmbeddedBroker {
     /// # Errors
     /// UNKNOWN_TOPIC.
     pub fn lag(&self, topic: &str, group: &str) -> Result<BTreeMap<u32, u64>, BrokerError> {
-        Ok(self.engine.group_lag(group, topic)?)
+        Ok(self.engine.groups().group_lag(group, topic)?)
     }
 
     /// Deletes a topic, its records and its committed offsets (see
-    /// [`Engine::delete_topic`]); the in-process members of its groups are
+    /// [`crate::engine::Admin::delete_topic`]); the in-process members of its groups are
     /// forgotten. Polls and produces on it get UNKNOWN_TOPIC afterwards.
     ///
     /// # Errors
     /// UNKNOWN_TOPIC, INVALID_NAME, storage errors.
     pub async fn delete_topic(&self, name: &str) -> Result<(), BrokerError> {
-        self.engine.delete_topic(name).await?;
+        self.engine.admin().delete_topic(name).await?;
         lock(&self.members).retain(|(topic, _), _| topic != name);
         lock(&self.turn).retain(|(topic, _, _), _| topic != name);
         Ok(())
     }
 
     /// Changes a topic's retention or segment size, durably (see
-    /// [`Engine::alter_topic`]); returns its settings after the change.
+    /// [`crate::engine::Admin::alter_topic`]); returns its settings after the change.
     ///
     /// # Errors
     /// UNKNOWN_TOPIC, INVALID_REQUEST, storage errors.
@@ -426,7 +441,7 @@ impl EmbeddedBroker {
         name: &str,
         changes: &TopicChanges,
     ) -> Result<TopicConfig, BrokerError> {
-        self.engine.alter_topic(name, changes).await
+        self.engine.admin().alter_topic(name, changes).await
     }
 
     /// The first record of a partition whose timestamp is at least
@@ -443,6 +458,7 @@ impl EmbeddedBroker {
     ) -> Result<Option<(u64, i64)>, BrokerError> {
         let t = self
             .engine
+            .records()
             .topic(topic)
             .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
         let p = i32::try_from(partition)
@@ -473,6 +489,7 @@ impl EmbeddedBroker {
             let join = epoch == 0 || new_topic || attempt > 0;
             let beat = self
                 .engine
+                .shares()
                 .share_heartbeat(ShareHeartbeat {
                     group,
                     member_id: consumer,
@@ -522,6 +539,7 @@ impl EmbeddedBroker {
     ) -> Result<Vec<ShareRecord>, BrokerError> {
         let t = self
             .engine
+            .records()
             .topic(topic)
             .ok_or(BrokerError::from(ErrorCode::UnknownTopic))?;
         self.share_member(topic, group, consumer).await?;
@@ -533,6 +551,7 @@ impl EmbeddedBroker {
             .collect();
         let fetched = self
             .engine
+            .shares()
             .share_fetch(crate::engine::ShareFetchSpec {
                 group: group.to_owned(),
                 member: consumer.to_owned(),
@@ -586,6 +605,7 @@ impl EmbeddedBroker {
         let o = i64::try_from(offset).unwrap_or(i64::MAX);
         let results = self
             .engine
+            .shares()
             .share_acknowledge(
                 group,
                 consumer,
@@ -619,6 +639,7 @@ impl EmbeddedBroker {
         }
         match self
             .engine
+            .shares()
             .share_heartbeat(crate::engine::ShareHeartbeat {
                 group,
                 member_id: consumer,

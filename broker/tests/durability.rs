@@ -51,6 +51,7 @@ fn a_second_open_of_a_data_directory_is_refused_until_the_first_closes() {
     assert_eq!(
         second
             .engine()
+            .records()
             .topic("t")
             .unwrap()
             .partition(0)
@@ -111,7 +112,7 @@ fn partition_fails_stop(config: BrokerConfig, arm: impl Fn(&flume_broker::storag
     let produce = |p: u32, v: &[u8]| rt::block_on(broker.produce_with("t", None, v, &[], Some(p)));
     assert_eq!(produce(0, b"a").unwrap(), (0, 0));
     assert_eq!(produce(0, b"b").unwrap(), (0, 1));
-    let t = broker.engine().topic("t").unwrap();
+    let t = broker.engine().records().topic("t").unwrap();
     let p0 = t.partition(0).unwrap();
     arm(&p0.faults());
     assert_eq!(
@@ -191,10 +192,10 @@ fn a_restart_opens_every_topic_and_partition_and_refuses_a_damaged_topic_conf() 
     drop(b);
     std::fs::create_dir(data.join("not-a-topic")).unwrap();
     let b = EmbeddedBroker::open(&data).unwrap();
-    let topics = b.engine().topics();
+    let topics = b.engine().records().topics();
     assert_eq!(topics.len(), 12);
     for t in 0..12u32 {
-        let topic = b.engine().topic(&format!("t{t}")).unwrap();
+        let topic = b.engine().records().topic(&format!("t{t}")).unwrap();
         assert_eq!(topic.partition_count(), 1 + t % 5);
         for (p, o) in topic.offsets().iter().enumerate() {
             assert_eq!(o.log_end, p as i64 + 1, "t{t} partition {p}");

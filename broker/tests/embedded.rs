@@ -64,6 +64,7 @@ fn retention() {
     flume_rt::block_on(broker.engine().tick_now());
     let part = broker
         .engine()
+        .records()
         .topic("test")
         .unwrap()
         .partition(0)
@@ -113,6 +114,7 @@ fn retention_by_age_follows_the_injected_clock() {
     }
     let part = broker
         .engine()
+        .records()
         .topic("aged")
         .unwrap()
         .partition(0)
@@ -219,7 +221,15 @@ fn reopen_restores_topics_records_and_offsets() {
     let b = broker.blocking();
     let lag = b.lag("t", "g").unwrap();
     assert_eq!(lag.values().sum::<u64>(), 5);
-    assert_eq!(broker.engine().topic("t").unwrap().partition_count(), 2);
+    assert_eq!(
+        broker
+            .engine()
+            .records()
+            .topic("t")
+            .unwrap()
+            .partition_count(),
+        2
+    );
     b.join_group("t", "g", "c").unwrap();
     let mut n = 0;
     while let Some((p, (o, _))) = b.poll("t", "g", "c").unwrap() {

@@ -50,6 +50,7 @@ fn a_tcp_broker_serves_its_in_process_address_until_shutdown() {
         let broker = Broker::start(config(dir.path())).await.unwrap();
         broker
             .engine()
+            .records()
             .create_topic("orders", TopicConfig::default())
             .unwrap();
         let addr = broker.in_process_address().to_owned();

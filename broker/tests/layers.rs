@@ -227,3 +227,90 @@ fn the_front_end_check_finds_coordinator_and_storage() {
         assert!(named(fine).is_empty(), "{fine:?}: {:?}", named(fine));
     }
 }
+
+/// The engine's services, as `Engine` hands them out (`engine.records()`, ...).
+const SERVICES: &[&str] = &["records", "groups", "shares", "transactions", "admin"];
+
+/// API files that answer for more than one service by what they are, and why.
+/// Every other API file talks to one service (looking topics up in
+/// `records`, the bottom service, besides).
+const SPANNING_APIS: &[(&str, &str)] = &[
+    (
+        "flume/apis/list_groups.rs",
+        "lists classic and share groups",
+    ),
+    (
+        "kafka/apis/list_groups.rs",
+        "lists classic, consumer-protocol and share groups",
+    ),
+    ("kafka/apis/delete_groups.rs", "deletes a group of any kind"),
+    (
+        "kafka/apis/describe_configs.rs",
+        "describes topics' and share groups' configs",
+    ),
+    (
+        "kafka/apis/alter_configs.rs",
+        "alters topics' and share groups' configs",
+    ),
+    (
+        "kafka/apis/offset_fetch.rs",
+        "require_stable asks the transactions for offsets not committed yet",
+    ),
+];
+
+/// The services a file's code calls (`.records()`, `.groups()`, ...).
+fn services_called(code: &str) -> BTreeSet<&'static str> {
+    SERVICES
+        .iter()
+        .filter(|s| code.contains(&format!(".{s}()")))
+        .copied()
+        .collect()
+}
+
+#[test]
+fn each_api_file_talks_to_one_service() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for dir in ["flume/apis", "kafka/apis"] {
+        let mut files = Vec::new();
+        rust_files(&src.join(dir), &mut files);
+        files.sort();
+        for file in &files {
+            let name = file
+                .strip_prefix(&src)
+                .expect("under src")
+                .to_string_lossy()
+                .replace('\\', "/");
+            let text = std::fs::read_to_string(file).expect("read a source file");
+            let mut called = services_called(&code_of(&text));
+            if called.len() > 1 {
+                called.remove("records");
+            }
+            checked += 1;
+            if called.len() > 1 && !SPANNING_APIS.iter().any(|(f, _)| *f == name) {
+                wrong.push(format!("{name}: talks to {called:?}"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "API files that talk to more than one service (split the work into the \
+         service, or list the file in SPANNING_APIS with why):\n{}",
+        wrong.join("\n")
+    );
+    assert!(checked > 60, "the check saw the API files ({checked})");
+    for (file, _) in SPANNING_APIS {
+        assert!(
+            src.join(file).is_file(),
+            "SPANNING_APIS names {file}, which is gone"
+        );
+    }
+}
+
+#[test]
+fn the_service_check_finds_the_services_called() {
+    let code = "fn f(cx: &Cx) { cx.engine.groups().join(); cx.engine.records().topic(\"t\"); }";
+    assert_eq!(services_called(code), BTreeSet::from(["groups", "records"]));
+    assert!(services_called("fn f() { admin(); }").is_empty());
+}

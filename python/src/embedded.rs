@@ -206,7 +206,7 @@ fn append(
                 route,
                 records: Bytes::from(e),
             };
-            pending.push(engine.admit_produce(batch).await);
+            pending.push(engine.records().admit_produce(batch).await);
         }
         let mut results = Vec::with_capacity(pending.len());
         for p in pending {
@@ -293,7 +293,7 @@ impl EmbeddedBroker {
             backpressure: parse_backpressure(backpressure)?,
             ..TopicConfig::default()
         };
-        match py.detach(|| b.engine().create_topic(name, config)) {
+        match py.detach(|| b.engine().records().create_topic(name, config)) {
             Ok(_) => Ok(true),
             Err(e) if exist_ok && e.code() == ErrorCode::TopicAlreadyExists => Ok(false),
             Err(e) => Err(broker_error(e)),
@@ -305,7 +305,7 @@ impl EmbeddedBroker {
         Ok(self
             .get()?
             .engine()
-            .topics()
+            .records().topics()
             .iter()
             .map(|t| t.name.clone())
             .collect())
@@ -321,7 +321,7 @@ impl EmbeddedBroker {
         let t = self
             .get()?
             .engine()
-            .topic(topic)
+            .records().topic(topic)
             .ok_or_else(|| not_found(topic))?;
         let c = &t.config;
         let d = pyo3::types::PyDict::new(py);
@@ -339,7 +339,7 @@ impl EmbeddedBroker {
         let t = self
             .get()?
             .engine()
-            .topic(topic)
+            .records().topic(topic)
             .ok_or_else(|| not_found(topic))?;
         Ok(t.offsets()
             .into_iter()
@@ -619,7 +619,7 @@ impl EmbeddedBroker {
         Ok(self
             .get()?
             .engine()
-            .committed(group, topic, i32::try_from(partition).unwrap_or(i32::MAX))
+            .groups().committed(group, topic, i32::try_from(partition).unwrap_or(i32::MAX))
             .and_then(|c| u64::try_from(c).ok()))
     }
 

@@ -57,6 +57,7 @@ pub async fn with_topic(dir: &Path, name: &str, partitions: u32) -> (flume_broke
     let broker = start(dir).await;
     broker
         .engine()
+        .records()
         .create_topic(name, topic(partitions))
         .expect("topic created");
     let addr = broker.local_addr().to_string();
@@ -82,6 +83,7 @@ pub async fn with_topic_manual(
     let broker = Broker::start(cfg).await.expect("broker starts");
     broker
         .engine()
+        .records()
         .create_topic(name, topic(partitions))
         .expect("topic created");
     let addr = broker.local_addr().to_string();
@@ -110,8 +112,12 @@ pub async fn advance_keeping_alive(
             "live members heartbeat",
             Duration::from_secs(20),
             || async {
-                live.iter()
-                    .all(|m| engine.member_last_seen(group, m).is_some_and(|t| t >= now))
+                live.iter().all(|m| {
+                    engine
+                        .groups()
+                        .member_last_seen(group, m)
+                        .is_some_and(|t| t >= now)
+                })
             },
         )
         .await;

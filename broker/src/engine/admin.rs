@@ -10,15 +10,15 @@ use std::sync::Arc;
 use flume_protocol::ErrorCode;
 use flume_rt as rt;
 
-use super::{Engine, Topic};
+use super::groups::Groups;
+use super::records::{Records, Topic};
+use super::share::Shares;
 use crate::config::named::{self, ConfigError, ConfigType};
-use crate::config::{
-    valid_group_id, valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES,
-};
+use crate::config::BrokerConfig;
+use crate::config::{valid_name, TopicConfig, MAX_SEGMENT_BYTES, MIN_REQUEST_SEGMENT_BYTES};
 use crate::domain::{ConfigOp, FoundOffset, OffsetSpec, TopicChanges, TopicId, TopicPartition};
 use crate::error::BrokerError;
 use crate::storage::write_atomic;
-use flume_rt::sync::lock;
 
 /// Prefix of a deleted topic's directory until it is removed:
 /// `__deleted-<ms>-<topic>`. Never a topic name (`__` is reserved), so a
@@ -77,7 +77,30 @@ pub(super) fn remove_tombstone(data_dir: &Path, tomb: &Path) -> Result<(), Broke
     Ok(())
 }
 
-impl Engine {
+/// The administration service: a topic's removal, its settings and
+/// partitions changed at run time, offsets by timestamp, records deleted
+/// below an offset. It changes topics through the records service and tells
+/// the groups and share groups what a change means to them.
+#[derive(Debug)]
+pub struct Admin {
+    config: Arc<BrokerConfig>,
+    records: Arc<Records>,
+    groups: Arc<Groups>,
+    shares: Arc<Shares>,
+}
+
+impl Admin {
+    pub(super) fn new(records: Arc<Records>, groups: Arc<Groups>, shares: Arc<Shares>) -> Self {
+        Admin {
+            config: Arc::clone(&records.config),
+            records,
+            groups,
+            shares,
+        }
+    }
+}
+
+impl Admin {
     /// Deletes a topic: its partitions, their files and every group's
     /// committed offsets on it. Reads that had started finish on intact
     /// files; later requests get UNKNOWN_TOPIC. A crash in the middle leaves
@@ -91,10 +114,10 @@ impl Engine {
         self.delete_topic_returning_id(name).await.map(|_| ())
     }
 
-    /// [`Engine::delete_topic`], answering the deleted topic's id.
+    /// [`Admin::delete_topic`], answering the deleted topic's id.
     ///
     /// # Errors
-    /// As [`Engine::delete_topic`].
+    /// As [`Admin::delete_topic`].
     pub async fn delete_topic_returning_id(&self, name: &str) -> Result<TopicId, BrokerError> {
         if !valid_name(name) {
             return Err(BrokerError::code_for(
@@ -103,8 +126,9 @@ impl Engine {
             ));
         }
         // No create (nor an auto-create) of the name while its files go.
-        let _guard = self.create_lock.lock().await;
+        let _guard = self.records.create_lock.lock().await;
         let topic = self
+            .records
             .topics
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -114,16 +138,17 @@ impl Engine {
         self.delete_removed(topic).await.map(|()| id)
     }
 
-    /// Deletes the topic with this id, as [`Engine::delete_topic`] does (a
+    /// Deletes the topic with this id, as [`Admin::delete_topic`] does (a
     /// topic of the same name created since has another id and stays);
     /// returns its name.
     ///
     /// # Errors
-    /// UNKNOWN_TOPIC (no topic has this id), else as [`Engine::delete_topic`].
+    /// UNKNOWN_TOPIC (no topic has this id), else as [`Admin::delete_topic`].
     pub async fn delete_topic_by_id(&self, id: TopicId) -> Result<String, BrokerError> {
-        let _guard = self.create_lock.lock().await;
+        let _guard = self.records.create_lock.lock().await;
         let topic = {
             let mut topics = self
+                .records
                 .topics
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -174,11 +199,12 @@ impl Engine {
                 // Renamed but not known durable: it is gone now, the next start cleans up.
                 return Err(e);
             }
-            let (config, shared) = (self.config.clone(), self.shared.clone());
+            let (config, shared) = (self.config.clone(), self.records.shared.clone());
             let (owned, id, tc) = (name.to_owned(), topic.id, topic.config.clone());
-            match rt::unblock(move || Self::open_topic(&config, &shared, &owned, id, tc)).await {
+            match rt::unblock(move || Records::open_topic(&config, &shared, &owned, id, tc)).await {
                 Ok(t) => {
-                    self.topics
+                    self.records
+                        .topics
                         .write()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
                         .insert(name.to_owned(), Arc::new(t));
@@ -189,11 +215,10 @@ impl Engine {
             }
             return Err(e);
         }
-        if let Err(e) = self.forget_share_topic(name).await {
+        if let Err(e) = self.shares.forget_share_topic(name).await {
             tracing::error!(topic = name, error = %e, "forgetting the deleted topic's share-group state failed");
         }
-        let owned = name.to_owned();
-        let dropped = self.offsets.remove_where(move |k| k.1 == owned).await;
+        let dropped = self.groups.forget_topic(name).await;
         match dropped {
             Ok(n) => {
                 rt::unblock(move || remove_tombstone(&data, &tomb)).await?;
@@ -210,7 +235,7 @@ impl Engine {
 
     /// A topic's settings.
     pub fn topic_config(&self, name: &str) -> Option<TopicConfig> {
-        self.topic(name).map(|t| t.config.clone())
+        self.records.topic(name).map(|t| t.config.clone())
     }
 
     /// Changes a topic's settings that can change while it runs: retention
@@ -226,8 +251,9 @@ impl Engine {
         name: &str,
         changes: &TopicChanges,
     ) -> Result<TopicConfig, BrokerError> {
-        let _guard = self.create_lock.lock().await;
+        let _guard = self.records.create_lock.lock().await;
         let topic = self
+            .records
             .topic(name)
             .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
         let mut tc = topic.config.clone();
@@ -254,7 +280,7 @@ impl Engine {
 
     /// Changes a topic's configs by their Kafka names, in order: all or
     /// nothing. Retention, the cleanup policy and the segment size reach the
-    /// partitions as [`Engine::alter_topic`]'s changes do; the rest is read
+    /// partitions as [`Admin::alter_topic`]'s changes do; the rest is read
     /// from the topic's settings where it is used (the produce path's
     /// `max.message.bytes` and `message.timestamp.type`). With
     /// `validate_only` nothing is stored. Returns the settings after the change.
@@ -268,11 +294,12 @@ impl Engine {
         ops: &[ConfigOp],
         validate_only: bool,
     ) -> Result<TopicConfig, BrokerError> {
-        let _guard = self.create_lock.lock().await;
+        let _guard = self.records.create_lock.lock().await;
         let topic = self
+            .records
             .topic(name)
             .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
-        let defaults = self.default_topic();
+        let defaults = self.records.default_topic();
         let mut tc = topic.config.clone();
         for op in ops {
             apply_config_op(&mut tc, op, &defaults)?;
@@ -301,7 +328,7 @@ impl Engine {
         let text = tc.to_text();
         rt::unblock(move || write_atomic(&path, text.as_bytes())).await?;
         let (retention_bytes, retention_ms) = tc.log_retention();
-        let compaction = super::cleaner::compaction_of(&tc);
+        let compaction = super::records::compaction_of(&tc);
         for p in &topic.partitions {
             p.set_limits(
                 retention_bytes,
@@ -313,7 +340,8 @@ impl Engine {
             p.set_compaction(compaction).await;
         }
         let altered = Arc::new(topic.with_config(tc.clone()));
-        self.topics
+        self.records
+            .topics
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(name.to_owned(), altered);
@@ -354,8 +382,9 @@ impl Engine {
             ));
         }
         // One change of a topic at a time (create, delete, alter, grow).
-        let _guard = self.create_lock.lock().await;
+        let _guard = self.records.create_lock.lock().await;
         let topic = self
+            .records
             .topic(name)
             .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
         let before = topic.partition_count();
@@ -371,6 +400,7 @@ impl Engine {
             return Err(BrokerError::code_for(ErrorCode::InvalidRequest, e));
         }
         let existing: u64 = self
+            .records
             .topics()
             .iter()
             .map(|t| u64::from(t.partition_count()))
@@ -380,7 +410,7 @@ impl Engine {
         if validate_only {
             return Ok(before);
         }
-        let (config, shared) = (self.config.clone(), self.shared.clone());
+        let (config, shared) = (self.config.clone(), self.records.shared.clone());
         let (owned, conf) = (name.to_owned(), tc.clone());
         let opened = rt::unblock(move || {
             let dir = config.data_dir.join(&owned);
@@ -399,7 +429,7 @@ impl Engine {
             }
             crate::storage::fsync_dir(&dir)?;
             let numbers: Vec<u32> = (before..total).collect();
-            let results = super::parallel_map(&numbers, |&p| {
+            let results = super::records::parallel_map(&numbers, |&p| {
                 Topic::open_partition(&config, &shared, &owned, &conf, p)
             });
             let mut added = Vec::with_capacity(numbers.len());
@@ -429,13 +459,12 @@ impl Engine {
             return Err(e);
         }
         let grown = Arc::new(topic.with_partitions(tc, added));
-        self.topics
+        self.records
+            .topics
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(name.to_owned(), grown);
-        let now = self.mono_ms();
-        let (ready, rebalanced) = lock(&self.groups).topic_grew(name, now);
-        Self::deliver(ready);
+        let rebalanced = self.groups.topic_grew(name);
         tracing::info!(
             topic = name,
             before,
@@ -458,7 +487,7 @@ impl Engine {
                 offset: -1,
                 timestamp: -1,
             };
-            let Some(topic) = self.topic(&at.topic) else {
+            let Some(topic) = self.records.topic(&at.topic) else {
                 out.push(failed(ErrorCode::UnknownTopic));
                 continue;
             };
@@ -506,7 +535,10 @@ impl Engine {
         at: &TopicPartition,
         before: Option<u64>,
     ) -> Result<u64, ErrorCode> {
-        let topic = self.topic(&at.topic).ok_or(ErrorCode::UnknownTopic)?;
+        let topic = self
+            .records
+            .topic(&at.topic)
+            .ok_or(ErrorCode::UnknownTopic)?;
         let p = topic
             .partition(at.partition)
             .ok_or(ErrorCode::UnknownPartition)?;
@@ -514,96 +546,6 @@ impl Engine {
         let start = p.delete_records(before).await.map_err(|e| e.code())?;
         tracing::info!(topic = %at.topic, partition = at.partition, log_start = start, "records deleted below the log start");
         Ok(start)
-    }
-
-    /// Deletes a group's committed offsets (every topic), durably; only
-    /// while it has no members, as Kafka's DeleteGroups. Returns how many
-    /// offsets went.
-    ///
-    /// # Errors
-    /// INVALID_NAME, GROUP_NOT_EMPTY, UNKNOWN_GROUP (no members and no
-    /// committed offsets: nothing to delete), STORAGE_ERROR.
-    pub async fn delete_group(&self, group: &str) -> Result<usize, ErrorCode> {
-        if !valid_group_id(group) {
-            return Err(ErrorCode::InvalidName);
-        }
-        let members = self.group_members(group);
-        if members.is_some_and(|n| n > 0) {
-            return Err(ErrorCode::GroupNotEmpty);
-        }
-        let g = group.to_owned();
-        let n = self
-            .offsets
-            .remove_where(move |k| k.0 == g)
-            .await
-            .map_err(|e| {
-                tracing::error!(group, error = %e, "deleting the group's offsets failed");
-                e.code()
-            })?;
-        if n == 0 {
-            // Nothing to delete: a group without members is known by its commits alone.
-            return Err(ErrorCode::UnknownGroup);
-        }
-        tracing::info!(group, committed_offsets_dropped = n, "group deleted");
-        Ok(n)
-    }
-
-    /// Deletes a group's committed offsets on the partitions named (Kafka's
-    /// OffsetDelete), durably, as [`Engine::delete_group`] does for all of
-    /// them. A partition of a topic a member of the group subscribes to
-    /// keeps its offset and gets GROUP_NOT_EMPTY (Kafka's
-    /// GROUP_SUBSCRIBED_TO_TOPIC): it is in use. A partition with nothing
-    /// committed is answered NONE (nothing is left to delete), as Kafka does.
-    /// One code per partition, in order.
-    ///
-    /// # Errors
-    /// INVALID_NAME, UNKNOWN_GROUP (no members and no committed offsets),
-    /// STORAGE_ERROR (nothing deleted then).
-    pub async fn delete_offsets(
-        &self,
-        group: &str,
-        partitions: &[TopicPartition],
-    ) -> Result<Vec<ErrorCode>, ErrorCode> {
-        if !valid_group_id(group) {
-            return Err(ErrorCode::InvalidName);
-        }
-        if self.group_members(group).is_none_or(|n| n == 0) && !self.offsets.has_group(group) {
-            return Err(ErrorCode::UnknownGroup);
-        }
-        let mut codes = Vec::with_capacity(partitions.len());
-        let mut gone = std::collections::HashSet::new();
-        {
-            let groups = lock(&self.groups);
-            for tp in partitions {
-                let code = match self.topic(&tp.topic) {
-                    None => ErrorCode::UnknownTopic,
-                    Some(t) if t.partition(tp.partition).is_none() => ErrorCode::UnknownPartition,
-                    Some(_) if groups.subscribes(group, &tp.topic) => ErrorCode::GroupNotEmpty,
-                    Some(_) => {
-                        gone.insert((group.to_owned(), tp.topic.clone(), tp.partition));
-                        ErrorCode::None
-                    }
-                };
-                codes.push(code);
-            }
-        }
-        if gone.is_empty() {
-            return Ok(codes);
-        }
-        let n = self
-            .offsets
-            .remove_where(move |k| gone.contains(k))
-            .await
-            .map_err(|e| {
-                tracing::error!(group, error = %e, "deleting the group's offsets failed");
-                e.code()
-            })?;
-        tracing::info!(
-            group,
-            committed_offsets_dropped = n,
-            "committed offsets deleted"
-        );
-        Ok(codes)
     }
 }
 
@@ -648,6 +590,7 @@ pub fn apply_config_op(
 
 #[cfg(test)]
 mod tests {
+    use crate::Engine;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::{Duration, Instant};
 
@@ -675,7 +618,7 @@ mod tests {
             segment_bytes: 1024,
             ..TopicConfig::default()
         };
-        e.create_topic(name, tc).unwrap();
+        e.records().create_topic(name, tc).unwrap();
     }
 
     fn one(value: &[u8], ts: i64) -> Bytes {
@@ -691,7 +634,7 @@ mod tests {
         value: &[u8],
         ts: i64,
     ) -> Result<u64, ErrorCode> {
-        let p = e.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
+        let p = e.records().topic(topic).ok_or(ErrorCode::UnknownTopic)?;
         let p = Arc::clone(p.partition(partition).ok_or(ErrorCode::UnknownPartition)?);
         rt::block_on(p.append(one(value, ts), 1, ts))
     }
@@ -719,7 +662,7 @@ mod tests {
             )
             .unwrap();
         }
-        let parts: Vec<_> = e.topic("t").unwrap().partitions.clone();
+        let parts: Vec<_> = e.records().topic("t").unwrap().partitions.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let mut readers = Vec::new();
         // Readers that have read at least once: the delete waits for all of them.
@@ -781,7 +724,7 @@ mod tests {
                     committed: true,
                 };
                 let started = Instant::now();
-                let f = rt::block_on(e.fetch(&spec, None));
+                let f = rt::block_on(e.records().fetch(&spec, None));
                 (f.partitions[0].error, started.elapsed())
             })
         };
@@ -789,7 +732,7 @@ mod tests {
         wait_for("every reader to read", || {
             reading.load(Ordering::Acquire) == parts.len()
         });
-        rt::block_on(e.commit_offsets(
+        rt::block_on(e.groups().commit_offsets(
             crate::domain::Member {
                 group: "g",
                 member_id: "",
@@ -801,7 +744,7 @@ mod tests {
             ],
         ))
         .unwrap();
-        rt::block_on(e.delete_topic("t")).unwrap();
+        rt::block_on(e.admin().delete_topic("t")).unwrap();
         writer.join().unwrap();
         stop.store(true, Ordering::Relaxed);
         for r in readers {
@@ -814,7 +757,7 @@ mod tests {
             "the long poll was not woken: {took:?}"
         );
         // Gone: the map, the files, the committed offsets; requests get UNKNOWN_TOPIC.
-        assert!(e.topic("t").is_none());
+        assert!(e.records().topic("t").is_none());
         assert_eq!(
             parts[0].read_now(0, 100).unwrap_err().code(),
             ErrorCode::UnknownTopic
@@ -826,9 +769,11 @@ mod tests {
             .filter(|n| n.starts_with(TOMBSTONE_PREFIX))
             .collect();
         assert!(left.is_empty(), "{left:?}");
-        assert_eq!(e.committed("g", "t", 0), None);
+        assert_eq!(e.groups().committed("g", "t", 0), None);
         assert_eq!(
-            rt::block_on(e.delete_topic("t")).unwrap_err().code(),
+            rt::block_on(e.admin().delete_topic("t"))
+                .unwrap_err()
+                .code(),
             ErrorCode::UnknownTopic
         );
         // The name can be used again, from offset 0, with no old commits.
@@ -837,8 +782,8 @@ mod tests {
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
-        assert_eq!(e.topic("t").unwrap().partitions.len(), 1);
-        assert_eq!(e.committed("g", "t", 1), None);
+        assert_eq!(e.records().topic("t").unwrap().partitions.len(), 1);
+        assert_eq!(e.groups().committed("g", "t", 1), None);
         rt::block_on(e.shutdown());
     }
 
@@ -848,33 +793,40 @@ mod tests {
         let e = open(dir.path());
         create(&e, "a", 1);
         create(&e, "b", 1);
-        let (a, b) = (e.topic("a").unwrap().id, e.topic("b").unwrap().id);
+        let (a, b) = (
+            e.records().topic("a").unwrap().id,
+            e.records().topic("b").unwrap().id,
+        );
         assert_ne!(a, b);
-        assert_eq!(e.topic_by_id(a).unwrap().name, "a");
+        assert_eq!(e.records().topic_by_id(a).unwrap().name, "a");
         rt::block_on(e.shutdown());
         drop(e);
         // "b" as a release before topic ids left it: no id file.
         let b_file = dir.path().join("b").join(super::super::TOPIC_ID_FILE);
         std::fs::remove_file(&b_file).unwrap();
         let e = open(dir.path());
-        assert_eq!(e.topic("a").unwrap().id, a, "kept across a restart");
-        let b2 = e.topic("b").unwrap().id;
+        assert_eq!(
+            e.records().topic("a").unwrap().id,
+            a,
+            "kept across a restart"
+        );
+        let b2 = e.records().topic("b").unwrap().id;
         assert_ne!(b2, a);
         assert_eq!(std::fs::read_to_string(&b_file).unwrap(), format!("{b2}\n"));
         // Deleted by id: gone, and a stale id deletes nothing.
-        assert_eq!(rt::block_on(e.delete_topic_by_id(a)).unwrap(), "a");
-        assert!(e.topic("a").is_none() && e.topic_by_id(a).is_none());
+        assert_eq!(rt::block_on(e.admin().delete_topic_by_id(a)).unwrap(), "a");
+        assert!(e.records().topic("a").is_none() && e.records().topic_by_id(a).is_none());
         create(&e, "a", 1);
-        let a2 = e.topic("a").unwrap().id;
+        let a2 = e.records().topic("a").unwrap().id;
         assert_ne!(a2, a, "a topic created again has a new id");
-        let stale = rt::block_on(e.delete_topic_by_id(a)).unwrap_err();
+        let stale = rt::block_on(e.admin().delete_topic_by_id(a)).unwrap_err();
         assert_eq!(stale.code(), ErrorCode::UnknownTopic);
-        assert!(e.topic("a").is_some());
+        assert!(e.records().topic("a").is_some());
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
         assert_eq!(
-            e.topic("b").unwrap().id,
+            e.records().topic("b").unwrap().id,
             b2,
             "the id given at the upgrade is kept"
         );
@@ -896,7 +848,7 @@ mod tests {
         create(&e, "gone", 2);
         create(&e, "kept", 1);
         append(&e, "gone", 0, b"x", 1).unwrap();
-        rt::block_on(e.commit_offsets(
+        rt::block_on(e.groups().commit_offsets(
             crate::domain::Member {
                 group: "g",
                 member_id: "",
@@ -914,17 +866,17 @@ mod tests {
         let tomb = dir.path().join(format!("{TOMBSTONE_PREFIX}123-gone"));
         std::fs::rename(dir.path().join("gone"), &tomb).unwrap();
         let e = open(dir.path());
-        assert!(e.topic("gone").is_none());
-        assert!(e.topic("kept").is_some());
+        assert!(e.records().topic("gone").is_none());
+        assert!(e.records().topic("kept").is_some());
         assert!(!tomb.exists(), "the tombstone was not removed");
-        assert_eq!(e.committed("g", "gone", 0), None);
-        assert_eq!(e.committed("g", "kept", 0), Some(0));
+        assert_eq!(e.groups().committed("g", "gone", 0), None);
+        assert_eq!(e.groups().committed("g", "kept", 0), Some(0));
         rt::block_on(e.shutdown());
         drop(e);
         // A tombstone of a name that lives again (deleted, then created anew) keeps the new offsets.
         let e = open(dir.path());
         create(&e, "gone", 1);
-        rt::block_on(e.commit_offsets(
+        rt::block_on(e.groups().commit_offsets(
             crate::domain::Member {
                 group: "g",
                 member_id: "",
@@ -937,8 +889,8 @@ mod tests {
         drop(e);
         std::fs::create_dir(dir.path().join(format!("{TOMBSTONE_PREFIX}456-gone"))).unwrap();
         let e = open(dir.path());
-        assert_eq!(e.committed("g", "gone", 0), Some(0));
-        assert_eq!(e.topic("gone").unwrap().partitions.len(), 1);
+        assert_eq!(e.groups().committed("g", "gone", 0), Some(0));
+        assert_eq!(e.records().topic("gone").unwrap().partitions.len(), 1);
         rt::block_on(e.shutdown());
     }
 
@@ -946,27 +898,27 @@ mod tests {
     fn new_topic_defaults_apply_to_topics_created_after_them() {
         let dir = tempfile::tempdir().unwrap();
         let e = open(dir.path());
-        rt::block_on(e.auto_create("before")).unwrap();
+        rt::block_on(e.records().auto_create("before")).unwrap();
         let changed = TopicConfig {
             partitions: 2,
             retention_ms: Some(60_000),
             retention_bytes: Some(1 << 20),
-            ..e.default_topic()
+            ..e.records().default_topic()
         };
-        e.set_default_topic(changed.clone()).unwrap();
-        assert_eq!(e.default_topic(), changed);
-        rt::block_on(e.auto_create("after")).unwrap();
-        assert_eq!(e.topic_config("after").unwrap(), changed);
-        let before = e.topic_config("before").unwrap();
+        e.records().set_default_topic(changed.clone()).unwrap();
+        assert_eq!(e.records().default_topic(), changed);
+        rt::block_on(e.records().auto_create("after")).unwrap();
+        assert_eq!(e.admin().topic_config("after").unwrap(), changed);
+        let before = e.admin().topic_config("before").unwrap();
         assert_eq!(before.retention_ms, None, "existing topics keep theirs");
         assert_eq!(before.partitions, 3);
         let bad = TopicConfig {
             partitions: 0,
             ..changed.clone()
         };
-        assert!(e.set_default_topic(bad).is_err());
+        assert!(e.records().set_default_topic(bad).is_err());
         assert_eq!(
-            e.default_topic(),
+            e.records().default_topic(),
             changed,
             "a refused change changes nothing"
         );
@@ -981,10 +933,10 @@ mod tests {
         for _ in 0..40 {
             append(&e, "t", 0, &big, 1).unwrap();
         }
-        let p = Arc::clone(&e.topic("t").unwrap().partitions[0]);
+        let p = Arc::clone(&e.records().topic("t").unwrap().partitions[0]);
         rt::block_on(e.tick_now());
         assert_eq!(p.start_offset(), 0, "no retention yet");
-        let tc = rt::block_on(e.alter_topic(
+        let tc = rt::block_on(e.admin().alter_topic(
             "t",
             &TopicChanges {
                 retention_bytes: Some(Some(2048)),
@@ -994,11 +946,11 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(tc.retention_bytes, Some(2048));
-        assert_eq!(e.topic_config("t").unwrap().segment_bytes, 2048);
+        assert_eq!(e.admin().topic_config("t").unwrap().segment_bytes, 2048);
         rt::block_on(e.tick_now());
         assert!(p.start_offset() > 0, "retention did not run");
         assert!(p.disk_usage().0 <= 2048 + 1024, "{:?}", p.disk_usage());
-        let bad = rt::block_on(e.alter_topic(
+        let bad = rt::block_on(e.admin().alter_topic(
             "t",
             &TopicChanges {
                 segment_bytes: Some(10),
@@ -1008,7 +960,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(bad.code(), ErrorCode::InvalidRequest);
         assert_eq!(
-            rt::block_on(e.alter_topic("nope", &TopicChanges::default()))
+            rt::block_on(e.admin().alter_topic("nope", &TopicChanges::default()))
                 .unwrap_err()
                 .code(),
             ErrorCode::UnknownTopic
@@ -1016,10 +968,10 @@ mod tests {
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
-        let tc = e.topic_config("t").unwrap();
+        let tc = e.admin().topic_config("t").unwrap();
         assert_eq!((tc.retention_bytes, tc.segment_bytes), (Some(2048), 2048));
         // Removing the limit.
-        let tc = rt::block_on(e.alter_topic(
+        let tc = rt::block_on(e.admin().alter_topic(
             "t",
             &TopicChanges {
                 retention_bytes: Some(None),
@@ -1046,11 +998,11 @@ mod tests {
             ..TopicConfig::default()
         };
         tc.set_named("cleanup.policy", "compact").unwrap();
-        e.create_topic("c", tc.clone()).unwrap();
+        e.records().create_topic("c", tc.clone()).unwrap();
         tc.set_named("cleanup.policy", "").unwrap();
-        e.create_topic("k", tc.clone()).unwrap();
+        e.records().create_topic("k", tc.clone()).unwrap();
         tc.set_named("cleanup.policy", "delete").unwrap();
-        e.create_topic("d", tc).unwrap();
+        e.records().create_topic("d", tc).unwrap();
         let big = vec![b'x'; 200];
         for _ in 0..40 {
             append(&e, "c", 0, &big, 1).unwrap();
@@ -1058,13 +1010,13 @@ mod tests {
             append(&e, "d", 0, &big, 1).unwrap();
         }
         rt::block_on(e.tick_now());
-        let start = |t: &str| e.topic(t).unwrap().partitions[0].start_offset();
+        let start = |t: &str| e.records().topic(t).unwrap().partitions[0].start_offset();
         assert!(start("d") > 0, "retention ran on the delete topic");
         assert_eq!(start("c"), 0, "a compact-only topic keeps every segment");
         assert_eq!(start("k"), 0, "an empty cleanup.policy keeps every segment");
         // Adding delete to the policy at run time hands retention to the partition.
         let ops = [ConfigOp::Append("cleanup.policy".into(), "delete".into())];
-        let tc = rt::block_on(e.alter_topic_configs("c", &ops, false)).unwrap();
+        let tc = rt::block_on(e.admin().alter_topic_configs("c", &ops, false)).unwrap();
         assert_eq!(
             tc.cleanup_policy,
             crate::config::CleanupPolicy::CompactDelete
@@ -1084,10 +1036,10 @@ mod tests {
             set("cleanup.policy", "compact"),
             set("max.message.bytes", "500"),
         ];
-        let dry = rt::block_on(e.alter_topic_configs("t", &ops, true)).unwrap();
+        let dry = rt::block_on(e.admin().alter_topic_configs("t", &ops, true)).unwrap();
         assert_eq!(dry.max_message_bytes, 500);
         assert_eq!(
-            e.topic_config("t").unwrap().max_message_bytes,
+            e.admin().topic_config("t").unwrap().max_message_bytes,
             1_048_588,
             "validate_only stores nothing"
         );
@@ -1095,24 +1047,24 @@ mod tests {
             set("retention.ms", "1000"),
             set("max.message.bytes", "lots"),
         ];
-        let err = rt::block_on(e.alter_topic_configs("t", &bad, false)).unwrap_err();
+        let err = rt::block_on(e.admin().alter_topic_configs("t", &bad, false)).unwrap_err();
         assert_eq!(err.code(), ErrorCode::InvalidConfig);
         assert!(
             err.to_string().contains("max.message.bytes") && err.to_string().contains("lots"),
             "{err}"
         );
         assert_eq!(
-            e.topic_config("t").unwrap().retention_ms,
+            e.admin().topic_config("t").unwrap().retention_ms,
             None,
             "nothing changed"
         );
-        rt::block_on(e.alter_topic_configs("t", &ops, false)).unwrap();
+        rt::block_on(e.admin().alter_topic_configs("t", &ops, false)).unwrap();
         let sub = [ConfigOp::Subtract(
             "cleanup.policy".into(),
             "compact".into(),
         )];
         assert_eq!(
-            rt::block_on(e.alter_topic_configs("t", &sub, false))
+            rt::block_on(e.admin().alter_topic_configs("t", &sub, false))
                 .unwrap()
                 .cleanup_policy,
             crate::config::CleanupPolicy::Keep,
@@ -1120,27 +1072,28 @@ mod tests {
         );
         let not_a_list = [ConfigOp::Append("retention.ms".into(), "5".into())];
         assert_eq!(
-            rt::block_on(e.alter_topic_configs("t", &not_a_list, false))
+            rt::block_on(e.admin().alter_topic_configs("t", &not_a_list, false))
                 .unwrap_err()
                 .code(),
             ErrorCode::InvalidConfig
         );
         // A record above max.message.bytes is refused on the Flume path.
         let refused = rt::block_on(async {
-            e.admit_produce(crate::domain::ProduceBatch {
-                topic: "t".into(),
-                route: crate::domain::Route::Partition(0),
-                records: one(&[b'v'; 600], 1),
-            })
-            .await
-            .finish()
-            .await
+            e.records()
+                .admit_produce(crate::domain::ProduceBatch {
+                    topic: "t".into(),
+                    route: crate::domain::Route::Partition(0),
+                    records: one(&[b'v'; 600], 1),
+                })
+                .await
+                .finish()
+                .await
         });
         assert_eq!(refused.error, ErrorCode::RecordTooLarge);
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
-        let tc = e.topic_config("t").unwrap();
+        let tc = e.admin().topic_config("t").unwrap();
         assert_eq!(
             (tc.cleanup_policy, tc.max_message_bytes),
             (crate::config::CleanupPolicy::Keep, 500),
@@ -1148,7 +1101,7 @@ mod tests {
         );
         assert!(tc.overrides.contains("cleanup.policy"));
         let del = [ConfigOp::Delete("max.message.bytes".into())];
-        let tc = rt::block_on(e.alter_topic_configs("t", &del, false)).unwrap();
+        let tc = rt::block_on(e.admin().alter_topic_configs("t", &del, false)).unwrap();
         assert_eq!(tc.max_message_bytes, 1_048_588);
         assert!(!tc.overrides.contains("max.message.bytes"));
         rt::block_on(e.shutdown());
@@ -1169,19 +1122,20 @@ mod tests {
         };
         tc.set_named("message.timestamp.type", "LogAppendTime")
             .unwrap();
-        e.create_topic("t", tc).unwrap();
+        e.records().create_topic("t", tc).unwrap();
         let stored = rt::block_on(async {
-            e.admit_produce(crate::domain::ProduceBatch {
-                topic: "t".into(),
-                route: crate::domain::Route::Partition(0),
-                records: one(b"v", 7),
-            })
-            .await
-            .finish()
-            .await
+            e.records()
+                .admit_produce(crate::domain::ProduceBatch {
+                    topic: "t".into(),
+                    route: crate::domain::Route::Partition(0),
+                    records: one(b"v", 7),
+                })
+                .await
+                .finish()
+                .await
         });
         assert_eq!(stored.error, ErrorCode::None);
-        let p = Arc::clone(&e.topic("t").unwrap().partitions[0]);
+        let p = Arc::clone(&e.records().topic("t").unwrap().partitions[0]);
         let read = p.read_now(0, 1 << 20).unwrap();
         let recs = record::decode_all(&Bytes::from(read.records)).unwrap();
         assert_eq!(recs[0].timestamp, clock.wall_ms());
@@ -1197,7 +1151,7 @@ mod tests {
             append(&e, "t", 0, format!("v{i}").as_bytes(), 1_000 + i * 10).unwrap();
         }
         let q = |p: i32, spec| (TopicPartition::new("t", p), spec);
-        let found = rt::block_on(e.list_offsets(&[
+        let found = rt::block_on(e.admin().list_offsets(&[
             q(0, OffsetSpec::Time(1_095)),
             q(0, OffsetSpec::Time(1_100)),
             q(0, OffsetSpec::Time(99_999)),
@@ -1232,7 +1186,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = open(dir.path());
         create(&e, "t", 1);
-        rt::block_on(e.commit_offsets(
+        rt::block_on(e.groups().commit_offsets(
             crate::domain::Member {
                 group: "g",
                 member_id: "",
@@ -1241,7 +1195,7 @@ mod tests {
             &[(TopicPartition::new("t", 0), 0)],
         ))
         .unwrap();
-        rt::block_on(e.commit_offsets(
+        rt::block_on(e.groups().commit_offsets(
             crate::domain::Member {
                 group: "h",
                 member_id: "",
@@ -1253,7 +1207,7 @@ mod tests {
         let joined = {
             let e = Arc::clone(&e);
             std::thread::spawn(move || {
-                rt::block_on(e.join_group(crate::domain::JoinSpec {
+                rt::block_on(e.groups().join_group(crate::domain::JoinSpec {
                     group: "h".into(),
                     member_id: String::new(),
                     topics: vec!["t".into()],
@@ -1265,26 +1219,26 @@ mod tests {
         };
         let member = joined.join().unwrap().unwrap();
         assert_eq!(
-            rt::block_on(e.delete_group("h")),
+            rt::block_on(e.groups().delete_group("h")),
             Err(ErrorCode::GroupNotEmpty)
         );
-        assert_eq!(e.committed("h", "t", 0), Some(0));
-        assert_eq!(rt::block_on(e.delete_group("g")), Ok(1));
-        assert_eq!(e.committed("g", "t", 0), None);
+        assert_eq!(e.groups().committed("h", "t", 0), Some(0));
+        assert_eq!(rt::block_on(e.groups().delete_group("g")), Ok(1));
+        assert_eq!(e.groups().committed("g", "t", 0), None);
         assert_eq!(
-            rt::block_on(e.delete_group("g")),
+            rt::block_on(e.groups().delete_group("g")),
             Err(ErrorCode::UnknownGroup)
         );
         assert_eq!(
-            rt::block_on(e.delete_group("")),
+            rt::block_on(e.groups().delete_group("")),
             Err(ErrorCode::InvalidName)
         );
-        e.leave_group("h", &member.member_id).unwrap();
-        assert_eq!(rt::block_on(e.delete_group("h")), Ok(1));
+        e.groups().leave_group("h", &member.member_id).unwrap();
+        assert_eq!(rt::block_on(e.groups().delete_group("h")), Ok(1));
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
-        assert_eq!(e.committed("h", "t", 0), None);
+        assert_eq!(e.groups().committed("h", "t", 0), None);
         rt::block_on(e.shutdown());
     }
 
@@ -1296,30 +1250,42 @@ mod tests {
         append(&e, "t", 0, b"old", 1).unwrap();
         let code = |r: Result<u32, BrokerError>| r.unwrap_err().code();
         assert_eq!(
-            code(rt::block_on(e.create_partitions("t", 2, false))),
+            code(rt::block_on(e.admin().create_partitions("t", 2, false))),
             ErrorCode::InvalidRequest,
             "the same count"
         );
-        let fewer = rt::block_on(e.create_partitions("t", 1, false)).unwrap_err();
+        let fewer = rt::block_on(e.admin().create_partitions("t", 1, false)).unwrap_err();
         assert_eq!(fewer.code(), ErrorCode::InvalidRequest);
         assert!(fewer.to_string().contains("has 2 partitions"), "{fewer}");
         assert_eq!(
-            code(rt::block_on(e.create_partitions("nope", 3, false))),
+            code(rt::block_on(e.admin().create_partitions("nope", 3, false))),
             ErrorCode::UnknownTopic
         );
         assert_eq!(
-            code(rt::block_on(e.create_partitions("t", 20_000, false))),
+            code(rt::block_on(
+                e.admin().create_partitions("t", 20_000, false)
+            )),
             ErrorCode::InvalidRequest
         );
-        assert_eq!(rt::block_on(e.create_partitions("t", 4, true)).unwrap(), 2);
-        assert_eq!(e.topic("t").unwrap().partition_count(), 2, "validate only");
+        assert_eq!(
+            rt::block_on(e.admin().create_partitions("t", 4, true)).unwrap(),
+            2
+        );
+        assert_eq!(
+            e.records().topic("t").unwrap().partition_count(),
+            2,
+            "validate only"
+        );
         assert!(!dir.path().join("t").join("partition-2").exists());
-        assert_eq!(rt::block_on(e.create_partitions("t", 4, false)).unwrap(), 2);
-        assert_eq!(e.topic("t").unwrap().partition_count(), 4);
-        assert_eq!(e.topic_config("t").unwrap().partitions, 4);
+        assert_eq!(
+            rt::block_on(e.admin().create_partitions("t", 4, false)).unwrap(),
+            2
+        );
+        assert_eq!(e.records().topic("t").unwrap().partition_count(), 4);
+        assert_eq!(e.admin().topic_config("t").unwrap().partitions, 4);
         assert_eq!(append(&e, "t", 3, b"new", 2).unwrap(), 0);
         assert_eq!(
-            e.describe(&["t".into()])[0]
+            e.records().describe(&["t".into()])[0]
                 .partitions
                 .as_ref()
                 .unwrap()
@@ -1329,7 +1295,7 @@ mod tests {
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
-        let t = e.topic("t").unwrap();
+        let t = e.records().topic("t").unwrap();
         assert_eq!(t.partition_count(), 4);
         assert_eq!(t.partition(0).unwrap().end_offset(), 1);
         assert_eq!(t.partition(3).unwrap().end_offset(), 1);
@@ -1351,7 +1317,7 @@ mod tests {
         std::fs::create_dir(tdir.join("partition-3")).unwrap();
         {
             let c = config(dir.path());
-            let shared = super::super::topics::Shared::new(&c);
+            let shared = super::super::records::Shared::new(&c);
             let tc = TopicConfig {
                 partitions: 4,
                 segment_bytes: 1024,
@@ -1361,10 +1327,21 @@ mod tests {
             rt::block_on(p.shutdown());
         }
         let e = open(dir.path());
-        assert_eq!(e.topic("t").unwrap().partition_count(), 2);
-        assert_eq!(e.topic("t").unwrap().partition(1).unwrap().end_offset(), 1);
-        assert_eq!(rt::block_on(e.create_partitions("t", 4, false)).unwrap(), 2);
-        let t = e.topic("t").unwrap();
+        assert_eq!(e.records().topic("t").unwrap().partition_count(), 2);
+        assert_eq!(
+            e.records()
+                .topic("t")
+                .unwrap()
+                .partition(1)
+                .unwrap()
+                .end_offset(),
+            1
+        );
+        assert_eq!(
+            rt::block_on(e.admin().create_partitions("t", 4, false)).unwrap(),
+            2
+        );
+        let t = e.records().topic("t").unwrap();
         assert_eq!(
             (
                 t.partition(2).unwrap().end_offset(),
@@ -1374,7 +1351,14 @@ mod tests {
         );
         rt::block_on(e.shutdown());
         drop(e);
-        assert_eq!(open(dir.path()).topic("t").unwrap().partition_count(), 4);
+        assert_eq!(
+            open(dir.path())
+                .records()
+                .topic("t")
+                .unwrap()
+                .partition_count(),
+            4
+        );
     }
 
     #[test]
@@ -1385,7 +1369,7 @@ mod tests {
         let joined = {
             let e = Arc::clone(&e);
             std::thread::spawn(move || {
-                rt::block_on(e.join_group(crate::domain::JoinSpec {
+                rt::block_on(e.groups().join_group(crate::domain::JoinSpec {
                     group: "g".into(),
                     member_id: String::new(),
                     topics: vec!["t".into()],
@@ -1399,15 +1383,17 @@ mod tests {
         let owned: usize = member.assignment.iter().map(|a| a.partitions.len()).sum();
         assert_eq!(owned, 2);
         assert_eq!(
-            e.heartbeat("g", &member.member_id, member.generation),
+            e.groups()
+                .heartbeat("g", &member.member_id, member.generation),
             Ok(())
         );
-        rt::block_on(e.create_partitions("t", 3, false)).unwrap();
+        rt::block_on(e.admin().create_partitions("t", 3, false)).unwrap();
         assert_eq!(
-            e.heartbeat("g", &member.member_id, member.generation),
+            e.groups()
+                .heartbeat("g", &member.member_id, member.generation),
             Err(ErrorCode::RebalanceInProgress)
         );
-        let again = rt::block_on(e.join_group(crate::domain::JoinSpec {
+        let again = rt::block_on(e.groups().join_group(crate::domain::JoinSpec {
             group: "g".into(),
             member_id: member.member_id.clone(),
             topics: vec!["t".into()],
@@ -1432,7 +1418,7 @@ mod tests {
         create(&e, "t", 2);
         create(&e, "u", 1);
         let commit = |g: &str, at: &[(TopicPartition, i64)]| {
-            rt::block_on(e.commit_offsets(
+            rt::block_on(e.groups().commit_offsets(
                 crate::domain::Member {
                     group: g,
                     member_id: "",
@@ -1450,7 +1436,7 @@ mod tests {
                 (TopicPartition::new("u", 0), 3),
             ],
         );
-        let codes = rt::block_on(e.delete_offsets(
+        let codes = rt::block_on(e.groups().delete_offsets(
             "g",
             &[
                 TopicPartition::new("t", 0),
@@ -1467,16 +1453,19 @@ mod tests {
                 ErrorCode::UnknownPartition
             ]
         );
-        assert_eq!(e.committed("g", "t", 0), None);
-        assert_eq!(e.committed("g", "t", 1), Some(2));
+        assert_eq!(e.groups().committed("g", "t", 0), None);
+        assert_eq!(e.groups().committed("g", "t", 1), Some(2));
         assert_eq!(
-            rt::block_on(e.delete_offsets("nobody", &[TopicPartition::new("t", 0)])),
+            rt::block_on(
+                e.groups()
+                    .delete_offsets("nobody", &[TopicPartition::new("t", 0)])
+            ),
             Err(ErrorCode::UnknownGroup)
         );
         let joined = {
             let e = Arc::clone(&e);
             std::thread::spawn(move || {
-                rt::block_on(e.join_group(crate::domain::JoinSpec {
+                rt::block_on(e.groups().join_group(crate::domain::JoinSpec {
                     group: "g".into(),
                     member_id: String::new(),
                     topics: vec!["u".into()],
@@ -1487,21 +1476,24 @@ mod tests {
             })
         };
         joined.join().unwrap().unwrap();
-        let codes = rt::block_on(e.delete_offsets(
+        let codes = rt::block_on(e.groups().delete_offsets(
             "g",
             &[TopicPartition::new("u", 0), TopicPartition::new("t", 1)],
         ))
         .unwrap();
         assert_eq!(codes, vec![ErrorCode::GroupNotEmpty, ErrorCode::None]);
-        assert_eq!(e.committed("g", "u", 0), Some(3));
+        assert_eq!(e.groups().committed("g", "u", 0), Some(3));
         rt::block_on(e.shutdown());
         drop(e);
         let e = open(dir.path());
         assert_eq!(
-            (e.committed("g", "t", 0), e.committed("g", "t", 1)),
+            (
+                e.groups().committed("g", "t", 0),
+                e.groups().committed("g", "t", 1)
+            ),
             (None, None)
         );
-        assert_eq!(e.committed("g", "u", 0), Some(3));
+        assert_eq!(e.groups().committed("g", "u", 0), Some(3));
         rt::block_on(e.shutdown());
     }
 
@@ -1520,7 +1512,7 @@ mod tests {
             append(&e, "t", 0, format!("value-{i:04}").as_bytes(), ts).unwrap();
         }
         append(&e, "t", 0, b"negative", -5).unwrap();
-        let found = rt::block_on(e.list_offsets(&[
+        let found = rt::block_on(e.admin().list_offsets(&[
             (TopicPartition::new("t", 0), OffsetSpec::MaxTimestamp),
             (TopicPartition::new("t", 1), OffsetSpec::MaxTimestamp),
         ]));

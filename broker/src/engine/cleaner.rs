@@ -12,38 +12,44 @@ use std::time::Instant;
 use flume_rt as rt;
 use flume_rt::sync::TaskSlot;
 
-use super::Engine;
-use crate::config::TopicConfig;
-use crate::storage::CompactionConfig;
+use super::records::{compaction_of, Records};
+use crate::metrics::Metrics;
 
-/// How a topic's logs are compacted, from its settings (`None`: they are not).
-pub(super) fn compaction_of(tc: &TopicConfig) -> Option<CompactionConfig> {
-    tc.cleanup_policy.compacts().then(|| CompactionConfig {
-        min_lag_ms: tc.min_compaction_lag_ms,
-        max_lag_ms: tc.max_compaction_lag_ms,
-        delete_retention_ms: tc.delete_retention_ms,
-        min_dirty_ratio: tc.min_cleanable_dirty_ratio(),
-    })
+/// The cleaner service: its rounds over the records service's compacted
+/// partitions, counted in the metrics.
+#[derive(Debug)]
+pub(crate) struct Cleaner {
+    records: Arc<Records>,
+    metrics: Arc<Metrics>,
+    round: Round,
 }
 
 /// The round in progress and the flag that stops it.
 #[derive(Debug, Default)]
-pub(crate) struct Cleaner {
+struct Round {
     running: Arc<AtomicBool>,
     stop: Arc<AtomicBool>,
     task: TaskSlot<()>,
 }
 
 impl Cleaner {
+    pub(super) fn new(records: Arc<Records>, metrics: Arc<Metrics>) -> Self {
+        Cleaner {
+            records,
+            metrics,
+            round: Round::default(),
+        }
+    }
+
     /// Stops the round in progress (nothing it had not installed is kept)
     /// and waits for it; no round starts after this.
     pub(crate) async fn stop(&self) {
-        self.stop.store(true, Ordering::Release);
-        self.task.join().await;
+        self.round.stop.store(true, Ordering::Release);
+        self.round.task.join().await;
     }
 }
 
-impl Drop for Cleaner {
+impl Drop for Round {
     /// An engine dropped without `shutdown` stops its cleaner's round too
     /// (between records; nothing it had not installed is kept), rather than
     /// letting it rewrite segments of a log nobody serves.
@@ -52,15 +58,16 @@ impl Drop for Cleaner {
     }
 }
 
-impl Engine {
+impl Cleaner {
     /// Starts a cleaner round unless one is running, shutdown has begun, or
     /// no topic is compacted.
-    pub(super) fn start_cleaning(&self, now_ms: i64) {
-        let c = &self.cleaner;
-        if c.stop.load(Ordering::Acquire) || self.is_shutting_down() {
+    pub(super) fn start(&self, now_ms: i64) {
+        let c = &self.round;
+        if c.stop.load(Ordering::Acquire) || self.records.is_shutting_down() {
             return;
         }
         let partitions: Vec<_> = self
+            .records
             .topics()
             .iter()
             .filter(|t| compaction_of(&t.config).is_some())
@@ -70,7 +77,7 @@ impl Engine {
             return;
         }
         let (running, stop) = (Arc::clone(&c.running), Arc::clone(&c.stop));
-        let limits = self.config.cleaner.clone();
+        let limits = self.records.config.cleaner.clone();
         let metrics = Arc::clone(&self.metrics);
         let task = rt::spawn(async move {
             rt::unblock(move || {
@@ -108,7 +115,7 @@ mod tests {
 
     #[test]
     fn dropping_the_cleaner_stops_a_round_in_progress() {
-        let c = Cleaner::default();
+        let c = Round::default();
         // What a running round holds and checks between records.
         let stop = Arc::clone(&c.stop);
         assert!(!stop.load(Ordering::Acquire));

@@ -23,14 +23,15 @@ fn engine(dir: &Path, fsync: FsyncPolicy) -> Arc<Engine> {
     c.fsync = fsync;
     c.tick = Duration::from_millis(10);
     let e = Engine::open(c).unwrap();
-    e.create_topic(
-        "t",
-        TopicConfig {
-            partitions: 2,
-            ..TopicConfig::default()
-        },
-    )
-    .unwrap();
+    e.records()
+        .create_topic(
+            "t",
+            TopicConfig {
+                partitions: 2,
+                ..TopicConfig::default()
+            },
+        )
+        .unwrap();
     e
 }
 
@@ -41,7 +42,8 @@ async fn commit_at(e: &Engine, group: &str, offset: i64) -> Result<Vec<ErrorCode
         member_id: "",
         generation: -1,
     };
-    e.commit_offsets(member, &[(TopicPartition::new("t", 0), offset)])
+    e.groups()
+        .commit_offsets(member, &[(TopicPartition::new("t", 0), offset)])
         .await
 }
 
@@ -64,7 +66,7 @@ fn gate(e: &Engine) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
     let (release, release_rx) = mpsc::channel::<()>();
     let entered_tx = Mutex::new(entered_tx);
     let release_rx = Mutex::new(release_rx);
-    e.offsets().set_fsync_hook(Arc::new(move || {
+    e.groups().offsets().set_fsync_hook(Arc::new(move || {
         let _ = lock(&entered_tx).send(());
         let _ = lock(&release_rx).recv_timeout(Duration::from_secs(10));
         Ok(())
@@ -87,7 +89,7 @@ fn a_commit_stuck_in_fsync_stalls_neither_heartbeats_nor_joins() {
     let e = engine(dir.path(), FsyncPolicy::Always);
     let member = rt::block_on(rt::timeout(
         Duration::from_secs(5),
-        e.join_group(join("g1")),
+        e.groups().join_group(join("g1")),
     ))
     .expect("first join completes")
     .unwrap();
@@ -100,17 +102,18 @@ fn a_commit_stuck_in_fsync_stalls_neither_heartbeats_nor_joins() {
 
     let eh = Arc::clone(&e);
     let hb = within(Duration::from_secs(1), move || {
-        eh.heartbeat("g1", &member.member_id, member.generation)
+        eh.groups()
+            .heartbeat("g1", &member.member_id, member.generation)
     });
     let ej = Arc::clone(&e);
     let joined = within(Duration::from_secs(1), move || {
         rt::block_on(rt::timeout(
             Duration::from_secs(5),
-            ej.join_group(join("g2")),
+            ej.groups().join_group(join("g2")),
         ))
     });
     // Not acknowledged (nor visible) before it is durable.
-    let visible_early = e.committed("tools", "t", 0);
+    let visible_early = e.groups().committed("tools", "t", 0);
     drop(release);
     assert_eq!(
         hb,
@@ -124,7 +127,7 @@ fn a_commit_stuck_in_fsync_stalls_neither_heartbeats_nor_joins() {
     assert_eq!(visible_early, None);
     let r = rt::block_on(stuck).unwrap();
     assert!(r.iter().all(|p| p.is_ok()));
-    assert_eq!(e.committed("tools", "t", 0), Some(5));
+    assert_eq!(e.groups().committed("tools", "t", 0), Some(5));
     rt::block_on(e.shutdown());
 }
 
@@ -136,7 +139,7 @@ fn commits_waiting_behind_an_fsync_share_the_next_one() {
     let ec = Arc::clone(&e);
     let first = rt::spawn(async move { commit_at(&ec, "g0", 1).await });
     entered.recv_timeout(Duration::from_secs(5)).unwrap();
-    let before = e.offsets().fsync_count();
+    let before = e.groups().offsets().fsync_count();
     let rest: Vec<_> = (1..=10)
         .map(|i| {
             let ec = Arc::clone(&e);
@@ -145,7 +148,7 @@ fn commits_waiting_behind_an_fsync_share_the_next_one() {
         .collect();
     // Wait until all ten are queued behind the stuck writer.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while e.offsets().queued() < 10 {
+    while e.groups().offsets().queued() < 10 {
         assert!(Instant::now() < deadline, "commits did not queue");
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -156,12 +159,15 @@ fn commits_waiting_behind_an_fsync_share_the_next_one() {
     }
     assert_eq!(before, 0);
     assert_eq!(
-        e.offsets().fsync_count(),
+        e.groups().offsets().fsync_count(),
         2,
         "one fsync for the first commit, one for the ten queued behind it"
     );
     for i in 0..=10 {
-        assert_eq!(e.committed(&format!("g{i}"), "t", 0), Some(i.max(1)));
+        assert_eq!(
+            e.groups().committed(&format!("g{i}"), "t", 0),
+            Some(i.max(1))
+        );
     }
     rt::block_on(e.shutdown());
 }
@@ -184,17 +190,21 @@ fn a_full_commit_queue_makes_commits_wait_for_room() {
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while e.offsets().queued() < COMMIT_QUEUE_CAPACITY {
+    while e.groups().offsets().queued() < COMMIT_QUEUE_CAPACITY {
         assert!(Instant::now() < deadline, "the queue did not fill");
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert_eq!(e.offsets().queued(), COMMIT_QUEUE_CAPACITY, "bounded");
+    assert_eq!(
+        e.groups().offsets().queued(),
+        COMMIT_QUEUE_CAPACITY,
+        "bounded"
+    );
     drop(release);
     rt::block_on(first).unwrap();
     for t in waiting {
         rt::block_on(t).unwrap();
     }
-    let c = e.committed("g", "t", 0).unwrap();
+    let c = e.groups().committed("g", "t", 0).unwrap();
     assert!((1..=n).contains(&c), "{c}");
     rt::block_on(e.shutdown());
 }
@@ -206,7 +216,7 @@ fn interval_policy_fsyncs_committed_offsets() {
     rt::block_on(commit_at(&e, "g", 3)).unwrap();
     // The ticker (every 10 ms) fsyncs what is older than the interval.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while e.offsets().fsync_count() == 0 {
+    while e.groups().offsets().fsync_count() == 0 {
         assert!(Instant::now() < deadline, "committed offsets never fsynced");
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -221,7 +231,7 @@ fn auto_creation_does_its_file_work_off_the_calling_thread() {
     let e = engine(dir.path(), FsyncPolicy::Never);
     let name = format!("auto-{}", std::process::id());
     let caller = std::thread::current().id();
-    rt::block_on(e.auto_create(&name)).unwrap();
+    rt::block_on(e.records().auto_create(&name)).unwrap();
     let threads: Vec<_> = lock(&crate::engine::FILE_WORK_THREADS)
         .iter()
         .filter(|(n, _)| *n == name)
@@ -229,7 +239,7 @@ fn auto_creation_does_its_file_work_off_the_calling_thread() {
         .collect();
     assert_eq!(threads.len(), 1);
     assert_ne!(threads[0], caller, "file work ran on the request's thread");
-    assert!(e.topic(&name).is_some());
+    assert!(e.records().topic(&name).is_some());
 }
 
 /// A failed fsync answers STORAGE_ERROR, and the commit is neither
@@ -241,7 +251,7 @@ fn a_failed_fsync_stores_nothing() {
     rt::block_on(commit_at(&e, "g", 1)).unwrap();
     let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let f = Arc::clone(&fail);
-    e.offsets().set_fsync_hook(Arc::new(move || {
+    e.groups().offsets().set_fsync_hook(Arc::new(move || {
         if f.swap(false, Ordering::AcqRel) {
             Err(std::io::Error::other("injected fsync failure"))
         } else {
@@ -250,7 +260,7 @@ fn a_failed_fsync_stores_nothing() {
     }));
     let err = rt::block_on(commit_at(&e, "g", 2)).unwrap_err();
     assert_eq!(err, ErrorCode::StorageError);
-    assert_eq!(e.committed("g", "t", 0), Some(1));
+    assert_eq!(e.groups().committed("g", "t", 0), Some(1));
     rt::block_on(e.shutdown());
     drop(e);
     let s = OffsetStore::open(&dir.path().join("__consumer_offsets"), FsyncPolicy::Never).unwrap();
@@ -266,6 +276,6 @@ fn never_policy_leaves_commits_to_the_os() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path(), FsyncPolicy::Never);
     rt::block_on(commit_at(&e, "g", 3)).unwrap();
-    assert_eq!(e.offsets().fsync_count(), 0);
-    assert_eq!(e.committed("g", "t", 0), Some(3));
+    assert_eq!(e.groups().offsets().fsync_count(), 0);
+    assert_eq!(e.groups().committed("g", "t", 0), Some(3));
 }

@@ -20,7 +20,12 @@ use flume_protocol::record::RecordIter;
 use flume_rt as rt;
 use futures::FutureExt;
 
-use super::{lock, Engine};
+use std::sync::Arc;
+
+use flume_rt::sync::lock;
+
+use super::records::Records;
+use super::Shutdown;
 use crate::coordinator::share::group::ShareGroups;
 pub use crate::coordinator::share::group::{ShareBeat, ShareGroupError, ShareHeartbeat};
 use crate::coordinator::share::group_config::{self, ShareGroupConfig};
@@ -191,9 +196,13 @@ pub struct ShareMemberView {
 
 type SpKey = (String, String, i32);
 
-/// The share groups' state in the engine.
+/// The share-groups service: membership, share-partitions and their kept
+/// state; it reads the logs through the records service.
 #[derive(Debug)]
-pub(crate) struct Shares {
+pub struct Shares {
+    records: Arc<Records>,
+    clock: crate::clock::Clock,
+    shutdown: Shutdown,
     settings: ShareSettings,
     groups: Mutex<ShareGroups>,
     partitions: Mutex<HashMap<SpKey, SharePartition>>,
@@ -214,14 +223,15 @@ const GROUP_CONFIGS_FILE: &str = "group-configs";
 impl Shares {
     /// The share groups of a data directory, their kept state replayed.
     pub(crate) fn open(
-        dir: &std::path::Path,
-        settings: ShareSettings,
-        fsync: crate::storage::FsyncPolicy,
-        clock: crate::clock::Clock,
+        records: Arc<Records>,
+        shutdown: Shutdown,
         nonce: u64,
-        topic_exists: &dyn Fn(&str) -> bool,
     ) -> Result<Self, BrokerError> {
-        let store = ShareState::open_with_clock(&dir.join("__share_state"), fsync, clock)?;
+        let config = Arc::clone(&records.config);
+        let (dir, settings, clock) = (&config.data_dir, config.share, config.clock.clone());
+        let topic_exists = |t: &str| records.topic(t).is_some();
+        let store =
+            ShareState::open_with_clock(&dir.join("__share_state"), config.fsync, clock.clone())?;
         let group_configs_path = dir.join("__share_state").join(GROUP_CONFIGS_FILE);
         let (group_configs, bad) = group_config::from_text(
             &crate::storage::dirs::read_optional(&group_configs_path).map_err(BrokerError::from)?,
@@ -256,6 +266,9 @@ impl Shares {
             }
         }
         Ok(Shares {
+            records,
+            clock,
+            shutdown,
             settings,
             groups: Mutex::new(ShareGroups::new(settings.groups, nonce)),
             partitions: Mutex::new(partitions),
@@ -277,10 +290,10 @@ impl Shares {
     }
 }
 
-impl Engine {
+impl Shares {
     /// The share-group settings in force.
     pub fn share_settings(&self) -> ShareSettings {
-        self.shares.settings
+        self.settings
     }
 
     /// A share-group heartbeat: joins, keeps, updates or removes a member
@@ -297,18 +310,19 @@ impl Engine {
         if !crate::config::valid_group_id(hb.group) {
             return Err(ShareGroupError::Invalid(format!("group id {:?}", hb.group)).into());
         }
-        let now = self.mono_ms();
+        let now = self.clock.mono_ms();
         let group = hb.group.to_owned();
         let (beat, left) = {
             let partitions_of = |t: &str| {
-                self.topic(t)
+                self.records
+                    .topic(t)
                     .map(|t| i32::try_from(t.partitions.len()).unwrap_or(i32::MAX))
             };
-            lock(&self.shares.groups).heartbeat(hb, &partitions_of, now)?
+            lock(&self.groups).heartbeat(hb, &partitions_of, now)?
         };
         if !left.is_empty() {
             let gone: Vec<(String, String)> = {
-                let sessions = lock(&self.shares.sessions);
+                let sessions = lock(&self.sessions);
                 left.into_iter()
                     .filter(|m| !sessions.is_open(&group, m))
                     .map(|m| (group.clone(), m))
@@ -335,17 +349,17 @@ impl Engine {
         forgotten: &[SessionTp],
     ) -> Result<SessionStep, ShareError> {
         let live = |g: &str, m: &str| {
-            lock(&self.shares.groups)
+            lock(&self.groups)
                 .group(g)
                 .is_some_and(|g| g.members().any(|x| x.member_id == m))
         };
-        Ok(lock(&self.shares.sessions).step(group, member, epoch, added, forgotten, &live)?)
+        Ok(lock(&self.sessions).step(group, member, epoch, added, forgotten, &live)?)
     }
 
     /// True when the member has a share session open (it may have left its
-    /// group since: see [`Engine::share_heartbeat`]).
+    /// group since: see [`Shares::share_heartbeat`]).
     pub fn share_session_open(&self, group: &str, member: &str) -> bool {
-        lock(&self.shares.sessions).is_open(group, member)
+        lock(&self.sessions).is_open(group, member)
     }
 
     /// Gives back what `member` holds in these partitions (its share
@@ -360,7 +374,7 @@ impl Engine {
         partitions: &[SessionTp],
     ) -> Result<(), ShareError> {
         let updates = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let mut updates = Vec::new();
             for (t, p) in partitions {
                 let key: SpKey = (group.to_owned(), t.clone(), *p);
@@ -379,7 +393,7 @@ impl Engine {
     /// Gives back the records of members that left or were removed.
     async fn release_members(&self, gone: &[(String, String)]) -> Result<(), BrokerError> {
         let updates = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let mut updates = Vec::new();
             for ((g, t, p), sp) in parts.iter_mut() {
                 for (group, member) in gone {
@@ -409,9 +423,9 @@ impl Engine {
                 .iter()
                 .any(|r| r.1 == crate::coordinator::share::partition::SnapshotState::Available)
         });
-        self.shares.store.write(updates).await?;
+        self.store.write(updates).await?;
         if released {
-            self.shares.available.notify(usize::MAX);
+            self.available.notify(usize::MAX);
         }
         Ok(())
     }
@@ -430,7 +444,7 @@ impl Engine {
             ));
         loop {
             {
-                let groups = lock(&self.shares.groups);
+                let groups = lock(&self.groups);
                 if groups
                     .group(&req.group)
                     .is_none_or(|g| !g.members().any(|m| m.member_id == req.member))
@@ -439,10 +453,12 @@ impl Engine {
                 }
             }
             // Listen before looking, so records that arrive in between wake us.
-            let mut listeners = vec![self.shares.available.listen()];
+            let mut listeners = vec![self.available.listen()];
             for tp in &req.partitions {
-                listeners
-                    .extend(self.listen(&tp.topic, &[u32::try_from(tp.partition).unwrap_or(0)]));
+                listeners.extend(
+                    self.records
+                        .listen(&tp.topic, &[u32::try_from(tp.partition).unwrap_or(0)]),
+                );
             }
             let mut out = Vec::with_capacity(req.partitions.len());
             let mut left = req.max_records.max(1);
@@ -484,7 +500,7 @@ impl Engine {
                 .iter()
                 .any(|f| !f.acquired.is_empty() || f.error.is_some());
             let now = std::time::Instant::now();
-            if got || now >= deadline || self.is_shutting_down() {
+            if got || now >= deadline || self.shutdown.is_begun() {
                 return Ok(out);
             }
             // Wake at the earliest of: records, a release, a lock running
@@ -498,14 +514,14 @@ impl Engine {
         }
     }
 
-    /// One partition's acquisition (see [`Engine::share_fetch`]).
+    /// One partition's acquisition (see [`Shares::share_fetch`]).
     async fn acquire_from(
         &self,
         req: &ShareFetchSpec,
         tp: &ShareTp,
         max_records: usize,
     ) -> Result<(Vec<u8>, Vec<Acquired>), ShareError> {
-        let assigned = lock(&self.shares.groups)
+        let assigned = lock(&self.groups)
             .group(&req.group)
             .is_some_and(|g| g.is_assigned(&req.member, &tp.topic, tp.partition));
         if !assigned {
@@ -516,6 +532,7 @@ impl Engine {
             });
         }
         let topic = self
+            .records
             .topic(&tp.topic)
             .ok_or_else(|| ShareError::UnknownTopic(tp.topic.clone()))?;
         let part = topic
@@ -528,7 +545,7 @@ impl Engine {
         let log_start = i64::try_from(part.start_offset()).unwrap_or(i64::MAX);
         let log_end = i64::try_from(part.end_offset()).unwrap_or(i64::MAX);
         let (from, budget, created) = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let mut created = None;
             if !parts.contains_key(&key) {
                 if parts.len() >= MAX_SHARE_PARTITIONS {
@@ -537,12 +554,11 @@ impl Engine {
                     )));
                 }
                 let own = self.share_group_config(&req.group);
-                let start = match own.reset(self.shares.settings.auto_offset_reset) {
+                let start = match own.reset(self.settings.auto_offset_reset) {
                     ShareReset::Latest => log_end,
                     ShareReset::Earliest => log_start,
                 };
-                let mut sp =
-                    SharePartition::new(own.partition(self.shares.settings.partition), start);
+                let mut sp = SharePartition::new(own.partition(self.settings.partition), start);
                 created = sp.take_update();
                 parts.insert(key.clone(), sp);
             }
@@ -587,9 +603,9 @@ impl Engine {
             offsets.push(i64::try_from(raw.offset).unwrap_or(i64::MAX));
         }
         let read_end = i64::try_from(read.next).unwrap_or(i64::MAX);
-        let now = self.mono_ms();
+        let now = self.clock.mono_ms();
         let (acquired, update) = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let Some(sp) = parts.get_mut(&key) else {
                 return Ok((Vec::new(), Vec::new()));
             };
@@ -641,14 +657,14 @@ impl Engine {
         self.acknowledge_shares(group, member, acks, false).await
     }
 
-    /// As [`Engine::share_acknowledge`], but each partition's
+    /// As [`Shares::share_acknowledge`], but each partition's
     /// acknowledgements are all or nothing (Kafka's ShareFetch and
     /// ShareAcknowledge answer one error per partition): if one of a
     /// partition's is refused, none of that partition's is applied and each
     /// answers the refusal.
     ///
     /// # Errors
-    /// As [`Engine::share_acknowledge`].
+    /// As [`Shares::share_acknowledge`].
     pub async fn share_acknowledge_by_partition(
         &self,
         group: &str,
@@ -665,15 +681,15 @@ impl Engine {
         acks: &[ShareAck],
         by_partition: bool,
     ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
-        let live = lock(&self.shares.groups)
+        let live = lock(&self.groups)
             .group(group)
             .is_some_and(|g| g.members().any(|m| m.member_id == member));
         if !live && !self.share_session_open(group, member) {
             return Err(ShareGroupError::UnknownMember(member.to_owned()).into());
         }
-        let now = self.mono_ms();
+        let now = self.clock.mono_ms();
         let (results, updates) = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let mut results = Vec::with_capacity(acks.len());
             // Partitions one of whose acknowledgements is refused: none of theirs applies.
             let mut refused: BTreeMap<&ShareTp, AckError> = BTreeMap::new();
@@ -728,13 +744,13 @@ impl Engine {
     /// The share groups' maintenance: members whose session ran out leave,
     /// locks that ran out release their records. Run by the ticker.
     pub(super) async fn tick_shares(&self) {
-        let now = self.mono_ms();
-        let gone = lock(&self.shares.groups).expire(now);
+        let now = self.clock.mono_ms();
+        let gone = lock(&self.groups).expire(now);
         if !gone.is_empty() {
-            lock(&self.shares.sessions).drop_members(&gone);
+            lock(&self.sessions).drop_members(&gone);
         }
         let updates = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let mut updates = Vec::new();
             for ((g, t, p), sp) in parts.iter_mut() {
                 for (group, member) in &gone {
@@ -758,14 +774,14 @@ impl Engine {
 
     /// Forgets every share group's state of a deleted topic.
     pub(super) async fn forget_share_topic(&self, topic: &str) -> Result<(), BrokerError> {
-        lock(&self.shares.partitions).retain(|(_, t, _), _| t != topic);
-        self.shares.store.remove_topic(topic).await
+        lock(&self.partitions).retain(|(_, t, _), _| t != topic);
+        self.store.remove_topic(topic).await
     }
 
     /// Describes a share group: its members and its share-partitions.
     pub fn describe_share_group(&self, group: &str) -> Option<ShareGroupView> {
         let (epoch, members) = {
-            let groups = lock(&self.shares.groups);
+            let groups = lock(&self.groups);
             match groups.group(group) {
                 Some(g) => (
                     g.epoch,
@@ -783,7 +799,7 @@ impl Engine {
                 None => (0, Vec::new()),
             }
         };
-        let mut partitions: Vec<SharePartitionView> = lock(&self.shares.partitions)
+        let mut partitions: Vec<SharePartitionView> = lock(&self.partitions)
             .iter()
             .filter(|((g, _, _), _)| g == group)
             .map(|((_, t, p), sp)| SharePartitionView {
@@ -796,6 +812,7 @@ impl Engine {
                 archived: sp.totals().archived,
                 totals: sp.totals(),
                 log_end: self
+                    .records
                     .topic(t)
                     .and_then(|t| {
                         t.partition(*p)
@@ -821,7 +838,7 @@ impl Engine {
     /// first by group, topic and partition); true when some were left out.
     pub fn describe_share_groups(&self, max_partitions: usize) -> (Vec<ShareGroupView>, bool) {
         let mut parts: Vec<(String, ShareTp, i64, ShareCounts, ShareTotals)> =
-            lock(&self.shares.partitions)
+            lock(&self.partitions)
                 .iter()
                 .map(|((g, t, p), sp)| {
                     let tp = ShareTp {
@@ -836,7 +853,7 @@ impl Engine {
         parts.truncate(max_partitions);
         let mut views: BTreeMap<String, ShareGroupView> = BTreeMap::new();
         {
-            let groups = lock(&self.shares.groups);
+            let groups = lock(&self.groups);
             for name in groups.names() {
                 if let Some(g) = groups.group(&name) {
                     let members = g
@@ -862,6 +879,7 @@ impl Engine {
         }
         for (group, tp, start_offset, counts, totals) in parts {
             let log_end = self
+                .records
                 .topic(&tp.topic)
                 .and_then(|t| {
                     t.partition(tp.partition)
@@ -890,12 +908,8 @@ impl Engine {
 
     /// Every share group: those with members or kept state.
     pub fn list_share_groups(&self) -> Vec<String> {
-        let mut names = lock(&self.shares.groups).names();
-        names.extend(
-            lock(&self.shares.partitions)
-                .keys()
-                .map(|(g, _, _)| g.clone()),
-        );
+        let mut names = lock(&self.groups).names();
+        names.extend(lock(&self.partitions).keys().map(|(g, _, _)| g.clone()));
         names.sort_unstable();
         names.dedup();
         names
@@ -906,39 +920,37 @@ impl Engine {
     /// # Errors
     /// The group has members ([`ShareGroupError::Invalid`]); a storage failure.
     pub async fn delete_share_group(&self, group: &str) -> Result<bool, ShareError> {
-        if lock(&self.shares.groups).group(group).is_some() {
+        if lock(&self.groups).group(group).is_some() {
             return Err(ShareError::NotEmpty(group.to_owned()));
         }
         let existed = {
-            let mut parts = lock(&self.shares.partitions);
+            let mut parts = lock(&self.partitions);
             let before = parts.len();
             parts.retain(|(g, _, _), _| g != group);
             parts.len() != before
         };
-        lock(&self.shares.sessions).drop_group(group);
+        lock(&self.sessions).drop_group(group);
         // Its configs go with it (as Kafka's DeleteGroups deletes them).
         let text = {
-            let mut all = lock(&self.shares.group_configs);
+            let mut all = lock(&self.group_configs);
             all.remove(group).map(|_| group_config::to_text(&all))
         };
         if let Some(text) = text {
-            let path = self.shares.group_configs_path.clone();
+            let path = self.group_configs_path.clone();
             rt::unblock(move || crate::storage::dirs::write_atomic(&path, text.as_bytes()))
                 .await
                 .map_err(BrokerError::from)?;
         }
         if existed {
-            self.shares.store.remove_group(group).await?;
+            self.store.remove_group(group).await?;
         }
         Ok(existed)
     }
 
     /// True when `group` is a share group: it has members or kept state.
     pub fn is_share_group(&self, group: &str) -> bool {
-        lock(&self.shares.groups).group(group).is_some()
-            || lock(&self.shares.partitions)
-                .keys()
-                .any(|(g, _, _)| g == group)
+        lock(&self.groups).group(group).is_some()
+            || lock(&self.partitions).keys().any(|(g, _, _)| g == group)
     }
 
     /// Moves share-partitions' start offsets (Kafka's
@@ -953,13 +965,14 @@ impl Engine {
         group: &str,
         starts: &[(ShareTp, i64)],
     ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
-        if lock(&self.shares.groups).group(group).is_some() {
+        if lock(&self.groups).group(group).is_some() {
             return Err(ShareError::NotEmpty(group.to_owned()));
         }
         let mut results = Vec::with_capacity(starts.len());
         for (tp, offset) in starts {
             let r = async {
                 let topic = self
+                    .records
                     .topic(&tp.topic)
                     .ok_or_else(|| ShareError::UnknownTopic(tp.topic.clone()))?;
                 let part =
@@ -979,7 +992,7 @@ impl Engine {
                 let start = (*offset).clamp(log_start, log_end.max(log_start));
                 let key: SpKey = (group.to_owned(), tp.topic.clone(), tp.partition);
                 let update = {
-                    let mut parts = lock(&self.shares.partitions);
+                    let mut parts = lock(&self.partitions);
                     if !parts.contains_key(&key) && parts.len() >= MAX_SHARE_PARTITIONS {
                         return Err(ShareError::Limit(format!(
                             "the broker keeps {MAX_SHARE_PARTITIONS} share-partitions, its limit"
@@ -987,16 +1000,13 @@ impl Engine {
                     }
                     let cfg = self
                         .share_group_config(group)
-                        .partition(self.shares.settings.partition);
+                        .partition(self.settings.partition);
                     let mut sp = SharePartition::new(cfg, start);
                     let u = sp.take_update();
                     parts.insert(key.clone(), sp);
                     u
                 };
-                self.shares
-                    .store
-                    .remove_partition(&key.0, &key.1, key.2)
-                    .await?;
+                self.store.remove_partition(&key.0, &key.1, key.2).await?;
                 if let Some(u) = update {
                     self.write_share(vec![(key.0, key.1, key.2, u)]).await?;
                 }
@@ -1019,17 +1029,17 @@ impl Engine {
         group: &str,
         topics: &[String],
     ) -> Result<Vec<Result<(), ShareError>>, ShareError> {
-        if lock(&self.shares.groups).group(group).is_some() {
+        if lock(&self.groups).group(group).is_some() {
             return Err(ShareError::NotEmpty(group.to_owned()));
         }
         let mut results = Vec::with_capacity(topics.len());
         for t in topics {
-            if self.topic(t).is_none() {
+            if self.records.topic(t).is_none() {
                 results.push(Err(ShareError::UnknownTopic(t.clone())));
                 continue;
             }
             let gone: Vec<i32> = {
-                let mut parts = lock(&self.shares.partitions);
+                let mut parts = lock(&self.partitions);
                 let gone = parts
                     .keys()
                     .filter(|(g, tt, _)| g == group && tt == t)
@@ -1042,7 +1052,7 @@ impl Engine {
             };
             let mut r = Ok(());
             for p in gone {
-                if let Err(e) = self.shares.store.remove_partition(group, t, p).await {
+                if let Err(e) = self.store.remove_partition(group, t, p).await {
                     r = Err(e.into());
                 }
             }
@@ -1053,7 +1063,7 @@ impl Engine {
 
     /// A group's own configs (all unset for most groups).
     fn share_group_config(&self, group: &str) -> ShareGroupConfig {
-        lock(&self.shares.group_configs)
+        lock(&self.group_configs)
             .get(group)
             .copied()
             .unwrap_or_default()
@@ -1062,10 +1072,8 @@ impl Engine {
     /// A group's configs by Kafka's names: each value in force, and
     /// whether the group set it (else it is the broker's).
     pub fn share_group_configs(&self, group: &str) -> Vec<(&'static str, String, bool)> {
-        self.share_group_config(group).entries(
-            self.shares.settings.partition,
-            self.shares.settings.auto_offset_reset,
-        )
+        self.share_group_config(group)
+            .entries(self.settings.partition, self.settings.auto_offset_reset)
     }
 
     /// Changes a group's configs (SET, DELETE; all or nothing), kept
@@ -1101,7 +1109,7 @@ impl Engine {
             return Ok(());
         }
         let text = {
-            let mut all = lock(&self.shares.group_configs).clone();
+            let mut all = lock(&self.group_configs).clone();
             if !all.contains_key(group) && all.len() >= group_config::MAX_CONFIGURED_GROUPS {
                 return Err(ShareError::Limit(format!(
                     "{} share groups have configs of their own, the limit",
@@ -1111,13 +1119,13 @@ impl Engine {
             all.insert(group.to_owned(), c);
             group_config::to_text(&all)
         };
-        let path = self.shares.group_configs_path.clone();
+        let path = self.group_configs_path.clone();
         rt::unblock(move || crate::storage::dirs::write_atomic(&path, text.as_bytes()))
             .await
             .map_err(BrokerError::from)?;
-        lock(&self.shares.group_configs).insert(group.to_owned(), c);
-        let cfg = c.partition(self.shares.settings.partition);
-        for ((g, _, _), sp) in lock(&self.shares.partitions).iter_mut() {
+        lock(&self.group_configs).insert(group.to_owned(), c);
+        let cfg = c.partition(self.settings.partition);
+        for ((g, _, _), sp) in lock(&self.partitions).iter_mut() {
             if g == group {
                 sp.set_config(cfg);
             }

@@ -27,15 +27,16 @@ fn engine(dir: &Path, clock: &Clock, reset: ShareReset) -> Arc<Engine> {
     c.share.partition.delivery_count_limit = 3;
     c.share.groups.session_timeout_ms = 10_000;
     let e = Engine::open(c).unwrap();
-    if e.topic("t").is_none() {
-        e.create_topic(
-            "t",
-            TopicConfig {
-                partitions: 1,
-                ..TopicConfig::default()
-            },
-        )
-        .unwrap();
+    if e.records().topic("t").is_none() {
+        e.records()
+            .create_topic(
+                "t",
+                TopicConfig {
+                    partitions: 1,
+                    ..TopicConfig::default()
+                },
+            )
+            .unwrap();
     }
     e
 }
@@ -46,6 +47,7 @@ async fn produce(e: &Engine, n: usize) {
         record::encode(&mut buf, 0, 1, None, format!("v{i}").as_bytes(), &[]);
     }
     let r = e
+        .records()
         .admit_produce(ProduceBatch {
             topic: "t".into(),
             route: Route::Partition(0),
@@ -58,17 +60,18 @@ async fn produce(e: &Engine, n: usize) {
 }
 
 async fn join(e: &Engine, member: &str) -> i32 {
-    e.share_heartbeat(ShareHeartbeat {
-        group: "g",
-        member_id: member,
-        member_epoch: 0,
-        subscribed: Some(vec!["t".into()]),
-        client_id: "test",
-        client_host: "/127.0.0.1",
-    })
-    .await
-    .unwrap()
-    .member_epoch
+    e.shares()
+        .share_heartbeat(ShareHeartbeat {
+            group: "g",
+            member_id: member,
+            member_epoch: 0,
+            subscribed: Some(vec!["t".into()]),
+            client_id: "test",
+            client_host: "/127.0.0.1",
+        })
+        .await
+        .unwrap()
+        .member_epoch
 }
 
 fn tp() -> ShareTp {
@@ -86,6 +89,7 @@ async fn fetch(e: &Engine, member: &str, max: usize) -> Vec<(i64, u16)> {
 /// As [`fetch`], reading at most `max_bytes` (at least one batch unless 0).
 async fn fetch_bytes(e: &Engine, member: &str, max: usize, max_bytes: usize) -> Vec<(i64, u16)> {
     let got = e
+        .shares()
         .share_fetch(ShareFetchSpec {
             group: "g".into(),
             member: member.into(),
@@ -119,6 +123,7 @@ async fn fetch_bytes(e: &Engine, member: &str, max: usize, max_bytes: usize) -> 
 
 async fn ack(e: &Engine, member: &str, first: i64, last: i64, ack: AckType) -> bool {
     let r = e
+        .shares()
         .share_acknowledge(
             "g",
             member,
@@ -155,7 +160,7 @@ fn three_members_share_one_partition_and_each_record_is_accepted_once() {
             }
         }
         assert_eq!(seen.len(), 30);
-        let view = e.describe_share_group("g").unwrap();
+        let view = e.shares().describe_share_group("g").unwrap();
         assert_eq!(view.members.len(), 3);
         assert_eq!(view.partitions[0].start_offset, 30);
         assert_eq!(view.partitions[0].counts.in_flight, 0);
@@ -204,10 +209,12 @@ fn a_lock_that_runs_out_and_a_member_that_goes_silent_give_records_back() {
         // keep a and c alive
         for m in ["a", "c"] {
             let beat = e
+                .shares()
                 .share_heartbeat(ShareHeartbeat {
                     group: "g",
                     member_id: m,
                     member_epoch: e
+                        .shares()
                         .describe_share_group("g")
                         .unwrap()
                         .members
@@ -225,6 +232,7 @@ fn a_lock_that_runs_out_and_a_member_that_goes_silent_give_records_back() {
         clock.advance(Duration::from_millis(1_500));
         e.tick_now().await;
         let members: Vec<String> = e
+            .shares()
             .describe_share_group("g")
             .unwrap()
             .members
@@ -254,7 +262,7 @@ fn a_record_is_archived_at_the_delivery_limit() {
         // Archived after three deliveries: the next fetch starts past it.
         assert_eq!(fetch(&e, "a", 1).await, vec![(1, 1)]);
         assert!(ack(&e, "a", 1, 1, AckType::Reject).await);
-        let view = e.describe_share_group("g").unwrap();
+        let view = e.shares().describe_share_group("g").unwrap();
         assert_eq!(view.partitions[0].start_offset, 2);
         assert_eq!(view.partitions[0].archived, 2);
     });
@@ -285,34 +293,39 @@ fn a_member_that_leaves_with_its_session_open_acknowledges_until_it_closes_it() 
     rt::block_on(async {
         produce(&e, 2).await;
         join(&e, "a").await;
-        e.share_session("g", "a", 0, &[("t".into(), 0)], &[])
+        e.shares()
+            .share_session("g", "a", 0, &[("t".into(), 0)], &[])
             .unwrap();
         assert_eq!(fetch(&e, "a", 10).await, vec![(0, 1), (1, 1)]);
         // Its leave heartbeat comes before its close.
-        e.share_heartbeat(ShareHeartbeat {
-            group: "g",
-            member_id: "a",
-            member_epoch: -1,
-            subscribed: None,
-            client_id: "test",
-            client_host: "/127.0.0.1",
-        })
-        .await
-        .unwrap();
+        e.shares()
+            .share_heartbeat(ShareHeartbeat {
+                group: "g",
+                member_id: "a",
+                member_epoch: -1,
+                subscribed: None,
+                client_id: "test",
+                client_host: "/127.0.0.1",
+            })
+            .await
+            .unwrap();
         join(&e, "b").await;
         assert!(
             fetch(&e, "b", 10).await.is_empty(),
             "a's session still holds them"
         );
         assert!(ack(&e, "a", 0, 0, AckType::Accept).await);
-        let closed = e.share_session("g", "a", -1, &[], &[]).unwrap();
+        let closed = e.shares().share_session("g", "a", -1, &[], &[]).unwrap();
         let super::SessionStep::Closed(parts) = closed else {
             panic!("{closed:?}")
         };
-        e.share_release_held("g", "a", &parts).await.unwrap();
+        e.shares()
+            .share_release_held("g", "a", &parts)
+            .await
+            .unwrap();
         assert_eq!(fetch(&e, "b", 10).await, vec![(1, 2)]);
         assert!(
-            e.share_acknowledge("g", "a", &[]).await.is_err(),
+            e.shares().share_acknowledge("g", "a", &[]).await.is_err(),
             "a stranger once its session closed"
         );
     });
@@ -354,7 +367,7 @@ fn a_restart_keeps_done_records_done_and_brings_the_rest_back_counted() {
     rt::block_on(async {
         join(&e, "b").await;
         assert_eq!(fetch(&e, "b", 10).await, vec![(1, 2), (3, 2), (4, 2)]);
-        assert_eq!(e.list_share_groups(), vec!["g".to_string()]);
+        assert_eq!(e.shares().list_share_groups(), vec!["g".to_string()]);
     });
 }
 
@@ -366,6 +379,7 @@ fn fetches_and_acknowledgements_of_strangers_are_refused() {
     rt::block_on(async {
         produce(&e, 1).await;
         let r = e
+            .shares()
             .share_fetch(ShareFetchSpec {
                 group: "g".into(),
                 member: "nobody".into(),
@@ -376,10 +390,15 @@ fn fetches_and_acknowledgements_of_strangers_are_refused() {
             })
             .await;
         assert!(r.is_err());
-        assert!(e.share_acknowledge("g", "nobody", &[]).await.is_err());
+        assert!(e
+            .shares()
+            .share_acknowledge("g", "nobody", &[])
+            .await
+            .is_err());
         join(&e, "a").await;
         // A partition it is not assigned.
         let r = e
+            .shares()
             .share_fetch(ShareFetchSpec {
                 group: "g".into(),
                 member: "a".into(),
@@ -395,7 +414,7 @@ fn fetches_and_acknowledgements_of_strangers_are_refused() {
             .unwrap();
         assert!(r[0].error.is_some());
         // Deleting a group with members is refused; without, its state goes.
-        assert!(e.delete_share_group("g").await.is_err());
+        assert!(e.shares().delete_share_group("g").await.is_err());
     });
 }
 
@@ -410,15 +429,16 @@ fn a_deleted_topic_takes_its_share_state_with_it() {
             join(&e, "a").await;
             assert_eq!(fetch(&e, "a", 10).await.len(), 3);
             assert!(ack(&e, "a", 0, 2, AckType::Accept).await);
-            e.delete_topic("t").await.unwrap();
-            e.create_topic(
-                "t",
-                TopicConfig {
-                    partitions: 1,
-                    ..TopicConfig::default()
-                },
-            )
-            .unwrap();
+            e.admin().delete_topic("t").await.unwrap();
+            e.records()
+                .create_topic(
+                    "t",
+                    TopicConfig {
+                        partitions: 1,
+                        ..TopicConfig::default()
+                    },
+                )
+                .unwrap();
             produce(&e, 1).await;
             // The group reads the new topic from its start, not from 3.
             assert_eq!(fetch(&e, "a", 10).await, vec![(0, 1)]);
@@ -449,17 +469,20 @@ fn a_share_group_reads_committed_records_unless_its_isolation_level_says_otherwi
                     "share.isolation.level".into(),
                     "read_uncommitted".into(),
                 );
-                e.alter_share_group_configs("g", &[op], false)
+                e.shares()
+                    .alter_share_group_configs("g", &[op], false)
                     .await
                     .unwrap();
             }
             produce(&e, 2).await;
             let (pid, epoch) = e
+                .transactions()
                 .init_transactional_producer("tx", 60_000, None)
                 .await
                 .unwrap();
             let tps = vec![crate::domain::TopicPartition::new("t", 0)];
-            e.add_partitions_to_txn("tx", pid, epoch, tps.clone())
+            e.transactions()
+                .add_partitions_to_txn("tx", pid, epoch, tps.clone())
                 .await
                 .unwrap();
             super::txn_tests::produce_txn(&e, pid, epoch, 0, &["x", "y"]).await;
@@ -471,7 +494,10 @@ fn a_share_group_reads_committed_records_unless_its_isolation_level_says_otherwi
             } else {
                 assert_eq!(open, [0, 1], "stops at the open transaction");
             }
-            e.end_txn("tx", pid, epoch, false).await.unwrap();
+            e.transactions()
+                .end_txn("tx", pid, epoch, false)
+                .await
+                .unwrap();
             let rest: Vec<i64> = fetch(&e, "a", 10).await.iter().map(|r| r.0).collect();
             if uncommitted {
                 assert!(rest.is_empty(), "{rest:?}");

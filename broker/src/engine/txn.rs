@@ -9,7 +9,7 @@
 //!
 //! **Markers.** A transaction ends with a COMMIT or ABORT marker (a Kafka
 //! control batch with its producer id and epoch) written to each of its
-//! partitions ([`Engine::write_txn_markers`]); each partition's transaction
+//! partitions ([`Transactions::write_txn_markers`]); each partition's transaction
 //! index (`partition::txns`) then moves its last stable offset and, for an
 //! abort, records the aborted range for `read_committed` readers.
 
@@ -20,8 +20,12 @@ use flume_protocol::ErrorCode;
 use flume_rt as rt;
 use flume_rt::sync::lock;
 
-use super::Engine;
+use super::groups::Groups;
+use super::records::Records;
+use super::Shutdown;
+use crate::config::BrokerConfig;
 use crate::coordinator::offsets::Committed;
+use crate::coordinator::producer_ids::ProducerIds;
 use crate::coordinator::txn::log::{TxnLogError, TxnStore};
 use crate::coordinator::txn::TxnOffset;
 use crate::coordinator::txn::{
@@ -62,9 +66,16 @@ impl From<TxnLogError> for TxnFailure {
     }
 }
 
-/// The transaction store and the completions not carried out yet.
+/// The transactions service: the transaction store and the completions
+/// not carried out yet; it writes markers through the records service and
+/// a commit's offsets through the groups service.
 #[derive(Debug)]
-pub(super) struct Transactions {
+pub struct Transactions {
+    config: Arc<BrokerConfig>,
+    records: Arc<Records>,
+    groups: Arc<Groups>,
+    producer_ids: Arc<ProducerIds>,
+    shutdown: Shutdown,
     store: Arc<Mutex<TxnStore>>,
     /// Completions waiting to be carried out (at most one per open
     /// transaction, so bounded by `max_open_transactions`).
@@ -99,11 +110,17 @@ impl Transactions {
     /// Opens the state log in `dir` and recovers: the completions to redo
     /// wait in `pending` for the first maintenance pass.
     pub(super) fn open(
-        dir: &std::path::Path,
-        limits: TxnLimits,
-        now: i64,
+        records: Arc<Records>,
+        groups: Arc<Groups>,
+        producer_ids: Arc<ProducerIds>,
+        shutdown: Shutdown,
     ) -> Result<Self, TxnLogError> {
-        let (store, redo) = TxnStore::open(dir, limits, now)?;
+        let config = Arc::clone(&records.config);
+        let (store, redo) = TxnStore::open(
+            &config.data_dir.join("__transaction_state"),
+            limits(&config.transactions),
+            config.clock.wall_ms(),
+        )?;
         if !redo.is_empty() {
             tracing::warn!(
                 transactions = redo.len(),
@@ -111,6 +128,11 @@ impl Transactions {
             );
         }
         Ok(Transactions {
+            config,
+            records,
+            groups,
+            producer_ids,
+            shutdown,
             store: Arc::new(Mutex::new(store)),
             pending: Mutex::new(redo),
             refused: Default::default(),
@@ -120,7 +142,7 @@ impl Transactions {
 }
 
 /// The coordinator's limits from the broker's settings.
-pub(super) fn limits(s: &crate::config::TransactionSettings) -> TxnLimits {
+fn limits(s: &crate::config::TransactionSettings) -> TxnLimits {
     let ms = |d: std::time::Duration| d.as_millis();
     TxnLimits {
         max_transactional_ids: s.max_transactional_ids,
@@ -132,15 +154,15 @@ pub(super) fn limits(s: &crate::config::TransactionSettings) -> TxnLimits {
     }
 }
 
-impl Engine {
+impl Transactions {
     async fn txn_op<T: Send + 'static>(
         &self,
         op: impl FnOnce(&TxnCoordinator, i64) -> Outcome<T> + Send + 'static,
     ) -> Result<T, TxnFailure> {
-        if self.is_shutting_down() {
+        if self.shutdown.is_begun() {
             return Err(TxnFailure::ShuttingDown);
         }
-        let store = Arc::clone(&self.txns.store);
+        let store = Arc::clone(&self.store);
         let now = self.config.clock.wall_ms();
         let (result, completion) = rt::unblock(move || {
             let mut s = lock(&store);
@@ -163,14 +185,13 @@ impl Engine {
                 _ => None,
             };
             if let Some(i) = bound {
-                self.txns.refused[i].fetch_add(1, Ordering::Relaxed);
+                self.refused[i].fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "transaction request refused at a bound");
             }
         }
         if let Some(c) = completion {
             // Decided and durable: carry it out now (it stays pending if it cannot be).
-            self.txns
-                .pending
+            self.pending
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(c.clone());
@@ -226,7 +247,8 @@ impl Engine {
 
     /// Whether a partition exists (for AddPartitionsToTxn's per-partition answers).
     pub fn partition_exists(&self, at: &TopicPartition) -> bool {
-        self.topic(&at.topic)
+        self.records
+            .topic(&at.topic)
             .is_some_and(|t| t.partition(at.partition).is_some())
     }
 
@@ -291,18 +313,14 @@ impl Engine {
             return Err(TxnFailure::Offsets(ErrorCode::InvalidName));
         }
         if member.generation >= 0 || !member.member_id.is_empty() {
-            lock(&self.groups)
-                .check_commit_as(
-                    member.group,
-                    (member.member_id, instance),
-                    member.generation,
-                )
+            self.groups
+                .fence_txn_commit(member, instance)
                 .map_err(TxnFailure::Group)?;
         }
         let mut codes = Vec::with_capacity(offsets.len());
         let mut kept = Vec::with_capacity(offsets.len());
         for (tp, o) in offsets {
-            codes.push(match self.topic(&tp.topic) {
+            codes.push(match self.records.topic(&tp.topic) {
                 None => ErrorCode::UnknownTopic,
                 Some(t) if t.partition(tp.partition).is_none() => ErrorCode::UnknownPartition,
                 Some(_) if o.offset < 0 => ErrorCode::OffsetOutOfRange,
@@ -331,7 +349,7 @@ impl Engine {
     /// Whether an open transaction holds an offset of `group` for
     /// `partition` not committed yet (OffsetFetch's `require_stable`).
     pub fn pending_txn_offset(&self, group: &str, partition: &TopicPartition) -> bool {
-        lock(&self.txns.store)
+        lock(&self.store)
             .coordinator
             .has_pending_offset(group, partition)
     }
@@ -344,14 +362,14 @@ impl Engine {
         min_age_ms: i64,
     ) -> Vec<TxnListing> {
         let now = self.config.clock.wall_ms();
-        lock(&self.txns.store)
+        lock(&self.store)
             .coordinator
             .list(states, producer_ids, min_age_ms, now)
     }
 
     /// DescribeTransactions: one transactional id's state, if known.
     pub fn describe_transaction(&self, transactional_id: &str) -> Option<TxnMeta> {
-        lock(&self.txns.store)
+        lock(&self.store)
             .coordinator
             .describe(transactional_id)
             .cloned()
@@ -359,13 +377,13 @@ impl Engine {
 
     /// Transactional ids known and transactions open (metrics, dashboard).
     pub fn transaction_counts(&self) -> (usize, usize) {
-        lock(&self.txns.store).coordinator.counts()
+        lock(&self.store).coordinator.counts()
     }
 
     /// The transaction coordinator's figures.
     pub fn transaction_stats(&self) -> TxnStats {
         let (transactional_ids, open) = self.transaction_counts();
-        let t = &self.txns;
+        let t = &self;
         TxnStats {
             transactional_ids,
             open,
@@ -396,6 +414,7 @@ impl Engine {
         let now = self.config.clock.wall_ms();
         for tp in &c.partitions {
             let Some(part) = self
+                .records
                 .topic(&tp.topic)
                 .and_then(|t| t.partition(tp.partition).cloned())
             else {
@@ -425,7 +444,7 @@ impl Engine {
         epoch: i16,
         partition: &TopicPartition,
     ) -> Result<(), TxnError> {
-        let store = lock(&self.txns.store);
+        let store = lock(&self.store);
         let meta = store
             .coordinator
             .describe(transactional_id)
@@ -469,12 +488,12 @@ impl Engine {
                     )
                 })
                 .collect();
-            self.offsets
-                .commit(group, store)
+            self.groups
+                .store_txn_offsets(group, store)
                 .await
                 .map_err(|e| TxnFailure::Offsets(e.code()))?;
         }
-        let store = Arc::clone(&self.txns.store);
+        let store = Arc::clone(&self.store);
         let now = self.config.clock.wall_ms();
         let done = c.clone();
         let recorded = rt::unblock(move || {
@@ -494,8 +513,7 @@ impl Engine {
         })
         .await;
         recorded?;
-        self.txns
-            .pending
+        self.pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|p| p != c);
@@ -505,7 +523,7 @@ impl Engine {
     /// The maintenance pass's share: aborts transactions past their
     /// timeout, forgets idle ids, and retries the completions still pending.
     pub(super) async fn maintain_txns(&self) {
-        let store = Arc::clone(&self.txns.store);
+        let store = Arc::clone(&self.store);
         let now = self.config.clock.wall_ms();
         let expired = rt::unblock(move || {
             let mut s = lock(&store);
@@ -524,11 +542,11 @@ impl Engine {
         })
         .await;
         for c in &expired {
-            self.txns.timed_out.fetch_add(1, Ordering::Relaxed);
+            self.timed_out.fetch_add(1, Ordering::Relaxed);
             tracing::info!(transactional_id = %c.transactional_id, producer_id = c.producer_id, epoch = c.epoch, "transaction timed out: aborted, its producer fenced");
         }
         let pending: Vec<Completion> = {
-            let mut p = self.txns.pending.lock().unwrap_or_else(|p| p.into_inner());
+            let mut p = self.pending.lock().unwrap_or_else(|p| p.into_inner());
             p.extend(expired);
             p.clone()
         };

@@ -23,15 +23,16 @@ fn engine(dir: &Path, clock: &Clock) -> Arc<Engine> {
     c.clock = clock.clone();
     c.tick = Duration::from_secs(3600);
     let e = Engine::open(c).unwrap();
-    if e.topic("t").is_none() {
-        e.create_topic(
-            "t",
-            TopicConfig {
-                partitions: 2,
-                ..TopicConfig::default()
-            },
-        )
-        .unwrap();
+    if e.records().topic("t").is_none() {
+        e.records()
+            .create_topic(
+                "t",
+                TopicConfig {
+                    partitions: 2,
+                    ..TopicConfig::default()
+                },
+            )
+            .unwrap();
     }
     e
 }
@@ -45,7 +46,7 @@ fn outside(group: &str) -> Member<'_> {
 }
 
 fn state(e: &Engine, id: &str) -> Option<TxnState> {
-    e.describe_transaction(id).map(|m| m.state)
+    e.transactions().describe_transaction(id).map(|m| m.state)
 }
 
 #[test]
@@ -55,11 +56,16 @@ fn an_offsets_only_transaction_commits_its_offsets_into_the_group() {
     let e = engine(dir.path(), &clock);
     rt::block_on(async {
         let (pid, epoch) = e
+            .transactions()
             .init_transactional_producer("tx", 60_000, None)
             .await
             .unwrap();
-        e.add_offsets_to_txn("tx", pid, epoch, "g").await.unwrap();
+        e.transactions()
+            .add_offsets_to_txn("tx", pid, epoch, "g")
+            .await
+            .unwrap();
         let codes = e
+            .transactions()
             .txn_offset_commit(
                 "tx",
                 pid,
@@ -88,35 +94,49 @@ fn an_offsets_only_transaction_commits_its_offsets_into_the_group() {
             .await
             .unwrap();
         assert_eq!(codes, vec![ErrorCode::None, ErrorCode::UnknownTopic]);
-        assert!(e.pending_txn_offset("g", &TopicPartition::new("t", 1)));
+        assert!(e
+            .transactions()
+            .pending_txn_offset("g", &TopicPartition::new("t", 1)));
         assert_eq!(
-            e.committed("g", "t", 1),
+            e.groups().committed("g", "t", 1),
             None,
             "not visible before the commit"
         );
-        e.end_txn("tx", pid, epoch, true).await.unwrap();
-        assert_eq!(e.committed("g", "t", 1), Some(7));
-        assert!(!e.pending_txn_offset("g", &TopicPartition::new("t", 1)));
+        e.transactions()
+            .end_txn("tx", pid, epoch, true)
+            .await
+            .unwrap();
+        assert_eq!(e.groups().committed("g", "t", 1), Some(7));
+        assert!(!e
+            .transactions()
+            .pending_txn_offset("g", &TopicPartition::new("t", 1)));
         assert_eq!(state(&e, "tx"), Some(TxnState::CompleteCommit));
         // An aborted one leaves the group's offsets alone.
-        e.add_offsets_to_txn("tx", pid, epoch, "g").await.unwrap();
+        e.transactions()
+            .add_offsets_to_txn("tx", pid, epoch, "g")
+            .await
+            .unwrap();
         let offset = TxnOffset {
             offset: 99,
             leader_epoch: -1,
             metadata: None,
         };
-        e.txn_offset_commit(
-            "tx",
-            pid,
-            epoch,
-            outside("g"),
-            None,
-            vec![(TopicPartition::new("t", 1), offset)],
-        )
-        .await
-        .unwrap();
-        e.end_txn("tx", pid, epoch, false).await.unwrap();
-        assert_eq!(e.committed("g", "t", 1), Some(7));
+        e.transactions()
+            .txn_offset_commit(
+                "tx",
+                pid,
+                epoch,
+                outside("g"),
+                None,
+                vec![(TopicPartition::new("t", 1), offset)],
+            )
+            .await
+            .unwrap();
+        e.transactions()
+            .end_txn("tx", pid, epoch, false)
+            .await
+            .unwrap();
+        assert_eq!(e.groups().committed("g", "t", 1), Some(7));
         assert_eq!(state(&e, "tx"), Some(TxnState::CompleteAbort));
         e.shutdown().await;
     });
@@ -158,6 +178,7 @@ pub(super) async fn produce_txn(e: &Engine, pid: i64, epoch: i16, seq: i32, valu
         base_sequence: seq,
     };
     let r = e
+        .records()
         .admit_encoded("t", 0, txn_batch(pid, epoch, seq, values), n, 5, Some(pb))
         .await
         .finish()
@@ -166,7 +187,8 @@ pub(super) async fn produce_txn(e: &Engine, pid: i64, epoch: i16, seq: i32, valu
 }
 
 fn values(e: &Engine) -> Vec<String> {
-    e.read_now("t", 0, 0, 100)
+    e.records()
+        .read_now("t", 0, 0, 100)
         .unwrap()
         .into_iter()
         .map(|r| String::from_utf8_lossy(r.payload()).into_owned())
@@ -178,19 +200,32 @@ fn markers_end_transactions_and_move_the_last_stable_offset_across_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::manual();
     let e = engine(dir.path(), &clock);
-    let part = |e: &Engine| e.topic("t").unwrap().partition(0).cloned().unwrap();
+    let part = |e: &Engine| {
+        e.records()
+            .topic("t")
+            .unwrap()
+            .partition(0)
+            .cloned()
+            .unwrap()
+    };
     rt::block_on(async {
         let (pid, epoch) = e
+            .transactions()
             .init_transactional_producer("tx", 60_000, None)
             .await
             .unwrap();
         let tp = vec![TopicPartition::new("t", 0)];
         // A transaction that commits: hidden from read_committed readers until then.
-        e.add_partitions_to_txn("tx", pid, epoch, tp.clone())
+        e.transactions()
+            .add_partitions_to_txn("tx", pid, epoch, tp.clone())
             .await
             .unwrap();
-        assert!(e.txn_may_write("tx", pid, epoch, &tp[0]).is_ok());
         assert!(e
+            .transactions()
+            .txn_may_write("tx", pid, epoch, &tp[0])
+            .is_ok());
+        assert!(e
+            .transactions()
             .txn_may_write("tx", pid, epoch, &TopicPartition::new("t", 1))
             .is_err());
         produce_txn(&e, pid, epoch, 0, &["a", "b"]).await;
@@ -208,17 +243,24 @@ fn markers_end_transactions_and_move_the_last_stable_offset_across_a_restart() {
             (pid, epoch, 1, Some(0))
         );
         assert!(values(&e).is_empty(), "open: not stable yet");
-        e.end_txn("tx", pid, epoch, true).await.unwrap();
+        e.transactions()
+            .end_txn("tx", pid, epoch, true)
+            .await
+            .unwrap();
         assert_eq!(state(&e, "tx"), Some(TxnState::CompleteCommit));
         assert_eq!((part(&e).stable_offset(), part(&e).end_offset()), (3, 3));
         assert_eq!(part(&e).producers()[0].txn_start, None);
         assert_eq!(values(&e), ["a", "b"]);
         // One that aborts: its records are never read by read_committed readers.
-        e.add_partitions_to_txn("tx", pid, epoch, tp.clone())
+        e.transactions()
+            .add_partitions_to_txn("tx", pid, epoch, tp.clone())
             .await
             .unwrap();
         produce_txn(&e, pid, epoch, 2, &["x"]).await;
-        e.end_txn("tx", pid, epoch, false).await.unwrap();
+        e.transactions()
+            .end_txn("tx", pid, epoch, false)
+            .await
+            .unwrap();
         assert_eq!(part(&e).stable_offset(), 5);
         assert_eq!(values(&e), ["a", "b"]);
         // A read of entries lists the aborted transaction beside them.
@@ -246,13 +288,22 @@ fn an_open_transaction_left_by_a_crash_is_aborted_at_restart() {
     let dir = tempfile::tempdir().unwrap();
     let clock = Clock::manual();
     let e = engine(dir.path(), &clock);
-    let part = |e: &Engine| e.topic("t").unwrap().partition(0).cloned().unwrap();
+    let part = |e: &Engine| {
+        e.records()
+            .topic("t")
+            .unwrap()
+            .partition(0)
+            .cloned()
+            .unwrap()
+    };
     rt::block_on(async {
         let (pid, epoch) = e
+            .transactions()
             .init_transactional_producer("tx", 60_000, None)
             .await
             .unwrap();
-        e.add_partitions_to_txn("tx", pid, epoch, vec![TopicPartition::new("t", 0)])
+        e.transactions()
+            .add_partitions_to_txn("tx", pid, epoch, vec![TopicPartition::new("t", 0)])
             .await
             .unwrap();
         produce_txn(&e, pid, epoch, 0, &["lost"]).await;
@@ -282,21 +333,32 @@ fn a_timed_out_transaction_is_aborted_by_the_maintenance_pass() {
     let e = engine(dir.path(), &clock);
     rt::block_on(async {
         let (pid, epoch) = e
+            .transactions()
             .init_transactional_producer("tx", 1000, None)
             .await
             .unwrap();
-        e.add_offsets_to_txn("tx", pid, epoch, "g").await.unwrap();
-        assert_eq!(e.list_transactions(&[TxnState::Ongoing], &[], -1).len(), 1);
+        e.transactions()
+            .add_offsets_to_txn("tx", pid, epoch, "g")
+            .await
+            .unwrap();
+        assert_eq!(
+            e.transactions()
+                .list_transactions(&[TxnState::Ongoing], &[], -1)
+                .len(),
+            1
+        );
         clock.advance(Duration::from_millis(1001));
         e.tick_now().await;
-        let m = e.describe_transaction("tx").unwrap();
+        let m = e.transactions().describe_transaction("tx").unwrap();
         // No partitions: the abort needs no marker and completes at once.
         assert_eq!((m.state, m.epoch), (TxnState::CompleteAbort, epoch + 1));
         assert!(matches!(
-            e.add_offsets_to_txn("tx", pid, epoch, "g").await,
+            e.transactions()
+                .add_offsets_to_txn("tx", pid, epoch, "g")
+                .await,
             Err(TxnFailure::Refused(TxnError::ProducerFenced { .. }))
         ));
-        assert_eq!(e.transaction_stats().timed_out, 1);
+        assert_eq!(e.transactions().transaction_stats().timed_out, 1);
         e.shutdown().await;
     });
 }
@@ -312,21 +374,29 @@ fn refusals_at_the_bounds_are_counted_per_bound() {
     let e = Engine::open(c).unwrap();
     rt::block_on(async {
         let (pid, epoch) = e
+            .transactions()
             .init_transactional_producer("a", 1000, None)
             .await
             .unwrap();
         assert!(matches!(
-            e.init_transactional_producer("b", 1000, None).await,
+            e.transactions()
+                .init_transactional_producer("b", 1000, None)
+                .await,
             Err(TxnFailure::Refused(TxnError::TooManyTransactionalIds {
                 limit: 1
             }))
         ));
-        e.add_offsets_to_txn("a", pid, epoch, "g1").await.unwrap();
+        e.transactions()
+            .add_offsets_to_txn("a", pid, epoch, "g1")
+            .await
+            .unwrap();
         assert!(matches!(
-            e.add_offsets_to_txn("a", pid, epoch, "g2").await,
+            e.transactions()
+                .add_offsets_to_txn("a", pid, epoch, "g2")
+                .await,
             Err(TxnFailure::Refused(TxnError::TooManyPartitions { .. }))
         ));
-        let s = e.transaction_stats();
+        let s = e.transactions().transaction_stats();
         assert_eq!(
             (
                 s.transactional_ids,

@@ -359,7 +359,7 @@ async fn health(engine: &Arc<Engine>) -> Result<(), String> {
     if engine.is_shutting_down() {
         return Err("shutting down".into());
     }
-    for t in engine.topics() {
+    for t in engine.records().topics() {
         if let Some(p) = t.statuses(false).into_iter().find(|p| p.failed) {
             return Err(format!(
                 "partition {}/{} stopped after a storage failure",

@@ -95,6 +95,7 @@ impl History {
 /// Takes a history sample of `engine`.
 pub fn sample(engine: &Engine) -> Sample {
     let topics = engine
+        .records()
         .topics()
         .iter()
         .take(HISTORY_TOPICS)
@@ -134,6 +135,7 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
     let mut listed = 0usize;
     let mut truncated = false;
     let topics: Vec<Value> = engine
+        .records()
         .topics()
         .iter()
         .map(|t| {
@@ -172,8 +174,9 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
         })
         .collect();
     let lags = group_lags(engine);
-    let consumer_names = engine.list_consumer_groups();
+    let consumer_names = engine.groups().list_consumer_groups();
     let mut groups: Vec<Value> = engine
+        .groups()
         .group_summaries()
         .into_iter()
         // A consumer-protocol group is shown once, below, as such.
@@ -190,7 +193,7 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
     groups.extend(
         consumer_names
             .iter()
-            .filter_map(|name| engine.describe_consumer_group(name))
+            .filter_map(|name| engine.groups().describe_consumer_group(name))
             .take(OVERVIEW_CONSUMER_GROUPS)
             .map(|g| {
                 let tps = |a: &crate::engine::Assignment| -> String {
@@ -225,7 +228,9 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
             }),
     );
     groups.sort_by(|a, b| a["group"].as_str().cmp(&b["group"].as_str()));
-    let (share_views, share_truncated) = engine.describe_share_groups(OVERVIEW_SHARE_PARTITIONS);
+    let (share_views, share_truncated) = engine
+        .shares()
+        .describe_share_groups(OVERVIEW_SHARE_PARTITIONS);
     let share_groups: Vec<Value> = share_views
         .iter()
         .map(|g| {
@@ -288,9 +293,9 @@ pub fn overview(engine: &Engine, server: ServerStats, history: Value) -> Value {
             json!({"time_ms": e.time_ms, "api": e.api, "error": e.error, "topic": topic, "partition": partition})
         })
         .collect();
-    let stats = engine.transaction_stats();
+    let stats = engine.transactions().transaction_stats();
     let now = engine.config().clock.wall_ms();
-    let mut open = engine.list_transactions(
+    let mut open = engine.transactions().list_transactions(
         &[
             crate::engine::TxnState::Ongoing,
             crate::engine::TxnState::PrepareCommit,

@@ -175,7 +175,7 @@ impl Collector for Scrape {
         partition_metrics(&mut enc, e)?;
         group_metrics(&mut enc, e)?;
         share_metrics(&mut enc, e)?;
-        txn_metrics(&mut enc, e.transaction_stats())?;
+        txn_metrics(&mut enc, e.transactions().transaction_stats())?;
         broker_metrics(&mut enc, e, (self.probe)())
     }
 }
@@ -238,6 +238,7 @@ fn cleaner_metrics(
 /// Per partition: records and bytes in and out, offsets, size on disk, queue depth.
 fn partition_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
     let parts: Vec<(PartitionStatus, String)> = e
+        .records()
         .topics()
         .iter()
         .flat_map(|t| t.statuses(true))
@@ -386,7 +387,7 @@ fn txn_metrics(
 
 /// Per group: state, generation, members, rebalances; committed offsets and lag.
 fn group_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
-    let groups = e.group_summaries();
+    let groups = e.groups().group_summaries();
     let states = [
         "empty",
         "preparing_rebalance",
@@ -484,7 +485,7 @@ pub fn share_lag(p: &crate::engine::SharePartitionView) -> i64 {
 /// (deliveries, redeliveries, acknowledgements by type, lock expiries,
 /// archived records).
 fn share_metrics(enc: &mut DescriptorEncoder<'_>, e: &Engine) -> Result<(), std::fmt::Error> {
-    let (groups, _) = e.describe_share_groups(MAX_GROUP_SERIES);
+    let (groups, _) = e.shares().describe_share_groups(MAX_GROUP_SERIES);
     family(
         enc,
         "flume_share_group_members",
@@ -748,10 +749,12 @@ pub struct GroupLag {
 /// Every committed offset (at most [`MAX_GROUP_SERIES`]) with its lag, sorted.
 pub fn group_lags(e: &Engine) -> Vec<GroupLag> {
     let mut v: Vec<GroupLag> = e
+        .groups()
         .committed_offsets(MAX_GROUP_SERIES)
         .into_iter()
         .map(|((group, topic, partition), committed)| {
             let offsets = e
+                .records()
                 .topic(&topic)
                 .and_then(|t| t.partition(partition).map(|p| p.offsets()));
             let end = offsets.map_or(-1, |o| o.log_end);

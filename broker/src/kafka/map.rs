@@ -93,7 +93,7 @@ pub fn offset(v: u64) -> i64 {
 }
 
 /// A partition's `(log start, log end)` as the engine gives them
-/// ([`crate::engine::Engine::log_bounds`]), in Kafka's offsets.
+/// ([`crate::engine::Records::log_bounds`]), in Kafka's offsets.
 ///
 /// # Errors
 /// UNKNOWN_TOPIC_OR_PARTITION when the engine knows no such partition.

@@ -122,8 +122,12 @@ fn reload(broker: &Broker, started: &BrokerArgs, settings: &mut crate::settings:
     if topic_keys.iter().any(|k| changed(k)) {
         match topic_defaults(&new_args)
             .map_err(|e| e.to_string())
-            .and_then(|tc| engine.set_default_topic(tc).map_err(|e| e.to_string()))
-        {
+            .and_then(|tc| {
+                engine
+                    .records()
+                    .set_default_topic(tc)
+                    .map_err(|e| e.to_string())
+            }) {
             Ok(()) => applied.extend(topic_keys.iter().filter(|k| changed(k))),
             Err(e) => tracing::error!("SIGHUP: topic defaults not changed: {e}"),
         }

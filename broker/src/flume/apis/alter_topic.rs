@@ -16,7 +16,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             Ok(changes) => {
                 let engine = Arc::clone(cx.engine);
                 async move {
-                    let r = engine.alter_topic(&req.name, &changes).await;
+                    let r = engine.admin().alter_topic(&req.name, &changes).await;
                     let r = r.map(|tc| map::topic_settings(&tc));
                     respond(id, r.as_ref().map_err(|e| e.code()))
                 }

@@ -18,7 +18,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         }
         Ok(req) => {
             let mut names = if req.groups.is_empty() {
-                cx.engine.list_consumer_groups()
+                cx.engine.groups().list_consumer_groups()
             } else {
                 req.groups
             };
@@ -27,7 +27,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             let groups = names
                 .iter()
                 .filter(|g| !cx.who.enforced() || cx.who.lists_group(g))
-                .filter_map(|g| cx.engine.describe_consumer_group(g))
+                .filter_map(|g| cx.engine.groups().describe_consumer_group(g))
                 .map(map::consumer_group_info)
                 .collect();
             cx.ready(Ok(ConsumerGroupDescribeResponse { groups }))

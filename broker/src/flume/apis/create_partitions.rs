@@ -1,5 +1,5 @@
 //! CREATE_PARTITIONS: ALTER on the topic; grows it to the count asked (see
-//! `Engine::create_partitions`).
+//! `crate::engine::Admin::create_partitions`).
 
 use std::sync::Arc;
 
@@ -18,6 +18,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                 let engine = Arc::clone(cx.engine);
                 async move {
                     let r = engine
+                        .admin()
                         .create_partitions(&req.topic, total, req.validate_only != 0)
                         .await;
                     let r = r.map(|before| CreatePartitionsResponse {

@@ -22,10 +22,10 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     };
     let engine = Arc::clone(cx.engine);
     async move {
-        let r = match TopicConfig::from_request(&engine.default_topic(), &req) {
+        let r = match TopicConfig::from_request(&engine.records().default_topic(), &req) {
             Ok(tc) => {
                 let name = req.name;
-                rt::unblock(move || engine.create_topic(&name, tc).map(|_| Empty))
+                rt::unblock(move || engine.records().create_topic(&name, tc).map(|_| Empty))
                     .await
                     .map_err(|e| e.code())
             }

@@ -15,7 +15,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Ok(req) => {
             let engine = Arc::clone(cx.engine);
             async move {
-                let r = engine.delete_group(&req.group).await;
+                let r = engine.groups().delete_group(&req.group).await;
                 let r = r.map(|n| DeleteGroupResponse {
                     offsets_dropped: i32::try_from(n).unwrap_or(i32::MAX),
                 });

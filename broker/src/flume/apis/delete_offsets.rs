@@ -1,6 +1,6 @@
 //! DELETE_OFFSETS: DELETE on the group and READ on the topic (as Kafka's
 //! OffsetDelete); the group's committed offsets on the partitions named, or
-//! on every partition of the topic (see `Engine::delete_offsets`).
+//! on every partition of the topic (see `crate::engine::Groups::delete_offsets`).
 
 use std::sync::Arc;
 
@@ -25,7 +25,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             let engine = Arc::clone(cx.engine);
             async move {
                 let numbers: Vec<i32> = if req.partitions.is_empty() {
-                    match engine.topic(&req.topic) {
+                    match engine.records().topic(&req.topic) {
                         Some(t) => {
                             (0..i32::try_from(t.partition_count()).unwrap_or(i32::MAX)).collect()
                         }
@@ -38,7 +38,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                     .iter()
                     .map(|&p| TopicPartition::new(req.topic.clone(), p))
                     .collect();
-                let r = engine.delete_offsets(&req.group, &asked).await;
+                let r = engine.groups().delete_offsets(&req.group, &asked).await;
                 let r = r.map(|codes| DeleteOffsetsResponse {
                     partitions: numbers
                         .iter()

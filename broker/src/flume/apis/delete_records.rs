@@ -25,7 +25,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                 };
                 let at = TopicPartition::new(&req.topic, req.partition);
                 let r = match before {
-                    Ok(before) => engine.delete_records(&at, before).await,
+                    Ok(before) => engine.admin().delete_records(&at, before).await,
                     Err(e) => Err(e),
                 };
                 let r = r.map(|start| DeleteRecordsResponse {

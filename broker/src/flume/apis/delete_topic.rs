@@ -16,7 +16,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Ok(req) => {
             let engine = Arc::clone(cx.engine);
             async move {
-                let r = engine.delete_topic(&req.name).await;
+                let r = engine.admin().delete_topic(&req.name).await;
                 respond(id, r.map(|()| Empty).as_ref().map_err(|e| e.code()))
             }
             .boxed()

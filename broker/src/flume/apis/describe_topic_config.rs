@@ -10,6 +10,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Ok(req) if !cx.who.describe_topic_configs(&req.name) => cx.denied(),
         Ok(req) => cx.ready(
             cx.engine
+                .admin()
                 .topic_config(&req.name)
                 .map(|tc| map::topic_settings(&tc))
                 .ok_or(ErrorCode::UnknownTopic),

@@ -97,9 +97,10 @@ fn fetch(cx: &mut Cx<'_, '_>, req: FetchRequest, member: Option<FetchingMember>)
             counting: &counting,
         };
         let fetched = match &member {
-            None => engine.fetch(&spec, Some(budgets)).await,
+            None => engine.records().fetch(&spec, Some(budgets)).await,
             Some(m) => {
                 let r = engine
+                    .groups()
                     .group_fetch(
                         &m.group,
                         &m.member_id,

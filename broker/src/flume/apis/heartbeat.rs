@@ -11,6 +11,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Ok(req) if !cx.who.in_group(&req.group) => cx.denied(),
         Ok(req) => cx.ready(
             cx.engine
+                .groups()
                 .heartbeat(&req.group, &req.member_id, req.generation)
                 .map(|()| Empty),
         ),

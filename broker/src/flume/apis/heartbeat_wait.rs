@@ -20,6 +20,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             let wait = Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
             async move {
                 let r = engine
+                    .groups()
                     .heartbeat_wait(&req.group, &req.member_id, req.generation, wait)
                     .await;
                 respond(id, r.map(|()| Empty).as_ref().map_err(|e| *e))

@@ -39,7 +39,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     };
     let engine = Arc::clone(cx.engine);
     async move {
-        let r = engine.join_group(spec).await;
+        let r = engine.groups().join_group(spec).await;
         respond(id, r.map(JoinGroupResponse::from).as_ref().map_err(|e| *e))
     }
     .boxed()

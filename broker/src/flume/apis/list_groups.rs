@@ -12,8 +12,8 @@ use super::Cx;
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<ListGroupsRequest>(payload) {
         Ok(req) => {
-            let consumer = cx.engine.list_consumer_groups();
-            let mut groups = cx.engine.list_groups();
+            let consumer = cx.engine.groups().list_consumer_groups();
+            let mut groups = cx.engine.groups().list_groups();
             // A consumer-protocol group with members is listed once, as such.
             groups.retain(|g| consumer.binary_search(&g.group).is_err());
             if cx.who.enforced() {
@@ -24,7 +24,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                 if cx.who.enforced() && !cx.who.lists_group(&name) {
                     continue;
                 }
-                let Some(view) = cx.engine.describe_consumer_group(&name) else {
+                let Some(view) = cx.engine.groups().describe_consumer_group(&name) else {
                     continue;
                 };
                 if req.states_filter.is_empty() || req.states_filter.iter().any(|s| s == view.state)
@@ -36,12 +36,13 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                     });
                 }
             }
-            for name in cx.engine.list_share_groups() {
+            for name in cx.engine.shares().list_share_groups() {
                 if cx.who.enforced() && !cx.who.lists_group(&name) {
                     continue;
                 }
                 let members = cx
                     .engine
+                    .shares()
                     .describe_share_group(&name)
                     .is_some_and(|d| !d.members.is_empty());
                 let state = if members { "Stable" } else { "Empty" };

@@ -33,7 +33,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             async move {
                 let queries = map::offset_queries(&req);
                 let asked: Vec<_> = queries.iter().filter_map(|q| q.clone().ok()).collect();
-                let found = engine.list_offsets(&asked).await;
+                let found = engine.admin().list_offsets(&asked).await;
                 respond(id, Ok(&map::list_offsets_response(&req, &queries, found)))
             }
             .boxed()

@@ -26,6 +26,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             };
             let transactions = cx
                 .engine
+                .transactions()
                 .list_transactions(&states, &[], req.min_age_ms)
                 .into_iter()
                 .map(|t| TransactionListing {

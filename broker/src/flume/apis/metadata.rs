@@ -9,7 +9,7 @@ use super::Cx;
 pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
     match cx.decode::<MetadataRequest>(payload) {
         Ok(req) => {
-            let mut described = cx.engine.describe(&req.topics);
+            let mut described = cx.engine.records().describe(&req.topics);
             if cx.who.enforced() {
                 described.retain(|t| cx.who.lists_topic(&t.name));
             }

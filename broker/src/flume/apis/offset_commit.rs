@@ -23,7 +23,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             let engine = Arc::clone(cx.engine);
             async move {
                 let (member, offsets) = map::commit_parts(&req);
-                let r = engine.commit_offsets(member, &offsets).await;
+                let r = engine.groups().commit_offsets(member, &offsets).await;
                 let r = r.map(|outcomes| map::commit_response(&req, outcomes));
                 respond(id, r.as_ref().map_err(|e| *e))
             }

@@ -33,6 +33,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             });
             async move {
                 let mut positions = engine
+                    .groups()
                     .reader_positions(&req.group, map::position_query(&req))
                     .await;
                 if let Some(allowed) = allowed {

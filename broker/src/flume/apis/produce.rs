@@ -26,7 +26,7 @@ pub(crate) async fn handle(cx: &mut Cx<'_, '_>, shared: &Bytes) -> InFlight {
     if cx.who.enforced() {
         let auto_create = cx.engine.config().auto_create_topics;
         for e in &req.entries {
-            let creates = auto_create && cx.engine.topic(&e.topic).is_none();
+            let creates = auto_create && cx.engine.records().topic(&e.topic).is_none();
             if !cx.who.produce(&e.topic, creates) {
                 return cx.denied();
             }
@@ -34,7 +34,12 @@ pub(crate) async fn handle(cx: &mut Cx<'_, '_>, shared: &Bytes) -> InFlight {
     }
     let mut pending = Vec::with_capacity(req.entries.len());
     for entry in req.entries {
-        pending.push(cx.engine.admit_produce(map::produce_batch(entry)).await);
+        pending.push(
+            cx.engine
+                .records()
+                .admit_produce(map::produce_batch(entry))
+                .await,
+        );
     }
     let note = cx.tracked.note();
     async move {

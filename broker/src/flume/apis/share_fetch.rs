@@ -72,6 +72,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             Vec::new()
         } else {
             match engine
+                .shares()
                 .share_acknowledge(&req.group, &req.member_id, &acks)
                 .await
             {
@@ -94,7 +95,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
             max_bytes,
             max_wait: Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)),
         };
-        let fetched = match engine.share_fetch(spec).await {
+        let fetched = match engine.shares().share_fetch(spec).await {
             Ok(f) => f,
             Err(e) => return respond::<ShareFetchResponse>(id, Err(map::share_error_code(&e))),
         };
@@ -151,6 +152,7 @@ pub(crate) fn handle_acknowledge(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFligh
     async move {
         let (acks, refused) = map::share_acks(req.acknowledgements);
         let r = engine
+            .shares()
             .share_acknowledge(&req.group, &req.member_id, &acks)
             .await
             .map(|results| ShareAcknowledgeResponse {

@@ -12,6 +12,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
         Ok(req) => {
             let described = cx
                 .engine
+                .shares()
                 .describe_share_group(&req.group)
                 .map(map::share_group_description);
             cx.ready(described.ok_or(ErrorCode::UnknownGroup))

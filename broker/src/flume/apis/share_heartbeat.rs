@@ -50,6 +50,7 @@ pub(crate) fn handle(cx: &mut Cx<'_, '_>, payload: &[u8]) -> InFlight {
                     client_host: "",
                 };
                 let r = engine
+                    .shares()
                     .share_heartbeat(hb)
                     .await
                     .map(|b| ShareHeartbeatResponse {

@@ -74,11 +74,12 @@ async fn answer(
                 .chain(req.delete.into_iter().map(ConfigOp::Delete))
                 .collect();
             engine
+                .admin()
                 .alter_topic_configs(&req.name, &ops, validate_only)
                 .await?
         }
         TOPIC_CONFIGS_CREATE => {
-            let mut tc = engine.default_topic().for_new_topic();
+            let mut tc = engine.records().default_topic().for_new_topic();
             if req.partitions != -1 {
                 tc.partitions = u32::try_from(req.partitions).map_err(|_| {
                     BrokerError::code_for(
@@ -102,7 +103,7 @@ async fn answer(
                 BrokerError::code_for(code, e)
             })?;
             if validate_only {
-                if engine.topic(&req.name).is_some() {
+                if engine.records().topic(&req.name).is_some() {
                     return Err(BrokerError::code_for(
                         ErrorCode::TopicAlreadyExists,
                         req.name,
@@ -114,6 +115,7 @@ async fn answer(
                 tc
             } else {
                 engine
+                    .records()
                     .create_topic_async(&req.name, tc)
                     .await?
                     .config
@@ -121,10 +123,11 @@ async fn answer(
             }
         }
         _ => engine
+            .admin()
             .topic_config(&req.name)
             .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, req.name.clone()))?,
     };
-    Ok(described(&tc, &engine.default_topic()))
+    Ok(described(&tc, &engine.records().default_topic()))
 }
 
 /// Every config of a topic on the wire.

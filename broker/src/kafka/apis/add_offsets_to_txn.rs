@@ -20,6 +20,7 @@ pub(super) async fn handle(
     let id = req.transactional_id.0.as_str();
     resp.error_code = match ctx
         .engine
+        .transactions()
         .add_offsets_to_txn(id, req.producer_id.0, req.producer_epoch, group)
         .await
     {

@@ -36,7 +36,11 @@ pub(super) async fn handle(
                 .map(|&p| {
                     let code = if denied {
                         errors::TOPIC_AUTHORIZATION_FAILED
-                    } else if !ctx.engine.partition_exists(&TopicPartition::new(topic, p)) {
+                    } else if !ctx
+                        .engine
+                        .transactions()
+                        .partition_exists(&TopicPartition::new(topic, p))
+                    {
                         errors::UNKNOWN_TOPIC_OR_PARTITION
                     } else {
                         errors::NONE
@@ -59,7 +63,7 @@ pub(super) async fn handle(
             .collect();
         Some(
             ctx.engine
-                .add_partitions_to_txn(
+                .transactions().add_partitions_to_txn(
                     &id,
                     req.v3_and_below_producer_id.0,
                     req.v3_and_below_producer_epoch,

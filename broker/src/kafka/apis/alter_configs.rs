@@ -118,6 +118,7 @@ async fn alter_group(
     };
     match ctx
         .engine
+        .shares()
         .alter_share_group_configs(group, &ops, validate_only)
         .await
     {
@@ -199,7 +200,7 @@ async fn alter_one(
             };
             match ctx
                 .engine
-                .alter_topic_configs(name, &ops, validate_only)
+                .admin().alter_topic_configs(name, &ops, validate_only)
                 .await
                 .map(|_| ())
                 .map_err(|e| (errors::kafka_code(e.code()), errors::detail(&e)))

@@ -55,6 +55,7 @@ pub(super) fn handle(ctx: &Ctx, req: AlterReplicaLogDirsRequest) -> AlterReplica
             errors::LOG_DIR_NOT_FOUND
         } else if ctx
             .engine
+            .transactions()
             .partition_exists(&TopicPartition::new(topic.as_str(), p))
         {
             errors::NONE

@@ -28,7 +28,7 @@ pub(super) fn handle(
         Assignment::default().with_topic_partitions(
             a.iter()
                 .filter_map(|(t, ps)| {
-                    engine.topic(t).map(|topic| {
+                    engine.records().topic(t).map(|topic| {
                         TopicPartitions::default()
                             .with_topic_id(kafka_id(topic.id))
                             .with_topic_name(TopicName(StrBytes::from_string(t.clone())))
@@ -50,7 +50,7 @@ pub(super) fn handle(
                 out.error_code = errors::GROUP_AUTHORIZATION_FAILED;
                 return out;
             }
-            let Some(view) = engine.describe_consumer_group(name) else {
+            let Some(view) = engine.groups().describe_consumer_group(name) else {
                 out.error_code = errors::GROUP_ID_NOT_FOUND;
                 out.error_message = Some(StrBytes::from_string(format!(
                     "{name} is not a consumer-protocol group with members"

@@ -35,7 +35,10 @@ pub(super) fn handle(
     let owned = req.topic_partitions.as_ref().map(|tps| {
         let mut owned = crate::engine::Assignment::new();
         for tp in tps {
-            if let Some(t) = engine.topic_by_id(TopicId(tp.topic_id.into_bytes())) {
+            if let Some(t) = engine
+                .records()
+                .topic_by_id(TopicId(tp.topic_id.into_bytes()))
+            {
                 owned
                     .entry(t.name.clone())
                     .or_default()
@@ -44,7 +47,7 @@ pub(super) fn handle(
         }
         owned
     });
-    let beat = engine.consumer_heartbeat(ConsumerHeartbeat {
+    let beat = engine.groups().consumer_heartbeat(ConsumerHeartbeat {
         group,
         member_id: req.member_id.as_str(),
         member_epoch: req.member_epoch,
@@ -76,7 +79,7 @@ pub(super) fn handle(
                     .iter()
                     .filter(|(t, _)| ctx.with_subject(|s| s.describe_topic(t)))
                     .filter_map(|(t, ps)| {
-                        engine.topic(t).map(|topic| {
+                        engine.records().topic(t).map(|topic| {
                             TopicPartitions::default()
                                 .with_topic_id(kafka_id(topic.id))
                                 .with_partitions(ps.iter().copied().collect())

@@ -1,6 +1,6 @@
 //! CreatePartitions (v0-3): more partitions for existing topics, through the
 //! engine's grow (`topic.conf` and the new partition directories, durable;
-//! see `Engine::create_partitions`). ALTER on each topic. A count that is
+//! see `crate::engine::Admin::create_partitions`). ALTER on each topic. A count that is
 //! not more than the topic has is INVALID_PARTITIONS (the same count too,
 //! as Kafka answers); manual assignments must give each new partition one
 //! replica, this broker (INVALID_REPLICA_ASSIGNMENT otherwise).
@@ -64,7 +64,7 @@ async fn grow(
     validate_only: bool,
 ) -> Result<(), (i16, String)> {
     let name = t.name.0.as_str();
-    let Some(topic) = ctx.engine.topic(name) else {
+    let Some(topic) = ctx.engine.records().topic(name) else {
         return Err((
             errors::UNKNOWN_TOPIC_OR_PARTITION,
             format!("topic {name:?} does not exist"),
@@ -112,6 +112,7 @@ async fn grow(
     };
     match ctx
         .engine
+        .admin()
         .create_partitions(name, total, validate_only)
         .await
     {

@@ -119,7 +119,7 @@ async fn create(
     configs: &[(String, Option<String>)],
     validate_only: bool,
 ) -> Result<TopicInfo, (i16, String)> {
-    let defaults = ctx.engine.default_topic();
+    let defaults = ctx.engine.records().default_topic();
     let mut tc: TopicConfig = defaults.for_new_topic();
     if partitions != -1 {
         match u32::try_from(partitions) {
@@ -157,13 +157,13 @@ async fn create(
                 format!("topic name {name:?}"),
             ));
         }
-        if ctx.engine.topic(name).is_some() {
+        if ctx.engine.records().topic(name).is_some() {
             return Err((errors::TOPIC_ALREADY_EXISTS, name.to_owned()));
         }
         return Ok(TopicInfo::from_config(name, Uuid::nil(), &tc, &defaults));
     }
-    match ctx.engine.create_topic_async(name, tc).await {
-        Ok(t) => Ok(TopicInfo::of(&t, &ctx.engine.default_topic())),
+    match ctx.engine.records().create_topic_async(name, tc).await {
+        Ok(t) => Ok(TopicInfo::of(&t, &ctx.engine.records().default_topic())),
         Err(e) => Err(errors::coded(&e)),
     }
 }

@@ -21,13 +21,13 @@ pub(super) async fn handle(
         let engine = &ctx.engine;
         let code = if !ctx.with_subject(|s| s.delete_group(name)) {
             errors::GROUP_AUTHORIZATION_FAILED
-        } else if engine.is_share_group(name) {
-            match engine.delete_share_group(name).await {
+        } else if engine.shares().is_share_group(name) {
+            match engine.shares().delete_share_group(name).await {
                 Ok(_) => errors::NONE,
                 Err(e) => errors::share_code(&e),
             }
         } else {
-            match engine.delete_group(name).await {
+            match engine.groups().delete_group(name).await {
                 Ok(_) => errors::NONE,
                 Err(ErrorCode::GroupNotEmpty) => errors::NON_EMPTY_GROUP,
                 Err(ErrorCode::UnknownGroup) => errors::GROUP_ID_NOT_FOUND,

@@ -53,6 +53,7 @@ async fn delete_records(
     before: Option<u64>,
 ) -> Result<i64, i16> {
     ctx.engine
+        .admin()
         .delete_records(&TopicPartition::new(topic, partition), before)
         .await
         .map(map::offset)

@@ -39,6 +39,7 @@ pub(super) async fn handle(
             (Some(n), true) => {
                 let outcome = if ctx.with_subject(|s| s.delete_topic(n.0.as_str())) {
                     ctx.engine
+                        .admin()
                         .delete_topic_returning_id(n.0.as_str())
                         .await
                         .map(map::kafka_id)
@@ -93,7 +94,7 @@ pub(super) async fn handle(
 /// Deletes the topic with this id: the name to answer (none when the
 /// principal may not describe it, nor for an unknown id) and the outcome.
 async fn by_id(ctx: &Ctx, id: Uuid) -> (Option<String>, Result<(), (i16, String)>) {
-    let Some(topic) = ctx.engine.topic_by_id(map::topic_id(id)) else {
+    let Some(topic) = ctx.engine.records().topic_by_id(map::topic_id(id)) else {
         return (
             None,
             Err((
@@ -114,7 +115,12 @@ async fn by_id(ctx: &Ctx, id: Uuid) -> (Option<String>, Result<(), (i16, String)
         );
     }
     // By id again: a topic of that name created since has another id and stays.
-    match ctx.engine.delete_topic_by_id(map::topic_id(id)).await {
+    match ctx
+        .engine
+        .admin()
+        .delete_topic_by_id(map::topic_id(id))
+        .await
+    {
         Ok(deleted) => (Some(deleted), Ok(())),
         Err(e) if e.code() == ErrorCode::UnknownTopic => (
             Some(name),

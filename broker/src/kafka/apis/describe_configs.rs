@@ -49,6 +49,7 @@ pub(super) fn handle(
             if ctx.with_subject(|s| s.describe_group_configs(group)) {
                 r.configs = ctx
                     .engine
+                    .shares()
                     .share_group_configs(group)
                     .into_iter()
                     .filter(|(name, ..)| {
@@ -95,9 +96,9 @@ pub(super) fn handle(
                 errors::CLUSTER_AUTHORIZATION_FAILED,
                 "not authorized to describe the cluster".to_owned(),
             )),
-            TOPIC => match ctx.engine.topic(res.resource_name.as_str()) {
+            TOPIC => match ctx.engine.records().topic(res.resource_name.as_str()) {
                 Some(t) => Ok((
-                    TopicInfo::of(&t, &ctx.engine.default_topic()).configs,
+                    TopicInfo::of(&t, &ctx.engine.records().default_topic()).configs,
                     false,
                 )),
                 None => Err((
@@ -108,7 +109,7 @@ pub(super) fn handle(
             BROKER => Ok((
                 crate::config::broker_named::describe_broker_all(
                     ctx.engine.config(),
-                    &ctx.engine.default_topic(),
+                    &ctx.engine.records().default_topic(),
                     Some(&ctx.listeners),
                 ),
                 true,

@@ -41,8 +41,13 @@ pub(super) fn handle(
             }
             // A consumer-protocol group (KIP-848) is not a classic group:
             // Kafka answers it as not found (ConsumerGroupDescribe describes it).
-            let consumer = ctx.engine.is_consumer_group(&name);
-            let Some(d) = ctx.engine.describe_group(&name).filter(|_| !consumer) else {
+            let consumer = ctx.engine.groups().is_consumer_group(&name);
+            let Some(d) = ctx
+                .engine
+                .groups()
+                .describe_group(&name)
+                .filter(|_| !consumer)
+            else {
                 if version >= 6 {
                     g.error_code = errors::GROUP_ID_NOT_FOUND;
                     g.error_message = Some(StrBytes::from_string(if consumer {

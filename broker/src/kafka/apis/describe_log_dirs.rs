@@ -29,6 +29,7 @@ pub(super) fn handle(
     let wanted: Vec<(String, Option<HashSet<i32>>)> = match req.topics {
         None => ctx
             .engine
+            .records()
             .topics()
             .iter()
             .map(|t| (t.name.clone(), None))
@@ -46,7 +47,12 @@ pub(super) fn handle(
     dir.total_bytes = -1;
     dir.usable_bytes = -1;
     for (name, only) in wanted {
-        let Some(sizes) = ctx.engine.topic(&name).map(|t| map::partition_sizes(&t)) else {
+        let Some(sizes) = ctx
+            .engine
+            .records()
+            .topic(&name)
+            .map(|t| map::partition_sizes(&t))
+        else {
             continue;
         };
         let mut t = DescribeLogDirsTopic::default();

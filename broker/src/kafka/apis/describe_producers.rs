@@ -27,6 +27,7 @@ pub(super) fn handle(ctx: &Ctx, req: DescribeProducersRequest) -> DescribeProduc
             }
             match ctx
                 .engine
+                .records()
                 .producers(&name, p)
                 .ok_or(errors::UNKNOWN_TOPIC_OR_PARTITION)
             {

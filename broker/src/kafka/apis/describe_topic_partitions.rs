@@ -44,6 +44,7 @@ pub(super) fn handle(
     // Sorted, each once, from the cursor's topic on.
     let names: BTreeSet<String> = if all {
         ctx.engine
+            .records()
             .topics()
             .iter()
             .map(|t| t.name.clone())
@@ -88,7 +89,12 @@ pub(super) fn handle(
             resp.next_cursor = Some(cursor_at(&name, 0));
             break;
         }
-        let Some(t) = ctx.engine.topic(&name).map(|t| TopicBrief::of(&t)) else {
+        let Some(t) = ctx
+            .engine
+            .records()
+            .topic(&name)
+            .map(|t| TopicBrief::of(&t))
+        else {
             if !all {
                 let code = if kafka_legal(&name) {
                     errors::UNKNOWN_TOPIC_OR_PARTITION

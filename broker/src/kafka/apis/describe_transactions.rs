@@ -31,7 +31,11 @@ pub(super) fn handle(
             s.producer_epoch = -1;
             s.transaction_start_time_ms = -1;
             let found = allowed
-                .then(|| ctx.engine.describe_transaction(id.0.as_str()))
+                .then(|| {
+                    ctx.engine
+                        .transactions()
+                        .describe_transaction(id.0.as_str())
+                })
                 .flatten();
             s.transactional_id = id;
             let Some(m) = found else {

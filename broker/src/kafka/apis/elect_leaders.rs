@@ -31,6 +31,7 @@ pub(super) fn handle(ctx: &Ctx, req: ElectLeadersRequest, version: i16) -> Elect
     let Some(topics) = req.topic_partitions else {
         resp.replica_election_results = ctx
             .engine
+            .records()
             .topics()
             .iter()
             .map(|t| {
@@ -44,6 +45,7 @@ pub(super) fn handle(ctx: &Ctx, req: ElectLeadersRequest, version: i16) -> Elect
     for t in topics {
         let count = ctx
             .engine
+            .records()
             .topic(t.topic.0.as_str())
             .map(|b| TopicBrief::of(&b).partitions);
         let mut r = ReplicaElectionResult::default();

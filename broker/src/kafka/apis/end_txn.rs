@@ -23,6 +23,7 @@ pub(super) async fn handle(ctx: &Ctx, req: EndTxnRequest, version: i16) -> EndTx
     let id = req.transactional_id.0.as_str();
     resp.error_code = match ctx
         .engine
+        .transactions()
         .end_txn(id, req.producer_id.0, req.producer_epoch, req.committed)
         .await
     {

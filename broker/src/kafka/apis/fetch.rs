@@ -37,6 +37,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
     for t in &req.topics {
         let name = if version >= 13 {
             ctx.engine
+                .records()
                 .topic_by_id(map::topic_id(t.topic_id))
                 .map(|t| t.name.clone())
         } else {
@@ -90,7 +91,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
         response: &ctx.memory,
         counting: &ctx.counting,
     };
-    let fetched = ctx.engine.fetch(&spec, Some(memory)).await;
+    let fetched = ctx.engine.records().fetch(&spec, Some(memory)).await;
     // One answer per wanted partition, in order.
     let mut got = fetched.partitions.into_iter().map(FetchGot::from);
     let mut resp = FetchResponse::default();
@@ -102,7 +103,7 @@ pub(super) async fn handle(ctx: &Ctx, req: FetchRequest, version: i16) -> FetchR
             && s.refused.is_none()
             && s.name
                 .as_deref()
-                .and_then(|n| ctx.engine.topic(n))
+                .and_then(|n| ctx.engine.records().topic(n))
                 .map(|t| map::kafka_id(t.id))
                 != Some(s.id);
         let refused = if stale {

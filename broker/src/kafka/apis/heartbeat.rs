@@ -18,7 +18,7 @@ pub(super) fn handle(ctx: &Ctx, req: HeartbeatRequest, version: i16) -> Heartbea
         .as_ref()
         .filter(|_| version >= 3)
         .map(|i| i.as_str());
-    resp.error_code = errors::group_result_code(ctx.engine.heartbeat_as(
+    resp.error_code = errors::group_result_code(ctx.engine.groups().heartbeat_as(
         req.group_id.0.as_str(),
         (req.member_id.as_str(), instance),
         req.generation_id,

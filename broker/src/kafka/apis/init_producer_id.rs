@@ -45,6 +45,7 @@ pub(super) async fn handle(
             .then_some((req.producer_id.0, req.producer_epoch));
         match ctx
             .engine
+            .transactions()
             .init_transactional_producer(
                 id.0.as_str(),
                 i64::from(req.transaction_timeout_ms),
@@ -66,6 +67,7 @@ pub(super) async fn handle(
     }
     match ctx
         .engine
+        .records()
         .init_producer_id()
         .await
         .map_err(errors::kafka_code)

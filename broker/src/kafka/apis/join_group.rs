@@ -102,7 +102,7 @@ pub(super) async fn handle(
         rebalance_timeout: ms(rebalance),
     };
     let mut resp = JoinGroupResponse::default();
-    match ctx.engine.join_client_group(spec).await {
+    match ctx.engine.groups().join_client_group(spec).await {
         Ok(j) => {
             resp.error_code = errors::NONE;
             resp.generation_id = j.generation;

@@ -20,6 +20,7 @@ pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGr
     if version < 3 {
         resp.error_code = errors::group_result_code(
             ctx.engine
+                .groups()
                 .leave_group_as(group, (req.member_id.as_str(), None)),
         );
         return resp;
@@ -35,6 +36,7 @@ pub(super) fn handle(ctx: &Ctx, req: LeaveGroupRequest, version: i16) -> LeaveGr
             } else {
                 errors::group_result_code(
                     ctx.engine
+                        .groups()
                         .leave_group_as(group, (m.member_id.as_str(), instance)),
                 )
             };

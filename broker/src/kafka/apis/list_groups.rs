@@ -34,11 +34,11 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
     let wants = |t: &str| types.is_empty() || types.iter().any(|x| x == t);
     if version >= 4 && wants("share") {
         let engine = &ctx.engine;
-        for name in engine.list_share_groups() {
+        for name in engine.shares().list_share_groups() {
             if !ctx.with_subject(|s| s.lists_group(&name)) {
                 continue;
             }
-            let state = match engine.describe_share_group(&name) {
+            let state = match engine.shares().describe_share_group(&name) {
                 Some(v) if !v.members.is_empty() => "Stable",
                 _ => "Empty",
             };
@@ -56,7 +56,7 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
         }
     }
     // Consumer-protocol groups (KIP-848) with members: type "consumer".
-    let consumer = ctx.engine.list_consumer_groups();
+    let consumer = ctx.engine.groups().list_consumer_groups();
     if wants("consumer") {
         let engine = &ctx.engine;
         for name in &consumer {
@@ -64,6 +64,7 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
                 continue;
             }
             let state = engine
+                .groups()
                 .describe_consumer_group(name)
                 .map_or("Empty", |v| v.state);
             if !states.is_empty() && !states.contains(&state.to_ascii_lowercase()) {
@@ -86,6 +87,7 @@ pub(super) fn handle(ctx: &Ctx, req: ListGroupsRequest, version: i16) -> ListGro
     }
     let classic: Vec<ListedGroup> = ctx
         .engine
+        .groups()
         .list_groups()
         .into_iter()
         // Only the groups the principal may describe (Kafka's filter).

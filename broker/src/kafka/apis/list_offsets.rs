@@ -47,8 +47,11 @@ pub(super) async fn handle(
                 tr.partitions.push(pr);
                 continue;
             }
-            let offsets =
-                map::log_bounds(ctx.engine.log_bounds(&name, p.partition_index, committed));
+            let offsets = map::log_bounds(ctx.engine.records().log_bounds(
+                &name,
+                p.partition_index,
+                committed,
+            ));
             match offsets {
                 Err(code) => pr.error_code = code,
                 Ok((start, end)) => match p.timestamp {
@@ -95,7 +98,7 @@ async fn max_timestamp(ctx: &Ctx, topic: &str, partition: i32) -> Result<(i64, i
         TopicPartition::new(topic, partition),
         OffsetSpec::MaxTimestamp,
     )];
-    let found = ctx.engine.list_offsets(&query).await;
+    let found = ctx.engine.admin().list_offsets(&query).await;
     match found.first() {
         Some(f) if f.error.is_ok() => Ok((f.offset, f.timestamp)),
         Some(f) => Err(errors::kafka_code(f.error)),
@@ -119,7 +122,7 @@ async fn offset_for_time(
         TopicPartition::new(topic, partition),
         OffsetSpec::Time(timestamp),
     )];
-    let found = ctx.engine.list_offsets(&query).await;
+    let found = ctx.engine.admin().list_offsets(&query).await;
     match found.first() {
         Some(f) if f.error.is_ok() && f.timestamp >= 0 => Ok((f.offset, f.timestamp)),
         Some(f) if f.error.is_ok() => Ok((-1, -1)),

@@ -43,6 +43,7 @@ pub(super) fn handle(
     };
     resp.transaction_states = ctx
         .engine
+        .transactions()
         .list_transactions(&states, &producers, min_age)
         .into_iter()
         .map(|t| {

@@ -89,9 +89,10 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
     resp.topics = match names {
         None => ctx
             .engine
+            .records()
             .topics()
             .iter()
-            .map(|t| TopicInfo::of(t, &ctx.engine.default_topic()))
+            .map(|t| TopicInfo::of(t, &ctx.engine.records().default_topic()))
             // Only what the principal may describe: the rest is not there for it.
             .filter(|t| ctx.with_subject(|s| s.lists_topic(&t.name)))
             .map(|t| topic(ctx, Ok(t), version, with_operations))
@@ -115,16 +116,17 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
                     ));
                     continue;
                 }
-                let found = match ctx.engine.topic(&name) {
-                    Some(t) => Ok(TopicInfo::of(&t, &ctx.engine.default_topic())),
+                let found = match ctx.engine.records().topic(&name) {
+                    Some(t) => Ok(TopicInfo::of(&t, &ctx.engine.records().default_topic())),
                     None if allow_create
                         && ctx.engine.config().auto_create_topics
                         && ctx.with_subject(|s| s.create_topic(&name)) =>
                     {
                         ctx.engine
+                            .records()
                             .auto_create(&name)
                             .await
-                            .map(|t| TopicInfo::of(&t, &ctx.engine.default_topic()))
+                            .map(|t| TopicInfo::of(&t, &ctx.engine.records().default_topic()))
                             .map_err(|e| (name.clone(), errors::kafka_code(e.code())))
                     }
                     None => Err((name.clone(), errors::UNKNOWN_TOPIC_OR_PARTITION)),
@@ -144,8 +146,9 @@ pub(super) async fn handle(ctx: &Ctx, req: MetadataRequest, version: i16) -> Met
 fn by_id(ctx: &Ctx, id: Uuid, version: i16, with_operations: bool) -> MetadataResponseTopic {
     let found = ctx
         .engine
+        .records()
         .topic_by_id(map::topic_id(id))
-        .map(|t| TopicInfo::of(&t, &ctx.engine.default_topic()));
+        .map(|t| TopicInfo::of(&t, &ctx.engine.records().default_topic()));
     let code = match &found {
         None => errors::UNKNOWN_TOPIC_ID,
         Some(t) if !ctx.with_subject(|s| s.describe_topic(&t.name)) => {

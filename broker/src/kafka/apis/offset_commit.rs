@@ -64,6 +64,7 @@ pub(super) async fn handle(
             .filter(|_| version >= 7)
             .map(|i| i.as_str());
         ctx.engine
+            .groups()
             .commit_offsets_as(member, instance, &offsets)
             .await
             .map(|codes| codes.into_iter().map(errors::kafka_code).collect())

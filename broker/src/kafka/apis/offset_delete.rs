@@ -46,7 +46,7 @@ pub(super) async fn handle(
                 .collect(),
         );
     }
-    let deleted = match ctx.engine.delete_offsets(group, &asked).await {
+    let deleted = match ctx.engine.groups().delete_offsets(group, &asked).await {
         Ok(codes) => Ok(codes
             .into_iter()
             .map(|c| match c {

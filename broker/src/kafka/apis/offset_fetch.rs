@@ -38,6 +38,7 @@ fn fetch_group(
                 if *e == errors::NONE
                     && ctx
                         .engine
+                        .transactions()
                         .pending_txn_offset(group, &TopicPartition::new(name.0.as_str(), *p))
                 {
                     *c = Committed::at(-1);
@@ -64,6 +65,7 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
                 }
                 let known = ctx
                     .engine
+                    .records()
                     .topic(&topic)
                     .map(|t| map::configured_partitions(&t));
                 let rows = parts
@@ -72,6 +74,7 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
                         Some(n) if (0..n).contains(&p) => (
                             p,
                             ctx.engine
+                                .groups()
                                 .committed_full(group, &topic, p)
                                 .unwrap_or(Committed::at(-1)),
                             errors::NONE,
@@ -85,7 +88,7 @@ fn fetch_committed(ctx: &Ctx, group: &str, topics: Option<Vec<(TopicName, Vec<i3
             .collect(),
         None => {
             let mut out: Answer = Vec::new();
-            for (topic, p, o) in ctx.engine.committed_for_group_full(group) {
+            for (topic, p, o) in ctx.engine.groups().committed_for_group_full(group) {
                 if !ctx.with_subject(|s| s.lists_topic(&topic)) {
                     continue;
                 }

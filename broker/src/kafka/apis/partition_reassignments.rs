@@ -53,6 +53,7 @@ pub(super) fn alter(
     for t in req.topics {
         let count = ctx
             .engine
+            .records()
             .topic(t.name.0.as_str())
             .map(|b| TopicBrief::of(&b).partitions);
         let mut out = ReassignableTopicResponse::default();

@@ -64,6 +64,7 @@ pub(super) async fn handle(
         // v13+: by id; None for an id no topic has.
         let named = if version >= 13 {
             ctx.engine
+                .records()
                 .topic_by_id(map::topic_id(t.topic_id))
                 .map(|t| t.name.clone())
         } else {
@@ -90,8 +91,8 @@ pub(super) async fn handle(
         let denied = refuse.is_none()
             && ctx.engine.acl().enabled()
             && !ctx.with_subject(|s| {
-                let creates =
-                    ctx.engine.config().auto_create_topics && ctx.engine.topic(&name).is_none();
+                let creates = ctx.engine.config().auto_create_topics
+                    && ctx.engine.records().topic(&name).is_none();
                 s.produce(&name, creates)
             });
         for p in t.partition_data {
@@ -107,10 +108,10 @@ pub(super) async fn handle(
                 ))
             } else {
                 let set = p.records.unwrap_or_default();
-                let limits = match ctx.engine.topic(&name) {
+                let limits = match ctx.engine.records().topic(&name) {
                     Some(t) => ProduceLimits::of(&t.config),
                     // Auto-created by the produce: the broker's defaults.
-                    None => ProduceLimits::of(&ctx.engine.default_topic()),
+                    None => ProduceLimits::of(&ctx.engine.records().default_topic()),
                 };
                 let append_time = limits
                     .log_append_time
@@ -160,6 +161,7 @@ pub(super) async fn handle(
                             )),
                             (Some(tid), Some(pb)) => match ctx
                                 .engine
+                                .transactions()
                                 .txn_may_write(
                                     tid,
                                     pb.id,
@@ -187,7 +189,7 @@ pub(super) async fn handle(
                     pr.base_offset = base;
                     if version >= 5 {
                         pr.log_start_offset =
-                            map::log_bounds(ctx.engine.log_bounds(&name, p.index, false))
+                            map::log_bounds(ctx.engine.records().log_bounds(&name, p.index, false))
                                 .map_or(-1, |o| o.0);
                     }
                 }
@@ -226,6 +228,7 @@ async fn append(ctx: &Ctx, topic: &str, partition: i32, t: records::Prepared) ->
     }
     let result = ctx
         .engine
+        .records()
         .admit_encoded(
             topic,
             partition,

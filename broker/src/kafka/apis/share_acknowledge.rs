@@ -70,14 +70,18 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAckn
     // A close's acknowledgements go in while the session is still open: the
     // member may have left its group already (its leave heartbeat raced
     // this close), and its open session is what lets it acknowledge.
-    let closing = req.share_session_epoch == -1 && engine.share_session_open(group, member);
+    let closing =
+        req.share_session_epoch == -1 && engine.shares().share_session_open(group, member);
     let mut acks = Some(acks);
     if closing {
         if let Some(acks) = acks.take() {
             apply_acks(ctx, group, member, acks, &mut answers).await;
         }
     }
-    let step = match engine.share_session(group, member, req.share_session_epoch, &[], &[]) {
+    let step = match engine
+        .shares()
+        .share_session(group, member, req.share_session_epoch, &[], &[])
+    {
         Ok(s) => s,
         Err(e) => {
             resp.error_code = errors::share_code(&e);
@@ -89,7 +93,11 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareAcknowledgeRequest) -> ShareAckn
         apply_acks(ctx, group, member, acks, &mut answers).await;
     }
     if let SessionStep::Closed(parts) = step {
-        if let Err(e) = engine.share_release_held(group, member, &parts).await {
+        if let Err(e) = engine
+            .shares()
+            .share_release_held(group, member, &parts)
+            .await
+        {
             resp.error_code = errors::share_code(&e);
             resp.error_message = Some(StrBytes::from_string(e.to_string()));
         }

@@ -53,7 +53,7 @@ pub(super) struct Answer {
 /// error its partitions get.
 pub(super) fn resolve(ctx: &Ctx, id: Uuid) -> Result<String, i16> {
     let engine = &ctx.engine;
-    let Some(topic) = engine.topic_by_id(TopicId(id.into_bytes())) else {
+    let Some(topic) = engine.records().topic_by_id(TopicId(id.into_bytes())) else {
         return Err(errors::UNKNOWN_TOPIC_ID);
     };
     if !ctx.with_subject(|s| s.read_topic(&topic.name)) {
@@ -145,6 +145,7 @@ pub(super) async fn apply_acks(
     }
     let engine = &ctx.engine;
     match engine
+        .shares()
         .share_acknowledge_by_partition(group, member, &flat)
         .await
     {
@@ -203,7 +204,8 @@ pub(super) fn leader(ctx: &Ctx) -> LeaderIdAndEpoch {
 pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchResponse {
     let engine = &ctx.engine;
     let mut resp = ShareFetchResponse::default().with_acquisition_lock_timeout_ms(
-        i32::try_from(engine.share_settings().partition.lock_duration_ms).unwrap_or(i32::MAX),
+        i32::try_from(engine.shares().share_settings().partition.lock_duration_ms)
+            .unwrap_or(i32::MAX),
     );
     let (group, member) = match member_of(
         ctx,
@@ -268,7 +270,10 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
             forgotten.extend(t.partitions.iter().map(|p| (name.clone(), *p)));
         }
     }
-    let step = match engine.share_session(group, member, epoch, &added, &forgotten) {
+    let step = match engine
+        .shares()
+        .share_session(group, member, epoch, &added, &forgotten)
+    {
         Ok(s) => s,
         Err(e) => {
             resp.error_code = errors::share_code(&e);
@@ -279,7 +284,11 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
     apply_acks(ctx, group, member, acks, &mut answers).await;
     match step {
         SessionStep::Closed(parts) => {
-            if let Err(e) = engine.share_release_held(group, member, &parts).await {
+            if let Err(e) = engine
+                .shares()
+                .share_release_held(group, member, &parts)
+                .await
+            {
                 resp.error_code = errors::share_code(&e);
                 resp.error_message = Some(StrBytes::from_string(e.to_string()));
             }
@@ -287,7 +296,12 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
         SessionStep::Fetch(parts) => {
             let ids: BTreeMap<String, Uuid> = parts
                 .iter()
-                .filter_map(|(t, _)| engine.topic(t).map(|topic| (t.clone(), kafka_id(topic.id))))
+                .filter_map(|(t, _)| {
+                    engine
+                        .records()
+                        .topic(t)
+                        .map(|topic| (t.clone(), kafka_id(topic.id)))
+                })
                 .collect();
             let partitions: Vec<ShareTp> = parts
                 .into_iter()
@@ -308,7 +322,7 @@ pub(super) async fn handle(ctx: &Ctx, req: ShareFetchRequest) -> ShareFetchRespo
                 max_bytes: per_partition,
                 max_wait: Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0)),
             };
-            match engine.share_fetch(spec).await {
+            match engine.shares().share_fetch(spec).await {
                 Err(e) => {
                     resp.error_code = errors::share_code(&e);
                     resp.error_message = Some(StrBytes::from_string(e.to_string()));

@@ -30,7 +30,7 @@ pub(super) fn handle(ctx: &Ctx, req: ShareGroupDescribeRequest) -> ShareGroupDes
                 out.error_code = errors::GROUP_AUTHORIZATION_FAILED;
                 return out;
             }
-            let Some(view) = engine.describe_share_group(name) else {
+            let Some(view) = engine.shares().describe_share_group(name) else {
                 out.error_code = errors::GROUP_ID_NOT_FOUND;
                 out.error_message = Some(StrBytes::from_string(format!(
                     "{name} is not a share group"
@@ -56,7 +56,7 @@ pub(super) fn handle(ctx: &Ctx, req: ShareGroupDescribeRequest) -> ShareGroupDes
                         .assignment
                         .iter()
                         .filter_map(|(t, ps)| {
-                            engine.topic(t).map(|topic| {
+                            engine.records().topic(t).map(|topic| {
                                 TopicPartitions::default()
                                     .with_topic_id(kafka_id(topic.id))
                                     .with_topic_name(TopicName(StrBytes::from_string(t.clone())))

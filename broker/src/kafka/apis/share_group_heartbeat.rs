@@ -40,6 +40,7 @@ pub(super) async fn handle(
     }
     let engine = &ctx.engine;
     let beat = engine
+        .shares()
         .share_heartbeat(ShareHeartbeat {
             group,
             member_id: req.member_id.as_str(),
@@ -65,7 +66,7 @@ pub(super) async fn handle(
                     .iter()
                     .filter(|(t, _)| ctx.with_subject(|s| s.describe_topic(t)))
                     .filter_map(|(t, ps)| {
-                        engine.topic(t).map(|topic| {
+                        engine.records().topic(t).map(|topic| {
                             TopicPartitions::default()
                                 .with_topic_id(kafka_id(topic.id))
                                 .with_partitions(ps.clone())

@@ -31,6 +31,7 @@ use crate::engine::{ShareError, ShareTp};
 
 fn topic_id(ctx: &Ctx, topic: &str) -> Uuid {
     ctx.engine
+        .records()
         .topic(topic)
         .map_or(Uuid::nil(), |t| kafka_id(t.id))
 }
@@ -41,7 +42,7 @@ fn refused(ctx: &Ctx, group: &str, allowed: bool) -> Option<(i16, Option<StrByte
     if !allowed {
         return Some((errors::GROUP_AUTHORIZATION_FAILED, None));
     }
-    if !ctx.engine.is_share_group(group) {
+    if !ctx.engine.shares().is_share_group(group) {
         return Some((
             errors::GROUP_ID_NOT_FOUND,
             Some(StrBytes::from_string(format!(
@@ -71,7 +72,7 @@ pub(super) fn describe(
             if !ctx.with_subject(|s| s.describe_group_offsets(name)) {
                 return out.with_error_code(errors::GROUP_AUTHORIZATION_FAILED);
             }
-            let Some(view) = engine.describe_share_group(name) else {
+            let Some(view) = engine.shares().describe_share_group(name) else {
                 return out
                     .with_error_code(errors::GROUP_ID_NOT_FOUND)
                     .with_error_message(Some(StrBytes::from_string(format!(
@@ -101,7 +102,7 @@ pub(super) fn describe(
                 .into_iter()
                 .filter(|(t, _)| ctx.with_subject(|s| s.lists_topic(t)))
                 .map(|(t, ps)| {
-                    let known = engine.topic(&t).is_some();
+                    let known = engine.records().topic(&t).is_some();
                     let partitions = ps
                         .iter()
                         .map(|p| {
@@ -176,7 +177,11 @@ pub(super) async fn alter(
                 .with_partitions(partitions),
         );
     }
-    match engine.alter_share_start_offsets(group, &starts).await {
+    match engine
+        .shares()
+        .alter_share_start_offsets(group, &starts)
+        .await
+    {
         Err(e) => resp
             .with_error_code(errors::share_code(&e))
             .with_error_message(message(&e)),
@@ -224,7 +229,7 @@ pub(super) async fn delete(
             topics.push(out.with_error_code(errors::TOPIC_AUTHORIZATION_FAILED));
         }
     }
-    match engine.delete_share_offsets(group, &names).await {
+    match engine.shares().delete_share_offsets(group, &names).await {
         Err(e) => resp
             .with_error_code(errors::share_code(&e))
             .with_error_message(message(&e)),

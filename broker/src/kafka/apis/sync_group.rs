@@ -80,7 +80,7 @@ pub(super) async fn handle(ctx: &Ctx, req: SyncGroupRequest, version: i16) -> Sy
         assignments,
     };
     let mut resp = SyncGroupResponse::default();
-    match ctx.engine.sync_group(spec).await {
+    match ctx.engine.groups().sync_group(spec).await {
         Ok(s) => {
             resp.error_code = errors::NONE;
             resp.assignment = s.assignment;

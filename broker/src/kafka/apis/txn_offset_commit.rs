@@ -70,7 +70,7 @@ pub(super) async fn handle(
             generation,
         };
         ctx.engine
-            .txn_offset_commit(id, req.producer_id.0, req.producer_epoch, m, instance, offsets)
+            .transactions().txn_offset_commit(id, req.producer_id.0, req.producer_epoch, m, instance, offsets)
             .await
             .map(|codes| codes.into_iter().map(errors::kafka_code).collect())
             .map_err(|e| {

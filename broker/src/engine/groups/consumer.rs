@@ -11,11 +11,14 @@
 //! group with members (INCONSISTENT_GROUP_PROTOCOL). An empty classic group
 //! (committed offsets only) is taken over; the offsets stay.
 
-use super::{lock, Engine};
+use flume_rt::sync::lock;
+
+use super::Groups;
 use crate::coordinator::consumer::TopicSource;
 pub use crate::coordinator::consumer::{
     Assignment, ConsumerBeat, ConsumerGroupError, ConsumerHeartbeat,
 };
+use crate::engine::records::Records;
 
 /// Why a consumer heartbeat was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -74,7 +77,7 @@ pub struct ConsumerGroupView {
     pub members: Vec<ConsumerMemberView>,
 }
 
-impl Engine {
+impl Groups {
     /// A consumer-protocol heartbeat (KIP-848): joins, keeps, reconciles or
     /// removes a member and answers its epoch and assignment.
     ///
@@ -89,31 +92,31 @@ impl Engine {
         }
         let now = self.mono_ms();
         // The classic groups' lock first, as commits take them.
-        let classic = lock(&self.groups);
-        let mut consumers = lock(&self.consumer_groups);
+        let classic = lock(&self.classic);
+        let mut consumers = lock(&self.consumer);
         if consumers.group(hb.group).is_none()
             && (classic.state(hb.group).is_some_and(|(_, _, n)| n > 0)
-                || self.is_share_group(hb.group))
+                || self.shares.is_share_group(hb.group))
         {
             return Err(ConsumerError::NotConsumerGroup(hb.group.to_owned()));
         }
         drop(classic);
-        Ok(consumers.heartbeat(hb, &EngineTopics(self), now)?)
+        Ok(consumers.heartbeat(hb, &RecordsTopics(&self.records), now)?)
     }
 
     /// True when `group` is a consumer-protocol group with members.
     pub fn is_consumer_group(&self, group: &str) -> bool {
-        lock(&self.consumer_groups).group(group).is_some()
+        lock(&self.consumer).group(group).is_some()
     }
 
     /// The consumer-protocol groups with members, sorted.
     pub fn list_consumer_groups(&self) -> Vec<String> {
-        lock(&self.consumer_groups).names()
+        lock(&self.consumer).names()
     }
 
     /// Describes a consumer-protocol group; `None` if it has no members.
     pub fn describe_consumer_group(&self, group: &str) -> Option<ConsumerGroupView> {
-        let groups = lock(&self.consumer_groups);
+        let groups = lock(&self.consumer);
         let g = groups.group(group)?;
         Some(ConsumerGroupView {
             group: group.to_owned(),
@@ -145,18 +148,18 @@ impl Engine {
 
     /// Removes consumer-protocol members whose session ran out or that did
     /// not give up revoked partitions in time. Run by the ticker.
-    pub(super) fn tick_consumer_groups(&self) {
+    pub(in crate::engine) fn tick_consumer_groups(&self) {
         let now = self.mono_ms();
-        for (group, member) in lock(&self.consumer_groups).expire(now) {
+        for (group, member) in lock(&self.consumer).expire(now) {
             tracing::info!(%group, %member, "consumer-protocol member removed (session or rebalance timeout)");
         }
     }
 }
 
-/// The engine's topics as the coordinator reads them.
-struct EngineTopics<'a>(&'a Engine);
+/// The topics as the coordinator reads them.
+struct RecordsTopics<'a>(&'a Records);
 
-impl TopicSource for EngineTopics<'_> {
+impl TopicSource for RecordsTopics<'_> {
     fn partitions(&self, topic: &str) -> Option<i32> {
         self.0
             .topic(topic)

@@ -10,13 +10,13 @@ use std::sync::Mutex;
 use flume_protocol::ErrorCode;
 use flume_rt as rt;
 
-use super::Engine;
+use super::Records;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::domain::{PartitionOffsets, PartitionStatus, ProducerState, TopicDescription, TopicId};
 use crate::error::BrokerError;
 use crate::partition::producers::ProducerLimits;
 use crate::partition::Partition;
-use crate::storage::{write_atomic, FileCache, Log, LogConfig};
+use crate::storage::{write_atomic, CompactionConfig, FileCache, Log, LogConfig};
 
 /// The file in a topic's directory that holds its id: the id's 36
 /// characters and a newline (`docs/storage.md`, "Topic ids").
@@ -44,7 +44,9 @@ fn write_id(topic_dir: &Path, id: TopicId) -> Result<(), BrokerError> {
 /// A file that holds something else than an id ([`BrokerError::Config`]
 /// naming it: the broker does not start rather than give the topic another
 /// id), or I/O errors.
-pub(super) fn load_or_assign_id(topic_dir: &Path) -> Result<(TopicId, bool), BrokerError> {
+pub(in crate::engine) fn load_or_assign_id(
+    topic_dir: &Path,
+) -> Result<(TopicId, bool), BrokerError> {
     let path = topic_dir.join(TOPIC_ID_FILE);
     let text = crate::storage::read_optional(&path)?;
     if text.is_empty() {
@@ -63,6 +65,16 @@ pub(super) fn load_or_assign_id(topic_dir: &Path) -> Result<(TopicId, bool), Bro
         })
 }
 
+/// How a topic's logs are compacted, from its settings (`None`: they are not).
+pub(in crate::engine) fn compaction_of(tc: &TopicConfig) -> Option<CompactionConfig> {
+    tc.cleanup_policy.compacts().then(|| CompactionConfig {
+        min_lag_ms: tc.min_compaction_lag_ms,
+        max_lag_ms: tc.max_compaction_lag_ms,
+        delete_retention_ms: tc.delete_retention_ms,
+        min_dirty_ratio: tc.min_cleanable_dirty_ratio(),
+    })
+}
+
 /// A topic and its partitions.
 #[derive(Debug)]
 pub struct Topic {
@@ -74,7 +86,7 @@ pub struct Topic {
     pub config: TopicConfig,
     /// Partitions, by number: the engine's own; others see their offsets
     /// and [`PartitionStatus`] snapshots.
-    pub(super) partitions: Vec<Arc<Partition>>,
+    pub(in crate::engine) partitions: Vec<Arc<Partition>>,
     sticky: AtomicU32,
 }
 
@@ -147,13 +159,13 @@ fn log_config(tc: &TopicConfig, config: &BrokerConfig, files: &Arc<FileCache>) -
         retention_ms,
         verify_sealed: config.verify_on_open,
         files: Arc::clone(files),
-        compaction: super::cleaner::compaction_of(tc),
+        compaction: compaction_of(tc),
     }
 }
 
 impl Topic {
     /// Opens (recovering) partition `p` of topic `name`.
-    pub(super) fn open_partition(
+    pub(in crate::engine) fn open_partition(
         config: &BrokerConfig,
         shared: &Shared,
         name: &str,
@@ -174,7 +186,7 @@ impl Topic {
     }
 
     /// A topic from its opened partitions.
-    pub(super) fn from_parts(
+    pub(in crate::engine) fn from_parts(
         name: String,
         id: TopicId,
         config: TopicConfig,
@@ -190,7 +202,7 @@ impl Topic {
     }
 
     /// The same topic (the same partitions) with other settings.
-    pub(super) fn with_config(&self, config: TopicConfig) -> Topic {
+    pub(in crate::engine) fn with_config(&self, config: TopicConfig) -> Topic {
         Topic {
             name: self.name.clone(),
             id: self.id,
@@ -205,7 +217,11 @@ impl Topic {
     /// The engine swaps it into its map in place of this one: readers that
     /// hold this one keep a consistent view, later lookups see the new
     /// count, and the produce and fetch paths pay nothing for it.
-    pub(super) fn with_partitions(&self, config: TopicConfig, added: Vec<Arc<Partition>>) -> Topic {
+    pub(in crate::engine) fn with_partitions(
+        &self,
+        config: TopicConfig,
+        added: Vec<Arc<Partition>>,
+    ) -> Topic {
         let mut partitions = self.partitions.clone();
         partitions.extend(added);
         Topic {
@@ -217,7 +233,7 @@ impl Topic {
         }
     }
 
-    pub(super) fn next_sticky(&self) -> u32 {
+    pub(in crate::engine) fn next_sticky(&self) -> u32 {
         self.sticky
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     }
@@ -228,14 +244,14 @@ impl Topic {
     }
 }
 
-impl Engine {
+impl Records {
     /// Opens (or creates) every partition of a topic whose directory and
     /// `topic.conf` exist. Missing partition directories are created first
     /// and made durable with one fsync of the topic's directory (not one per
     /// partition); the partitions are then opened on several threads
     /// ([`super::parallel_map`]). A crash in between is harmless: a start
     /// creates whatever partition directory is missing.
-    pub(super) fn open_topic(
+    pub(in crate::engine) fn open_topic(
         config: &BrokerConfig,
         shared: &Shared,
         name: &str,
@@ -319,7 +335,7 @@ impl Engine {
             .collect()
     }
 
-    /// Creates a topic with the given settings (blocking; see [`Engine::create_topic_async`]).
+    /// Creates a topic with the given settings (blocking; see [`Records::create_topic_async`]).
     ///
     /// # Errors
     /// INVALID_NAME, INVALID_REQUEST, LIMIT_REACHED, TOPIC_ALREADY_EXISTS, or storage errors.
@@ -392,7 +408,7 @@ impl Engine {
     }
 
     /// The topic, created with the defaults if auto-create is on (blocking:
-    /// for callers off the executor; async paths use [`Engine::auto_create`]).
+    /// for callers off the executor; async paths use [`Records::auto_create`]).
     ///
     /// # Errors
     /// UNKNOWN_TOPIC (auto-create off), INVALID_NAME, storage errors.
@@ -426,7 +442,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn partitions_of(&self, topic: &str) -> u32 {
+    pub(in crate::engine) fn partitions_of(&self, topic: &str) -> u32 {
         self.topic(topic)
             .map_or(0, |t| u32::try_from(t.partitions.len()).unwrap_or(0))
     }

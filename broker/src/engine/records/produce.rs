@@ -8,7 +8,7 @@ use flume_protocol::partition_for_key;
 use flume_protocol::record::{self, RecordError, RecordIter};
 use flume_protocol::ErrorCode;
 
-use super::Engine;
+use super::Records;
 use crate::config::TimestampType;
 use crate::coordinator::producer_ids::ProducerIdError;
 use crate::domain::{Appended, AppendedSpan, ProduceBatch, ProducerBatch, ProducerError, Route};
@@ -99,7 +99,7 @@ impl PendingProduce {
     }
 }
 
-impl Engine {
+impl Records {
     /// Checks a batch (every record's length and CRC, the size limit), routes
     /// its records and queues them on their partitions (waiting for room in
     /// block mode). Call [`PendingProduce::finish`] for the offsets. Queueing
@@ -110,7 +110,7 @@ impl Engine {
         self.admit_produce_as(batch, None).await
     }
 
-    /// As [`Engine::admit_produce`], for a batch an idempotent producer
+    /// As [`Records::admit_produce`], for a batch an idempotent producer
     /// stamped (`producer`, one partition only): its sequence is checked
     /// when it is appended, atomically with the partition's other appends
     /// (see [`crate::partition`]); a retry of one of the producer's last five
@@ -212,14 +212,14 @@ impl Engine {
     }
 }
 
-impl Engine {
+impl Records {
     /// Queues log entries the front end made itself (the Kafka front end's
     /// batch entries, `kafka::records::prepare`) on one partition, without
     /// checking them again: the caller vouches for every entry's length,
     /// CRC and records, for the topic's rules (keys on a compacted topic,
     /// its timestamp type and codec), for `span` (the offsets the entries
     /// take) and `max_timestamp` (debug builds check the entries anyway).
-    /// Otherwise as [`Engine::admit_produce_as`] for [`Route::Partition`].
+    /// Otherwise as [`Records::admit_produce_as`] for [`Route::Partition`].
     pub async fn admit_encoded(
         &self,
         topic: &str,

@@ -10,14 +10,16 @@ use flume_rt as rt;
 use futures::channel::oneshot;
 use futures::FutureExt;
 
-use super::{lock, Engine, FetchMemory, JoinReply};
+use super::Groups;
+use crate::engine::records::FetchMemory;
+use flume_rt::sync::lock;
 
 /// How close to the log end a committed offset must be for
-/// [`Engine::reader_positions`] to look at what lies between (a partition
+/// [`Groups::reader_positions`] to look at what lies between (a partition
 /// lagging further is not probed; a probe stops at the first record).
 pub const READER_END_PROBE: u64 = 4096;
 use crate::config::valid_group_id;
-use crate::coordinator::group::{Answer, ClientJoinParams, GroupLimits, JoinParams, Ready};
+use crate::coordinator::group::{Answer, ClientJoinParams, GroupLimits, JoinParams};
 use crate::coordinator::offsets::{Committed, NotQueued, Offsets};
 use crate::domain::{
     ClientJoinSpec, ClientJoined, FetchSpec, Fetched, GroupDescription, GroupError, GroupListing,
@@ -33,25 +35,19 @@ pub const CLIENT_GROUP_BYTES: usize = 64 << 20;
 
 /// A waiting heartbeat's place, given back when it is dropped (answered,
 /// or its connection closed).
-struct ParkedHeartbeat(Arc<Engine>);
+struct ParkedHeartbeat(Arc<Groups>);
 
 impl Drop for ParkedHeartbeat {
     fn drop(&mut self) {
-        lock(&self.0.groups).unpark_heartbeat();
+        lock(&self.0.classic).unpark_heartbeat();
     }
 }
 
-impl Engine {
-    pub(super) fn deliver(ready: Vec<Ready<JoinReply>>) {
-        for (tx, result) in ready {
-            let _ = tx.send(result);
-        }
-    }
-
+impl Groups {
     /// Joins a member to a group and waits until the rebalance completes;
     /// the subscribed topics are created if auto-create is on. The session
     /// timeout is taken into the broker's bounds
-    /// ([`Engine::session_bounds_ms`]): Flume's JOIN_GROUP has always
+    /// ([`Groups::session_bounds_ms`]): Flume's JOIN_GROUP has always
     /// adjusted it rather than refused it.
     ///
     /// # Errors
@@ -74,7 +70,7 @@ impl Engine {
             return Err(ErrorCode::InvalidRequest);
         }
         for t in &req.topics {
-            if let Err(e) = self.auto_create(t).await {
+            if let Err(e) = self.records.auto_create(t).await {
                 return Err(e.code());
             }
         }
@@ -96,8 +92,10 @@ impl Engine {
         }
         let ready = {
             let now = self.mono_ms();
-            let mut g = lock(&self.groups);
-            g.join(&req.group, params, now, tx, &|t| self.partitions_of(t))
+            let mut g = lock(&self.classic);
+            g.join(&req.group, params, now, tx, &|t| {
+                self.records.partitions_of(t)
+            })
         };
         Self::deliver(ready);
         match rx.await {
@@ -178,9 +176,9 @@ impl Engine {
         }
         let ready = {
             let now = self.mono_ms();
-            let mut groups = lock(&self.groups);
+            let mut groups = lock(&self.classic);
             // A consumer-protocol group with members is not joined this way.
-            if lock(&self.consumer_groups).group(&group).is_some() {
+            if lock(&self.consumer).group(&group).is_some() {
                 return Err(GroupError::InconsistentProtocol);
             }
             groups.join_client(&group, params, now, tx)
@@ -209,7 +207,7 @@ impl Engine {
         }
         let ready = {
             let now = self.mono_ms();
-            lock(&self.groups).sync(
+            lock(&self.classic).sync(
                 &req.group,
                 (&req.member_id, req.group_instance_id.as_deref()),
                 req.generation,
@@ -234,7 +232,7 @@ impl Engine {
     /// assignments. A group the coordinator does not know but with committed
     /// offsets is described as empty; `None` if neither.
     pub fn describe_group(&self, group: &str) -> Option<GroupDescription> {
-        if let Some(d) = lock(&self.groups).describe(group) {
+        if let Some(d) = lock(&self.classic).describe(group) {
             return Some(d);
         }
         self.offsets.has_group(group).then(|| GroupDescription {
@@ -251,7 +249,7 @@ impl Engine {
     /// Every group: those the coordinator knows and those with committed
     /// offsets only (listed as empty), sorted by name.
     pub fn list_groups(&self) -> Vec<GroupListing> {
-        let mut v = lock(&self.groups).list();
+        let mut v = lock(&self.classic).list();
         let known: std::collections::BTreeSet<String> = v.iter().map(|l| l.group.clone()).collect();
         for (g, protocol_type) in self.offsets.groups_with_type() {
             if !known.contains(&g) {
@@ -277,7 +275,7 @@ impl Engine {
     /// UNKNOWN_MEMBER, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS.
     pub fn heartbeat(&self, group: &str, member: &str, generation: i32) -> Result<(), ErrorCode> {
         let now = self.mono_ms();
-        lock(&self.groups).heartbeat(group, member, generation, now)
+        lock(&self.classic).heartbeat(group, member, generation, now)
     }
 
     /// A heartbeat of a member that may be static: its group instance id,
@@ -293,7 +291,7 @@ impl Engine {
         generation: i32,
     ) -> Result<(), GroupError> {
         let now = self.mono_ms();
-        lock(&self.groups).heartbeat_as(group, member, generation, now)
+        lock(&self.classic).heartbeat_as(group, member, generation, now)
     }
 
     /// A member's heartbeat that waits (HEARTBEAT_WAIT): answered at once
@@ -320,7 +318,7 @@ impl Engine {
     ) -> Result<(), ErrorCode> {
         let (listener, session_ms) = {
             let now = self.mono_ms();
-            let mut g = lock(&self.groups);
+            let mut g = lock(&self.classic);
             let listened = g.heartbeat_listen(group, member, generation, now)?;
             // Shutdown begins by closing the signal, then notifies every group's
             // listeners under this lock (`Coordinator::drain`): a wait that starts
@@ -342,14 +340,14 @@ impl Engine {
             () = rt::sleep_coarse(wait).fuse() => {},
         }
         // A statement of its own: the guard goes before `place` takes the lock.
-        let answer = lock(&self.groups).check_member(group, member, generation);
+        let answer = lock(&self.classic).check_member(group, member, generation);
         drop(place);
         answer
     }
 
     /// A group member's fetch (GROUP_FETCH): checked and recorded as a
     /// heartbeat when it starts (the member's error at once if it is not in
-    /// its generation), then served as [`Engine::fetch`], except that while
+    /// its generation), then served as [`Records::fetch`], except that while
     /// it waits for records it ends when the group starts a rebalance or
     /// loses a member: answered then with what a heartbeat would answer
     /// (usually REBALANCE_IN_PROGRESS), or, if that is nothing, with the
@@ -371,7 +369,7 @@ impl Engine {
     ) -> Result<Fetched, ErrorCode> {
         let (listener, session_ms) = {
             let now = self.mono_ms();
-            lock(&self.groups).heartbeat_listen(group, member, generation, now)?
+            lock(&self.classic).heartbeat_listen(group, member, generation, now)?
         };
         let mut changed = listener.fuse();
         spec.max_wait = spec.max_wait.min(Duration::from_millis(session_ms));
@@ -383,18 +381,18 @@ impl Engine {
                     () = changed => {},
                     () = rt::sleep_coarse(spec.max_wait).fuse() => {},
                 }
-            } else if let Ok(f) = self.fetch_unless(spec, memory, &mut changed).await {
+            } else if let Ok(f) = self.records.fetch_unless(spec, memory, &mut changed).await {
                 return Ok(f);
             }
         }
-        lock(&self.groups).check_member(group, member, generation)?;
+        lock(&self.classic).check_member(group, member, generation)?;
         spec.max_wait = Duration::ZERO;
-        Ok(self.fetch(spec, memory).await)
+        Ok(self.records.fetch(spec, memory).await)
     }
 
     /// How many heartbeats wait now (HEARTBEAT_WAIT).
     pub fn parked_heartbeats(&self) -> usize {
-        lock(&self.groups).parked_heartbeats()
+        lock(&self.classic).parked_heartbeats()
     }
 
     /// A member leaves its group (its partitions go to the others).
@@ -403,7 +401,8 @@ impl Engine {
     /// UNKNOWN_MEMBER.
     pub fn leave_group(&self, group: &str, member: &str) -> Result<(), ErrorCode> {
         let now = self.mono_ms();
-        let ready = lock(&self.groups).leave(group, member, now, &|t| self.partitions_of(t))?;
+        let ready =
+            lock(&self.classic).leave(group, member, now, &|t| self.records.partitions_of(t))?;
         Self::deliver(ready);
         Ok(())
     }
@@ -419,7 +418,8 @@ impl Engine {
         member: (&str, Option<&str>),
     ) -> Result<(), GroupError> {
         let now = self.mono_ms();
-        let ready = lock(&self.groups).leave_as(group, member, now, &|t| self.partitions_of(t))?;
+        let ready =
+            lock(&self.classic).leave_as(group, member, now, &|t| self.records.partitions_of(t))?;
         Self::deliver(ready);
         Ok(())
     }
@@ -427,7 +427,7 @@ impl Engine {
     /// How many members a group has, counting those whose join is parked
     /// waiting for a rebalance; `None` if the group does not exist.
     pub fn group_members(&self, group: &str) -> Option<usize> {
-        lock(&self.groups)
+        lock(&self.classic)
             .state(group)
             .map(|(_, _, members)| members)
     }
@@ -437,12 +437,12 @@ impl Engine {
     /// Lets a test on a manual clock wait until a live member has heartbeated
     /// before moving the clock again.
     pub fn member_last_seen(&self, group: &str, member: &str) -> Option<u64> {
-        lock(&self.groups).last_seen(group, member)
+        lock(&self.classic).last_seen(group, member)
     }
 
-    pub(super) fn tick_groups(&self) {
+    pub(in crate::engine) fn tick_classic(&self) {
         let now = self.mono_ms();
-        let ready = lock(&self.groups).tick(now, &|t| self.partitions_of(t));
+        let ready = lock(&self.classic).tick(now, &|t| self.records.partitions_of(t));
         Self::deliver(ready);
     }
 
@@ -474,14 +474,14 @@ impl Engine {
         self.commit_offsets_with(member, &offsets).await
     }
 
-    /// [`Engine::commit_offsets`] with what Kafka clients keep beside each
+    /// [`Groups::commit_offsets`] with what Kafka clients keep beside each
     /// offset (its leader epoch and metadata string, returned as committed by
-    /// [`Engine::committed_full`]): metadata over
+    /// [`Groups::committed_full`]): metadata over
     /// `coordinator::offsets::MAX_METADATA_BYTES` leaves that partition alone
     /// with OFFSET_METADATA_TOO_LARGE.
     ///
     /// # Errors
-    /// As [`Engine::commit_offsets`].
+    /// As [`Groups::commit_offsets`].
     pub async fn commit_offsets_with(
         &self,
         member: Member<'_>,
@@ -492,12 +492,12 @@ impl Engine {
             .map_err(|e| e.code())
     }
 
-    /// [`Engine::commit_offsets_with`] from a member that may be static: a
+    /// [`Groups::commit_offsets_with`] from a member that may be static: a
     /// group instance id that the group knows under another member id is
     /// fenced.
     ///
     /// # Errors
-    /// [`GroupError::FencedInstanceId`], and as [`Engine::commit_offsets`].
+    /// [`GroupError::FencedInstanceId`], and as [`Groups::commit_offsets`].
     pub async fn commit_offsets_as(
         &self,
         member: Member<'_>,
@@ -514,7 +514,7 @@ impl Engine {
                 .metadata
                 .as_ref()
                 .is_some_and(|m| m.len() > crate::coordinator::offsets::MAX_METADATA_BYTES);
-            results.push(match self.topic(&tp.topic) {
+            results.push(match self.records.topic(&tp.topic) {
                 None => ErrorCode::UnknownTopic,
                 Some(t) if t.partition(tp.partition).is_none() => ErrorCode::UnknownPartition,
                 Some(_) if c.offset < 0 => ErrorCode::OffsetOutOfRange,
@@ -528,11 +528,11 @@ impl Engine {
         let rx = loop {
             let room = self.offsets.room();
             let queued = {
-                let groups = lock(&self.groups);
+                let groups = lock(&self.classic);
                 // A consumer-protocol group's members commit with their
                 // member epoch (KIP-848); the consumer groups' lock is held
                 // to the hand-off, as the classic one is.
-                let consumers = lock(&self.consumer_groups);
+                let consumers = lock(&self.consumer);
                 let protocol_type =
                     match consumers.check_commit(member.group, member.member_id, member.generation)
                     {
@@ -601,7 +601,7 @@ impl Engine {
         &self.offsets
     }
 
-    /// [`Engine::positions`] as a Flume reader sees them: where the group
+    /// [`Groups::positions`] as a Flume reader sees them: where the group
     /// reads from (its committed offset, or the log start), when short of
     /// the log end with nothing a Flume reader can read in between
     /// (transaction markers, aborted transactions), is its end: `log_end`
@@ -625,6 +625,7 @@ impl Engine {
                 continue;
             }
             let Some(part) = self
+                .records
                 .topic(&p.at.topic)
                 .and_then(|t| t.partition(p.at.partition).cloned())
             else {
@@ -647,7 +648,7 @@ impl Engine {
     ) -> Vec<GroupPosition> {
         let mut out = Vec::new();
         for (topic, wanted) in topics {
-            let Some(t) = self.topic(topic) else {
+            let Some(t) = self.records.topic(topic) else {
                 out.push(GroupPosition {
                     at: TopicPartition::new(topic, -1),
                     error: ErrorCode::UnknownTopic,

@@ -9,7 +9,7 @@ use flume_protocol::ErrorCode;
 use flume_rt as rt;
 use futures::FutureExt;
 
-use super::Engine;
+use super::Records;
 use crate::budget::{Charge, MemoryBudget};
 use crate::config::MAX_FETCH_WAIT_MS;
 use crate::domain::{FetchSpec, Fetched, PartitionRecords, ReadAs};
@@ -23,7 +23,7 @@ pub const COUNT_CHUNK_BYTES: usize = 1 << 20;
 /// The fewest bytes a stored record takes (header and empty payload).
 const MIN_STORED_RECORD: usize = record::RECORD_HEADER_LEN + record::MIN_PAYLOAD_LEN;
 
-/// A fetch given up while it waited ([`Engine::fetch_unless`]).
+/// A fetch given up while it waited ([`Records::fetch_unless`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GaveUp;
 
@@ -33,11 +33,11 @@ pub struct FetchMemory<'a> {
     /// The connection's share of the broker's budget: the response's records.
     pub response: &'a Arc<MemoryBudget>,
     /// A small broker-wide budget for the chunks waiting fetches read to count
-    /// the bytes that arrived (see [`Engine::fetch`]).
+    /// the bytes that arrived (see [`Records::fetch`]).
     pub counting: &'a Arc<MemoryBudget>,
 }
 
-impl Engine {
+impl Records {
     /// Serves a fetch: per requested partition, its records from the offset
     /// asked for and its offsets.
     ///
@@ -76,15 +76,15 @@ impl Engine {
         }
     }
 
-    /// [`Engine::fetch`], given up (`Err(GaveUp)`, nothing read) if `give_up`
+    /// [`Records::fetch`], given up (`Err(GaveUp)`, nothing read) if `give_up`
     /// ends while the fetch waits for records. Only the wait is given up: a
     /// fetch that is counting or reading what arrived finishes, so no read
     /// runs on without the memory charged for it.
     ///
-    /// The phases: [`Engine::plan_fetch`] resolves the partitions and the
-    /// limits; [`Engine::wait_for_bytes`] waits until enough has arrived;
-    /// [`Engine::room_for_records`] takes room in the response budget;
-    /// [`Engine::read_fetched`] reads each partition once. A Flume-records
+    /// The phases: [`Records::plan_fetch`] resolves the partitions and the
+    /// limits; [`Records::wait_for_bytes`] waits until enough has arrived;
+    /// [`Records::room_for_records`] takes room in the response budget;
+    /// [`Records::read_fetched`] reads each partition once. A Flume-records
     /// fetch that found only entries without records (transaction markers,
     /// emptied batches) waits again from after them rather than answer empty
     /// at once.
@@ -281,7 +281,7 @@ impl Engine {
         if !m.may_admit(1) {
             futures::select! {
                 () = m.wait_to_admit(1).fuse() => {}
-                _ = self.shutdown_rx.recv().fuse() => {}
+                _ = self.shutdown.begun().fuse() => {}
             }
         }
         let mut budget = plan.budget;
@@ -324,7 +324,7 @@ impl Engine {
                         let left = plan.deadline.saturating_duration_since(Instant::now());
                         let room = futures::select! {
                             r = rt::timeout(left, c.wait_for_room()).fuse() => r.is_some(),
-                            _ = self.shutdown_rx.recv().fuse() => false,
+                            _ = self.shutdown.begun().fuse() => false,
                         };
                         if !room {
                             return;
@@ -464,7 +464,7 @@ impl Engine {
     }
 }
 
-/// What a fetch settled before it waits ([`Engine::plan_fetch`]).
+/// What a fetch settled before it waits ([`Records::plan_fetch`]).
 #[derive(Debug)]
 struct FetchPlan {
     /// Each requested partition, or why it cannot be read.
@@ -570,31 +570,10 @@ impl FetchTally {
     }
 }
 
-/// Most bytes one in-process read takes at once ([`Engine::read_now`]).
+/// Most bytes one in-process read takes at once ([`Records::read_now`]).
 const READ_NOW_MAX_BYTES: usize = 1024 * 1024;
 
-impl Engine {
-    /// Where `group` reads `partition` of `topic` next: its committed offset,
-    /// or the log start when nothing is committed or retention has passed
-    /// the commit (the rule [`flume_protocol::lag`] counts from).
-    ///
-    /// # Errors
-    /// UNKNOWN_TOPIC, UNKNOWN_PARTITION.
-    pub fn resume_offset(
-        &self,
-        group: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Result<u64, ErrorCode> {
-        let t = self.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
-        let part = t.partition(partition).ok_or(ErrorCode::UnknownPartition)?;
-        let committed = self
-            .committed(group, topic, partition)
-            .and_then(|c| u64::try_from(c).ok())
-            .unwrap_or(0);
-        Ok(committed.max(part.start_offset()))
-    }
-
+impl Records {
     /// Up to `max` records (at least one, if there is any) of `partition` of
     /// `topic` from offset `from`, read on the calling thread and decoded:
     /// the read path of the in-process consumers (embedded mode, Python),
@@ -671,28 +650,5 @@ impl Engine {
                     .collect()
             })
             .unwrap_or_default()
-    }
-
-    /// A group's lag on every partition of `topic` ([`flume_protocol::lag`]).
-    ///
-    /// # Errors
-    /// UNKNOWN_TOPIC.
-    pub fn group_lag(
-        &self,
-        group: &str,
-        topic: &str,
-    ) -> Result<std::collections::BTreeMap<u32, u64>, ErrorCode> {
-        let t = self.topic(topic).ok_or(ErrorCode::UnknownTopic)?;
-        Ok(t.offsets()
-            .into_iter()
-            .map(|o| {
-                let committed = self.committed(group, topic, o.partition).unwrap_or(-1);
-                let lag = flume_protocol::lag(committed, o.log_start, o.log_end);
-                (
-                    u32::try_from(o.partition).unwrap_or(0),
-                    u64::try_from(lag).unwrap_or(0),
-                )
-            })
-            .collect())
     }
 }
