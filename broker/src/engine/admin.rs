@@ -92,7 +92,7 @@ pub struct Admin {
 impl Admin {
     pub(super) fn new(records: Arc<Records>, groups: Arc<Groups>, shares: Arc<Shares>) -> Self {
         Admin {
-            config: Arc::clone(&records.config),
+            config: Arc::clone(records.config()),
             records,
             groups,
             shares,
@@ -126,13 +126,10 @@ impl Admin {
             ));
         }
         // No create (nor an auto-create) of the name while its files go.
-        let _guard = self.records.create_lock.lock().await;
+        let _guard = self.records.changing_topics().await;
         let topic = self
             .records
-            .topics
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(name)
+            .take_topic(name)
             .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?;
         let id = topic.id;
         self.delete_removed(topic).await.map(|()| id)
@@ -145,24 +142,11 @@ impl Admin {
     /// # Errors
     /// UNKNOWN_TOPIC (no topic has this id), else as [`Admin::delete_topic`].
     pub async fn delete_topic_by_id(&self, id: TopicId) -> Result<String, BrokerError> {
-        let _guard = self.records.create_lock.lock().await;
-        let topic = {
-            let mut topics = self
-                .records
-                .topics
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let name = topics
-                .values()
-                .find(|t| t.id == id)
-                .map(|t| t.name.clone())
-                .ok_or_else(|| {
-                    BrokerError::code_for(ErrorCode::UnknownTopic, format!("id {id}"))
-                })?;
-            topics
-                .remove(&name)
-                .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, name))?
-        };
+        let _guard = self.records.changing_topics().await;
+        let topic = self
+            .records
+            .take_topic_by_id(id)
+            .ok_or_else(|| BrokerError::code_for(ErrorCode::UnknownTopic, format!("id {id}")))?;
         let name = topic.name.clone();
         self.delete_removed(topic).await.map(|()| name)
     }
@@ -199,15 +183,11 @@ impl Admin {
                 // Renamed but not known durable: it is gone now, the next start cleans up.
                 return Err(e);
             }
-            let (config, shared) = (self.config.clone(), self.records.shared.clone());
+            let (config, shared) = (self.config.clone(), self.records.shared());
             let (owned, id, tc) = (name.to_owned(), topic.id, topic.config.clone());
             match rt::unblock(move || Records::open_topic(&config, &shared, &owned, id, tc)).await {
                 Ok(t) => {
-                    self.records
-                        .topics
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .insert(name.to_owned(), Arc::new(t));
+                    self.records.install_topic(Arc::new(t));
                 }
                 Err(e2) => {
                     tracing::error!(topic = name, error = %e2, "reopening the topic failed; it comes back at the next start")
@@ -251,7 +231,7 @@ impl Admin {
         name: &str,
         changes: &TopicChanges,
     ) -> Result<TopicConfig, BrokerError> {
-        let _guard = self.records.create_lock.lock().await;
+        let _guard = self.records.changing_topics().await;
         let topic = self
             .records
             .topic(name)
@@ -294,7 +274,7 @@ impl Admin {
         ops: &[ConfigOp],
         validate_only: bool,
     ) -> Result<TopicConfig, BrokerError> {
-        let _guard = self.records.create_lock.lock().await;
+        let _guard = self.records.changing_topics().await;
         let topic = self
             .records
             .topic(name)
@@ -340,11 +320,7 @@ impl Admin {
             p.set_compaction(compaction).await;
         }
         let altered = Arc::new(topic.with_config(tc.clone()));
-        self.records
-            .topics
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_owned(), altered);
+        self.records.install_topic(altered);
         tracing::info!(topic = name, retention_bytes = ?tc.retention_bytes, retention_ms = ?tc.retention_ms, segment_bytes = tc.segment_bytes, cleanup_policy = %tc.cleanup_policy, "topic settings changed");
         Ok(tc)
     }
@@ -382,7 +358,7 @@ impl Admin {
             ));
         }
         // One change of a topic at a time (create, delete, alter, grow).
-        let _guard = self.records.create_lock.lock().await;
+        let _guard = self.records.changing_topics().await;
         let topic = self
             .records
             .topic(name)
@@ -410,7 +386,7 @@ impl Admin {
         if validate_only {
             return Ok(before);
         }
-        let (config, shared) = (self.config.clone(), self.records.shared.clone());
+        let (config, shared) = (self.config.clone(), self.records.shared());
         let (owned, conf) = (name.to_owned(), tc.clone());
         let opened = rt::unblock(move || {
             let dir = config.data_dir.join(&owned);
@@ -459,11 +435,7 @@ impl Admin {
             return Err(e);
         }
         let grown = Arc::new(topic.with_partitions(tc, added));
-        self.records
-            .topics
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(name.to_owned(), grown);
+        self.records.install_topic(grown);
         let rebalanced = self.groups.topic_grew(name);
         tracing::info!(
             topic = name,

@@ -77,7 +77,7 @@ impl Cleaner {
             return;
         }
         let (running, stop) = (Arc::clone(&c.running), Arc::clone(&c.stop));
-        let limits = self.records.config.cleaner.clone();
+        let limits = self.records.config().cleaner.clone();
         let metrics = Arc::clone(&self.metrics);
         let task = rt::spawn(async move {
             rt::unblock(move || {

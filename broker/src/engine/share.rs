@@ -227,7 +227,7 @@ impl Shares {
         shutdown: Shutdown,
         nonce: u64,
     ) -> Result<Self, BrokerError> {
-        let config = Arc::clone(&records.config);
+        let config = Arc::clone(records.config());
         let (dir, settings, clock) = (&config.data_dir, config.share, config.clock.clone());
         let topic_exists = |t: &str| records.topic(t).is_some();
         let store =

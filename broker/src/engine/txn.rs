@@ -115,7 +115,7 @@ impl Transactions {
         producer_ids: Arc<ProducerIds>,
         shutdown: Shutdown,
     ) -> Result<Self, TxnLogError> {
-        let config = Arc::clone(&records.config);
+        let config = Arc::clone(records.config());
         let (store, redo) = TxnStore::open(
             &config.data_dir.join("__transaction_state"),
             limits(&config.transactions),

@@ -15,6 +15,7 @@ use std::sync::{Arc, RwLock};
 use super::Shutdown;
 use crate::config::{valid_name, BrokerConfig, TopicConfig};
 use crate::coordinator::producer_ids::ProducerIds;
+use crate::domain::TopicId;
 use crate::error::BrokerError;
 use crate::partition::Partition;
 
@@ -153,16 +154,16 @@ pub(in crate::engine) fn parallel_map<T: Sync, R: Send>(
 /// their creation, produce and fetch.
 #[derive(Debug)]
 pub struct Records {
-    pub(in crate::engine) config: Arc<BrokerConfig>,
+    config: Arc<BrokerConfig>,
     /// Settings of topics created without explicit ones: `config.default_topic`
     /// at start, changed by [`Records::set_default_topic`] (a configuration reload).
-    pub(in crate::engine) default_topic: RwLock<TopicConfig>,
-    pub(in crate::engine) topics: RwLock<BTreeMap<String, Arc<Topic>>>,
+    default_topic: RwLock<TopicConfig>,
+    topics: RwLock<BTreeMap<String, Arc<Topic>>>,
     /// Held across a topic's creation (and an administrator's changes of
     /// its partitions or removal), including its file work on the blocking pool.
-    pub(in crate::engine) create_lock: futures::lock::Mutex<()>,
+    create_lock: futures::lock::Mutex<()>,
     /// What every partition shares (the file cache, the producer-state limits).
-    pub(in crate::engine) shared: Shared,
+    shared: Shared,
     /// Idempotent producers' ids (see [`crate::coordinator::producer_ids`]).
     producer_ids: Arc<ProducerIds>,
     shutdown: Shutdown,
@@ -221,6 +222,51 @@ impl Records {
             .iter()
             .flat_map(|t| t.partitions.iter().cloned())
             .collect()
+    }
+
+    /// The broker's settings.
+    pub(in crate::engine) fn config(&self) -> &Arc<BrokerConfig> {
+        &self.config
+    }
+
+    /// What every partition shares, for partitions opened outside a create
+    /// (an administrator's new partitions, a topic opened again).
+    pub(in crate::engine) fn shared(&self) -> Shared {
+        self.shared.clone()
+    }
+
+    /// The hold under which a topic is created, deleted, altered or grown:
+    /// one change of a topic at a time, file work included.
+    pub(in crate::engine) async fn changing_topics(&self) -> futures::lock::MutexGuard<'_, ()> {
+        self.create_lock.lock().await
+    }
+
+    /// Puts `topic` in the table, in the place of the topic of its name if
+    /// there is one (under [`Records::changing_topics`]).
+    pub(in crate::engine) fn install_topic(&self, topic: Arc<Topic>) {
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(topic.name.clone(), topic);
+    }
+
+    /// Takes a topic out of the table (under [`Records::changing_topics`]):
+    /// nothing finds it from now on.
+    pub(in crate::engine) fn take_topic(&self, name: &str) -> Option<Arc<Topic>> {
+        self.topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(name)
+    }
+
+    /// [`Records::take_topic`] by the topic's id.
+    pub(in crate::engine) fn take_topic_by_id(&self, id: TopicId) -> Option<Arc<Topic>> {
+        let mut topics = self
+            .topics
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let name = topics.values().find(|t| t.id == id)?.name.clone();
+        topics.remove(&name)
     }
 
     /// True once the broker's shutdown has begun.
