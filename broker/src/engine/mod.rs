@@ -19,8 +19,9 @@
 //!   fetch and in-process reads (`fetch.rs`).
 //! - `groups/`: classic groups and offsets (`classic.rs`), consumer-protocol
 //!   groups (KIP-848, `consumer.rs`), deleting groups and offsets (`mod.rs`).
-//! - `share.rs`: share groups (queues): membership, acquisitions from the
-//!   log, acknowledgements, lock expiry, their kept state.
+//! - `share/`: share groups (queues): membership, sessions and lock expiry
+//!   (`mod.rs`), acquisitions from the log (`fetch.rs`), acknowledgements
+//!   (`ack.rs`), describe, delete, start offsets and configs (`admin.rs`).
 //! - `txn.rs`: transactions, through the transaction coordinator and its
 //!   state log.
 //! - `admin.rs`: deleting and altering topics, offsets by timestamp,
