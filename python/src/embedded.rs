@@ -305,7 +305,8 @@ impl EmbeddedBroker {
         Ok(self
             .get()?
             .engine()
-            .records().topics()
+            .records()
+            .topics()
             .iter()
             .map(|t| t.name.clone())
             .collect())
@@ -321,7 +322,8 @@ impl EmbeddedBroker {
         let t = self
             .get()?
             .engine()
-            .records().topic(topic)
+            .records()
+            .topic(topic)
             .ok_or_else(|| not_found(topic))?;
         let c = &t.config;
         let d = pyo3::types::PyDict::new(py);
@@ -339,7 +341,8 @@ impl EmbeddedBroker {
         let t = self
             .get()?
             .engine()
-            .records().topic(topic)
+            .records()
+            .topic(topic)
             .ok_or_else(|| not_found(topic))?;
         Ok(t.offsets()
             .into_iter()
@@ -619,7 +622,8 @@ impl EmbeddedBroker {
         Ok(self
             .get()?
             .engine()
-            .groups().committed(group, topic, i32::try_from(partition).unwrap_or(i32::MAX))
+            .groups()
+            .committed(group, topic, i32::try_from(partition).unwrap_or(i32::MAX))
             .and_then(|c| u64::try_from(c).ok()))
     }
 
