@@ -16,7 +16,7 @@ bin=target/release/flume-cli
 floor=$(cargo bench --bench sched_floor --no-run 2>&1 | grep -o 'target/release/deps/sched_floor-[0-9a-f]*' | head -1)
 redis=../shared/bench/redis-streams.sh
 data=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-60999): no client socket holds it
 pid=
 start_broker() {
   rm -rf "$data"/*

@@ -13,7 +13,7 @@ shift 2 2>/dev/null || shift $#
 [ -n "${NO_BUILD:-}" ] || cargo build --release -q -p flume-cli
 bin=target/release/flume-cli
 data=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-60999): no client socket holds it
 "$bin" broker --port "$port" --data "$data" "$@" >/dev/null 2>&1 &
 pid=$!
 trap 'kill -INT "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$data"' EXIT

@@ -15,7 +15,7 @@ cargo bench --bench fairness --no-run >/dev/null 2>&1
 bench=$(cargo bench --bench fairness --no-run 2>&1 | grep -o 'target/release/deps/fairness-[0-9a-f]*' | head -1)
 bin=target/release/flume-cli
 data=$(mktemp -d)
-base=$((20000 + RANDOM % 20000))
+base=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-60999)
 flume=127.0.0.1:$base kafka=127.0.0.1:$((base + 1)) http=127.0.0.1:$((base + 2))
 pid=
 start_broker() {

@@ -13,12 +13,14 @@ shift 2 2>/dev/null || shift $#
 [ -n "${NO_BUILD:-}" ] || cargo build --release -q -p flume-cli
 bin=target/release/flume-cli
 data=$(mktemp -d)
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-60999): no client socket holds it
 taskset -c 0 "$bin" broker --port "$port" --data "$data" "$@" >/dev/null 2>&1 &
 pid=$!
 holder=
 trap 'kill "$holder" 2>/dev/null || true; kill -INT "$pid" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.05; done
+up=
+for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && up=1 && break; sleep 0.05; done
+[ -n "$up" ] || { echo "the broker did not start on port $port" >&2; exit 1; }
 ready=$(mktemp)
 python3 - "$port" "$conns" "$ready" <<'PY' &
 import resource, socket, struct, sys, time
@@ -40,7 +42,10 @@ while True:
     time.sleep(3600)
 PY
 holder=$!
-until [ -s "$ready" ]; do sleep 0.1; done
+until [ -s "$ready" ]; do
+  kill -0 "$holder" 2>/dev/null || { echo "the idle connections could not be opened" >&2; exit 1; }
+  sleep 0.1
+done
 sleep 1
 ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 hz=$(getconf CLK_TCK)

@@ -36,7 +36,7 @@ cargo build --release -q -p flume-cli
 bin=target/release/flume-cli
 data=$(mktemp -d)
 log=$(mktemp)
-port=$((20000 + RANDOM % 20000))
+port=$((20000 + RANDOM % 12000)) # below the ephemeral range (32768-60999): no client socket holds it
 addr=127.0.0.1:$port
 pid=
 # The broker needs max_open_files + max_connections + 64 descriptors (26,448 by default); on a
