@@ -20,19 +20,7 @@ impl Shares {
         let (epoch, members) = {
             let groups = lock(&self.groups);
             match groups.group(group) {
-                Some(g) => (
-                    g.epoch,
-                    g.members()
-                        .map(|m| ShareMemberView {
-                            member_id: m.member_id.clone(),
-                            client_id: m.client_id.clone(),
-                            client_host: m.client_host.clone(),
-                            member_epoch: m.member_epoch,
-                            subscribed: m.subscribed.clone(),
-                            assignment: m.assignment.clone(),
-                        })
-                        .collect(),
-                ),
+                Some(g) => (g.epoch, g.members().map(ShareMemberView::of).collect()),
                 None => (0, Vec::new()),
             }
         };
@@ -93,17 +81,7 @@ impl Shares {
             let groups = lock(&self.groups);
             for name in groups.names() {
                 if let Some(g) = groups.group(&name) {
-                    let members = g
-                        .members()
-                        .map(|m| ShareMemberView {
-                            member_id: m.member_id.clone(),
-                            client_id: m.client_id.clone(),
-                            client_host: m.client_host.clone(),
-                            member_epoch: m.member_epoch,
-                            subscribed: m.subscribed.clone(),
-                            assignment: m.assignment.clone(),
-                        })
-                        .collect();
+                    let members = g.members().map(ShareMemberView::of).collect();
                     let view = ShareGroupView {
                         group: name.clone(),
                         epoch: g.epoch,

@@ -199,6 +199,20 @@ pub struct ShareMemberView {
     pub assignment: BTreeMap<String, Vec<i32>>,
 }
 
+impl ShareMemberView {
+    /// The view of a member of the membership state machine.
+    fn of(m: &crate::coordinator::share::group::ShareMember) -> Self {
+        ShareMemberView {
+            member_id: m.member_id.clone(),
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            member_epoch: m.member_epoch,
+            subscribed: m.subscribed.clone(),
+            assignment: m.assignment.clone(),
+        }
+    }
+}
+
 type SpKey = (String, String, i32);
 
 /// The share-groups service: membership, share-partitions and their kept
